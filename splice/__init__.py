@@ -1,0 +1,47 @@
+"""splice: call separately compiled CUDA C and PTX device functions from cuTile kernels.
+
+::
+
+    import cuda.tile as ct, splice
+
+    @splice.extern(source=r'''
+    extern "C" __device__ float fast_gelu(float x) { return x / (1.0f + __expf(-1.702f * x)); }''')
+    def fast_gelu(x: ct.float32) -> ct.float32: ...
+
+    @splice.kernel
+    def gelu(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=fast_gelu(t))
+
+    ct.launch(stream, (n // 1024,), gelu, (x, y, 1024))
+"""
+
+from ._cutile import SpliceKernel as kernel
+from .errors import (
+    SpliceCallError,
+    SpliceCompileError,
+    SpliceDeclarationError,
+    SpliceError,
+    SpliceLinkError,
+    SpliceRewriteError,
+    SpliceToolchainError,
+)
+from .extern import ExternFunction, extern
+from .pipeline import Build, __version__, build
+from .ptx import PTXSyntaxError
+from .types import ELEMENT_TYPES, Signature, parse_signature
+
+
+def compile(kernel, signature, arch: str = "sm_90") -> Build:
+    """Ahead-of-time compile ``kernel`` for a ``cuda.tile.compilation.KernelSignature`` on
+    ``arch`` ("sm_80", "sm_90", "sm_100"...). Needs no GPU. Returns a :class:`Build`
+    (``.cubin`` bytes, ``.symbol``, stages)."""
+    return build(kernel, signature, arch, None, keep_stages=True)
+
+
+__all__ = [
+    "kernel", "extern", "compile", "build", "Build", "ExternFunction", "Signature",
+    "parse_signature", "ELEMENT_TYPES", "SpliceError", "SpliceCallError", "SpliceCompileError",
+    "SpliceDeclarationError", "SpliceLinkError", "SpliceRewriteError", "SpliceToolchainError",
+    "PTXSyntaxError", "__version__",
+]

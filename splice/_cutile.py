@@ -1,0 +1,475 @@
+"""The one module that touches cuTile's private API (supported: cuda-tile >=1.7,<1.8).
+
+What it uses, and why (DESIGN.md F9/F10):
+
+- ``_cutile_custom_implementation_handler``: a plain function carrying this attribute is
+  resolved by cuTile's frontend (``hir2ir._try_find_function_impl``) to our handler, which
+  adds splice's own IR operations for the call.
+- ``cuda.tile._ir``: ``Operation``, ``operand``/``attribute``, ``add_operation``,
+  ``broadcast_to``, ``implicit_cast``, ``TileTy``; ``TileAtomicCAS`` is subclassed so that
+  cuTile's token-order pass orders impure calls against the kernel's memory operations.
+- ``cuda.tile._bytecode`` encoders: each call site lowers to a per-site module global and an
+  atomic compare-and-swap on it (the marker, DESIGN.md F5), arguments packed into the two
+  64-bit operands.
+- ``cuda.tile._compile``: ``compile_tile`` (bytecode only), the tileiras it would run, and its
+  optimisation flags.
+- ``ct.kernel._compile`` is overridden by :class:`SpliceKernel` to return splice's cubin to
+  cuTile's own launcher and launch cache.
+
+``check_supported_cutile()`` fails loudly when a cuda-tile outside the supported range is
+installed or when any of these names moved; ``tests/test_cutile_contract.py`` exercises it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.metadata
+import threading
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import cuda.tile as ct
+
+from .errors import SpliceCallError, SpliceError, SpliceToolchainError
+from .types import Signature
+
+SUPPORTED_CUTILE = ((1, 7), (1, 8))  # [low, high)
+
+try:
+    import cuda.tile._bytecode as bc
+    from cuda.tile._compile import (
+        _find_compiler_bin,
+        _tileiras_effective_opt_and_device_debug,
+        compile_tile,
+        format_sm_arch,
+    )
+    from cuda.tile._cext import get_compute_capability
+    from cuda.tile._datatype import pointer_dtype
+    from cuda.tile._exception import Loc
+    from cuda.tile._ir import ir
+    from cuda.tile._ir.arithmetic_ops import broadcast_to
+    from cuda.tile._ir.cast_ops import implicit_cast
+    from cuda.tile._ir.ir import Operation, Var, add_operation, add_operation_variadic, \
+        attribute, operand
+    from cuda.tile._ir.ops import TileAtomicCAS
+    from cuda.tile._ir.ops_utils import broadcast_shapes2, memory_order_to_bytecode, \
+        memory_scope_to_bytecode
+    from cuda.tile._ir.type import LooselyTypedScalar, TileTy, TokenTy
+    from cuda.tile._memory_model import MemoryOrder, MemoryScope, MemorySpace
+    _IMPORT_ERROR: Exception | None = None
+except (ImportError, AttributeError) as e:  # pragma: no cover - exercised by contract test
+    _IMPORT_ERROR = e
+
+
+def cutile_version() -> str:
+    return importlib.metadata.version("cuda-tile")
+
+
+def check_supported_cutile() -> None:
+    """Raise SpliceToolchainError unless the installed cuda-tile is in the supported range
+    and exposes every private name splice uses."""
+    ver = cutile_version()
+    parts = tuple(int(p) for p in ver.split(".")[:2])
+    lo, hi = SUPPORTED_CUTILE
+    if not (lo <= parts < hi):
+        raise SpliceToolchainError(
+            f"splice supports cuda-tile >={lo[0]}.{lo[1]},<{hi[0]}.{hi[1]}; found {ver}. "
+            f"splice relies on cuTile internals that change between releases.")
+    if _IMPORT_ERROR is not None:
+        raise SpliceToolchainError(
+            f"cuda-tile {ver} lacks an internal API splice uses: {_IMPORT_ERROR}")
+
+
+check_supported_cutile()
+
+
+# --------------------------------------------------------------------------------------------
+# Call sites recorded while cuTile traces one kernel signature.
+
+MARKER_PREFIX = "__splice_marker_"
+
+
+@dataclass(frozen=True)
+class CallSite:
+    """One call of an extern as traced in a kernel.
+
+    Attributes:
+        index: order of the call in the trace (0, 1, ...); names the marker global.
+        extern: the called :class:`splice.extern.ExternFunction`.
+        shape: the tile shape of the call (``()`` for a scalar call).
+        where: "file:line" of the call in the user's source.
+    """
+
+    index: int
+    extern: Any
+    shape: tuple[int, ...]
+    where: str
+
+    @property
+    def marker_symbol(self) -> str:
+        return f"{MARKER_PREFIX}{self.index}"
+
+    def __str__(self) -> str:  # shown in cuTile IR dumps
+        return f"{self.extern.symbol}@{self.where}"
+
+
+class TraceSession:
+    """Collects the call sites of one kernel compilation. Only inside a session may an
+    extern be called: a kernel that is not compiled by splice would otherwise run its
+    markers as plain atomics and compute garbage."""
+
+    def __init__(self, kernel_name: str):
+        self.kernel_name = kernel_name
+        self.sites: list[CallSite] = []
+
+    def new_site(self, extern, shape, where) -> CallSite:
+        site = CallSite(len(self.sites), extern, tuple(shape), where)
+        self.sites.append(site)
+        return site
+
+
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def trace_session(kernel_name: str):
+    prev = getattr(_local, "session", None)
+    session = TraceSession(kernel_name)
+    _local.session = session
+    try:
+        yield session
+    finally:
+        _local.session = prev
+
+
+def _loc_str(loc) -> str:
+    if loc is None or loc.is_unknown():
+        return "<unknown location>"
+    return f"{loc.filename}:{loc.line}"
+
+
+# --------------------------------------------------------------------------------------------
+# IR operations
+
+
+def _int_type(tt, bits: int, shape):
+    return tt.tile(getattr(tt, f"I{bits}"), list(shape))
+
+
+def _pack_operands(ctx, site: CallSite, args: Sequence[Var]):
+    """Bytecode packing the call's arguments into the two i64 operands of the marker."""
+    tt = ctx.type_table
+    shape = site.shape
+    i64 = _int_type(tt, 64, shape)
+    sig: Signature = site.extern.signature
+    slots: list[Optional[bc.Value]] = [None, None]
+    for var, elem, place in zip(args, sig.args, sig.packing(), strict=True):
+        value = ctx.get_value(var)
+        if elem.kind == "f":
+            value = bc.encode_BitcastOp(ctx.builder, _int_type(tt, elem.bits, shape), value)
+        if elem.bits < 64 or elem.kind == "b":
+            value = bc.encode_ExtIOp(ctx.builder, i64, value, bc.Signedness.Unsigned)
+        if place.offset:
+            amount = ctx.constant(place.offset, TileTy(ct.int64, shape))
+            value = bc.encode_ShLIOp(ctx.builder, i64, value, amount, bc.IntegerOverflow.NONE)
+        prev = slots[place.slot]
+        slots[place.slot] = value if prev is None else bc.encode_OrIOp(ctx.builder, i64,
+                                                                       prev, value)
+    zero = None
+    for i, v in enumerate(slots):
+        if v is None:
+            if zero is None:
+                zero = ctx.constant(0, TileTy(ct.int64, shape))
+            slots[i] = zero
+    return slots
+
+
+def _unpack_result(ctx, site: CallSite, raw):
+    tt = ctx.type_table
+    res = site.extern.signature.result
+    shape = site.shape
+    if res.kind == "b":
+        return bc.encode_TruncIOp(ctx.builder, tt.tile(tt.I1, list(shape)), raw,
+                                  bc.IntegerOverflow.NONE)
+    value = raw
+    if res.bits < 64:
+        value = bc.encode_TruncIOp(ctx.builder, _int_type(tt, res.bits, shape), value,
+                                   bc.IntegerOverflow.NONE)
+    if res.kind == "f":
+        from cuda.tile._ir2bytecode import typeid
+        value = bc.encode_BitcastOp(ctx.builder, typeid(tt, TileTy(res.dtype, shape)), value)
+    return value
+
+
+def _marker_cas(ctx, site, pointer, args, token, order: MemoryOrder):
+    cmp, val = _pack_operands(ctx, site, args)
+    tt = ctx.type_table
+    return bc.encode_AtomicCASTkoOp(
+        ctx.builder,
+        result_type=_int_type(tt, 64, site.shape),
+        result_token_type=tt.Token,
+        pointers=ctx.get_value(pointer),
+        cmp=cmp,
+        val=val,
+        mask=None,
+        token=None if token is None else ctx.get_value(token),
+        memory_ordering_semantics=memory_order_to_bytecode[order],
+        memory_scope=memory_scope_to_bytecode[MemoryScope.DEVICE],
+    )
+
+
+@dataclass(eq=False)
+class SpliceMarkerPointer(Operation, opcode="splice_marker_pointer"):
+    """Pointer tile (shape of the call) to the call site's marker global. Pure; its result
+    is unknown to cuTile's alias analysis, so an impure call that uses it is ordered
+    against every memory operation of the kernel."""
+
+    site: CallSite = attribute()
+
+    def generate_bytecode(self, ctx):
+        tt = ctx.type_table
+        name = self.site.marker_symbol
+        if not ctx.global_section.is_defined(name):
+            ctx.global_section.define_global(name, tt.tile(tt.I64, (1,)), bytes(8),
+                                             alignment=8)
+        ptr_ty = tt.pointer(tt.I64, bc.PtrAttr.Missing)
+        ptr = bc.encode_GetGlobalOp(ctx.builder, tt.tile(ptr_ty, []), name)
+        shape = self.site.shape
+        if shape:
+            ptr = bc.encode_ReshapeOp(ctx.builder, tt.tile(ptr_ty, [1] * len(shape)), ptr)
+            ptr = bc.encode_BroadcastOp(ctx.builder, tt.tile(ptr_ty, list(shape)), ptr)
+        return ptr
+
+
+@dataclass(eq=False)
+class SplicePureCall(Operation, opcode="splice_pure_call"):
+    """A call of a pure extern. No memory effect: cuTile may remove it when its result is
+    unused and hoist it out of loops."""
+
+    site: CallSite = attribute()
+    pointer: Var = operand()
+    args: tuple[Var, ...] = operand()
+
+    def generate_bytecode(self, ctx):
+        raw, _token = _marker_cas(ctx, self.site, self.pointer, self.args, None,
+                                  MemoryOrder.RELAXED)
+        return _unpack_result(ctx, self.site, raw)
+
+
+@dataclass(eq=False)
+class SpliceImpureCall(TileAtomicCAS, opcode="splice_impure_call",
+                       memory_effect=ir.MemoryEffect.STORE):
+    """A call of an impure (or void) extern. A TileAtomicCAS to cuTile's passes: never
+    removed, never hoisted, threaded on the memory token so it keeps its order against the
+    kernel's loads and stores. Its marker is acq_rel so tileiras/LLVM cannot move plain
+    memory accesses across it either."""
+
+    # cuTile collects fields from each class's own annotations: re-declare all of them.
+    memory_order: MemoryOrder = attribute()
+    memory_scope: MemoryScope = attribute()
+    pointer: Var = operand()
+    expected: Optional[Var] = operand(default=None)
+    desired: Optional[Var] = operand(default=None)
+    mask: Optional[Var] = operand(default=None)
+    token: Optional[Var] = operand(default=None)
+    site: CallSite = attribute()
+    args: tuple[Var, ...] = operand()
+
+    def generate_bytecode(self, ctx):
+        raw, token = _marker_cas(ctx, self.site, self.pointer, self.args, self.token,
+                                 self.memory_order)
+        if self.site.extern.signature.result is None:
+            return raw, token
+        return _unpack_result(ctx, self.site, raw), token
+
+
+# --------------------------------------------------------------------------------------------
+# The frontend hook
+
+
+def _call_error(ext, message, loc) -> SpliceCallError:
+    session = getattr(_local, "session", None)
+    kernel = f" in kernel '{session.kernel_name}'" if session else ""
+    return SpliceCallError(
+        f"call of extern '{ext.name}' (declared at {ext.where}){kernel} at {_loc_str(loc)}: "
+        f"{message}", loc)
+
+
+def _describe(var: Var) -> str:
+    ty = var.get_type()
+    if isinstance(ty, TileTy):
+        return f"a scalar {ty.dtype}" if ty.shape == () else f"a {ty.dtype} tile of shape " \
+                                                              f"{ty.shape}"
+    return f"a value of type {ty}"
+
+
+def _handle_extern_call(callee, *args: Var):
+    ext = callee._splice_extern
+    builder = ir.Builder.get_current()
+    loc = builder.loc
+    session: TraceSession | None = getattr(_local, "session", None)
+    if session is None:
+        raise _call_error(
+            ext, "externs can only be called inside a kernel decorated with @splice.kernel "
+                 "(a plain @ct.kernel would run the unresolved call-site marker)", loc)
+    sig: Signature = ext.signature
+    if len(args) != len(sig.args):
+        raise _call_error(ext, f"expected {len(sig.args)} argument(s) for signature {sig}, "
+                               f"got {len(args)}", loc)
+    typed = []
+    for i, (var, elem) in enumerate(zip(args, sig.args)):
+        ty = var.get_type()
+        if not isinstance(ty, TileTy):
+            raise _call_error(ext, f"argument {i + 1} is {_describe(var)}; an extern takes "
+                                   f"tiles or scalars of {elem}", loc)
+        if isinstance(var.get_loose_type(), LooselyTypedScalar):
+            try:
+                var = implicit_cast(var, elem.dtype, f"argument {i + 1}")
+            except Exception as e:  # cuTile's TileTypeError/TileValueError
+                raise _call_error(ext, f"argument {i + 1}: constant not representable as "
+                                       f"{elem}: {getattr(e, 'message', e)}", loc) from None
+        elif ty.dtype != elem.dtype:
+            raise _call_error(ext, f"argument {i + 1} is {_describe(var)}, but the signature "
+                                   f"{sig} expects {elem}; convert it with "
+                                   f".astype(ct.{elem.name}) first", loc)
+        typed.append(var)
+    shape: tuple[int, ...] = ()
+    for i, var in enumerate(typed):
+        try:
+            shape = broadcast_shapes2(shape, var.get_type().shape)
+        except Exception:
+            shapes = ", ".join(str(v.get_type().shape) for v in typed)
+            raise _call_error(ext, f"argument shapes {shapes} do not broadcast to a common "
+                                   f"shape", loc) from None
+    typed = tuple(broadcast_to(v, shape) for v in typed)
+    site = session.new_site(ext, shape, _loc_str(loc))
+    ptr_ty = TileTy(pointer_dtype(ct.uint64, MemorySpace.GLOBAL), shape)
+    pointer = add_operation(SpliceMarkerPointer, ptr_ty, site=site)
+    res = sig.result
+    if ext.pure and res is not None:
+        return add_operation(SplicePureCall, TileTy(res.dtype, shape), site=site,
+                             pointer=pointer, args=typed)
+    result_ty = TileTy(ct.uint64 if res is None else res.dtype, shape)
+    value, _token = add_operation_variadic(
+        SpliceImpureCall, (result_ty, TokenTy()), site=site, pointer=pointer, args=typed,
+        memory_order=MemoryOrder.ACQ_REL, memory_scope=MemoryScope.DEVICE)
+    return None if res is None else value
+
+
+_handle_extern_call._is_coroutine = False
+
+
+def make_callable_stub(ext, pyfunc):
+    """A plain Python function standing for ``ext`` in kernels (cuTile resolves it to
+    :func:`_handle_extern_call`); called from host code it raises."""
+    import functools
+    import inspect
+
+    def stub(*args, **kwargs):
+        raise SpliceError(
+            f"extern '{ext.name}' (declared at {ext.where}) is device code: call it inside a "
+            f"@splice.kernel function, not from Python")
+
+    if pyfunc is not None:
+        functools.update_wrapper(stub, pyfunc)
+        stub.__signature__ = inspect.signature(pyfunc)
+    else:
+        params = [inspect.Parameter(f"arg{i}", inspect.Parameter.POSITIONAL_ONLY)
+                  for i in range(len(ext.signature.args))]
+        stub.__signature__ = inspect.Signature(params)
+        stub.__name__ = stub.__qualname__ = ext.name
+    stub.__wrapped__ = None
+    del stub.__wrapped__
+    stub._cutile_custom_implementation_handler = _handle_extern_call
+    stub._splice_extern = ext
+    return stub
+
+
+# --------------------------------------------------------------------------------------------
+# Kernel compilation
+
+
+@dataclass
+class TracedKernel:
+    """The result of tracing a kernel for one signature."""
+
+    bytecode: bytes
+    symbol: str
+    sites: tuple[CallSite, ...]
+    lifecycle_providers: tuple
+    tileiras_flags: tuple[str, ...]
+    timeout_sec: float | None
+
+
+def trace_kernel(kernel: ct.kernel, signature, arch: str, context=None) -> TracedKernel:
+    """Trace ``kernel`` for ``signature`` and return its Tile IR bytecode with the call sites
+    of every extern in it, and the tileiras flags cuTile would use for ``arch``."""
+    from cuda.tile._cext import default_tile_context
+    context = context or default_tile_context
+    ann = kernel._annotated_function
+    with trace_session(ann.pyfunc.__name__) as session:
+        result = compile_tile(ann, (signature,), arch, kernel._compiler_options, context,
+                              return_bytecode=True, return_cubin=False)
+    [sig] = result.kernel_signatures
+    opt, device_debug = _tileiras_effective_opt_and_device_debug(kernel._compiler_options,
+                                                                 arch)
+    flags = ["--gpu-name", arch, f"-O{opt}"]
+    flags.append("--device-debug" if device_debug else "--lineinfo")
+    return TracedKernel(bytes(result.bytecode), sig.symbol, tuple(session.sites),
+                        tuple(result.library_lifecycle_providers), tuple(flags),
+                        context.config.compiler_timeout_sec)
+
+
+def tileiras_path() -> str:
+    """Path of the tileiras cuTile would run (pip package first, then PATH, CUDA_HOME)."""
+    try:
+        return _find_compiler_bin().path
+    except FileNotFoundError as e:
+        raise SpliceToolchainError(str(e)) from None
+
+
+def current_arch() -> str:
+    return format_sm_arch(*get_compute_capability())
+
+
+def signature_from_args(kernel, args):
+    from cuda.tile.compilation import CallingConvention, KernelSignature
+    return KernelSignature.from_kernel_args(kernel, args, CallingConvention.cutile_python_v1())
+
+
+class SpliceKernel(ct.kernel):
+    """``@splice.kernel``: a ``@ct.kernel`` whose compiled cubin has every extern call
+    spliced in. Same options as ``ct.kernel``; launch it with ``ct.launch``."""
+
+    def __new__(cls, function=None, /, **kwargs):
+        if function is None:
+            def decorate(func):
+                return cls(func, **kwargs)
+            return decorate
+        return super().__new__(cls, function, **kwargs)
+
+    def _compile(self, signature, context, compute_capability=None):
+        from . import pipeline
+        arch = format_sm_arch(*(compute_capability or get_compute_capability()))
+        built = pipeline.build(self, signature, arch, context)
+        return built.cubin, built.symbol, None, built.lifecycle_providers
+
+    def replace_hints(self, **hints):
+        options = dataclasses.replace(self._compiler_options, **hints)
+        return type(self)(self._pyfunc, **dataclasses.asdict(options))
+
+    def inspect(self, *args, signature=None, arch: str | None = None):
+        """Every stage of this kernel's compilation, as a :class:`splice.pipeline.Build`.
+
+        Pass the launch arguments (needs a GPU to derive the signature), or a
+        ``cuda.tile.compilation.KernelSignature`` and an ``arch`` such as ``"sm_90"`` (no
+        GPU needed)."""
+        from . import pipeline
+        if signature is None:
+            if not args:
+                raise TypeError("inspect() needs the kernel's launch arguments or signature=")
+            signature = signature_from_args(self, args)
+        if arch is None:
+            arch = current_arch()
+        return pipeline.build(self, signature, arch, None, keep_stages=True)

@@ -1,0 +1,231 @@
+"""Declaring externs: device functions written in CUDA C or PTX, callable from kernels."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+import re
+from pathlib import Path
+
+from . import _cutile
+from .errors import SpliceDeclarationError
+from .fragments import CudaSource, Fragment, PtxSource
+from .types import Signature, parse_signature, signature_from_annotations
+
+_C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclasses.dataclass(eq=False)
+class ExternFunction:
+    """An extern device function as splice sees it.
+
+    Attributes:
+        name: the Python name (used in messages).
+        symbol: the PTX symbol of the device function (its C name, ``extern "C"``).
+        signature: argument and result element types.
+        pure: whether the call may be removed when unused and hoisted out of loops.
+        fragment: the device code that defines ``symbol``.
+        where: "file:line" of the declaration.
+    """
+
+    name: str
+    symbol: str
+    signature: Signature
+    pure: bool
+    fragment: Fragment
+    where: str
+
+    def __repr__(self) -> str:
+        return (f"<splice extern {self.name}: {self.signature} = {self.symbol} from "
+                f"{self.fragment.describe()}>")
+
+
+def _caller_where(depth: int = 2) -> tuple[str, Path | None]:
+    frame = inspect.stack()[depth]
+    return f"{frame.filename}:{frame.lineno}", Path(frame.filename).resolve().parent
+
+
+def _func_where(func) -> tuple[str, Path | None]:
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return _caller_where(3)
+    return f"{code.co_filename}:{code.co_firstlineno}", Path(code.co_filename).resolve().parent
+
+
+def _resolve_path(path, base: Path | None, what: str) -> Path:
+    p = Path(os.fspath(path))
+    if p.is_absolute():
+        candidates = [p]
+    else:
+        candidates = ([base / p] if base is not None else []) + [Path.cwd() / p]
+    for c in candidates:
+        if c.is_file():
+            return c.resolve()
+    tried = ", ".join(str(c) for c in candidates)
+    raise SpliceDeclarationError(f"{what}: file {os.fspath(path)!r} not found (tried {tried})")
+
+
+def _check_symbol(symbol, what: str) -> str:
+    if not isinstance(symbol, str) or not _C_IDENT.fullmatch(symbol):
+        raise SpliceDeclarationError(
+            f"{what}: symbol {symbol!r} is not a C identifier; name the extern \"C\" "
+            f"function with name='...'")
+    if symbol.startswith("__splice"):
+        raise SpliceDeclarationError(f"{what}: the prefix '__splice' is reserved for splice")
+    return symbol
+
+
+def _check_options(options, include_dirs, defines, what: str):
+    if isinstance(options, str) or not all(isinstance(o, str) for o in options):
+        raise SpliceDeclarationError(f"{what}: options must be a list of strings, "
+                                     f"got {options!r}")
+    for o in options:
+        if o.startswith(("-arch", "--gpu-architecture", "-rdc", "--relocatable-device-code")):
+            raise SpliceDeclarationError(
+                f"{what}: option {o!r} is set by splice (the kernel's architecture, -rdc=true)")
+    if isinstance(include_dirs, str):
+        include_dirs = [include_dirs]
+    defs = []
+    for k, v in (defines or {}).items():
+        if not isinstance(k, str) or not _C_IDENT.fullmatch(k):
+            raise SpliceDeclarationError(f"{what}: bad macro name {k!r} in defines")
+        defs.append((k, None if v is None else str(v)))
+    return tuple(options), tuple(os.fspath(d) for d in include_dirs), tuple(defs)
+
+
+def _signature_checks(symbol: str, sig: Signature) -> str:
+    """C++ appended to a CUDA C fragment: fails to compile unless ``symbol`` has exactly the
+    C types of ``sig`` (so a float/int mix-up is an error, not a silent miscompile)."""
+    headers = {t.c_header for t in (*sig.args, sig.result) if t is not None and t.c_header}
+    fp = sig.c_function_pointer_type()
+    fp_noexcept = fp + " noexcept"
+    lines = [f"#include <{h}>" for h in sorted(headers)]
+    lines += [
+        "namespace __splice_check_" + symbol + " {",
+        "template <class A, class B> struct same { enum { value = 0 }; };",
+        "template <class A> struct same<A, A> { enum { value = 1 }; };",
+        f"static_assert(same<decltype(&::{symbol}), {fp}>::value || "
+        f"same<decltype(&::{symbol}), {fp_noexcept}>::value, "
+        f"\"splice: '{symbol}' must be declared extern \\\"C\\\" with C type {fp} to match "
+        f"its extern signature {sig}\");",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name):
+    if not isinstance(pure, bool):
+        raise SpliceDeclarationError(f"extern '{name}' at {where}: pure must be True or False")
+    try:
+        sig = signature_from_annotations(stub) if signature is None else \
+            signature if isinstance(signature, Signature) else parse_signature(signature)
+    except SpliceDeclarationError as e:
+        raise SpliceDeclarationError(f"extern '{name}' at {where}: {e.message}") from None
+    symbol = _check_symbol(symbol, f"extern '{name}' at {where}")
+    fragment = fragment_factory(symbol, sig)
+    ext = ExternFunction(name, symbol, sig, pure, fragment, where)
+    return _cutile.make_callable_stub(ext, stub)
+
+
+def extern(func=None, /, *, source: str | None = None, path=None, name: str | None = None,
+           signature: str | None = None, pure: bool = True, options=(), include_dirs=(),
+           defines=None):
+    """Declare an extern device function written in CUDA C, callable from a
+    ``@splice.kernel``.
+
+    Use as a decorator on a typed stub whose body is never run::
+
+        @splice.extern(source=r'''
+        extern "C" __device__ float fast_gelu(float x) { ... }''')
+        def fast_gelu(x: ct.float32) -> ct.float32: ...
+
+    In a kernel, ``fast_gelu(t)`` applies the function to every element of the tile ``t``
+    (any shape; scalars too); several arguments broadcast to a common shape.
+
+    Args:
+        source (str): CUDA C/C++ source text defining ``extern "C" __device__`` function(s).
+        path (str | os.PathLike): a ``.cu`` file instead of ``source``; relative paths are
+            looked up beside the declaring file, then in the working directory.
+        name (str): the C symbol; default: the stub's name.
+        signature (str): ``"float32(float32, int32)"``; default: the stub's annotations.
+            Element types: bool, int8/16/32/64, uint8/16/32/64, float16, bfloat16,
+            float32, float64; result may be ``void``. At most 128 bits of arguments.
+        pure (bool): True (default): no side effects; an unused call may be removed and a
+            call may be hoisted out of a loop. False: kept, in place and in order with the
+            kernel's memory operations, run exactly once per element. Void externs are
+            always treated as impure.
+        options (list[str]): extra NVRTC options (e.g. ``["-std=c++17",
+            "--use_fast_math"]``); an option NVRTC does not know is an error.
+        include_dirs (list[str]): extra include directories.
+        defines (dict[str, str | None]): preprocessor macros.
+
+    The C function must have exactly the C types of the signature (``float`` for float32,
+    ``int`` for int32, ``__half`` for float16, ...); this is checked when it compiles.
+
+    Raises:
+        SpliceDeclarationError: bad signature, symbol, options, or missing source file.
+    """
+    def decorate(stub):
+        where, base = _func_where(stub)
+        ext_name = getattr(stub, "__name__", "extern")
+        what = f"extern '{ext_name}' at {where}"
+        if (source is None) == (path is None):
+            raise SpliceDeclarationError(f"{what}: give exactly one of source= or path=")
+        if source is not None and not isinstance(source, str):
+            raise SpliceDeclarationError(f"{what}: source must be CUDA C text (str), got "
+                                         f"{type(source).__name__}; use path= for a file")
+        opts, incs, defs = _check_options(options, include_dirs, defines, what)
+        file = _resolve_path(path, base, what) if path is not None else None
+
+        def make(symbol, sig):
+            return CudaSource(text=source, path=file, options=opts, include_dirs=incs,
+                              defines=defs, where=where,
+                              checks=_signature_checks(symbol, sig))
+        return _declare(stub, symbol=name or ext_name, signature=signature, pure=pure,
+                        fragment_factory=make, where=where, name=ext_name)
+
+    if func is not None:
+        raise SpliceDeclarationError(
+            "use @splice.extern(source=...) with arguments; the CUDA C source is required")
+    return decorate
+
+
+def from_ptx(path=None, /, *, ptx: str | None = None, name: str, signature: str,
+             pure: bool = True):
+    """Declare an extern whose device code is PTX: a ``.ptx`` file or PTX text.
+
+    ``saxpy = splice.extern.from_ptx("kernels/saxpy.ptx", name="saxpy",
+    signature="float32(float32, float32, float32)")``
+
+    Args:
+        path (str | os.PathLike): the ``.ptx`` file; relative paths are looked up beside the
+            declaring file, then in the working directory.
+        ptx (str): PTX text instead of ``path``.
+        name (str): the ``.func`` symbol to call.
+        signature (str): as for :func:`extern`; checked against the ``.func`` prototype's
+            parameter sizes when linking.
+        pure (bool): as for :func:`extern`.
+
+    Returns:
+        A function to call inside ``@splice.kernel`` functions.
+
+    Raises:
+        SpliceDeclarationError: bad signature or symbol, missing file, or both/neither of
+            ``path`` and ``ptx``.
+    """
+    where, base = _caller_where(2)
+    what = f"extern '{name}' at {where}"
+    if (path is None) == (ptx is None):
+        raise SpliceDeclarationError(f"{what}: give exactly one of a path or ptx=")
+    if ptx is not None and not isinstance(ptx, str):
+        raise SpliceDeclarationError(f"{what}: ptx must be text (str)")
+    file = _resolve_path(path, base, what) if path is not None else None
+    if signature is None:
+        raise SpliceDeclarationError(f"{what}: signature= is required for PTX externs")
+    return _declare(None, symbol=name, signature=signature, pure=pure,
+                    fragment_factory=lambda s, g: PtxSource(text=ptx, path=file, where=where),
+                    where=where, name=name)
+
+
+extern.from_ptx = from_ptx

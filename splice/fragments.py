@@ -1,0 +1,172 @@
+"""Fragments: the device code externs come from, one class per input kind.
+
+- :class:`CudaSource` -- CUDA C/C++ text or a ``.cu`` file, compiled by NVRTC to relocatable
+  device code PTX (``-rdc=true``) for the kernel's own PTX target (e.g. ``sm_90a``).
+- :class:`PtxSource` -- PTX text or a ``.ptx`` file, used as it is.
+
+Each fragment yields a parsed :class:`splice.ptx.Module` for a target and a content key
+(its bytes and options) for the cache. Files are read at every build, so an edit made while
+the process runs is seen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from pathlib import Path
+
+from . import cache, toolchain
+from .errors import SpliceCompileError, SpliceDeclarationError, SpliceLinkError
+from .ptx import Module, PTXSyntaxError
+
+_memo: dict[str, Module] = {}
+_memo_lock = threading.Lock()
+
+
+def _read_text(path: Path, what: str) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise SpliceDeclarationError(f"{what}: cannot read {path}: {e.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SpliceDeclarationError(
+            f"{what}: {path} is not UTF-8 text (byte {e.start}: {data[e.start:e.start + 4]!r})"
+        ) from None
+
+
+class Fragment:
+    """Base of the fragment kinds. ``describe`` names it in error messages."""
+
+    kind = "fragment"
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def content_key(self, target: str) -> str:
+        raise NotImplementedError
+
+    def module(self, target: str) -> Module:
+        raise NotImplementedError
+
+
+@dataclasses.dataclass(eq=False)
+class PtxSource(Fragment):
+    """PTX device code (text or a ``.ptx`` file), merged into the kernel as written."""
+
+    text: str | None = None
+    path: Path | None = None
+    where: str = "<unknown>"
+    kind = "ptx"
+
+    def describe(self) -> str:
+        return f"PTX file {self.path}" if self.path else f"PTX text declared at {self.where}"
+
+    def read(self) -> str:
+        if self.path is not None:
+            return _read_text(self.path, self.describe())
+        return self.text
+
+    def content_key(self, target: str) -> str:
+        return cache.key_of("ptx", self.read())
+
+    def module(self, target: str) -> Module:
+        text = self.read()
+        try:
+            return Module(text, self.describe())
+        except PTXSyntaxError as e:
+            raise SpliceLinkError(e.message) from None
+
+
+@dataclasses.dataclass(eq=False)
+class CudaSource(Fragment):
+    """CUDA C/C++ device code (text or a ``.cu`` file) compiled with NVRTC.
+
+    Attributes:
+        options: extra NVRTC options (``-std=c++17``, ``--use_fast_math``, ...); NVRTC
+            rejects unknown ones, and so does splice.
+        include_dirs: extra ``-I`` directories; the CUDA headers from the installed wheels
+            are always on the path.
+        defines: ``-D`` macros.
+        checks: C++ appended to the source to check declared signatures at compile time.
+    """
+
+    text: str | None = None
+    path: Path | None = None
+    options: tuple[str, ...] = ()
+    include_dirs: tuple[str, ...] = ()
+    defines: tuple[tuple[str, str | None], ...] = ()
+    where: str = "<unknown>"
+    checks: str = ""
+    kind = "cuda"
+
+    def describe(self) -> str:
+        return f"CUDA C file {self.path}" if self.path else \
+            f"CUDA C source declared at {self.where}"
+
+    def read(self) -> str:
+        if self.path is not None:
+            return _read_text(self.path, self.describe())
+        return self.text
+
+    def _options(self, target: str) -> list[str]:
+        opts = [f"-arch={target}", "-rdc=true"]
+        inc = toolchain.cuda_include_dir()
+        for d in self.include_dirs:
+            opts.append(f"-I{d}")
+        if self.path is not None:
+            opts.append(f"-I{self.path.parent}")
+        if inc is not None:
+            opts.append(f"-I{inc}")
+        for name, value in self.defines:
+            opts.append(f"-D{name}" if value is None else f"-D{name}={value}")
+        opts.extend(self.options)
+        return opts
+
+    def content_key(self, target: str) -> str:
+        return cache.key_of("cuda", self.read(), self.checks, self._options(target),
+                            toolchain.nvrtc_version())
+
+    def module(self, target: str) -> Module:
+        key = self.content_key(target)
+        with _memo_lock:
+            hit = _memo.get(key)
+        if hit is not None:
+            return hit
+        stored = cache.load("fragment", key)
+        if stored is not None:
+            text = stored[1].decode()
+        else:
+            src = self.read()
+            if not src.strip():
+                raise SpliceCompileError(f"{self.describe()} is empty")
+            name = str(self.path) if self.path else f"extern_source@{self.where}"
+            full = src if src.endswith("\n") else src + "\n"
+            try:
+                text, _log = toolchain.nvrtc_compile((full + self.checks).encode(), name,
+                                                     self._options(target))
+            except SpliceCompileError as e:
+                raise SpliceCompileError(
+                    f"{self.describe()} does not compile for {target}: "
+                    f"{_first_error(e.log, full)}", e.log) from None
+            cache.store("fragment", key, {"what": self.describe()}, text.encode())
+        mod = Module(text, f"NVRTC output for {self.describe()}")
+        with _memo_lock:
+            _memo[key] = mod
+        return mod
+
+
+def _first_error(log: str, source: str) -> str:
+    """The first error line of an NVRTC log, with the user's source line it points at."""
+    import re
+    lines = source.splitlines()
+    for ln in log.splitlines():
+        m = re.search(r"\((\d+)\): (?:catastrophic )?error", ln)
+        if m:
+            n = int(m.group(1))
+            text = lines[n - 1].strip() if 0 < n <= len(lines) else "<generated check>"
+            return f"{ln.strip()}\n    line {n}: {text}"
+        if "error" in ln:
+            return ln.strip()
+    return log.strip().splitlines()[0] if log.strip() else "unknown NVRTC error"

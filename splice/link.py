@@ -1,0 +1,230 @@
+"""Merging fragment PTX into a kernel's PTX module.
+
+The kernel's final cubin must come from one whole-program ptxas run with tileiras's own
+flags and ``--nv-host`` object (DESIGN.md F2), so fragments are merged as PTX text: each
+fragment's functions and variables are inserted after the kernel module's header, with
+
+- its ``.version`` no newer than the kernel's and a ``.target`` the kernel's can run
+  (:func:`check_compatible`);
+- its internal (non-``.visible``) module symbols renamed with a per-fragment prefix, so two
+  fragments' helpers (``__internal_trig_reduction_slowpathd``, ``$str``...) cannot clash;
+- its visible symbols checked against the kernel's own and every other fragment's: the same
+  definition twice is kept once, two different definitions are an error naming both;
+- its ``.file`` indices renumbered past the kernel's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from typing import Sequence
+
+from .errors import SpliceLinkError
+from .ptx import Function, Module, Param, apply_edits, declared_variable_name
+from .types import ElementType, Signature
+
+_TARGET_RE = re.compile(r"^sm_(\d+)([af]?)$")
+
+
+def _arch(target: str) -> tuple[int, str]:
+    m = _TARGET_RE.match(target)
+    if not m:
+        raise SpliceLinkError(f"unknown PTX target {target!r}")
+    return int(m.group(1)), m.group(2)
+
+
+def check_compatible(frag: Module, kernel: Module, what: str) -> None:
+    """Raise SpliceLinkError unless ``frag`` can be merged into ``kernel``: PTX version not
+    newer, 64-bit addressing, and a target the kernel's target can run (a plain ``sm_XY``
+    at most the kernel's; an arch-specific ``sm_XYa`` only on exactly that arch; a family
+    ``sm_XYf`` on the same major family, at least that minor)."""
+    if frag.address_size != 64:
+        raise SpliceLinkError(f"{what}: PTX must declare '.address_size 64' (found "
+                              f"{frag.address_size})")
+    if frag.version is None:
+        raise SpliceLinkError(f"{what}: PTX has no .version directive")
+    if kernel.version is not None and frag.version > kernel.version:
+        fv, kv = frag.version, kernel.version
+        raise SpliceLinkError(
+            f"{what}: PTX .version {fv[0]}.{fv[1]} is newer than the kernel's .version "
+            f"{kv[0]}.{kv[1]} (tileiras); compile the fragment with a CUDA toolkit no newer "
+            f"than tileiras's")
+    ftargets = [t for t in frag.target if t.startswith("sm_")]
+    ktargets = [t for t in kernel.target if t.startswith("sm_")]
+    if not ftargets or not ktargets:
+        raise SpliceLinkError(f"{what}: PTX .target {' '.join(frag.target)!r} names no sm_ "
+                              f"architecture")
+    unsupported = [t for t in frag.target if not t.startswith("sm_") and t != "debug"]
+    if unsupported:
+        raise SpliceLinkError(f"{what}: unsupported .target option(s) {unsupported}")
+    fnum, fsuf = _arch(ftargets[0])
+    knum, ksuf = _arch(ktargets[0])
+    ok = fnum == knum and fsuf == ksuf if fsuf == "a" else (
+        fnum // 10 == knum // 10 and fnum <= knum if fsuf == "f" else fnum <= knum)
+    if not ok:
+        raise SpliceLinkError(
+            f"{what}: PTX .target {ftargets[0]} cannot run on the kernel's {ktargets[0]}")
+
+
+def check_prototype(fn: Function, sig: Signature, what: str, source_text: str) -> None:
+    """Raise SpliceLinkError unless the ``.func`` prototype passes the declared signature's
+    arguments and result (PTX ABI: ints narrower than 32 bits travel in ``.b32``,
+    ``__half``/``__nv_bfloat16`` in ``.b8[2]``)."""
+    proto = fn.prototype(source_text)
+
+    def bad(msg):
+        return SpliceLinkError(f"{what}: the .func prototype does not match the declared "
+                               f"signature {sig}: {msg}\n    prototype: {proto}")
+    if fn.kind != ".func":
+        raise SpliceLinkError(f"{what}: '{fn.name}' is a kernel (.entry), not a device "
+                              f"function (.func)")
+    if len(fn.params) != len(sig.args):
+        raise bad(f"{len(fn.params)} parameter(s), signature has {len(sig.args)}")
+    for i, (p, t) in enumerate(zip(fn.params, sig.args)):
+        if not _param_fits(p, t):
+            raise bad(f"parameter {i + 1} is '{p.declare(p.name)}' ({p.size_bytes} bytes), "
+                      f"which cannot carry {t}")
+    if sig.result is None:
+        if fn.results:
+            raise bad("it returns a value but the signature is void")
+    else:
+        if len(fn.results) != 1:
+            raise bad("it returns nothing" if not fn.results else "it returns several values")
+        if not _param_fits(fn.results[0], sig.result):
+            r = fn.results[0]
+            raise bad(f"the result is '{r.declare(r.name)}', which cannot carry "
+                      f"{sig.result}")
+
+
+def _param_fits(p: Param, t: ElementType) -> bool:
+    if p.space != ".param" or p.array == 0:
+        return False
+    bits = p.size_bytes * 8
+    if t.kind == "f":
+        return bits == t.bits
+    return bits == t.bits or (t.bits < 32 and bits == 32)
+
+
+@dataclasses.dataclass
+class _Prepared:
+    what: str
+    module: Module
+    text: str
+    visible: dict[str, str]   # visible symbol -> its normalised definition
+
+
+def _visible_defs(mod: Module) -> dict[str, str]:
+    out = {}
+    for fn in mod.function_order:
+        if fn.is_definition and (".visible" in fn.linkage or ".weak" in fn.linkage):
+            a, b = fn.body
+            start = fn.header.start
+            end = mod.statements[b].end
+            out[fn.name] = " ".join(mod.text[start:end].split())
+    for s in mod.statements:
+        if s.depth == 0 and s.kind == "directive" and s.head in (".visible", ".weak",
+                                                                 ".common"):
+            name = declared_variable_name(s)
+            if name:
+                out[name] = " ".join(s.text(mod.text).split())
+    return out
+
+
+def _prepare(mod: Module, what: str, file_offset: int) -> _Prepared:
+    """Fragment text after its header directives, internal symbols renamed."""
+    text = mod.text
+    tag = hashlib.sha256(text.encode()).hexdigest()[:8]
+    internal = set()
+    for fn in mod.function_order:
+        if not fn.linkage:
+            internal.add(fn.name)
+    for s in mod.statements:
+        if s.depth == 0 and s.kind == "directive" and s.head in (".global", ".const",
+                                                                 ".shared", ".local"):
+            name = declared_variable_name(s)
+            if name:
+                internal.add(name)
+    edits = []
+    first = None
+    for s in mod.statements:
+        if s.depth == 0 and s.kind == "directive" and s.head in (".version", ".target",
+                                                                 ".address_size"):
+            edits.append((s.start, s.end, ""))
+            continue
+        if first is None:
+            first = s.start
+        if s.kind == "opaque":
+            edits.append((s.start, s.end, ""))
+            continue
+        if s.kind == "directive" and s.head in (".file", ".loc", ".loc_intermediate") and \
+                file_offset and len(s.tokens) > 1 and s.tokens[1].kind == "number":
+            t = s.tokens[1]
+            edits.append((t.start, t.end, str(int(t.text) + file_offset)))
+        for t in s.tokens:
+            if t.kind == "ident" and t.text in internal:
+                edits.append((t.start, t.end, f"__splice_{tag}_{t.text}"))
+    new = apply_edits(text, edits)
+    return _Prepared(what, mod, new.strip() + "\n", _visible_defs(mod))
+
+
+def merge(kernel: Module, fragments: Sequence[tuple[str, Module]], kernel_name: str) -> str:
+    """The kernel's PTX with every fragment merged in (after the kernel's header
+    directives, so definitions precede the kernel's calls).
+
+    Raises:
+        SpliceLinkError: incompatible fragment, or a symbol clash.
+    """
+    kernel_syms = kernel.module_symbols()
+    max_file = 0
+    for s in kernel.statements:
+        if s.kind == "directive" and s.head == ".file" and len(s.tokens) > 1:
+            try:
+                max_file = max(max_file, int(s.tokens[1].text))
+            except ValueError:
+                pass
+    owners: dict[str, _Prepared] = {}
+    chunks = []
+    for what, mod in fragments:
+        check_compatible(mod, kernel, what)
+        prep = _prepare(mod, what, max_file)
+        drop = []
+        for sym, definition in prep.visible.items():
+            if sym in kernel_syms:
+                raise SpliceLinkError(f"{what} defines '{sym}', which the kernel "
+                                      f"'{kernel_name}' itself defines; rename it")
+            if sym in owners:
+                if owners[sym].visible[sym] == definition:
+                    drop.append(sym)
+                    continue
+                raise SpliceLinkError(
+                    f"symbol clash: '{sym}' is defined differently by {owners[sym].what} and "
+                    f"by {what}; give one of them another name")
+            owners[sym] = prep
+        if drop:
+            prep = _prepare(_without(mod, drop), what, max_file)
+        chunks.append(f"// splice: begin {what}\n{prep.text}// splice: end {what}\n")
+    insert_at = 0
+    for s in kernel.statements:
+        if s.depth == 0 and s.kind == "directive" and s.head in (".version", ".target",
+                                                                 ".address_size"):
+            insert_at = s.end
+        elif s.kind != "directive" or s.head not in (".version", ".target", ".address_size"):
+            break
+    merged = kernel.text[:insert_at] + "\n\n" + "".join(chunks) + kernel.text[insert_at:]
+    Module(merged, f"merged PTX of {kernel_name}")  # must still parse
+    return merged
+
+
+def _without(mod: Module, symbols: Sequence[str]) -> Module:
+    """The module minus the definitions of ``symbols`` (duplicates kept elsewhere)."""
+    edits = []
+    for fn in mod.function_order:
+        if fn.name in symbols and fn.is_definition:
+            edits.append((fn.header.start, mod.statements[fn.body[1]].end, ""))
+    for s in mod.statements:
+        if s.depth == 0 and s.kind == "directive":
+            if s.head in (".visible", ".weak", ".common") and \
+                    declared_variable_name(s) in symbols:
+                edits.append((s.start, s.end, ""))
+    return Module(apply_edits(mod.text, edits), mod.name)

@@ -1,0 +1,232 @@
+"""The compile pipeline of a spliced kernel, top to bottom.
+
+::
+
+    trace     cuTile frontend -> Tile IR bytecode; each extern call is a marker   (_cutile)
+    key       content key: bytecode, flags, fragments, arch, tool versions        (cache)
+    lower     tileiras from the overlay -> PTX, --nv-host object, ptxas flags     (toolchain)
+    compile   fragments -> PTX for the kernel's PTX target (NVRTC / as is)        (fragments)
+    splice    every marker -> call of its extern, proven                         (rewrite)
+    link      fragments merged into the kernel module, symbols checked           (link)
+    assemble  ptxas with tileiras's flags and --nv-host -> cubin                 (toolchain)
+
+:func:`build` runs it for one kernel signature and architecture and returns a
+:class:`Build`, whose stages can be inspected (``build["ptx"]``, ``build.sass``) and are
+written to ``$SPLICE_DUMP_DIR`` when that is set. Linked cubins are cached on disk by
+content (:mod:`splice.cache`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import time
+from pathlib import Path
+
+from . import _cutile, cache, link, rewrite, toolchain
+from .errors import SpliceLinkError
+from .ptx import Module
+
+__version__ = "0.1.0"
+
+
+@dataclasses.dataclass
+class SiteInfo:
+    """One call site of the built kernel: where it is, what it calls, how many marker
+    instances (calls in PTX) it became."""
+
+    index: int
+    extern: str
+    symbol: str
+    where: str
+    shape: tuple[int, ...]
+    instances: int
+
+    def __str__(self) -> str:
+        return (f"site {self.index}: {self.extern} -> {self.symbol} at {self.where}, tile "
+                f"shape {self.shape}, {self.instances} call(s) in PTX")
+
+
+@dataclasses.dataclass
+class Build:
+    """The result of compiling one kernel signature for one architecture.
+
+    Stages (``build[name]``): ``"tileir"`` (Tile IR text tileiras embeds in its PTX, or
+    None), ``"ptx"`` (PTX as tileiras emitted it), ``"spliced_ptx"`` (the PTX ptxas
+    assembled: calls spliced in, fragments merged), ``"cubin"`` (bytes), ``"sass"``
+    (cuobjdump's listing, None without cuobjdump).
+    """
+
+    kernel_name: str
+    arch: str
+    symbol: str
+    cubin: bytes
+    sites: list[SiteInfo]
+    lifecycle_providers: tuple = ()
+    ptx: str | None = None
+    spliced_ptx: str | None = None
+    tileir: str | None = None
+    ptxas_flags: tuple[str, ...] = ()
+    from_cache: bool = False
+    seconds: float = 0.0
+    _sass: str | None = dataclasses.field(default=None, repr=False)
+
+    STAGES = ("tileir", "ptx", "spliced_ptx", "cubin", "sass")
+
+    @property
+    def sass(self) -> str | None:
+        if self._sass is None:
+            self._sass = toolchain.disassemble(self.cubin)
+        return self._sass
+
+    def __getitem__(self, stage: str):
+        if stage not in self.STAGES:
+            raise KeyError(f"unknown stage {stage!r}; stages: {', '.join(self.STAGES)}")
+        return getattr(self, stage)
+
+    def sass_call_count(self) -> int | None:
+        """Number of ``CALL`` instructions in the SASS (None without cuobjdump)."""
+        s = self.sass
+        if s is None:
+            return None
+        return len(re.findall(r"\bCALL\.", s))
+
+    def summary(self) -> str:
+        lines = [f"kernel {self.kernel_name} ({self.symbol}) for {self.arch}: "
+                 f"{len(self.cubin)} bytes of cubin"]
+        lines += [f"  {s}" for s in self.sites]
+        n = self.sass_call_count()
+        lines.append(f"  SASS CALL instructions: {'n/a (no cuobjdump)' if n is None else n}")
+        return "\n".join(lines)
+
+
+def _kernel_desc(kernel) -> tuple[str, str]:
+    f = kernel._pyfunc
+    code = f.__code__
+    return f.__name__, f"{code.co_filename}:{code.co_firstlineno}"
+
+
+def _tileir_text(ptx: str) -> str | None:
+    m = re.search(r"\.source_begin\n(.*?)\.source_end", ptx, re.S)
+    return m.group(1) if m else None
+
+
+def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = False) -> Build:
+    """Compile ``kernel`` for ``signature`` on ``arch`` with every extern call spliced in.
+
+    Args:
+        kernel: a ``@splice.kernel``.
+        signature: a ``cuda.tile.compilation.KernelSignature``.
+        arch: ``"sm_80"``, ``"sm_90"``, ``"sm_100"``...
+        context: cuTile's TileContext (compile timeout); default cuTile's.
+        keep_stages: keep every intermediate stage (skips the cubin cache).
+
+    Raises:
+        SpliceCallError, SpliceCompileError, SpliceLinkError, SpliceRewriteError,
+        SpliceToolchainError.
+    """
+    t0 = time.perf_counter()
+    name, where = _kernel_desc(kernel)
+    what = f"kernel '{name}' ({where})"
+    traced = _cutile.trace_kernel(kernel, signature, arch, context)
+    dump_dir = os.environ.get("SPLICE_DUMP_DIR")
+    keep_stages = keep_stages or bool(dump_dir)
+
+    externs = {}
+    for site in traced.sites:
+        ext = site.extern
+        prev = externs.get(ext.symbol)
+        if prev is not None and prev is not ext and prev.fragment is not ext.fragment:
+            externs[ext.symbol] = _check_same_symbol(prev, ext)
+        externs.setdefault(ext.symbol, ext)
+
+    key = cache.key_of(
+        "kernel", __version__, traced.bytecode, traced.tileiras_flags, arch,
+        [(e.symbol, str(e.signature), e.fragment.kind, e.fragment.content_key(arch))
+         for e in externs.values()],
+        toolchain.tileiras_version(), toolchain.ptxas_version(),
+        list(toolchain.nvrtc_version()))
+    if not keep_stages:
+        hit = cache.load("kernel", key)
+        if hit is not None:
+            meta, cubin = hit
+            if meta.get("symbol") == traced.symbol and \
+                    len(meta.get("sites", ())) == len(traced.sites):
+                sites = [SiteInfo(s.index, s.extern.name, s.extern.symbol, s.where, s.shape,
+                                  n) for s, n in zip(traced.sites, meta["sites"])]
+                return Build(name, arch, traced.symbol, cubin, sites,
+                             traced.lifecycle_providers, from_cache=True,
+                             seconds=time.perf_counter() - t0)
+
+    capture = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags,
+                                     timeout=traced.timeout_sec, what=what)
+    kernel_mod = Module(capture.ptx, f"tileiras PTX of {what}")
+    target = next((t for t in kernel_mod.target if t.startswith("sm_")), None)
+    if target is None:
+        raise SpliceLinkError(f"tileiras PTX of {what} names no sm_ target")
+
+    # Fragments for the kernel's own PTX target, de-duplicated by content.
+    frag_mods: dict[str, tuple[str, Module]] = {}
+    calls: dict[int, rewrite.SiteCall] = {}
+    for site in traced.sites:
+        ext = site.extern
+        fkey = ext.fragment.content_key(target)
+        if fkey not in frag_mods:
+            frag_mods[fkey] = (ext.fragment.describe(), ext.fragment.module(target))
+        fdesc, fmod = frag_mods[fkey]
+        decl = f"extern '{ext.name}' (declared at {ext.where})"
+        fn = fmod.functions.get(ext.symbol)
+        if fn is None or not fn.is_definition:
+            defined = sorted(f.name for f in fmod.functions.values() if f.is_definition)
+            raise SpliceLinkError(
+                f"{decl}: {fdesc} does not define the device function '{ext.symbol}'"
+                f" (it defines: {', '.join(defined) or 'nothing'}); for C++ code declare it "
+                f"extern \"C\"")
+        link.check_prototype(fn, ext.signature, f"{decl}, {fdesc}", fmod.text)
+        calls[site.index] = rewrite.SiteCall(site.index, ext.symbol, fn.params,
+                                             fn.results[0] if fn.results else None,
+                                             ext.signature, f"{ext.name} at {site.where}")
+
+    report = rewrite.splice_calls(kernel_mod, calls, kernel_name=name)
+    spliced = Module(report.ptx, f"spliced PTX of {what}")
+    merged = link.merge(spliced, list(frag_mods.values()), name)
+    flags = toolchain.ptxas_flags(capture)
+    cubin = toolchain.run_ptxas(merged, flags, capture.host_object,
+                                timeout=traced.timeout_sec, what=what)
+    sites = [SiteInfo(s.index, s.extern.name, s.extern.symbol, s.where, s.shape,
+                      report.replaced.get(s.index, 0)) for s in traced.sites]
+    if not keep_stages:
+        cache.store("kernel", key, {"symbol": traced.symbol,
+                                    "sites": [s.instances for s in sites]}, cubin)
+    out = Build(name, arch, traced.symbol, cubin, sites, traced.lifecycle_providers,
+                ptx=capture.ptx if keep_stages else None,
+                spliced_ptx=merged if keep_stages else None,
+                tileir=_tileir_text(capture.ptx) if keep_stages else None,
+                ptxas_flags=tuple(flags), seconds=time.perf_counter() - t0)
+    if dump_dir:
+        _dump(out, Path(dump_dir))
+    return out
+
+
+def _check_same_symbol(a, b):
+    """Two externs naming one symbol must come from the same code."""
+    ka = (a.fragment.kind, a.fragment.content_key("any"))
+    kb = (b.fragment.kind, b.fragment.content_key("any"))
+    if ka != kb:
+        raise SpliceLinkError(
+            f"externs '{a.name}' (declared at {a.where}) and '{b.name}' (declared at "
+            f"{b.where}) both name the symbol '{a.symbol}' but come from different code; "
+            f"rename one")
+    return a
+
+
+def _dump(b: Build, root: Path) -> None:
+    d = root / b.symbol
+    d.mkdir(parents=True, exist_ok=True)
+    for stage, suffix in (("tileir", ".tileir"), ("ptx", ".ptx"),
+                          ("spliced_ptx", ".spliced.ptx"), ("sass", ".sass")):
+        value = b[stage]
+        if value is not None:
+            (d / f"{b.symbol}{suffix}").write_text(value)
+    (d / f"{b.symbol}.cubin").write_bytes(b.cubin)

@@ -1,0 +1,388 @@
+"""The PTX rewriter: every call-site marker in a kernel's PTX becomes a call of its extern.
+
+A call site reaches PTX as one or more marker instructions (DESIGN.md F5/F11)::
+
+    mov.b64              %rd15, __splice_marker_3;
+    atom.global.cas.b64  %rd16, [%rd15], %rd36, 1073741824;
+
+one per tile element the executing thread owns, the arguments packed into the compare and
+swap operands (register or immediate), the result register receiving the return value's
+bits. :func:`splice_calls` replaces each instance with a scoped block that unpacks the
+operands, stores the callee's ``.param``\\ s, ``call``\\ s it (``call``, not ``call.uni``: owner
+threads may diverge) and writes the result register, predicated like the marker was.
+
+It **proves** the rewrite instead of assuming it:
+
+- every use of a marker symbol or of a register derived from one (through ``mov``/``cvta``)
+  must be a marker's address; anything else -- a marker turned into a load, an address
+  computed with an offset, a register with two definitions -- is a :class:`SpliceRewriteError`;
+- the number of marker instances found equals the number replaced, per site;
+- the rewritten PTX re-parses, holds exactly that many extra ``call`` instructions, and has
+  no marker symbol, marker global or marker instruction left.
+
+Every byte outside the replaced statements is left as it was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import defaultdict
+from typing import Mapping, Sequence
+
+from .errors import SpliceRewriteError
+from .ptx import Function, Instruction, Module, Param, apply_edits, destinations, \
+    parse_instruction, registers_in
+from .types import ArgSlot, ElementType, Signature
+
+MARKER_RE = re.compile(r"__splice_marker_(\d+)\b")
+_PREFIX_RESERVED = ("%__splice", "__splice_p", "__splice_r")
+
+
+@dataclasses.dataclass(frozen=True)
+class SiteCall:
+    """How to call the extern of one call site.
+
+    Attributes:
+        index: the site's index (its marker is ``__splice_marker_<index>``).
+        callee: the callee's PTX symbol.
+        params: the callee's ``.param`` prototype, one per argument.
+        result: the callee's return ``.param`` or None (void).
+        signature: the extern's declared signature.
+        label: text for the comment at the call (extern name and call site file:line).
+    """
+
+    index: int
+    callee: str
+    params: tuple[Param, ...]
+    result: Param | None
+    signature: Signature
+    label: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SpliceReport:
+    """What the rewriter did: marker instances found and replaced, per site index."""
+
+    found: Mapping[int, int]
+    replaced: Mapping[int, int]
+    ptx: str
+
+    @property
+    def total(self) -> int:
+        return sum(self.replaced.values())
+
+
+def _fail(kernel_name: str, msg: str, stmt_text: str | None = None) -> SpliceRewriteError:
+    detail = f"\n    offending PTX: {stmt_text.strip()}" if stmt_text else ""
+    return SpliceRewriteError(f"cannot prove the call-site rewrite of kernel "
+                              f"'{kernel_name}': {msg}{detail}")
+
+
+def _is_marker_cas(ins: Instruction) -> bool:
+    return ins.base == "atom" and "cas" in ins.modifiers and ins.modifiers[-1] == "b64"
+
+
+_ADDR_RE = re.compile(r"^\[\s*([%A-Za-z_$][A-Za-z0-9_$]*)\s*(?:\+\s*(-?\w+)\s*)?\]$")
+
+
+def splice_calls(module: Module, sites: Mapping[int, SiteCall], *,
+                 kernel_name: str) -> SpliceReport:
+    """Replace every marker instance in ``module`` with a call of its site's callee.
+
+    Raises:
+        SpliceRewriteError: a marker whose rewrite cannot be proven, a marker of an unknown
+            site, or a rewritten module that fails the checks above.
+    """
+    text = module.text
+    for reserved in _PREFIX_RESERVED:
+        if reserved in text:
+            raise _fail(kernel_name, f"the kernel's PTX already uses the reserved prefix "
+                                     f"{reserved!r}")
+    edits: list[tuple[int, int, str]] = []
+    found: dict[int, int] = defaultdict(int)
+    replaced: dict[int, int] = defaultdict(int)
+
+    # Module-level marker globals: removed.
+    for s in module.statements:
+        if s.depth == 0 and s.kind == "directive":
+            for t in s.tokens:
+                m = MARKER_RE.fullmatch(t.text)
+                if m:
+                    idx = int(m.group(1))
+                    if idx not in sites:
+                        raise _fail(kernel_name, f"marker global of unknown call site {idx}",
+                                    s.text(text))
+                    edits.append((s.start, s.end, f"// splice: marker global of site {idx} "
+                                                  f"removed"))
+                    break
+
+    for fn in module.function_order:
+        if not fn.is_definition:
+            continue
+        edits.extend(_splice_function(module, fn, sites, kernel_name, found, replaced))
+
+    for idx in found:
+        if found[idx] != replaced[idx]:
+            raise _fail(kernel_name, f"site {idx}: {found[idx]} marker instance(s) found, "
+                                     f"{replaced[idx]} replaced")
+    new_text = apply_edits(text, edits)
+    _verify(new_text, sites, sum(replaced.values()), _count_calls(module, sites),
+            kernel_name)
+    return SpliceReport(dict(found), dict(replaced), new_text)
+
+
+def _splice_function(module: Module, fn: Function, sites, kernel_name, found, replaced):
+    text = module.text
+    body = module.body_statements(fn)
+    parsed: list[tuple[object, Instruction | None]] = []
+    defs: dict[str, list[int]] = defaultdict(list)
+    for i, s in enumerate(body):
+        ins = parse_instruction(s, text) if s.kind == "instruction" else None
+        parsed.append((s, ins))
+        if ins is not None:
+            for r in destinations(ins):
+                defs[r].append(i)
+
+    # Registers holding a marker's address: reg -> site index, and the defining statements.
+    marker_reg: dict[str, int] = {}
+    address_defs: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for i, (s, ins) in enumerate(parsed):
+            if i in address_defs:
+                continue
+            if ins is None:
+                if s.kind != "instruction" and any(MARKER_RE.search(t.text)
+                                                   for t in s.tokens):
+                    raise _fail(kernel_name, "a marker symbol appears outside an instruction",
+                                s.text(text))
+                continue
+            src_idx = _address_copy_source(ins, marker_reg)
+            if src_idx is None:
+                continue
+            [dst] = destinations(ins)
+            if dst in marker_reg and marker_reg[dst] != src_idx:
+                raise _fail(kernel_name, f"register {dst} holds the markers of two sites",
+                            s.text(text))
+            marker_reg[dst] = src_idx
+            address_defs.add(i)
+            changed = True
+
+    for reg, idx in marker_reg.items():
+        others = [j for j in defs[reg] if j not in address_defs]
+        if others:
+            raise _fail(kernel_name, f"register {reg} holds the marker address of site {idx} "
+                                     f"but is also written by other instructions",
+                        body[others[0]].text(text))
+
+    edits = []
+    for i, (s, ins) in enumerate(parsed):
+        if ins is None or i in address_defs:
+            continue
+        uses_marker = any(MARKER_RE.search(op) for op in ins.operands) or any(
+            r in marker_reg for op in ins.operands for r in registers_in(op))
+        if not uses_marker:
+            continue
+        if not _is_marker_cas(ins) or len(ins.operands) != 4:
+            raise _fail(kernel_name, "a marker address is used by an instruction that is not "
+                                     "a marker (tileiras transformed the call site)",
+                        s.text(text))
+        dest, addr, cmp, swap = ins.operands
+        m = _ADDR_RE.match(addr)
+        if m is None:
+            raise _fail(kernel_name, f"unexpected marker address operand {addr!r}",
+                        s.text(text))
+        base, offset = m.group(1), m.group(2)
+        if offset not in (None, "0"):
+            raise _fail(kernel_name, f"marker address with offset {offset}", s.text(text))
+        if base.startswith("%"):
+            if base not in marker_reg:
+                raise _fail(kernel_name, "marker compare-and-swap through an unknown address",
+                            s.text(text))
+            idx = marker_reg[base]
+        else:
+            mm = MARKER_RE.fullmatch(base)
+            if mm is None:
+                raise _fail(kernel_name, f"unexpected marker address {base!r}", s.text(text))
+            idx = int(mm.group(1))
+        for op in (dest, cmp, swap):
+            if MARKER_RE.search(op) or any(r in marker_reg for r in registers_in(op)):
+                raise _fail(kernel_name, "a marker address is used as a data operand",
+                            s.text(text))
+        if idx not in sites:
+            raise _fail(kernel_name, f"marker of unknown call site {idx}", s.text(text))
+        found[idx] += 1
+        site = sites[idx]
+        edits.append((s.start, s.end,
+                       call_block(site, ins.guard, dest, (cmp, swap), replaced[idx])))
+        replaced[idx] += 1
+
+    # The address definitions are dead once every marker is replaced.
+    for i in sorted(address_defs):
+        s = body[i]
+        edits.append((s.start, s.end, "// splice: marker address removed"))
+    return edits
+
+
+def _address_copy_source(ins: Instruction, marker_reg: Mapping[str, int]) -> int | None:
+    """If ``ins`` copies a marker address into a register (``mov``/``cvta`` of a marker
+    symbol or of a marker register), the site index; else None."""
+    if ins.base not in ("mov", "cvta") or len(ins.operands) != 2 or ins.guard is not None:
+        return None
+    dst, src = ins.operands
+    if not re.fullmatch(r"%[A-Za-z_$][A-Za-z0-9_$]*", dst):
+        return None
+    m = MARKER_RE.fullmatch(src)
+    if m:
+        return int(m.group(1))
+    if src in marker_reg:
+        return marker_reg[src]
+    return None
+
+
+def _count_calls(module: Module, sites: Mapping[int, SiteCall]) -> int:
+    callees = {s.callee for s in sites.values()}
+    n = 0
+    for s in module.statements:
+        if s.kind == "instruction":
+            ins = parse_instruction(s, module.text)
+            if ins.base == "call" and _call_target(ins) in callees:
+                n += 1
+    return n
+
+
+def _call_target(ins: Instruction) -> str | None:
+    ops = list(ins.operands)
+    if ops and ops[0].startswith("("):
+        ops = ops[1:]
+    return ops[0] if ops else None
+
+
+def _verify(new_text: str, sites, n_replaced: int, calls_before: int, kernel_name: str):
+    try:
+        out = Module(new_text, f"spliced PTX of {kernel_name}")
+    except Exception as e:
+        raise _fail(kernel_name, f"the rewritten PTX does not parse: {e}") from None
+    for s in out.statements:
+        if s.kind == "opaque":
+            continue
+        for t in s.tokens:
+            if MARKER_RE.search(t.text):
+                raise _fail(kernel_name, "a marker symbol is left after the rewrite",
+                            s.text(new_text))
+        if s.kind == "instruction":
+            ins = parse_instruction(s, new_text)
+            if _is_marker_cas(ins) and any(MARKER_RE.search(o) for o in ins.operands):
+                raise _fail(kernel_name, "a marker is left after the rewrite",
+                            s.text(new_text))
+    calls_after = _count_calls(out, sites)
+    if calls_after - calls_before != n_replaced:
+        raise _fail(kernel_name, f"{n_replaced} markers replaced but the rewritten PTX has "
+                                 f"{calls_after - calls_before} new calls")
+
+
+# ---------------------------------------------------------------------------------------------
+# Call sequence
+
+
+def _param_bits(p: Param) -> int:
+    return p.size_bytes * 8
+
+
+def call_block(site: SiteCall, guard: str | None, dest: str,
+               operands: Sequence[str], instance: int) -> str:
+    """The PTX replacing one marker instance: a scoped block calling ``site.callee`` with
+    the arguments unpacked from the marker's two operands, result into ``dest``."""
+    g = f"@{guard} " if guard else ""
+    sig = site.signature
+    packing = sig.packing()
+    lines = [f"{{ // splice: call {site.label} (site {site.index}, instance {instance})"]
+    decls = ["\t.reg .b64 \t%__splice_s<2>;"]
+    body = []
+    for k, op in enumerate(operands):
+        body.append(f"\t{g}mov.b64 \t%__splice_s{k}, {op};")
+    regs = {"b16": 0, "b32": 0, "b64": 0}
+
+    def reg(kind: str) -> str:
+        n = regs[kind]
+        regs[kind] += 1
+        return f"%__splice_{kind}_{n}"
+
+    for i, (elem, place, param) in enumerate(zip(sig.args, packing, site.params,
+                                                 strict=True)):
+        pname = f"__splice_p{i}"
+        decls.append(f"\t{param.declare(pname)};")
+        pbits = _param_bits(param)
+        value = _extract(body, g, reg, f"%__splice_s{place.slot}", place, elem, pbits)
+        body.append(f"\t{g}st.param.b{pbits} \t[{pname}], {value};")
+    args = ", ".join(f"__splice_p{i}" for i in range(len(sig.args)))
+    if site.result is not None:
+        decls.append(f"\t{site.result.declare('__splice_r')};")
+        body.append(f"\t{g}call (__splice_r), {site.callee}, ({args});")
+        rbits = _param_bits(site.result)
+        if dest != "_":
+            if rbits == 64:
+                body.append(f"\t{g}ld.param.b64 \t{dest}, [__splice_r];")
+            elif rbits == 32:
+                r = reg("b32")
+                body.append(f"\t{g}ld.param.b32 \t{r}, [__splice_r];")
+                body.append(f"\t{g}cvt.u64.u32 \t{dest}, {r};")
+            else:
+                r = reg("b16")
+                body.append(f"\t{g}ld.param.b{rbits} \t{r}, [__splice_r];")
+                body.append(f"\t{g}cvt.u64.u16 \t{dest}, {r};")
+    else:
+        body.append(f"\t{g}call {site.callee}, ({args});")
+        if dest != "_":
+            body.append(f"\t{g}mov.b64 \t{dest}, 0;")
+    for kind, n in regs.items():
+        if n:
+            decls.append(f"\t.reg .{kind} \t%__splice_{kind}_<{n}>;")
+    return "\n".join(lines + decls + body + ["\t}"])
+
+
+_SIGNED_CVT = {8: "s8", 16: "s16"}
+
+
+def _extract(body: list[str], g: str, reg, slot_reg: str, place: ArgSlot,
+             elem: ElementType, pbits: int) -> str:
+    """Emit instructions extracting one argument from its slot register into a register of
+    ``pbits`` bits (the callee's .param width), extended as C promotes it; return the
+    register."""
+    src = slot_reg
+    if place.offset:
+        t = reg("b64")
+        body.append(f"\t{g}shr.b64 \t{t}, {slot_reg}, {place.offset};")
+        src = t
+    if pbits == 64:
+        if place.bits == 64:
+            return src
+        w = reg("b32")
+        body.append(f"\t{g}cvt.u32.u64 \t{w}, {src};")
+        w = _extend32(body, g, w, place.bits, elem)
+        d = reg("b64")
+        body.append(f"\t{g}cvt.{'s' if elem.kind == 's' else 'u'}64."
+                    f"{'s' if elem.kind == 's' else 'u'}32 \t{d}, {w};")
+        return d
+    if pbits == 32:
+        w = reg("b32")
+        body.append(f"\t{g}cvt.u32.u64 \t{w}, {src};")
+        return _extend32(body, g, w, place.bits, elem)
+    # 16- or 8-bit parameter (e.g. __half as .b8[2]): the low bits in a 16-bit register.
+    h = reg("b16")
+    body.append(f"\t{g}cvt.u16.u64 \t{h}, {src};")
+    return h
+
+
+def _extend32(body, g, w: str, bits: int, elem: ElementType) -> str:
+    if bits >= 32:
+        return w
+    if elem.kind == "s":
+        body.append(f"\t{g}cvt.s32.{_SIGNED_CVT[bits]} \t{w}, {w};")
+    elif elem.kind == "b":
+        body.append(f"\t{g}and.b32 \t{w}, {w}, 1;")
+    else:
+        body.append(f"\t{g}and.b32 \t{w}, {w}, {(1 << bits) - 1};")
+    return w

@@ -1,0 +1,335 @@
+"""The compiler tools splice runs, and how it runs them.
+
+- **tileiras** lowers Tile IR bytecode to PTX through libnvvm and then runs ``ptxas`` from
+  its own directory (DESIGN.md F1). splice runs it from an *overlay* directory: a hard link
+  (or copy) of tileiras beside a capturing ``ptxas`` script, every other file of the toolkit
+  directory linked in place, so tileiras finds libnvvm and libdevice as usual. The capture
+  keeps the PTX, the ``--nv-host`` host-callback object and ptxas's flags (F2) instead of
+  assembling. A symlinked tileiras does not work (F1: it resolves its directory through
+  ``/proc/self/exe``).
+- tileiras and ptxas always run with ``CUDA_HOME``/``CUDA_PATH``/``CUDA_ROOT`` removed from
+  the environment (F6: another toolkit's libnvvm would be picked up).
+- **ptxas** (the real one, beside tileiras) assembles the spliced PTX with the captured
+  flags, ``--nv-host`` included: re-assembling is exact (F3).
+- **NVRTC** (cuda-bindings) compiles CUDA C fragments to relocatable-device-code PTX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from .errors import SpliceCompileError, SpliceToolchainError
+
+_STRIPPED_ENV = ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment tileiras and ptxas run in: ours minus CUDA_HOME/CUDA_PATH/CUDA_ROOT
+    (DESIGN.md F6), plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in _STRIPPED_ENV}
+    env.update(extra)
+    return env
+
+
+@functools.cache
+def tileiras() -> Path:
+    """The tileiras cuTile itself would run."""
+    from . import _cutile
+    p = Path(_cutile.tileiras_path())
+    if not p.is_file():
+        raise SpliceToolchainError(f"tileiras not found at {p}")
+    return p
+
+
+@functools.cache
+def ptxas() -> Path:
+    """The ptxas tileiras runs: the one beside it (F1), not the one on PATH."""
+    p = tileiras().resolve().parent / "ptxas"
+    if not p.is_file():
+        raise SpliceToolchainError(
+            f"ptxas not found beside tileiras ({p}); install cuda-tile[tileiras]")
+    return p
+
+
+def _run_version(path: Path) -> str:
+    try:
+        out = subprocess.run([str(path), "--version"], capture_output=True, text=True,
+                             env=clean_env(), timeout=60)
+    except OSError as e:
+        raise SpliceToolchainError(f"cannot run {path}: {e}") from None
+    lines = [ln for ln in out.stdout.splitlines() if "release" in ln or "V" in ln]
+    return (lines[-1] if lines else out.stdout).strip()
+
+
+@functools.cache
+def tileiras_version() -> str:
+    return _run_version(tileiras())
+
+
+@functools.cache
+def ptxas_version() -> str:
+    return _run_version(ptxas())
+
+
+@functools.cache
+def nvrtc_version() -> tuple[int, int]:
+    from cuda.bindings import nvrtc
+    err, major, minor = nvrtc.nvrtcVersion()
+    _check_nvrtc(err, "nvrtcVersion")
+    return (major, minor)
+
+
+def cuda_include_dir() -> Path | None:
+    """The CUDA headers the installed wheels provide (``cuda_fp16.h``, ``cuda_bf16.h``...)."""
+    root = tileiras().resolve().parent.parent
+    inc = root / "include"
+    return inc if (inc / "cuda_fp16.h").is_file() else None
+
+
+# ---------------------------------------------------------------------------------------------
+# tileiras overlay
+
+_CAPTURE_SCRIPT = """#!/bin/sh
+# splice: stands in for ptxas while tileiras runs; keeps what it would assemble.
+if [ "$1" = "--version" ]; then exec {real_ptxas} "$@"; fi
+d="$SPLICE_CAPTURE_DIR"
+if [ -z "$d" ] || [ ! -d "$d" ]; then
+  echo "splice capture ptxas: SPLICE_CAPTURE_DIR is not set" >&2; exit 97
+fi
+n=$(ls "$d" | grep -c '^call')
+mkdir "$d/call$n" || exit 98
+for a in "$@"; do printf '%s\\n' "$a"; done > "$d/call$n/argv"
+prev=""
+out=""
+for a in "$@"; do
+  case "$a" in
+    --nv-host=*) cp "${{a#--nv-host=}}" "$d/call$n/host.o" || exit 99 ;;
+    *.ptx) cp "$a" "$d/call$n/kernel.ptx" || exit 99 ;;
+  esac
+  if [ "$prev" = "-o" ]; then out="$a"; fi
+  prev="$a"
+done
+if [ -n "$out" ]; then : > "$out"; fi
+exit 0
+"""
+
+
+def _overlay_root() -> Path:
+    from .cache import cache_root
+    return cache_root() / "toolchain"
+
+
+@functools.cache
+def overlay() -> Path:
+    """Directory laid out like tileiras's own toolkit root, with a capturing ptxas.
+    Built once per tileiras binary (keyed by its path, size and mtime)."""
+    real = tileiras().resolve()
+    real_root = real.parent.parent
+    st = real.stat()
+    key = hashlib.sha256(f"{real}|{st.st_size}|{st.st_mtime_ns}|v2".encode()).hexdigest()[:16]
+    root = _overlay_root() / f"overlay-{key}"
+    if (root / "bin" / "tileiras").is_file() and (root / "bin" / "ptxas").is_file():
+        return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="overlay-tmp-", dir=root.parent))
+    try:
+        for entry in real_root.iterdir():
+            if entry.name != "bin":
+                os.symlink(entry, tmp / entry.name)
+        (tmp / "bin").mkdir()
+        for entry in real.parent.iterdir():
+            if entry.name not in ("tileiras", "ptxas"):
+                os.symlink(entry, tmp / "bin" / entry.name)
+        try:
+            os.link(real, tmp / "bin" / "tileiras")
+        except OSError:
+            shutil.copy2(real, tmp / "bin" / "tileiras")
+        script = tmp / "bin" / "ptxas"
+        script.write_text(_CAPTURE_SCRIPT.format(real_ptxas=shlex.quote(str(ptxas()))))
+        script.chmod(0o755)
+        try:
+            os.replace(tmp, root)
+        except OSError:
+            # another process finished first: use theirs
+            shutil.rmtree(tmp, ignore_errors=True)
+    except Exception:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return root
+
+
+@dataclasses.dataclass
+class Capture:
+    """What tileiras would have assembled: its PTX, the ``--nv-host`` object (or None) and
+    ptxas's arguments (with tileiras's temporary paths)."""
+
+    ptx: str
+    host_object: bytes | None
+    ptxas_argv: tuple[str, ...]
+    tileiras_argv: tuple[str, ...]
+
+
+def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | None,
+                 what: str) -> Capture:
+    """Lower Tile IR bytecode with tileiras, capturing PTX, host object and ptxas flags.
+
+    Raises:
+        SpliceToolchainError: tileiras failed or timed out, or did not call ptxas exactly
+            once.
+    """
+    ov = overlay()
+    with tempfile.TemporaryDirectory(prefix="splice-tileiras-") as work:
+        w = Path(work)
+        cap = w / "capture"
+        cap.mkdir()
+        tmpdir = w / "tmp"
+        tmpdir.mkdir()
+        src = w / "kernel.tileirbc"
+        src.write_bytes(bytecode)
+        argv = [str(ov / "bin" / "tileiras"), str(src), "-o", str(w / "kernel.cubin"), *flags]
+        env = clean_env(SPLICE_CAPTURE_DIR=str(cap), TMPDIR=str(tmpdir))
+        try:
+            proc = subprocess.run(argv, capture_output=True, env=env, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise SpliceToolchainError(
+                f"tileiras exceeded the compile timeout of {timeout}s on {what} "
+                f"(CUDA_TILE_COMPILER_TIMEOUT_SEC)") from None
+        except OSError as e:
+            raise SpliceToolchainError(f"cannot run tileiras for {what}: {e}") from None
+        log = (proc.stdout + proc.stderr).decode(errors="replace")
+        if proc.returncode != 0:
+            raise SpliceToolchainError(
+                f"tileiras failed (exit {proc.returncode}) on {what}; command: "
+                f"{shlex.join(argv[1:])}", log)
+        calls = sorted(p for p in cap.iterdir() if p.name.startswith("call"))
+        if len(calls) != 1:
+            raise SpliceToolchainError(
+                f"expected tileiras to run ptxas once for {what}, it ran it {len(calls)} "
+                f"times; this tileiras is not one splice supports", log)
+        c = calls[0]
+        ptx_path = c / "kernel.ptx"
+        if not ptx_path.is_file():
+            raise SpliceToolchainError(f"tileiras passed ptxas no PTX file for {what}", log)
+        host = c / "host.o"
+        return Capture(ptx_path.read_text(),
+                       host.read_bytes() if host.is_file() else None,
+                       tuple((c / "argv").read_text().splitlines()),
+                       tuple(argv[1:]))
+
+
+def ptxas_flags(capture: Capture) -> list[str]:
+    """tileiras's ptxas flags without the input, output and host-object paths."""
+    out = []
+    skip = False
+    for a in capture.ptxas_argv:
+        if skip:
+            skip = False
+            continue
+        if a == "-o":
+            skip = True
+            continue
+        if a.endswith(".ptx") or a.startswith("--nv-host="):
+            continue
+        out.append(a)
+    return out
+
+
+def run_ptxas(ptx: str, flags: list[str], host_object: bytes | None, *,
+              timeout: float | None, what: str) -> bytes:
+    """Assemble whole-program PTX to a cubin with tileiras's flags and host object.
+
+    Raises:
+        SpliceToolchainError: ptxas rejected the PTX; ``.log`` holds its messages.
+    """
+    with tempfile.TemporaryDirectory(prefix="splice-ptxas-") as work:
+        w = Path(work)
+        src = w / "kernel.ptx"
+        src.write_text(ptx)
+        out = w / "kernel.cubin"
+        argv = [str(ptxas()), *flags, str(src), "-o", str(out)]
+        if host_object is not None:
+            host = w / "host.o"
+            host.write_bytes(host_object)
+            argv.append(f"--nv-host={host}")
+        try:
+            proc = subprocess.run(argv, capture_output=True, env=clean_env(), timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise SpliceToolchainError(f"ptxas exceeded {timeout}s on {what}") from None
+        except OSError as e:
+            raise SpliceToolchainError(f"cannot run ptxas for {what}: {e}") from None
+        log = (proc.stdout + proc.stderr).decode(errors="replace")
+        if proc.returncode != 0 or not out.is_file():
+            raise SpliceToolchainError(
+                f"ptxas rejected the spliced PTX of {what} (exit {proc.returncode})", log)
+        return out.read_bytes()
+
+
+def nvdisasm() -> Path | None:
+    """nvdisasm beside tileiras (the ``nvidia-cuda-nvdisasm`` wheel) or on PATH, if any."""
+    cand = tileiras().resolve().parent / "nvdisasm"
+    if cand.is_file():
+        return cand
+    found = shutil.which("nvdisasm")
+    return Path(found) if found else None
+
+
+def disassemble(cubin: bytes) -> str | None:
+    """SASS of a cubin (``nvdisasm``), or None when nvdisasm is not installed."""
+    tool = nvdisasm()
+    if tool is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="splice-sass-") as work:
+        p = Path(work) / "k.cubin"
+        p.write_bytes(cubin)
+        proc = subprocess.run([str(tool), "-c", str(p)], capture_output=True, text=True,
+                              env=clean_env())
+        if proc.returncode != 0:
+            raise SpliceToolchainError("nvdisasm failed", proc.stdout + proc.stderr)
+        return proc.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# NVRTC
+
+
+def _check_nvrtc(err, what: str, log: str = ""):
+    from cuda.bindings import nvrtc
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise SpliceToolchainError(f"{what} failed: {err.name}", log)
+
+
+def nvrtc_compile(source: bytes, name: str, options: list[str]) -> tuple[str, str]:
+    """Compile CUDA C to PTX with NVRTC. Returns (ptx, log).
+
+    Raises:
+        SpliceCompileError: the source did not compile; ``.log`` is NVRTC's log.
+    """
+    from cuda.bindings import nvrtc
+    err, prog = nvrtc.nvrtcCreateProgram(source, name.encode(), 0, [], [])
+    _check_nvrtc(err, "nvrtcCreateProgram")
+    try:
+        opts = [o.encode() for o in options]
+        (cerr,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        err, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        _check_nvrtc(err, "nvrtcGetProgramLogSize")
+        buf = b" " * size
+        (err,) = nvrtc.nvrtcGetProgramLog(prog, buf)
+        log = buf.rstrip(b"\0").decode(errors="replace")
+        if cerr != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise SpliceCompileError(f"NVRTC: {cerr.name}", log)
+        err, size = nvrtc.nvrtcGetPTXSize(prog)
+        _check_nvrtc(err, "nvrtcGetPTXSize", log)
+        buf = b" " * size
+        (err,) = nvrtc.nvrtcGetPTX(prog, buf)
+        _check_nvrtc(err, "nvrtcGetPTX", log)
+        return buf.rstrip(b"\0").decode(), log
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)

@@ -1,0 +1,221 @@
+"""Element types that cross the boundary between a cuTile kernel and an extern, and extern
+signatures.
+
+An extern's signature names one dtype per argument and a return dtype (or ``None``: void).
+Each dtype maps to one cuTile dtype, one C type (the type the CUDA C function must be declared
+with) and one size in the PTX ABI. Signatures come from annotations
+(``def f(x: ct.float32) -> ct.float32``) or from a numba-style string
+(``"float32(float32, int32)"``, ``"void(uint64)"``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+from typing import Sequence
+
+import cuda.tile as ct
+
+from .errors import SpliceDeclarationError
+
+
+@dataclasses.dataclass(frozen=True)
+class ElementType:
+    """One element type allowed as an extern argument or result.
+
+    Attributes:
+        name: the dtype's name as in cuTile (``"float32"``).
+        dtype: the cuTile dtype.
+        bits: size of the value in the call's ABI, in bits (8 for bool, as C ``bool``).
+        c_type: the C/C++ type the CUDA C function must use for it.
+        c_header: header that declares ``c_type`` (``cuda_fp16.h`` for ``__half``) or None.
+        kind: ``"b"`` bool, ``"s"`` signed int, ``"u"`` unsigned int, ``"f"`` float.
+    """
+
+    name: str
+    dtype: object
+    bits: int
+    c_type: str
+    c_header: str | None
+    kind: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+ELEMENT_TYPES: dict[str, ElementType] = {
+    t.name: t for t in (
+        ElementType("bool", ct.bool_, 8, "bool", None, "b"),
+        ElementType("int8", ct.int8, 8, "signed char", None, "s"),
+        ElementType("int16", ct.int16, 16, "short", None, "s"),
+        ElementType("int32", ct.int32, 32, "int", None, "s"),
+        ElementType("int64", ct.int64, 64, "long long", None, "s"),
+        ElementType("uint8", ct.uint8, 8, "unsigned char", None, "u"),
+        ElementType("uint16", ct.uint16, 16, "unsigned short", None, "u"),
+        ElementType("uint32", ct.uint32, 32, "unsigned int", None, "u"),
+        ElementType("uint64", ct.uint64, 64, "unsigned long long", None, "u"),
+        ElementType("float16", ct.float16, 16, "__half", "cuda_fp16.h", "f"),
+        ElementType("bfloat16", ct.bfloat16, 16, "__nv_bfloat16", "cuda_bf16.h", "f"),
+        ElementType("float32", ct.float32, 32, "float", None, "f"),
+        ElementType("float64", ct.float64, 64, "double", None, "f"),
+    )
+}
+
+# Spellings accepted in signature strings besides the canonical names.
+_ALIASES = {
+    "bool_": "bool", "b1": "bool",
+    "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
+    "f16": "float16", "half": "float16", "bf16": "bfloat16",
+    "f32": "float32", "float": "float32", "f64": "float64", "double": "float64",
+}
+
+_BY_DTYPE = {t.dtype: t for t in ELEMENT_TYPES.values()}
+
+#: Total payload of one call site's marker, in bits: two 64-bit operands of an atomic
+#: compare-and-swap (DESIGN.md F5/F11). The arguments of one call are packed into it.
+PAYLOAD_BITS = 128
+SLOT_BITS = 64
+
+
+def element_type(spec) -> ElementType:
+    """The :class:`ElementType` for a cuTile dtype, an ElementType or a dtype name.
+
+    Raises:
+        SpliceDeclarationError: the type is not one splice can pass to or from an extern.
+    """
+    if isinstance(spec, ElementType):
+        return spec
+    if isinstance(spec, str):
+        name = _ALIASES.get(spec.strip(), spec.strip())
+        if name in ELEMENT_TYPES:
+            return ELEMENT_TYPES[name]
+    else:
+        try:
+            if spec in _BY_DTYPE:
+                return _BY_DTYPE[spec]
+        except TypeError:
+            pass
+    allowed = ", ".join(ELEMENT_TYPES)
+    raise SpliceDeclarationError(
+        f"unsupported extern argument/result type {spec!r}; allowed: {allowed}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ArgSlot:
+    """Where one argument travels inside the call-site marker's 128-bit payload.
+
+    ``slot`` is 0 or 1 (the compare or the swap operand), ``offset`` the bit offset in that
+    64-bit operand, ``bits`` the argument's ABI size."""
+
+    slot: int
+    offset: int
+    bits: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Signature:
+    """An extern's typed signature: argument element types and result (None: void)."""
+
+    args: tuple[ElementType, ...]
+    result: ElementType | None
+
+    def __str__(self) -> str:
+        ret = "void" if self.result is None else self.result.name
+        return f"{ret}({', '.join(a.name for a in self.args)})"
+
+    def c_function_pointer_type(self) -> str:
+        """The C function-pointer type of a function with this signature, e.g.
+        ``float(*)(float, int)``."""
+        ret = "void" if self.result is None else self.result.c_type
+        params = ", ".join(a.c_type for a in self.args) or "void"
+        return f"{ret}(*)({params})"
+
+    def packing(self) -> tuple[ArgSlot, ...]:
+        """Assign each argument a naturally aligned bit range of the 2 x 64-bit payload,
+        first fit in argument order.
+
+        Raises:
+            SpliceDeclarationError: the arguments need more than 128 bits together.
+        """
+        return pack_arguments(self.args)
+
+
+def pack_arguments(args: Sequence[ElementType]) -> tuple[ArgSlot, ...]:
+    cursor = [0] * (PAYLOAD_BITS // SLOT_BITS)
+    placed = []
+    for arg in args:
+        for slot, used in enumerate(cursor):
+            offset = -(-used // arg.bits) * arg.bits
+            if offset + arg.bits <= SLOT_BITS:
+                cursor[slot] = offset + arg.bits
+                placed.append(ArgSlot(slot, offset, arg.bits))
+                break
+        else:
+            total = sum(a.bits for a in args)
+            raise SpliceDeclarationError(
+                f"the arguments ({', '.join(a.name for a in args)}) need {total} bits; an "
+                f"extern call carries at most {PAYLOAD_BITS} bits of arguments (e.g. two "
+                f"float64, four float32, eight float16). Pass fewer or narrower arguments.")
+    return tuple(placed)
+
+
+_SIG_RE = re.compile(r"^\s*(\w+)\s*\((.*)\)\s*$")
+
+
+def parse_signature(text: str) -> Signature:
+    """Parse a numba-style signature string: ``"float32(float32, int32)"``, ``"void()"``.
+
+    Raises:
+        SpliceDeclarationError: malformed string or unsupported dtype.
+    """
+    if not isinstance(text, str):
+        raise SpliceDeclarationError(f"signature must be a string, got {type(text).__name__}")
+    m = _SIG_RE.match(text)
+    if m is None:
+        raise SpliceDeclarationError(
+            f"malformed signature {text!r}; expected e.g. 'float32(float32, int32)' or "
+            f"'void(uint64)'")
+    ret_name, args_text = m.groups()
+    result = None if ret_name in ("void", "None") else element_type(ret_name)
+    arg_names = [a.strip() for a in args_text.split(",")] if args_text.strip() else []
+    if any(not a for a in arg_names):
+        raise SpliceDeclarationError(f"malformed signature {text!r}: empty argument type")
+    sig = Signature(tuple(element_type(a) for a in arg_names), result)
+    sig.packing()
+    return sig
+
+
+def signature_from_annotations(func) -> Signature:
+    """The signature of a typed Python stub: every parameter annotated with a cuTile dtype,
+    the return annotated with a dtype or ``None``.
+
+    Raises:
+        SpliceDeclarationError: a missing or unsupported annotation, or *args/**kwargs.
+    """
+    try:
+        sig = inspect.signature(func, eval_str=True)
+    except (NameError, TypeError) as e:
+        raise SpliceDeclarationError(
+            f"cannot read the annotations of {func.__qualname__}: {e}") from e
+    args = []
+    for p in sig.parameters.values():
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            raise SpliceDeclarationError(
+                f"{func.__qualname__}: parameter {p.name!r} must be a plain positional "
+                f"parameter (no *args, **kwargs or keyword-only)")
+        if p.annotation is inspect.Parameter.empty:
+            raise SpliceDeclarationError(
+                f"{func.__qualname__}: parameter {p.name!r} has no dtype annotation; write "
+                f"e.g. '{p.name}: ct.float32' or pass signature='float32(float32)'")
+        args.append(element_type(p.annotation))
+    ret = sig.return_annotation
+    if ret is inspect.Signature.empty:
+        raise SpliceDeclarationError(
+            f"{func.__qualname__}: missing return annotation; write '-> ct.float32' or "
+            f"'-> None' for a void extern")
+    result = None if ret is None or ret is type(None) else element_type(ret)
+    out = Signature(tuple(args), result)
+    out.packing()
+    return out
