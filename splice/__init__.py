@@ -29,6 +29,7 @@ from .errors import (
 from .extern import ExternFunction, extern
 from .pipeline import Build, __version__, build
 from .ptx import PTXSyntaxError
+from . import toolchain
 from .types import ELEMENT_TYPES, Signature, parse_signature
 
 

@@ -154,7 +154,7 @@ def _loc_str(loc) -> str:
 
 
 def _int_type(tt, bits: int, shape):
-    return tt.tile(getattr(tt, f"I{bits}"), list(shape))
+    return tt.tile(tt.simple(getattr(bc.SimpleType, f"I{bits}")), list(shape))
 
 
 def _pack_operands(ctx, site: CallSite, args: Sequence[Var]):
@@ -371,16 +371,18 @@ def make_callable_stub(ext, pyfunc):
             f"extern '{ext.name}' (declared at {ext.where}) is device code: call it inside a "
             f"@splice.kernel function, not from Python")
 
+    n = len(ext.signature.args)
+    names = [f"arg{i}" for i in range(n)]
     if pyfunc is not None:
         functools.update_wrapper(stub, pyfunc)
-        stub.__signature__ = inspect.signature(pyfunc)
-    else:
-        params = [inspect.Parameter(f"arg{i}", inspect.Parameter.POSITIONAL_ONLY)
-                  for i in range(len(ext.signature.args))]
-        stub.__signature__ = inspect.Signature(params)
-        stub.__name__ = stub.__qualname__ = ext.name
-    stub.__wrapped__ = None
-    del stub.__wrapped__
+        del stub.__wrapped__
+        params = list(inspect.signature(pyfunc).parameters.values())
+        if len(params) == n and all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                                    for p in params):
+            names = [p.name for p in params]
+    stub.__name__ = stub.__qualname__ = ext.name
+    stub.__signature__ = inspect.Signature(
+        [inspect.Parameter(nm, inspect.Parameter.POSITIONAL_OR_KEYWORD) for nm in names])
     stub._cutile_custom_implementation_handler = _handle_extern_call
     stub._splice_extern = ext
     return stub

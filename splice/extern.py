@@ -123,6 +123,13 @@ def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name):
     except SpliceDeclarationError as e:
         raise SpliceDeclarationError(f"extern '{name}' at {where}: {e.message}") from None
     symbol = _check_symbol(symbol, f"extern '{name}' at {where}")
+    if stub is not None and signature is not None:
+        params = list(inspect.signature(stub).parameters.values())
+        plain = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+        if plain and len(params) != len(sig.args):
+            raise SpliceDeclarationError(
+                f"extern '{name}' at {where}: the stub takes {len(params)} parameter(s) but "
+                f"the signature {sig} has {len(sig.args)}")
     fragment = fragment_factory(symbol, sig)
     ext = ExternFunction(name, symbol, sig, pure, fragment, where)
     return _cutile.make_callable_stub(ext, stub)
@@ -168,7 +175,9 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
     """
     def decorate(stub):
         where, base = _func_where(stub)
-        ext_name = getattr(stub, "__name__", "extern")
+        ext_name = getattr(stub, "__name__", "")
+        if not _C_IDENT.fullmatch(ext_name or ""):
+            ext_name = name or "extern"
         what = f"extern '{ext_name}' at {where}"
         if (source is None) == (path is None):
             raise SpliceDeclarationError(f"{what}: give exactly one of source= or path=")

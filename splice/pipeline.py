@@ -68,6 +68,7 @@ class Build:
     spliced_ptx: str | None = None
     tileir: str | None = None
     ptxas_flags: tuple[str, ...] = ()
+    host_object_size: int = 0
     from_cache: bool = False
     seconds: float = 0.0
     _sass: str | None = dataclasses.field(default=None, repr=False)
@@ -85,19 +86,28 @@ class Build:
             raise KeyError(f"unknown stage {stage!r}; stages: {', '.join(self.STAGES)}")
         return getattr(self, stage)
 
-    def sass_call_count(self) -> int | None:
-        """Number of ``CALL`` instructions in the SASS (None without cuobjdump)."""
+    def sass_call_count(self, symbol: str | None = None) -> int | None:
+        """Number of SASS ``CALL`` instructions, all or those calling ``symbol`` (None
+        without nvdisasm)."""
         s = self.sass
         if s is None:
             return None
-        return len(re.findall(r"\bCALL\.", s))
+        calls = re.findall(r"\bCALL\.[A-Z.]+\s+`?\(?\$?([^)`;\s]*)", s)
+        if symbol is None:
+            return len(calls)
+        return sum(1 for c in calls if c == symbol or c.endswith("$" + symbol))
 
     def summary(self) -> str:
         lines = [f"kernel {self.kernel_name} ({self.symbol}) for {self.arch}: "
                  f"{len(self.cubin)} bytes of cubin"]
         lines += [f"  {s}" for s in self.sites]
         n = self.sass_call_count()
-        lines.append(f"  SASS CALL instructions: {'n/a (no cuobjdump)' if n is None else n}")
+        if n is None:
+            lines.append("  SASS: n/a (nvdisasm not installed)")
+        else:
+            per = ", ".join(f"{sym}: {self.sass_call_count(sym)}"
+                            for sym in sorted({s.symbol for s in self.sites}))
+            lines.append(f"  SASS CALL instructions: {n} ({per or 'no externs'})")
         return "\n".join(lines)
 
 
@@ -203,7 +213,8 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
                 ptx=capture.ptx if keep_stages else None,
                 spliced_ptx=merged if keep_stages else None,
                 tileir=_tileir_text(capture.ptx) if keep_stages else None,
-                ptxas_flags=tuple(flags), seconds=time.perf_counter() - t0)
+                ptxas_flags=tuple(flags),
+                host_object_size=len(capture.host_object or b""), seconds=time.perf_counter() - t0)
     if dump_dir:
         _dump(out, Path(dump_dir))
     return out

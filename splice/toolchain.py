@@ -87,11 +87,29 @@ def nvrtc_version() -> tuple[int, int]:
     return (major, minor)
 
 
+@functools.cache
 def cuda_include_dir() -> Path | None:
-    """The CUDA headers the installed wheels provide (``cuda_fp16.h``, ``cuda_bf16.h``...)."""
-    root = tileiras().resolve().parent.parent
-    inc = root / "include"
-    return inc if (inc / "cuda_fp16.h").is_file() else None
+    """A directory with the CUDA headers (``cuda_fp16.h``, ``cuda_bf16.h``...): the
+    installed ``nvidia.cu13`` wheels' first (they match NVRTC), then tileiras's toolkit,
+    ``$CUDA_HOME`` and ``/usr/local/cuda``."""
+    candidates = []
+    try:
+        import nvidia.cu13 as cu13
+        candidates += [Path(p) / "include" for p in cu13.__path__]
+    except ImportError:
+        pass
+    try:
+        candidates.append(tileiras().resolve().parent.parent / "include")
+    except SpliceToolchainError:
+        pass
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            candidates.append(Path(os.environ[var]) / "include")
+    candidates.append(Path("/usr/local/cuda/include"))
+    for c in candidates:
+        if (c / "cuda_fp16.h").is_file():
+            return c
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -333,3 +351,26 @@ def nvrtc_compile(source: bytes, name: str, options: list[str]) -> tuple[str, st
         return buf.rstrip(b"\0").decode(), log
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
+
+
+@functools.cache
+def gpu_arch() -> str | None:
+    """The compute capability of GPU 0 as ``"sm_XY"``, or None without a GPU or driver."""
+    try:
+        from cuda.bindings import driver
+        (err,) = driver.cuInit(0)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            return None
+        err, dev = driver.cuDeviceGet(0)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            return None
+        attr = driver.CUdevice_attribute
+        err, major = driver.cuDeviceGetAttribute(
+            attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
+        err2, minor = driver.cuDeviceGetAttribute(
+            attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
+        if err != driver.CUresult.CUDA_SUCCESS or err2 != driver.CUresult.CUDA_SUCCESS:
+            return None
+        return f"sm_{major}{minor}"
+    except Exception:
+        return None

@@ -1,0 +1,36 @@
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# Every test session gets its own cache directory unless one is given.
+if "SPLICE_CACHE_DIR" not in os.environ:
+    os.environ["SPLICE_CACHE_DIR"] = tempfile.mkdtemp(prefix="splice-test-cache-")
+
+
+def _gpu_available() -> bool:
+    try:
+        from cuda.bindings import driver
+        (err,) = driver.cuInit(0)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            return False
+        err, n = driver.cuDeviceGetCount()
+        return err == driver.CUresult.CUDA_SUCCESS and n > 0
+    except Exception:
+        return False
+
+
+HAVE_GPU = _gpu_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAVE_GPU:
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU and driver")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

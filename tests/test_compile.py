@@ -1,0 +1,92 @@
+"""The whole pipeline to a cubin, without a GPU, for sm_80, sm_90 and sm_100."""
+
+import cuda.tile as ct
+import pytest
+
+import kernels as K
+import splice
+
+ARCHS = ["sm_80", "sm_90", "sm_100"]
+f32 = ct.float32
+
+
+def _build(kernel, sig, arch):
+    b = splice.compile(kernel, sig, arch)
+    assert b.cubin[:4] == b"\x7fELF"
+    assert "__splice_marker" not in b.spliced_ptx.split(".nv_intermediate_source_section")[0]
+    return b
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("tile", [1, 64, 1024, 4096])
+def test_saxpy_every_arch_and_tile(arch, tile):
+    sig = K.signature(K.array(f32), K.array(f32), K.array(f32), K.scalar(f32), tile)
+    b = _build(K.saxpy_kernel, sig, arch)
+    [site] = b.sites
+    assert site.symbol == "saxpy" and site.shape == (tile,)
+    assert site.instances >= 1
+    assert b.spliced_ptx.count("call (__splice_r), saxpy,") == site.instances
+    sass = b.sass
+    if sass is not None:
+        assert b.sass_call_count("saxpy") == site.instances
+
+
+@pytest.mark.parametrize("name", sorted(K.TYPE_KERNELS))
+def test_every_element_type(name):
+    t = splice.ELEMENT_TYPES[name]
+    sig = K.signature(K.array(t.dtype), K.array(t.dtype), 128)
+    b = _build(K.TYPE_KERNELS[name], sig, "sm_90")
+    assert b.sites[0].instances >= 1
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_mixed_argument_packing(arch):
+    sig = K.signature(K.array(ct.int8), K.array(ct.float16), K.array(ct.bool_),
+                      K.array(ct.int32), K.array(f32), K.array(ct.float64), 256)
+    _build(K.mixed_kernel, sig, arch)
+
+
+def test_same_value_in_both_payload_slots():
+    sig = K.signature(K.array(ct.float64), K.array(ct.float64), 256)
+    _build(K.same_arg_kernel, sig, "sm_90")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_broadcast_scalar_and_2d(arch):
+    sig = K.signature(K.array(f32, 2), K.array(f32, 2), K.array(f32, 2), K.scalar(f32), 32, 64)
+    b = _build(K.broadcast_kernel, sig, arch)
+    assert [s.shape for s in b.sites] == [(32, 64), (1, 64)]
+    sig = K.signature(K.array(f32), K.scalar(f32), K.scalar(f32))
+    b = _build(K.scalar_kernel, sig, arch)
+    assert b.sites[0].shape == ()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_control_flow(arch):
+    sig = K.signature(K.array(f32), K.array(f32), 3, 256)
+    b = _build(K.control_kernel, sig, arch)
+    assert len(b.sites) == 4  # loop body, helper in if, saxpy in else, helper after
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_void_impure_extern(arch):
+    sig = K.signature(K.array(ct.uint32), K.scalar(ct.int64), 64)
+    b = _build(K.count_kernel, sig, arch)
+    assert b.sites[0].instances >= 1
+    assert "call count, (" in b.spliced_ptx
+
+
+def test_ptx_fragment():
+    sig = K.signature(K.array(f32), K.array(f32), 512)
+    for arch in ARCHS:
+        _build(K.ptx_kernel, sig, arch)
+
+
+def test_tma_matmul_epilogue_sm90():
+    sig = K.signature(K.array(ct.float16, 2), K.array(ct.float16, 2), K.array(ct.float16, 2),
+                      128, 128, 64)
+    b = _build(K.matmul_gelu_kernel, sig, "sm_90")
+    ptx = b.ptx
+    assert "cp.async.bulk.tensor" in ptx and "wgmma" in ptx
+    assert b.host_object_size > 0  # the --nv-host callbacks that fill the tensor maps
+    assert b.sites[0].instances >= 1
