@@ -158,29 +158,33 @@ def _int_type(tt, bits: int, shape):
 
 
 def _pack_operands(ctx, site: CallSite, args: Sequence[Var]):
-    """Bytecode packing the call's arguments into the two i64 operands of the marker."""
+    """Bytecode packing the call's arguments into the marker's two integer operands
+    (each ``marker_bits`` wide)."""
     tt = ctx.type_table
     shape = site.shape
-    i64 = _int_type(tt, 64, shape)
     sig: Signature = site.extern.signature
+    width = sig.marker_bits
+    slot_ty = _int_type(tt, width, shape)
+    wide_dtype = ct.int64 if width == 64 else ct.int32
     slots: list[Optional[bc.Value]] = [None, None]
     for var, elem, place in zip(args, sig.args, sig.packing(), strict=True):
         value = ctx.get_value(var)
         if elem.kind == "f":
             value = bc.encode_BitcastOp(ctx.builder, _int_type(tt, elem.bits, shape), value)
-        if elem.bits < 64 or elem.kind == "b":
-            value = bc.encode_ExtIOp(ctx.builder, i64, value, bc.Signedness.Unsigned)
+        if elem.bits < width or elem.kind == "b":
+            value = bc.encode_ExtIOp(ctx.builder, slot_ty, value, bc.Signedness.Unsigned)
         if place.offset:
-            amount = ctx.constant(place.offset, TileTy(ct.int64, shape))
-            value = bc.encode_ShLIOp(ctx.builder, i64, value, amount, bc.IntegerOverflow.NONE)
+            amount = ctx.constant(place.offset, TileTy(wide_dtype, shape))
+            value = bc.encode_ShLIOp(ctx.builder, slot_ty, value, amount,
+                                     bc.IntegerOverflow.NONE)
         prev = slots[place.slot]
-        slots[place.slot] = value if prev is None else bc.encode_OrIOp(ctx.builder, i64,
+        slots[place.slot] = value if prev is None else bc.encode_OrIOp(ctx.builder, slot_ty,
                                                                        prev, value)
     zero = None
     for i, v in enumerate(slots):
         if v is None:
             if zero is None:
-                zero = ctx.constant(0, TileTy(ct.int64, shape))
+                zero = ctx.constant(0, TileTy(wide_dtype, shape))
             slots[i] = zero
     return slots
 
@@ -189,11 +193,12 @@ def _unpack_result(ctx, site: CallSite, raw):
     tt = ctx.type_table
     res = site.extern.signature.result
     shape = site.shape
+    width = site.extern.signature.marker_bits
     if res.kind == "b":
         return bc.encode_TruncIOp(ctx.builder, tt.tile(tt.I1, list(shape)), raw,
                                   bc.IntegerOverflow.NONE)
     value = raw
-    if res.bits < 64:
+    if res.bits < width:
         value = bc.encode_TruncIOp(ctx.builder, _int_type(tt, res.bits, shape), value,
                                    bc.IntegerOverflow.NONE)
     if res.kind == "f":
@@ -207,7 +212,7 @@ def _marker_cas(ctx, site, pointer, args, token, order: MemoryOrder):
     tt = ctx.type_table
     return bc.encode_AtomicCASTkoOp(
         ctx.builder,
-        result_type=_int_type(tt, 64, site.shape),
+        result_type=_int_type(tt, site.extern.signature.marker_bits, site.shape),
         result_token_type=tt.Token,
         pointers=ctx.get_value(pointer),
         cmp=cmp,
@@ -230,10 +235,12 @@ class SpliceMarkerPointer(Operation, opcode="splice_marker_pointer"):
     def generate_bytecode(self, ctx):
         tt = ctx.type_table
         name = self.site.marker_symbol
+        width = self.site.extern.signature.marker_bits
+        elem = tt.simple(getattr(bc.SimpleType, f"I{width}"))
         if not ctx.global_section.is_defined(name):
-            ctx.global_section.define_global(name, tt.tile(tt.I64, (1,)), bytes(8),
-                                             alignment=8)
-        ptr_ty = tt.pointer(tt.I64, bc.PtrAttr.Missing)
+            ctx.global_section.define_global(name, tt.tile(elem, (1,)), bytes(width // 8),
+                                             alignment=width // 8)
+        ptr_ty = tt.pointer(elem, bc.PtrAttr.Missing)
         ptr = bc.encode_GetGlobalOp(ctx.builder, tt.tile(ptr_ty, []), name)
         shape = self.site.shape
         if shape:
@@ -344,13 +351,14 @@ def _handle_extern_call(callee, *args: Var):
                                    f"shape", loc) from None
     typed = tuple(broadcast_to(v, shape) for v in typed)
     site = session.new_site(ext, shape, _loc_str(loc))
-    ptr_ty = TileTy(pointer_dtype(ct.uint64, MemorySpace.GLOBAL), shape)
+    marker_dtype = ct.uint64 if sig.marker_bits == 64 else ct.uint32
+    ptr_ty = TileTy(pointer_dtype(marker_dtype, MemorySpace.GLOBAL), shape)
     pointer = add_operation(SpliceMarkerPointer, ptr_ty, site=site)
     res = sig.result
     if ext.pure and res is not None:
         return add_operation(SplicePureCall, TileTy(res.dtype, shape), site=site,
                              pointer=pointer, args=typed)
-    result_ty = TileTy(ct.uint64 if res is None else res.dtype, shape)
+    result_ty = TileTy(marker_dtype if res is None else res.dtype, shape)
     value, _token = add_operation_variadic(
         SpliceImpureCall, (result_ty, TokenTy()), site=site, pointer=pointer, args=typed,
         memory_order=MemoryOrder.ACQ_REL, memory_scope=MemoryScope.DEVICE)

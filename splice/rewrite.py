@@ -80,7 +80,8 @@ def _fail(kernel_name: str, msg: str, stmt_text: str | None = None) -> SpliceRew
 
 
 def _is_marker_cas(ins: Instruction) -> bool:
-    return ins.base == "atom" and "cas" in ins.modifiers and ins.modifiers[-1] == "b64"
+    return ins.base == "atom" and "cas" in ins.modifiers and ins.modifiers[-1] in ("b32",
+                                                                                     "b64")
 
 
 _ADDR_RE = re.compile(r"^\[\s*([%A-Za-z_$][A-Za-z0-9_$]*)\s*(?:\+\s*(-?\w+)\s*)?\]$")
@@ -215,6 +216,9 @@ def _splice_function(module: Module, fn: Function, sites, kernel_name, found, re
             raise _fail(kernel_name, f"marker of unknown call site {idx}", s.text(text))
         found[idx] += 1
         site = sites[idx]
+        if ins.modifiers[-1] != f"b{site.signature.marker_bits}":
+            raise _fail(kernel_name, f"site {idx}: marker of type .{ins.modifiers[-1]}, "
+                                     f"expected .b{site.signature.marker_bits}", s.text(text))
         edits.append((s.start, s.end,
                        call_block(site, ins.guard, dest, (cmp, swap), replaced[idx])))
         replaced[idx] += 1
@@ -297,12 +301,13 @@ def call_block(site: SiteCall, guard: str | None, dest: str,
     the arguments unpacked from the marker's two operands, result into ``dest``."""
     g = f"@{guard} " if guard else ""
     sig = site.signature
+    width = sig.marker_bits
     packing = sig.packing()
     lines = [f"{{ // splice: call {site.label} (site {site.index}, instance {instance})"]
-    decls = ["\t.reg .b64 \t%__splice_s<2>;"]
+    decls = [f"\t.reg .b{width} \t%__splice_s<2>;"]
     body = []
     for k, op in enumerate(operands):
-        body.append(f"\t{g}mov.b64 \t%__splice_s{k}, {op};")
+        body.append(f"\t{g}mov.b{width} \t%__splice_s{k}, {op};")
     regs = {"b16": 0, "b32": 0, "b64": 0}
 
     def reg(kind: str) -> str:
@@ -315,7 +320,7 @@ def call_block(site: SiteCall, guard: str | None, dest: str,
         pname = f"__splice_p{i}"
         decls.append(f"\t{param.declare(pname)};")
         pbits = _param_bits(param)
-        value = _extract(body, g, reg, f"%__splice_s{place.slot}", place, elem, pbits)
+        value = _extract(body, g, reg, f"%__splice_s{place.slot}", width, place, elem, pbits)
         body.append(f"\t{g}st.param.b{pbits} \t[{pname}], {value};")
     args = ", ".join(f"__splice_p{i}" for i in range(len(sig.args)))
     if site.result is not None:
@@ -323,8 +328,8 @@ def call_block(site: SiteCall, guard: str | None, dest: str,
         body.append(f"\t{g}call (__splice_r), {site.callee}, ({args});")
         rbits = _param_bits(site.result)
         if dest != "_":
-            if rbits == 64:
-                body.append(f"\t{g}ld.param.b64 \t{dest}, [__splice_r];")
+            if rbits == width:
+                body.append(f"\t{g}ld.param.b{width} \t{dest}, [__splice_r];")
             elif rbits == 32:
                 r = reg("b32")
                 body.append(f"\t{g}ld.param.b32 \t{r}, [__splice_r];")
@@ -332,11 +337,11 @@ def call_block(site: SiteCall, guard: str | None, dest: str,
             else:
                 r = reg("b16")
                 body.append(f"\t{g}ld.param.b{rbits} \t{r}, [__splice_r];")
-                body.append(f"\t{g}cvt.u64.u16 \t{dest}, {r};")
+                body.append(f"\t{g}cvt.u{width}.u16 \t{dest}, {r};")
     else:
         body.append(f"\t{g}call {site.callee}, ({args});")
         if dest != "_":
-            body.append(f"\t{g}mov.b64 \t{dest}, 0;")
+            body.append(f"\t{g}mov.b{width} \t{dest}, 0;")
     for kind, n in regs.items():
         if n:
             decls.append(f"\t.reg .{kind} \t%__splice_{kind}_<{n}>;")
@@ -346,34 +351,44 @@ def call_block(site: SiteCall, guard: str | None, dest: str,
 _SIGNED_CVT = {8: "s8", 16: "s16"}
 
 
-def _extract(body: list[str], g: str, reg, slot_reg: str, place: ArgSlot,
+def _extract(body: list[str], g: str, reg, slot_reg: str, width: int, place: ArgSlot,
              elem: ElementType, pbits: int) -> str:
-    """Emit instructions extracting one argument from its slot register into a register of
-    ``pbits`` bits (the callee's .param width), extended as C promotes it; return the
-    register."""
+    """Emit instructions extracting one argument from its ``width``-bit slot register into
+    a register of ``pbits`` bits (the callee's .param width), extended as C promotes it;
+    return the register."""
     src = slot_reg
     if place.offset:
-        t = reg("b64")
-        body.append(f"\t{g}shr.b64 \t{t}, {slot_reg}, {place.offset};")
+        t = reg(f"b{width}")
+        body.append(f"\t{g}shr.b{width} \t{t}, {slot_reg}, {place.offset};")
         src = t
     if pbits == 64:
         if place.bits == 64:
             return src
-        w = reg("b32")
-        body.append(f"\t{g}cvt.u32.u64 \t{w}, {src};")
+        w = _low32(body, g, reg, src, width)
         w = _extend32(body, g, w, place.bits, elem)
         d = reg("b64")
-        body.append(f"\t{g}cvt.{'s' if elem.kind == 's' else 'u'}64."
-                    f"{'s' if elem.kind == 's' else 'u'}32 \t{d}, {w};")
+        sign = "s" if elem.kind == "s" else "u"
+        body.append(f"\t{g}cvt.{sign}64.{sign}32 \t{d}, {w};")
         return d
     if pbits == 32:
-        w = reg("b32")
-        body.append(f"\t{g}cvt.u32.u64 \t{w}, {src};")
-        return _extend32(body, g, w, place.bits, elem)
+        w = _low32(body, g, reg, src, width)
+        if place.bits < 32:
+            w2 = reg("b32")
+            body.append(f"\t{g}mov.b32 \t{w2}, {w};")
+            w = _extend32(body, g, w2, place.bits, elem)
+        return w
     # 16- or 8-bit parameter (e.g. __half as .b8[2]): the low bits in a 16-bit register.
     h = reg("b16")
-    body.append(f"\t{g}cvt.u16.u64 \t{h}, {src};")
+    body.append(f"\t{g}cvt.u16.u{width} \t{h}, {src};")
     return h
+
+
+def _low32(body, g, reg, src: str, width: int) -> str:
+    if width == 32:
+        return src
+    w = reg("b32")
+    body.append(f"\t{g}cvt.u32.u64 \t{w}, {src};")
+    return w
 
 
 def _extend32(body, g, w: str, bits: int, elem: ElementType) -> str:

@@ -73,10 +73,13 @@ _ALIASES = {
 
 _BY_DTYPE = {t.dtype: t for t in ELEMENT_TYPES.values()}
 
-#: Total payload of one call site's marker, in bits: two 64-bit operands of an atomic
-#: compare-and-swap (DESIGN.md F5/F11). The arguments of one call are packed into it.
+#: The arguments of one call travel in the two operands (compare, swap) of an atomic
+#: compare-and-swap on the call site's marker (DESIGN.md F5/F11): two 32-bit operands when
+#: every argument and the result fit (so a float32 tile keeps its register layout: tileiras
+#: lays 64-bit tiles out differently, which costs a shared-memory layout conversion), else
+#: two 64-bit operands.
+SLOTS = 2
 PAYLOAD_BITS = 128
-SLOT_BITS = 64
 
 
 def element_type(spec) -> ElementType:
@@ -132,23 +135,35 @@ class Signature:
         params = ", ".join(a.c_type for a in self.args) or "void"
         return f"{ret}(*)({params})"
 
+    @property
+    def marker_bits(self) -> int:
+        """Width of the marker's operands and result: 32 when the arguments fit in two
+        32-bit operands and the result in one, else 64."""
+        if self.result is not None and self.result.bits > 32:
+            return 64
+        try:
+            pack_arguments(self.args, 32)
+        except SpliceDeclarationError:
+            return 64
+        return 32
+
     def packing(self) -> tuple[ArgSlot, ...]:
-        """Assign each argument a naturally aligned bit range of the 2 x 64-bit payload,
-        first fit in argument order.
+        """Assign each argument a naturally aligned bit range of the marker's two operands
+        (each :attr:`marker_bits` wide), first fit in argument order.
 
         Raises:
             SpliceDeclarationError: the arguments need more than 128 bits together.
         """
-        return pack_arguments(self.args)
+        return pack_arguments(self.args, self.marker_bits)
 
 
-def pack_arguments(args: Sequence[ElementType]) -> tuple[ArgSlot, ...]:
-    cursor = [0] * (PAYLOAD_BITS // SLOT_BITS)
+def pack_arguments(args: Sequence[ElementType], slot_bits: int = 64) -> tuple[ArgSlot, ...]:
+    cursor = [0] * SLOTS
     placed = []
     for arg in args:
         for slot, used in enumerate(cursor):
             offset = -(-used // arg.bits) * arg.bits
-            if offset + arg.bits <= SLOT_BITS:
+            if offset + arg.bits <= slot_bits:
                 cursor[slot] = offset + arg.bits
                 placed.append(ArgSlot(slot, offset, arg.bits))
                 break

@@ -92,7 +92,7 @@ def mixed_kernel(a, b, c, d, e, y, TILE: ConstInt):
 
 
 fma64 = splice.extern(source=r'''
-extern "C" __device__ double fma64(double a, double b) { return a * b + 0.25; }''',
+extern "C" __device__ double fma64(double a, double b) { return __dadd_rn(__dmul_rn(a, b), 0.25); }''',
                       name="fma64", signature="float64(float64, float64)")(lambda a, b: None)
 
 
@@ -187,13 +187,13 @@ extern "C" __device__ void count(long long counter, unsigned int value) {
 
 
 @splice.kernel
-def count_kernel(x, counter: int, TILE: ConstInt):
+def count_kernel(x, counter: ct.ScalarInt64, TILE: ConstInt):
     t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
     count(counter, t)
 
 
 @splice.kernel
-def count_2d_kernel(x, counter: int, TM: ConstInt, TN: ConstInt):
+def count_2d_kernel(x, counter: ct.ScalarInt64, TM: ConstInt, TN: ConstInt):
     t = ct.load(x, index=(ct.bid(0), 0), shape=(TM, TN))
     count(counter, t)
 
