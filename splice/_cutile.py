@@ -311,8 +311,10 @@ def _describe(var: Var) -> str:
     return f"a value of type {ty}"
 
 
-def _handle_extern_call(callee, *args: Var):
+def _handle_extern_call(callee, *args):
     ext = callee._splice_extern
+    if len(args) == 1 and isinstance(args[0], tuple):  # cuTile packs *args into a tuple
+        args = args[0]
     builder = ir.Builder.get_current()
     loc = builder.loc
     session: TraceSession | None = getattr(_local, "session", None)
@@ -379,18 +381,14 @@ def make_callable_stub(ext, pyfunc):
             f"extern '{ext.name}' (declared at {ext.where}) is device code: call it inside a "
             f"@splice.kernel function, not from Python")
 
-    n = len(ext.signature.args)
-    names = [f"arg{i}" for i in range(n)]
     if pyfunc is not None:
         functools.update_wrapper(stub, pyfunc)
         del stub.__wrapped__
-        params = list(inspect.signature(pyfunc).parameters.values())
-        if len(params) == n and all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-                                    for p in params):
-            names = [p.name for p in params]
     stub.__name__ = stub.__qualname__ = ext.name
+    # cuTile binds call arguments against this before calling the handler: take any number
+    # of positional arguments so that the handler, not cuTile, reports a wrong arity.
     stub.__signature__ = inspect.Signature(
-        [inspect.Parameter(nm, inspect.Parameter.POSITIONAL_OR_KEYWORD) for nm in names])
+        [inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL)])
     stub._cutile_custom_implementation_handler = _handle_extern_call
     stub._splice_extern = ext
     return stub

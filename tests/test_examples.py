@@ -1,0 +1,32 @@
+"""The examples compile (without a GPU: --compile-only) and report their call sites."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("script", ["examples/layernorm_gelu.py",
+                                    "examples/ptx_import/saxpy_from_ptx.py"])
+def test_example_compiles(script):
+    out = subprocess.run([sys.executable, str(ROOT / script), "--compile-only"],
+                         capture_output=True, text=True, cwd=ROOT / "examples", timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "site 0:" in out.stdout
+    assert "call(s) in PTX" in out.stdout
+
+
+def test_committed_ptx_matches_its_source():
+    """examples/ptx_import/saxpy.ptx is what make_ptx.py generates from saxpy.cu (modulo
+    the NVRTC version line)."""
+    from splice.toolchain import nvrtc_compile
+    d = ROOT / "examples" / "ptx_import"
+    ptx, _ = nvrtc_compile((d / "saxpy.cu").read_bytes(), "saxpy.cu",
+                           ["-arch=sm_80", "-rdc=true"])
+
+    def body(text):
+        return [ln for ln in text.splitlines() if not ln.startswith("//")]
+    assert body(ptx) == body((d / "saxpy.ptx").read_text())
