@@ -40,6 +40,7 @@ _TOKEN_RE = re.compile(r"""
   | (?P<nl>\n)
   | (?P<lcomment>//[^\n]*)
   | (?P<bcomment>/\*.*?\*/)
+  | (?P<badcomment>/\*)
   | (?P<string>"(?:[^"\\\n]|\\.)*")
   | (?P<directive>\.[A-Za-z_][A-Za-z0-9_$:]*)
   | (?P<reg>%[A-Za-z_$][A-Za-z0-9_$]*(?:\.[xyzw])?)
@@ -71,6 +72,8 @@ def tokenize(text: str, pos: int = 0) -> Iterator[Token | str]:
             raise PTXSyntaxError(f"unexpected character {text[pos]!r} at "
                                  f"{_line_col(text, pos)}")
         kind = m.lastgroup
+        if kind == "badcomment":
+            raise PTXSyntaxError(f"unterminated /* comment at {_line_col(text, pos)}")
         if kind == "nl":
             yield "\n"
         elif kind == "bcomment":

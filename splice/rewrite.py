@@ -36,7 +36,7 @@ from .ptx import Function, Instruction, Module, Param, apply_edits, destinations
 from .types import ArgSlot, ElementType, Signature
 
 MARKER_RE = re.compile(r"__splice_marker_(\d+)\b")
-_PREFIX_RESERVED = ("%__splice", "__splice_p", "__splice_r")
+_PREFIX_RESERVED = ("%__splice", "__splice_p", "__splice_r", "$__splice")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,6 +191,10 @@ def _splice_function(module: Module, fn: Function, sites, kernel_name, found, re
                                      "a marker (tileiras transformed the call site)",
                         s.text(text))
         dest, addr, cmp, swap = ins.operands
+        for op in (dest, cmp, swap):
+            if MARKER_RE.search(op) or any(r in marker_reg for r in registers_in(op)):
+                raise _fail(kernel_name, "a marker address is used as a data operand",
+                            s.text(text))
         m = _ADDR_RE.match(addr)
         if m is None:
             raise _fail(kernel_name, f"unexpected marker address operand {addr!r}",
@@ -208,10 +212,6 @@ def _splice_function(module: Module, fn: Function, sites, kernel_name, found, re
             if mm is None:
                 raise _fail(kernel_name, f"unexpected marker address {base!r}", s.text(text))
             idx = int(mm.group(1))
-        for op in (dest, cmp, swap):
-            if MARKER_RE.search(op) or any(r in marker_reg for r in registers_in(op)):
-                raise _fail(kernel_name, "a marker address is used as a data operand",
-                            s.text(text))
         if idx not in sites:
             raise _fail(kernel_name, f"marker of unknown call site {idx}", s.text(text))
         found[idx] += 1
@@ -299,13 +299,19 @@ def call_block(site: SiteCall, guard: str | None, dest: str,
                operands: Sequence[str], instance: int) -> str:
     """The PTX replacing one marker instance: a scoped block calling ``site.callee`` with
     the arguments unpacked from the marker's two operands, result into ``dest``."""
-    g = f"@{guard} " if guard else ""
+    # st.param/ld.param cannot be predicated: a guarded marker becomes a branch around the
+    # whole call sequence.
+    g = ""
     sig = site.signature
     width = sig.marker_bits
     packing = sig.packing()
     lines = [f"{{ // splice: call {site.label} (site {site.index}, instance {instance})"]
     decls = [f"\t.reg .b{width} \t%__splice_s<2>;"]
     body = []
+    skip = f"$__splice_skip_{site.index}_{instance}"
+    if guard:
+        negated = guard[1:] if guard.startswith("!") else "!" + guard
+        body.append(f"\t@{negated} bra \t{skip};")
     for k, op in enumerate(operands):
         body.append(f"\t{g}mov.b{width} \t%__splice_s{k}, {op};")
     regs = {"b16": 0, "b32": 0, "b64": 0}
@@ -342,6 +348,8 @@ def call_block(site: SiteCall, guard: str | None, dest: str,
         body.append(f"\t{g}call {site.callee}, ({args});")
         if dest != "_":
             body.append(f"\t{g}mov.b{width} \t{dest}, 0;")
+    if guard:
+        body.append(f"{skip}:")
     for kind, n in regs.items():
         if n:
             decls.append(f"\t.reg .{kind} \t%__splice_{kind}_<{n}>;")

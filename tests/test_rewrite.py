@@ -1,0 +1,317 @@
+"""The PTX rewriter: unit tests on hand-written PTX and generated (hypothesis) kernels.
+
+Properties checked on every generated kernel:
+- every marker instance is replaced exactly once, per site;
+- every byte outside the replaced statements is unchanged;
+- the output re-parses and holds no marker symbol;
+- (on a sample) ptxas accepts the output merged with callee definitions.
+"""
+
+import os
+import re
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from splice import link, toolchain
+from splice.errors import SpliceRewriteError
+from splice.ptx import Module, Param, split_statements
+from splice.rewrite import SiteCall, splice_calls
+from splice.types import parse_signature
+
+HEADER = ".version 9.4\n.target sm_90a\n.address_size 64\n\n"
+
+SIGS = {
+    0: "float32(float32)",
+    1: "float32(float32, float32)",
+    2: "int32(int32, int16, uint8)",
+    3: "float64(float64, float64)",
+    4: "void(int64, uint32)",
+    5: "float16(float16, bool)",
+}
+
+
+def _param_for(elem, name):
+    if elem.name in ("float16", "bfloat16"):
+        return Param(name, ".param .align 2 .b8", 2, ".b8", ".param")
+    bits = max(elem.bits, 32)
+    return Param(name, f".param .b{bits}", None, f".b{bits}", ".param")
+
+
+def _site(idx, sig_text):
+    sig = parse_signature(sig_text)
+    params = tuple(_param_for(a, f"f{idx}_p{i}") for i, a in enumerate(sig.args))
+    result = _param_for(sig.result, "ret") if sig.result else None
+    return SiteCall(idx, f"callee{idx}", params, result, sig, f"callee{idx} at test:{idx}")
+
+
+def _callee_ptx(site: SiteCall) -> str:
+    """A definition matching the site's prototype (returns 0 / does nothing)."""
+    params = ",\n".join(f"\t{p.declare(p.name)}" for p in site.params)
+    ret = f"({site.result.declare('ret')}) " if site.result else ""
+    body = ""
+    if site.result is not None:
+        bits = site.result.size_bytes * 8
+        body = f"\tst.param.b{bits} \t[ret], 0;\n"
+    return f".visible .func {ret}callee{site.index}(\n{params}\n)\n{{\n{body}\tret;\n}}\n"
+
+
+def _marker_width(idx):
+    return parse_signature(SIGS[idx]).marker_bits
+
+
+# --------------------------------------------------------------------------- generator
+
+REG = {32: "%r", 64: "%rd"}
+
+filler_stmt = st.sampled_from([
+    "\tadd.s32 \t%r1, %r2, %r3;\n",
+    "\tmov.u32 \t%r4, %tid.x;\n",
+    "\t.loc\t1 12 4\n",
+    "\t// a comment with __splice_marker_99 inside is not a marker\n",
+    "\t/* block\n comment */\n",
+    "\tsetp.ne.s32 \t%p1, %r1, 0;\n",
+    "\t@%p1 add.s64 \t%rd3, %rd4, 8;\n",
+    "\tld.global.v4.b32 \t{%r5, %r6, %r7, %r8}, [%rd5];\n",
+    "\tmov.b64 \t{%r9, %r10}, %rd6;\n",
+    "\t.pragma \"nounroll\";\n",
+    "\tst.shared.v2.b32 \t[%r11+16], {%r1, %r2};\n",
+    "    add.f32   %f1,%f2 ,  %f3 ;\n",
+    "\tbar.sync \t0;\n",
+    "\t{\n\t.reg .b32 %inner;\n\tmov.b32 %inner, 1;\n\t}\n",
+])
+
+
+@st.composite
+def kernels(draw):
+    """A generated kernel: (pieces, sites used, instance count per site). Each piece is
+    ("filler", text) or ("marker", text) for a marker instance."""
+    n_sites = draw(st.integers(1, 4))
+    site_ids = draw(st.lists(st.sampled_from(sorted(SIGS)), min_size=n_sites,
+                             max_size=n_sites, unique=True))
+    pieces = []
+    counts = {i: 0 for i in site_ids}
+    globals_ = "".join(
+        f".visible .global .align {_marker_width(i) // 8} .b8 __splice_marker_{i}"
+        f"[{_marker_width(i) // 8}];\n" for i in site_ids)
+    pieces.append(("filler", HEADER + globals_ + "\n.visible .entry k(\n\t.param .u64 k_p0\n)\n"
+                   ".reqntid 128\n{\n\t.reg .pred %p<4>;\n\t.reg .b32 %r<40>;\n"
+                   "\t.reg .b64 %rd<40>;\n\t.reg .f32 %f<8>;\n"))
+    addr_reg = {}
+    for i in site_ids:
+        w = _marker_width(i)
+        addr_reg[i] = f"%rd{20 + i}"
+        mov = draw(st.sampled_from(["mov.u64", "mov.b64"]))
+        pieces.append(("filler", f"\t{mov} \t%rd{20 + i}, __splice_marker_{i};\n"))
+        if draw(st.booleans()):
+            # an extra cvta hop, as generic addressing would produce
+            pieces.append(("filler", f"\tcvta.global.u64 \t%rd{30 + i}, %rd{20 + i};\n"))
+            addr_reg[i] = f"%rd{30 + i}"
+    n_stmts = draw(st.integers(1, 30))
+    label = 0
+    for _ in range(n_stmts):
+        kind = draw(st.sampled_from(["filler", "marker", "marker", "label", "loop"]))
+        if kind == "filler":
+            pieces.append(("filler", draw(filler_stmt)))
+        elif kind == "label":
+            label += 1
+            pieces.append(("filler", f"$L__BB0_{label}:\n"))
+        elif kind == "loop":
+            label += 1
+            pieces.append(("filler", f"$L__loop{label}:\n"))
+            pieces.append(("filler", f"\t@%p2 bra \t$L__loop{label};\n"))
+        else:
+            i = draw(st.sampled_from(site_ids))
+            w = _marker_width(i)
+            reg = REG[w]
+            ops = []
+            for _ in range(2):
+                if draw(st.booleans()):
+                    ops.append(f"{reg}{draw(st.integers(1, 9))}")
+                else:
+                    ops.append(str(draw(st.integers(0, 2 ** w - 1))))
+            dest = draw(st.sampled_from([f"{reg}{draw(st.integers(10, 19))}", "_"])) \
+                if SIGS[i].startswith("void") else f"{reg}{draw(st.integers(10, 19))}"
+            guard = draw(st.sampled_from(["", "@%p1 ", "@!%p3 "]))
+            sem = draw(st.sampled_from(["", ".relaxed.gpu", ".acq_rel", ".acq_rel.gpu"]))
+            direct = draw(st.integers(0, 4)) == 0
+            addr = f"[__splice_marker_{i}]" if direct else f"[{addr_reg[i]}]"
+            sp = draw(st.sampled_from([" \t", " ", "\t\t"]))
+            pieces.append(("marker", f"\t{guard}atom.global{sem}.cas.b{w}{sp}{dest}, {addr}, "
+                                     f"{ops[0]}, {ops[1]};\n"))
+            counts[i] += 1
+    pieces.append(("filler", "\tret;\n}\n"))
+    return pieces, site_ids, counts
+
+
+def _strip_rewrites(text: str) -> str:
+    """The output with every rewritten block, removed address definition and removed marker
+    global replaced by a sentinel."""
+    text = re.sub(r"\t?\{ // splice: call .*?\n\t\}", "<M>", text, flags=re.S)
+    return text
+
+
+def _expected(pieces) -> str:
+    out = []
+    for kind, text in pieces:
+        if kind == "marker":
+            lead = text[:len(text) - len(text.lstrip())]
+            out.append(lead.rstrip("\t ") + "<M>" + "\n")
+        else:
+            out.append(text)
+    return "".join(out)
+
+
+def _normalise_removed(text):
+    text = re.sub(r"[^\n]*// splice: marker address removed", "<A>", text)
+    text = re.sub(r"// splice: marker global of site \d+ removed", "<G>", text)
+    return text
+
+
+def _expected_norm(pieces):
+    exp = _expected(pieces)
+    exp = re.sub(r"\t(?:mov\.[ub]64|cvta\.global\.u64) \t%rd\d+, (?:__splice_marker_\d+|%rd\d+);",
+                 "<A>", exp)
+    exp = re.sub(r"\.visible \.global \.align \d \.b8 __splice_marker_\d+\[\d\];", "<G>", exp)
+    return exp
+
+
+_ptxas_checked = {"n": 0}
+
+
+@settings(max_examples=int(os.environ.get("SPLICE_FUZZ_EXAMPLES", "10000")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(kernels())
+def test_generated_kernels(case):
+    pieces, site_ids, counts = case
+    text = "".join(t for _, t in pieces)
+    sites = {i: _site(i, SIGS[i]) for i in site_ids}
+    report = splice_calls(Module(text), sites, kernel_name="k")
+    for i in site_ids:
+        assert report.found.get(i, 0) == counts[i]
+        assert report.replaced.get(i, 0) == counts[i]
+    out = report.ptx
+    mod = Module(out)
+    for s in mod.statements:
+        assert not any("__splice_marker" in t.text for t in s.tokens)
+    # byte-identical outside the rewritten statements
+    got = _normalise_removed(_strip_rewrites(out))
+    lead_fixed = re.sub(r"[ \t]*<M>", "<M>", got)
+    exp = re.sub(r"[ \t]*<M>", "<M>", _expected_norm(pieces))
+    assert lead_fixed == exp
+    # a sample goes through ptxas, merged with callee definitions
+    if _ptxas_checked["n"] < int(os.environ.get("SPLICE_FUZZ_PTXAS", "25")) and \
+            sum(counts.values()):
+        _ptxas_checked["n"] += 1
+        frag = Module(HEADER + "".join(_callee_ptx(sites[i]) for i in site_ids))
+        merged = link.merge(mod, [("generated callees", frag)], "k")
+        toolchain.run_ptxas(merged, ["-arch", "sm_90a"], None, timeout=120, what="fuzz case")
+
+
+# --------------------------------------------------------------------------- hand-written
+
+def _kernel(body, globals_=".visible .global .align 4 .b8 __splice_marker_0[4];\n"):
+    return (HEADER + globals_ + ".visible .entry k()\n{\n\t.reg .b32 %r<9>;\n"
+            "\t.reg .b64 %rd<9>;\n\t.reg .pred %p<3>;\n" + body + "\tret;\n}\n")
+
+
+SITE0 = {0: _site(0, SIGS[0])}
+
+
+def test_basic_marker_becomes_call():
+    src = _kernel("\tmov.u64 \t%rd1, __splice_marker_0;\n"
+                  "\tatom.global.cas.b32 \t%r2, [%rd1], %r1, 0;\n"
+                  "\tst.global.b32 \t[%rd2], %r2;\n")
+    out = splice_calls(Module(src), SITE0, kernel_name="k").ptx
+    assert "call (__splice_r), callee0, (__splice_p0);" in out
+    assert "ld.param.b32 \t%r2, [__splice_r];" in out
+    assert "st.global.b32 \t[%rd2], %r2;" in out
+    assert "__splice_marker_0" not in out
+
+
+@pytest.mark.parametrize("guard, branch", [("@%p1", "@!%p1 bra"), ("@!%p1", "@%p1 bra")])
+def test_guarded_marker_branches_around_the_call(guard, branch):
+    # st.param/ld.param cannot be predicated: the guard becomes a branch over the sequence
+    src = _kernel("\tmov.u64 \t%rd1, __splice_marker_0;\n"
+                  f"\t{guard} atom.global.cas.b32 \t%r2, [%rd1], %r1, 0;\n")
+    out = splice_calls(Module(src), SITE0, kernel_name="k").ptx
+    block = out[out.index("{ // splice"):]
+    block = block[:block.index("\n\t}")]
+    instrs = [ln.strip() for ln in block.splitlines()[1:] if not ln.strip().startswith(".")]
+    assert instrs[0].startswith(branch + " \t$__splice_skip_0_0")
+    assert instrs[-1] == "$__splice_skip_0_0:"
+    assert not any(i.startswith("@") for i in instrs[1:])
+
+
+def test_unknown_site_is_an_error():
+    src = _kernel("\tmov.u64 \t%rd1, __splice_marker_7;\n"
+                  "\tatom.global.cas.b32 \t%r2, [%rd1], %r1, 0;\n",
+                  ".visible .global .align 4 .b8 __splice_marker_7[4];\n")
+    with pytest.raises(SpliceRewriteError, match="unknown call site 7"):
+        splice_calls(Module(src), SITE0, kernel_name="k")
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("\tmov.u64 \t%rd1, __splice_marker_0;\n\tld.global.b32 \t%r2, [%rd1];\n",
+     "not a marker"),
+    ("\tmov.u64 \t%rd1, __splice_marker_0;\n\tatom.global.cas.b32 \t%r2, [%rd1+4], %r1, 0;\n",
+     "offset 4"),
+    ("\tmov.u64 \t%rd1, __splice_marker_0;\n\tadd.s64 \t%rd2, %rd1, 0;\n"
+     "\tatom.global.cas.b32 \t%r2, [%rd2], %r1, 0;\n", "not a marker"),
+    ("\tmov.u64 \t%rd1, __splice_marker_0;\n\tmov.u64 \t%rd1, %rd5;\n"
+     "\tatom.global.cas.b32 \t%r2, [%rd1], %r1, 0;\n", "also written by other instructions"),
+    ("\tmov.u64 \t%rd1, __splice_marker_0;\n\tatom.global.cas.b32 \t%r2, [%rd3], %rd1, 0;\n",
+     "used as a data operand"),
+    ("\tmov.u64 \t%rd1, __splice_marker_0;\n\tatom.global.add.u32 \t%r2, [%rd1], 1;\n",
+     "not a marker"),
+    ("\tmov.u64 \t%rd1, __splice_marker_0;\n\tatom.global.cas.b64 \t%rd2, [%rd1], %rd3, 0;\n",
+     "expected .b32"),
+    ("\tmov.u64 \t%rd1, __splice_marker_0;\n\tst.global.b64 \t[%rd4], %rd1;\n",
+     "not a marker"),
+])
+def test_unprovable_markers_are_errors(body, needle):
+    with pytest.raises(SpliceRewriteError, match=re.escape(needle)):
+        splice_calls(Module(_kernel(body)), SITE0, kernel_name="k")
+
+
+def test_reserved_names_in_the_kernel_are_refused():
+    src = _kernel("\t{\n\t.reg .b32 %__splice_s0;\n\t}\n")
+    with pytest.raises(SpliceRewriteError, match="reserved prefix"):
+        splice_calls(Module(src), SITE0, kernel_name="k")
+
+
+def test_marker_outside_instructions():
+    src = _kernel("\t.reg .b64 __splice_marker_0x;\n")  # an identifier that contains it
+    splice_calls(Module(src), SITE0, kernel_name="k")  # not the marker symbol: fine
+
+
+def test_user_atomic_cas_is_left_alone():
+    src = _kernel("\tld.param.u64 \t%rd3, [k_p];\n"
+                  "\tatom.global.cas.b32 \t%r2, [%rd3], %r1, 0;\n")
+    rep = splice_calls(Module(src), SITE0, kernel_name="k")
+    assert "atom.global.cas.b32 \t%r2, [%rd3], %r1, 0;" in rep.ptx
+    assert rep.total == 0
+
+
+# --------------------------------------------------------------------------- parser
+
+@pytest.mark.parametrize("bad, needle", [
+    ("{", "not closed"),
+    ("}", "unbalanced"),
+    (".visible .func f()\n{\n\tret;\n", "not closed"),
+    ("/* never closed", "unterminated /* comment"),
+    ('.file 1 "x', "unterminated string"),
+    ("\tadd.s32 %r1, %r2, %r3", "unterminated statement"),
+    ("\u00e9", "unexpected character"),
+])
+def test_malformed_ptx(bad, needle):
+    from splice.ptx import PTXSyntaxError
+    with pytest.raises(PTXSyntaxError, match=re.escape(needle)):
+        Module(HEADER + bad)
+
+
+def test_statements_keep_exact_spans():
+    text = HEADER + _kernel("\t@!%p1 bra \t$L1;\n$L1:\n\tmov.b64 \t{%r1, %r2}, %rd1;\n")
+    for s in split_statements(text):
+        assert text[s.start:s.end].strip()
