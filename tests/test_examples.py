@@ -1,5 +1,6 @@
 """The examples compile (without a GPU: --compile-only) and report their call sites."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +13,11 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.parametrize("script", ["examples/layernorm_gelu.py",
                                     "examples/ptx_import/saxpy_from_ptx.py"])
 def test_example_compiles(script):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
     out = subprocess.run([sys.executable, str(ROOT / script), "--compile-only"],
-                         capture_output=True, text=True, cwd=ROOT / "examples", timeout=600)
+                         capture_output=True, text=True, cwd=ROOT / "examples", timeout=600,
+                         env=env)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "site 0:" in out.stdout
     assert "call(s) in PTX" in out.stdout
