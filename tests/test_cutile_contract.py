@@ -1,0 +1,111 @@
+"""splice's contract with cuTile's private API (splice/_cutile.py). These fail loudly when a
+cuda-tile release moves what splice relies on."""
+
+import dataclasses
+import importlib.metadata
+import inspect
+
+import cuda.tile as ct
+import pytest
+
+import kernels as K
+import splice
+from splice import _cutile
+
+
+def test_installed_cutile_is_supported():
+    _cutile.check_supported_cutile()
+    lo, hi = _cutile.SUPPORTED_CUTILE
+    ver = tuple(int(p) for p in importlib.metadata.version("cuda-tile").split(".")[:2])
+    assert lo <= ver < hi
+
+
+def test_unsupported_cutile_version_is_refused(monkeypatch):
+    monkeypatch.setattr(_cutile, "cutile_version", lambda: "1.8.0")
+    with pytest.raises(splice.SpliceToolchainError, match="supports cuda-tile >=1.7,<1.8"):
+        _cutile.check_supported_cutile()
+
+
+def test_frontend_hook_resolves_extern_stubs():
+    from cuda.tile._ir.ops import tile_impl_registry
+    from cuda.tile._passes.hir2ir import _try_find_function_impl
+    with tile_impl_registry.as_current():
+        impl = _try_find_function_impl(K.saxpy)
+    assert impl is not None and impl._is_coroutine is False
+
+
+def test_atomic_cas_fields_and_token_order_hook():
+    from cuda.tile._ir.ops import TileAtomicCAS
+    from cuda.tile._passes import token_order
+    names = {f.name for f in dataclasses.fields(TileAtomicCAS)}
+    assert {"memory_order", "memory_scope", "pointer", "expected", "desired", "mask",
+            "token"} <= names
+    assert issubclass(_cutile.SpliceImpureCall, TileAtomicCAS)
+    assert "TileAtomicCAS" in inspect.getsource(token_order._to_token_order_in_block)
+
+
+def test_compile_tile_and_kernel_compile_signatures():
+    from cuda.tile._compile import compile_tile
+    params = inspect.signature(compile_tile).parameters
+    assert {"return_bytecode", "return_cubin", "compiler_options"} <= set(params)
+    assert list(inspect.signature(ct.kernel._compile).parameters) == [
+        "self", "signature", "context", "compute_capability"]
+
+
+def test_trace_emits_one_marker_global_per_call_site():
+    sig = K.signature(K.array(ct.float32), K.array(ct.float32), 3, 256)
+    traced = _cutile.trace_kernel(K.control_kernel, sig, "sm_90")
+    assert len(traced.sites) == 4
+    for site in traced.sites:
+        assert site.marker_symbol.encode() in traced.bytecode
+    assert traced.tileiras_flags[:2] == ("--gpu-name", "sm_90")
+
+
+def test_unused_pure_call_is_removed_and_impure_call_kept():
+    @splice.extern(source='extern "C" __device__ float pure_f(float x) { return x; }')
+    def pure_f(x: ct.float32) -> ct.float32: ...
+
+    @splice.extern(source='extern "C" __device__ float impure_f(float x) { return x; }',
+                   pure=False)
+    def impure_f(x: ct.float32) -> ct.float32: ...
+
+    @splice.kernel
+    def kern(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        pure_f(t)      # result unused: removed
+        impure_f(t)    # result unused: kept
+        ct.store(y, index=(ct.bid(0),), tile=t)
+    b = splice.compile(kern, K.signature(K.array(ct.float32), K.array(ct.float32), 256),
+                       "sm_90")
+    counts = {s.symbol: s.instances for s in b.sites}
+    assert counts.get("pure_f", 0) == 0
+    assert counts["impure_f"] >= 1
+
+
+def test_pure_call_is_hoisted_out_of_a_loop_impure_is_not():
+    @splice.extern(source='extern "C" __device__ float inv_f(float x) { return x; }')
+    def inv_f(x: ct.float32) -> ct.float32: ...
+
+    @splice.extern(source='extern "C" __device__ float inv_g(float x) { return x; }',
+                   pure=False)
+    def inv_g(x: ct.float32) -> ct.float32: ...
+
+    @splice.kernel
+    def kern(x, y, N: ct.Constant[int], TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        acc = ct.full((TILE,), 0, dtype=ct.float32)
+        for i in range(ct.bid(1) + N):
+            acc = acc + inv_f(t) + inv_g(t)
+        ct.store(y, index=(ct.bid(0),), tile=acc)
+    traced = _cutile.trace_kernel(kern, K.signature(K.array(ct.float32), K.array(ct.float32),
+                                                    4, 128), "sm_90")
+    from cuda.tile._compile import compile_tile
+    with _cutile.trace_session("kern"):
+        res = compile_tile(kern._annotated_function,
+                           (K.signature(K.array(ct.float32), K.array(ct.float32), 4, 128),),
+                           "sm_90", kern._compiler_options, return_final_ir=True,
+                           return_bytecode=False, return_cubin=False)
+    text = res.final_ir[0].to_string(include_loc=False)
+    loop_at = text.index(" = for ")
+    assert text.index("splice_pure_call") < loop_at < text.index("splice_impure_call")
+    assert len(traced.sites) == 2
