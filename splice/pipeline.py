@@ -24,7 +24,7 @@ import re
 import time
 from pathlib import Path
 
-from . import _cutile, cache, link, rewrite, toolchain
+from . import _cutile, cache, link, rewrite, toolchain, verify
 from .errors import SpliceLinkError
 from .ptx import Module
 
@@ -42,10 +42,12 @@ class SiteInfo:
     where: str
     shape: tuple[int, ...]
     instances: int
+    inlined: bool = False
 
     def __str__(self) -> str:
+        how = "inlined bod(ies)" if self.inlined else "call(s)"
         return (f"site {self.index}: {self.extern} -> {self.symbol} at {self.where}, tile "
-                f"shape {self.shape}, {self.instances} call(s) in PTX")
+                f"shape {self.shape}, {self.instances} {how} in PTX")
 
 
 @dataclasses.dataclass
@@ -165,9 +167,12 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
                     len(meta.get("sites", ())) == len(traced.sites):
                 sites = [SiteInfo(s.index, s.extern.name, s.extern.symbol, s.where, s.shape,
                                   n) for s, n in zip(traced.sites, meta["sites"])]
-                return Build(name, arch, traced.symbol, cubin, sites,
-                             traced.lifecycle_providers, from_cache=True,
-                             seconds=time.perf_counter() - t0)
+                out = Build(name, arch, traced.symbol, cubin, sites,
+                            traced.lifecycle_providers, from_cache=True,
+                            seconds=time.perf_counter() - t0)
+                if verify.enabled():
+                    verify.verify_build(out)
+                return out
 
     capture = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags,
                                      timeout=traced.timeout_sec, what=what)
@@ -206,15 +211,17 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
                                 timeout=traced.timeout_sec, what=what)
     sites = [SiteInfo(s.index, s.extern.name, s.extern.symbol, s.where, s.shape,
                       report.replaced.get(s.index, 0)) for s in traced.sites]
-    if not keep_stages:
-        cache.store("kernel", key, {"symbol": traced.symbol,
-                                    "sites": [s.instances for s in sites]}, cubin)
     out = Build(name, arch, traced.symbol, cubin, sites, traced.lifecycle_providers,
                 ptx=capture.ptx if keep_stages else None,
                 spliced_ptx=merged if keep_stages else None,
                 tileir=_tileir_text(capture.ptx) if keep_stages else None,
                 ptxas_flags=tuple(flags),
                 host_object_size=len(capture.host_object or b""), seconds=time.perf_counter() - t0)
+    if verify.enabled():
+        verify.verify_build(out)
+    if not keep_stages:
+        cache.store("kernel", key, {"symbol": traced.symbol,
+                                    "sites": [s.instances for s in sites]}, cubin)
     if dump_dir:
         _dump(out, Path(dump_dir))
     return out

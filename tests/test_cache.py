@@ -122,3 +122,31 @@ def test_inspect_without_a_gpu():
     assert "saxpy" in b.summary()
     with pytest.raises(KeyError):
         b["nope"]
+
+
+def test_verify_mode_checks_the_cubin(fresh_cache, monkeypatch):
+    from splice import verify
+    monkeypatch.setenv("SPLICE_VERIFY", "1")
+    sig = K.signature(K.array(ct.float32), K.array(ct.float32), K.array(ct.float32),
+                      K.scalar(ct.float32), 1024)
+    b = splice.build(K.saxpy_kernel, sig, "sm_90")
+    assert not any("__splice_marker" in n for n in verify.elf_symbols(b.cubin))
+    assert splice.build(K.saxpy_kernel, sig, "sm_90").from_cache  # verified again on a hit
+    # a cubin that still has a marker is caught
+    b.sites[0].instances += 1
+    with pytest.raises(splice.SpliceRewriteError, match="SASS CALL"):
+        verify.verify_build(b)
+
+
+def test_verify_catches_a_cubin_with_markers(fresh_cache):
+    from splice import _cutile, toolchain, verify
+    sig = K.signature(K.array(ct.float32), K.array(ct.float32), 512)
+    traced = _cutile.trace_kernel(K.ptx_kernel, sig, "sm_90")
+    cap = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags, timeout=None,
+                                 what="test")
+    raw = toolchain.run_ptxas(cap.ptx, toolchain.ptxas_flags(cap), cap.host_object,
+                              timeout=None, what="test")
+    b = splice.build(K.ptx_kernel, sig, "sm_90")
+    b.cubin, b._sass = raw, None
+    with pytest.raises(splice.SpliceRewriteError, match="marker"):
+        verify.verify_build(b)
