@@ -26,6 +26,8 @@ from pathlib import Path
 
 _MAGIC = b"splice-cache-v1\n"
 _warned_readonly = False
+#: A temporary file older than this (seconds) was left by a writer that died; removed.
+STALE_TEMP_SECONDS = 600
 
 
 def cache_root() -> Path:
@@ -98,6 +100,7 @@ def store(kind: str, key: str, meta: dict, payload: bytes) -> bool:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        _remove_stale_temps(path.parent)
         return True
     except OSError as e:
         if tmp is not None:
@@ -110,6 +113,17 @@ def store(kind: str, key: str, meta: dict, payload: bytes) -> bool:
             warnings.warn(f"splice: cannot write the cache directory {cache_root()} ({e}); "
                           f"compiling without caching", RuntimeWarning, stacklevel=2)
         return False
+
+
+def _remove_stale_temps(directory: Path) -> None:
+    import time
+    now = time.time()
+    for p in directory.glob(".tmp-*"):
+        try:
+            if now - p.stat().st_mtime > STALE_TEMP_SECONDS:
+                p.unlink()
+        except OSError:
+            pass
 
 
 def entries(kind: str | None = None) -> list[Path]:

@@ -184,6 +184,19 @@ def overlay() -> Path:
     return root
 
 
+def _libnvvm_candidates() -> list[Path]:
+    root = tileiras().resolve().parent.parent
+    return [root / "lib" / "libnvvm.so.4", root / "nvvm" / "lib64" / "libnvvm.so"]
+
+
+def _missing_libnvvm_hint() -> str:
+    cands = _libnvvm_candidates()
+    if any(c.exists() for c in cands):
+        return ""
+    return (f". libnvvm is missing: tileiras looks for it at "
+            f"{' or '.join(str(c) for c in cands)} (reinstall cuda-tile[tileiras])")
+
+
 @dataclasses.dataclass
 class Capture:
     """What tileiras would have assembled: its PTX, the ``--nv-host`` object (or None) and
@@ -226,7 +239,7 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
         if proc.returncode != 0:
             raise SpliceToolchainError(
                 f"tileiras failed (exit {proc.returncode}) on {what}; command: "
-                f"{shlex.join(argv[1:])}", log)
+                f"{shlex.join(argv[1:])}{_missing_libnvvm_hint()}", log)
         calls = sorted(p for p in cap.iterdir() if p.name.startswith("call"))
         if len(calls) != 1:
             raise SpliceToolchainError(
@@ -338,17 +351,19 @@ def nvrtc_compile(source: bytes, name: str, options: list[str]) -> tuple[str, st
         (cerr,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         err, size = nvrtc.nvrtcGetProgramLogSize(prog)
         _check_nvrtc(err, "nvrtcGetProgramLogSize")
-        buf = b" " * size
+        # A fresh mutable buffer: NVRTC writes into it. (``b" " * 1`` would be CPython's
+        # shared one-byte object, and NVRTC would overwrite it process-wide.)
+        buf = bytearray(size)
         (err,) = nvrtc.nvrtcGetProgramLog(prog, buf)
-        log = buf.rstrip(b"\0").decode(errors="replace")
+        log = bytes(buf).rstrip(b"\0").decode(errors="replace")
         if cerr != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise SpliceCompileError(f"NVRTC: {cerr.name}", log)
         err, size = nvrtc.nvrtcGetPTXSize(prog)
         _check_nvrtc(err, "nvrtcGetPTXSize", log)
-        buf = b" " * size
+        buf = bytearray(size)
         (err,) = nvrtc.nvrtcGetPTX(prog, buf)
         _check_nvrtc(err, "nvrtcGetPTX", log)
-        return buf.rstrip(b"\0").decode(), log
+        return bytes(buf).rstrip(b"\0").decode(), log
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
