@@ -1,0 +1,67 @@
+"""Regenerate the corpus of real tileiras PTX with call-site markers (tests/corpus/*.ptx).
+
+Each kernel of tests/kernels.py is traced and lowered by tileiras for a few architectures;
+the PTX tileiras hands to ptxas is saved with a JSON sidecar listing each call site's index
+and signature. tests/test_corpus.py rewrites every file with the PTX rewriter.
+
+    python tests/corpus/make_corpus.py
+"""
+
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+import cuda.tile as ct  # noqa: E402
+
+import kernels as K  # noqa: E402
+from splice import _cutile, toolchain  # noqa: E402
+
+f32 = ct.float32
+CASES = {
+    "saxpy_64": (K.saxpy_kernel, K.signature(K.array(f32), K.array(f32), K.array(f32),
+                                             K.scalar(f32), 64), ["sm_80", "sm_90", "sm_100"]),
+    "saxpy_4096": (K.saxpy_kernel, K.signature(K.array(f32), K.array(f32), K.array(f32),
+                                               K.scalar(f32), 4096), ["sm_90"]),
+    "mixed_256": (K.mixed_kernel, K.signature(K.array(ct.int8), K.array(ct.float16),
+                                              K.array(ct.bool_), K.array(ct.int32),
+                                              K.array(f32), K.array(ct.float64), 256),
+                  ["sm_90"]),
+    "control": (K.control_kernel, K.signature(K.array(f32), K.array(f32), 3, 256),
+                ["sm_80", "sm_90"]),
+    "count_64": (K.count_kernel, K.signature(K.array(ct.uint32), K.scalar(ct.int64), 64),
+                 ["sm_90", "sm_100"]),
+    "broadcast": (K.broadcast_kernel, K.signature(K.array(f32, 2), K.array(f32, 2),
+                                                  K.array(f32, 2), K.scalar(f32), 32, 64),
+                  ["sm_90"]),
+    "scalar": (K.scalar_kernel, K.signature(K.array(f32), K.scalar(f32), K.scalar(f32)),
+               ["sm_90"]),
+    "matmul_gelu": (K.matmul_gelu_kernel, K.signature(K.array(ct.float16, 2),
+                                                      K.array(ct.float16, 2),
+                                                      K.array(ct.float16, 2), 128, 128, 64),
+                    ["sm_90"]),
+    "float16_type": (K.TYPE_KERNELS["float16"], K.signature(K.array(ct.float16),
+                                                            K.array(ct.float16), 128),
+                     ["sm_90"]),
+    "bool_type": (K.TYPE_KERNELS["bool"], K.signature(K.array(ct.bool_), K.array(ct.bool_),
+                                                      1024), ["sm_90"]),
+}
+
+
+def main():
+    for name, (kern, sig, archs) in CASES.items():
+        for arch in archs:
+            traced = _cutile.trace_kernel(kern, sig, arch)
+            cap = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags, timeout=None,
+                                         what=name)
+            stem = f"{name}.{arch}"
+            (HERE / f"{stem}.ptx").write_text(cap.ptx)
+            (HERE / f"{stem}.json").write_text(json.dumps(
+                {str(s.index): str(s.extern.signature) for s in traced.sites}, indent=1) + "\n")
+            print(stem, len(cap.ptx))
+
+
+if __name__ == "__main__":
+    main()
