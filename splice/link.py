@@ -131,8 +131,11 @@ def _visible_defs(mod: Module) -> dict[str, str]:
     return out
 
 
-def _prepare(mod: Module, what: str, file_offset: int) -> _Prepared:
-    """Fragment text after its header directives, internal symbols renamed."""
+def _prepare(mod: Module, what: str, file_offset: int,
+             defined: frozenset[str] = frozenset()) -> _Prepared:
+    """Fragment text after its header directives, internal symbols renamed, declarations
+    (``.extern`` or not) of functions that ``defined`` holds removed: whole-program ptxas
+    rejects an ``.extern`` declaration of a function defined in the same module."""
     text = mod.text
     tag = hashlib.sha256(text.encode()).hexdigest()[:8]
     internal = set()
@@ -157,6 +160,11 @@ def _prepare(mod: Module, what: str, file_offset: int) -> _Prepared:
         if s.kind == "opaque":
             edits.append((s.start, s.end, ""))
             continue
+        if s.kind == "decl" and s.depth == 0:
+            fn = next((f for f in mod.function_order if f.header is s), None)
+            if fn is not None and fn.name in defined:
+                edits.append((s.start, s.end, f"// splice: declaration of {fn.name} hoisted"))
+                continue
         if s.kind == "directive" and s.head in (".file", ".loc", ".loc_intermediate") and \
                 file_offset and len(s.tokens) > 1 and s.tokens[1].kind == "number":
             t = s.tokens[1]
@@ -184,10 +192,14 @@ def merge(kernel: Module, fragments: Sequence[tuple[str, Module]], kernel_name: 
             except ValueError:
                 pass
     owners: dict[str, _Prepared] = {}
-    chunks = []
     for what, mod in fragments:
         check_compatible(mod, kernel, what)
-        prep = _prepare(mod, what, max_file)
+    defined = frozenset(f.name for _, mod in fragments for f in mod.function_order
+                        if f.is_definition and f.linkage)
+    prototypes: dict[str, str] = {}
+    chunks = []
+    for what, mod in fragments:
+        prep = _prepare(mod, what, max_file, defined)
         drop = []
         for sym, definition in prep.visible.items():
             if sym in kernel_syms:
@@ -202,8 +214,14 @@ def merge(kernel: Module, fragments: Sequence[tuple[str, Module]], kernel_name: 
                     f"by {what}; give one of them another name")
             owners[sym] = prep
         if drop:
-            prep = _prepare(_without(mod, drop), what, max_file)
+            prep = _prepare(_without(mod, drop), what, max_file, defined)
+        for fn in mod.function_order:
+            if fn.is_definition and fn.linkage and fn.name not in drop:
+                prototypes.setdefault(fn.name, fn.header.text(mod.text).strip() + ";")
         chunks.append(f"// splice: begin {what}\n{prep.text}// splice: end {what}\n")
+    if prototypes:
+        chunks.insert(0, "// splice: prototypes of the fragments' functions\n" +
+                      "\n".join(prototypes.values()) + "\n")
     insert_at = 0
     for s in kernel.statements:
         if s.depth == 0 and s.kind == "directive" and s.head in (".version", ".target",

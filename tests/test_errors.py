@@ -2,6 +2,7 @@
 leaves no cache entry behind."""
 
 import os
+import re
 from pathlib import Path
 
 import cuda.tile as ct
@@ -327,3 +328,65 @@ def test_edit_of_a_ptx_file_is_seen(tmp_path):
     b2 = splice.build(kern, SIG_1D, "sm_90")
     assert b1.cubin != b2.cubin and not b2.from_cache
     assert splice.build(kern, SIG_1D, "sm_90").from_cache
+
+
+def test_fragments_calling_each_other_cyclically():
+    # f (fragment A) calls g (fragment B), which calls f: legal whole-program PTX once the
+    # .extern declarations are hoisted into prototypes
+    @splice.extern(source='extern "C" __device__ float g_cyc(float x, int d);\n'
+                          'extern "C" __device__ float f_cyc(float x, int d) '
+                          '{ return d <= 0 ? x : g_cyc(x * 0.5f, d - 1); }')
+    def f_cyc(x: ct.float32, d: ct.int32) -> ct.float32: ...
+
+    @splice.extern(source='extern "C" __device__ float f_cyc(float x, int d);\n'
+                          'extern "C" __device__ float g_cyc(float x, int d) '
+                          '{ return d <= 0 ? x : f_cyc(x + 1.0f, d - 1); }')
+    def g_cyc(x: ct.float32, d: ct.int32) -> ct.float32: ...
+
+    @splice.kernel
+    def kern(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=f_cyc(t, 4) + g_cyc(t, 3))
+    b = splice.compile(kern, SIG_1D, "sm_90")
+    assert b.cubin
+    assert not re.search(r"\.extern\s+\.func[^;]*\b[fg]_cyc\b", b.spliced_ptx)
+
+
+def test_include_not_found():
+    @splice.extern(source='#include "no_such_header.h"\n'
+                          'extern "C" __device__ float inc(float x) { return x; }')
+    def inc(x: ct.float32) -> ct.float32: ...
+    _compile_fails(_kernel_calling(inc), splice.SpliceCompileError, "no_such_header.h",
+                   "line 1:")
+
+
+def test_huge_source_compiles():
+    filler = "// " + "x" * 200 + "\n"
+    src = filler * 20000 + 'extern "C" __device__ float huge(float x) { return x; }\n'
+    assert len(src) > 4_000_000
+
+    @splice.extern(source=src)
+    def huge(x: ct.float32) -> ct.float32: ...
+    assert splice.build(_kernel_calling(huge), SIG_1D, "sm_90").cubin
+
+
+@pytest.mark.parametrize("name", ["ret", "call", "mov", "bra"])
+def test_externs_named_like_ptx_opcodes(name):
+    ext = splice.extern(source=f'extern "C" __device__ float {name}(float x) '
+                               f'{{ return x + 1.0f; }}',
+                        name=name, signature="float32(float32)")(lambda x: None)
+    b = splice.build(_kernel_calling(ext), SIG_1D, "sm_90")
+    assert b.sites[0].instances >= 1
+
+
+def test_ptx_defining_a_function_twice():
+    body = K.PTX_SCALE.split(".address_size 64")[1]
+    ext = splice.extern.from_ptx(ptx=K.PTX_SCALE + body, name="ptx_scale",
+                                 signature="float32(float32, float32)")
+    _compile_fails(_kernel_calling(ext, 2), splice.SpliceLinkError, "defined twice")
+
+
+def test_ptx_without_address_size():
+    ext = splice.extern.from_ptx(ptx=K.PTX_SCALE.replace(".address_size 64", ""),
+                                 name="ptx_scale", signature="float32(float32, float32)")
+    _compile_fails(_kernel_calling(ext, 2), splice.SpliceLinkError, ".address_size 64")
