@@ -35,6 +35,7 @@ class ExternFunction:
     pure: bool
     fragment: Fragment
     where: str
+    inline: str = "auto"
 
     def __repr__(self) -> str:
         return (f"<splice extern {self.name}: {self.signature} = {self.symbol} from "
@@ -114,9 +115,13 @@ def _signature_checks(symbol: str, sig: Signature) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name):
+def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name,
+             inline="auto"):
     if not isinstance(pure, bool):
         raise SpliceDeclarationError(f"extern '{name}' at {where}: pure must be True or False")
+    if inline not in ("auto", "always", "never"):
+        raise SpliceDeclarationError(f"extern '{name}' at {where}: inline must be 'auto', "
+                                     f"'always' or 'never', got {inline!r}")
     try:
         sig = signature_from_annotations(stub) if signature is None else \
             signature if isinstance(signature, Signature) else parse_signature(signature)
@@ -131,13 +136,13 @@ def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name):
                 f"extern '{name}' at {where}: the stub takes {len(params)} parameter(s) but "
                 f"the signature {sig} has {len(sig.args)}")
     fragment = fragment_factory(symbol, sig)
-    ext = ExternFunction(name, symbol, sig, pure, fragment, where)
+    ext = ExternFunction(name, symbol, sig, pure, fragment, where, inline)
     return _cutile.make_callable_stub(ext, stub)
 
 
 def extern(func=None, /, *, source: str | None = None, path=None, name: str | None = None,
-           signature: str | None = None, pure: bool = True, options=(), include_dirs=(),
-           defines=None):
+           signature: str | None = None, pure: bool = True, inline: str = "auto", options=(),
+           include_dirs=(), defines=None):
     """Declare an extern device function written in CUDA C, callable from a
     ``@splice.kernel``.
 
@@ -162,6 +167,10 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
             call may be hoisted out of a loop. False: kept, in place and in order with the
             kernel's memory operations, run exactly once per element. Void externs are
             always treated as impure.
+        inline (str): "auto" (default): paste the function's PTX body at each call site when
+            that is safe (no stack frame, recursion or indirect call), else call it; "always":
+            inline or fail; "never": always a real ``call``. ``build.summary()`` says which
+            and why.
         options (list[str]): extra NVRTC options (e.g. ``["-std=c++17",
             "--use_fast_math"]``); an option NVRTC does not know is an error.
         include_dirs (list[str]): extra include directories.
@@ -192,7 +201,7 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
                               defines=defs, where=where,
                               checks=_signature_checks(symbol, sig))
         return _declare(stub, symbol=name or ext_name, signature=signature, pure=pure,
-                        fragment_factory=make, where=where, name=ext_name)
+                        fragment_factory=make, where=where, name=ext_name, inline=inline)
 
     if func is not None:
         raise SpliceDeclarationError(
@@ -201,7 +210,7 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
 
 
 def from_ptx(path=None, /, *, ptx: str | None = None, name: str, signature: str,
-             pure: bool = True):
+             pure: bool = True, inline: str = "auto"):
     """Declare an extern whose device code is PTX: a ``.ptx`` file or PTX text.
 
     ``saxpy = splice.extern.from_ptx("kernels/saxpy.ptx", name="saxpy",
@@ -215,6 +224,7 @@ def from_ptx(path=None, /, *, ptx: str | None = None, name: str, signature: str,
         signature (str): as for :func:`extern`; checked against the ``.func`` prototype's
             parameter sizes when linking.
         pure (bool): as for :func:`extern`.
+        inline (str): as for :func:`extern`.
 
     Returns:
         A function to call inside ``@splice.kernel`` functions.
@@ -234,7 +244,7 @@ def from_ptx(path=None, /, *, ptx: str | None = None, name: str, signature: str,
         raise SpliceDeclarationError(f"{what}: signature= is required for PTX externs")
     return _declare(None, symbol=name, signature=signature, pure=pure,
                     fragment_factory=lambda s, g: PtxSource(text=ptx, path=file, where=where),
-                    where=where, name=name)
+                    where=where, name=name, inline=inline)
 
 
 extern.from_ptx = from_ptx

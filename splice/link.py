@@ -176,9 +176,19 @@ def _prepare(mod: Module, what: str, file_offset: int,
     return _Prepared(what, mod, new.strip() + "\n", _visible_defs(mod))
 
 
-def merge(kernel: Module, fragments: Sequence[tuple[str, Module]], kernel_name: str) -> str:
-    """The kernel's PTX with every fragment merged in (after the kernel's header
-    directives, so definitions precede the kernel's calls).
+@dataclasses.dataclass
+class Linked:
+    """Fragments prepared for one kernel: the text to insert and, per visible function, the
+    prepared module defining it (internal symbols already renamed, so its body can be
+    inlined as it stands)."""
+
+    text: str
+    functions: dict[str, tuple[Module, Function]]
+
+
+def prepare(kernel: Module, fragments: Sequence[tuple[str, Module]],
+            kernel_name: str) -> Linked:
+    """Check and prepare fragments for merging into ``kernel``.
 
     Raises:
         SpliceLinkError: incompatible fragment, or a symbol clash.
@@ -197,6 +207,7 @@ def merge(kernel: Module, fragments: Sequence[tuple[str, Module]], kernel_name: 
     defined = frozenset(f.name for _, mod in fragments for f in mod.function_order
                         if f.is_definition and f.linkage)
     prototypes: dict[str, str] = {}
+    functions: dict[str, tuple[Module, Function]] = {}
     chunks = []
     for what, mod in fragments:
         prep = _prepare(mod, what, max_file, defined)
@@ -218,10 +229,23 @@ def merge(kernel: Module, fragments: Sequence[tuple[str, Module]], kernel_name: 
         for fn in mod.function_order:
             if fn.is_definition and fn.linkage and fn.name not in drop:
                 prototypes.setdefault(fn.name, fn.header.text(mod.text).strip() + ";")
+        header = "".join(f"{s.text(mod.text)}\n" for s in mod.statements
+                         if s.depth == 0 and s.kind == "directive" and
+                         s.head in (".version", ".target", ".address_size"))
+        pmod = Module(header + prep.text, f"prepared {what}")
+        for fn in pmod.function_order:
+            if fn.is_definition and fn.linkage and fn.name not in drop:
+                functions.setdefault(fn.name, (pmod, fn))
         chunks.append(f"// splice: begin {what}\n{prep.text}// splice: end {what}\n")
     if prototypes:
         chunks.insert(0, "// splice: prototypes of the fragments' functions\n" +
                       "\n".join(prototypes.values()) + "\n")
+    return Linked("".join(chunks), functions)
+
+
+def insert(kernel: Module, linked: Linked, kernel_name: str) -> str:
+    """The kernel's PTX with the prepared fragments inserted after its header directives
+    (so definitions precede the kernel's calls). The result must parse."""
     insert_at = 0
     for s in kernel.statements:
         if s.depth == 0 and s.kind == "directive" and s.head in (".version", ".target",
@@ -229,9 +253,14 @@ def merge(kernel: Module, fragments: Sequence[tuple[str, Module]], kernel_name: 
             insert_at = s.end
         elif s.kind != "directive" or s.head not in (".version", ".target", ".address_size"):
             break
-    merged = kernel.text[:insert_at] + "\n\n" + "".join(chunks) + kernel.text[insert_at:]
+    merged = kernel.text[:insert_at] + "\n\n" + linked.text + kernel.text[insert_at:]
     Module(merged, f"merged PTX of {kernel_name}")  # must still parse
     return merged
+
+
+def merge(kernel: Module, fragments: Sequence[tuple[str, Module]], kernel_name: str) -> str:
+    """:func:`prepare` then :func:`insert`."""
+    return insert(kernel, prepare(kernel, fragments, kernel_name), kernel_name)
 
 
 def _without(mod: Module, symbols: Sequence[str]) -> Module:

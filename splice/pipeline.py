@@ -24,7 +24,7 @@ import re
 import time
 from pathlib import Path
 
-from . import _cutile, cache, link, rewrite, toolchain, verify
+from . import _cutile, cache, inline, link, rewrite, toolchain, verify
 from .errors import SpliceLinkError
 from .ptx import Module
 
@@ -43,11 +43,13 @@ class SiteInfo:
     shape: tuple[int, ...]
     instances: int
     inlined: bool = False
+    why_not_inlined: str | None = None
 
     def __str__(self) -> str:
         how = "inlined bod(ies)" if self.inlined else "call(s)"
+        why = f" (not inlined: {self.why_not_inlined})" if self.why_not_inlined else ""
         return (f"site {self.index}: {self.extern} -> {self.symbol} at {self.where}, tile "
-                f"shape {self.shape}, {self.instances} {how} in PTX")
+                f"shape {self.shape}, {self.instances} {how} in PTX{why}")
 
 
 @dataclasses.dataclass
@@ -155,8 +157,8 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
 
     key = cache.key_of(
         "kernel", __version__, traced.bytecode, traced.tileiras_flags, arch,
-        [(e.symbol, str(e.signature), e.fragment.kind, e.fragment.content_key(arch))
-         for e in externs.values()],
+        [(e.symbol, str(e.signature), e.inline, e.fragment.kind,
+          e.fragment.content_key(arch)) for e in externs.values()],
         toolchain.tileiras_version(), toolchain.ptxas_version(),
         list(toolchain.nvrtc_version()))
     if not keep_stages:
@@ -166,7 +168,7 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
             if meta.get("symbol") == traced.symbol and \
                     len(meta.get("sites", ())) == len(traced.sites):
                 sites = [SiteInfo(s.index, s.extern.name, s.extern.symbol, s.where, s.shape,
-                                  n) for s, n in zip(traced.sites, meta["sites"])]
+                                  *m) for s, m in zip(traced.sites, meta["sites"])]
                 out = Build(name, arch, traced.symbol, cubin, sites,
                             traced.lifecycle_providers, from_cache=True,
                             seconds=time.perf_counter() - t0)
@@ -183,7 +185,6 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
 
     # Fragments for the kernel's own PTX target, de-duplicated by content.
     frag_mods: dict[str, tuple[str, Module]] = {}
-    calls: dict[int, rewrite.SiteCall] = {}
     for site in traced.sites:
         ext = site.extern
         fkey = ext.fragment.content_key(target)
@@ -199,29 +200,53 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
                 f" (it defines: {', '.join(defined) or 'nothing'}); for C++ code declare it "
                 f"extern \"C\"")
         link.check_prototype(fn, ext.signature, f"{decl}, {fdesc}", fmod.text)
+    linked = link.prepare(kernel_mod, list(frag_mods.values()), name)
+
+    calls: dict[int, rewrite.SiteCall] = {}
+    not_inlined: dict[int, str] = {}
+    for site in traced.sites:
+        ext = site.extern
+        pmod, fn = linked.functions[ext.symbol]
+        body = None
+        if ext.inline != "never":
+            reason = inline.why_not_inlinable(pmod, fn, linked.functions)
+            if reason is None:
+                body = (pmod, fn)
+            elif ext.inline == "always":
+                raise SpliceLinkError(
+                    f"extern '{ext.name}' (declared at {ext.where}) has inline=\"always\" but "
+                    f"'{ext.symbol}' cannot be inlined: {reason}")
+            else:
+                not_inlined[site.index] = reason
+        else:
+            not_inlined[site.index] = "inline=\"never\""
         calls[site.index] = rewrite.SiteCall(site.index, ext.symbol, fn.params,
                                              fn.results[0] if fn.results else None,
-                                             ext.signature, f"{ext.name} at {site.where}")
+                                             ext.signature, f"{ext.name} at {site.where}",
+                                             body)
 
     report = rewrite.splice_calls(kernel_mod, calls, kernel_name=name)
     spliced = Module(report.ptx, f"spliced PTX of {what}")
-    merged = link.merge(spliced, list(frag_mods.values()), name)
+    merged = link.insert(spliced, linked, name)
     flags = toolchain.ptxas_flags(capture)
     cubin = toolchain.run_ptxas(merged, flags, capture.host_object,
                                 timeout=traced.timeout_sec, what=what)
     sites = [SiteInfo(s.index, s.extern.name, s.extern.symbol, s.where, s.shape,
-                      report.replaced.get(s.index, 0)) for s in traced.sites]
+                      report.replaced.get(s.index, 0), calls[s.index].inline is not None,
+                      not_inlined.get(s.index)) for s in traced.sites]
     out = Build(name, arch, traced.symbol, cubin, sites, traced.lifecycle_providers,
                 ptx=capture.ptx if keep_stages else None,
                 spliced_ptx=merged if keep_stages else None,
                 tileir=_tileir_text(capture.ptx) if keep_stages else None,
                 ptxas_flags=tuple(flags),
-                host_object_size=len(capture.host_object or b""), seconds=time.perf_counter() - t0)
+                host_object_size=len(capture.host_object or b""),
+                seconds=time.perf_counter() - t0)
     if verify.enabled():
         verify.verify_build(out)
     if not keep_stages:
         cache.store("kernel", key, {"symbol": traced.symbol,
-                                    "sites": [s.instances for s in sites]}, cubin)
+                                    "sites": [[s.instances, s.inlined, s.why_not_inlined]
+                                              for s in sites]}, cubin)
     if dump_dir:
         _dump(out, Path(dump_dir))
     return out

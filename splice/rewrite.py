@@ -58,6 +58,7 @@ class SiteCall:
     result: Param | None
     signature: Signature
     label: str
+    inline: tuple | None = None   # (prepared Module, Function) to inline, or None: call
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,8 +129,9 @@ def splice_calls(module: Module, sites: Mapping[int, SiteCall], *,
             raise _fail(kernel_name, f"site {idx}: {found[idx]} marker instance(s) found, "
                                      f"{replaced[idx]} replaced")
     new_text = apply_edits(text, edits)
-    _verify(new_text, sites, sum(replaced.values()), _count_calls(module, sites),
-            kernel_name)
+    n_calls = sum(n for i, n in replaced.items()
+                  if sites[i].inline is None and (sites[i].params or sites[i].result))
+    _verify(new_text, sites, n_calls, _count_calls(module, sites), kernel_name)
     return SpliceReport(dict(found), dict(replaced), new_text)
 
 
@@ -247,12 +249,15 @@ def _address_copy_source(ins: Instruction, marker_reg: Mapping[str, int]) -> int
 
 
 def _count_calls(module: Module, sites: Mapping[int, SiteCall]) -> int:
+    """Calls of a site's callee that pass splice's own parameters (``__splice_p``,
+    ``__splice_r``): the calls the rewriter emitted."""
     callees = {s.callee for s in sites.values()}
     n = 0
     for s in module.statements:
         if s.kind == "instruction":
             ins = parse_instruction(s, module.text)
-            if ins.base == "call" and _call_target(ins) in callees:
+            if ins.base == "call" and _call_target(ins) in callees and \
+                    any("__splice_" in op for op in ins.operands):
                 n += 1
     return n
 
@@ -283,8 +288,8 @@ def _verify(new_text: str, sites, n_replaced: int, calls_before: int, kernel_nam
                             s.text(new_text))
     calls_after = _count_calls(out, sites)
     if calls_after - calls_before != n_replaced:
-        raise _fail(kernel_name, f"{n_replaced} markers replaced but the rewritten PTX has "
-                                 f"{calls_after - calls_before} new calls")
+        raise _fail(kernel_name, f"{n_replaced} markers replaced by calls but the rewritten "
+                                 f"PTX has {calls_after - calls_before} new calls")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -301,7 +306,6 @@ def call_block(site: SiteCall, guard: str | None, dest: str,
     the arguments unpacked from the marker's two operands, result into ``dest``."""
     # st.param/ld.param cannot be predicated: a guarded marker becomes a branch around the
     # whole call sequence.
-    g = ""
     sig = site.signature
     width = sig.marker_bits
     packing = sig.packing()
@@ -313,7 +317,7 @@ def call_block(site: SiteCall, guard: str | None, dest: str,
         negated = guard[1:] if guard.startswith("!") else "!" + guard
         body.append(f"\t@{negated} bra \t{skip};")
     for k, op in enumerate(operands):
-        body.append(f"\t{g}mov.b{width} \t%__splice_s{k}, {op};")
+        body.append(f"\tmov.b{width} \t%__splice_s{k}, {op};")
     regs = {"b16": 0, "b32": 0, "b64": 0}
 
     def reg(kind: str) -> str:
@@ -321,33 +325,38 @@ def call_block(site: SiteCall, guard: str | None, dest: str,
         regs[kind] += 1
         return f"%__splice_{kind}_{n}"
 
+    values = []
     for i, (elem, place, param) in enumerate(zip(sig.args, packing, site.params,
                                                  strict=True)):
         pname = f"__splice_p{i}"
-        decls.append(f"\t{param.declare(pname)};")
         pbits = _param_bits(param)
-        value = _extract(body, g, reg, f"%__splice_s{place.slot}", width, place, elem, pbits)
-        body.append(f"\t{g}st.param.b{pbits} \t[{pname}], {value};")
+        value = _extract(body, reg, f"%__splice_s{place.slot}", width, place, elem, pbits)
+        values.append((value, pbits))
+        if site.inline is None:
+            decls.append(f"\t{param.declare(pname)};")
+            body.append(f"\tst.param.b{pbits} \t[{pname}], {value};")
     args = ", ".join(f"__splice_p{i}" for i in range(len(sig.args)))
-    if site.result is not None:
+    if site.inline is not None:
+        _inline_call(site, values, body, reg, dest, width, instance)
+    elif site.result is not None:
         decls.append(f"\t{site.result.declare('__splice_r')};")
-        body.append(f"\t{g}call (__splice_r), {site.callee}, ({args});")
+        body.append(f"\tcall (__splice_r), {site.callee}, ({args});")
         rbits = _param_bits(site.result)
         if dest != "_":
             if rbits == width:
-                body.append(f"\t{g}ld.param.b{width} \t{dest}, [__splice_r];")
+                body.append(f"\tld.param.b{width} \t{dest}, [__splice_r];")
             elif rbits == 32:
                 r = reg("b32")
-                body.append(f"\t{g}ld.param.b32 \t{r}, [__splice_r];")
-                body.append(f"\t{g}cvt.u64.u32 \t{dest}, {r};")
+                body.append(f"\tld.param.b32 \t{r}, [__splice_r];")
+                body.append(f"\tcvt.u64.u32 \t{dest}, {r};")
             else:
                 r = reg("b16")
-                body.append(f"\t{g}ld.param.b{rbits} \t{r}, [__splice_r];")
-                body.append(f"\t{g}cvt.u{width}.u16 \t{dest}, {r};")
+                body.append(f"\tld.param.b{rbits} \t{r}, [__splice_r];")
+                body.append(f"\tcvt.u{width}.u16 \t{dest}, {r};")
     else:
-        body.append(f"\t{g}call {site.callee}, ({args});")
+        body.append(f"\tcall {site.callee}, ({args});")
         if dest != "_":
-            body.append(f"\t{g}mov.b{width} \t{dest}, 0;")
+            body.append(f"\tmov.b{width} \t{dest}, 0;")
     if guard:
         body.append(f"{skip}:")
     for kind, n in regs.items():
@@ -356,10 +365,30 @@ def call_block(site: SiteCall, guard: str | None, dest: str,
     return "\n".join(lines + decls + body + ["\t}"])
 
 
+def _inline_call(site, values, body, reg, dest, width, instance):
+    """The callee's body in place of the call (see :mod:`splice.inline`)."""
+    from .inline import inline_body
+    mod, fn = site.inline
+    result = None
+    if site.result is not None:
+        rbits = _param_bits(site.result)
+        rv = reg(f"b{max(rbits, 16)}")
+        result = (rv, max(rbits, 16))
+    body.extend(inline_body(mod, fn, values, result, f"{site.index}_{instance}"))
+    if result is not None and dest != "_":
+        rv, rbits = result
+        if rbits == width:
+            body.append(f"\tmov.b{width} \t{dest}, {rv};")
+        else:
+            body.append(f"\tcvt.u{width}.u{rbits} \t{dest}, {rv};")
+    elif result is None and dest != "_":
+        body.append(f"\tmov.b{width} \t{dest}, 0;")
+
+
 _SIGNED_CVT = {8: "s8", 16: "s16"}
 
 
-def _extract(body: list[str], g: str, reg, slot_reg: str, width: int, place: ArgSlot,
+def _extract(body: list[str], reg, slot_reg: str, width: int, place: ArgSlot,
              elem: ElementType, pbits: int) -> str:
     """Emit instructions extracting one argument from its ``width``-bit slot register into
     a register of ``pbits`` bits (the callee's .param width), extended as C promotes it;
@@ -367,45 +396,45 @@ def _extract(body: list[str], g: str, reg, slot_reg: str, width: int, place: Arg
     src = slot_reg
     if place.offset:
         t = reg(f"b{width}")
-        body.append(f"\t{g}shr.b{width} \t{t}, {slot_reg}, {place.offset};")
+        body.append(f"\tshr.b{width} \t{t}, {slot_reg}, {place.offset};")
         src = t
     if pbits == 64:
         if place.bits == 64:
             return src
-        w = _low32(body, g, reg, src, width)
-        w = _extend32(body, g, w, place.bits, elem)
+        w = _low32(body, reg, src, width)
+        w = _extend32(body, w, place.bits, elem)
         d = reg("b64")
         sign = "s" if elem.kind == "s" else "u"
-        body.append(f"\t{g}cvt.{sign}64.{sign}32 \t{d}, {w};")
+        body.append(f"\tcvt.{sign}64.{sign}32 \t{d}, {w};")
         return d
     if pbits == 32:
-        w = _low32(body, g, reg, src, width)
+        w = _low32(body, reg, src, width)
         if place.bits < 32:
             w2 = reg("b32")
-            body.append(f"\t{g}mov.b32 \t{w2}, {w};")
-            w = _extend32(body, g, w2, place.bits, elem)
+            body.append(f"\tmov.b32 \t{w2}, {w};")
+            w = _extend32(body, w2, place.bits, elem)
         return w
     # 16- or 8-bit parameter (e.g. __half as .b8[2]): the low bits in a 16-bit register.
     h = reg("b16")
-    body.append(f"\t{g}cvt.u16.u{width} \t{h}, {src};")
+    body.append(f"\tcvt.u16.u{width} \t{h}, {src};")
     return h
 
 
-def _low32(body, g, reg, src: str, width: int) -> str:
+def _low32(body, reg, src: str, width: int) -> str:
     if width == 32:
         return src
     w = reg("b32")
-    body.append(f"\t{g}cvt.u32.u64 \t{w}, {src};")
+    body.append(f"\tcvt.u32.u64 \t{w}, {src};")
     return w
 
 
-def _extend32(body, g, w: str, bits: int, elem: ElementType) -> str:
+def _extend32(body, w: str, bits: int, elem: ElementType) -> str:
     if bits >= 32:
         return w
     if elem.kind == "s":
-        body.append(f"\t{g}cvt.s32.{_SIGNED_CVT[bits]} \t{w}, {w};")
+        body.append(f"\tcvt.s32.{_SIGNED_CVT[bits]} \t{w}, {w};")
     elif elem.kind == "b":
-        body.append(f"\t{g}and.b32 \t{w}, {w}, 1;")
+        body.append(f"\tand.b32 \t{w}, {w}, 1;")
     else:
-        body.append(f"\t{g}and.b32 \t{w}, {w}, {(1 << bits) - 1};")
+        body.append(f"\tand.b32 \t{w}, {w}, {(1 << bits) - 1};")
     return w

@@ -39,21 +39,22 @@ _OPS = {
 }
 
 
-def _make_type_extern(name: str):
+def _make_type_extern(name: str, inline: str = "auto"):
     t = splice.ELEMENT_TYPES[name]
     body, ref = _OPS[name]
     src = (f"#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
            f"extern \"C\" __device__ {t.c_type} twist_{name}({t.c_type} x) {{ {body} }}\n")
-    fn = splice.extern(source=src, name=f"twist_{name}",
+    fn = splice.extern(source=src, name=f"twist_{name}", inline=inline,
                        signature=f"{name}({name})")(lambda x: None)
     return fn, ref
 
 
 TYPE_EXTERNS = {name: _make_type_extern(name) for name in _OPS}
+TYPE_EXTERNS_CALLED = {name: _make_type_extern(name, "never") for name in _OPS}
 
 
-def make_type_kernel(name: str):
-    fn, _ = TYPE_EXTERNS[name]
+def make_type_kernel(name: str, inline: str = "auto"):
+    fn, _ = (TYPE_EXTERNS if inline == "auto" else TYPE_EXTERNS_CALLED)[name]
 
     @splice.kernel
     def type_kernel(x, y, TILE: ConstInt):
@@ -63,7 +64,8 @@ def make_type_kernel(name: str):
     return type_kernel
 
 
-TYPE_KERNELS = {name: make_type_kernel(name) for name in _OPS}
+TYPE_KERNELS = {(name, inline): make_type_kernel(name, inline)
+                for name in _OPS for inline in ("auto", "never")}
 
 # ---------------------------------------------------------------------------------------------
 # Several arguments of mixed types, packed into the 128-bit payload.
@@ -117,6 +119,20 @@ def saxpy_kernel(x, y, out, a: float, TILE: ConstInt):
     tx = ct.load(x, index=(bid,), shape=(TILE,))
     ty = ct.load(y, index=(bid,), shape=(TILE,))
     ct.store(out, index=(bid,), tile=saxpy(a, tx, ty))
+
+
+saxpy_called = splice.extern(source=r'''
+extern "C" __device__ float saxpy(float a, float x, float y) { return a * x + y; }''',
+                             name="saxpy", signature="float32(float32, float32, float32)",
+                             inline="never")(lambda a, x, y: None)
+
+
+@splice.kernel
+def saxpy_call_kernel(x, y, out, a: float, TILE: ConstInt):
+    bid = ct.bid(0)
+    tx = ct.load(x, index=(bid,), shape=(TILE,))
+    ty = ct.load(y, index=(bid,), shape=(TILE,))
+    ct.store(out, index=(bid,), tile=saxpy_called(a, tx, ty))
 
 
 @splice.kernel

@@ -127,11 +127,18 @@ def test_inspect_without_a_gpu():
 def test_verify_mode_checks_the_cubin(fresh_cache, monkeypatch):
     from splice import verify
     monkeypatch.setenv("SPLICE_VERIFY", "1")
-    sig = K.signature(K.array(ct.float32), K.array(ct.float32), K.array(ct.float32),
-                      K.scalar(ct.float32), 1024)
-    b = splice.build(K.saxpy_kernel, sig, "sm_90")
+    called = splice.extern.from_ptx(ptx=K.PTX_SCALE, name="ptx_scale", inline="never",
+                                    signature="float32(float32, float32)")
+
+    @splice.kernel
+    def kern(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=called(t, 2.0) + K.ptx_scale(t, t))
+    sig = K.signature(K.array(ct.float32), K.array(ct.float32), 1024)
+    b = splice.build(kern, sig, "sm_90")
+    assert [s.inlined for s in b.sites] == [False, True]
     assert not any("__splice_marker" in n for n in verify.elf_symbols(b.cubin))
-    assert splice.build(K.saxpy_kernel, sig, "sm_90").from_cache  # verified again on a hit
+    assert splice.build(kern, sig, "sm_90").from_cache  # verified again on a hit
     # a cubin that still has a marker is caught
     b.sites[0].instances += 1
     with pytest.raises(splice.SpliceRewriteError, match="SASS CALL"):

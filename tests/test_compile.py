@@ -24,19 +24,33 @@ def test_saxpy_every_arch_and_tile(arch, tile):
     b = _build(K.saxpy_kernel, sig, arch)
     [site] = b.sites
     assert site.symbol == "saxpy" and site.shape == (tile,)
-    assert site.instances >= 1
+    assert site.instances >= 1 and site.inlined
+    assert b.spliced_ptx.count("inlined body of saxpy") == site.instances
+    assert "call (__splice_r), saxpy," not in b.spliced_ptx
+    if b.sass is not None:
+        assert b.sass_call_count("saxpy") == 0  # inlined: no CALL left
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("tile", [1, 64, 4096])
+def test_never_inlined_calls(arch, tile):
+    sig = K.signature(K.array(f32), K.array(f32), K.array(f32), K.scalar(f32), tile)
+    b = _build(K.saxpy_call_kernel, sig, arch)
+    [site] = b.sites
+    assert not site.inlined and site.why_not_inlined == 'inline="never"'
     assert b.spliced_ptx.count("call (__splice_r), saxpy,") == site.instances
-    sass = b.sass
-    if sass is not None:
+    if b.sass is not None:
         assert b.sass_call_count("saxpy") == site.instances
 
 
-@pytest.mark.parametrize("name", sorted(K.TYPE_KERNELS))
-def test_every_element_type(name):
+@pytest.mark.parametrize("inline", ["auto", "never"])
+@pytest.mark.parametrize("name", sorted(K.TYPE_EXTERNS))
+def test_every_element_type(name, inline):
     t = splice.ELEMENT_TYPES[name]
     sig = K.signature(K.array(t.dtype), K.array(t.dtype), 128)
-    b = _build(K.TYPE_KERNELS[name], sig, "sm_90")
+    b = _build(K.TYPE_KERNELS[name, inline], sig, "sm_90")
     assert b.sites[0].instances >= 1
+    assert b.sites[0].inlined == (inline == "auto")
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -72,8 +86,8 @@ def test_control_flow(arch):
 def test_void_impure_extern(arch):
     sig = K.signature(K.array(ct.uint32), K.scalar(ct.int64), 64)
     b = _build(K.count_kernel, sig, arch)
-    assert b.sites[0].instances >= 1
-    assert "call count, (" in b.spliced_ptx
+    assert b.sites[0].instances >= 1 and b.sites[0].inlined
+    assert b.spliced_ptx.count("inlined body of count") == b.sites[0].instances
 
 
 def test_ptx_fragment():

@@ -59,8 +59,9 @@ def _random(name, n, rng):
     return (rng.standard_normal(n) * 10).astype(name)
 
 
-@pytest.mark.parametrize("name", sorted(K.TYPE_KERNELS))
-def test_every_element_type(dev, name):
+@pytest.mark.parametrize("inline", ["auto", "never"])
+@pytest.mark.parametrize("name", sorted(K.TYPE_EXTERNS))
+def test_every_element_type(dev, name, inline):
     torch = dev.torch
     rng = np.random.default_rng(1)
     n, tile = 4096, 256
@@ -74,20 +75,21 @@ def test_every_element_type(dev, name):
         xt = dev.arr(x)
         ref = K.TYPE_EXTERNS[name][1](x)
     y = torch.empty(n, dtype=tdt, device="cuda")
-    dev.launch((n // tile,), K.TYPE_KERNELS[name], (xt, y, tile))
+    dev.launch((n // tile,), K.TYPE_KERNELS[name, inline], (xt, y, tile))
     out = y.float().cpu().numpy() if name == "bfloat16" else dev.host(y)
     np.testing.assert_array_equal(out, ref)
 
 
+@pytest.mark.parametrize("kernel", ["saxpy_kernel", "saxpy_call_kernel"])
 @pytest.mark.parametrize("tile", [1, 2, 16, 32, 64, 128, 256, 1024, 4096])
-def test_tile_sizes_including_replicated_layouts(dev, tile):
+def test_tile_sizes_including_replicated_layouts(dev, tile, kernel):
     torch = dev.torch
     n = max(tile * 8, 4096)
     rng = np.random.default_rng(tile)
     x = rng.standard_normal(n).astype(np.float32)
     y = rng.standard_normal(n).astype(np.float32)
     out = torch.empty(n, dtype=torch.float32, device="cuda")
-    dev.launch((n // tile,), K.saxpy_kernel, (dev.arr(x), dev.arr(y), out, 1.5, tile))
+    dev.launch((n // tile,), getattr(K, kernel), (dev.arr(x), dev.arr(y), out, 1.5, tile))
     np.testing.assert_allclose(dev.host(out), np.float32(1.5) * x + y, rtol=1e-6, atol=1e-6)
 
 

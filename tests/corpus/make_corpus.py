@@ -42,10 +42,10 @@ CASES = {
                                                       K.array(ct.float16, 2),
                                                       K.array(ct.float16, 2), 128, 128, 64),
                     ["sm_90"]),
-    "float16_type": (K.TYPE_KERNELS["float16"], K.signature(K.array(ct.float16),
+    "float16_type": (K.TYPE_KERNELS["float16", "never"], K.signature(K.array(ct.float16),
                                                             K.array(ct.float16), 128),
                      ["sm_90"]),
-    "bool_type": (K.TYPE_KERNELS["bool"], K.signature(K.array(ct.bool_), K.array(ct.bool_),
+    "bool_type": (K.TYPE_KERNELS["bool", "never"], K.signature(K.array(ct.bool_), K.array(ct.bool_),
                                                       1024), ["sm_90"]),
 }
 

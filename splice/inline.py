@@ -1,0 +1,213 @@
+"""Inlining a callee's PTX body at a call site.
+
+ptxas does not inline ``.func``\\ s (DESIGN.md F4: SASS keeps ``CALL.REL.NOINC`` and the ABI
+moves), so a call in a tight loop costs. When it is safe, splice pastes the callee's body
+into the call site instead:
+
+- the body goes in its own ``{ }`` scope, so its ``.reg`` declarations shadow nothing of the
+  kernel's (splice's own registers use the reserved ``%__splice`` prefix);
+- each ``ld.param`` of a parameter becomes a ``mov``/``cvt`` from the argument register;
+- each ``st.param`` to the return value becomes a ``mov``/``cvt`` into the result register;
+- ``ret`` becomes a branch to the end of the inlined body;
+- labels get a per-instance suffix (labels are function-scoped in PTX).
+
+:func:`why_not_inlinable` says when this is not safe, and the call stays a real ``call``:
+a local stack frame (``.local``, ``%SP``), ``.shared`` declarations, recursion, indirect
+calls, parameters used other than by one whole ``ld.param``, vector parameter accesses.
+Calls the callee makes to other functions stay calls.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Mapping
+
+from .ptx import Function, Instruction, Module, Param, Statement, parse_instruction, \
+    registers_in
+
+_TYPE_RE = re.compile(r"^([bsuf])(\d+)$")
+
+
+def _reg_types(mod: Module, body: list[Statement]) -> dict[str, int]:
+    """Register name -> bit width, from the body's ``.reg`` declarations (``%r<5>`` ranges
+    and single names)."""
+    out: dict[str, int] = {}
+    for s in body:
+        if s.kind != "directive" or s.head != ".reg":
+            continue
+        toks = [t.text for t in s.tokens]
+        ty = next((t for t in toks[1:] if re.fullmatch(r"\.(b|s|u|f)\d+|\.pred", t)), None)
+        if ty is None:
+            continue
+        bits = 1 if ty == ".pred" else int(ty[2:])
+        i = toks.index(ty) + 1
+        while i < len(toks):
+            name = toks[i]
+            if name.startswith("%"):
+                if i + 3 < len(toks) and toks[i + 1] == "<":
+                    for k in range(int(toks[i + 2])):
+                        out[f"{name}{k}"] = bits
+                    i += 4
+                    continue
+                out[name] = bits
+            i += 1
+    return out
+
+
+def _param_ref(op: str, names) -> str | None:
+    m = re.fullmatch(r"\[\s*([A-Za-z_$][\w$]*)\s*(?:\+\s*0\s*)?\]", op)
+    if m and m.group(1) in names:
+        return m.group(1)
+    return None
+
+
+def why_not_inlinable(mod: Module, fn: Function,
+                      functions: Mapping[str, tuple[Module, Function]]) -> str | None:
+    """None when ``fn`` can be inlined at a call site, else the reason it cannot."""
+    if not fn.is_definition:
+        return "it is only declared here"
+    body = mod.body_statements(fn)
+    params = {p.name for p in fn.params}
+    results = {p.name for p in fn.results}
+    for p in (*fn.params, *fn.results):
+        if p.space != ".param" or p.size_bytes not in (1, 2, 4, 8):
+            return f"parameter '{p.name}' is an aggregate ({p.declare(p.name)})"
+    if any(p.array is not None and p.array != p.size_bytes and p.type != ".b8"
+           for p in (*fn.params, *fn.results)):
+        return "array parameters"
+    for s in body:
+        text = s.text(mod.text)
+        if "__splice" in text:
+            return "it uses names with splice's reserved prefix __splice"
+        if s.kind == "directive" and s.head in (".local", ".shared"):
+            return f"it declares {s.head} memory (a stack frame or shared buffer)"
+        if "%SP" in text:
+            return "it uses a local stack frame (%SP)"
+        if s.kind != "instruction":
+            continue
+        ins = parse_instruction(s, mod.text)
+        if ins.base == "call":
+            target = _call_target(ins)
+            if target is None or target.startswith("%"):
+                return "it makes an indirect call"
+            if _reaches(target, fn.name, functions, set()):
+                return "it is recursive"
+            continue
+        refs = [op for op in ins.operands if re.search(r"[\w$]+", op) and any(
+            re.search(rf"(?<![\w$]){re.escape(n)}(?![\w$])", op) for n in params | results)]
+        if not refs:
+            continue
+        if ins.base == "ld" and "param" in ins.modifiers and len(ins.operands) == 2 and \
+                _param_ref(ins.operands[1], params) and not ins.operands[0].startswith("{"):
+            continue
+        if ins.base == "st" and "param" in ins.modifiers and len(ins.operands) == 2 and \
+                _param_ref(ins.operands[0], results) and not ins.operands[1].startswith("{"):
+            continue
+        return f"a parameter is used by '{' '.join(text.split())}'"
+    return None
+
+
+def _call_target(ins: Instruction) -> str | None:
+    ops = list(ins.operands)
+    if ops and ops[0].startswith("("):
+        ops = ops[1:]
+    return ops[0] if ops else None
+
+
+def _reaches(start: str, goal: str, functions, seen: set) -> bool:
+    if start == goal:
+        return True
+    if start in seen or start not in functions:
+        return False
+    seen.add(start)
+    mod, fn = functions[start]
+    for s in mod.body_statements(fn):
+        if s.kind == "instruction":
+            ins = parse_instruction(s, mod.text)
+            if ins.base == "call":
+                t = _call_target(ins)
+                if t and _reaches(t, goal, functions, seen):
+                    return True
+    return False
+
+
+def _type_bits(ins: Instruction) -> tuple[str, int]:
+    for m in reversed(ins.modifiers):
+        mm = _TYPE_RE.match(m)
+        if mm:
+            return mm.group(1), int(mm.group(2))
+    raise ValueError(f"no type in {ins.opcode}")
+
+
+def inline_body(mod: Module, fn: Function, args: list[tuple[str, int]],
+                result: tuple[str, int] | None, suffix: str) -> list[str]:
+    """The callee's body as PTX lines for one call site.
+
+    Args:
+        args: per parameter, the register holding the argument and its width in bits.
+        result: the register to receive the return value and its width, or None.
+        suffix: unique per call-site instance; appended to labels.
+    """
+    body = mod.body_statements(fn)
+    text = mod.text
+    widths = _reg_types(mod, body)
+    pidx = {p.name: i for i, p in enumerate(fn.params)}
+    results = {p.name for p in fn.results}
+    labels = {s.tokens[0].text for s in body if s.kind == "label"}
+    end = f"$__splice_ret_{suffix}"
+    last_instr = next((s for s in reversed(body) if s.kind == "instruction"), None)
+    edits = []
+    for s in body:
+        if s.kind == "label":
+            edits.append((s, f"{s.tokens[0].text}_{suffix}:"))
+            continue
+        if s.kind != "instruction":
+            continue
+        ins = parse_instruction(s, text)
+        g = ""
+        if ins.guard:
+            g = f"@{ins.guard} "
+        if ins.base == "ret":
+            edits.append((s, "" if (s is last_instr and not ins.guard)
+                          else f"\t{g}bra \t{end};"))
+            continue
+        name = _param_ref(ins.operands[1], pidx) if (
+            ins.base == "ld" and "param" in ins.modifiers and len(ins.operands) == 2) else None
+        if name is not None:
+            reg, abits = args[pidx[name]]
+            kind, tbits = _type_bits(ins)
+            dst = ins.operands[0]
+            dbits = widths.get(dst, tbits)
+            if tbits == abits == dbits:
+                edits.append((s, f"\t{g}mov.b{tbits} \t{dst}, {reg};"))
+            else:
+                sign = "s" if kind == "s" else "u"
+                edits.append((s, f"\t{g}cvt.{sign}{dbits}.{sign}{tbits} \t{dst}, {reg};"))
+            continue
+        if ins.base == "st" and "param" in ins.modifiers and len(ins.operands) == 2 and \
+                _param_ref(ins.operands[0], results):
+            assert result is not None
+            reg, rbits = result
+            kind, tbits = _type_bits(ins)
+            src = ins.operands[1]
+            if tbits == rbits:
+                edits.append((s, f"\t{g}mov.b{rbits} \t{reg}, {src};"))
+            else:
+                sbits = widths.get(src, tbits)
+                edits.append((s, f"\t{g}cvt.u{rbits}.u{min(sbits, tbits)} \t{reg}, {src};"))
+            continue
+        if labels and any(t.kind == "ident" and t.text in labels for t in s.tokens):
+            new = text[s.start:s.end]
+            for lab in sorted(labels, key=len, reverse=True):
+                new = re.sub(rf"(?<![\w$]){re.escape(lab)}(?![\w$])", f"{lab}_{suffix}", new)
+            edits.append((s, new))
+    replaced = {id(s): new for s, new in edits}
+    lines = ["\t{ // splice: inlined body of " + fn.name]
+    for s in body:
+        line = replaced.get(id(s), "\t" + text[s.start:s.end])
+        if line:
+            lines.append(line)
+    lines.append("\t}")
+    if any(line.endswith(f"{end};") for line in lines):
+        lines.append(f"{end}:")
+    return lines
