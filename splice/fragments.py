@@ -12,6 +12,7 @@ the process runs is seen.
 from __future__ import annotations
 
 import dataclasses
+import re
 import threading
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from .errors import SpliceCompileError, SpliceDeclarationError, SpliceLinkError
 from .ptx import Module, PTXSyntaxError
 
 _memo: dict[str, Module] = {}
+_INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
 _memo_lock = threading.Lock()
 
 
@@ -61,7 +63,8 @@ class PtxSource(Fragment):
     kind = "ptx"
 
     def describe(self) -> str:
-        return f"PTX file {self.path}" if self.path else f"PTX text declared at {self.where}"
+        return f"PTX file {self.path} (declared at {self.where})" if self.path else \
+            f"PTX text declared at {self.where}"
 
     def read(self) -> str:
         if self.path is not None:
@@ -102,7 +105,7 @@ class CudaSource(Fragment):
     kind = "cuda"
 
     def describe(self) -> str:
-        return f"CUDA C file {self.path}" if self.path else \
+        return f"CUDA C file {self.path} (declared at {self.where})" if self.path else \
             f"CUDA C source declared at {self.where}"
 
     def read(self) -> str:
@@ -124,9 +127,46 @@ class CudaSource(Fragment):
         opts.extend(self.options)
         return opts
 
+    def _compile_unchecked(self, full: str, name: str, target: str, first_error):
+        try:
+            return toolchain.nvrtc_compile(full.encode(), name, self._options(target))
+        except SpliceCompileError as e:
+            raise SpliceCompileError(
+                f"{self.describe()} does not compile for {target}: "
+                f"{_first_error(e.log, full, name)}", e.log) from None
+
     def content_key(self, target: str) -> str:
-        return cache.key_of("cuda", self.read(), self.checks, self._options(target),
-                            toolchain.nvrtc_version())
+        src = self.read()
+        return cache.key_of("cuda", src, self.checks, self._options(target),
+                            toolchain.nvrtc_version(), self._headers(src))
+
+    def _headers(self, src: str) -> list[tuple[str, str]]:
+        """(path, sha256) of every user header the source includes, transitively: found
+        beside the including file, in ``include_dirs`` or beside ``path``. Headers found
+        nowhere (the CUDA toolkit's) are covered by the NVRTC version in the key. An
+        ``#include`` inside a disabled ``#if`` is still hashed: the key may change when it
+        need not, never the reverse."""
+        import hashlib
+        dirs = [Path(d) for d in self.include_dirs]
+        if self.path is not None:
+            dirs.insert(0, self.path.parent)
+        seen: dict[str, str] = {}
+        todo = [(src, self.path.parent if self.path is not None else None)]
+        while todo:
+            text, here = todo.pop()
+            for m in _INCLUDE_RE.finditer(text):
+                quoted, name = m.group(1) == '"', m.group(2)
+                search = ([here] if quoted and here is not None else []) + dirs
+                for d in search:
+                    cand = (d / name)
+                    if cand.is_file():
+                        key = str(cand.resolve())
+                        if key not in seen:
+                            data = cand.read_bytes()
+                            seen[key] = hashlib.sha256(data).hexdigest()
+                            todo.append((data.decode("utf-8", "replace"), cand.parent))
+                        break
+        return sorted(seen.items())
 
     def module(self, target: str) -> Module:
         key = self.content_key(target)
@@ -147,9 +187,17 @@ class CudaSource(Fragment):
                 text, _log = toolchain.nvrtc_compile((full + self.checks).encode(), name,
                                                      self._options(target))
             except SpliceCompileError as e:
-                raise SpliceCompileError(
-                    f"{self.describe()} does not compile for {target}: "
-                    f"{_first_error(e.log, full)}", e.log) from None
+                first = _first_error(e.log, full, name)
+                if self.checks and _in_generated_check(e.log, full, name) and \
+                        _only_lookup_failures(e.log, full, name):
+                    # The symbol is not visible at global scope (an extern "C" function in a
+                    # namespace, or no such function): compile without the C-type check; the
+                    # .func prototype is still checked against the signature when linking.
+                    text, _log = self._compile_unchecked(full, name, target, e)
+                else:
+                    raise SpliceCompileError(
+                        f"{self.describe()} does not compile for {target}: {first}",
+                        e.log) from None
             cache.store("fragment", key, {"what": self.describe()}, text.encode())
         mod = Module(text, f"NVRTC output for {self.describe()}")
         with _memo_lock:
@@ -157,16 +205,44 @@ class CudaSource(Fragment):
         return mod
 
 
-def _first_error(log: str, source: str) -> str:
-    """The first error line of an NVRTC log, with the user's source line it points at."""
-    import re
-    lines = source.splitlines()
+_ERR_RE = re.compile(r"^(.*)\((\d+)\): (?:catastrophic )?error")
+
+
+def _errors(log: str):
     for ln in log.splitlines():
-        m = re.search(r"\((\d+)\): (?:catastrophic )?error", ln)
+        m = _ERR_RE.match(ln.strip())
         if m:
-            n = int(m.group(1))
-            text = lines[n - 1].strip() if 0 < n <= len(lines) else "<generated check>"
-            return f"{ln.strip()}\n    line {n}: {text}"
+            yield ln.strip(), m.group(1), int(m.group(2))
+
+
+def _first_error(log: str, source: str, name: str) -> str:
+    """The first error line of an NVRTC log, with the source line it points at: the user's
+    source, a header (read from disk), or splice's generated signature check."""
+    lines = source.splitlines()
+    for ln, file, n in _errors(log):
+        if file == name:
+            text = lines[n - 1].strip() if 0 < n <= len(lines) else \
+                "<splice's generated signature check>"
+            return f"{ln}\n    line {n}: {text}"
+        try:
+            text = Path(file).read_text(errors="replace").splitlines()[n - 1].strip()
+        except (OSError, IndexError):
+            text = ""
+        return f"{ln}\n    {file}:{n}: {text}"
+    for ln in log.splitlines():
         if "error" in ln:
             return ln.strip()
     return log.strip().splitlines()[0] if log.strip() else "unknown NVRTC error"
+
+
+def _in_generated_check(log: str, source: str, name: str) -> bool:
+    n_user = len(source.splitlines())
+    return any(file == name and n > n_user for _, file, n in _errors(log))
+
+
+def _only_lookup_failures(log: str, source: str, name: str) -> bool:
+    """Every error is a failed name lookup inside the generated check."""
+    n_user = len(source.splitlines())
+    errs = list(_errors(log))
+    return bool(errs) and all(file == name and n > n_user and
+                              ("has no" in ln or "is undefined" in ln) for ln, file, n in errs)

@@ -114,10 +114,11 @@ class _Prepared:
     visible: dict[str, str]   # visible symbol -> its normalised definition
 
 
-def _visible_defs(mod: Module) -> dict[str, str]:
+def _visible_defs(mod: Module, exported=frozenset()) -> dict[str, str]:
     out = {}
     for fn in mod.function_order:
-        if fn.is_definition and (".visible" in fn.linkage or ".weak" in fn.linkage):
+        if fn.is_definition and (".visible" in fn.linkage or ".weak" in fn.linkage or
+                                 fn.name in exported):
             a, b = fn.body
             start = fn.header.start
             end = mod.statements[b].end
@@ -132,15 +133,18 @@ def _visible_defs(mod: Module) -> dict[str, str]:
 
 
 def _prepare(mod: Module, what: str, file_offset: int,
-             defined: frozenset[str] = frozenset()) -> _Prepared:
-    """Fragment text after its header directives, internal symbols renamed, declarations
-    (``.extern`` or not) of functions that ``defined`` holds removed: whole-program ptxas
-    rejects an ``.extern`` declaration of a function defined in the same module."""
+             defined: frozenset[str] = frozenset(),
+             exported: frozenset[str] = frozenset()) -> _Prepared:
+    """Fragment text after its header directives, internal symbols renamed (except the
+    ``exported`` ones: the externs' own symbols), declarations (``.extern`` or not) of
+    functions that ``defined`` holds removed (whole-program ptxas rejects an ``.extern``
+    declaration of a function defined in the same module), ``.file`` indices shifted by
+    ``file_offset``."""
     text = mod.text
     tag = hashlib.sha256(text.encode()).hexdigest()[:8]
     internal = set()
     for fn in mod.function_order:
-        if not fn.linkage:
+        if not fn.linkage and fn.name not in exported:
             internal.add(fn.name)
     for s in mod.statements:
         if s.depth == 0 and s.kind == "directive" and s.head in (".global", ".const",
@@ -173,7 +177,18 @@ def _prepare(mod: Module, what: str, file_offset: int,
             if t.kind == "ident" and t.text in internal:
                 edits.append((t.start, t.end, f"__splice_{tag}_{t.text}"))
     new = apply_edits(text, edits)
-    return _Prepared(what, mod, new.strip() + "\n", _visible_defs(mod))
+    return _Prepared(what, mod, new.strip() + "\n", _visible_defs(mod, exported))
+
+
+def _max_file_index(mod: Module) -> int:
+    out = 0
+    for s in mod.statements:
+        if s.kind == "directive" and s.head == ".file" and len(s.tokens) > 1:
+            try:
+                out = max(out, int(s.tokens[1].text))
+            except ValueError:
+                pass
+    return out
 
 
 @dataclasses.dataclass
@@ -187,37 +202,36 @@ class Linked:
 
 
 def prepare(kernel: Module, fragments: Sequence[tuple[str, Module]],
-            kernel_name: str) -> Linked:
-    """Check and prepare fragments for merging into ``kernel``.
+            kernel_name: str, exported: frozenset[str] = frozenset()) -> Linked:
+    """Check and prepare fragments for merging into ``kernel``. ``exported`` names the
+    externs' symbols: never renamed, even when a PTX fragment defines them without
+    ``.visible``.
 
     Raises:
         SpliceLinkError: incompatible fragment, or a symbol clash.
     """
     kernel_syms = kernel.module_symbols()
-    max_file = 0
-    for s in kernel.statements:
-        if s.kind == "directive" and s.head == ".file" and len(s.tokens) > 1:
-            try:
-                max_file = max(max_file, int(s.tokens[1].text))
-            except ValueError:
-                pass
+    file_offset = _max_file_index(kernel)
     owners: dict[str, _Prepared] = {}
     for what, mod in fragments:
         check_compatible(mod, kernel, what)
     defined = frozenset(f.name for _, mod in fragments for f in mod.function_order
-                        if f.is_definition and f.linkage)
+                        if f.is_definition and (f.linkage or f.name in exported))
     prototypes: dict[str, str] = {}
     functions: dict[str, tuple[Module, Function]] = {}
     chunks = []
     for what, mod in fragments:
-        prep = _prepare(mod, what, max_file, defined)
+        prep = _prepare(mod, what, file_offset, defined, exported)
         drop = []
         for sym, definition in prep.visible.items():
             if sym in kernel_syms:
                 raise SpliceLinkError(f"{what} defines '{sym}', which the kernel "
                                       f"'{kernel_name}' itself defines; rename it")
             if sym in owners:
-                if owners[sym].visible[sym] == definition:
+                if owners[sym].visible[sym] == definition or (
+                        _is_weak(owners[sym].module, sym) and _is_weak(mod, sym)):
+                    # the same definition twice, or two weak definitions (template
+                    # instances): keep the first, as a linker would
                     drop.append(sym)
                     continue
                 raise SpliceLinkError(
@@ -225,22 +239,33 @@ def prepare(kernel: Module, fragments: Sequence[tuple[str, Module]],
                     f"by {what}; give one of them another name")
             owners[sym] = prep
         if drop:
-            prep = _prepare(_without(mod, drop), what, max_file, defined)
+            prep = _prepare(_without(mod, drop), what, file_offset, defined, exported)
+        file_offset += _max_file_index(mod)
         for fn in mod.function_order:
-            if fn.is_definition and fn.linkage and fn.name not in drop:
+            if fn.is_definition and (fn.linkage or fn.name in exported) and \
+                    fn.name not in drop:
                 prototypes.setdefault(fn.name, fn.header.text(mod.text).strip() + ";")
         header = "".join(f"{s.text(mod.text)}\n" for s in mod.statements
                          if s.depth == 0 and s.kind == "directive" and
                          s.head in (".version", ".target", ".address_size"))
         pmod = Module(header + prep.text, f"prepared {what}")
         for fn in pmod.function_order:
-            if fn.is_definition and fn.linkage and fn.name not in drop:
+            if fn.is_definition and (fn.linkage or fn.name in exported) and \
+                    fn.name not in drop:
                 functions.setdefault(fn.name, (pmod, fn))
         chunks.append(f"// splice: begin {what}\n{prep.text}// splice: end {what}\n")
     if prototypes:
         chunks.insert(0, "// splice: prototypes of the fragments' functions\n" +
                       "\n".join(prototypes.values()) + "\n")
     return Linked("".join(chunks), functions)
+
+
+def _is_weak(mod: Module, sym: str) -> bool:
+    fn = mod.functions.get(sym)
+    if fn is not None:
+        return ".weak" in fn.linkage
+    return any(s.depth == 0 and s.kind == "directive" and s.head == ".weak" and
+               declared_variable_name(s) == sym for s in mod.statements)
 
 
 def insert(kernel: Module, linked: Linked, kernel_name: str) -> str:

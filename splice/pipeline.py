@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from . import _cutile, cache, inline, link, rewrite, toolchain, verify
-from .errors import SpliceLinkError
+from .errors import SpliceLinkError, SpliceToolchainError
 from .ptx import Module
 
 __version__ = "0.1.0"
@@ -197,10 +197,13 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
             defined = sorted(f.name for f in fmod.functions.values() if f.is_definition)
             raise SpliceLinkError(
                 f"{decl}: {fdesc} does not define the device function '{ext.symbol}'"
-                f" (it defines: {', '.join(defined) or 'nothing'}); for C++ code declare it "
-                f"extern \"C\"")
+                f" (it defines: {', '.join(defined) or 'nothing'}). The symbol must be the C "
+                f"name of an extern \"C\" __device__ function that the fragment defines and "
+                f"emits: functions declared only, inline/__forceinline__ or static ones are "
+                f"not emitted unless used, and -dlto output holds no PTX")
         link.check_prototype(fn, ext.signature, f"{decl}, {fdesc}", fmod.text)
-    linked = link.prepare(kernel_mod, list(frag_mods.values()), name)
+    linked = link.prepare(kernel_mod, list(frag_mods.values()), name,
+                          frozenset(s.extern.symbol for s in traced.sites))
 
     calls: dict[int, rewrite.SiteCall] = {}
     not_inlined: dict[int, str] = {}
@@ -229,8 +232,11 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
     spliced = Module(report.ptx, f"spliced PTX of {what}")
     merged = link.insert(spliced, linked, name)
     flags = toolchain.ptxas_flags(capture)
-    cubin = toolchain.run_ptxas(merged, flags, capture.host_object,
-                                timeout=traced.timeout_sec, what=what)
+    try:
+        cubin = toolchain.run_ptxas(merged, flags, capture.host_object,
+                                    timeout=traced.timeout_sec, what=what)
+    except SpliceToolchainError as e:
+        raise _explain_ptxas_failure(e, merged, what) from None
     sites = [SiteInfo(s.index, s.extern.name, s.extern.symbol, s.where, s.shape,
                       report.replaced.get(s.index, 0), calls[s.index].inline is not None,
                       not_inlined.get(s.index)) for s in traced.sites]
@@ -250,6 +256,50 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
     if dump_dir:
         _dump(out, Path(dump_dir))
     return out
+
+
+def _explain_ptxas_failure(e: SpliceToolchainError, merged: str, what: str):
+    """ptxas's messages point at lines of a temporary merged file: say which fragment (or
+    which call site, or the kernel's own PTX) each line belongs to, and quote it."""
+    lines = merged.splitlines()
+    m = re.search(r"Unresolved extern function '([^']+)'", e.log)
+    if m:
+        sym = m.group(1)
+        owner = None
+        for i, ln in enumerate(lines):
+            if re.search(rf"\.extern\s+\.func[^;]*\b{re.escape(sym)}\b", ln):
+                owner = _owner_of_line(lines, i)
+                break
+        return SpliceLinkError(
+            f"{owner or 'a fragment'} calls '{sym}', which no fragment of {what} defines: "
+            f"call an extern declared from the source that defines it in this kernel too, "
+            f"or define it in the same source", e.log)
+    notes = []
+    for lm in re.finditer(r"line (\d+);\s*(error|warning)\s*:\s*(.*)", e.log):
+        n = int(lm.group(1))
+        if lm.group(2) != "error" or not 0 < n <= len(lines):
+            continue
+        notes.append(f"    {lm.group(3).strip()}\n      in {_owner_of_line(lines, n - 1)}: "
+                     f"{lines[n - 1].strip()}")
+        if len(notes) >= 5:
+            break
+    if not notes:
+        return e
+    return SpliceToolchainError(e.message + "\n" + "\n".join(notes), e.log)
+
+
+def _owner_of_line(lines: list[str], i: int) -> str:
+    """What produced line ``i`` of merged PTX: a fragment, a call site's block, or the
+    kernel (tileiras)."""
+    for j in range(i, -1, -1):
+        ln = lines[j]
+        if ln.startswith("// splice: end ") or ln.endswith("// splice: end call") and j < i:
+            break
+        if ln.startswith("// splice: begin "):
+            return ln[len("// splice: begin "):]
+        if "{ // splice: call " in ln:
+            return f"the call sequence splice generated for {ln.split('{ // splice: call ')[1]}"
+    return "the kernel's own PTX (tileiras output)"
 
 
 def _check_same_symbol(a, b):

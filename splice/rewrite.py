@@ -362,7 +362,7 @@ def call_block(site: SiteCall, guard: str | None, dest: str,
     for kind, n in regs.items():
         if n:
             decls.append(f"\t.reg .{kind} \t%__splice_{kind}_<{n}>;")
-    return "\n".join(lines + decls + body + ["\t}"])
+    return "\n".join(lines + decls + body + ["\t} // splice: end call"])
 
 
 def _inline_call(site, values, body, reg, dest, width, instance):

@@ -42,7 +42,7 @@ def _normalised_original(mod):
 
 
 def _normalised_output(text):
-    text = re.sub(r"\{ // splice: call .*?\n\t\}", "<M>", text, flags=re.S)
+    text = re.sub(r"\{ // splice: call .*?\n\t\} // splice: end call", "<M>", text, flags=re.S)
     text = text.replace("// splice: marker address removed", "<A>")
     return re.sub(r"// splice: marker global of site \d+ removed", "<G>", text)
 

@@ -213,8 +213,8 @@ def test_missing_symbol_lists_what_the_fragment_defines():
     @splice.extern(source='extern "C" __device__ float other(float x) { return x; }',
                    name="wanted", signature="float32(float32)")
     def wanted(x): ...
-    # the C++ check cannot even name it
-    _compile_fails(_kernel_calling(wanted), splice.SpliceCompileError, "wanted")
+    _compile_fails(_kernel_calling(wanted), splice.SpliceLinkError,
+                   "does not define the device function 'wanted'", "(it defines: other)")
     ext = splice.extern.from_ptx(ptx=K.PTX_SCALE, name="nope", signature="float32(float32)")
     _compile_fails(_kernel_calling(ext), splice.SpliceLinkError,
                    "does not define the device function 'nope'", "ptx_scale", HERE)
@@ -390,3 +390,38 @@ def test_ptx_without_address_size():
     ext = splice.extern.from_ptx(ptx=K.PTX_SCALE.replace(".address_size 64", ""),
                                  name="ptx_scale", signature="float32(float32, float32)")
     _compile_fails(_kernel_calling(ext, 2), splice.SpliceLinkError, ".address_size 64")
+
+
+def test_extern_c_function_inside_a_namespace():
+    # the C-type check cannot see it at global scope; the .func prototype is still checked
+    @splice.extern(source='namespace ns { extern "C" __device__ float in_ns(float x) '
+                          '{ return x * 3.0f; } }')
+    def in_ns(x: ct.float32) -> ct.float32: ...
+    assert splice.build(_kernel_calling(in_ns), SIG_1D, "sm_90").cubin
+
+
+def test_editing_an_included_header_rebuilds(tmp_path):
+    (tmp_path / "scale.h").write_text("#define SCALE 5.0f\n")
+    cu = tmp_path / "k.cu"
+    cu.write_text('#include "scale.h"\n'
+                  'extern "C" __device__ float scaled(float x) { return x * SCALE; }\n')
+
+    @splice.extern(path=cu)
+    def scaled(x: ct.float32) -> ct.float32: ...
+    kern = _kernel_calling(scaled)
+    b1 = splice.compile(kern, SIG_1D, "sm_90")
+    (tmp_path / "scale.h").write_text("#define SCALE 7.0f\n")
+    b2 = splice.compile(kern, SIG_1D, "sm_90")
+    assert "0f40A00000" in b1.spliced_ptx and "0f40E00000" in b2.spliced_ptx  # 5.0f, 7.0f
+
+
+def test_error_in_an_included_header_quotes_the_header(tmp_path):
+    (tmp_path / "util.h").write_text("// util\nfloat broken = ;\n")
+    cu = tmp_path / "k.cu"
+    cu.write_text('#include "util.h"\n'
+                  'extern "C" __device__ float hdr(float x) { return x; }\n')
+
+    @splice.extern(path=cu)
+    def hdr(x: ct.float32) -> ct.float32: ...
+    _compile_fails(_kernel_calling(hdr), splice.SpliceCompileError, "util.h:2:",
+                   "float broken = ;")

@@ -148,7 +148,7 @@ def kernels(draw):
 def _strip_rewrites(text: str) -> str:
     """The output with every rewritten block, removed address definition and removed marker
     global replaced by a sentinel."""
-    text = re.sub(r"\t?\{ // splice: call .*?\n\t\}", "<M>", text, flags=re.S)
+    text = re.sub(r"\t?\{ // splice: call .*?\n\t\} // splice: end call", "<M>", text, flags=re.S)
     return text
 
 
@@ -237,7 +237,7 @@ def test_guarded_marker_branches_around_the_call(guard, branch):
                   f"\t{guard} atom.global.cas.b32 \t%r2, [%rd1], %r1, 0;\n")
     out = splice_calls(Module(src), SITE0, kernel_name="k").ptx
     block = out[out.index("{ // splice"):]
-    block = block[:block.index("\n\t}")]
+    block = block[:block.index("\n\t} // splice: end call")]
     instrs = [ln.strip() for ln in block.splitlines()[1:] if not ln.strip().startswith(".")]
     assert instrs[0].startswith(branch + " \t$__splice_skip_0_0")
     assert instrs[-1] == "$__splice_skip_0_0:"
