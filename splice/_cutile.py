@@ -311,11 +311,42 @@ def _describe(var: Var) -> str:
     return f"a value of type {ty}"
 
 
+_FLOAT_RANGE = {"float16": (65504.0, 5.960464477539063e-08),
+                "bfloat16": (3.3895313892515355e+38, 9.183549615799121e-41),
+                "float32": (3.4028234663852886e+38, 1.401298464324817e-45),
+                "float64": (1.7976931348623157e+308, 5e-324)}
+
+
+def _check_float_constant(ext, i, value, elem, loc):
+    """A Python constant that would become inf or 0 in the parameter's type is an error
+    (as an out-of-range integer constant is)."""
+    import math
+    try:
+        v = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return
+    if math.isnan(v) or math.isinf(v) or v == 0.0:
+        return
+    big, tiny = _FLOAT_RANGE[elem.name]
+    # round-to-nearest: values up to half an ulp past the largest finite still round to it
+    if abs(v) > big * (1 + 2.0 ** -(11 if elem.name == "float16" else
+                                    8 if elem.name == "bfloat16" else
+                                    24 if elem.name == "float32" else 53)):
+        raise _call_error(ext, f"argument {i + 1}: constant {value!r} overflows {elem} "
+                               f"(largest finite {big:g})", loc)
+    if abs(v) < tiny / 2:
+        raise _call_error(ext, f"argument {i + 1}: constant {value!r} underflows {elem} "
+                               f"to zero (smallest {tiny:g})", loc)
+
+
 def _handle_extern_call(callee, *args):
     ext = callee._splice_extern
-    if len(args) == 1 and isinstance(args[0], tuple):  # cuTile packs *args into a tuple
-        args = args[0]
     builder = ir.Builder.get_current()
+    if len(args) == 2 and isinstance(args[0], tuple):  # cuTile packs *args, **kwargs
+        args, kwargs = args
+        if kwargs:
+            raise _call_error(ext, f"keyword argument(s) {', '.join(kwargs)}: pass extern "
+                                   f"arguments by position", builder.loc)
     loc = builder.loc
     session: TraceSession | None = getattr(_local, "session", None)
     if session is None:
@@ -332,7 +363,10 @@ def _handle_extern_call(callee, *args):
         if not isinstance(ty, TileTy):
             raise _call_error(ext, f"argument {i + 1} is {_describe(var)}; an extern takes "
                                    f"tiles or scalars of {elem}", loc)
-        if isinstance(var.get_loose_type(), LooselyTypedScalar):
+        loose = var.get_loose_type()
+        if isinstance(loose, LooselyTypedScalar):
+            if elem.kind == "f":  # the Python value, before cuTile's own float32 rounding
+                _check_float_constant(ext, i, loose.value, elem, loc)
             try:
                 var = implicit_cast(var, elem.dtype, f"argument {i + 1}")
             except Exception as e:  # cuTile's TileTypeError/TileValueError
@@ -388,7 +422,8 @@ def make_callable_stub(ext, pyfunc):
     # cuTile binds call arguments against this before calling the handler: take any number
     # of positional arguments so that the handler, not cuTile, reports a wrong arity.
     stub.__signature__ = inspect.Signature(
-        [inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL)])
+        [inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
+         inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)])
     stub._cutile_custom_implementation_handler = _handle_extern_call
     stub._splice_extern = ext
     return stub

@@ -63,7 +63,7 @@ def _resolve_path(path, base: Path | None, what: str) -> Path:
     for c in candidates:
         if c.is_file():
             return c.resolve()
-    tried = ", ".join(str(c) for c in candidates)
+    tried = ", ".join(dict.fromkeys(str(c.resolve()) for c in candidates))
     raise SpliceDeclarationError(f"{what}: file {os.fspath(path)!r} not found (tried {tried})")
 
 
@@ -85,6 +85,10 @@ def _check_options(options, include_dirs, defines, what: str):
         if o.startswith(("-arch", "--gpu-architecture", "-rdc", "--relocatable-device-code")):
             raise SpliceDeclarationError(
                 f"{what}: option {o!r} is set by splice (the kernel's architecture, -rdc=true)")
+        if o.startswith(("-Xptxas", "--ptxas-options", "-dlto", "--dlto")):
+            raise SpliceDeclarationError(
+                f"{what}: option {o!r} would be ignored: NVRTC makes PTX here, and splice "
+                f"assembles the kernel with tileiras's own ptxas flags")
     if isinstance(include_dirs, str):
         include_dirs = [include_dirs]
     defs = []
@@ -97,21 +101,45 @@ def _check_options(options, include_dirs, defines, what: str):
 
 def _signature_checks(symbol: str, sig: Signature) -> str:
     """C++ appended to a CUDA C fragment: fails to compile unless ``symbol`` has exactly the
-    C types of ``sig`` (so a float/int mix-up is an error, not a silent miscompile)."""
+    C types of ``sig``, parameter by parameter (so a float/int mix-up is an error, not a
+    silent miscompile)."""
+    from .types import C_TYPE_ALTERNATIVES
     headers = {t.c_header for t in (*sig.args, sig.result) if t is not None and t.c_header}
-    fp = sig.c_function_pointer_type()
-    fp_noexcept = fp + " noexcept"
+
+    def accepts(t, expr):
+        if t is None:
+            return f"same<{expr}, void>::value"
+        alts = (t.c_type, *C_TYPE_ALTERNATIVES.get(t.name, ()))
+        return " || ".join(f"same<{expr}, {c}>::value" for c in alts)
+    ns = f"__splice_check_{symbol}"
     lines = [f"#include <{h}>" for h in sorted(headers)]
     lines += [
-        "namespace __splice_check_" + symbol + " {",
+        f"namespace {ns} {{",
         "template <class A, class B> struct same { enum { value = 0 }; };",
         "template <class A> struct same<A, A> { enum { value = 1 }; };",
-        f"static_assert(same<decltype(&::{symbol}), {fp}>::value || "
-        f"same<decltype(&::{symbol}), {fp_noexcept}>::value, "
-        f"\"splice: '{symbol}' must be declared extern \\\"C\\\" with C type {fp} to match "
-        f"its extern signature {sig}\");",
-        "}",
+        "template <int I, class... R> struct nth { typedef void type; };",
+        "template <class T, class... R> struct nth<0, T, R...> { typedef T type; };",
+        "template <int I, class T, class... R> struct nth<I, T, R...> "
+        "{ typedef typename nth<I - 1, R...>::type type; };",
+        "template <class F> struct sig { enum { n = -1 }; typedef void ret; };",
+        "template <class R, class... A> struct sig<R (*)(A...)> "
+        "{ enum { n = sizeof...(A) }; typedef R ret; "
+        "template <int I> struct arg { typedef typename nth<I, A...>::type type; }; };",
+        "template <class R, class... A> struct sig<R (*)(A...) noexcept> "
+        ": sig<R (*)(A...)> {};",
+        f"typedef sig<decltype(&::{symbol})> S;",
+        f"static_assert(S::n == {len(sig.args)}, \"splice: '{symbol}' must be an extern "
+        f"\\\"C\\\" function of {len(sig.args)} parameter(s) to match its signature "
+        f"{sig}\");",
+        f"static_assert({accepts(sig.result, 'S::ret')}, \"splice: '{symbol}' must return "
+        f"{'void' if sig.result is None else sig.result.c_type} to match its signature "
+        f"{sig}\");",
     ]
+    for i, t in enumerate(sig.args):
+        lines.append(
+            f"static_assert({accepts(t, f'S::arg<{i}>::type')}, \"splice: parameter {i + 1} "
+            f"of '{symbol}' must be {t.c_type} ({t.name} in the signature {sig})\");")
+    lines.append("}")
     return "\n".join(lines) + "\n"
 
 
@@ -186,7 +214,11 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
         where, base = _func_where(stub)
         ext_name = getattr(stub, "__name__", "")
         if not _C_IDENT.fullmatch(ext_name or ""):
-            ext_name = name or "extern"
+            if name is None:
+                raise SpliceDeclarationError(
+                    f"extern declared at {where}: the stub {ext_name!r} is not named like a C "
+                    f"function; give the symbol with name='...'")
+            ext_name = name
         what = f"extern '{ext_name}' at {where}"
         if (source is None) == (path is None):
             raise SpliceDeclarationError(f"{what}: give exactly one of source= or path=")

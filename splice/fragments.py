@@ -241,8 +241,9 @@ def _in_generated_check(log: str, source: str, name: str) -> bool:
 
 
 def _only_lookup_failures(log: str, source: str, name: str) -> bool:
-    """Every error is a failed name lookup inside the generated check."""
+    """Every error is inside the generated check, and the first is the failed lookup of the
+    symbol (the others follow from it)."""
     n_user = len(source.splitlines())
     errs = list(_errors(log))
-    return bool(errs) and all(file == name and n > n_user and
-                              ("has no" in ln or "is undefined" in ln) for ln, file, n in errs)
+    return bool(errs) and all(file == name and n > n_user for _, file, n in errs) and (
+        "has no" in errs[0][0] or "is undefined" in errs[0][0])

@@ -126,6 +126,23 @@ def _tileir_text(ptx: str) -> str | None:
     return m.group(1) if m else None
 
 
+_ARCH_RE = re.compile(r"^sm_?(\d{2,3})([af]?)$", re.I)
+
+
+def normalize_arch(arch) -> str:
+    """``"sm_90"`` for ``"sm_90"``, ``"sm_90a"``, ``"SM_90"``: cuTile compiles for the
+    architecture (tileiras emits the arch-specific PTX target itself).
+
+    Raises:
+        SpliceToolchainError: not an ``sm_XY`` architecture name.
+    """
+    m = _ARCH_RE.match(str(arch).strip()) if isinstance(arch, str) else None
+    if m is None:
+        raise SpliceToolchainError(
+            f"unknown GPU architecture {arch!r}: write it like 'sm_80', 'sm_90' or 'sm_100'")
+    return f"sm_{m.group(1)}"
+
+
 def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = False) -> Build:
     """Compile ``kernel`` for ``signature`` on ``arch`` with every extern call spliced in.
 
@@ -141,6 +158,7 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
         SpliceToolchainError.
     """
     t0 = time.perf_counter()
+    arch = normalize_arch(arch)
     name, where = _kernel_desc(kernel)
     what = f"kernel '{name}' ({where})"
     traced = _cutile.trace_kernel(kernel, signature, arch, context)
@@ -315,7 +333,7 @@ def _check_same_symbol(a, b):
 
 
 def _dump(b: Build, root: Path) -> None:
-    d = root / b.symbol
+    d = root / f"{b.symbol}.{b.arch}"
     d.mkdir(parents=True, exist_ok=True)
     for stage, suffix in (("tileir", ".tileir"), ("ptx", ".ptx"),
                           ("spliced_ptx", ".spliced.ptx"), ("sass", ".sass")):

@@ -97,10 +97,13 @@ def splice_calls(module: Module, sites: Mapping[int, SiteCall], *,
             site, or a rewritten module that fails the checks above.
     """
     text = module.text
-    for reserved in _PREFIX_RESERVED:
-        if reserved in text:
-            raise _fail(kernel_name, f"the kernel's PTX already uses the reserved prefix "
-                                     f"{reserved!r}")
+    for s in module.statements:
+        if s.kind == "opaque":
+            continue
+        for t in s.tokens:
+            if t.kind in ("reg", "ident") and t.text.startswith(_PREFIX_RESERVED):
+                raise _fail(kernel_name, f"the kernel's PTX already uses the name {t.text!r}, "
+                                         f"which has splice's reserved prefix", s.text(text))
     edits: list[tuple[int, int, str]] = []
     found: dict[int, int] = defaultdict(int)
     replaced: dict[int, int] = defaultdict(int)

@@ -153,9 +153,19 @@ def overlay() -> Path:
     real_root = real.parent.parent
     st = real.stat()
     key = hashlib.sha256(f"{real}|{st.st_size}|{st.st_mtime_ns}|v2".encode()).hexdigest()[:16]
-    root = _overlay_root() / f"overlay-{key}"
-    if (root / "bin" / "tileiras").is_file() and (root / "bin" / "ptxas").is_file():
-        return root
+    for base in (_overlay_root(), Path(tempfile.gettempdir()) / f"splice-{os.getuid()}"):
+        root = base / f"overlay-{key}"
+        if (root / "bin" / "tileiras").is_file() and (root / "bin" / "ptxas").is_file():
+            return root
+        try:
+            return _build_overlay(root, real, real_root)
+        except OSError:
+            continue  # the cache directory cannot be written: use the temporary directory
+    raise SpliceToolchainError(f"cannot create the tileiras overlay under {_overlay_root()} or "
+                               f"{tempfile.gettempdir()}")
+
+
+def _build_overlay(root: Path, real: Path, real_root: Path) -> Path:
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="overlay-tmp-", dir=root.parent))
     try:
@@ -178,6 +188,8 @@ def overlay() -> Path:
         except OSError:
             # another process finished first: use theirs
             shutil.rmtree(tmp, ignore_errors=True)
+            if not (root / "bin" / "ptxas").is_file():
+                raise
     except Exception:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

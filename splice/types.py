@@ -28,7 +28,8 @@ class ElementType:
         name: the dtype's name as in cuTile (``"float32"``).
         dtype: the cuTile dtype.
         bits: size of the value in the call's ABI, in bits (8 for bool, as C ``bool``).
-        c_type: the C/C++ type the CUDA C function must use for it.
+        c_type: the C/C++ type the CUDA C function must use for it (see also
+            :data:`C_TYPE_ALTERNATIVES`).
         c_header: header that declares ``c_type`` (``cuda_fp16.h`` for ``__half``) or None.
         kind: ``"b"`` bool, ``"s"`` signed int, ``"u"`` unsigned int, ``"f"`` float.
     """
@@ -60,6 +61,15 @@ ELEMENT_TYPES: dict[str, ElementType] = {
         ElementType("float32", ct.float32, 32, "float", None, "f"),
         ElementType("float64", ct.float64, 64, "double", None, "f"),
     )
+}
+
+#: Other C types with the same size and meaning, accepted by the compile-time check:
+#: ``long`` is 64-bit on Linux (LP64), so ``int64_t`` is ``long`` there; ``char`` is signed
+#: on the platforms NVRTC targets.
+C_TYPE_ALTERNATIVES = {
+    "int8": ("char",),
+    "int64": ("long",),
+    "uint64": ("unsigned long",),
 }
 
 # Spellings accepted in signature strings besides the canonical names.
@@ -158,14 +168,19 @@ class Signature:
 
 
 def pack_arguments(args: Sequence[ElementType], slot_bits: int = 64) -> tuple[ArgSlot, ...]:
+    """Place arguments widest first (power-of-two widths then pack without gaps: any set
+    of at most ``2 * slot_bits`` bits fits), each at a naturally aligned offset; returned
+    in argument order."""
     cursor = [0] * SLOTS
-    placed = []
-    for arg in args:
+    placed: dict[int, ArgSlot] = {}
+    order = sorted(range(len(args)), key=lambda i: -args[i].bits)
+    for i in order:
+        arg = args[i]
         for slot, used in enumerate(cursor):
             offset = -(-used // arg.bits) * arg.bits
             if offset + arg.bits <= slot_bits:
                 cursor[slot] = offset + arg.bits
-                placed.append(ArgSlot(slot, offset, arg.bits))
+                placed[i] = ArgSlot(slot, offset, arg.bits)
                 break
         else:
             total = sum(a.bits for a in args)
@@ -173,7 +188,7 @@ def pack_arguments(args: Sequence[ElementType], slot_bits: int = 64) -> tuple[Ar
                 f"the arguments ({', '.join(a.name for a in args)}) need {total} bits; an "
                 f"extern call carries at most {PAYLOAD_BITS} bits of arguments (e.g. two "
                 f"float64, four float32, eight float16). Pass fewer or narrower arguments.")
-    return tuple(placed)
+    return tuple(placed[i] for i in range(len(args)))
 
 
 _SIG_RE = re.compile(r"^\s*(\w+)\s*\((.*)\)\s*$")

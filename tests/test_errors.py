@@ -206,7 +206,33 @@ def test_c_type_mismatch_is_caught_by_the_compiler():
                    signature="float32(float32)")
     def as_int(x): ...
     _compile_fails(_kernel_calling(as_int), splice.SpliceCompileError,
-                   "must be declared extern", "float(*)(float)")
+                   "'as_int' must return float", "float32(float32)")
+
+    @splice.extern(source='extern "C" __device__ float from_int(int x) { return x; }',
+                   signature="float32(float32)")
+    def from_int(x): ...
+    _compile_fails(_kernel_calling(from_int), splice.SpliceCompileError,
+                   "parameter 1 of 'from_int' must be float")
+
+    @splice.extern(source='extern "C" __device__ float two(float x, float y) { return x; }',
+                   signature="float32(float32)")
+    def two(x): ...
+    _compile_fails(_kernel_calling(two), splice.SpliceCompileError,
+                   "must be an extern \\\"C\\\" function of 1 parameter(s)")
+
+
+def test_long_and_int64_t_are_accepted_for_int64():
+    @splice.extern(source='#include <cuda/std/cstdint>\n' if False else
+                   'extern "C" __device__ long w64(long x, unsigned long y) '
+                   '{ return x + (long)y; }', signature="int64(int64, uint64)")
+    def w64(x, y): ...
+
+    @splice.kernel
+    def kern(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=w64(t, ct.bitcast(t, ct.uint64)))
+    sig = K.signature(K.array(ct.int64), K.array(ct.int64), 256)
+    assert splice.build(kern, sig, "sm_90").cubin
 
 
 def test_missing_symbol_lists_what_the_fragment_defines():
@@ -425,3 +451,74 @@ def test_error_in_an_included_header_quotes_the_header(tmp_path):
     def hdr(x: ct.float32) -> ct.float32: ...
     _compile_fails(_kernel_calling(hdr), splice.SpliceCompileError, "util.h:2:",
                    "float broken = ;")
+
+
+@pytest.mark.parametrize("arch, ok", [("sm_90a", True), ("SM_90", True), ("sm_100f", True),
+                                      ("compute_90", False), ("90", False), ("sm90x", False)])
+def test_architecture_names(arch, ok):
+    if ok:
+        assert splice.compile(K.ptx_kernel, SIG_1D.__class__(
+            K.signature(K.array(f32), K.array(f32), 512).parameters,
+            SIG_1D.calling_convention), arch).cubin
+    else:
+        with pytest.raises(splice.SpliceToolchainError, match="unknown GPU architecture"):
+            splice.compile(K.ptx_kernel, SIG_1D, arch)
+
+
+def test_kernel_whose_name_contains_the_reserved_prefix():
+    @splice.kernel
+    def my__splice_reduce(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=K.ptx_scale(t, t))
+    assert splice.build(my__splice_reduce, SIG_1D, "sm_90").cubin
+
+
+@pytest.mark.parametrize("sig", ["float32(int8, int32, int8, int64)",
+                                 "int32(" + ", ".join(["int8", "int16"] * 5) + ")",
+                                 "float64(int8, float64, int16, int32, int8)"])
+def test_arguments_up_to_128_bits_always_pack(sig):
+    s = splice.parse_signature(sig)
+    slots = s.packing()
+    used = {}
+    for place in slots:
+        assert place.offset % place.bits == 0
+        for b in range(place.offset, place.offset + place.bits):
+            assert (place.slot, b) not in used
+            used[place.slot, b] = True
+
+
+@pytest.mark.parametrize("value, dtype, needle", [(1e300, ct.float32, "overflows float32"),
+                                                  (70000.0, ct.float16, "overflows float16"),
+                                                  (1e-10, ct.float16, "underflows float16")])
+def test_float_constants_out_of_range(value, dtype, needle):
+    name = "float16" if dtype is ct.float16 else "float32"
+    t = splice.ELEMENT_TYPES[name]
+    ext = splice.extern(source=f'#include <cuda_fp16.h>\nextern "C" __device__ {t.c_type} '
+                               f'fc_{name}({t.c_type} x) {{ return x; }}',
+                        name=f"fc_{name}", signature=f"{name}({name})")(lambda x: None)
+
+    @splice.kernel
+    def kern(x, y, TILE: ct.Constant[int]):
+        ct.store(y, index=(ct.bid(0),), tile=ct.load(x, index=(ct.bid(0),), shape=(TILE,)) +
+                 ext(value))
+    sig = K.signature(K.array(dtype), K.array(dtype), 256)
+    _compile_fails(kern, splice.SpliceCallError, needle, sig=sig)
+
+
+def test_keyword_arguments_are_refused_by_splice():
+    @splice.kernel
+    def kern(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=K.saxpy(1.0, t, y=t))
+    _compile_fails(kern, splice.SpliceCallError, "keyword argument(s) y")
+
+
+def test_lambda_stub_needs_a_name():
+    with pytest.raises(splice.SpliceDeclarationError, match="name="):
+        splice.extern(source="x", signature="float32(float32)")(lambda x: None)
+
+
+def test_ptxas_options_in_nvrtc_options_are_refused():
+    with pytest.raises(splice.SpliceDeclarationError, match="would be ignored"):
+        @splice.extern(source="x", options=["-Xptxas", "-v"])
+        def f(x: ct.float32) -> ct.float32: ...
