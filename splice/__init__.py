@@ -30,6 +30,9 @@ from .extern import ExternFunction, extern
 from .pipeline import Build, __version__, build
 from .ptx import PTXSyntaxError
 from . import toolchain
+from .asm import _public_asm
+
+asm = _public_asm()
 from .types import ELEMENT_TYPES, Signature, parse_signature
 
 
@@ -41,7 +44,7 @@ def compile(kernel, signature, arch: str = "sm_90") -> Build:
 
 
 __all__ = [
-    "kernel", "extern", "compile", "build", "Build", "ExternFunction", "Signature",
+    "kernel", "extern", "asm", "compile", "build", "Build", "ExternFunction", "Signature",
     "parse_signature", "ELEMENT_TYPES", "SpliceError", "SpliceCallError", "SpliceCompileError",
     "SpliceDeclarationError", "SpliceLinkError", "SpliceRewriteError", "SpliceToolchainError",
     "PTXSyntaxError", "__version__",

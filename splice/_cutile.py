@@ -347,7 +347,14 @@ def _handle_extern_call(callee, *args):
         if kwargs:
             raise _call_error(ext, f"keyword argument(s) {', '.join(kwargs)}: pass extern "
                                    f"arguments by position", builder.loc)
-    loc = builder.loc
+    return _emit_call(ext, args, builder.loc)
+
+
+_handle_extern_call._is_coroutine = False
+
+
+def _emit_call(ext, args, loc):
+    """Add the IR operations of one call of ``ext`` with argument Vars ``args``."""
     session: TraceSession | None = getattr(_local, "session", None)
     if session is None:
         raise _call_error(
@@ -401,7 +408,110 @@ def _handle_extern_call(callee, *args):
     return None if res is None else value
 
 
-_handle_extern_call._is_coroutine = False
+@dataclass(eq=False)
+class SpliceUnpack(Operation, opcode="splice_unpack"):
+    """Split the integer carrying several outputs of an inline-PTX snippet into its
+    outputs (each at its bit offset)."""
+
+    carrier: Var = operand()
+    offsets: tuple[int, ...] = attribute()
+
+    def generate_bytecode(self, ctx):
+        tt = ctx.type_table
+        raw = ctx.get_value(self.carrier)
+        cty = self.carrier.get_type()
+        cbits = cty.dtype.bitwidth
+        shape = cty.shape
+        wide = ct.int64 if cbits == 64 else ct.int32
+        outs = []
+        from cuda.tile._ir2bytecode import typeid
+        for var, off in zip(self.result_vars, self.offsets):
+            ty = var.get_type()
+            v = raw
+            if off:
+                amount = ctx.constant(off, TileTy(wide, shape))
+                v = bc.encode_ShRIOp(ctx.builder, _int_type(tt, cbits, shape), v, amount,
+                                     bc.Signedness.Unsigned)
+            bits = 1 if ty.dtype == ct.bool_ else ty.dtype.bitwidth
+            if bits < cbits:
+                v = bc.encode_TruncIOp(ctx.builder, tt.tile(tt.I1, list(shape)) if bits == 1
+                                       else _int_type(tt, bits, shape), v,
+                                       bc.IntegerOverflow.NONE)
+            if ty.dtype in (ct.float16, ct.bfloat16, ct.float32, ct.float64):
+                v = bc.encode_BitcastOp(ctx.builder, typeid(tt, TileTy(ty.dtype, shape)), v)
+            outs.append(v)
+        return tuple(outs)
+
+
+def _constant(var, what, where):
+    if var is None:
+        return None
+    if not var.is_constant():
+        raise SpliceCallError(f"inline PTX at {where}: {what} must be a compile-time constant")
+    return var.get_constant()
+
+
+def _handle_asm(callee, template, args, dtype, constraints, pure):
+    from .asm import AsmSpec
+    from .extern import ExternFunction
+    from .fragments import AsmSource
+    from .types import Signature, element_type
+    from cuda.tile._ir.core_ops import build_tuple
+    builder = ir.Builder.get_current()
+    loc = builder.loc
+    where = _loc_str(loc)
+    text = _constant(template, "the PTX template", where)
+    if not isinstance(text, str):
+        raise SpliceCallError(f"inline PTX at {where}: the template must be a string", loc)
+    dt = _constant(dtype, "dtype", where)
+    many = isinstance(dt, tuple)
+    try:
+        outputs = () if dt is None else tuple(element_type(d) for d in (dt if many else (dt,)))
+    except Exception as e:
+        raise SpliceCallError(f"inline PTX at {where}: dtype: {getattr(e, 'message', e)}",
+                              loc) from None
+    pure_v = _constant(pure, "pure", where)
+    if not isinstance(pure_v, bool):
+        raise SpliceCallError(f"inline PTX at {where}: pure must be True or False", loc)
+    inputs = []
+    for i, var in enumerate(args):
+        ty = var.get_type()
+        if not isinstance(ty, TileTy):
+            raise SpliceCallError(f"inline PTX at {where}: input {i + 1} is {_describe(var)}; "
+                                  f"inputs are tiles or scalars", loc)
+        try:
+            inputs.append(element_type(ty.dtype))
+        except Exception as e:
+            raise SpliceCallError(f"inline PTX at {where}: input {i + 1}: "
+                                  f"{getattr(e, 'message', e)}", loc) from None
+    spec = AsmSpec(text, outputs, tuple(inputs), where)
+    try:
+        spec.check(_constant(constraints, "constraints", where))
+        carrier, offsets = spec.result_layout()
+        sig = Signature(tuple(inputs), carrier)
+        sig.packing()
+    except SpliceError as e:
+        raise SpliceCallError(e.message, loc) from None
+    ext = ExternFunction(f"asm@{where}", spec.symbol, sig, pure_v and bool(outputs),
+                         AsmSource(spec=spec), where, inline="always")
+    raw = _emit_call(ext, tuple(args), loc)
+    if len(outputs) <= 1:
+        return raw
+    shape = raw.get_type().shape
+    outs = add_operation_variadic(SpliceUnpack, tuple(TileTy(t.dtype, shape) for t in outputs),
+                                  carrier=raw, offsets=offsets)
+    return build_tuple(tuple(outs))
+
+
+_handle_asm._is_coroutine = False
+
+
+def make_asm_function():
+    """``splice.asm``: a plain function cuTile resolves to :func:`_handle_asm`."""
+    def asm(template, *args, dtype=None, constraints=None, pure=True):
+        raise SpliceError("splice.asm is device code: use it inside a @splice.kernel function")
+    asm._cutile_custom_implementation_handler = _handle_asm
+    return asm
 
 
 def make_callable_stub(ext, pyfunc):

@@ -247,3 +247,52 @@ def _only_lookup_failures(log: str, source: str, name: str) -> bool:
     errs = list(_errors(log))
     return bool(errs) and all(file == name and n > n_user for _, file, n in errs) and (
         "has no" in errs[0][0] or "is undefined" in errs[0][0])
+
+
+# PTX ISA version a generated wrapper declares for a target: at least what the target needs,
+# at most what tileiras 13.x emits (9.x).
+_PTX_VERSION_FOR = {80: "7.0", 86: "7.1", 87: "7.4", 89: "7.8", 90: "8.0", 100: "8.6",
+                    101: "8.6", 103: "8.8", 110: "9.0", 120: "8.7", 121: "8.8"}
+
+
+@dataclasses.dataclass(eq=False)
+class AsmSource(Fragment):
+    """The ``.func`` wrapping a :func:`splice.asm` snippet, generated for the kernel's own
+    PTX target and checked by ptxas on its own, so that a malformed snippet is reported at
+    its call site with ptxas's message."""
+
+    spec: object = None  # splice.asm.AsmSpec
+    kind = "asm"
+
+    def describe(self) -> str:
+        return f"inline PTX at {self.spec.where}"
+
+    def content_key(self, target: str) -> str:
+        s = self.spec
+        return cache.key_of("asm", s.template, [t.name for t in s.outputs],
+                            [t.name for t in s.inputs], target)
+
+    def module(self, target: str) -> Module:
+        key = self.content_key(target)
+        with _memo_lock:
+            hit = _memo.get(key)
+        if hit is not None:
+            return hit
+        num = int(re.sub(r"\D", "", target) or 0)
+        text = self.spec.ptx(target, _PTX_VERSION_FOR.get(num, "9.0"))
+        if cache.load("asm-checked", key) is None:
+            try:
+                toolchain.run_ptxas(text, ["-arch", target, "-c"], None, timeout=120,
+                                    what=self.describe())
+            except Exception as e:  # SpliceToolchainError with ptxas's log
+                msgs = [ln.split("error", 1)[-1].lstrip(" :") for ln in
+                        getattr(e, "log", "").splitlines() if "error" in ln]
+                raise SpliceCompileError(
+                    f"inline PTX at {self.spec.where} rejected by ptxas: "
+                    f"{'; '.join(msgs) or e}\n    snippet: {self.spec.template.strip()}",
+                    getattr(e, "log", "")) from None
+            cache.store("asm-checked", key, {}, b"ok")
+        mod = Module(text, self.describe())
+        with _memo_lock:
+            _memo[key] = mod
+        return mod

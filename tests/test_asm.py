@@ -1,0 +1,224 @@
+"""splice.asm: inline PTX, compiled without a GPU and (marker gpu) run against NumPy."""
+
+import numpy as np
+import pytest
+
+import cuda.tile as ct
+
+import kernels as K
+import splice
+
+ConstInt = ct.Constant[int]
+I32 = K.signature(K.array(ct.int32), K.array(ct.int32), 256)
+
+
+@splice.kernel
+def bits_kernel(x, brev, bfind, popc, prmt, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    u = ct.bitcast(t, ct.uint32)
+    ct.store(brev, index=(ct.bid(0),), tile=splice.asm("brev.b32 $0, $1;", u, dtype=ct.uint32))
+    ct.store(bfind, index=(ct.bid(0),), tile=splice.asm("bfind.u32 $0, $1;", u,
+                                                         dtype=ct.uint32))
+    ct.store(popc, index=(ct.bid(0),), tile=splice.asm("popc.b32 $0, $1;", u, dtype=ct.uint32,
+                                                        constraints="=r,r"))
+    ct.store(prmt, index=(ct.bid(0),), tile=splice.asm("prmt.b32 $0, $1, 0, 0x0123;", u,
+                                                        dtype=ct.uint32))
+
+
+@splice.kernel
+def mad_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=splice.asm("mad.lo.s32 $0, $1, $2, $3;", t, t, 7,
+                                                     dtype=ct.int32))
+
+
+@splice.kernel
+def split_kernel(x, hi, lo, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    h, lw = splice.asm("mov.b64 {$1, $0}, $2;", t, dtype=(ct.uint32, ct.uint32))
+    ct.store(hi, index=(ct.bid(0),), tile=h)
+    ct.store(lo, index=(ct.bid(0),), tile=lw)
+
+
+@splice.kernel
+def tanh_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=splice.asm("tanh.approx.f32 $0, $1;", t,
+                                                     dtype=ct.float32))
+
+
+@splice.kernel
+def sreg_kernel(times, smids, TILE: ConstInt):
+    t0 = splice.asm("mov.u64 $0, %globaltimer;", dtype=ct.uint64, pure=False)
+    sm = splice.asm("mov.u32 $0, %smid;", dtype=ct.uint32, pure=False)
+    t1 = splice.asm("mov.u64 $0, %globaltimer;", dtype=ct.uint64, pure=False)
+    z = ct.full((TILE,), 0, dtype=ct.uint64)
+    ct.store(times, index=(ct.bid(0), 0), tile=ct.reshape(z + t0, (1, TILE)))
+    ct.store(times, index=(ct.bid(0), 1), tile=ct.reshape(z + t1, (1, TILE)))
+    ct.store(smids, index=(ct.bid(0),), tile=ct.full((TILE,), 0, dtype=ct.uint32) + sm)
+
+
+@splice.kernel
+def red_kernel(x, counter: ct.ScalarInt64, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    splice.asm("red.global.add.u64 [$0], 1;", counter, t)  # no output: side effect only
+    splice.asm("{ .reg .b64 v; cvt.u64.u32 v, $1; red.global.add.u64 [$0+8], v; }",
+               counter, t)
+
+
+# ----------------------------------------------------------------------------- CPU
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_100"])
+def test_asm_compiles_inlined(arch):
+    sig = K.signature(*[K.array(ct.int32)] + [K.array(ct.uint32)] * 4, 256)
+    b = splice.compile(bits_kernel, sig, arch)
+    assert all(s.inlined for s in b.sites) and len(b.sites) == 4
+    assert b.sass is None or b.sass_call_count() == 0
+    assert "brev.b32" in b.spliced_ptx and "prmt.b32" in b.spliced_ptx
+
+
+def test_every_gpu_kernel_compiles():
+    splice.compile(tanh_kernel, K.signature(K.array(ct.float32), K.array(ct.float32), 1024),
+                   "sm_90")
+    splice.compile(sreg_kernel, K.signature(K.array(ct.uint64, 2), K.array(ct.uint32), 128),
+                   "sm_90")
+    splice.compile(mad_kernel, I32, "sm_90")
+
+
+def test_multiple_outputs_and_side_effects_compile():
+    splice.compile(split_kernel, K.signature(K.array(ct.uint64), K.array(ct.uint32),
+                                             K.array(ct.uint32), 256), "sm_90")
+    b = splice.compile(red_kernel, K.signature(K.array(ct.uint32), K.scalar(ct.int64), 64),
+                       "sm_90")
+    assert b.spliced_ptx.count("red.global.add.u64") >= 2
+
+
+def _asm_kernel(template, dtype=ct.int32, constraints=None, nargs=1):
+    @splice.kernel
+    def kern(x, y, TILE: ConstInt):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        if nargs == 1:
+            ct.store(y, index=(ct.bid(0),), tile=splice.asm(template, t, dtype=dtype,
+                                                             constraints=constraints))
+        else:
+            ct.store(y, index=(ct.bid(0),), tile=splice.asm(template, t, t, dtype=dtype,
+                                                             constraints=constraints))
+    return kern
+
+
+@pytest.mark.parametrize("template, constraints, needle", [
+    ("add.s32 $0, $1, $5;", None, "operand $5 does not exist"),
+    ("add.s32 $0, $1, $1;", "=r,f", "does not match operand $1 of dtype int32"),
+    ("add.s32 $0, $1, $1;", "r,r", "must start with '='"),
+    ("add.s32 $0, $1, $1;", "=r", "1 constraint(s)"),
+])
+def test_snippet_errors_before_tileiras(template, constraints, needle):
+    with pytest.raises(splice.SpliceCallError) as e:
+        splice.build(_asm_kernel(template, constraints=constraints), I32, "sm_90")
+    assert needle in str(e.value) and "test_asm.py" in str(e.value)
+
+
+def test_malformed_snippet_reports_ptxas_and_the_call_site():
+    with pytest.raises(splice.SpliceCompileError) as e:
+        splice.build(_asm_kernel("add.bogus.s32 $0, $1, $1;"), I32, "sm_90")
+    msg = str(e.value)
+    assert "rejected by ptxas" in msg and "add.bogus.s32" in msg and "test_asm.py" in msg
+
+
+def test_too_many_outputs():
+    @splice.kernel
+    def kern(x, y, TILE: ConstInt):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        a, b, c = splice.asm("mov.b32 $0, $3; mov.b32 $1, $3; mov.b32 $2, $3;", t,
+                             dtype=(ct.int32, ct.int32, ct.int32))
+        ct.store(y, index=(ct.bid(0),), tile=a + b + c)
+    with pytest.raises(splice.SpliceCallError, match="at most 64 bits of outputs"):
+        splice.build(kern, I32, "sm_90")
+
+
+def test_asm_from_python_raises():
+    with pytest.raises(splice.SpliceError, match="device code"):
+        splice.asm("mov.b32 $0, 1;", dtype=ct.int32)
+
+
+# ----------------------------------------------------------------------------- GPU
+
+@pytest.fixture(scope="module")
+def torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no GPU")
+    return torch
+
+
+def _launch(torch, grid, kernel, args):
+    ct.launch(torch.cuda.current_stream(), grid, kernel, args)
+    torch.cuda.synchronize()
+
+
+@pytest.mark.gpu
+def test_bit_tricks_match_numpy(torch):
+    n, tile = 4096, 256
+    x = np.random.default_rng(0).integers(-2 ** 31, 2 ** 31 - 1, n, dtype=np.int32)
+    outs = [torch.empty(n, dtype=torch.uint32, device="cuda") for _ in range(4)]
+    _launch(torch, (n // tile,), bits_kernel, (torch.from_numpy(x).cuda(), *outs, tile))
+    u = x.view(np.uint32)
+    brev = np.array([int(f"{v:032b}"[::-1], 2) for v in u], dtype=np.uint32)
+    bfind = np.array([v.bit_length() - 1 if v else 0xFFFFFFFF for v in map(int, u)],
+                     dtype=np.uint32)
+    popc = np.array([bin(int(v)).count("1") for v in u], dtype=np.uint32)
+    prmt = u.byteswap()
+    for got, ref in zip(outs, (brev, bfind, popc, prmt)):
+        np.testing.assert_array_equal(got.cpu().numpy(), ref)
+
+
+@pytest.mark.gpu
+def test_mad_and_multiple_outputs(torch):
+    n, tile = 2048, 256
+    x = np.random.default_rng(1).integers(-1000, 1000, n, dtype=np.int32)
+    y = torch.empty(n, dtype=torch.int32, device="cuda")
+    _launch(torch, (n // tile,), mad_kernel, (torch.from_numpy(x).cuda(), y, tile))
+    np.testing.assert_array_equal(y.cpu().numpy(), x * x + 7)
+    v = np.random.default_rng(2).integers(0, 2 ** 63, n, dtype=np.uint64)
+    hi = torch.empty(n, dtype=torch.uint32, device="cuda")
+    lo = torch.empty(n, dtype=torch.uint32, device="cuda")
+    _launch(torch, (n // tile,), split_kernel, (torch.from_numpy(v).cuda(), hi, lo, tile))
+    np.testing.assert_array_equal(hi.cpu().numpy(), (v >> np.uint64(32)).astype(np.uint32))
+    np.testing.assert_array_equal(lo.cpu().numpy(), (v & np.uint64(0xFFFFFFFF))
+                                  .astype(np.uint32))
+
+
+@pytest.mark.gpu
+def test_tanh_approx_within_its_documented_error(torch):
+    n, tile = 1 << 16, 1024
+    x = np.linspace(-8, 8, n, dtype=np.float32)
+    y = torch.empty(n, dtype=torch.float32, device="cuda")
+    _launch(torch, (n // tile,), tanh_kernel, (torch.from_numpy(x).cuda(), y, tile))
+    ref = np.tanh(x.astype(np.float64))
+    # PTX ISA: tanh.approx.f32 max relative error 2^-10.987 (absolute near 0)
+    err = np.abs(y.cpu().numpy() - ref)
+    assert np.all(err <= 2 ** -10.987 * np.abs(ref) + 2 ** -20), err.max()
+
+
+@pytest.mark.gpu
+def test_special_registers(torch):
+    tile, blocks = 128, 264
+    times = torch.zeros((blocks, 2 * tile), dtype=torch.uint64, device="cuda")
+    smids = torch.zeros(blocks * tile, dtype=torch.uint32, device="cuda")
+    _launch(torch, (blocks,), sreg_kernel, (times, smids, tile))
+    t = times.cpu().numpy().astype(np.int64).reshape(blocks, 2, tile)
+    assert np.all(t[:, 1, :] >= t[:, 0, :]) and np.all(t > 0)
+    n_sm = torch.cuda.get_device_properties(0).multi_processor_count
+    assert smids.cpu().numpy().max() < n_sm
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile", [1, 32, 64, 1024])
+def test_side_effect_asm_runs_once_per_element(torch, tile):
+    n = max(tile * 16, 4096)
+    x = np.random.default_rng(tile).integers(0, 1000, n, dtype=np.uint32)
+    counter = torch.zeros(2, dtype=torch.int64, device="cuda")
+    _launch(torch, (n // tile,), red_kernel, (torch.from_numpy(x).cuda(), counter.data_ptr(),
+                                              tile))
+    calls, total = counter.cpu().numpy()
+    assert calls == n and total == int(x.astype(np.uint64).sum())
