@@ -443,6 +443,123 @@ class SpliceUnpack(Operation, opcode="splice_unpack"):
         return tuple(outs)
 
 
+def _shape_ty(tt, dtype, shape):
+    from cuda.tile._ir2bytecode import typeid
+    return typeid(tt, TileTy(dtype, shape))
+
+
+@dataclass(eq=False)
+class SplicePack(Operation, opcode="splice_pack"):
+    """k consecutive elements along the last axis -> one integer of k x width bits
+    (element j at bits [j*width, (j+1)*width)): operands of a ``pack=k`` snippet."""
+
+    x: Var = operand()
+    k: int = attribute()
+
+    def generate_bytecode(self, ctx):
+        tt = ctx.type_table
+        xty = self.x.get_type()
+        rty = self.result_var.get_type()
+        w = xty.dtype.bitwidth
+        outer = rty.shape
+        v = bc.encode_ReshapeOp(ctx.builder, _shape_ty(tt, xty.dtype, (*outer, self.k)),
+                                ctx.get_value(self.x))
+        zero = ctx.constant(0, TileTy(ct.int32, ()))
+        acc = None
+        cbits = rty.dtype.bitwidth
+        for j in range(self.k):
+            idx = [zero] * len(outer) + [ctx.constant(j, TileTy(ct.int32, ()))]
+            part = bc.encode_ExtractOp(ctx.builder, _shape_ty(tt, xty.dtype, (*outer, 1)), v,
+                                       idx)
+            part = bc.encode_ReshapeOp(ctx.builder, _shape_ty(tt, xty.dtype, outer), part)
+            if xty.dtype in (ct.float16, ct.bfloat16, ct.float32, ct.float64):
+                part = bc.encode_BitcastOp(ctx.builder, _int_type(tt, w, outer), part)
+            if w < cbits:
+                part = bc.encode_ExtIOp(ctx.builder, _int_type(tt, cbits, outer), part,
+                                        bc.Signedness.Unsigned)
+            if j:
+                amount = ctx.constant(j * w, TileTy(rty.dtype, outer))
+                part = bc.encode_ShLIOp(ctx.builder, _int_type(tt, cbits, outer), part, amount,
+                                        bc.IntegerOverflow.NONE)
+            acc = part if acc is None else bc.encode_OrIOp(ctx.builder,
+                                                           _int_type(tt, cbits, outer), acc,
+                                                           part)
+        return acc
+
+
+@dataclass(eq=False)
+class SpliceUnpackPacked(Operation, opcode="splice_unpack_packed"):
+    """The inverse of :class:`SplicePack`: one integer -> k consecutive elements."""
+
+    carrier: Var = operand()
+    k: int = attribute()
+
+    def generate_bytecode(self, ctx):
+        tt = ctx.type_table
+        cty = self.carrier.get_type()
+        rty = self.result_var.get_type()
+        outer = cty.shape
+        cbits = cty.dtype.bitwidth
+        w = rty.dtype.bitwidth
+        raw = ctx.get_value(self.carrier)
+        parts = []
+        for j in range(self.k):
+            v = raw
+            if j:
+                amount = ctx.constant(j * w, TileTy(cty.dtype, outer))
+                v = bc.encode_ShRIOp(ctx.builder, _int_type(tt, cbits, outer), v, amount,
+                                     bc.Signedness.Unsigned)
+            if w < cbits:
+                v = bc.encode_TruncIOp(ctx.builder, _int_type(tt, w, outer), v,
+                                       bc.IntegerOverflow.NONE)
+            if rty.dtype in (ct.float16, ct.bfloat16, ct.float32, ct.float64):
+                v = bc.encode_BitcastOp(ctx.builder, _shape_ty(tt, rty.dtype, outer), v)
+            parts.append(bc.encode_ReshapeOp(ctx.builder, _shape_ty(tt, rty.dtype, (*outer, 1)),
+                                             v))
+        width = 1
+        while len(parts) > 1:
+            width *= 2
+            parts = [bc.encode_CatOp(ctx.builder, _shape_ty(tt, rty.dtype, (*outer, width)),
+                                     parts[i], parts[i + 1], len(outer))
+                     for i in range(0, len(parts), 2)]
+        return bc.encode_ReshapeOp(ctx.builder, _shape_ty(tt, rty.dtype, rty.shape), parts[0])
+
+
+def _pack_inputs(args, k, pure, where, loc):
+    """Broadcast the inputs of a ``pack=k`` snippet to a common shape, pad a last axis
+    shorter than k by repeating it (pure snippets only), and pack k elements per operand.
+    Returns (packed operands, common shape, padded shape)."""
+    from cuda.tile._ir.arithmetic_ops import reshape
+    from cuda.tile._ir.ops import cat
+    shape: tuple[int, ...] = ()
+    for var in args:
+        shape = broadcast_shapes2(shape, var.get_type().shape)
+    base = tuple(shape) if shape else (1,)
+    if base[-1] % k and not pure:
+        raise SpliceCallError(f"inline PTX at {where}: pack={k} needs a last axis divisible by "
+                              f"{k} for an impure snippet (got {base[-1]}): padding would run "
+                              f"its side effects on padding lanes", loc)
+    packed = []
+    padded = base
+    for var in args:
+        v = broadcast_to(var, shape)
+        if not shape:
+            v = reshape(v, (1,))
+        while v.get_type().shape[-1] % k:
+            v = cat((v, v), -1)
+        padded = v.get_type().shape
+        dt = v.get_type().dtype
+        bits = k * dt.bitwidth
+        if dt == ct.bool_ or bits not in (16, 32, 64):
+            raise SpliceCallError(f"inline PTX at {where}: pack={k} of {dt} makes {bits}-bit "
+                                  f"operands; k x element width must be 16, 32 or 64 bits",
+                                  loc)
+        carrier = {16: ct.uint16, 32: ct.uint32, 64: ct.uint64}[bits]
+        packed.append(add_operation(SplicePack, TileTy(carrier, (*padded[:-1],
+                                                                 padded[-1] // k)), x=v, k=k))
+    return packed, tuple(shape), tuple(padded)
+
+
 def _constant(var, what, where):
     if var is None:
         return None
@@ -451,7 +568,7 @@ def _constant(var, what, where):
     return var.get_constant()
 
 
-def _handle_asm(callee, template, args, dtype, constraints, pure):
+def _handle_asm(callee, template, args, dtype, constraints, pure, pack):
     from .asm import AsmSpec
     from .extern import ExternFunction
     from .fragments import AsmSource
@@ -473,6 +590,21 @@ def _handle_asm(callee, template, args, dtype, constraints, pure):
     pure_v = _constant(pure, "pure", where)
     if not isinstance(pure_v, bool):
         raise SpliceCallError(f"inline PTX at {where}: pure must be True or False", loc)
+    k = _constant(pack, "pack", where)
+    if not isinstance(k, int) or k not in (1, 2, 4, 8):
+        raise SpliceCallError(f"inline PTX at {where}: pack must be 1, 2, 4 or 8, got {k!r}",
+                              loc)
+    if k > 1:
+        if not args:
+            raise SpliceCallError(f"inline PTX at {where}: pack={k} needs inputs", loc)
+        elem_out = outputs
+        args, shape, padded = _pack_inputs(args, k, pure_v and bool(outputs), where, loc)
+        try:
+            outputs = tuple(element_type({16: "uint16", 32: "uint32", 64: "uint64"}[
+                k * t.bits]) for t in elem_out)
+        except KeyError:
+            raise SpliceCallError(f"inline PTX at {where}: pack={k} outputs must be "
+                                  f"{16 // k}/{32 // k}/{64 // k}-bit", loc) from None
     inputs = []
     for i, var in enumerate(args):
         ty = var.get_type()
@@ -495,20 +627,42 @@ def _handle_asm(callee, template, args, dtype, constraints, pure):
     ext = ExternFunction(f"asm@{where}", spec.symbol, sig, pure_v and bool(outputs),
                          AsmSource(spec=spec), where, inline="always")
     raw = _emit_call(ext, tuple(args), loc)
-    if len(outputs) <= 1:
-        return raw
-    shape = raw.get_type().shape
-    outs = add_operation_variadic(SpliceUnpack, tuple(TileTy(t.dtype, shape) for t in outputs),
-                                  carrier=raw, offsets=offsets)
-    return build_tuple(tuple(outs))
+    if not outputs:
+        return None
+    if len(outputs) == 1:
+        outs = (raw,)
+    else:
+        rshape = raw.get_type().shape
+        outs = add_operation_variadic(SpliceUnpack, tuple(TileTy(t.dtype, rshape)
+                                                          for t in outputs),
+                                      carrier=raw, offsets=offsets)
+    if k > 1:
+        from cuda.tile._ir.arithmetic_ops import reshape
+        from cuda.tile._ir.ops import extract
+        res = []
+        for var, t in zip(outs, elem_out):
+            v = add_operation(SpliceUnpackPacked, TileTy(t.dtype, padded), carrier=var, k=k)
+            if padded != (shape if shape else (1,)):
+                zero = tuple(loosely_const(0) for _ in padded)
+                v = extract(v, zero, (*padded[:-1], (shape[-1] if shape else 1)))
+            if not shape:
+                v = reshape(v, ())
+            res.append(v)
+        outs = tuple(res)
+    return outs[0] if len(outs) == 1 else build_tuple(tuple(outs))
 
 
 _handle_asm._is_coroutine = False
 
 
+def loosely_const(v):
+    from cuda.tile._ir.core_ops import loosely_typed_const
+    return loosely_typed_const(v)
+
+
 def make_asm_function():
     """``splice.asm``: a plain function cuTile resolves to :func:`_handle_asm`."""
-    def asm(template, *args, dtype=None, constraints=None, pure=True):
+    def asm(template, *args, dtype=None, constraints=None, pure=True, pack=1):
         raise SpliceError("splice.asm is device code: use it inside a @splice.kernel function")
     asm._cutile_custom_implementation_handler = _handle_asm
     return asm

@@ -285,8 +285,8 @@ class AsmSource(Fragment):
                 toolchain.run_ptxas(text, ["-arch", target, "-c"], None, timeout=120,
                                     what=self.describe())
             except Exception as e:  # SpliceToolchainError with ptxas's log
-                msgs = [ln.split("error", 1)[-1].lstrip(" :") for ln in
-                        getattr(e, "log", "").splitlines() if "error" in ln]
+                msgs = [re.split(r"error\s*:", ln, 1)[-1].strip() for ln in
+                        getattr(e, "log", "").splitlines() if re.search(r"error\s*:", ln)]
                 raise SpliceCompileError(
                     f"inline PTX at {self.spec.where} rejected by ptxas: "
                     f"{'; '.join(msgs) or e}\n    snippet: {self.spec.template.strip()}",

@@ -222,3 +222,56 @@ def test_side_effect_asm_runs_once_per_element(torch, tile):
                                               tile))
     calls, total = counter.cpu().numpy()
     assert calls == n and total == int(x.astype(np.uint64).sum())
+
+
+@splice.kernel
+def hadd2_kernel(a, b, y, TILE: ConstInt):
+    ta = ct.load(a, index=(ct.bid(0),), shape=(TILE,))
+    tb = ct.load(b, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=splice.asm("add.rn.f16x2 $0, $1, $2;", ta, tb,
+                                                     dtype=ct.float16, pack=2,
+                                                     constraints="=r,r,r"))
+
+
+@splice.kernel
+def hadd2_scalar_kernel(a, y, s: float, TILE: ConstInt):
+    ta = ct.load(a, index=(ct.bid(0),), shape=(TILE,))
+    sh = ct.astype(s, ct.float16)
+    one = splice.asm("add.rn.f16x2 $0, $1, $1;", sh, dtype=ct.float16, pack=2)  # scalar: pad
+    ct.store(y, index=(ct.bid(0),), tile=ta + one)
+
+
+@pytest.mark.parametrize("tile", [1, 2, 64, 1024])
+def test_pack2_compiles(tile):
+    sig = K.signature(K.array(ct.float16), K.array(ct.float16), K.array(ct.float16), tile)
+    b = splice.compile(hadd2_kernel, sig, "sm_90")
+    assert "add.rn.f16x2" in b.spliced_ptx and b.sites[0].inlined
+    splice.compile(hadd2_scalar_kernel, K.signature(K.array(ct.float16), K.array(ct.float16),
+                                                    K.scalar(ct.float32), tile), "sm_90")
+
+
+def test_pack_errors():
+    @splice.kernel
+    def kern(x, y, TILE: ConstInt):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=splice.asm("mov.b32 $0, $1;", t, dtype=ct.int32,
+                                                         pack=4))
+    with pytest.raises(splice.SpliceCallError, match="must be 16, 32 or 64 bits"):
+        splice.build(kern, I32, "sm_90")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile", [1, 2, 64, 1024])
+def test_f16x2_pack(torch, tile):
+    n = 4096
+    rng = np.random.default_rng(tile)
+    a = rng.standard_normal(n).astype(np.float16)
+    b = rng.standard_normal(n).astype(np.float16)
+    y = torch.empty(n, dtype=torch.float16, device="cuda")
+    _launch(torch, (n // tile,), hadd2_kernel, (torch.from_numpy(a).cuda(),
+                                               torch.from_numpy(b).cuda(), y, tile))
+    np.testing.assert_array_equal(y.cpu().numpy(), a + b)
+    y2 = torch.empty(n, dtype=torch.float16, device="cuda")
+    _launch(torch, (n // tile,), hadd2_scalar_kernel, (torch.from_numpy(a).cuda(), y2, 1.5,
+                                                      tile))
+    np.testing.assert_array_equal(y2.cpu().numpy(), a + np.float16(3.0))
