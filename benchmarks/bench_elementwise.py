@@ -12,10 +12,8 @@ launch (trace + compile + splice + link, empty caches) of each kernel.
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
-import time
 
 # Empty caches, so that the first launch measures the whole compile.
 os.environ["SPLICE_CACHE_DIR"] = tempfile.mkdtemp(prefix="splice-bench-")
@@ -25,6 +23,7 @@ import cuda.tile as ct  # noqa: E402
 import torch  # noqa: E402
 
 import splice  # noqa: E402
+from _timing import first_launch, time_side_by_side  # noqa: E402
 
 
 @splice.extern(source=r'''
@@ -46,15 +45,6 @@ def plain(x, y, TILE: ct.Constant[int]):
     ct.store(y, index=(bid,), tile=t * 2.0 + 1.0)
 
 
-def first_launch(kernel, args, grid):
-    stream = torch.cuda.current_stream()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    ct.launch(stream, grid, kernel, args)
-    torch.cuda.synchronize()
-    return time.perf_counter() - t0
-
-
 def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--reps", type=int, default=50)
@@ -66,27 +56,13 @@ def main(argv=None):
     ys = torch.empty_like(x)
     yp = torch.empty_like(x)
     grid = (n // tile,)
-    t_first_splice = first_launch(spliced, (x, ys, tile), grid)
-    t_first_plain = first_launch(plain, (x, yp, tile), grid)
+    t_first_splice = first_launch(torch, spliced, (x, ys, tile), grid)
+    t_first_plain = first_launch(torch, plain, (x, yp, tile), grid)
     torch.testing.assert_close(ys, x * 2 + 1)
     torch.testing.assert_close(yp, x * 2 + 1)
-
-    stream = torch.cuda.current_stream()
-    times = {"splice": [], "plain": []}
-    kernels = {"splice": (spliced, ys), "plain": (plain, yp)}
-    for _ in range(5):
-        for k, (kern, y) in kernels.items():
-            ct.launch(stream, grid, kern, (x, y, tile))
-    for _ in range(a.reps):
-        for k, (kern, y) in kernels.items():
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record(stream)
-            ct.launch(stream, grid, kern, (x, y, tile))
-            e.record(stream)
-            e.synchronize()
-            times[k].append(s.elapsed_time(e) * 1e-3)
+    med = time_side_by_side(torch, {"splice": (grid, spliced, (x, ys, tile)),
+                                    "plain": (grid, plain, (x, yp, tile))}, reps=a.reps)
     nbytes = 2 * n * x.element_size()
-    med = {k: statistics.median(v) for k, v in times.items()}
     print(f"elementwise y = 2x + 1, float32, {n} elements ({n * 4 >> 20} MiB per array), "
           f"tile {tile}, {a.reps} reps, {torch.cuda.get_device_name()}")
     print(f"{'kernel':<8} {'median ms':>10} {'GB/s':>8} {'first launch s':>15}")

@@ -1,0 +1,183 @@
+"""Inlined externs and inline PTX, side by side with their baselines (medians, ratios).
+
+1. compute-bound: a 32-term polynomial per element (Horner, applied 16 times), an extern
+   inlined vs. the same computation in pure cuTile              (target <= 1.05)
+2. the same extern called (inline="never") vs. inlined          (reported)
+3. inline PTX (tanh.approx.f32) with splice.asm vs. Triton's
+   tl.inline_asm_elementwise for the same op                    (target <= 1.0)
+4. TMA matmul (fp16, 4096^3, tiles 128x128x64) with an inlined epilogue vs. the plain
+   cuTile matmul                                                (target <= 1.03)
+
+    python benchmarks/bench_inline.py [--reps 30]
+"""
+
+import argparse
+import sys
+
+import cuda.tile as ct
+import torch
+
+import splice
+from _timing import time_callable_side_by_side, time_side_by_side
+
+ConstInt = ct.Constant[int]
+COEFFS = tuple((-1) ** i / (i + 2) ** 2 for i in range(32))
+REPS = 16
+
+_POLY_SRC = ("extern \"C\" __device__ float poly32(float x) {\n"
+             f"    float acc = {COEFFS[31]!r}f;\n" +
+             "".join(f"    acc = fmaf(acc, x, {c!r}f);\n" for c in reversed(COEFFS[:31])) +
+             "    return acc;\n}\n")
+
+poly_inlined = splice.extern(source=_POLY_SRC, name="poly32",
+                             signature="float32(float32)")(lambda x: None)
+poly_called = splice.extern(source=_POLY_SRC, name="poly32", inline="never",
+                            signature="float32(float32)")(lambda x: None)
+
+
+def _poly_kernel(fn):
+    @splice.kernel
+    def poly_kernel(x, y, TILE: ConstInt):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        for r in range(REPS):
+            t = fn(t)
+        ct.store(y, index=(ct.bid(0),), tile=t)
+    return poly_kernel
+
+
+poly_inlined_kernel = _poly_kernel(poly_inlined)
+poly_called_kernel = _poly_kernel(poly_called)
+
+
+@ct.kernel
+def poly_cutile_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    for r in range(REPS):
+        acc = ct.full((TILE,), COEFFS[31], dtype=ct.float32)
+        for c in ct.static_iter(reversed(COEFFS[:31])):
+            acc = acc * t + c
+        t = acc
+    ct.store(y, index=(ct.bid(0),), tile=t)
+
+
+@splice.kernel
+def tanh_asm_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=splice.asm("tanh.approx.f32 $0, $1;", t,
+                                                     dtype=ct.float32))
+
+
+@splice.extern(source=r'''
+extern "C" __device__ float gelu_tanh(float x) {
+    const float k = 0.7978845608028654f;
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}''')
+def gelu_tanh(x: ct.float32) -> ct.float32: ...
+
+
+@splice.kernel
+def matmul_epilogue_kernel(A, B, C, tm: ConstInt, tn: ConstInt, tk: ConstInt):
+    bidx, bidy = ct.bid(0), ct.bid(1)
+    num_k = ct.num_tiles(A, axis=1, shape=(tm, tk))
+    acc = ct.full((tm, tn), 0, dtype=ct.float32)
+    for k in range(num_k):
+        a = ct.load(A, index=(bidx, k), shape=(tm, tk), padding_mode=ct.PaddingMode.ZERO)
+        b = ct.load(B, index=(k, bidy), shape=(tk, tn), padding_mode=ct.PaddingMode.ZERO)
+        acc = ct.mma(a, b, acc)
+    ct.store(C, index=(bidx, bidy), tile=ct.astype(gelu_tanh(acc), C.dtype))
+
+
+@ct.kernel
+def matmul_plain_kernel(A, B, C, tm: ConstInt, tn: ConstInt, tk: ConstInt):
+    bidx, bidy = ct.bid(0), ct.bid(1)
+    num_k = ct.num_tiles(A, axis=1, shape=(tm, tk))
+    acc = ct.full((tm, tn), 0, dtype=ct.float32)
+    for k in range(num_k):
+        a = ct.load(A, index=(bidx, k), shape=(tm, tk), padding_mode=ct.PaddingMode.ZERO)
+        b = ct.load(B, index=(k, bidy), shape=(tk, tn), padding_mode=ct.PaddingMode.ZERO)
+        acc = ct.mma(a, b, acc)
+    ct.store(C, index=(bidx, bidy), tile=ct.astype(acc, C.dtype))
+
+
+def _triton_tanh():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def tanh_triton(x_ptr, y_ptr, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs)
+        y = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x],
+                                      dtype=tl.float32, is_pure=True, pack=1)
+        tl.store(y_ptr + offs, y)
+    return tanh_triton
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--reps", type=int, default=30)
+    a = p.parse_args(argv)
+    rows = []
+
+    # 1 + 2: compute-bound polynomial
+    n, tile = 16 << 20, 1024
+    x = torch.rand(n, device="cuda") * 2 - 1
+    ys = {k: torch.empty_like(x) for k in ("inlined", "called", "cutile")}
+    grid = (n // tile,)
+    med = time_side_by_side(torch, {
+        "inlined": (grid, poly_inlined_kernel, (x, ys["inlined"], tile)),
+        "called": (grid, poly_called_kernel, (x, ys["called"], tile)),
+        "cutile": (grid, poly_cutile_kernel, (x, ys["cutile"], tile)),
+    }, reps=a.reps)
+    torch.testing.assert_close(ys["inlined"], ys["cutile"], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(ys["called"], ys["inlined"])
+    flops = 2 * 32 * REPS * n
+    rows.append(("1 poly32 x16, extern inlined / pure cuTile", med["inlined"], med["cutile"],
+                 1.05, f"{flops / med['inlined'] / 1e12:.1f} vs "
+                       f"{flops / med['cutile'] / 1e12:.1f} TFLOP/s"))
+    rows.append(("2 poly32 x16, extern called / inlined", med["called"], med["inlined"], None,
+                 ""))
+
+    # 3: inline PTX vs Triton inline_asm_elementwise
+    n, tile = 64 << 20, 1024
+    x = torch.randn(n, device="cuda")
+    y1, y2 = torch.empty_like(x), torch.empty_like(x)
+    tanh_triton = _triton_tanh()
+    stream = torch.cuda.current_stream()
+    fns = {"splice": lambda: ct.launch(stream, (n // tile,), tanh_asm_kernel, (x, y1, tile)),
+           "triton": lambda: tanh_triton[(n // tile,)](x, y2, BLOCK=tile)}
+    med = time_callable_side_by_side(torch, fns, reps=a.reps)
+    torch.testing.assert_close(y1, y2)
+    gbs = 2 * n * 4
+    rows.append(("3 tanh.approx asm, splice.asm / Triton", med["splice"], med["triton"], 1.0,
+                 f"{gbs / med['splice'] / 1e9:.0f} vs {gbs / med['triton'] / 1e9:.0f} GB/s"))
+
+    # 4: TMA matmul with inlined epilogue vs plain
+    M = N = K = 4096
+    A = torch.randn(M, K, dtype=torch.float16, device="cuda")
+    B = torch.randn(K, N, dtype=torch.float16, device="cuda")
+    C1, C2 = (torch.empty(M, N, dtype=torch.float16, device="cuda") for _ in range(2))
+    g = (M // 128, N // 128)
+    med = time_side_by_side(torch, {
+        "epilogue": (g, matmul_epilogue_kernel, (A, B, C1, 128, 128, 64)),
+        "plain": (g, matmul_plain_kernel, (A, B, C2, 128, 128, 64)),
+    }, reps=a.reps)
+    ref = torch.nn.functional.gelu(C2.float(), approximate="tanh")
+    torch.testing.assert_close(C1.float(), ref, rtol=2e-2, atol=2e-2)
+    fl = 2 * M * N * K
+    rows.append(("4 TMA matmul 4096^3 fp16, inlined epilogue / plain", med["epilogue"],
+                 med["plain"], 1.03, f"{fl / med['epilogue'] / 1e12:.0f} vs "
+                                     f"{fl / med['plain'] / 1e12:.0f} TFLOP/s"))
+
+    print(f"splice inline benchmarks on {torch.cuda.get_device_name()}, {a.reps} reps, medians")
+    print(f"{'case':<52} {'ms':>9} {'base ms':>9} {'ratio':>7} {'target':>7}  notes")
+    for name, t, base, target, note in rows:
+        tgt = f"<={target}" if target else "-"
+        print(f"{name:<52} {t * 1e3:>9.4f} {base * 1e3:>9.4f} {t / base:>7.3f} {tgt:>7}  "
+              f"{note}")
+    b = poly_inlined_kernel.inspect(x[:1024].clone(), ys["inlined"][:1024].clone(), 1024)
+    print("SASS CALLs in the inlined polynomial kernel:", b.sass_call_count("poly32"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
