@@ -48,7 +48,7 @@ try:
     from cuda.tile._datatype import pointer_dtype
     from cuda.tile._exception import Loc
     from cuda.tile._ir import ir
-    from cuda.tile._ir.arithmetic_ops import broadcast_to
+    from cuda.tile._ir.arithmetic_ops import broadcast_to, reshape
     from cuda.tile._ir.cast_ops import implicit_cast
     from cuda.tile._ir.ir import Operation, Var, add_operation, add_operation_variadic, \
         attribute, operand
@@ -97,14 +97,16 @@ class CallSite:
     Attributes:
         index: order of the call in the trace (0, 1, ...); names the marker global.
         extern: the called :class:`splice.extern.ExternFunction`.
-        shape: the tile shape of the call (``()`` for a scalar call).
+        shape: the tile shape of the marker (the call's shape, last axis maybe split).
+        call_shape: the tile shape of the call (``()`` for a scalar call).
         where: "file:line" of the call in the user's source.
     """
 
     index: int
     extern: Any
-    shape: tuple[int, ...]
+    shape: tuple[int, ...]       # the marker's tile shape
     where: str
+    call_shape: tuple[int, ...] = ()  # the call's shape as written (arguments broadcast)
 
     @property
     def marker_symbol(self) -> str:
@@ -123,8 +125,8 @@ class TraceSession:
         self.kernel_name = kernel_name
         self.sites: list[CallSite] = []
 
-    def new_site(self, extern, shape, where) -> CallSite:
-        site = CallSite(len(self.sites), extern, tuple(shape), where)
+    def new_site(self, extern, shape, where, call_shape) -> CallSite:
+        site = CallSite(len(self.sites), extern, tuple(shape), where, tuple(call_shape))
         self.sites.append(site)
         return site
 
@@ -393,19 +395,52 @@ def _emit_call(ext, args, loc):
             raise _call_error(ext, f"argument shapes {shapes} do not broadcast to a common "
                                    f"shape", loc) from None
     typed = tuple(broadcast_to(v, shape) for v in typed)
-    site = session.new_site(ext, shape, _loc_str(loc))
+    call_shape = shape
+    marker_shape = _marker_shape(shape, typed)
+    if marker_shape != shape:
+        typed = tuple(reshape(v, marker_shape) for v in typed)
+        shape = marker_shape
+    site = session.new_site(ext, shape, _loc_str(loc), call_shape)
     marker_dtype = ct.uint64 if sig.marker_bits == 64 else ct.uint32
     ptr_ty = TileTy(pointer_dtype(marker_dtype, MemorySpace.GLOBAL), shape)
     pointer = add_operation(SpliceMarkerPointer, ptr_ty, site=site)
     res = sig.result
     if ext.pure and res is not None:
-        return add_operation(SplicePureCall, TileTy(res.dtype, shape), site=site,
-                             pointer=pointer, args=typed)
-    result_ty = TileTy(marker_dtype if res is None else res.dtype, shape)
-    value, _token = add_operation_variadic(
-        SpliceImpureCall, (result_ty, TokenTy()), site=site, pointer=pointer, args=typed,
-        memory_order=MemoryOrder.ACQ_REL, memory_scope=MemoryScope.DEVICE)
-    return None if res is None else value
+        value = add_operation(SplicePureCall, TileTy(res.dtype, shape), site=site,
+                              pointer=pointer, args=typed)
+    else:
+        result_ty = TileTy(marker_dtype if res is None else res.dtype, shape)
+        value, _token = add_operation_variadic(
+            SpliceImpureCall, (result_ty, TokenTy()), site=site, pointer=pointer, args=typed,
+            memory_order=MemoryOrder.ACQ_REL, memory_scope=MemoryScope.DEVICE)
+        if res is None:
+            return None
+    return value if shape == call_shape else reshape(value, call_shape)
+
+
+#: Threads per block tileiras lays elementwise tiles out over (``.reqntid 128``).
+_THREADS = 128
+_VECTOR_BYTES = 16
+
+
+def _marker_shape(shape, args) -> tuple[int, ...]:
+    """The shape the marker operates on: the call's shape with its last axis split as
+    (n / v, v), v the elements per thread of a vectorised (16-byte) access of the widest
+    argument. tileiras gives atomics one element per thread per row; on a (n / v, v) tile
+    that is v consecutive elements per thread -- the layout the kernel's loads and stores
+    already have, so no shared-memory layout conversion is needed around the call. The
+    result is reshaped back; which thread runs which element does not change the
+    semantics (each element still runs exactly once, on the thread that owns it)."""
+    if len(shape) != 1 or not args:
+        # 2-D tiles come in layouts (row-vectorised loads, mma accumulators) that a split
+        # last axis does not match: measured no better or worse (BAR/STS/LDS counts)
+        return shape
+    widest = max(v.get_type().dtype.bitwidth for v in args) // 8 or 1
+    n = shape[-1]
+    v = min(_VECTOR_BYTES // widest, n // _THREADS)
+    if v < 2 or n % v:
+        return shape
+    return (n // v, v)
 
 
 @dataclass(eq=False)

@@ -185,7 +185,7 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
             meta, cubin = hit
             if meta.get("symbol") == traced.symbol and \
                     len(meta.get("sites", ())) == len(traced.sites):
-                sites = [SiteInfo(s.index, s.extern.name, s.extern.symbol, s.where, s.shape,
+                sites = [SiteInfo(s.index, s.extern.name, s.extern.symbol, s.where, s.call_shape,
                                   *m) for s, m in zip(traced.sites, meta["sites"])]
                 out = Build(name, arch, traced.symbol, cubin, sites,
                             traced.lifecycle_providers, from_cache=True,
@@ -255,7 +255,7 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
                                     timeout=traced.timeout_sec, what=what)
     except SpliceToolchainError as e:
         raise _explain_ptxas_failure(e, merged, what) from None
-    sites = [SiteInfo(s.index, s.extern.name, s.extern.symbol, s.where, s.shape,
+    sites = [SiteInfo(s.index, s.extern.name, s.extern.symbol, s.where, s.call_shape,
                       report.replaced.get(s.index, 0), calls[s.index].inline is not None,
                       not_inlined.get(s.index)) for s in traced.sites]
     out = Build(name, arch, traced.symbol, cubin, sites, traced.lifecycle_providers,
