@@ -54,21 +54,6 @@ def _compile_fails(kern, exc, *needles, sig=SIG_1D, arch="sm_90"):
 
 # ----------------------------------------------------------------------------- declaration
 
-@pytest.mark.parametrize("sig, needle", [
-    ("float32(float32", "malformed signature"),
-    ("float32(complex64)", "unsupported extern argument/result type"),
-    ("float32(float32,)", "empty argument type"),
-    ("float128()", "unsupported"),
-    ("float64(float64, float64, float64)", "at most 128 bits"),
-    ("int32(int64, int64, int8)", "at most 128 bits"),
-])
-def test_bad_signature_strings(sig, needle):
-    with pytest.raises(splice.SpliceDeclarationError) as info:
-        splice.extern.from_ptx(ptx=K.PTX_SCALE, name="ptx_scale", signature=sig)
-    assert needle in str(info.value)
-    assert HERE in str(info.value)
-
-
 def test_missing_annotation_names_the_stub():
     with pytest.raises(splice.SpliceDeclarationError) as info:
         @splice.extern(source='extern "C" __device__ float f(float x) { return x; }')
@@ -100,26 +85,10 @@ def test_missing_file():
         splice.extern.from_ptx("no/such/file.ptx", name="f", signature="float32(float32)")
 
 
-def test_bad_symbol_names():
-    with pytest.raises(splice.SpliceDeclarationError, match="not a C identifier"):
-        splice.extern.from_ptx(ptx=K.PTX_SCALE, name="my::f", signature="float32(float32)")
-    with pytest.raises(splice.SpliceDeclarationError, match="reserved"):
-        splice.extern.from_ptx(ptx=K.PTX_SCALE, name="__splice_x", signature="void()")
-
-
 def test_stub_arity_must_match_signature():
     with pytest.raises(splice.SpliceDeclarationError, match="takes 1 parameter"):
         @splice.extern(source="", signature="float32(float32, float32)")
         def f(x): ...
-
-
-def test_options_are_checked():
-    with pytest.raises(splice.SpliceDeclarationError, match="set by splice"):
-        @splice.extern(source="", options=["-arch=sm_80"])
-        def f(x: ct.float32) -> ct.float32: ...
-    with pytest.raises(splice.SpliceDeclarationError, match="list of strings"):
-        @splice.extern(source="", options="-O3")
-        def g(x: ct.float32) -> ct.float32: ...
 
 
 def test_calling_an_extern_from_python_raises():
@@ -128,41 +97,6 @@ def test_calling_an_extern_from_python_raises():
 
 
 # ----------------------------------------------------------------------------- call sites
-
-def test_wrong_arity_names_kernel_and_line():
-    e = _compile_fails(_kernel_calling(K.saxpy, 1), splice.SpliceCallError,
-                       "extern 'saxpy'", "expected 3 argument(s)", "in kernel 'kern'", HERE)
-    assert isinstance(e, ct.TileTypeError)
-
-
-def test_wrong_dtype():
-    sig = K.signature(K.array(ct.float16), K.array(ct.float16), 256)
-    _compile_fails(_kernel_calling(K.gelu_tanh), splice.SpliceCallError,
-                   "argument 1 is a float16 tile of shape (256,)", "expects float32",
-                   ".astype(ct.float32)", sig=sig)
-
-
-def test_constant_out_of_range():
-    @splice.extern(source='extern "C" __device__ signed char f(signed char x) '
-                          '{ return x; }')
-    def small(x: ct.int8) -> ct.int8: ...
-
-    @splice.kernel
-    def kern(x, y, TILE: ct.Constant[int]):
-        ct.store(y, index=(ct.bid(0),), tile=small(1000) + ct.load(x, index=(ct.bid(0),),
-                                                                    shape=(TILE,)))
-    sig = K.signature(K.array(ct.int8), K.array(ct.int8), 256)
-    _compile_fails(kern, splice.SpliceCallError, "not representable as int8", sig=sig)
-
-
-def test_shapes_that_do_not_broadcast():
-    @splice.kernel
-    def kern(x, y, TILE: ct.Constant[int]):
-        a = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
-        b = ct.load(x, index=(ct.bid(0),), shape=(TILE // 2,))
-        ct.store(y, index=(ct.bid(0),), tile=K.saxpy(1.0, a, b))
-    _compile_fails(kern, splice.SpliceCallError, "do not broadcast")
-
 
 def test_extern_in_a_plain_cutile_kernel_is_refused():
     from cuda.tile._compile import compile_tile
@@ -174,31 +108,6 @@ def test_extern_in_a_plain_cutile_kernel_is_refused():
     with pytest.raises(splice.SpliceCallError, match="@splice.kernel"):
         compile_tile(plain._annotated_function, [SIG_1D], "sm_90", return_bytecode=True,
                      return_cubin=False)
-
-
-def test_array_argument_is_refused():
-    @splice.kernel
-    def kern(x, y, TILE: ct.Constant[int]):
-        ct.store(y, index=(ct.bid(0),), tile=K.gelu_tanh(x))
-    _compile_fails(kern, splice.SpliceCallError, "argument 1 is a value of type")
-
-
-# ----------------------------------------------------------------------------- fragments
-
-def test_nvrtc_error_quotes_the_user_line():
-    @splice.extern(source='extern "C" __device__ float broken(float x) {\n'
-                          '    return x +* 2.0f;\n}\n')
-    def broken(x: ct.float32) -> ct.float32: ...
-    e = _compile_fails(_kernel_calling(broken), splice.SpliceCompileError,
-                       "line 2:", "return x +* 2.0f;", HERE)
-    assert "error" in e.log
-
-
-def test_unknown_nvrtc_option_is_an_error():
-    @splice.extern(source='extern "C" __device__ float f(float x) { return x; }',
-                   options=["--no-such-option"])
-    def f(x: ct.float32) -> ct.float32: ...
-    _compile_fails(_kernel_calling(f), splice.SpliceCompileError, "does not compile")
 
 
 def test_c_type_mismatch_is_caught_by_the_compiler():
@@ -235,26 +144,6 @@ def test_long_and_int64_t_are_accepted_for_int64():
     assert splice.build(kern, sig, "sm_90").cubin
 
 
-def test_missing_symbol_lists_what_the_fragment_defines():
-    @splice.extern(source='extern "C" __device__ float other(float x) { return x; }',
-                   name="wanted", signature="float32(float32)")
-    def wanted(x): ...
-    _compile_fails(_kernel_calling(wanted), splice.SpliceLinkError,
-                   "does not define the device function 'wanted'", "(it defines: other)")
-    ext = splice.extern.from_ptx(ptx=K.PTX_SCALE, name="nope", signature="float32(float32)")
-    _compile_fails(_kernel_calling(ext), splice.SpliceLinkError,
-                   "does not define the device function 'nope'", "ptx_scale", HERE)
-
-
-def test_cpp_name_without_extern_c():
-    @splice.extern(source='__device__ float mangled(float x) { return x; }',
-                   signature="float32(float32)")
-    def mangled(x): ...
-    # without extern "C" the function is still found by the C++ check (same scope), but its
-    # PTX symbol is mangled: splice says so
-    _compile_fails(_kernel_calling(mangled), splice.SpliceLinkError, 'extern "C"')
-
-
 def test_ptx_prototype_must_match_signature():
     ext = splice.extern.from_ptx(ptx=K.PTX_SCALE, name="ptx_scale",
                                  signature="float32(float32)")
@@ -271,37 +160,6 @@ def test_ptx_prototype_must_match_signature():
                    "returns a value but the signature is void")
 
 
-def test_entry_instead_of_func():
-    ptx = K.PTX_SCALE.replace(".visible .func  (.param .b32 func_retval0) ptx_scale(",
-                              ".visible .entry ptx_scale(")
-    ptx = ptx.replace("st.param.f32 \t[func_retval0+0], %f3;", "")
-    ext = splice.extern.from_ptx(ptx=ptx, name="ptx_scale", signature="void(float32, float32)")
-    _compile_fails(_kernel_calling(ext, void=True), splice.SpliceLinkError,
-                   "is a kernel (.entry)")
-
-
-def test_fragment_ptx_newer_than_kernel():
-    ext = splice.extern.from_ptx(ptx=K.PTX_SCALE.replace(".version 8.0", ".version 99.0"),
-                                 name="ptx_scale", signature="float32(float32, float32)")
-    _compile_fails(_kernel_calling(ext, 2), splice.SpliceLinkError,
-                   ".version 99.0 is newer than the kernel's")
-
-
-@pytest.mark.parametrize("target, arch", [("sm_90a", "sm_80"), ("sm_100", "sm_90"),
-                                          ("sm_90a", "sm_100")])
-def test_fragment_target_the_kernel_cannot_run(target, arch):
-    ext = splice.extern.from_ptx(ptx=K.PTX_SCALE.replace(".target sm_80", f".target {target}"),
-                                 name="ptx_scale", signature="float32(float32, float32)")
-    _compile_fails(_kernel_calling(ext, 2), splice.SpliceLinkError,
-                   f".target {target} cannot run", arch=arch)
-
-
-def test_malformed_ptx():
-    ext = splice.extern.from_ptx(ptx=K.PTX_SCALE.replace("ret;\n}", "ret;\n"),
-                                 name="ptx_scale", signature="float32(float32, float32)")
-    _compile_fails(_kernel_calling(ext, 2), splice.SpliceLinkError, "malformed PTX")
-
-
 def test_ptx_that_ptxas_rejects():
     ext = splice.extern.from_ptx(ptx=K.PTX_SCALE.replace("fma.rn.f32", "fma.bogus.f32"),
                                  name="ptx_scale", signature="float32(float32, float32)")
@@ -315,33 +173,6 @@ def test_non_utf8_ptx_file(tmp_path):
     p.write_bytes(K.PTX_SCALE.encode() + b"\xff\xfe")
     ext = splice.extern.from_ptx(p, name="ptx_scale", signature="float32(float32, float32)")
     _compile_fails(_kernel_calling(ext, 2), splice.SpliceDeclarationError, "not UTF-8")
-
-
-def test_same_symbol_from_different_code():
-    a = splice.extern.from_ptx(ptx=K.PTX_SCALE, name="ptx_scale",
-                               signature="float32(float32, float32)")
-    b = splice.extern.from_ptx(ptx=K.PTX_SCALE.replace("0f3F800000", "0f40000000"),
-                               name="ptx_scale", signature="float32(float32, float32)")
-
-    @splice.kernel
-    def kern(x, y, TILE: ct.Constant[int]):
-        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
-        ct.store(y, index=(ct.bid(0),), tile=a(t, t) + b(t, t))
-    _compile_fails(kern, splice.SpliceLinkError, "both name the symbol 'ptx_scale'")
-
-
-def test_fragment_defining_a_kernel_symbol():
-    ptx = K.PTX_SCALE + "\n.visible .global .align 8 .b8 ___NV_TILE_LAUNCH_META_DATA___[64];\n"
-    ext = splice.extern.from_ptx(ptx=ptx, name="ptx_scale",
-                                 signature="float32(float32, float32)")
-    _compile_fails(_kernel_calling(ext, 2), splice.SpliceLinkError,
-                   "which the kernel 'kern' itself defines")
-
-
-def test_empty_source():
-    @splice.extern(source="   \n", name="f", signature="float32(float32)")
-    def f(x): ...
-    _compile_fails(_kernel_calling(f), splice.SpliceCompileError)
 
 
 def test_edit_of_a_ptx_file_is_seen(tmp_path):
@@ -378,14 +209,6 @@ def test_fragments_calling_each_other_cyclically():
     assert not re.search(r"\.extern\s+\.func[^;]*\b[fg]_cyc\b", b.spliced_ptx)
 
 
-def test_include_not_found():
-    @splice.extern(source='#include "no_such_header.h"\n'
-                          'extern "C" __device__ float inc(float x) { return x; }')
-    def inc(x: ct.float32) -> ct.float32: ...
-    _compile_fails(_kernel_calling(inc), splice.SpliceCompileError, "no_such_header.h",
-                   "line 1:")
-
-
 def test_huge_source_compiles():
     filler = "// " + "x" * 200 + "\n"
     src = filler * 20000 + 'extern "C" __device__ float huge(float x) { return x; }\n'
@@ -403,19 +226,6 @@ def test_externs_named_like_ptx_opcodes(name):
                         name=name, signature="float32(float32)")(lambda x: None)
     b = splice.build(_kernel_calling(ext), SIG_1D, "sm_90")
     assert b.sites[0].instances >= 1
-
-
-def test_ptx_defining_a_function_twice():
-    body = K.PTX_SCALE.split(".address_size 64")[1]
-    ext = splice.extern.from_ptx(ptx=K.PTX_SCALE + body, name="ptx_scale",
-                                 signature="float32(float32, float32)")
-    _compile_fails(_kernel_calling(ext, 2), splice.SpliceLinkError, "defined twice")
-
-
-def test_ptx_without_address_size():
-    ext = splice.extern.from_ptx(ptx=K.PTX_SCALE.replace(".address_size 64", ""),
-                                 name="ptx_scale", signature="float32(float32, float32)")
-    _compile_fails(_kernel_calling(ext, 2), splice.SpliceLinkError, ".address_size 64")
 
 
 def test_extern_c_function_inside_a_namespace():
@@ -504,21 +314,3 @@ def test_float_constants_out_of_range(value, dtype, needle):
     sig = K.signature(K.array(dtype), K.array(dtype), 256)
     _compile_fails(kern, splice.SpliceCallError, needle, sig=sig)
 
-
-def test_keyword_arguments_are_refused_by_splice():
-    @splice.kernel
-    def kern(x, y, TILE: ct.Constant[int]):
-        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
-        ct.store(y, index=(ct.bid(0),), tile=K.saxpy(1.0, t, y=t))
-    _compile_fails(kern, splice.SpliceCallError, "keyword argument(s) y")
-
-
-def test_lambda_stub_needs_a_name():
-    with pytest.raises(splice.SpliceDeclarationError, match="name="):
-        splice.extern(source="x", signature="float32(float32)")(lambda x: None)
-
-
-def test_ptxas_options_in_nvrtc_options_are_refused():
-    with pytest.raises(splice.SpliceDeclarationError, match="would be ignored"):
-        @splice.extern(source="x", options=["-Xptxas", "-v"])
-        def f(x: ct.float32) -> ct.float32: ...
