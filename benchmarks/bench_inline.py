@@ -73,41 +73,34 @@ extern "C" __device__ float fast_gelu(float x) { return x / (1.0f + __expf(-1.70
 def fast_gelu(x: ct.float32) -> ct.float32: ...
 
 
+def matmul_tile(A, B, tm, tn, tk):
+    """The (tm, tn) float32 accumulator of C = A @ B for this block."""
+    num_k = ct.num_tiles(A, axis=1, shape=(tm, tk))
+    acc = ct.full((tm, tn), 0, dtype=ct.float32)
+    for k in range(num_k):
+        a = ct.load(A, index=(ct.bid(0), k), shape=(tm, tk), padding_mode=ct.PaddingMode.ZERO)
+        b = ct.load(B, index=(k, ct.bid(1)), shape=(tk, tn), padding_mode=ct.PaddingMode.ZERO)
+        acc = ct.mma(a, b, acc)
+    return acc
+
+
 @splice.kernel
 def matmul_epilogue_kernel(A, B, C, tm: ConstInt, tn: ConstInt, tk: ConstInt):
-    bidx, bidy = ct.bid(0), ct.bid(1)
-    num_k = ct.num_tiles(A, axis=1, shape=(tm, tk))
-    acc = ct.full((tm, tn), 0, dtype=ct.float32)
-    for k in range(num_k):
-        a = ct.load(A, index=(bidx, k), shape=(tm, tk), padding_mode=ct.PaddingMode.ZERO)
-        b = ct.load(B, index=(k, bidy), shape=(tk, tn), padding_mode=ct.PaddingMode.ZERO)
-        acc = ct.mma(a, b, acc)
-    ct.store(C, index=(bidx, bidy), tile=ct.astype(fast_gelu(acc), C.dtype))
-
-
-@ct.kernel
-def matmul_cutile_epilogue_kernel(A, B, C, tm: ConstInt, tn: ConstInt, tk: ConstInt):
-    bidx, bidy = ct.bid(0), ct.bid(1)
-    num_k = ct.num_tiles(A, axis=1, shape=(tm, tk))
-    acc = ct.full((tm, tn), 0, dtype=ct.float32)
-    for k in range(num_k):
-        a = ct.load(A, index=(bidx, k), shape=(tm, tk), padding_mode=ct.PaddingMode.ZERO)
-        b = ct.load(B, index=(k, bidy), shape=(tk, tn), padding_mode=ct.PaddingMode.ZERO)
-        acc = ct.mma(a, b, acc)
-    acc = acc / (1.0 + ct.exp(-1.702 * acc))
-    ct.store(C, index=(bidx, bidy), tile=ct.astype(acc, C.dtype))
+    acc = matmul_tile(A, B, tm, tn, tk)
+    ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=ct.astype(fast_gelu(acc), C.dtype))
 
 
 @ct.kernel
 def matmul_plain_kernel(A, B, C, tm: ConstInt, tn: ConstInt, tk: ConstInt):
-    bidx, bidy = ct.bid(0), ct.bid(1)
-    num_k = ct.num_tiles(A, axis=1, shape=(tm, tk))
-    acc = ct.full((tm, tn), 0, dtype=ct.float32)
-    for k in range(num_k):
-        a = ct.load(A, index=(bidx, k), shape=(tm, tk), padding_mode=ct.PaddingMode.ZERO)
-        b = ct.load(B, index=(k, bidy), shape=(tk, tn), padding_mode=ct.PaddingMode.ZERO)
-        acc = ct.mma(a, b, acc)
-    ct.store(C, index=(bidx, bidy), tile=ct.astype(acc, C.dtype))
+    acc = matmul_tile(A, B, tm, tn, tk)
+    ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=ct.astype(acc, C.dtype))
+
+
+@ct.kernel
+def matmul_cutile_epilogue_kernel(A, B, C, tm: ConstInt, tn: ConstInt, tk: ConstInt):
+    acc = matmul_tile(A, B, tm, tn, tk)
+    acc = acc / (1.0 + ct.exp(-1.702 * acc))
+    ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=ct.astype(acc, C.dtype))
 
 
 def _triton_tanh():

@@ -25,6 +25,17 @@ _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.
 _memo_lock = threading.Lock()
 
 
+def _memoized(key: str, make) -> Module:
+    """The parsed fragment module for a content key, made once per process."""
+    with _memo_lock:
+        hit = _memo.get(key)
+    if hit is None:
+        hit = make(key)
+        with _memo_lock:
+            _memo[key] = hit
+    return hit
+
+
 def _read_text(path: Path, what: str) -> str:
     try:
         data = path.read_bytes()
@@ -169,11 +180,9 @@ class CudaSource(Fragment):
         return sorted(seen.items())
 
     def module(self, target: str) -> Module:
-        key = self.content_key(target)
-        with _memo_lock:
-            hit = _memo.get(key)
-        if hit is not None:
-            return hit
+        return _memoized(self.content_key(target), lambda key: self._compile(key, target))
+
+    def _compile(self, key: str, target: str) -> Module:
         stored = cache.load("fragment", key)
         if stored is not None:
             text = stored[1].decode()
@@ -199,10 +208,7 @@ class CudaSource(Fragment):
                         f"{self.describe()} does not compile for {target}: {first}",
                         e.log) from None
             cache.store("fragment", key, {"what": self.describe()}, text.encode())
-        mod = Module(text, f"NVRTC output for {self.describe()}")
-        with _memo_lock:
-            _memo[key] = mod
-        return mod
+        return Module(text, f"NVRTC output for {self.describe()}")
 
 
 _ERR_RE = re.compile(r"^(.*)\((\d+)\): (?:catastrophic )?error")
@@ -273,11 +279,9 @@ class AsmSource(Fragment):
                             [t.name for t in s.inputs], target)
 
     def module(self, target: str) -> Module:
-        key = self.content_key(target)
-        with _memo_lock:
-            hit = _memo.get(key)
-        if hit is not None:
-            return hit
+        return _memoized(self.content_key(target), lambda key: self._generate(key, target))
+
+    def _generate(self, key: str, target: str) -> Module:
         num = int(re.sub(r"\D", "", target) or 0)
         text = self.spec.ptx(target, _PTX_VERSION_FOR.get(num, "9.0"))
         if cache.load("asm-checked", key) is None:
@@ -292,7 +296,4 @@ class AsmSource(Fragment):
                     f"{'; '.join(msgs) or e}\n    snippet: {self.spec.template.strip()}",
                     getattr(e, "log", "")) from None
             cache.store("asm-checked", key, {}, b"ok")
-        mod = Module(text, self.describe())
-        with _memo_lock:
-            _memo[key] = mod
-        return mod
+        return Module(text, self.describe())

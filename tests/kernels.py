@@ -263,30 +263,22 @@ def gelu_tanh_ref(x):
     return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
 
 
+def matmul_tile(A, B, tm, tn, tk):
+    """The (tm, tn) float32 accumulator of C = A @ B for this block (cuTile's MatMul
+    sample, written anew)."""
+    num_k = ct.num_tiles(A, axis=1, shape=(tm, tk))
+    acc = ct.full((tm, tn), 0, dtype=ct.float32)
+    for k in range(num_k):
+        a = ct.load(A, index=(ct.bid(0), k), shape=(tm, tk), padding_mode=ct.PaddingMode.ZERO)
+        b = ct.load(B, index=(k, ct.bid(1)), shape=(tk, tn), padding_mode=ct.PaddingMode.ZERO)
+        acc = ct.mma(a, b, acc)
+    return acc
+
+
 @splice.kernel
 def matmul_gelu_kernel(A, B, C, tm: ConstInt, tn: ConstInt, tk: ConstInt):
-    bidx = ct.bid(0)
-    bidy = ct.bid(1)
-    num_k = ct.num_tiles(A, axis=1, shape=(tm, tk))
-    acc = ct.full((tm, tn), 0, dtype=ct.float32)
-    for k in range(num_k):
-        a = ct.load(A, index=(bidx, k), shape=(tm, tk), padding_mode=ct.PaddingMode.ZERO)
-        b = ct.load(B, index=(k, bidy), shape=(tk, tn), padding_mode=ct.PaddingMode.ZERO)
-        acc = ct.mma(a, b, acc)
-    ct.store(C, index=(bidx, bidy), tile=ct.astype(gelu_tanh(acc), C.dtype))
-
-
-@ct.kernel
-def matmul_plain_kernel(A, B, C, tm: ConstInt, tn: ConstInt, tk: ConstInt):
-    bidx = ct.bid(0)
-    bidy = ct.bid(1)
-    num_k = ct.num_tiles(A, axis=1, shape=(tm, tk))
-    acc = ct.full((tm, tn), 0, dtype=ct.float32)
-    for k in range(num_k):
-        a = ct.load(A, index=(bidx, k), shape=(tm, tk), padding_mode=ct.PaddingMode.ZERO)
-        b = ct.load(B, index=(k, bidy), shape=(tk, tn), padding_mode=ct.PaddingMode.ZERO)
-        acc = ct.mma(a, b, acc)
-    ct.store(C, index=(bidx, bidy), tile=ct.astype(acc, C.dtype))
+    acc = matmul_tile(A, B, tm, tn, tk)
+    ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=ct.astype(gelu_tanh(acc), C.dtype))
 
 
 # ---------------------------------------------------------------------------------------------
