@@ -629,9 +629,16 @@ def _handle_asm(callee, template, args, dtype, constraints, pure, pack):
     if not isinstance(k, int) or k not in (1, 2, 4, 8):
         raise SpliceCallError(f"inline PTX at {where}: pack must be 1, 2, 4 or 8, got {k!r}",
                               loc)
+    for i, var in enumerate(args):
+        if not isinstance(var.get_type(), TileTy):
+            raise SpliceCallError(f"inline PTX at {where}: input {i + 1} is {_describe(var)}; "
+                                  f"inputs are tiles or scalars", loc)
     if k > 1:
         if not args:
             raise SpliceCallError(f"inline PTX at {where}: pack={k} needs inputs", loc)
+        if any(t.kind == "b" for t in outputs):
+            raise SpliceCallError(f"inline PTX at {where}: pack={k} cannot pack bool outputs",
+                                  loc)
         elem_out = outputs
         args, shape, padded = _pack_inputs(args, k, pure_v and bool(outputs), where, loc)
         try:
@@ -659,8 +666,9 @@ def _handle_asm(callee, template, args, dtype, constraints, pure, pack):
         sig.packing()
     except SpliceError as e:
         raise SpliceCallError(e.message, loc) from None
+    # inline="auto": a snippet that declares .local/.shared scratch stays a call
     ext = ExternFunction(f"asm@{where}", spec.symbol, sig, pure_v and bool(outputs),
-                         AsmSource(spec=spec), where, inline="always")
+                         AsmSource(spec=spec), where, inline="auto")
     raw = _emit_call(ext, tuple(args), loc)
     if not outputs:
         return None
@@ -684,7 +692,7 @@ def _handle_asm(callee, template, args, dtype, constraints, pure, pack):
                 v = reshape(v, ())
             res.append(v)
         outs = tuple(res)
-    return outs[0] if len(outs) == 1 else build_tuple(tuple(outs))
+    return build_tuple(tuple(outs)) if many else outs[0]
 
 
 _handle_asm._is_coroutine = False

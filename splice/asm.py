@@ -74,7 +74,8 @@ class AsmSpec:
         if not isinstance(constraints, str):
             raise SpliceCallError(f"inline PTX at {self.where}: constraints must be a string "
                                   f"like '=r,r,r'")
-        parts = [c.strip() for c in constraints.split(",")] if constraints.strip() else []
+        parts = [c.replace(" ", "").replace("\t", "") for c in constraints.split(",")] \
+            if constraints.strip() else []
         if len(parts) != n:
             raise SpliceCallError(
                 f"inline PTX at {self.where}: {len(parts)} constraint(s) {constraints!r} for "
@@ -86,11 +87,21 @@ class AsmSpec:
                     f"inline PTX at {self.where}: constraint {k} {c!r} must "
                     f"{'' if is_out else 'not '}start with '=' (outputs come first)")
             letter = c.lstrip("=")
+            if len(letter) != 1 or letter not in "hrlfdb":
+                raise SpliceCallError(
+                    f"inline PTX at {self.where}: constraint {k} {c!r}: only the letters h, r, "
+                    f"l, f, d, b (with '=' for outputs) are supported, no modifiers")
             if letter != REG[t.name][1]:
                 raise SpliceCallError(
                     f"inline PTX at {self.where}: constraint {k} {c!r} does not match operand "
                     f"${k} of dtype {t} (register {REG[t.name][0]}, constraint "
                     f"'{'=' if is_out else ''}{REG[t.name][1]}')")
+
+    def operands_text(self) -> str:
+        """``$0 .b32 (int32 output), $1 .f32 (float32)...`` for error messages."""
+        n_out = len(self.outputs)
+        return ", ".join(f"${k} {REG[t.name][0]} ({t}{' output' if k < n_out else ''})"
+                         for k, t in enumerate((*self.outputs, *self.inputs)))
 
     def result_layout(self) -> tuple[ElementType | None, tuple[int, ...]]:
         """The carrier of the outputs (one element type, None for no output) and each

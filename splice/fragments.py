@@ -293,7 +293,9 @@ class AsmSource(Fragment):
                         getattr(e, "log", "").splitlines() if re.search(r"error\s*:", ln)]
                 raise SpliceCompileError(
                     f"inline PTX at {self.spec.where} rejected by ptxas: "
-                    f"{'; '.join(msgs) or e}\n    snippet: {self.spec.template.strip()}",
+                    f"{'; '.join(msgs) or e}\n    snippet: {self.spec.template.strip()}\n"
+                    f"    operands: {self.spec.operands_text()} (Python int constants are "
+                    f"int32, floats float32: convert with e.g. ct.int64(1))",
                     getattr(e, "log", "")) from None
             cache.store("asm-checked", key, {}, b"ok")
         return Module(text, self.describe())

@@ -75,10 +75,12 @@ def why_not_inlinable(mod: Module, fn: Function,
     if any(p.array is not None and p.array != p.size_bytes and p.type != ".b8"
            for p in (*fn.params, *fn.results)):
         return "array parameters"
+    widths = _reg_types(mod, body)
     for s in body:
         text = s.text(mod.text)
-        if "__splice" in text:
-            return "it uses names with splice's reserved prefix __splice"
+        if any(t.text.startswith(("%__splice", "$__splice")) or
+               re.fullmatch(r"__splice_(?:p\d+|r)", t.text) for t in s.tokens):
+            return "it uses a name splice reserves for its own registers and labels"
         if s.kind == "directive" and s.head in (".local", ".shared"):
             return f"it declares {s.head} memory (a stack frame or shared buffer)"
         if "%SP" in text:
@@ -86,6 +88,8 @@ def why_not_inlinable(mod: Module, fn: Function,
         if s.kind != "instruction":
             continue
         ins = parse_instruction(s, mod.text)
+        if ins.base in ("alloca", "stacksave", "stackrestore"):
+            return f"it allocates stack memory ({ins.base})"
         if ins.base == "call":
             target = _call_target(ins)
             if target is None or target.startswith("%"):
@@ -94,7 +98,7 @@ def why_not_inlinable(mod: Module, fn: Function,
                 return "it is recursive"
             continue
         refs = [op for op in ins.operands if re.search(r"[\w$]+", op) and any(
-            re.search(rf"(?<![\w$]){re.escape(n)}(?![\w$])", op) for n in params | results)]
+            re.search(rf"(?<![\w$%.]){re.escape(n)}(?![\w$])", op) for n in params | results)]
         if not refs:
             continue
         if ins.base == "ld" and "param" in ins.modifiers and len(ins.operands) == 2 and \
@@ -102,6 +106,14 @@ def why_not_inlinable(mod: Module, fn: Function,
             continue
         if ins.base == "st" and "param" in ins.modifiers and len(ins.operands) == 2 and \
                 _param_ref(ins.operands[0], results) and not ins.operands[1].startswith("{"):
+            _, tbits = _type_bits(ins)
+            sbits = widths.get(ins.operands[1])
+            rbits = fn.results[0].size_bytes * 8
+            if sbits is not None and not (sbits == tbits == rbits or
+                                          (tbits == rbits and sbits > tbits) or
+                                          (sbits == tbits < rbits)):
+                return (f"the return value is stored from a {sbits}-bit register with "
+                        f"'{' '.join(text.split())}'")
             continue
         return f"a parameter is used by '{' '.join(text.split())}'"
     return None
@@ -139,6 +151,12 @@ def _type_bits(ins: Instruction) -> tuple[str, int]:
     raise ValueError(f"no type in {ins.opcode}")
 
 
+def _rename_labels(text: str, labels, suffix: str) -> str:
+    for lab in sorted(labels, key=len, reverse=True):
+        text = re.sub(rf"(?<![\w$%.]){re.escape(lab)}(?![\w$])", f"{lab}_{suffix}", text)
+    return "\t" + text
+
+
 def inline_body(mod: Module, fn: Function, args: list[tuple[str, int]],
                 result: tuple[str, int] | None, suffix: str) -> list[str]:
     """The callee's body as PTX lines for one call site.
@@ -162,6 +180,9 @@ def inline_body(mod: Module, fn: Function, args: list[tuple[str, int]],
             edits.append((s, f"{s.tokens[0].text}_{suffix}:"))
             continue
         if s.kind != "instruction":
+            if labels and s.kind == "directive" and any(
+                    t.kind == "ident" and t.text in labels for t in s.tokens):
+                edits.append((s, _rename_labels(text[s.start:s.end], labels, suffix)))
             continue
         ins = parse_instruction(s, text)
         g = ""
@@ -190,17 +211,16 @@ def inline_body(mod: Module, fn: Function, args: list[tuple[str, int]],
             reg, rbits = result
             kind, tbits = _type_bits(ins)
             src = ins.operands[1]
-            if tbits == rbits:
+            sbits = widths.get(src, tbits)  # an immediate takes the instruction's type
+            if sbits == tbits == rbits:
                 edits.append((s, f"\t{g}mov.b{rbits} \t{reg}, {src};"))
+            elif tbits == rbits:  # a wider source register: st.param keeps its low bits
+                edits.append((s, f"\t{g}cvt.u{tbits}.u{sbits} \t{reg}, {src};"))
             else:
-                sbits = widths.get(src, tbits)
-                edits.append((s, f"\t{g}cvt.u{rbits}.u{min(sbits, tbits)} \t{reg}, {src};"))
+                edits.append((s, f"\t{g}cvt.u{rbits}.u{tbits} \t{reg}, {src};"))
             continue
         if labels and any(t.kind == "ident" and t.text in labels for t in s.tokens):
-            new = text[s.start:s.end]
-            for lab in sorted(labels, key=len, reverse=True):
-                new = re.sub(rf"(?<![\w$]){re.escape(lab)}(?![\w$])", f"{lab}_{suffix}", new)
-            edits.append((s, new))
+            edits.append((s, _rename_labels(text[s.start:s.end], labels, suffix)))
     replaced = {id(s): new for s, new in edits}
     lines = ["\t{ // splice: inlined body of " + fn.name]
     for s in body:

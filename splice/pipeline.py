@@ -73,6 +73,7 @@ class Build:
     tileir: str | None = None
     ptxas_flags: tuple[str, ...] = ()
     host_object_size: int = 0
+    entry_calls: dict = dataclasses.field(default_factory=dict)
     from_cache: bool = False
     seconds: float = 0.0
     _sass: str | None = dataclasses.field(default=None, repr=False)
@@ -90,12 +91,19 @@ class Build:
             raise KeyError(f"unknown stage {stage!r}; stages: {', '.join(self.STAGES)}")
         return getattr(self, stage)
 
-    def sass_call_count(self, symbol: str | None = None) -> int | None:
+    def sass_call_count(self, symbol: str | None = None, kernel_body_only: bool = False
+                        ) -> int | None:
         """Number of SASS ``CALL`` instructions, all or those calling ``symbol`` (None
-        without nvdisasm)."""
+        without nvdisasm); with ``kernel_body_only``, only those in the kernel's own body
+        (not in the device functions it calls)."""
         s = self.sass
         if s is None:
             return None
+        if kernel_body_only:
+            start = s.find(f".text.{self.symbol}:")
+            end = s.find(f"${self.symbol}$", start)
+            end = s.rfind("\n", 0, s.find(":", end)) if end >= 0 else len(s)
+            s = s[start:end]
         calls = re.findall(r"\bCALL\.[A-Z.]+\s+`?\(?\$?([^)`;\s]*)", s)
         if symbol is None:
             return len(calls)
@@ -188,7 +196,8 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
                 sites = [SiteInfo(s.index, s.extern.name, s.extern.symbol, s.where, s.call_shape,
                                   *m) for s, m in zip(traced.sites, meta["sites"])]
                 out = Build(name, arch, traced.symbol, cubin, sites,
-                            traced.lifecycle_providers, from_cache=True,
+                            traced.lifecycle_providers,
+                            entry_calls=meta.get("entry_calls", {}), from_cache=True,
                             seconds=time.perf_counter() - t0)
                 if verify.enabled():
                     verify.verify_build(out)
@@ -248,6 +257,7 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
 
     report = rewrite.splice_calls(kernel_mod, calls, kernel_name=name)
     spliced = Module(report.ptx, f"spliced PTX of {what}")
+    entry_calls = _entry_calls(spliced, {c.callee for c in calls.values()})
     merged = link.insert(spliced, linked, name)
     flags = toolchain.ptxas_flags(capture)
     try:
@@ -263,16 +273,32 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
                 spliced_ptx=merged if keep_stages else None,
                 tileir=_tileir_text(capture.ptx) if keep_stages else None,
                 ptxas_flags=tuple(flags),
-                host_object_size=len(capture.host_object or b""),
+                host_object_size=len(capture.host_object or b""), entry_calls=entry_calls,
                 seconds=time.perf_counter() - t0)
     if verify.enabled():
         verify.verify_build(out)
     if not keep_stages:
-        cache.store("kernel", key, {"symbol": traced.symbol,
+        cache.store("kernel", key, {"symbol": traced.symbol, "entry_calls": entry_calls,
                                     "sites": [[s.instances, s.inlined, s.why_not_inlined]
                                               for s in sites]}, cubin)
     if dump_dir:
         _dump(out, Path(dump_dir))
+    return out
+
+
+def _entry_calls(mod: Module, callees) -> dict[str, int]:
+    """``call`` instructions per extern symbol in the kernel's entry function(s), after
+    splicing: the rewriter's calls plus calls made by inlined bodies."""
+    from .ptx import parse_instruction
+    out: dict[str, int] = {}
+    for fn in mod.entries():
+        for st in mod.body_statements(fn):
+            if st.kind == "instruction":
+                ins = parse_instruction(st, mod.text)
+                if ins.base == "call":
+                    ops = [o for o in ins.operands if not o.startswith("(")]
+                    if ops and ops[0] in callees:
+                        out[ops[0]] = out.get(ops[0], 0) + 1
     return out
 
 

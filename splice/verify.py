@@ -4,8 +4,9 @@ The rewriter proves its work on PTX; this checks what ptxas made of it:
 
 - no symbol of the cubin's ELF symbol table names a marker global;
 - the SASS (nvdisasm) mentions no marker (no relocation against one, so no marker atomic);
-- every extern called through a real call has exactly as many SASS ``CALL``\\ s as the
-  rewriter replaced marker instances for it (ptxas neither drops nor duplicates calls).
+- in the kernel's own body, every extern has exactly as many SASS ``CALL``\\ s as the
+  spliced PTX has ``call``\\ s of it (the rewriter's plus those of inlined bodies): ptxas
+  neither dropped nor duplicated a call.
 
 Raises :class:`splice.errors.SpliceRewriteError` on any mismatch, and
 :class:`splice.errors.SpliceToolchainError` when nvdisasm is missing.
@@ -66,13 +67,18 @@ def verify_build(build) -> None:
         line = next(ln.strip() for ln in sass.splitlines() if MARKER in ln)
         raise SpliceRewriteError(f"SPLICE_VERIFY: the SASS of {what} still refers to a marker: "
                                  f"{line}")
-    expected = Counter()
+    placed = Counter()
     for s in build.sites:
         if not s.inlined:
-            expected[s.symbol] += s.instances
-    for symbol, n in expected.items():
-        got = build.sass_call_count(symbol)
+            placed[s.symbol] += s.instances
+    for symbol in {s.symbol for s in build.sites}:
+        n = build.entry_calls.get(symbol, 0)
+        if n < placed[symbol]:
+            raise SpliceRewriteError(
+                f"SPLICE_VERIFY: {what}: the spliced PTX has {n} call(s) of '{symbol}' but "
+                f"the rewriter placed {placed[symbol]}")
+        got = build.sass_call_count(symbol, kernel_body_only=True)
         if got != n:
             raise SpliceRewriteError(
-                f"SPLICE_VERIFY: {what} has {got} SASS CALL(s) of '{symbol}' but the rewriter "
-                f"placed {n}")
+                f"SPLICE_VERIFY: {what} has {got} SASS CALL(s) of '{symbol}' in its body but "
+                f"its PTX has {n}")

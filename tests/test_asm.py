@@ -275,3 +275,51 @@ def test_f16x2_pack(torch, tile):
     _launch(torch, (n // tile,), hadd2_scalar_kernel, (torch.from_numpy(a).cuda(), y2, 1.5,
                                                       tile))
     np.testing.assert_array_equal(y2.cpu().numpy(), a + np.float16(3.0))
+
+
+def test_one_element_dtype_tuple_returns_a_tuple():
+    @splice.kernel
+    def kern(x, y, TILE: ConstInt):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        (a,) = splice.asm("mov.b32 $0, $1;", t, dtype=(ct.int32,))
+        ct.store(y, index=(ct.bid(0),), tile=a)
+    splice.compile(kern, I32, "sm_90")
+
+
+def test_constraint_modifiers_and_spaces():
+    splice.compile(_asm_kernel("mov.b32 $0, $1;", constraints=" = r , r"), I32, "sm_90")
+    with pytest.raises(splice.SpliceCallError, match="no modifiers"):
+        splice.build(_asm_kernel("mov.b32 $0, $1;", constraints="=&r,r"), I32, "sm_90")
+
+
+def test_snippet_with_local_scratch_is_called_not_inlined():
+    b = splice.compile(_asm_kernel("{ .local .b32 s; st.local.b32 [s], $1; "
+                                   "ld.local.b32 $0, [s]; }"), I32, "sm_90")
+    assert not b.sites[0].inlined and "local" in b.sites[0].why_not_inlined
+
+
+def test_ptxas_error_lists_operand_types():
+    @splice.kernel
+    def kern(x, y, TILE: ConstInt):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        r = splice.asm("add.s64 $0, $1, $2;", ct.astype(t, ct.int64), 1, dtype=ct.int64)
+        ct.store(y, index=(ct.bid(0),), tile=ct.astype(r, ct.int32))
+    with pytest.raises(splice.SpliceCompileError, match=r"\$2 \.b32 \(int32\)"):
+        splice.build(kern, I32, "sm_90")
+
+
+def test_pack_refuses_bool_outputs_and_array_inputs():
+    @splice.kernel
+    def kern(x, y, TILE: ConstInt):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        b = splice.asm("setp.ne.b32 $0, $1, 0;", t, dtype=ct.bool_, pack=2)
+        ct.store(y, index=(ct.bid(0),), tile=ct.where(b, t, 0))
+    with pytest.raises(splice.SpliceCallError, match="cannot pack bool outputs"):
+        splice.build(kern, I32, "sm_90")
+
+    @splice.kernel
+    def kern2(x, y, TILE: ConstInt):
+        ct.store(y, index=(ct.bid(0),), tile=splice.asm("mov.b32 $0, $1;", x, dtype=ct.int32,
+                                                         pack=2))
+    with pytest.raises(splice.SpliceCallError, match="input 1 is a value of type"):
+        splice.build(kern2, I32, "sm_90")

@@ -138,9 +138,12 @@ def test_verify_mode_checks_the_cubin(fresh_cache, monkeypatch):
     assert [s.inlined for s in b.sites] == [False, True]
     assert not any("__splice_marker" in n for n in verify.elf_symbols(b.cubin))
     assert splice.build(kern, sig, "sm_90").from_cache  # verified again on a hit
-    # a cubin that still has a marker is caught
-    b.sites[0].instances += 1
+    # a call ptxas lost (or the rewriter miscounted) is caught
+    b.entry_calls["ptx_scale"] += 1
     with pytest.raises(splice.SpliceRewriteError, match="SASS CALL"):
+        verify.verify_build(b)
+    b.entry_calls["ptx_scale"] -= 2
+    with pytest.raises(splice.SpliceRewriteError, match="rewriter placed"):
         verify.verify_build(b)
 
 
