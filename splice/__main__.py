@@ -1,0 +1,211 @@
+"""``python -m splice``: inspect, compile ahead of time, manage the cache, check the setup.
+
+    python -m splice doctor
+    python -m splice inspect k.py my_kernel --sig "array(float32), array(float32), 1024"
+                                            [--arch sm_90] [--stage ptx|spliced_ptx|sass|tileir]
+                                            [--out DIR]
+    python -m splice compile k.py my_kernel --sig "..." --arch sm_100 -o my_kernel.cubin
+    python -m splice cache list|size|clear
+
+``--sig`` lists the kernel's parameters as Python expressions: ``array(dtype, ndim=1)``
+(a C-contiguous array), ``scalar(dtype)``, or a constant (``1024``, ``2.5``, ``True``) for a
+``ct.Constant`` parameter. dtypes are names: float32, int64, bfloat16...
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import sys
+from pathlib import Path
+
+
+def _load_kernel(path: str, name: str):
+    p = Path(path).resolve()
+    spec = importlib.util.spec_from_file_location(p.stem, p)
+    if spec is None:
+        raise SystemExit(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(p.parent))
+    spec.loader.exec_module(module)
+    kern = getattr(module, name, None)
+    if kern is None:
+        raise SystemExit(f"{path} has no kernel named {name!r}")
+    from ._cutile import SpliceKernel
+    if not isinstance(kern, SpliceKernel):
+        raise SystemExit(f"{name!r} in {path} is not a @splice.kernel")
+    return kern
+
+
+def parse_signature(text: str):
+    """A ``KernelSignature`` from ``--sig`` text (see the module docstring)."""
+    import cuda.tile as ct
+    from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature, \
+        ScalarConstraint
+
+    def dtype(d):
+        if isinstance(d, str):
+            d = getattr(ct, d if d != "bool" else "bool_", None)
+        if not isinstance(d, ct.DType):
+            raise SystemExit(f"--sig: unknown dtype {d!r}")
+        return d
+
+    def array(d, ndim=1):
+        return ArrayConstraint(dtype(d), ndim, index_dtype=ct.int32, stride_lower_bound_incl=0,
+                               alias_groups=(), may_alias_internally=False,
+                               stride_constant=(None,) * (ndim - 1) + (1,),
+                               stride_divisible_by=(16,) * (ndim - 1) + (1,),
+                               base_addr_divisible_by=16)
+
+    def scalar(d):
+        return ScalarConstraint(dtype(d))
+    names = {"array": array, "scalar": scalar, "True": True, "False": False}
+    names.update({n: n for n in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                                 "uint32", "uint64", "float16", "bfloat16", "float32",
+                                 "float64")})
+    try:
+        params = eval(f"({text},)", {"__builtins__": {}}, names)  # noqa: S307 - local CLI
+    except Exception as e:
+        raise SystemExit(f"--sig: cannot read {text!r}: {e}") from None
+    return KernelSignature(list(params), CallingConvention.cutile_python_v1())
+
+
+def _cmd_inspect(a) -> int:
+    import splice
+    kern = _load_kernel(a.file, a.kernel)
+    b = splice.compile(kern, parse_signature(a.sig), a.arch)
+    if a.out:
+        from .pipeline import _dump
+        _dump(b, Path(a.out))
+        print(f"stages written to {Path(a.out) / f'{b.symbol}.{b.arch}'}")
+    if a.stage:
+        value = b[a.stage]
+        if value is None:
+            print(f"stage {a.stage} is not available", file=sys.stderr)
+            return 1
+        sys.stdout.write(value if isinstance(value, str) else value.hex())
+    else:
+        print(b.summary())
+    return 0
+
+
+def _cmd_compile(a) -> int:
+    import splice
+    kern = _load_kernel(a.file, a.kernel)
+    b = splice.compile(kern, parse_signature(a.sig), a.arch)
+    out = Path(a.output or f"{b.symbol}.{b.arch}.cubin")
+    out.write_bytes(b.cubin)
+    print(f"{out}: {len(b.cubin)} bytes, kernel symbol {b.symbol}")
+    return 0
+
+
+def _cmd_cache(a) -> int:
+    from . import cache
+    root = cache.cache_root()
+    if a.action == "list":
+        for p in cache.entries():
+            hit = cache.load(p.parent.parent.name, p.stem)
+            meta = hit[0] if hit else {"corrupt": True}
+            print(f"{p.parent.parent.name:10} {p.stem[:16]}  {p.stat().st_size:>9} bytes  "
+                  f"{meta.get('symbol') or meta.get('what') or ''}")
+    elif a.action == "size":
+        files = [p for p in root.rglob("*") if p.is_file() and not p.is_symlink()]
+        total = sum(p.stat().st_size for p in files if "toolchain" not in p.parts)
+        print(f"{root}: {len(cache.entries())} entries, {total} bytes")
+    elif a.action == "clear":
+        n = 0
+        for p in cache.entries():
+            p.unlink(missing_ok=True)
+            n += 1
+        print(f"removed {n} entries from {root}")
+    return 0
+
+
+def _cmd_doctor(a) -> int:
+    from . import _cutile, cache, toolchain
+    problems = 0
+
+    def line(ok, what, detail):
+        nonlocal problems
+        problems += 0 if ok else 1
+        print(f"[{'ok' if ok else '!!'}] {what}: {detail}")
+
+    try:
+        _cutile.check_supported_cutile()
+        line(True, "cuda-tile", _cutile.cutile_version())
+    except Exception as e:
+        line(False, "cuda-tile", e)
+    try:
+        line(True, "tileiras", f"{toolchain.tileiras()} ({toolchain.tileiras_version()})")
+        line(True, "ptxas", f"{toolchain.ptxas()} ({toolchain.ptxas_version()})")
+        nvvm = [c for c in toolchain._libnvvm_candidates() if c.exists()]
+        line(bool(nvvm), "libnvvm", nvvm[0] if nvvm else "missing beside tileiras")
+    except Exception as e:
+        line(False, "tileiras/ptxas", e)
+    try:
+        line(True, "NVRTC", ".".join(map(str, toolchain.nvrtc_version())))
+    except Exception as e:
+        line(False, "NVRTC", e)
+    try:
+        from cuda.bindings import nvjitlink
+        major, minor = nvjitlink.version()
+        line(True, "nvJitLink", f"{major}.{minor}")
+    except Exception as e:
+        line(False, "nvJitLink", e)
+    dis = toolchain.nvdisasm()
+    line(dis is not None, "nvdisasm", dis or "not found (no SASS listings)")
+    inc = toolchain.cuda_include_dir()
+    line(inc is not None, "CUDA headers", inc or "cuda_fp16.h not found")
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            print(f"[!!] {var}={os.environ[var]}: splice and cuTile remove it when running "
+                  f"tileiras (it would load that toolkit's libnvvm/ptxas), but other tools "
+                  f"may pick it up")
+    root = cache.cache_root()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / ".doctor-probe"
+        probe.write_text("ok")
+        probe.unlink()
+        line(True, "cache", root)
+    except OSError as e:
+        line(False, "cache", f"{root} not writable ({e}); splice compiles without caching")
+    arch = toolchain.gpu_arch()
+    try:
+        from cuda.bindings import driver
+        err, ver = driver.cuDriverGetVersion()
+        drv = f"CUDA driver {ver // 1000}.{ver % 1000 // 10}"
+    except Exception:
+        drv = "no CUDA driver"
+    print(f"[{'ok' if arch else '--'}] GPU: {arch or 'none (compile-only: splice.compile)'}; "
+          f"{drv}")
+    print("no problems found" if not problems else f"{problems} problem(s)")
+    return 0 if not problems else 1
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m splice", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for name in ("inspect", "compile"):
+        s = sub.add_parser(name)
+        s.add_argument("file")
+        s.add_argument("kernel")
+        s.add_argument("--sig", required=True, help="the kernel's parameters, see --help")
+        s.add_argument("--arch", default="sm_90")
+        if name == "inspect":
+            s.add_argument("--stage", choices=("tileir", "ptx", "spliced_ptx", "sass"))
+            s.add_argument("--out", help="write every stage to this directory")
+        else:
+            s.add_argument("-o", "--output")
+    c = sub.add_parser("cache")
+    c.add_argument("action", choices=("list", "size", "clear"))
+    sub.add_parser("doctor")
+    a = p.parse_args(argv)
+    return {"inspect": _cmd_inspect, "compile": _cmd_compile, "cache": _cmd_cache,
+            "doctor": _cmd_doctor}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

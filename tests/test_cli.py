@@ -1,0 +1,70 @@
+"""python -m splice: doctor, inspect, compile, cache."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SAXPY = ROOT / "examples" / "ptx_import" / "saxpy_from_ptx.py"
+SIG = "array(float32), array(float32), array(float32), scalar(float32), 1024"
+
+
+def _run(*args, env_extra=None):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "splice", *args], capture_output=True,
+                          text=True, env=env, timeout=600, cwd=ROOT)
+
+
+def test_doctor_reports_the_toolchain():
+    out = _run("doctor")
+    assert out.returncode == 0, out.stdout + out.stderr
+    for what in ("cuda-tile", "tileiras", "ptxas", "libnvvm", "NVRTC", "nvJitLink", "cache"):
+        assert f"[ok] {what}" in out.stdout
+
+
+def test_doctor_warns_about_cuda_home():
+    out = _run("doctor", env_extra={"CUDA_HOME": "/opt/cuda-13.0"})
+    assert "CUDA_HOME=/opt/cuda-13.0" in out.stdout
+
+
+def test_inspect_prints_the_summary_and_stages(tmp_path):
+    out = _run("inspect", str(SAXPY), "saxpy_kernel", "--sig", SIG, "--arch", "sm_90",
+               "--out", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert "site 0: saxpy" in out.stdout
+    [d] = list(tmp_path.iterdir())
+    assert d.name.endswith(".sm_90") and any(p.suffix == ".cubin" for p in d.iterdir())
+    out = _run("inspect", str(SAXPY), "saxpy_kernel", "--sig", SIG, "--stage", "spliced_ptx")
+    assert ".entry saxpy_kernel" in out.stdout and "__splice_marker" not in \
+        out.stdout.split(".nv_intermediate_source_section")[0]
+
+
+def test_compile_writes_a_cubin_for_any_arch(tmp_path):
+    for arch in ("sm_80", "sm_100"):
+        cubin = tmp_path / f"k.{arch}.cubin"
+        out = _run("compile", str(SAXPY), "saxpy_kernel", "--sig", SIG, "--arch", arch,
+                   "-o", str(cubin))
+        assert out.returncode == 0, out.stderr
+        assert cubin.read_bytes()[:4] == b"\x7fELF"
+
+
+def test_bad_arguments():
+    out = _run("compile", str(SAXPY), "nope", "--sig", SIG)
+    assert out.returncode != 0 and "no kernel named 'nope'" in out.stderr
+    out = _run("compile", str(SAXPY), "saxpy_kernel", "--sig", "array(complex)")
+    assert out.returncode != 0 and "--sig" in out.stderr
+
+
+def test_cache_commands(tmp_path):
+    env = {"SPLICE_CACHE_DIR": str(tmp_path / "c")}
+    assert _run("compile", str(SAXPY), "saxpy_kernel", "--sig", SIG, "-o",
+                str(tmp_path / "k.cubin"), env_extra=env).returncode == 0
+    _run("inspect", str(SAXPY), "saxpy_kernel", "--sig", SIG, env_extra=env)
+    listed = _run("cache", "list", env_extra=env).stdout
+    assert "fragment" in listed or "kernel" in listed or listed.strip() == ""
+    assert "entries" in _run("cache", "size", env_extra=env).stdout
+    assert "removed" in _run("cache", "clear", env_extra=env).stdout
+    assert "0 entries" in _run("cache", "size", env_extra=env).stdout
