@@ -26,7 +26,7 @@ from .errors import (
     SpliceRewriteError,
     SpliceToolchainError,
 )
-from .extern import ExternFunction, extern
+from .extern import ExternFunction, Library, extern, library
 from .pipeline import Build, __version__, build
 from .ptx import PTXSyntaxError
 from . import toolchain
@@ -44,7 +44,7 @@ def compile(kernel, signature, arch: str = "sm_90") -> Build:
 
 
 __all__ = [
-    "kernel", "extern", "asm", "compile", "build", "Build", "ExternFunction", "Signature",
+    "kernel", "extern", "asm", "library", "Library", "compile", "build", "Build", "ExternFunction", "Signature",
     "parse_signature", "ELEMENT_TYPES", "SpliceError", "SpliceCallError", "SpliceCompileError",
     "SpliceDeclarationError", "SpliceLinkError", "SpliceRewriteError", "SpliceToolchainError",
     "PTXSyntaxError", "__version__",

@@ -99,6 +99,36 @@ def _check_options(options, include_dirs, defines, what: str):
     return tuple(options), tuple(os.fspath(d) for d in include_dirs), tuple(defs)
 
 
+_CXX_NAME = re.compile(r"^[A-Za-z_:][A-Za-z0-9_:<>,\s*&]*$")
+
+
+def is_cxx_name(name) -> bool:
+    """A C++ name (``my_ns::scale<float>``) rather than a C identifier."""
+    return isinstance(name, str) and not _C_IDENT.fullmatch(name) and \
+        bool(_CXX_NAME.match(name)) and ("::" in name or "<" in name)
+
+
+def cxx_trampoline(cxx_name: str, sig: Signature) -> tuple[str, str]:
+    """(C symbol, CUDA C) of an ``extern "C"`` function that calls the C++ function
+    ``cxx_name`` -- a namespaced function, a template instance, one overload -- picked by
+    the exact C types of ``sig`` (a ``static_cast`` to the function-pointer type: no
+    overload or template with exactly those types is a compile error). NVRTC inlines the
+    callee into it."""
+    import hashlib
+    symbol = "splice_cxx_" + hashlib.sha256(f"{cxx_name}|{sig}".encode()).hexdigest()[:12]
+    headers = {t.c_header for t in (*sig.args, sig.result) if t is not None and t.c_header}
+    ret = "void" if sig.result is None else sig.result.c_type
+    params = ", ".join(f"{t.c_type} a{i}" for i, t in enumerate(sig.args))
+    ptypes = ", ".join(t.c_type for t in sig.args) or "void"
+    args = ", ".join(f"a{i}" for i in range(len(sig.args)))
+    body = (f"static_cast<{ret} (*)({ptypes})>(&{cxx_name})({args})")
+    lines = [f"#include <{h}>" for h in sorted(headers)]
+    lines.append(f"// splice: {cxx_name} with signature {sig}")
+    lines.append(f"extern \"C\" __device__ {ret} {symbol}({params}) "
+                 f"{{ {'' if sig.result is None else 'return '}{body}; }}")
+    return symbol, "\n".join(lines) + "\n"
+
+
 def _signature_checks(symbol: str, sig: Signature) -> str:
     """C++ appended to a CUDA C fragment: fails to compile unless ``symbol`` has exactly the
     C types of ``sig``, parameter by parameter (so a float/int mix-up is an error, not a
@@ -144,7 +174,7 @@ def _signature_checks(symbol: str, sig: Signature) -> str:
 
 
 def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name,
-             inline="auto"):
+             inline="auto", display_name=None):
     if not isinstance(pure, bool):
         raise SpliceDeclarationError(f"extern '{name}' at {where}: pure must be True or False")
     if inline not in ("auto", "always", "never"):
@@ -155,8 +185,9 @@ def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name,
             signature if isinstance(signature, Signature) else parse_signature(signature)
     except SpliceDeclarationError as e:
         raise SpliceDeclarationError(f"extern '{name}' at {where}: {e.message}") from None
-    symbol = _check_symbol(symbol, f"extern '{name}' at {where}")
-    if stub is not None and signature is not None:
+    if display_name is None:
+        symbol = _check_symbol(symbol, f"extern '{name}' at {where}")
+    if stub is not None and signature is not None and not isinstance(signature, Signature):
         params = list(inspect.signature(stub).parameters.values())
         plain = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
         if plain and len(params) != len(sig.args):
@@ -164,7 +195,7 @@ def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name,
                 f"extern '{name}' at {where}: the stub takes {len(params)} parameter(s) but "
                 f"the signature {sig} has {len(sig.args)}")
     fragment = fragment_factory(symbol, sig)
-    ext = ExternFunction(name, symbol, sig, pure, fragment, where, inline)
+    ext = ExternFunction(display_name or name, symbol, sig, pure, fragment, where, inline)
     return _cutile.make_callable_stub(ext, stub)
 
 
@@ -228,6 +259,11 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
         opts, incs, defs = _check_options(options, include_dirs, defines, what)
         file = _resolve_path(path, base, what) if path is not None else None
 
+        if name is not None and is_cxx_name(name):
+            return _declare_cxx(stub, name, signature, pure, inline, where, CudaSource(
+                text=source, path=file, options=opts, include_dirs=incs, defines=defs,
+                where=where))
+
         def make(symbol, sig):
             return CudaSource(text=source, path=file, options=opts, include_dirs=incs,
                               defines=defs, where=where,
@@ -277,6 +313,89 @@ def from_ptx(path=None, /, *, ptx: str | None = None, name: str, signature: str,
     return _declare(None, symbol=name, signature=signature, pure=pure,
                     fragment_factory=lambda s, g: PtxSource(text=ptx, path=file, where=where),
                     where=where, name=name, inline=inline)
+
+
+def _declare_cxx(stub, cxx_name, signature, pure, inline, where, fragment, library=None):
+    """An extern calling the C++ function ``cxx_name`` through a generated extern "C"
+    trampoline appended to ``fragment`` (or registered with ``library``)."""
+    what = f"extern '{cxx_name}' at {where}"
+    try:
+        sig = signature_from_annotations(stub) if signature is None else \
+            signature if isinstance(signature, Signature) else parse_signature(signature)
+    except SpliceDeclarationError as e:
+        raise SpliceDeclarationError(f"{what}: {e.message}") from None
+    symbol, code = cxx_trampoline(cxx_name, sig)
+    if library is not None:
+        library._add(symbol, code)
+    else:
+        fragment.checks = code
+    return _declare(stub, symbol=symbol, signature=sig, pure=pure,
+                    fragment_factory=lambda s, g: fragment, where=where, name=cxx_name,
+                    inline=inline, display_name=cxx_name)
+
+
+class Library:
+    """CUDA C/C++ compiled once, from which several externs are declared::
+
+        lib = splice.library(path="mylib.cu", include_dirs=["include"], options=["-std=c++17"])
+        scale = lib.extern("my_ns::scale<float>", signature="float32(float32)")
+
+        @lib.extern()
+        def fast_gelu(x: ct.float32) -> ct.float32: ...
+
+    Every extern of a library shares one NVRTC compile (its signature checks and C++
+    trampolines are appended to the one source). Arguments as for :func:`extern`.
+    """
+
+    def __init__(self, source=None, *, path=None, options=(), include_dirs=(), defines=None,
+                 _where=None):
+        where, base = _where or _caller_where(3)
+        self.where = where
+        what = f"library at {where}"
+        if (source is None) == (path is None):
+            raise SpliceDeclarationError(f"{what}: give exactly one of source= or path=")
+        if source is not None and not isinstance(source, str):
+            raise SpliceDeclarationError(f"{what}: source must be CUDA C text (str)")
+        opts, incs, defs = _check_options(options, include_dirs, defines, what)
+        file = _resolve_path(path, base, what) if path is not None else None
+        self.fragment = CudaSource(text=source, path=file, options=opts, include_dirs=incs,
+                                   defines=defs, where=where)
+        self._code: dict[str, str] = {}
+
+    def _add(self, symbol: str, code: str) -> None:
+        self._code[symbol] = code
+        self.fragment.checks = "".join(self._code[k] for k in sorted(self._code))
+
+    def extern(self, name=None, *, signature=None, pure=True, inline="auto"):
+        """Declare an extern from this library: ``lib.extern("c_name_or_cxx::name",
+        signature="...")``, or ``@lib.extern()`` on a typed stub (its name is the C
+        symbol unless ``name=`` is given)."""
+        where, _ = _caller_where(2)
+
+        def declare(stub, sym):
+            if is_cxx_name(sym):
+                return _declare_cxx(stub, sym, signature, pure, inline, where, self.fragment,
+                                    library=self)
+
+            def make(symbol, sig):
+                self._add(symbol, _signature_checks(symbol, sig))
+                return self.fragment
+            return _declare(stub, symbol=sym, signature=signature, pure=pure,
+                            fragment_factory=make, where=where, name=sym, inline=inline)
+        if callable(name):
+            return declare(name, name.__name__)
+        if name is not None and signature is not None:
+            return declare(None, name)
+
+        def decorate(stub):
+            return declare(stub, name or stub.__name__)
+        return decorate
+
+
+def library(source=None, *, path=None, options=(), include_dirs=(), defines=None) -> Library:
+    """A :class:`Library`: CUDA C/C++ compiled once for several externs."""
+    return Library(source, path=path, options=options, include_dirs=include_dirs,
+                   defines=defines, _where=_caller_where(2))
 
 
 extern.from_ptx = from_ptx

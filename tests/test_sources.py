@@ -1,0 +1,79 @@
+"""Every CUDA C input form: C++ names (namespaces, templates, overloads) through generated
+extern "C" trampolines, libraries compiled once for several externs."""
+
+import cuda.tile as ct
+import pytest
+
+import kernels as K
+import splice
+
+SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 256)
+
+CXX = r'''
+namespace my_ns {
+template <class T> __device__ T scale(T x) { return x * T(3); }
+__device__ float over(float x) { return x + 1.0f; }
+__device__ double over(double x) { return x + 2.0; }
+namespace inner { __device__ float deep(float x, int n) { return x * n; } }
+}
+'''
+
+
+def _kern(ext, nargs=1):
+    @splice.kernel
+    def kern(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=ext(t) if nargs == 1 else ext(t, 4))
+    return kern
+
+
+@pytest.mark.parametrize("name, sig, nargs", [
+    ("my_ns::scale<float>", "float32(float32)", 1),
+    ("my_ns::over", "float32(float32)", 1),
+    ("my_ns::inner::deep", "float32(float32, int32)", 2),
+])
+def test_cxx_names(name, sig, nargs):
+    ext = splice.extern(source=CXX, name=name, signature=sig)(lambda *a: None)
+    b = splice.compile(_kern(ext, nargs), SIG, "sm_90")
+    assert b.sites[0].extern == name and b.sites[0].inlined
+    assert b.sites[0].symbol.startswith("splice_cxx_")
+
+
+def test_cxx_overload_without_exact_types_is_an_error():
+    ext = splice.extern(source=CXX, name="my_ns::over", signature="float32(int32)")(
+        lambda x: None)
+    with pytest.raises(splice.SpliceCompileError, match="my_ns::over"):
+        splice.build(_kern(ext), K.signature(K.array(ct.int32), K.array(ct.float32), 256),
+                     "sm_90")
+
+
+def test_library_compiles_once_for_several_externs():
+    lib = splice.library(CXX + 'extern "C" __device__ float plain_c(float x) '
+                               '{ return -x; }\n')
+    scale = lib.extern("my_ns::scale<float>", signature="float32(float32)")
+    deep = lib.extern("my_ns::inner::deep", signature="float32(float32, int32)")
+
+    @lib.extern()
+    def plain_c(x: ct.float32) -> ct.float32: ...
+
+    @splice.kernel
+    def kern(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=scale(t) + deep(t, 2) + plain_c(t))
+    b = splice.compile(kern, SIG, "sm_90")
+    assert [s.extern for s in b.sites] == ["my_ns::scale<float>", "my_ns::inner::deep",
+                                           "plain_c"]
+    assert b.spliced_ptx.count("// splice: begin CUDA C source") == 1
+    frags = {s.extern: s for s in b.sites}
+    assert len(frags) == 3
+
+
+def test_library_file(tmp_path):
+    (tmp_path / "ops.h").write_text("#define K 5.0f\n")
+    (tmp_path / "mylib.cu").write_text('#include "ops.h"\n'
+                                       'extern "C" __device__ float lib_f(float x) '
+                                       '{ return x * K; }\n')
+    lib = splice.library(path=tmp_path / "mylib.cu")
+    f = lib.extern("lib_f", signature="float32(float32)")
+    b = splice.compile(_kern(f), SIG, "sm_90")
+    assert "0f40A00000" in b.spliced_ptx
