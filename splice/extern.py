@@ -85,7 +85,7 @@ def _check_options(options, include_dirs, defines, what: str):
         if o.startswith(("-arch", "--gpu-architecture", "-rdc", "--relocatable-device-code")):
             raise SpliceDeclarationError(
                 f"{what}: option {o!r} is set by splice (the kernel's architecture, -rdc=true)")
-        if o.startswith(("-Xptxas", "--ptxas-options", "-dlto", "--dlto")):
+        if o.startswith(("-Xptxas", "--ptxas-options")):
             raise SpliceDeclarationError(
                 f"{what}: option {o!r} would be ignored: NVRTC makes PTX here, and splice "
                 f"assembles the kernel with tileiras's own ptxas flags")
@@ -267,7 +267,7 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
         def make(symbol, sig):
             return CudaSource(text=source, path=file, options=opts, include_dirs=incs,
                               defines=defs, where=where,
-                              checks=_signature_checks(symbol, sig))
+                              checks=_signature_checks(symbol, sig), roots=((symbol, sig),))
         return _declare(stub, symbol=name or ext_name, signature=signature, pure=pure,
                         fragment_factory=make, where=where, name=ext_name, inline=inline)
 
@@ -315,6 +315,32 @@ def from_ptx(path=None, /, *, ptx: str | None = None, name: str, signature: str,
                     where=where, name=name, inline=inline)
 
 
+def from_ltoir(path=None, /, *, data: bytes | None = None, name: str, signature: str,
+               pure: bool = True, inline: str = "auto"):
+    """Declare an extern whose device code is LTO-IR: a ``.ltoir`` file (``nvcc -dlto``,
+    NVRTC ``-dlto``) or its bytes. nvJitLink links it (``-lto -ptx``) into PTX for the
+    kernel's target, which is merged like any PTX fragment: the final cubin still comes
+    from tileiras's ptxas with the TMA host callbacks (DESIGN.md F2).
+
+    Args as for :func:`from_ptx`; ``name`` is the ``extern "C"`` symbol.
+
+    Raises:
+        SpliceDeclarationError: bad signature or symbol, missing file.
+    """
+    from .fragments import LtoirSource
+    where, base = _caller_where(2)
+    what = f"extern '{name}' at {where}"
+    if (path is None) == (data is None):
+        raise SpliceDeclarationError(f"{what}: give exactly one of a path or data=")
+    if data is not None and not isinstance(data, (bytes, bytearray)):
+        raise SpliceDeclarationError(f"{what}: data must be LTO-IR bytes")
+    file = _resolve_path(path, base, what) if path is not None else None
+    return _declare(None, symbol=name, signature=signature, pure=pure,
+                    fragment_factory=lambda s, g: LtoirSource(
+                        data=None if data is None else bytes(data), path=file, where=where,
+                        roots=((s, g),)), where=where, name=name, inline=inline)
+
+
 def _declare_cxx(stub, cxx_name, signature, pure, inline, where, fragment, library=None):
     """An extern calling the C++ function ``cxx_name`` through a generated extern "C"
     trampoline appended to ``fragment`` (or registered with ``library``)."""
@@ -326,9 +352,10 @@ def _declare_cxx(stub, cxx_name, signature, pure, inline, where, fragment, libra
         raise SpliceDeclarationError(f"{what}: {e.message}") from None
     symbol, code = cxx_trampoline(cxx_name, sig)
     if library is not None:
-        library._add(symbol, code)
+        library._add(symbol, code, sig)
     else:
         fragment.checks = code
+        fragment.roots = ((symbol, sig),)
     return _declare(stub, symbol=symbol, signature=sig, pure=pure,
                     fragment_factory=lambda s, g: fragment, where=where, name=cxx_name,
                     inline=inline, display_name=cxx_name)
@@ -361,10 +388,13 @@ class Library:
         self.fragment = CudaSource(text=source, path=file, options=opts, include_dirs=incs,
                                    defines=defs, where=where)
         self._code: dict[str, str] = {}
+        self._sigs: dict[str, Signature] = {}
 
-    def _add(self, symbol: str, code: str) -> None:
+    def _add(self, symbol: str, code: str, sig: Signature) -> None:
         self._code[symbol] = code
+        self._sigs[symbol] = sig
         self.fragment.checks = "".join(self._code[k] for k in sorted(self._code))
+        self.fragment.roots = tuple(sorted(self._sigs.items()))
 
     def extern(self, name=None, *, signature=None, pure=True, inline="auto"):
         """Declare an extern from this library: ``lib.extern("c_name_or_cxx::name",
@@ -378,7 +408,7 @@ class Library:
                                     library=self)
 
             def make(symbol, sig):
-                self._add(symbol, _signature_checks(symbol, sig))
+                self._add(symbol, _signature_checks(symbol, sig), sig)
                 return self.fragment
             return _declare(stub, symbol=sym, signature=signature, pure=pure,
                             fragment_factory=make, where=where, name=sym, inline=inline)
@@ -399,3 +429,4 @@ def library(source=None, *, path=None, options=(), include_dirs=(), defines=None
 
 
 extern.from_ptx = from_ptx
+extern.from_ltoir = from_ltoir

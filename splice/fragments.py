@@ -113,6 +113,7 @@ class CudaSource(Fragment):
     defines: tuple[tuple[str, str | None], ...] = ()
     where: str = "<unknown>"
     checks: str = ""
+    roots: tuple = ()   # (symbol, Signature) to keep when linking -dlto output
     kind = "cuda"
 
     def describe(self) -> str:
@@ -135,8 +136,13 @@ class CudaSource(Fragment):
             opts.append(f"-I{inc}")
         for name, value in self.defines:
             opts.append(f"-D{name}" if value is None else f"-D{name}={value}")
-        opts.extend(self.options)
+        opts.extend(o for o in self.options if o not in ("-dlto", "--dlto"))
         return opts
+
+    @property
+    def dlto(self) -> bool:
+        """Compiled to LTO-IR (``-dlto``) and linked to PTX by nvJitLink."""
+        return any(o in ("-dlto", "--dlto") for o in self.options)
 
     def _compile_unchecked(self, full: str, name: str, target: str, first_error):
         try:
@@ -193,8 +199,14 @@ class CudaSource(Fragment):
             name = str(self.path) if self.path else f"extern_source@{self.where}"
             full = src if src.endswith("\n") else src + "\n"
             try:
-                text, _log = toolchain.nvrtc_compile((full + self.checks).encode(), name,
-                                                     self._options(target))
+                if self.dlto:
+                    ltoir = toolchain.nvrtc_compile_ltoir((full + self.checks).encode(), name,
+                                                          self._options(target) + ["-dlto"])
+                    text = lto_link_to_ptx([(ltoir, name)], target, self.roots,
+                                           self.describe())
+                else:
+                    text, _log = toolchain.nvrtc_compile((full + self.checks).encode(),
+                                                         name, self._options(target))
             except SpliceCompileError as e:
                 first = _first_error(e.log, full, name)
                 if self.checks and _in_generated_check(e.log, full, name) and \
@@ -299,3 +311,95 @@ class AsmSource(Fragment):
                     getattr(e, "log", "")) from None
             cache.store("asm-checked", key, {}, b"ok")
         return Module(text, self.describe())
+
+
+def lto_link_to_ptx(inputs: list[tuple[bytes, str]], target: str, roots, what: str) -> str:
+    """Link LTO-IR with nvJitLink (``-lto -ptx``) into PTX holding the functions ``roots``
+    ((symbol, Signature) pairs).
+
+    LTO drops every function no kernel uses, so a generated root kernel takes the address
+    of each requested function; the root is removed from the PTX afterwards.
+
+    Raises:
+        SpliceLinkError: nvJitLink rejected the inputs (its log attached).
+    """
+    from cuda.bindings import nvjitlink
+    from .ptx import apply_edits
+    headers = {t.c_header for _, sig in roots for t in (*sig.args, sig.result)
+               if t is not None and t.c_header}
+    decls = [f"#include <{h}>" for h in sorted(headers)]
+    keep = []
+    for i, (sym, sig) in enumerate(roots):
+        ret = "void" if sig.result is None else sig.result.c_type
+        params = ", ".join(t.c_type for t in sig.args) or "void"
+        decls.append(f'extern "C" __device__ {ret} {sym}({params});')
+        keep.append(f"p[{i}] = (void *)&{sym};")
+    root_src = "\n".join(decls) + (
+        "\nextern \"C\" __global__ void __splice_lto_root(void **p) { "
+        + " ".join(keep) + " }\n")
+    opts = [f"-arch={target}", "-rdc=true", "-dlto"]
+    inc = toolchain.cuda_include_dir()
+    if inc is not None:
+        opts.append(f"-I{inc}")
+    root = toolchain.nvrtc_compile_ltoir(root_src.encode(), "splice_lto_root.cu", opts)
+    handle = nvjitlink.create(3, [f"-arch={target}", "-lto", "-ptx"])
+    try:
+        try:
+            for data, name in [*inputs, (root, "splice_lto_root.ltoir")]:
+                nvjitlink.add_data(handle, nvjitlink.InputType.LTOIR, data, len(data), name)
+            nvjitlink.complete(handle)
+        except Exception as e:
+            size = nvjitlink.get_error_log_size(handle)
+            log = bytearray(size)
+            if size:
+                nvjitlink.get_error_log(handle, log)
+            raise SpliceLinkError(f"nvJitLink could not link the LTO-IR of {what} for "
+                                  f"{target}: {e}", bytes(log).rstrip(b"\0").decode(
+                                      errors="replace")) from None
+        size = nvjitlink.get_linked_ptx_size(handle)
+        buf = bytearray(size)
+        nvjitlink.get_linked_ptx(handle, buf)
+    finally:
+        nvjitlink.destroy(handle)
+    text = bytes(buf).rstrip(b"\0").decode()
+    mod = Module(text, f"nvJitLink output for {what}")
+    fn = mod.functions.get("__splice_lto_root")
+    if fn is not None and fn.body is not None:
+        text = apply_edits(text, [(fn.header.start, mod.statements[fn.body[1]].end, "")])
+    return text
+
+
+@dataclasses.dataclass(eq=False)
+class LtoirSource(Fragment):
+    """LTO-IR (a ``.ltoir`` file or bytes, e.g. from ``nvcc -dlto`` or NVRTC ``-dlto``),
+    linked by nvJitLink into PTX for the kernel's target."""
+
+    data: bytes | None = None
+    path: Path | None = None
+    where: str = "<unknown>"
+    roots: tuple = ()
+    kind = "ltoir"
+
+    def describe(self) -> str:
+        return f"LTO-IR file {self.path} (declared at {self.where})" if self.path else \
+            f"LTO-IR declared at {self.where}"
+
+    def read(self) -> bytes:
+        if self.path is not None:
+            try:
+                return self.path.read_bytes()
+            except OSError as e:
+                raise SpliceDeclarationError(f"{self.describe()}: cannot read: {e.strerror}") \
+                    from None
+        return self.data
+
+    def content_key(self, target: str) -> str:
+        return cache.key_of("ltoir", self.read(), [(s, str(g)) for s, g in self.roots], target,
+                            toolchain.nvrtc_version())
+
+    def module(self, target: str) -> Module:
+        def link(key):
+            text = lto_link_to_ptx([(self.read(), self.path.name if self.path else "input")],
+                                   target, self.roots, self.describe())
+            return Module(text, self.describe())
+        return _memoized(self.content_key(target), link)

@@ -349,12 +349,27 @@ def _check_nvrtc(err, what: str, log: str = ""):
         raise SpliceToolchainError(f"{what} failed: {err.name}", log)
 
 
+def nvrtc_compile_ltoir(source: bytes, name: str, options: list[str]) -> bytes:
+    """Compile CUDA C to LTO-IR with NVRTC (``options`` must hold ``-dlto``).
+
+    Raises:
+        SpliceCompileError: the source did not compile; ``.log`` is NVRTC's log.
+    """
+    return _nvrtc(source, name, options, ltoir=True)[0]
+
+
 def nvrtc_compile(source: bytes, name: str, options: list[str]) -> tuple[str, str]:
     """Compile CUDA C to PTX with NVRTC. Returns (ptx, log).
 
     Raises:
         SpliceCompileError: the source did not compile; ``.log`` is NVRTC's log.
     """
+    out, log = _nvrtc(source, name, options, ltoir=False)
+    return out.decode(), log
+
+
+def _nvrtc(source: bytes, name: str, options: list[str], ltoir: bool):
+    """NVRTC: (PTX or LTO-IR bytes, log)."""
     from cuda.bindings import nvrtc
     err, prog = nvrtc.nvrtcCreateProgram(source, name.encode(), 0, [], [])
     _check_nvrtc(err, "nvrtcCreateProgram")
@@ -370,12 +385,19 @@ def nvrtc_compile(source: bytes, name: str, options: list[str]) -> tuple[str, st
         log = bytes(buf).rstrip(b"\0").decode(errors="replace")
         if cerr != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise SpliceCompileError(f"NVRTC: {cerr.name}", log)
+        if ltoir:
+            err, size = nvrtc.nvrtcGetLTOIRSize(prog)
+            _check_nvrtc(err, "nvrtcGetLTOIRSize", log)
+            buf = bytearray(size)
+            (err,) = nvrtc.nvrtcGetLTOIR(prog, buf)
+            _check_nvrtc(err, "nvrtcGetLTOIR", log)
+            return bytes(buf), log
         err, size = nvrtc.nvrtcGetPTXSize(prog)
         _check_nvrtc(err, "nvrtcGetPTXSize", log)
         buf = bytearray(size)
         (err,) = nvrtc.nvrtcGetPTX(prog, buf)
         _check_nvrtc(err, "nvrtcGetPTX", log)
-        return bytes(buf).rstrip(b"\0").decode(), log
+        return bytes(buf).rstrip(b"\0"), log
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 

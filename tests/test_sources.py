@@ -77,3 +77,34 @@ def test_library_file(tmp_path):
     f = lib.extern("lib_f", signature="float32(float32)")
     b = splice.compile(_kern(f), SIG, "sm_90")
     assert "0f40A00000" in b.spliced_ptx
+
+
+LTO_SRC = b'extern "C" __device__ float lto_f(float x) { return x * 3.0f + 1.0f; }\n'
+
+
+def _ltoir(arch="sm_90a"):
+    from splice.toolchain import nvrtc_compile_ltoir
+    return nvrtc_compile_ltoir(LTO_SRC, "lto.cu", [f"-arch={arch}", "-rdc=true", "-dlto"])
+
+
+def test_ltoir_file(tmp_path):
+    p = tmp_path / "f.ltoir"
+    p.write_bytes(_ltoir())
+    ext = splice.extern.from_ltoir(p, name="lto_f", signature="float32(float32)")
+    b = splice.compile(_kern(ext), SIG, "sm_90")
+    assert b.sites[0].inlined and "fma.rn.f32" in b.spliced_ptx
+    assert ".entry __splice_lto_root" not in b.spliced_ptx
+
+
+def test_ltoir_for_another_arch_is_refused():
+    ext = splice.extern.from_ltoir(data=_ltoir("sm_100a"), name="lto_f",
+                                   signature="float32(float32)")
+    with pytest.raises(splice.SpliceLinkError, match="nvJitLink"):
+        splice.build(_kern(ext), SIG, "sm_90")
+
+
+def test_nvrtc_dlto_option():
+    ext = splice.extern(source=LTO_SRC.decode(), name="lto_f", options=["-dlto"],
+                        signature="float32(float32)")(lambda x: None)
+    b = splice.compile(_kern(ext), SIG, "sm_90")
+    assert b.sites[0].inlined and "fma.rn.f32" in b.spliced_ptx
