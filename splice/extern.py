@@ -341,6 +341,33 @@ def from_ltoir(path=None, /, *, data: bytes | None = None, name: str, signature:
                         roots=((s, g),)), where=where, name=name, inline=inline)
 
 
+def from_object(path, /, *, name: str, signature: str, pure: bool = True):
+    """Declare an extern whose device code is a relocatable binary: a ``.cubin``
+    (compiled with ``-rdc``), ``.fatbin``, ``.o`` with device code, or ``.a`` library,
+    for the kernel's architecture. nvJitLink links it with the kernel, which is possible
+    only for kernels without TMA tensor maps (their host callbacks need tileiras's own
+    ptxas run); for those, ship PTX or LTO-IR instead. Never inlined.
+
+    Args as for :func:`from_ptx`; ``name`` is the ``extern "C"`` symbol, whose C types
+    must match ``signature`` (a binary carries no prototype to check).
+
+    Raises:
+        SpliceDeclarationError: bad signature or symbol, missing file, unknown suffix.
+    """
+    from .fragments import BINARY_SUFFIXES, BinarySource
+    where, base = _caller_where(2)
+    what = f"extern '{name}' at {where}"
+    file = _resolve_path(path, base, what)
+    if file.suffix not in BINARY_SUFFIXES:
+        raise SpliceDeclarationError(
+            f"{what}: {file.name}: a binary object must end in "
+            f"{', '.join(BINARY_SUFFIXES)} (PTX: from_ptx, LTO-IR: from_ltoir)")
+    return _declare(None, symbol=name, signature=signature, pure=pure,
+                    fragment_factory=lambda s, g: BinarySource(path=file, where=where,
+                                                               roots=((s, g),)),
+                    where=where, name=name, inline="never")
+
+
 def _declare_cxx(stub, cxx_name, signature, pure, inline, where, fragment, library=None):
     """An extern calling the C++ function ``cxx_name`` through a generated extern "C"
     trampoline appended to ``fragment`` (or registered with ``library``)."""
@@ -430,3 +457,4 @@ def library(source=None, *, path=None, options=(), include_dirs=(), defines=None
 
 extern.from_ptx = from_ptx
 extern.from_ltoir = from_ltoir
+extern.from_object = from_object

@@ -403,3 +403,59 @@ class LtoirSource(Fragment):
                                    target, self.roots, self.describe())
             return Module(text, self.describe())
         return _memoized(self.content_key(target), link)
+
+
+#: File suffixes of binary device-code inputs and their nvJitLink input types.
+BINARY_SUFFIXES = {".cubin": "CUBIN", ".fatbin": "FATBIN", ".o": "OBJECT", ".obj": "OBJECT",
+                   ".a": "LIBRARY", ".lib": "LIBRARY"}
+
+
+def abi_prototype(symbol: str, sig) -> str:
+    """The ``.extern .func`` declaration of an ``extern "C"`` function with ``sig`` in the
+    PTX ABI NVCC/NVRTC use (integers narrower than 32 bits promoted to ``.b32``,
+    ``__half``/``__nv_bfloat16`` as ``.align 2 .b8[2]``)."""
+    def decl(t, name):
+        if t.kind == "f" and t.bits == 16:
+            return f".param .align 2 .b8 {name}[2]"
+        return f".param .b{max(t.bits, 32)} {name}"
+    params = ", ".join(decl(t, f"{symbol}_param_{i}") for i, t in enumerate(sig.args))
+    ret = "" if sig.result is None else f"({decl(sig.result, 'func_retval0')}) "
+    return f".extern .func {ret}{symbol}({params});\n"
+
+
+@dataclasses.dataclass(eq=False)
+class BinarySource(Fragment):
+    """Relocatable device code already compiled: a ``.cubin`` (``-rdc``), ``.fatbin``, host
+    object ``.o`` with embedded device code, or static library ``.a``. nvJitLink links it
+    with the kernel's relocatable cubin -- possible only for kernels without tileiras host
+    callbacks (no TMA tensor maps), see :func:`splice.pipeline.build`."""
+
+    path: Path | None = None
+    where: str = "<unknown>"
+    roots: tuple = ()
+    kind = "binary"
+
+    def describe(self) -> str:
+        return f"{self.path.suffix} file {self.path} (declared at {self.where})"
+
+    @property
+    def input_type(self) -> str:
+        return BINARY_SUFFIXES[self.path.suffix]
+
+    def read(self) -> bytes:
+        try:
+            return self.path.read_bytes()
+        except OSError as e:
+            raise SpliceDeclarationError(f"{self.describe()}: cannot read: {e.strerror}") \
+                from None
+
+    def content_key(self, target: str) -> str:
+        return cache.key_of("binary", self.read(), self.input_type,
+                            [(s, str(g)) for s, g in self.roots])
+
+    def module(self, target: str) -> Module:
+        """Declarations only: the code is linked by nvJitLink after ptxas."""
+        num = int(re.sub(r"\D", "", target) or 0)
+        text = (f".version {_PTX_VERSION_FOR.get(num, '9.0')}\n.target {target}\n"
+                f".address_size 64\n" + "".join(abi_prototype(s, g) for s, g in self.roots))
+        return Module(text, self.describe())

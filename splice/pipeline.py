@@ -26,6 +26,7 @@ from pathlib import Path
 
 from . import _cutile, cache, inline, link, rewrite, toolchain, verify
 from .errors import SpliceLinkError, SpliceToolchainError
+from .fragments import BinarySource
 from .ptx import Module
 
 __version__ = "0.1.0"
@@ -220,6 +221,8 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
         fdesc, fmod = frag_mods[fkey]
         decl = f"extern '{ext.name}' (declared at {ext.where})"
         fn = fmod.functions.get(ext.symbol)
+        if isinstance(ext.fragment, BinarySource):
+            continue
         if fn is None or not fn.is_definition:
             defined = sorted(f.name for f in fmod.functions.values() if f.is_definition)
             raise SpliceLinkError(
@@ -236,6 +239,16 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
     not_inlined: dict[int, str] = {}
     for site in traced.sites:
         ext = site.extern
+        if isinstance(ext.fragment, BinarySource):
+            fn = frag_mods[ext.fragment.content_key(target)][1].functions[ext.symbol]
+            if ext.inline == "always":
+                raise SpliceLinkError(f"extern '{ext.name}' (declared at {ext.where}) has "
+                                      f"inline=\"always\" but its code is a binary object")
+            not_inlined[site.index] = "binary object: no PTX body"
+            calls[site.index] = rewrite.SiteCall(site.index, ext.symbol, fn.params,
+                                                 fn.results[0] if fn.results else None,
+                                                 ext.signature, f"{ext.name} at {site.where}")
+            continue
         pmod, fn = linked.functions[ext.symbol]
         body = None
         if ext.inline != "never":
@@ -260,9 +273,15 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
     entry_calls = _entry_calls(spliced, {c.callee for c in calls.values()})
     merged = link.insert(spliced, linked, name)
     flags = toolchain.ptxas_flags(capture)
+    binaries = [ext.fragment for ext in externs.values()
+                if isinstance(ext.fragment, BinarySource)]
     try:
-        cubin = toolchain.run_ptxas(merged, flags, capture.host_object,
-                                    timeout=traced.timeout_sec, what=what)
+        if binaries:
+            cubin = _link_binaries(merged, flags, binaries, kernel_mod, target, what,
+                                   traced.timeout_sec)
+        else:
+            cubin = toolchain.run_ptxas(merged, flags, capture.host_object,
+                                        timeout=traced.timeout_sec, what=what)
     except SpliceToolchainError as e:
         raise _explain_ptxas_failure(e, merged, what) from None
     sites = [SiteInfo(s.index, s.extern.name, s.extern.symbol, s.where, s.call_shape,
@@ -284,6 +303,27 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
     if dump_dir:
         _dump(out, Path(dump_dir))
     return out
+
+
+def _link_binaries(merged: str, flags, binaries, kernel_mod: Module, target: str, what: str,
+                   timeout) -> bytes:
+    """ptxas -c (relocatable) then nvJitLink with the binary objects. ptxas ignores
+    --nv-host with -c (DESIGN.md F2), so this is refused for kernels whose launch needs
+    tileiras's host callbacks: those with hidden (tensor-map) parameters."""
+    for fn in kernel_mod.entries():
+        hidden = [p for p in fn.params if ".hidden" in p.decl]
+        if hidden:
+            raise SpliceLinkError(
+                f"{what} cannot be linked with {binaries[0].describe()}: the kernel has "
+                f"{len(hidden)} hidden tensor-map parameter(s) (TMA) that tileiras's host "
+                f"callbacks fill at launch, and those callbacks survive only a whole-program "
+                f"ptxas run, not nvJitLink. Ship the device code as PTX "
+                f"(splice.extern.from_ptx) or LTO-IR (splice.extern.from_ltoir) instead")
+    relocatable = toolchain.run_ptxas(merged, [*flags, "-c"], None, timeout=timeout,
+                                      what=what)
+    inputs = [("CUBIN", relocatable, "kernel.cubin")]
+    inputs += [(b.input_type, b.read(), b.path.name) for b in binaries]
+    return toolchain.nvjitlink_link(inputs, target, what)
 
 
 def _entry_calls(mod: Module, callees) -> dict[str, int]:

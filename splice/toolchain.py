@@ -315,6 +315,37 @@ def run_ptxas(ptx: str, flags: list[str], host_object: bytes | None, *,
         return out.read_bytes()
 
 
+def nvjitlink_link(inputs: list[tuple[str, bytes, str]], target: str, what: str) -> bytes:
+    """Link relocatable device code into a cubin with nvJitLink. ``inputs`` are
+    (nvJitLink input type name, bytes, name).
+
+    Raises:
+        SpliceLinkError: nvJitLink failed (its log attached).
+    """
+    from cuda.bindings import nvjitlink
+    from .errors import SpliceLinkError
+    handle = nvjitlink.create(1, [f"-arch={target}"])
+    try:
+        try:
+            for kind, data, name in inputs:
+                nvjitlink.add_data(handle, getattr(nvjitlink.InputType, kind), data, len(data),
+                                   name)
+            nvjitlink.complete(handle)
+        except Exception as e:
+            size = nvjitlink.get_error_log_size(handle)
+            log = bytearray(size)
+            if size:
+                nvjitlink.get_error_log(handle, log)
+            raise SpliceLinkError(f"nvJitLink could not link {what}: {e}",
+                                  bytes(log).rstrip(b"\0").decode(errors="replace")) from None
+        size = nvjitlink.get_linked_cubin_size(handle)
+        buf = bytearray(size)
+        nvjitlink.get_linked_cubin(handle, buf)
+        return bytes(buf)
+    finally:
+        nvjitlink.destroy(handle)
+
+
 def nvdisasm() -> Path | None:
     """nvdisasm beside tileiras (the ``nvidia-cuda-nvdisasm`` wheel) or on PATH, if any."""
     cand = tileiras().resolve().parent / "nvdisasm"

@@ -108,3 +108,48 @@ def test_nvrtc_dlto_option():
                         signature="float32(float32)")(lambda x: None)
     b = splice.compile(_kern(ext), SIG, "sm_90")
     assert b.sites[0].inlined and "fma.rn.f32" in b.spliced_ptx
+
+
+OBJ_SRC = b'extern "C" __device__ float obj_f(float x) { return x * 5.0f - 1.0f; }\n'
+
+
+def _rdc_cubin(tmp_path, arch="sm_90a"):
+    from cuda.bindings import nvrtc
+    err, prog = nvrtc.nvrtcCreateProgram(OBJ_SRC, b"obj.cu", 0, [], [])
+    opts = [f"-arch={arch}".encode(), b"-rdc=true"]
+    assert nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0] == 0
+    err, n = nvrtc.nvrtcGetCUBINSize(prog)
+    buf = bytearray(n)
+    nvrtc.nvrtcGetCUBIN(prog, buf)
+    p = tmp_path / "obj.cubin"
+    p.write_bytes(bytes(buf))
+    return p
+
+
+def test_relocatable_cubin_object(tmp_path):
+    ext = splice.extern.from_object(_rdc_cubin(tmp_path), name="obj_f",
+                                    signature="float32(float32)")
+    b = splice.compile(_kern(ext), SIG, "sm_90")
+    assert b.cubin[:4] == b"\x7fELF" and not b.sites[0].inlined
+    assert b.sass is None or b.sass_call_count("obj_f") >= 1
+
+
+def test_binary_object_refused_for_a_tma_kernel(tmp_path):
+    ext = splice.extern.from_object(_rdc_cubin(tmp_path), name="obj_f",
+                                    signature="float32(float32)")
+
+    @splice.kernel
+    def mm(A, B, C, tm: ct.Constant[int], tn: ct.Constant[int], tk: ct.Constant[int]):
+        acc = K.matmul_tile(A, B, tm, tn, tk)
+        ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=ct.astype(ext(acc), C.dtype))
+    sig = K.signature(K.array(ct.float16, 2), K.array(ct.float16, 2), K.array(ct.float16, 2),
+                      128, 128, 64)
+    with pytest.raises(splice.SpliceLinkError, match="hidden tensor-map parameter"):
+        splice.build(mm, sig, "sm_90")
+
+
+def test_binary_object_suffix_is_checked(tmp_path):
+    p = tmp_path / "x.bin"
+    p.write_bytes(b"\0")
+    with pytest.raises(splice.SpliceDeclarationError, match="must end in"):
+        splice.extern.from_object(p, name="f", signature="float32(float32)")
