@@ -134,6 +134,8 @@ class CudaSource(Fragment):
             opts.append(f"-I{self.path.parent}")
         if inc is not None:
             opts.append(f"-I{inc}")
+            if (inc / "cccl").is_dir():  # CCCL (cuda/std, nv/target) when installed
+                opts.append(f"-I{inc / 'cccl'}")
         for name, value in self.defines:
             opts.append(f"-D{name}" if value is None else f"-D{name}={value}")
         opts.extend(o for o in self.options if o not in ("-dlto", "--dlto"))
