@@ -313,6 +313,30 @@ def _describe(var: Var) -> str:
     return f"a value of type {ty}"
 
 
+@dataclass(eq=False)
+class SplicePtrToInt(Operation, opcode="splice_ptr_to_int"):
+    """An array's base address as a 0-d uint64 tile (a pointer argument of an extern)."""
+
+    pointer: Var = operand()
+
+    def generate_bytecode(self, ctx):
+        tt = ctx.type_table
+        return bc.encode_PtrToIntOp(ctx.builder, tt.tile(tt.I64, []), ctx.get_value(self.pointer))
+
+
+def _array_address(ext, i, var, elem, loc):
+    from cuda.tile._ir.type import ArrayTy
+    ty = var.get_type()
+    if not isinstance(ty, ArrayTy):
+        raise _call_error(ext, f"argument {i + 1} is {_describe(var)}, but the signature "
+                               f"expects an array of {elem.pointee} ({elem})", loc)
+    if ty.dtype != elem.pointee.dtype:
+        raise _call_error(ext, f"argument {i + 1} is an array of {ty.dtype}, but the "
+                               f"signature expects {elem}", loc)
+    return add_operation(SplicePtrToInt, TileTy(ct.uint64, ()),
+                         pointer=var.get_aggregate().base_ptr)
+
+
 _FLOAT_RANGE = {"float16": (65504.0, 5.960464477539063e-08),
                 "bfloat16": (3.3895313892515355e+38, 9.183549615799121e-41),
                 "float32": (3.4028234663852886e+38, 1.401298464324817e-45),
@@ -369,6 +393,9 @@ def _emit_call(ext, args, loc):
     typed = []
     for i, (var, elem) in enumerate(zip(args, sig.args)):
         ty = var.get_type()
+        if elem.kind == "p":
+            typed.append(_array_address(ext, i, var, elem, loc))
+            continue
         if not isinstance(ty, TileTy):
             raise _call_error(ext, f"argument {i + 1} is {_describe(var)}; an extern takes "
                                    f"tiles or scalars of {elem}", loc)

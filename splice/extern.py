@@ -133,14 +133,13 @@ def _signature_checks(symbol: str, sig: Signature) -> str:
     """C++ appended to a CUDA C fragment: fails to compile unless ``symbol`` has exactly the
     C types of ``sig``, parameter by parameter (so a float/int mix-up is an error, not a
     silent miscompile)."""
-    from .types import C_TYPE_ALTERNATIVES
+    from .types import c_type_alternatives
     headers = {t.c_header for t in (*sig.args, sig.result) if t is not None and t.c_header}
 
     def accepts(t, expr):
         if t is None:
             return f"same<{expr}, void>::value"
-        alts = (t.c_type, *C_TYPE_ALTERNATIVES.get(t.name, ()))
-        return " || ".join(f"same<{expr}, {c}>::value" for c in alts)
+        return " || ".join(f"same<{expr}, {c}>::value" for c in c_type_alternatives(t))
     ns = f"__splice_check_{symbol}"
     lines = [f"#include <{h}>" for h in sorted(headers)]
     lines += [

@@ -31,7 +31,9 @@ class ElementType:
         c_type: the C/C++ type the CUDA C function must use for it (see also
             :data:`C_TYPE_ALTERNATIVES`).
         c_header: header that declares ``c_type`` (``cuda_fp16.h`` for ``__half``) or None.
-        kind: ``"b"`` bool, ``"s"`` signed int, ``"u"`` unsigned int, ``"f"`` float.
+        kind: ``"b"`` bool, ``"s"`` signed int, ``"u"`` unsigned int, ``"f"`` float,
+            ``"p"`` pointer to ``pointee``.
+        pointee: for a pointer, the element type it points to.
     """
 
     name: str
@@ -40,6 +42,7 @@ class ElementType:
     c_type: str
     c_header: str | None
     kind: str
+    pointee: "ElementType | None" = None
 
     def __str__(self) -> str:
         return self.name
@@ -72,6 +75,14 @@ C_TYPE_ALTERNATIVES = {
     "uint64": ("unsigned long",),
 }
 
+
+def c_type_alternatives(t: ElementType) -> tuple[str, ...]:
+    """Every C type the compile-time check accepts for ``t``."""
+    if t.kind == "p":
+        base = (t.pointee.c_type, *C_TYPE_ALTERNATIVES.get(t.pointee.name, ()))
+        return tuple(f"{c}*" for c in base) + tuple(f"const {c}*" for c in base)
+    return (t.c_type, *C_TYPE_ALTERNATIVES.get(t.name, ()))
+
 # Spellings accepted in signature strings besides the canonical names.
 _ALIASES = {
     "bool_": "bool", "b1": "bool",
@@ -92,14 +103,31 @@ SLOTS = 2
 PAYLOAD_BITS = 128
 
 
+def pointer(elem) -> ElementType:
+    """The pointer type ``T*`` to an element type (``splice.pointer(ct.float32)``, or
+    ``float32*`` in a signature string): an array argument passed as its base address.
+
+    ABI: the C function receives the array's base pointer (global memory, generic address)
+    as ``T*`` (or ``const T*``), the same for every element of the call; index into it
+    with indices you pass as further (int32/int64) arguments."""
+    elem = element_type(elem)
+    if elem.kind == "p":
+        raise SpliceDeclarationError("pointers to pointers are not supported")
+    return ElementType(f"{elem.name}*", ct.uint64, 64, f"{elem.c_type}*", elem.c_header, "p",
+                       elem)
+
+
 def element_type(spec) -> ElementType:
-    """The :class:`ElementType` for a cuTile dtype, an ElementType or a dtype name.
+    """The :class:`ElementType` for a cuTile dtype, an ElementType or a dtype name
+    (``"float32*"`` for a pointer).
 
     Raises:
         SpliceDeclarationError: the type is not one splice can pass to or from an extern.
     """
     if isinstance(spec, ElementType):
         return spec
+    if isinstance(spec, str) and spec.strip().endswith("*"):
+        return pointer(spec.strip()[:-1])
     if isinstance(spec, str):
         name = _ALIASES.get(spec.strip(), spec.strip())
         if name in ELEMENT_TYPES:
@@ -209,6 +237,8 @@ def parse_signature(text: str) -> Signature:
             f"'void(uint64)'")
     ret_name, args_text = m.groups()
     result = None if ret_name in ("void", "None") else element_type(ret_name)
+    if result is not None and result.kind == "p":
+        raise SpliceDeclarationError(f"signature {text!r}: an extern cannot return a pointer")
     arg_names = [a.strip() for a in args_text.split(",")] if args_text.strip() else []
     if any(not a for a in arg_names):
         raise SpliceDeclarationError(f"malformed signature {text!r}: empty argument type")

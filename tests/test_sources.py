@@ -153,3 +153,56 @@ def test_binary_object_suffix_is_checked(tmp_path):
     p.write_bytes(b"\0")
     with pytest.raises(splice.SpliceDeclarationError, match="must end in"):
         splice.extern.from_object(p, name="f", signature="float32(float32)")
+
+
+PTR_SRC = r'''
+extern "C" __device__ float neighbours(const float *p, int i, int n) {
+    float l = i > 0 ? p[i - 1] : 0.0f, r = i + 1 < n ? p[i + 1] : 0.0f;
+    return l + p[i] + r;
+}
+'''
+neighbours = splice.extern(source=PTR_SRC, name="neighbours",
+                           signature="float32(float32*, int32, int32)")(lambda *a: None)
+
+
+@splice.kernel
+def stencil_kernel(x, y, n: int, TILE: ct.Constant[int]):
+    idx = ct.bid(0) * TILE + ct.arange(TILE, dtype=ct.int32)
+    ct.store(y, index=(ct.bid(0),), tile=neighbours(x, idx, n))
+
+
+def test_pointer_arguments_compile():
+    sig = K.signature(K.array(ct.float32), K.array(ct.float32), K.scalar(ct.int32), 256)
+    b = splice.compile(stencil_kernel, sig, "sm_90")
+    assert b.sites[0].instances >= 1
+
+
+def test_pointer_argument_errors():
+    bad = splice.extern(source=PTR_SRC, name="neighbours",
+                        signature="float32(int32*, int32, int32)")(lambda *a: None)
+
+    @splice.kernel
+    def kern(x, y, n: int, TILE: ct.Constant[int]):
+        ct.store(y, index=(ct.bid(0),), tile=bad(x, ct.arange(TILE, dtype=ct.int32), n))
+    sig = K.signature(K.array(ct.float32), K.array(ct.float32), K.scalar(ct.int32), 256)
+    with pytest.raises(splice.SpliceCallError, match="array of float32, but the signature "
+                                                      "expects int32"):
+        splice.build(kern, sig, "sm_90")
+    with pytest.raises(splice.SpliceDeclarationError, match="malformed signature"):
+        splice.parse_signature("float32*(float32)")
+
+
+@pytest.mark.gpu
+def test_pointer_arguments_on_gpu():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    import numpy as np
+    n, tile = 4096, 256
+    x = np.random.default_rng(5).standard_normal(n).astype(np.float32)
+    xt = torch.from_numpy(x).cuda()
+    y = torch.empty(n, dtype=torch.float32, device="cuda")
+    ct.launch(torch.cuda.current_stream(), (n // tile,), stencil_kernel, (xt, y, n, tile))
+    torch.cuda.synchronize()
+    ref = x + np.concatenate([[0], x[:-1]]) + np.concatenate([x[1:], [0]])
+    np.testing.assert_allclose(y.cpu().numpy(), ref, rtol=1e-6, atol=1e-6)
