@@ -33,7 +33,7 @@ from . import toolchain
 from .asm import _public_asm
 
 asm = _public_asm()
-from .types import ELEMENT_TYPES, Signature, parse_signature
+from .types import ELEMENT_TYPES, Signature, parse_signature, pointer
 
 
 def compile(kernel, signature, arch: str = "sm_90") -> Build:
@@ -44,8 +44,9 @@ def compile(kernel, signature, arch: str = "sm_90") -> Build:
 
 
 __all__ = [
-    "kernel", "extern", "asm", "library", "Library", "compile", "build", "Build", "ExternFunction", "Signature",
-    "parse_signature", "ELEMENT_TYPES", "SpliceError", "SpliceCallError", "SpliceCompileError",
-    "SpliceDeclarationError", "SpliceLinkError", "SpliceRewriteError", "SpliceToolchainError",
-    "PTXSyntaxError", "__version__",
+    "kernel", "extern", "asm", "library", "Library", "compile", "build", "Build",
+    "ExternFunction", "Signature", "parse_signature", "pointer", "ELEMENT_TYPES",
+    "SpliceError", "SpliceCallError", "SpliceCompileError", "SpliceDeclarationError",
+    "SpliceLinkError", "SpliceRewriteError", "SpliceToolchainError", "PTXSyntaxError",
+    "__version__",
 ]
