@@ -322,8 +322,17 @@ def nvjitlink_link(inputs: list[tuple[str, bytes, str]], target: str, what: str)
     Raises:
         SpliceLinkError: nvJitLink failed (its log attached).
     """
+    import re
     from cuda.bindings import nvjitlink
     from .errors import SpliceLinkError
+    have = tuple(nvjitlink.version())
+    m = re.search(r"release (\d+)\.(\d+)", ptxas_version())
+    need = (int(m.group(1)), int(m.group(2))) if m else have
+    if have < need:
+        raise SpliceToolchainError(
+            f"linking {what} with a binary object needs nvJitLink {need[0]}.{need[1]} or newer "
+            f"(as new as tileiras's ptxas, whose relocatable cubin it reads); found "
+            f"{have[0]}.{have[1]}: pip install 'nvidia-nvjitlink=={need[0]}.{need[1]}.*'")
     handle = nvjitlink.create(1, [f"-arch={target}"])
     try:
         try:

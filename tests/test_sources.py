@@ -126,7 +126,26 @@ def _rdc_cubin(tmp_path, arch="sm_90a"):
     return p
 
 
+def test_binary_objects_need_an_nvjitlink_as_new_as_ptxas(tmp_path, monkeypatch):
+    from cuda.bindings import nvjitlink
+    monkeypatch.setattr(nvjitlink, "version", lambda: (13, 0))
+    ext = splice.extern.from_object(_rdc_cubin(tmp_path), name="obj_f",
+                                    signature="float32(float32)")
+    with pytest.raises(splice.SpliceToolchainError, match="needs nvJitLink 13.4 or newer"):
+        splice.build(_kern(ext), SIG, "sm_90")
+
+
+def _nvjitlink_too_old():
+    import re
+    from cuda.bindings import nvjitlink
+    from splice import toolchain
+    m = re.search(r"release (\d+)\.(\d+)", toolchain.ptxas_version())
+    return bool(m) and tuple(nvjitlink.version()) < (int(m.group(1)), int(m.group(2)))
+
+
 def test_relocatable_cubin_object(tmp_path):
+    if _nvjitlink_too_old():
+        pytest.skip("nvJitLink older than tileiras's ptxas")
     ext = splice.extern.from_object(_rdc_cubin(tmp_path), name="obj_f",
                                     signature="float32(float32)")
     b = splice.compile(_kern(ext), SIG, "sm_90")
