@@ -225,3 +225,36 @@ def test_pointer_arguments_on_gpu():
     torch.cuda.synchronize()
     ref = x + np.concatenate([[0], x[:-1]]) + np.concatenate([x[1:], [0]])
     np.testing.assert_allclose(y.cpu().numpy(), ref, rtol=1e-6, atol=1e-6)
+
+
+def _nvcc():
+    import shutil
+    from splice import toolchain
+    cand = toolchain.tileiras().resolve().parent / "nvcc"
+    return str(cand) if cand.is_file() else shutil.which("nvcc")
+
+
+@pytest.mark.parametrize("kind", ["fatbin", "o", "a"])
+def test_fatbin_object_and_library(tmp_path, kind):
+    import os
+    import subprocess
+    nvcc = _nvcc()
+    if nvcc is None or _nvjitlink_too_old():
+        pytest.skip("needs nvcc and an nvJitLink as new as ptxas")
+    cu = tmp_path / "obj.cu"
+    cu.write_bytes(OBJ_SRC)
+    env = dict(os.environ, PATH=os.path.dirname(nvcc) + os.pathsep + os.environ["PATH"])
+    out = tmp_path / ("obj.fatbin" if kind == "fatbin" else "obj.o")
+    flag = "-fatbin" if kind == "fatbin" else "-c"
+    r = subprocess.run([nvcc, flag, "-rdc=true", "-arch=sm_90a", str(cu), "-o", str(out)],
+                       capture_output=True, text=True, env=env, timeout=300)
+    if r.returncode != 0:
+        pytest.skip(f"nvcc could not build the object here: {r.stderr[-300:]}")
+    if kind == "a":
+        lib = tmp_path / "libobj.a"
+        subprocess.run(["ar", "rcs", str(lib), str(out)], check=True)
+        out = lib
+    ext = splice.extern.from_object(out, name="obj_f", signature="float32(float32)")
+    b = splice.compile(_kern(ext), SIG, "sm_90")
+    assert b.cubin[:4] == b"\x7fELF"
+    assert b.sass is None or b.sass_call_count("obj_f") >= 1
