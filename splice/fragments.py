@@ -325,7 +325,6 @@ def lto_link_to_ptx(inputs: list[tuple[bytes, str]], target: str, roots, what: s
     Raises:
         SpliceLinkError: nvJitLink rejected the inputs (its log attached).
     """
-    from cuda.bindings import nvjitlink
     from .ptx import apply_edits
     headers = {t.c_header for _, sig in roots for t in (*sig.args, sig.result)
                if t is not None and t.c_header}
@@ -344,25 +343,10 @@ def lto_link_to_ptx(inputs: list[tuple[bytes, str]], target: str, roots, what: s
     if inc is not None:
         opts.append(f"-I{inc}")
     root = toolchain.nvrtc_compile_ltoir(root_src.encode(), "splice_lto_root.cu", opts)
-    handle = nvjitlink.create(3, [f"-arch={target}", "-lto", "-ptx"])
-    try:
-        try:
-            for data, name in [*inputs, (root, "splice_lto_root.ltoir")]:
-                nvjitlink.add_data(handle, nvjitlink.InputType.LTOIR, data, len(data), name)
-            nvjitlink.complete(handle)
-        except Exception as e:
-            size = nvjitlink.get_error_log_size(handle)
-            log = bytearray(size)
-            if size:
-                nvjitlink.get_error_log(handle, log)
-            raise SpliceLinkError(f"nvJitLink could not link the LTO-IR of {what} for "
-                                  f"{target}: {e}", bytes(log).rstrip(b"\0").decode(
-                                      errors="replace")) from None
-        size = nvjitlink.get_linked_ptx_size(handle)
-        buf = bytearray(size)
-        nvjitlink.get_linked_ptx(handle, buf)
-    finally:
-        nvjitlink.destroy(handle)
+    buf = toolchain.nvjitlink_run(
+        [f"-arch={target}", "-lto", "-ptx"],
+        [("LTOIR", data, name) for data, name in [*inputs, (root, "splice_lto_root.ltoir")]],
+        "ptx", f"the LTO-IR of {what} for {target}")
     text = bytes(buf).rstrip(b"\0").decode()
     mod = Module(text, f"nvJitLink output for {what}")
     fn = mod.functions.get("__splice_lto_root")

@@ -315,25 +315,17 @@ def run_ptxas(ptx: str, flags: list[str], host_object: bytes | None, *,
         return out.read_bytes()
 
 
-def nvjitlink_link(inputs: list[tuple[str, bytes, str]], target: str, what: str) -> bytes:
-    """Link relocatable device code into a cubin with nvJitLink. ``inputs`` are
-    (nvJitLink input type name, bytes, name).
+def nvjitlink_run(options: list[str], inputs: list[tuple[str, bytes, str]], output: str,
+                  what: str) -> bytes:
+    """Run nvJitLink on ``inputs`` ((input type name, bytes, name)) and return its linked
+    ``output``: "cubin" or "ptx".
 
     Raises:
         SpliceLinkError: nvJitLink failed (its log attached).
     """
-    import re
     from cuda.bindings import nvjitlink
     from .errors import SpliceLinkError
-    have = tuple(nvjitlink.version())
-    m = re.search(r"release (\d+)\.(\d+)", ptxas_version())
-    need = (int(m.group(1)), int(m.group(2))) if m else have
-    if have < need:
-        raise SpliceToolchainError(
-            f"linking {what} with a binary object needs nvJitLink {need[0]}.{need[1]} or newer "
-            f"(as new as tileiras's ptxas, whose relocatable cubin it reads); found "
-            f"{have[0]}.{have[1]}: pip install 'nvidia-nvjitlink=={need[0]}.{need[1]}.*'")
-    handle = nvjitlink.create(1, [f"-arch={target}"])
+    handle = nvjitlink.create(len(options), options)
     try:
         try:
             for kind, data, name in inputs:
@@ -347,12 +339,33 @@ def nvjitlink_link(inputs: list[tuple[str, bytes, str]], target: str, what: str)
                 nvjitlink.get_error_log(handle, log)
             raise SpliceLinkError(f"nvJitLink could not link {what}: {e}",
                                   bytes(log).rstrip(b"\0").decode(errors="replace")) from None
-        size = nvjitlink.get_linked_cubin_size(handle)
+        size = getattr(nvjitlink, f"get_linked_{output}_size")(handle)
         buf = bytearray(size)
-        nvjitlink.get_linked_cubin(handle, buf)
+        getattr(nvjitlink, f"get_linked_{output}")(handle, buf)
         return bytes(buf)
     finally:
         nvjitlink.destroy(handle)
+
+
+def nvjitlink_link(inputs: list[tuple[str, bytes, str]], target: str, what: str) -> bytes:
+    """Link relocatable device code into a cubin with nvJitLink, which must be as new as
+    tileiras's ptxas (it reads the kernel's relocatable cubin).
+
+    Raises:
+        SpliceToolchainError: nvJitLink is older than ptxas.
+        SpliceLinkError: nvJitLink failed (its log attached).
+    """
+    import re
+    from cuda.bindings import nvjitlink
+    have = tuple(nvjitlink.version())
+    m = re.search(r"release (\d+)\.(\d+)", ptxas_version())
+    need = (int(m.group(1)), int(m.group(2))) if m else have
+    if have < need:
+        raise SpliceToolchainError(
+            f"linking {what} with a binary object needs nvJitLink {need[0]}.{need[1]} or newer "
+            f"(as new as tileiras's ptxas, whose relocatable cubin it reads); found "
+            f"{have[0]}.{have[1]}: pip install 'nvidia-nvjitlink=={need[0]}.{need[1]}.*'")
+    return nvjitlink_run([f"-arch={target}"], inputs, "cubin", what)
 
 
 def nvdisasm() -> Path | None:

@@ -34,3 +34,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def torch():
+    """torch, for GPU tests (skips without torch or a GPU)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no GPU")
+    return torch
+
+
+def launch(torch, grid, kernel, args):
+    """ct.launch on torch's current stream, then synchronize."""
+    import cuda.tile as ct
+    ct.launch(torch.cuda.current_stream(), grid, kernel, args)
+    torch.cuda.synchronize()

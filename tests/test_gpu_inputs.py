@@ -129,17 +129,7 @@ def test_input_kernels_compile():
 
 # ----------------------------------------------------------------------------- GPU
 
-@pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch sees no GPU")
-    return torch
-
-
-def _launch(torch, grid, kernel, args):
-    ct.launch(torch.cuda.current_stream(), grid, kernel, args)
-    torch.cuda.synchronize()
+from conftest import launch as _launch  # noqa: E402
 
 
 @pytest.mark.gpu
