@@ -48,5 +48,5 @@ __all__ = [
     "ExternFunction", "Signature", "parse_signature", "pointer", "ELEMENT_TYPES",
     "SpliceError", "SpliceCallError", "SpliceCompileError", "SpliceDeclarationError",
     "SpliceLinkError", "SpliceRewriteError", "SpliceToolchainError", "PTXSyntaxError",
-    "__version__",
+    "toolchain", "__version__",
 ]

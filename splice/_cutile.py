@@ -46,7 +46,6 @@ try:
     )
     from cuda.tile._cext import get_compute_capability
     from cuda.tile._datatype import pointer_dtype
-    from cuda.tile._exception import Loc
     from cuda.tile._ir import ir
     from cuda.tile._ir.arithmetic_ops import broadcast_to, reshape
     from cuda.tile._ir.cast_ops import implicit_cast

@@ -22,8 +22,7 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
-from .ptx import Function, Instruction, Module, Param, Statement, parse_instruction, \
-    registers_in
+from .ptx import Function, Instruction, Module, Statement, parse_instruction
 
 _TYPE_RE = re.compile(r"^([bsuf])(\d+)$")
 

@@ -548,10 +548,6 @@ def declared_variable_name(s: Statement) -> str | None:
     return last
 
 
-def identifier_tokens(stmt: Statement) -> list[Token]:
-    return [t for t in stmt.tokens if t.kind == "ident"]
-
-
 def apply_edits(text: str, edits: Sequence[tuple[int, int, str]]) -> str:
     """Replace each ``[start, end)`` span with new text; spans must not overlap."""
     out = []

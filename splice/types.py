@@ -166,13 +166,6 @@ class Signature:
         ret = "void" if self.result is None else self.result.name
         return f"{ret}({', '.join(a.name for a in self.args)})"
 
-    def c_function_pointer_type(self) -> str:
-        """The C function-pointer type of a function with this signature, e.g.
-        ``float(*)(float, int)``."""
-        ret = "void" if self.result is None else self.result.c_type
-        params = ", ".join(a.c_type for a in self.args) or "void"
-        return f"{ret}(*)({params})"
-
     @property
     def marker_bits(self) -> int:
         """Width of the marker's operands and result: 32 when the arguments fit in two

@@ -18,7 +18,6 @@ import os
 import struct
 from collections import Counter
 
-from . import toolchain
 from .errors import SpliceRewriteError, SpliceToolchainError
 
 MARKER = "__splice_marker_"

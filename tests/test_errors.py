@@ -1,7 +1,6 @@
 """Every bad input gets splice's own error naming the user's function, file and line, and
 leaves no cache entry behind."""
 
-import os
 import re
 from pathlib import Path
 

@@ -2,7 +2,6 @@
 nothing half-written in the cache."""
 
 import errno
-import hashlib
 import os
 import signal
 import subprocess

@@ -2,7 +2,6 @@
 inliner writes for unusual but legal callees."""
 
 import cuda.tile as ct
-import pytest
 
 import kernels as K
 import splice
