@@ -23,6 +23,8 @@ from pathlib import Path
 
 def _load_kernel(path: str, name: str):
     p = Path(path).resolve()
+    if not p.is_file():
+        raise SystemExit(f"no such file: {path}")
     spec = importlib.util.spec_from_file_location(p.stem, p)
     if spec is None:
         raise SystemExit(f"cannot load {path}")
@@ -66,15 +68,27 @@ def parse_signature(text: str):
                                  "float64")})
     try:
         params = eval(f"({text},)", {"__builtins__": {}}, names)  # noqa: S307 - local CLI
+    except SystemExit:
+        raise
     except Exception as e:
         raise SystemExit(f"--sig: cannot read {text!r}: {e}") from None
     return KernelSignature(list(params), CallingConvention.cutile_python_v1())
 
 
+def _check_arity(kern, sig, text):
+    import inspect
+    n = len(inspect.signature(kern._pyfunc).parameters)
+    if len(sig.parameters) != n:
+        raise SystemExit(f"--sig lists {len(sig.parameters)} parameter(s), the kernel takes "
+                         f"{n}: {text!r}")
+
+
 def _cmd_inspect(a) -> int:
     import splice
     kern = _load_kernel(a.file, a.kernel)
-    b = splice.compile(kern, parse_signature(a.sig), a.arch)
+    sig = parse_signature(a.sig)
+    _check_arity(kern, sig, a.sig)
+    b = splice.compile(kern, sig, a.arch)
     if a.out:
         from .pipeline import _dump
         _dump(b, Path(a.out))
@@ -93,7 +107,9 @@ def _cmd_inspect(a) -> int:
 def _cmd_compile(a) -> int:
     import splice
     kern = _load_kernel(a.file, a.kernel)
-    b = splice.compile(kern, parse_signature(a.sig), a.arch)
+    sig = parse_signature(a.sig)
+    _check_arity(kern, sig, a.sig)
+    b = splice.compile(kern, sig, a.arch)
     out = Path(a.output or f"{b.symbol}.{b.arch}.cubin")
     out.write_bytes(b.cubin)
     print(f"{out}: {len(b.cubin)} bytes, kernel symbol {b.symbol}")
@@ -202,8 +218,16 @@ def main(argv=None) -> int:
     c.add_argument("action", choices=("list", "size", "clear"))
     sub.add_parser("doctor")
     a = p.parse_args(argv)
-    return {"inspect": _cmd_inspect, "compile": _cmd_compile, "cache": _cmd_cache,
-            "doctor": _cmd_doctor}[a.cmd](a)
+    from .errors import SpliceError
+    try:
+        return {"inspect": _cmd_inspect, "compile": _cmd_compile, "cache": _cmd_cache,
+                "doctor": _cmd_doctor}[a.cmd](a)
+    except SpliceError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError, TypeError) as e:
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -68,6 +68,11 @@ def _resolve_path(path, base: Path | None, what: str) -> Path:
 
 
 def _check_symbol(symbol, what: str) -> str:
+    if is_cxx_name(symbol):
+        raise SpliceDeclarationError(
+            f"{what}: {symbol!r} is a C++ name; C++ names are resolved for CUDA C sources "
+            f"(splice.extern(source=/path=, name=...) or splice.library); for PTX, LTO-IR or "
+            f"binary objects give the mangled (or extern \"C\") symbol")
     if not isinstance(symbol, str) or not _C_IDENT.fullmatch(symbol):
         raise SpliceDeclarationError(
             f"{what}: symbol {symbol!r} is not a C identifier; name the extern \"C\" "
@@ -99,77 +104,7 @@ def _check_options(options, include_dirs, defines, what: str):
     return tuple(options), tuple(os.fspath(d) for d in include_dirs), tuple(defs)
 
 
-_CXX_NAME = re.compile(r"^[A-Za-z_:][A-Za-z0-9_:<>,\s*&]*$")
-
-
-def is_cxx_name(name) -> bool:
-    """A C++ name (``my_ns::scale<float>``) rather than a C identifier."""
-    return isinstance(name, str) and not _C_IDENT.fullmatch(name) and \
-        bool(_CXX_NAME.match(name)) and ("::" in name or "<" in name)
-
-
-def cxx_trampoline(cxx_name: str, sig: Signature) -> tuple[str, str]:
-    """(C symbol, CUDA C) of an ``extern "C"`` function that calls the C++ function
-    ``cxx_name`` -- a namespaced function, a template instance, one overload -- picked by
-    the exact C types of ``sig`` (a ``static_cast`` to the function-pointer type: no
-    overload or template with exactly those types is a compile error). NVRTC inlines the
-    callee into it."""
-    import hashlib
-    symbol = "splice_cxx_" + hashlib.sha256(f"{cxx_name}|{sig}".encode()).hexdigest()[:12]
-    headers = {t.c_header for t in (*sig.args, sig.result) if t is not None and t.c_header}
-    ret = "void" if sig.result is None else sig.result.c_type
-    params = ", ".join(f"{t.c_type} a{i}" for i, t in enumerate(sig.args))
-    ptypes = ", ".join(t.c_type for t in sig.args) or "void"
-    args = ", ".join(f"a{i}" for i in range(len(sig.args)))
-    body = (f"static_cast<{ret} (*)({ptypes})>(&{cxx_name})({args})")
-    lines = [f"#include <{h}>" for h in sorted(headers)]
-    lines.append(f"// splice: {cxx_name} with signature {sig}")
-    lines.append(f"extern \"C\" __device__ {ret} {symbol}({params}) "
-                 f"{{ {'' if sig.result is None else 'return '}{body}; }}")
-    return symbol, "\n".join(lines) + "\n"
-
-
-def _signature_checks(symbol: str, sig: Signature) -> str:
-    """C++ appended to a CUDA C fragment: fails to compile unless ``symbol`` has exactly the
-    C types of ``sig``, parameter by parameter (so a float/int mix-up is an error, not a
-    silent miscompile)."""
-    from .types import c_type_alternatives
-    headers = {t.c_header for t in (*sig.args, sig.result) if t is not None and t.c_header}
-
-    def accepts(t, expr):
-        if t is None:
-            return f"same<{expr}, void>::value"
-        return " || ".join(f"same<{expr}, {c}>::value" for c in c_type_alternatives(t))
-    ns = f"__splice_check_{symbol}"
-    lines = [f"#include <{h}>" for h in sorted(headers)]
-    lines += [
-        f"namespace {ns} {{",
-        "template <class A, class B> struct same { enum { value = 0 }; };",
-        "template <class A> struct same<A, A> { enum { value = 1 }; };",
-        "template <int I, class... R> struct nth { typedef void type; };",
-        "template <class T, class... R> struct nth<0, T, R...> { typedef T type; };",
-        "template <int I, class T, class... R> struct nth<I, T, R...> "
-        "{ typedef typename nth<I - 1, R...>::type type; };",
-        "template <class F> struct sig { enum { n = -1 }; typedef void ret; };",
-        "template <class R, class... A> struct sig<R (*)(A...)> "
-        "{ enum { n = sizeof...(A) }; typedef R ret; "
-        "template <int I> struct arg { typedef typename nth<I, A...>::type type; }; };",
-        "template <class R, class... A> struct sig<R (*)(A...) noexcept> "
-        ": sig<R (*)(A...)> {};",
-        f"typedef sig<decltype(&::{symbol})> S;",
-        f"static_assert(S::n == {len(sig.args)}, \"splice: '{symbol}' must be an extern "
-        f"\\\"C\\\" function of {len(sig.args)} parameter(s) to match its signature "
-        f"{sig}\");",
-        f"static_assert({accepts(sig.result, 'S::ret')}, \"splice: '{symbol}' must return "
-        f"{'void' if sig.result is None else sig.result.c_type} to match its signature "
-        f"{sig}\");",
-    ]
-    for i, t in enumerate(sig.args):
-        lines.append(
-            f"static_assert({accepts(t, f'S::arg<{i}>::type')}, \"splice: parameter {i + 1} "
-            f"of '{symbol}' must be {t.c_type} ({t.name} in the signature {sig})\");")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+from .checks import Declared, cxx_symbol, is_cxx_name  # noqa: E402
 
 
 def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name,
@@ -266,7 +201,8 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
         def make(symbol, sig):
             return CudaSource(text=source, path=file, options=opts, include_dirs=incs,
                               defines=defs, where=where,
-                              checks=_signature_checks(symbol, sig), roots=((symbol, sig),))
+                              declared=(Declared(symbol, None, sig, where),),
+                              roots=((symbol, sig),))
         return _declare(stub, symbol=name or ext_name, signature=signature, pure=pure,
                         fragment_factory=make, where=where, name=ext_name, inline=inline)
 
@@ -328,6 +264,7 @@ def from_ltoir(path=None, /, *, data: bytes | None = None, name: str, signature:
     """
     from .fragments import LtoirSource
     where, base = _caller_where(2)
+    # LTO-IR carries no C types: splice checks the linked .func's parameter sizes only
     what = f"extern '{name}' at {where}"
     if (path is None) == (data is None):
         raise SpliceDeclarationError(f"{what}: give exactly one of a path or data=")
@@ -357,7 +294,7 @@ def from_object(path, /, *, name: str, signature: str, pure: bool = True):
     where, base = _caller_where(2)
     what = f"extern '{name}' at {where}"
     file = _resolve_path(path, base, what)
-    if file.suffix not in BINARY_SUFFIXES:
+    if file.suffix.lower() not in BINARY_SUFFIXES:
         raise SpliceDeclarationError(
             f"{what}: {file.name}: a binary object must end in "
             f"{', '.join(BINARY_SUFFIXES)} (PTX: from_ptx, LTO-IR: from_ltoir)")
@@ -376,11 +313,12 @@ def _declare_cxx(stub, cxx_name, signature, pure, inline, where, fragment, libra
             signature if isinstance(signature, Signature) else parse_signature(signature)
     except SpliceDeclarationError as e:
         raise SpliceDeclarationError(f"{what}: {e.message}") from None
-    symbol, code = cxx_trampoline(cxx_name, sig)
+    symbol = cxx_symbol(cxx_name, sig)
+    decl = Declared(symbol, cxx_name, sig, where)
     if library is not None:
-        library._add(symbol, code, sig)
+        library._add(decl)
     else:
-        fragment.checks = code
+        fragment.declared = (decl,)
         fragment.roots = ((symbol, sig),)
     return _declare(stub, symbol=symbol, signature=sig, pure=pure,
                     fragment_factory=lambda s, g: fragment, where=where, name=cxx_name,
@@ -413,14 +351,15 @@ class Library:
         file = _resolve_path(path, base, what) if path is not None else None
         self.fragment = CudaSource(text=source, path=file, options=opts, include_dirs=incs,
                                    defines=defs, where=where)
-        self._code: dict[str, str] = {}
-        self._sigs: dict[str, Signature] = {}
+        self._declared: dict[tuple[str, str], Declared] = {}
 
-    def _add(self, symbol: str, code: str, sig: Signature) -> None:
-        self._code[symbol] = code
-        self._sigs[symbol] = sig
-        self.fragment.checks = "".join(self._code[k] for k in sorted(self._code))
-        self.fragment.roots = tuple(sorted(self._sigs.items()))
+    def _add(self, decl: Declared) -> None:
+        # keyed by symbol and signature: declaring one symbol twice with different
+        # signatures keeps both checks (so the wrong one fails), never replaces one
+        self._declared[(decl.symbol, str(decl.sig))] = decl
+        self.fragment.declared = tuple(self._declared[k] for k in sorted(self._declared))
+        self.fragment.roots = tuple(sorted({(d.symbol, d.sig) for d in self._declared.values()},
+                                           key=lambda r: (r[0], str(r[1]))))
 
     def extern(self, name=None, *, signature=None, pure=True, inline="auto"):
         """Declare an extern from this library: ``lib.extern("c_name_or_cxx::name",
@@ -434,7 +373,7 @@ class Library:
                                     library=self)
 
             def make(symbol, sig):
-                self._add(symbol, _signature_checks(symbol, sig), sig)
+                self._add(Declared(symbol, None, sig, where))
                 return self.fragment
             return _declare(stub, symbol=sym, signature=signature, pure=pure,
                             fragment_factory=make, where=where, name=sym, inline=inline)

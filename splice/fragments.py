@@ -103,7 +103,8 @@ class CudaSource(Fragment):
         include_dirs: extra ``-I`` directories; the CUDA headers from the installed wheels
             are always on the path.
         defines: ``-D`` macros.
-        checks: C++ appended to the source to check declared signatures at compile time.
+        declared: the externs declared from this source (:class:`splice.checks.Declared`):
+            splice appends their signature checks and C++ trampolines to the source.
     """
 
     text: str | None = None
@@ -112,8 +113,13 @@ class CudaSource(Fragment):
     include_dirs: tuple[str, ...] = ()
     defines: tuple[tuple[str, str | None], ...] = ()
     where: str = "<unknown>"
-    checks: str = ""
+    declared: tuple = ()
     roots: tuple = ()   # (symbol, Signature) to keep when linking -dlto output
+
+    @property
+    def checks(self) -> str:
+        from .checks import generated_code
+        return generated_code(self.declared)
     kind = "cuda"
 
     def describe(self) -> str:
@@ -146,13 +152,31 @@ class CudaSource(Fragment):
         """Compiled to LTO-IR (``-dlto``) and linked to PTX by nvJitLink."""
         return any(o in ("-dlto", "--dlto") for o in self.options)
 
-    def _compile_unchecked(self, full: str, name: str, target: str, first_error):
-        try:
-            return toolchain.nvrtc_compile(full.encode(), name, self._options(target))
-        except SpliceCompileError as e:
-            raise SpliceCompileError(
-                f"{self.describe()} does not compile for {target}: "
-                f"{_first_error(e.log, full, name)}", e.log) from None
+    def _nvrtc(self, full: str, name: str, target: str) -> str:
+        """NVRTC (and nvJitLink for -dlto) on the source plus the generated checks. A C
+        symbol the type check cannot see at global scope is checked by redeclaration
+        instead (never dropped: see :mod:`splice.checks`)."""
+        from .checks import generated_code, lookup_failures
+        redeclare: frozenset = frozenset()
+        c_symbols = {d.symbol for d in self.declared if d.cxx_name is None}
+        while True:
+            code = generated_code(self.declared, redeclare)
+            try:
+                if self.dlto:
+                    ltoir = toolchain.nvrtc_compile_ltoir((full + code).encode(), name,
+                                                          self._options(target) + ["-dlto"])
+                    return lto_link_to_ptx([(ltoir, name)], target, self.roots,
+                                           self.describe())
+                return toolchain.nvrtc_compile((full + code).encode(), name,
+                                               self._options(target))[0]
+            except SpliceCompileError as e:
+                missing = (lookup_failures(e.log) & c_symbols) - redeclare
+                if missing:
+                    redeclare = redeclare | missing
+                    continue
+                raise SpliceCompileError(
+                    f"{self.describe()} does not compile for {target}: "
+                    f"{_first_error(e.log, full, name, code)}", e.log) from None
 
     def content_key(self, target: str) -> str:
         src = self.read()
@@ -200,27 +224,7 @@ class CudaSource(Fragment):
                 raise SpliceCompileError(f"{self.describe()} is empty")
             name = str(self.path) if self.path else f"extern_source@{self.where}"
             full = src if src.endswith("\n") else src + "\n"
-            try:
-                if self.dlto:
-                    ltoir = toolchain.nvrtc_compile_ltoir((full + self.checks).encode(), name,
-                                                          self._options(target) + ["-dlto"])
-                    text = lto_link_to_ptx([(ltoir, name)], target, self.roots,
-                                           self.describe())
-                else:
-                    text, _log = toolchain.nvrtc_compile((full + self.checks).encode(),
-                                                         name, self._options(target))
-            except SpliceCompileError as e:
-                first = _first_error(e.log, full, name)
-                if self.checks and _in_generated_check(e.log, full, name) and \
-                        _only_lookup_failures(e.log, full, name):
-                    # The symbol is not visible at global scope (an extern "C" function in a
-                    # namespace, or no such function): compile without the C-type check; the
-                    # .func prototype is still checked against the signature when linking.
-                    text, _log = self._compile_unchecked(full, name, target, e)
-                else:
-                    raise SpliceCompileError(
-                        f"{self.describe()} does not compile for {target}: {first}",
-                        e.log) from None
+            text = self._nvrtc(full, name, target)
             cache.store("fragment", key, {"what": self.describe()}, text.encode())
         return Module(text, f"NVRTC output for {self.describe()}")
 
@@ -235,15 +239,22 @@ def _errors(log: str):
             yield ln.strip(), m.group(1), int(m.group(2))
 
 
-def _first_error(log: str, source: str, name: str) -> str:
+def _first_error(log: str, source: str, name: str, generated: str = "") -> str:
     """The first error line of an NVRTC log, with the source line it points at: the user's
-    source, a header (read from disk), or splice's generated signature check."""
+    source, a header (read from disk), or the code splice generated for an extern (named
+    with its declaration)."""
+    from .checks import owner_of_line
     lines = source.splitlines()
     for ln, file, n in _errors(log):
         if file == name:
-            text = lines[n - 1].strip() if 0 < n <= len(lines) else \
-                "<splice's generated signature check>"
-            return f"{ln}\n    line {n}: {text}"
+            if 0 < n <= len(lines):
+                return f"{ln}\n    line {n}: {lines[n - 1].strip()}"
+            gen = generated.splitlines()
+            k = n - len(lines)
+            owner = owner_of_line(generated, k)
+            text = gen[k - 1].strip() if 0 < k <= len(gen) else ""
+            return (f"{ln}\n    in the code splice generated for extern "
+                    f"{owner or '(unknown)'}: {text}")
         try:
             text = Path(file).read_text(errors="replace").splitlines()[n - 1].strip()
         except (OSError, IndexError):
@@ -253,20 +264,6 @@ def _first_error(log: str, source: str, name: str) -> str:
         if "error" in ln:
             return ln.strip()
     return log.strip().splitlines()[0] if log.strip() else "unknown NVRTC error"
-
-
-def _in_generated_check(log: str, source: str, name: str) -> bool:
-    n_user = len(source.splitlines())
-    return any(file == name and n > n_user for _, file, n in _errors(log))
-
-
-def _only_lookup_failures(log: str, source: str, name: str) -> bool:
-    """Every error is inside the generated check, and the first is the failed lookup of the
-    symbol (the others follow from it)."""
-    n_user = len(source.splitlines())
-    errs = list(_errors(log))
-    return bool(errs) and all(file == name and n > n_user for _, file, n in errs) and (
-        "has no" in errs[0][0] or "is undefined" in errs[0][0])
 
 
 # PTX ISA version a generated wrapper declares for a target: at least what the target needs,
@@ -426,7 +423,7 @@ class BinarySource(Fragment):
 
     @property
     def input_type(self) -> str:
-        return BINARY_SUFFIXES[self.path.suffix]
+        return BINARY_SUFFIXES[self.path.suffix.lower()]
 
     def read(self) -> bytes:
         try:

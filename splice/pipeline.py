@@ -149,6 +149,9 @@ def normalize_arch(arch) -> str:
     if m is None:
         raise SpliceToolchainError(
             f"unknown GPU architecture {arch!r}: write it like 'sm_80', 'sm_90' or 'sm_100'")
+    if int(m.group(1)) < 80:
+        raise SpliceToolchainError(f"GPU architecture {arch!r}: cuTile (tileiras) targets "
+                                   f"sm_80 and newer")
     return f"sm_{m.group(1)}"
 
 
@@ -323,7 +326,14 @@ def _link_binaries(merged: str, flags, binaries, kernel_mod: Module, target: str
                                       what=what)
     inputs = [("CUBIN", relocatable, "kernel.cubin")]
     inputs += [(b.input_type, b.read(), b.path.name) for b in binaries]
-    return toolchain.nvjitlink_link(inputs, target, what)
+    try:
+        return toolchain.nvjitlink_link(inputs, target, what)
+    except SpliceLinkError as e:
+        objs = "; ".join(f"{b.describe()} for {', '.join(s for s, _ in b.roots)}"
+                         for b in binaries)
+        raise SpliceLinkError(
+            f"{e.message}\n    objects: {objs}\n    each must be relocatable device code "
+            f"(-rdc=true) for {target} and define its extern \"C\" symbols", e.log) from None
 
 
 def _entry_calls(mod: Module, callees) -> dict[str, int]:

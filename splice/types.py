@@ -212,7 +212,7 @@ def pack_arguments(args: Sequence[ElementType], slot_bits: int = 64) -> tuple[Ar
     return tuple(placed[i] for i in range(len(args)))
 
 
-_SIG_RE = re.compile(r"^\s*(\w+)\s*\((.*)\)\s*$")
+_SIG_RE = re.compile(r"^\s*(\w+\s*\*?)\s*\((.*)\)\s*$")
 
 
 def parse_signature(text: str) -> Signature:
@@ -269,6 +269,8 @@ def signature_from_annotations(func) -> Signature:
             f"{func.__qualname__}: missing return annotation; write '-> ct.float32' or "
             f"'-> None' for a void extern")
     result = None if ret is None or ret is type(None) else element_type(ret)
+    if result is not None and result.kind == "p":
+        raise SpliceDeclarationError(f"{func.__qualname__}: an extern cannot return a pointer")
     out = Signature(tuple(args), result)
     out.packing()
     return out

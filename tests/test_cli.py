@@ -68,3 +68,15 @@ def test_cache_commands(tmp_path):
     assert "entries" in _run("cache", "size", env_extra=env).stdout
     assert "removed" in _run("cache", "clear", env_extra=env).stdout
     assert "0 entries" in _run("cache", "size", env_extra=env).stdout
+
+
+def test_errors_are_messages_not_tracebacks(tmp_path):
+    out = _run("compile", "no_such_file.py", "k", "--sig", SIG)
+    assert out.returncode != 0 and "no such file" in out.stderr
+    out = _run("compile", str(SAXPY), "saxpy_kernel", "--sig", "array(float32)")
+    assert out.returncode != 0 and "lists 1 parameter(s), the kernel takes 5" in out.stderr
+    out = _run("compile", str(SAXPY), "saxpy_kernel", "--sig", SIG, "--arch", "sm_70")
+    assert out.returncode == 2 and "sm_80 and newer" in out.stderr
+    assert "Traceback" not in out.stderr
+    out = _run("compile", str(SAXPY), "saxpy_kernel", "--sig", SIG, "-o", str(tmp_path))
+    assert out.returncode == 2 and "Traceback" not in out.stderr

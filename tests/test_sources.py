@@ -207,7 +207,7 @@ def test_pointer_argument_errors():
     with pytest.raises(splice.SpliceCallError, match="array of float32, but the signature "
                                                       "expects int32"):
         splice.build(kern, sig, "sm_90")
-    with pytest.raises(splice.SpliceDeclarationError, match="malformed signature"):
+    with pytest.raises(splice.SpliceDeclarationError, match="cannot return a pointer"):
         splice.parse_signature("float32*(float32)")
 
 
@@ -258,3 +258,60 @@ def test_fatbin_object_and_library(tmp_path, kind):
     b = splice.compile(_kern(ext), SIG, "sm_90")
     assert b.cubin[:4] == b"\x7fELF"
     assert b.sass is None or b.sass_call_count("obj_f") >= 1
+
+
+# Regressions: the C type check must never be dropped (each was a silent miscompile).
+
+def test_extern_c_in_a_namespace_with_the_wrong_types_is_an_error():
+    ext = splice.extern(source='namespace q { extern "C" __device__ float nsf(int x) '
+                               '{ return x; } }', name="nsf",
+                        signature="float32(float32)")(lambda x: None)
+    with pytest.raises(splice.SpliceCompileError, match="nsf"):
+        splice.build(_kern(ext), SIG, "sm_90")
+
+
+def test_one_unresolvable_library_symbol_keeps_the_other_checks():
+    lib = splice.library('extern "C" __device__ float lf(float x) { return x; }\n')
+    wrong = lib.extern("lf", signature="int32(int32)")
+    lib.extern("typo_not_defined", signature="float32(float32)")
+
+    @splice.kernel
+    def kern(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=wrong(t))
+    with pytest.raises(splice.SpliceCompileError, match="'lf' must return float|lf"):
+        splice.build(kern, K.signature(K.array(ct.int32), K.array(ct.int32), 256), "sm_90")
+
+
+def test_redeclaring_a_library_symbol_keeps_both_checks():
+    lib = splice.library('extern "C" __device__ float lf2(float x) { return x; }\n')
+    wrong = lib.extern("lf2", signature="int32(int32)")
+    lib.extern("lf2", signature="float32(float32)")
+
+    @splice.kernel
+    def kern(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=wrong(t))
+    with pytest.raises(splice.SpliceCompileError, match="lf2"):
+        splice.build(kern, K.signature(K.array(ct.int32), K.array(ct.int32), 256), "sm_90")
+
+
+def test_missing_cxx_name_is_named_with_its_declaration():
+    ext = splice.extern(source=CXX, name="my_ns::nope", signature="float32(float32)")(
+        lambda x: None)
+    with pytest.raises(splice.SpliceCompileError) as e:
+        splice.build(_kern(ext), SIG, "sm_90")
+    assert "my_ns::nope" in str(e.value) and "test_sources.py" in str(e.value)
+
+
+def test_undefined_c_symbol_is_a_link_error_not_a_dropped_check():
+    lib = splice.library('extern "C" __device__ float here(float x) { return x; }\n')
+    ghost = lib.extern("ghost", signature="float32(float32)")
+    with pytest.raises(splice.SpliceLinkError, match="does not define the device function "
+                                                     "'ghost'"):
+        splice.build(_kern(ghost), SIG, "sm_90")
+
+
+def test_cxx_names_for_ptx_are_refused_with_advice():
+    with pytest.raises(splice.SpliceDeclarationError, match="give the mangled"):
+        splice.extern.from_ptx(ptx=K.PTX_SCALE, name="ns::f", signature="float32(float32)")

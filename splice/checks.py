@@ -1,0 +1,153 @@
+"""C++ that splice appends to a CUDA C fragment: compile-time signature checks for the
+externs declared from it, and ``extern "C"`` trampolines for C++ names.
+
+Each declaration becomes a block headed by a comment naming the extern and where it was
+declared, so that an NVRTC error inside generated code can be attributed to it
+(:func:`owner_of_line`).
+
+- An ``extern "C"`` symbol is checked parameter by parameter against the C types of its
+  declared signature (``decltype(&::f)``), accepting the documented alternatives (``long``
+  for int64, ``const T*``...). When ``::f`` is not visible at global scope (an ``extern
+  "C"`` function inside a namespace, or no such function), the check instead redeclares it
+  at global scope with the canonical C types: C linkage makes that the same function, so a
+  different type is still an error; a function that does not exist is then reported when
+  linking.
+- A C++ name (``my_ns::scale<float>``) is called through a trampoline that ``static_cast``\\ s
+  it to the exact function-pointer type: no overload or template instance with exactly
+  those C types is a compile error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+
+from .types import Signature, c_type_alternatives
+
+_C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CXX_NAME = re.compile(r"^[A-Za-z_:][^;{}\"'\\\n]*$")
+_HEAD = "// splice: extern "
+
+
+@dataclasses.dataclass(frozen=True)
+class Declared:
+    """One extern declared from a CUDA C fragment.
+
+    Attributes:
+        symbol: the C symbol splice calls (for a C++ name, the trampoline's).
+        cxx_name: the C++ name, or None for an ``extern "C"`` function.
+        sig: the declared signature.
+        where: "file:line" of the declaration.
+    """
+
+    symbol: str
+    cxx_name: str | None
+    sig: Signature
+    where: str
+
+    @property
+    def label(self) -> str:
+        return f"'{self.cxx_name or self.symbol}' (declared at {self.where})"
+
+
+def is_cxx_name(name) -> bool:
+    """A C++ name (``my_ns::scale<float>``, ``m::operator+``) rather than a C identifier."""
+    return isinstance(name, str) and not _C_IDENT.fullmatch(name) and \
+        bool(_CXX_NAME.match(name)) and ("::" in name or "<" in name)
+
+
+def cxx_symbol(cxx_name: str, sig: Signature) -> str:
+    """The C symbol of the trampoline calling ``cxx_name`` with ``sig``."""
+    return "splice_cxx_" + hashlib.sha256(f"{cxx_name}|{sig}".encode()).hexdigest()[:12]
+
+
+def generated_code(declared, redeclare=frozenset()) -> str:
+    """The C++ appended to a fragment for its declarations; the C symbols in
+    ``redeclare`` are checked by redeclaration (see the module docstring)."""
+    headers = {t.c_header for d in declared for t in (*d.sig.args, d.sig.result)
+               if t is not None and t.c_header}
+    out = [f"#include <{h}>\n" for h in sorted(headers)]
+    for d in declared:
+        out.append(f"{_HEAD}{d.label}\n")
+        if d.cxx_name is not None:
+            out.append(_trampoline(d))
+        elif d.symbol in redeclare:
+            out.append(_redeclaration(d))
+        else:
+            out.append(_type_check(d))
+    return "".join(out)
+
+
+def owner_of_line(code: str, line: int) -> str | None:
+    """The extern whose generated block holds ``line`` (1-based) of ``code``."""
+    lines = code.splitlines()
+    for i in range(min(line, len(lines)) - 1, -1, -1):
+        if lines[i].startswith(_HEAD):
+            return lines[i][len(_HEAD):]
+    return None
+
+
+def lookup_failures(log: str) -> set[str]:
+    """Symbols NVRTC could not find at global scope in the generated checks."""
+    return set(re.findall(r'the global scope has no "([A-Za-z_][A-Za-z0-9_]*)"', log))
+
+
+def _c_signature(d: Declared) -> tuple[str, str]:
+    ret = "void" if d.sig.result is None else d.sig.result.c_type
+    return ret, ", ".join(t.c_type for t in d.sig.args) or "void"
+
+
+def _trampoline(d: Declared) -> str:
+    ret, ptypes = _c_signature(d)
+    params = ", ".join(f"{t.c_type} a{i}" for i, t in enumerate(d.sig.args))
+    args = ", ".join(f"a{i}" for i in range(len(d.sig.args)))
+    call = f"static_cast<{ret} (*)({ptypes})>(&{d.cxx_name})({args})"
+    return (f"// C++ names need a function with exactly these C types: {ret}({ptypes})\n"
+            f"extern \"C\" __device__ {ret} {d.symbol}({params}) "
+            f"{{ {'' if d.sig.result is None else 'return '}{call}; }}\n")
+
+
+def _redeclaration(d: Declared) -> str:
+    ret, ptypes = _c_signature(d)
+    return (f"// '{d.symbol}' is not visible at global scope: redeclared with the C types of "
+            f"{d.sig}; a different definition is a conflicting declaration\n"
+            f"extern \"C\" __device__ {ret} {d.symbol}({ptypes});\n")
+
+
+def _type_check(d: Declared) -> str:
+    sig, symbol = d.sig, d.symbol
+
+    def accepts(t, expr):
+        if t is None:
+            return f"same<{expr}, void>::value"
+        return " || ".join(f"same<{expr}, {c}>::value" for c in c_type_alternatives(t))
+    ns = f"__splice_check_{symbol}_{hashlib.sha256(str(sig).encode()).hexdigest()[:6]}"
+    lines = [
+        f"namespace {ns} {{",
+        "template <class A, class B> struct same { enum { value = 0 }; };",
+        "template <class A> struct same<A, A> { enum { value = 1 }; };",
+        "template <int I, class... R> struct nth { typedef void type; };",
+        "template <class T, class... R> struct nth<0, T, R...> { typedef T type; };",
+        "template <int I, class T, class... R> struct nth<I, T, R...> "
+        "{ typedef typename nth<I - 1, R...>::type type; };",
+        "template <class F> struct sig { enum { n = -1 }; typedef void ret; };",
+        "template <class R, class... A> struct sig<R (*)(A...)> "
+        "{ enum { n = sizeof...(A) }; typedef R ret; "
+        "template <int I> struct arg { typedef typename nth<I, A...>::type type; }; };",
+        "template <class R, class... A> struct sig<R (*)(A...) noexcept> "
+        ": sig<R (*)(A...)> {};",
+        f"typedef sig<decltype(&::{symbol})> S;",
+        f"static_assert(S::n == {len(sig.args)}, \"splice: '{symbol}' must be an extern "
+        f"\\\"C\\\" function of {len(sig.args)} parameter(s) to match its signature "
+        f"{sig}\");",
+        f"static_assert({accepts(sig.result, 'S::ret')}, \"splice: '{symbol}' must return "
+        f"{'void' if sig.result is None else sig.result.c_type} to match its signature "
+        f"{sig}\");",
+    ]
+    for i, t in enumerate(sig.args):
+        lines.append(
+            f"static_assert({accepts(t, f'S::arg<{i}>::type')}, \"splice: parameter {i + 1} "
+            f"of '{symbol}' must be {t.c_type} ({t.name} in the signature {sig})\");")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
