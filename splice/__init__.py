@@ -37,9 +37,18 @@ from .types import ELEMENT_TYPES, Signature, parse_signature, pointer
 
 
 def compile(kernel, signature, arch: str = "sm_90") -> Build:
-    """Ahead-of-time compile ``kernel`` for a ``cuda.tile.compilation.KernelSignature`` on
-    ``arch`` ("sm_80", "sm_90", "sm_100"...). Needs no GPU. Returns a :class:`Build`
-    (``.cubin`` bytes, ``.symbol``, stages)."""
+    """Ahead-of-time compile a ``@splice.kernel`` for a
+    ``cuda.tile.compilation.KernelSignature`` on ``arch`` ("sm_80", "sm_90", "sm_100";
+    "sm_90a" is accepted). Needs no GPU.
+
+    Returns:
+        Build: ``.cubin`` (bytes), ``.symbol`` (the kernel's entry name), ``.sites`` and every
+        stage (``build["ptx"]``, ``["spliced_ptx"]``, ``["sass"]``...).
+
+    Raises:
+        SpliceCallError, SpliceCompileError, SpliceLinkError, SpliceRewriteError,
+        SpliceToolchainError: see :mod:`splice.errors`.
+    """
     return build(kernel, signature, arch, None, keep_stages=True)
 
 

@@ -388,7 +388,22 @@ class Library:
 
 
 def library(source=None, *, path=None, options=(), include_dirs=(), defines=None) -> Library:
-    """A :class:`Library`: CUDA C/C++ compiled once for several externs."""
+    """A :class:`Library`: CUDA C/C++ compiled once for several externs.
+
+    Args:
+        source (str): CUDA C/C++ text, or
+        path (str | os.PathLike): a ``.cu`` file (looked up beside the declaring file,
+            then in the working directory).
+        options (list[str]), include_dirs (list[str]), defines (dict[str, str | None]):
+            as for :func:`extern`.
+
+    Returns:
+        Library: declare externs with ``lib.extern(name, signature=...)`` or
+        ``@lib.extern()``.
+
+    Raises:
+        SpliceDeclarationError: both or neither of source/path, missing file, bad options.
+    """
     return Library(source, path=path, options=options, include_dirs=include_dirs,
                    defines=defines, _where=_caller_where(2))
 
