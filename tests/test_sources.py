@@ -8,6 +8,7 @@ import kernels as K
 import splice
 
 SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 256)
+SIG_I32 = K.signature(K.array(ct.int32), K.array(ct.int32), 256)
 
 CXX = r'''
 namespace my_ns {
@@ -274,26 +275,16 @@ def test_one_unresolvable_library_symbol_keeps_the_other_checks():
     lib = splice.library('extern "C" __device__ float lf(float x) { return x; }\n')
     wrong = lib.extern("lf", signature="int32(int32)")
     lib.extern("typo_not_defined", signature="float32(float32)")
-
-    @splice.kernel
-    def kern(x, y, TILE: ct.Constant[int]):
-        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
-        ct.store(y, index=(ct.bid(0),), tile=wrong(t))
     with pytest.raises(splice.SpliceCompileError, match="'lf' must return float|lf"):
-        splice.build(kern, K.signature(K.array(ct.int32), K.array(ct.int32), 256), "sm_90")
+        splice.build(_kern(wrong), SIG_I32, "sm_90")
 
 
 def test_redeclaring_a_library_symbol_keeps_both_checks():
     lib = splice.library('extern "C" __device__ float lf2(float x) { return x; }\n')
     wrong = lib.extern("lf2", signature="int32(int32)")
     lib.extern("lf2", signature="float32(float32)")
-
-    @splice.kernel
-    def kern(x, y, TILE: ct.Constant[int]):
-        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
-        ct.store(y, index=(ct.bid(0),), tile=wrong(t))
     with pytest.raises(splice.SpliceCompileError, match="lf2"):
-        splice.build(kern, K.signature(K.array(ct.int32), K.array(ct.int32), 256), "sm_90")
+        splice.build(_kern(wrong), SIG_I32, "sm_90")
 
 
 def test_missing_cxx_name_is_named_with_its_declaration():
