@@ -158,6 +158,52 @@ def _int_type(tt, bits: int, shape):
     return tt.tile(tt.simple(getattr(bc.SimpleType, f"I{bits}")), list(shape))
 
 
+def _shape_ty(tt, dtype, shape):
+    from cuda.tile._ir2bytecode import typeid
+    return typeid(tt, TileTy(dtype, shape))
+
+
+_FLOATS = (ct.float16, ct.bfloat16, ct.float32, ct.float64)
+_INT_OF_WIDTH = {16: ct.int16, 32: ct.int32, 64: ct.int64}
+
+
+def _bits_of(dtype) -> int:
+    return 1 if dtype == ct.bool_ else dtype.bitwidth
+
+
+def _place_bits(ctx, value, dtype, shape, width: int, offset: int = 0):
+    """A tile of ``dtype`` -> its bits in a ``width``-bit integer tile, zero-extended and
+    shifted left by ``offset``."""
+    tt = ctx.type_table
+    if dtype in _FLOATS:
+        value = bc.encode_BitcastOp(ctx.builder, _int_type(tt, dtype.bitwidth, shape), value)
+    if _bits_of(dtype) < width:
+        value = bc.encode_ExtIOp(ctx.builder, _int_type(tt, width, shape), value,
+                                 bc.Signedness.Unsigned)
+    if offset:
+        amount = ctx.constant(offset, TileTy(_INT_OF_WIDTH[width], shape))
+        value = bc.encode_ShLIOp(ctx.builder, _int_type(tt, width, shape), value, amount,
+                                 bc.IntegerOverflow.NONE)
+    return value
+
+
+def _take_bits(ctx, raw, width: int, dtype, shape, offset: int = 0):
+    """The inverse of :func:`_place_bits`: bits ``[offset, offset + bits)`` of a
+    ``width``-bit integer tile as a tile of ``dtype``."""
+    tt = ctx.type_table
+    if offset:
+        amount = ctx.constant(offset, TileTy(_INT_OF_WIDTH[width], shape))
+        raw = bc.encode_ShRIOp(ctx.builder, _int_type(tt, width, shape), raw, amount,
+                               bc.Signedness.Unsigned)
+    bits = _bits_of(dtype)
+    if bits < width:
+        raw = bc.encode_TruncIOp(ctx.builder, tt.tile(tt.I1, list(shape)) if bits == 1
+                                 else _int_type(tt, bits, shape), raw, bc.IntegerOverflow.NONE)
+    if dtype in _FLOATS:
+        raw = bc.encode_BitcastOp(ctx.builder, _shape_ty(tt, dtype, shape), raw)
+    return raw
+
+
 def _pack_operands(ctx, site: CallSite, args: Sequence[Var]):
     """Bytecode packing the call's arguments into the marker's two integer operands
     (each ``marker_bits`` wide)."""
@@ -169,15 +215,7 @@ def _pack_operands(ctx, site: CallSite, args: Sequence[Var]):
     wide_dtype = ct.int64 if width == 64 else ct.int32
     slots: list[Optional[bc.Value]] = [None, None]
     for var, elem, place in zip(args, sig.args, sig.packing(), strict=True):
-        value = ctx.get_value(var)
-        if elem.kind == "f":
-            value = bc.encode_BitcastOp(ctx.builder, _int_type(tt, elem.bits, shape), value)
-        if elem.bits < width or elem.kind == "b":
-            value = bc.encode_ExtIOp(ctx.builder, slot_ty, value, bc.Signedness.Unsigned)
-        if place.offset:
-            amount = ctx.constant(place.offset, TileTy(wide_dtype, shape))
-            value = bc.encode_ShLIOp(ctx.builder, slot_ty, value, amount,
-                                     bc.IntegerOverflow.NONE)
+        value = _place_bits(ctx, ctx.get_value(var), elem.dtype, shape, width, place.offset)
         prev = slots[place.slot]
         slots[place.slot] = value if prev is None else bc.encode_OrIOp(ctx.builder, slot_ty,
                                                                        prev, value)
@@ -191,21 +229,8 @@ def _pack_operands(ctx, site: CallSite, args: Sequence[Var]):
 
 
 def _unpack_result(ctx, site: CallSite, raw):
-    tt = ctx.type_table
-    res = site.extern.signature.result
-    shape = site.shape
-    width = site.extern.signature.marker_bits
-    if res.kind == "b":
-        return bc.encode_TruncIOp(ctx.builder, tt.tile(tt.I1, list(shape)), raw,
-                                  bc.IntegerOverflow.NONE)
-    value = raw
-    if res.bits < width:
-        value = bc.encode_TruncIOp(ctx.builder, _int_type(tt, res.bits, shape), value,
-                                   bc.IntegerOverflow.NONE)
-    if res.kind == "f":
-        from cuda.tile._ir2bytecode import typeid
-        value = bc.encode_BitcastOp(ctx.builder, typeid(tt, TileTy(res.dtype, shape)), value)
-    return value
+    sig = site.extern.signature
+    return _take_bits(ctx, raw, sig.marker_bits, sig.result.dtype, site.shape)
 
 
 def _marker_cas(ctx, site, pointer, args, token, order: MemoryOrder):
@@ -478,35 +503,10 @@ class SpliceUnpack(Operation, opcode="splice_unpack"):
     offsets: tuple[int, ...] = attribute()
 
     def generate_bytecode(self, ctx):
-        tt = ctx.type_table
         raw = ctx.get_value(self.carrier)
         cty = self.carrier.get_type()
-        cbits = cty.dtype.bitwidth
-        shape = cty.shape
-        wide = ct.int64 if cbits == 64 else ct.int32
-        outs = []
-        from cuda.tile._ir2bytecode import typeid
-        for var, off in zip(self.result_vars, self.offsets):
-            ty = var.get_type()
-            v = raw
-            if off:
-                amount = ctx.constant(off, TileTy(wide, shape))
-                v = bc.encode_ShRIOp(ctx.builder, _int_type(tt, cbits, shape), v, amount,
-                                     bc.Signedness.Unsigned)
-            bits = 1 if ty.dtype == ct.bool_ else ty.dtype.bitwidth
-            if bits < cbits:
-                v = bc.encode_TruncIOp(ctx.builder, tt.tile(tt.I1, list(shape)) if bits == 1
-                                       else _int_type(tt, bits, shape), v,
-                                       bc.IntegerOverflow.NONE)
-            if ty.dtype in (ct.float16, ct.bfloat16, ct.float32, ct.float64):
-                v = bc.encode_BitcastOp(ctx.builder, typeid(tt, TileTy(ty.dtype, shape)), v)
-            outs.append(v)
-        return tuple(outs)
-
-
-def _shape_ty(tt, dtype, shape):
-    from cuda.tile._ir2bytecode import typeid
-    return typeid(tt, TileTy(dtype, shape))
+        return tuple(_take_bits(ctx, raw, cty.dtype.bitwidth, var.get_type().dtype, cty.shape,
+                                off) for var, off in zip(self.result_vars, self.offsets))
 
 
 @dataclass(eq=False)
@@ -533,15 +533,7 @@ class SplicePack(Operation, opcode="splice_pack"):
             part = bc.encode_ExtractOp(ctx.builder, _shape_ty(tt, xty.dtype, (*outer, 1)), v,
                                        idx)
             part = bc.encode_ReshapeOp(ctx.builder, _shape_ty(tt, xty.dtype, outer), part)
-            if xty.dtype in (ct.float16, ct.bfloat16, ct.float32, ct.float64):
-                part = bc.encode_BitcastOp(ctx.builder, _int_type(tt, w, outer), part)
-            if w < cbits:
-                part = bc.encode_ExtIOp(ctx.builder, _int_type(tt, cbits, outer), part,
-                                        bc.Signedness.Unsigned)
-            if j:
-                amount = ctx.constant(j * w, TileTy(rty.dtype, outer))
-                part = bc.encode_ShLIOp(ctx.builder, _int_type(tt, cbits, outer), part, amount,
-                                        bc.IntegerOverflow.NONE)
+            part = _place_bits(ctx, part, xty.dtype, outer, cbits, j * w)
             acc = part if acc is None else bc.encode_OrIOp(ctx.builder,
                                                            _int_type(tt, cbits, outer), acc,
                                                            part)
@@ -565,16 +557,7 @@ class SpliceUnpackPacked(Operation, opcode="splice_unpack_packed"):
         raw = ctx.get_value(self.carrier)
         parts = []
         for j in range(self.k):
-            v = raw
-            if j:
-                amount = ctx.constant(j * w, TileTy(cty.dtype, outer))
-                v = bc.encode_ShRIOp(ctx.builder, _int_type(tt, cbits, outer), v, amount,
-                                     bc.Signedness.Unsigned)
-            if w < cbits:
-                v = bc.encode_TruncIOp(ctx.builder, _int_type(tt, w, outer), v,
-                                       bc.IntegerOverflow.NONE)
-            if rty.dtype in (ct.float16, ct.bfloat16, ct.float32, ct.float64):
-                v = bc.encode_BitcastOp(ctx.builder, _shape_ty(tt, rty.dtype, outer), v)
+            v = _take_bits(ctx, raw, cbits, rty.dtype, outer, j * w)
             parts.append(bc.encode_ReshapeOp(ctx.builder, _shape_ty(tt, rty.dtype, (*outer, 1)),
                                              v))
         width = 1

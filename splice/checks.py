@@ -65,9 +65,7 @@ def cxx_symbol(cxx_name: str, sig: Signature) -> str:
 def generated_code(declared, redeclare=frozenset()) -> str:
     """The C++ appended to a fragment for its declarations; the C symbols in
     ``redeclare`` are checked by redeclaration (see the module docstring)."""
-    headers = {t.c_header for d in declared for t in (*d.sig.args, d.sig.result)
-               if t is not None and t.c_header}
-    out = [f"#include <{h}>\n" for h in sorted(headers)]
+    out = [include_headers(d.sig for d in declared)]
     for d in declared:
         out.append(f"{_HEAD}{d.label}\n")
         if d.cxx_name is not None:
@@ -93,13 +91,26 @@ def lookup_failures(log: str) -> set[str]:
     return set(re.findall(r'the global scope has no "([A-Za-z_][A-Za-z0-9_]*)"', log))
 
 
-def _c_signature(d: Declared) -> tuple[str, str]:
-    ret = "void" if d.sig.result is None else d.sig.result.c_type
-    return ret, ", ".join(t.c_type for t in d.sig.args) or "void"
+def include_headers(sigs) -> str:
+    """``#include`` lines for the headers that declare the C types of ``sigs``."""
+    headers = {t.c_header for sig in sigs for t in (*sig.args, sig.result)
+               if t is not None and t.c_header}
+    return "".join(f"#include <{h}>\n" for h in sorted(headers))
+
+
+def c_declaration(symbol: str, sig: Signature) -> str:
+    """``extern "C" __device__ R symbol(A...);`` with the canonical C types of ``sig``."""
+    ret, ptypes = _c_signature(sig)
+    return f"extern \"C\" __device__ {ret} {symbol}({ptypes});\n"
+
+
+def _c_signature(sig: Signature) -> tuple[str, str]:
+    ret = "void" if sig.result is None else sig.result.c_type
+    return ret, ", ".join(t.c_type for t in sig.args) or "void"
 
 
 def _trampoline(d: Declared) -> str:
-    ret, ptypes = _c_signature(d)
+    ret, ptypes = _c_signature(d.sig)
     params = ", ".join(f"{t.c_type} a{i}" for i, t in enumerate(d.sig.args))
     args = ", ".join(f"a{i}" for i in range(len(d.sig.args)))
     call = f"static_cast<{ret} (*)({ptypes})>(&{d.cxx_name})({args})"
@@ -109,10 +120,9 @@ def _trampoline(d: Declared) -> str:
 
 
 def _redeclaration(d: Declared) -> str:
-    ret, ptypes = _c_signature(d)
     return (f"// '{d.symbol}' is not visible at global scope: redeclared with the C types of "
             f"{d.sig}; a different definition is a conflicting declaration\n"
-            f"extern \"C\" __device__ {ret} {d.symbol}({ptypes});\n")
+            + c_declaration(d.symbol, d.sig))
 
 
 def _type_check(d: Declared) -> str:

@@ -322,19 +322,12 @@ def lto_link_to_ptx(inputs: list[tuple[bytes, str]], target: str, roots, what: s
     Raises:
         SpliceLinkError: nvJitLink rejected the inputs (its log attached).
     """
+    from .checks import c_declaration, include_headers
     from .ptx import apply_edits
-    headers = {t.c_header for _, sig in roots for t in (*sig.args, sig.result)
-               if t is not None and t.c_header}
-    decls = [f"#include <{h}>" for h in sorted(headers)]
-    keep = []
-    for i, (sym, sig) in enumerate(roots):
-        ret = "void" if sig.result is None else sig.result.c_type
-        params = ", ".join(t.c_type for t in sig.args) or "void"
-        decls.append(f'extern "C" __device__ {ret} {sym}({params});')
-        keep.append(f"p[{i}] = (void *)&{sym};")
-    root_src = "\n".join(decls) + (
-        "\nextern \"C\" __global__ void __splice_lto_root(void **p) { "
-        + " ".join(keep) + " }\n")
+    keep = " ".join(f"p[{i}] = (void *)&{sym};" for i, (sym, _) in enumerate(roots))
+    root_src = (include_headers(sig for _, sig in roots)
+                + "".join(c_declaration(sym, sig) for sym, sig in roots)
+                + f"extern \"C\" __global__ void __splice_lto_root(void **p) {{ {keep} }}\n")
     opts = [f"-arch={target}", "-rdc=true", "-dlto"]
     inc = toolchain.cuda_include_dir()
     if inc is not None:

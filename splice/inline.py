@@ -90,7 +90,7 @@ def why_not_inlinable(mod: Module, fn: Function,
         if ins.base in ("alloca", "stacksave", "stackrestore"):
             return f"it allocates stack memory ({ins.base})"
         if ins.base == "call":
-            target = _call_target(ins)
+            target = ins.call_target
             if target is None or target.startswith("%"):
                 return "it makes an indirect call"
             if _reaches(target, fn.name, functions, set()):
@@ -118,13 +118,6 @@ def why_not_inlinable(mod: Module, fn: Function,
     return None
 
 
-def _call_target(ins: Instruction) -> str | None:
-    ops = list(ins.operands)
-    if ops and ops[0].startswith("("):
-        ops = ops[1:]
-    return ops[0] if ops else None
-
-
 def _reaches(start: str, goal: str, functions, seen: set) -> bool:
     if start == goal:
         return True
@@ -136,7 +129,7 @@ def _reaches(start: str, goal: str, functions, seen: set) -> bool:
         if s.kind == "instruction":
             ins = parse_instruction(s, mod.text)
             if ins.base == "call":
-                t = _call_target(ins)
+                t = ins.call_target
                 if t and _reaches(t, goal, functions, seen):
                     return True
     return False

@@ -345,10 +345,9 @@ def _entry_calls(mod: Module, callees) -> dict[str, int]:
         for st in mod.body_statements(fn):
             if st.kind == "instruction":
                 ins = parse_instruction(st, mod.text)
-                if ins.base == "call":
-                    ops = [o for o in ins.operands if not o.startswith("(")]
-                    if ops and ops[0] in callees:
-                        out[ops[0]] = out.get(ops[0], 0) + 1
+                target = ins.call_target
+                if target in callees:
+                    out[target] = out.get(target, 0) + 1
     return out
 
 

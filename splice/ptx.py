@@ -264,6 +264,15 @@ class Instruction:
     def modifiers(self) -> tuple[str, ...]:
         return tuple(self.opcode.split(".")[1:])
 
+    @property
+    def call_target(self) -> str | None:
+        """For ``call [(ret),] target, (args)``: the target (a symbol, or a register for
+        an indirect call); None for other instructions."""
+        if self.base != "call":
+            return None
+        ops = [o for o in self.operands if not o.startswith("(")]
+        return ops[0] if ops else None
+
 
 def parse_instruction(stmt: Statement, source: str) -> Instruction:
     toks = list(stmt.tokens)

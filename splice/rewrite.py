@@ -259,17 +259,10 @@ def _count_calls(module: Module, sites: Mapping[int, SiteCall]) -> int:
     for s in module.statements:
         if s.kind == "instruction":
             ins = parse_instruction(s, module.text)
-            if ins.base == "call" and _call_target(ins) in callees and \
+            if ins.call_target in callees and \
                     any("__splice_" in op for op in ins.operands):
                 n += 1
     return n
-
-
-def _call_target(ins: Instruction) -> str | None:
-    ops = list(ins.operands)
-    if ops and ops[0].startswith("("):
-        ops = ops[1:]
-    return ops[0] if ops else None
 
 
 def _verify(new_text: str, sites, n_replaced: int, calls_before: int, kernel_name: str):
