@@ -36,11 +36,15 @@ def _memoized(key: str, make) -> Module:
     return hit
 
 
-def _read_text(path: Path, what: str) -> str:
+def _read_bytes(path: Path, what: str) -> bytes:
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as e:
         raise SpliceDeclarationError(f"{what}: cannot read {path}: {e.strerror}") from None
+
+
+def _read_text(path: Path, what: str) -> str:
+    data = _read_bytes(path, what)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -362,11 +366,7 @@ class LtoirSource(Fragment):
 
     def read(self) -> bytes:
         if self.path is not None:
-            try:
-                return self.path.read_bytes()
-            except OSError as e:
-                raise SpliceDeclarationError(f"{self.describe()}: cannot read: {e.strerror}") \
-                    from None
+            return _read_bytes(self.path, self.describe())
         return self.data
 
     def content_key(self, target: str) -> str:
@@ -419,11 +419,7 @@ class BinarySource(Fragment):
         return BINARY_SUFFIXES[self.path.suffix.lower()]
 
     def read(self) -> bytes:
-        try:
-            return self.path.read_bytes()
-        except OSError as e:
-            raise SpliceDeclarationError(f"{self.describe()}: cannot read: {e.strerror}") \
-                from None
+        return _read_bytes(self.path, self.describe())
 
     def content_key(self, target: str) -> str:
         return cache.key_of("binary", self.read(), self.input_type,

@@ -306,3 +306,31 @@ def test_undefined_c_symbol_is_a_link_error_not_a_dropped_check():
 def test_cxx_names_for_ptx_are_refused_with_advice():
     with pytest.raises(splice.SpliceDeclarationError, match="give the mangled"):
         splice.extern.from_ptx(ptx=K.PTX_SCALE, name="ns::f", signature="float32(float32)")
+
+
+@pytest.mark.parametrize("form", ["cuda", "ptx", "ltoir", "object"])
+def test_a_file_removed_after_declaration_is_a_declaration_error(tmp_path, form):
+    """Files are read at the first build, not at declaration: one gone by then is a
+    SpliceDeclarationError naming the file, and no kernel cache entry is written."""
+    from splice import cache
+    if form == "cuda":
+        p = tmp_path / "f.cu"
+        p.write_text('extern "C" __device__ float f(float x) { return x; }\n')
+        ext = splice.extern(path=p, name="f", signature="float32(float32)")(lambda x: None)
+    elif form == "ptx":
+        p = tmp_path / "f.ptx"
+        p.write_text(".version 8.0\n.target sm_90\n.address_size 64\n")
+        ext = splice.extern.from_ptx(p, name="f", signature="float32(float32)")
+    elif form == "ltoir":
+        p = tmp_path / "f.ltoir"
+        p.write_bytes(_ltoir())
+        ext = splice.extern.from_ltoir(p, name="lto_f", signature="float32(float32)")
+    else:
+        p = _rdc_cubin(tmp_path)
+        ext = splice.extern.from_object(p, name="obj_f", signature="float32(float32)")
+    p.unlink()
+    before = set(cache.entries("kernel"))
+    with pytest.raises(splice.SpliceDeclarationError, match="cannot read") as info:
+        splice.build(_kern(ext), SIG, "sm_90")
+    assert str(p) in str(info.value)
+    assert set(cache.entries("kernel")) == before
