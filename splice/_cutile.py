@@ -99,6 +99,10 @@ class CallSite:
         shape: the tile shape of the marker (the call's shape, last axis maybe split).
         call_shape: the tile shape of the call (``()`` for a scalar call).
         where: "file:line" of the call in the user's source.
+        marker: "fma" (a pure call with a result: a floating-point fma keyed by a load of
+            the marker global, see :class:`SplicePureCall`) or "cas" (an atomic
+            compare-and-swap on the marker global, see :class:`SpliceImpureCall`).
+        marker_bits: width of the marker's two operands and result (32 or 64).
     """
 
     index: int
@@ -106,6 +110,8 @@ class CallSite:
     shape: tuple[int, ...]       # the marker's tile shape
     where: str
     call_shape: tuple[int, ...] = ()  # the call's shape as written (arguments broadcast)
+    marker: str = "cas"
+    marker_bits: int = 64
 
     @property
     def marker_symbol(self) -> str:
@@ -120,12 +126,15 @@ class TraceSession:
     extern be called: a kernel that is not compiled by splice would otherwise run its
     markers as plain atomics and compute garbage."""
 
-    def __init__(self, kernel_name: str):
+    def __init__(self, kernel_name: str, atomic_sites: frozenset[int] = frozenset()):
         self.kernel_name = kernel_name
         self.sites: list[CallSite] = []
+        #: indices of pure call sites that get the atomic marker instead of the fma marker
+        self.atomic_sites = atomic_sites
 
-    def new_site(self, extern, shape, where, call_shape) -> CallSite:
-        site = CallSite(len(self.sites), extern, tuple(shape), where, tuple(call_shape))
+    def new_site(self, extern, shape, where, call_shape, marker, marker_bits) -> CallSite:
+        site = CallSite(len(self.sites), extern, tuple(shape), where, tuple(call_shape),
+                        marker, marker_bits)
         self.sites.append(site)
         return site
 
@@ -134,9 +143,9 @@ _local = threading.local()
 
 
 @contextlib.contextmanager
-def trace_session(kernel_name: str):
+def trace_session(kernel_name: str, atomic_sites: frozenset[int] = frozenset()):
     prev = getattr(_local, "session", None)
-    session = TraceSession(kernel_name)
+    session = TraceSession(kernel_name, atomic_sites)
     _local.session = session
     try:
         yield session
@@ -210,7 +219,7 @@ def _pack_operands(ctx, site: CallSite, args: Sequence[Var]):
     tt = ctx.type_table
     shape = site.shape
     sig: Signature = site.extern.signature
-    width = sig.marker_bits
+    width = site.marker_bits
     slot_ty = _int_type(tt, width, shape)
     wide_dtype = ct.int64 if width == 64 else ct.int32
     slots: list[Optional[bc.Value]] = [None, None]
@@ -229,8 +238,8 @@ def _pack_operands(ctx, site: CallSite, args: Sequence[Var]):
 
 
 def _unpack_result(ctx, site: CallSite, raw):
-    sig = site.extern.signature
-    return _take_bits(ctx, raw, sig.marker_bits, sig.result.dtype, site.shape)
+    return _take_bits(ctx, raw, site.marker_bits, site.extern.signature.result.dtype,
+                      site.shape)
 
 
 def _marker_cas(ctx, site, pointer, args, token, order: MemoryOrder):
@@ -238,7 +247,7 @@ def _marker_cas(ctx, site, pointer, args, token, order: MemoryOrder):
     tt = ctx.type_table
     return bc.encode_AtomicCASTkoOp(
         ctx.builder,
-        result_type=_int_type(tt, site.extern.signature.marker_bits, site.shape),
+        result_type=_int_type(tt, site.marker_bits, site.shape),
         result_token_type=tt.Token,
         pointers=ctx.get_value(pointer),
         cmp=cmp,
@@ -260,14 +269,8 @@ class SpliceMarkerPointer(Operation, opcode="splice_marker_pointer"):
 
     def generate_bytecode(self, ctx):
         tt = ctx.type_table
-        name = self.site.marker_symbol
-        width = self.site.extern.signature.marker_bits
-        elem = tt.simple(getattr(bc.SimpleType, f"I{width}"))
-        if not ctx.global_section.is_defined(name):
-            ctx.global_section.define_global(name, tt.tile(elem, (1,)), bytes(width // 8),
-                                             alignment=width // 8)
+        ptr, elem = _marker_global(ctx, self.site)
         ptr_ty = tt.pointer(elem, bc.PtrAttr.Missing)
-        ptr = bc.encode_GetGlobalOp(ctx.builder, tt.tile(ptr_ty, []), name)
         shape = self.site.shape
         if shape:
             ptr = bc.encode_ReshapeOp(ctx.builder, tt.tile(ptr_ty, [1] * len(shape)), ptr)
@@ -277,17 +280,71 @@ class SpliceMarkerPointer(Operation, opcode="splice_marker_pointer"):
 
 @dataclass(eq=False)
 class SplicePureCall(Operation, opcode="splice_pure_call"):
-    """A call of a pure extern. No memory effect: cuTile may remove it when its result is
-    unused and hoist it out of loops."""
+    """A call of a pure extern that returns a value. No memory effect: cuTile may remove it
+    when its result is unused and hoist it out of loops.
+
+    Its marker is elementwise arithmetic, so it keeps the layout of its operands (an mma
+    accumulator stays in registers; an atomic marker would need a shared-memory layout
+    conversion around the call)::
+
+        K  = load(__splice_marker_<i>)     // 0-d, weak; the global always holds 0
+        a' = slot0 ^ K;  c' = slot1 ^ K    // integer tiles of the site's marker width
+        r  = fma(bitcast_f(a'), bitcast_f(K), bitcast_f(c'))
+
+    LLVM cannot fold any of it (K is the content of a visible global, unknown at compile
+    time; xor with an unknown is a bijection, so no constant argument -- a NaN, 1.0, -0.0 --
+    reaches the fma and lets it be simplified), so each element reaches PTX as one
+    ``fma.rn.f<w>`` with K as a multiplicand. The rewriter replaces the load of K by 0
+    (the value it would read) and each such fma by the call of slots (a', c') -- which equal
+    (slot0, slot1) once K is 0. See :mod:`splice.rewrite`.
+    """
 
     site: CallSite = attribute()
-    pointer: Var = operand()
     args: tuple[Var, ...] = operand()
 
     def generate_bytecode(self, ctx):
-        raw, _token = _marker_cas(ctx, self.site, self.pointer, self.args, None,
-                                  MemoryOrder.RELAXED)
-        return _unpack_result(ctx, self.site, raw)
+        site = self.site
+        tt = ctx.type_table
+        width = site.marker_bits
+        shape = site.shape
+        itile = _int_type(tt, width, shape)
+        ftile = tt.tile(tt.simple(getattr(bc.SimpleType, f"F{width}")), list(shape))
+        key = _marker_key(ctx, site)
+        if shape:
+            key = bc.encode_ReshapeOp(ctx.builder, _int_type(tt, width, [1] * len(shape)), key)
+            key = bc.encode_BroadcastOp(ctx.builder, itile, key)
+        a, c = (bc.encode_BitcastOp(ctx.builder, ftile,
+                                    bc.encode_XOrIOp(ctx.builder, itile, slot, key))
+                for slot in _pack_operands(ctx, site, self.args))
+        fkey = bc.encode_BitcastOp(ctx.builder, ftile, key)
+        raw = bc.encode_FmaOp(ctx.builder, ftile, a, fkey, c, bc.RoundingMode.NEAREST_EVEN,
+                              False)
+        raw = bc.encode_BitcastOp(ctx.builder, itile, raw)
+        return _unpack_result(ctx, site, raw)
+
+
+def _marker_global(ctx, site):
+    """0-d pointer tile to the site's marker global (defined on first use: one module can
+    hold several signatures of a kernel)."""
+    tt = ctx.type_table
+    name = site.marker_symbol
+    width = site.marker_bits
+    elem = tt.simple(getattr(bc.SimpleType, f"I{width}"))
+    if not ctx.global_section.is_defined(name):
+        ctx.global_section.define_global(name, tt.tile(elem, (1,)), bytes(width // 8),
+                                         alignment=width // 8)
+    ptr_ty = tt.pointer(elem, bc.PtrAttr.Missing)
+    return bc.encode_GetGlobalOp(ctx.builder, tt.tile(ptr_ty, []), name), elem
+
+
+def _marker_key(ctx, site):
+    """The 0-d integer tile K loaded (weak, no token) from the site's marker global."""
+    tt = ctx.type_table
+    ptr, elem = _marker_global(ctx, site)
+    value, _token = bc.encode_LoadPtrTkoOp(ctx.builder, tt.tile(elem, []), tt.Token, ptr,
+                                           None, None, None, bc.MemoryOrderingSemantics.WEAK,
+                                           None, None)
+    return value
 
 
 @dataclass(eq=False)
@@ -447,27 +504,32 @@ def _emit_call(ext, args, loc):
                                    f"shape", loc) from None
     typed = tuple(broadcast_to(v, shape) for v in typed)
     call_shape = shape
+    res = sig.result
+    if ext.pure and res is not None and len(session.sites) not in session.atomic_sites:
+        site = session.new_site(ext, shape, _loc_str(loc), call_shape, "fma",
+                                FMA_MARKER_BITS)
+        return add_operation(SplicePureCall, TileTy(res.dtype, shape), site=site, args=typed)
     marker_shape = _marker_shape(shape, typed)
     if marker_shape != shape:
         typed = tuple(reshape(v, marker_shape) for v in typed)
         shape = marker_shape
-    site = session.new_site(ext, shape, _loc_str(loc), call_shape)
+    site = session.new_site(ext, shape, _loc_str(loc), call_shape, "cas", sig.marker_bits)
     marker_dtype = ct.uint64 if sig.marker_bits == 64 else ct.uint32
     ptr_ty = TileTy(pointer_dtype(marker_dtype, MemorySpace.GLOBAL), shape)
     pointer = add_operation(SpliceMarkerPointer, ptr_ty, site=site)
-    res = sig.result
-    if ext.pure and res is not None:
-        value = add_operation(SplicePureCall, TileTy(res.dtype, shape), site=site,
-                              pointer=pointer, args=typed)
-    else:
-        result_ty = TileTy(marker_dtype if res is None else res.dtype, shape)
-        value, _token = add_operation_variadic(
-            SpliceImpureCall, (result_ty, TokenTy()), site=site, pointer=pointer, args=typed,
-            memory_order=MemoryOrder.ACQ_REL, memory_scope=MemoryScope.DEVICE)
-        if res is None:
-            return None
+    result_ty = TileTy(marker_dtype if res is None else res.dtype, shape)
+    value, _token = add_operation_variadic(
+        SpliceImpureCall, (result_ty, TokenTy()), site=site, pointer=pointer, args=typed,
+        memory_order=MemoryOrder.ACQ_REL, memory_scope=MemoryScope.DEVICE)
+    if res is None:
+        return None
     return value if shape == call_shape else reshape(value, call_shape)
 
+
+#: Width of the fma marker of pure calls: f64, always. An f32 fma would serve signatures
+#: that fit 2 x 32 bits, but on sm_100 LLVM pairs f32 fmas into ``fma.rn.f32x2``
+#: (measured, tileiras 13.4), which would hide the call sites; there is no f64x2 fma.
+FMA_MARKER_BITS = 64
 
 #: Threads per block tileiras lays elementwise tiles out over (``.reqntid 128``).
 _THREADS = 128
@@ -761,13 +823,16 @@ class TracedKernel:
     timeout_sec: float | None
 
 
-def trace_kernel(kernel: ct.kernel, signature, arch: str, context=None) -> TracedKernel:
+def trace_kernel(kernel: ct.kernel, signature, arch: str, context=None,
+                 atomic_sites: frozenset[int] = frozenset()) -> TracedKernel:
     """Trace ``kernel`` for ``signature`` and return its Tile IR bytecode with the call sites
-    of every extern in it, and the tileiras flags cuTile would use for ``arch``."""
+    of every extern in it, and the tileiras flags cuTile would use for ``arch``. Pure call
+    sites whose index is in ``atomic_sites`` get the atomic marker (see
+    :class:`SplicePureCall`)."""
     from cuda.tile._cext import default_tile_context
     context = context or default_tile_context
     ann = kernel._annotated_function
-    with trace_session(ann.pyfunc.__name__) as session:
+    with trace_session(ann.pyfunc.__name__, atomic_sites) as session:
         result = compile_tile(ann, (signature,), arch, kernel._compiler_options, context,
                               return_bytecode=True, return_cubin=False)
     [sig] = result.kernel_signatures

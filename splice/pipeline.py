@@ -35,7 +35,9 @@ __version__ = "0.1.0"
 @dataclasses.dataclass
 class SiteInfo:
     """One call site of the built kernel: where it is, what it calls, how many marker
-    instances (calls in PTX) it became."""
+    instances (calls in PTX) it became, and its marker: "fma" (pure calls: elementwise,
+    no layout change) or "atomic" (impure calls, and pure calls whose fma marker LLVM
+    changed: ``why_atomic``)."""
 
     index: int
     extern: str
@@ -45,12 +47,17 @@ class SiteInfo:
     instances: int
     inlined: bool = False
     why_not_inlined: str | None = None
+    marker: str = "atomic"
+    why_atomic: str | None = None
 
     def __str__(self) -> str:
         how = "inlined bod(ies)" if self.inlined else "call(s)"
         why = f" (not inlined: {self.why_not_inlined})" if self.why_not_inlined else ""
+        marker = f"{self.marker} marker"
+        if self.why_atomic:
+            marker += f" (its fma marker was changed by tileiras: {self.why_atomic})"
         return (f"site {self.index}: {self.extern} -> {self.symbol} at {self.where}, tile "
-                f"shape {self.shape}, {self.instances} {how} in PTX{why}")
+                f"shape {self.shape}, {self.instances} {how} in PTX{why}, {marker}")
 
 
 @dataclasses.dataclass
@@ -155,6 +162,79 @@ def normalize_arch(arch) -> str:
     return f"sm_{m.group(1)}"
 
 
+def _lower_and_splice(traced, name: str, what: str):
+    """tileiras, fragments for the kernel's PTX target, the call of every site, and the
+    rewritten PTX: (capture, kernel module, target, linked fragments, calls, reasons for not
+    inlining, rewrite report)."""
+    capture = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags,
+                                     timeout=traced.timeout_sec, what=what)
+    kernel_mod = Module(capture.ptx, f"tileiras PTX of {what}")
+    target = next((t for t in kernel_mod.target if t.startswith("sm_")), None)
+    if target is None:
+        raise SpliceLinkError(f"tileiras PTX of {what} names no sm_ target")
+
+    # Fragments for the kernel's own PTX target, de-duplicated by content.
+    frag_mods: dict[str, tuple[str, Module]] = {}
+    for site in traced.sites:
+        ext = site.extern
+        fkey = ext.fragment.content_key(target)
+        if fkey not in frag_mods:
+            frag_mods[fkey] = (ext.fragment.describe(), ext.fragment.module(target))
+        fdesc, fmod = frag_mods[fkey]
+        decl = f"extern '{ext.name}' (declared at {ext.where})"
+        fn = fmod.functions.get(ext.symbol)
+        if isinstance(ext.fragment, BinarySource):
+            continue
+        if fn is None or not fn.is_definition:
+            defined = sorted(f.name for f in fmod.functions.values() if f.is_definition)
+            raise SpliceLinkError(
+                f"{decl}: {fdesc} does not define the device function '{ext.symbol}'"
+                f" (it defines: {', '.join(defined) or 'nothing'}). The symbol must be the C "
+                f"name of an extern \"C\" __device__ function that the fragment defines and "
+                f"emits: functions declared only, inline/__forceinline__ or static ones are "
+                f"not emitted unless used, and -dlto output holds no PTX")
+        link.check_prototype(fn, ext.signature, f"{decl}, {fdesc}", fmod.text)
+    linked = link.prepare(kernel_mod, list(frag_mods.values()), name,
+                          frozenset(s.extern.symbol for s in traced.sites))
+
+    calls: dict[int, rewrite.SiteCall] = {}
+    not_inlined: dict[int, str] = {}
+    for site in traced.sites:
+        ext = site.extern
+        if isinstance(ext.fragment, BinarySource):
+            fn = frag_mods[ext.fragment.content_key(target)][1].functions[ext.symbol]
+            if ext.inline == "always":
+                raise SpliceLinkError(f"extern '{ext.name}' (declared at {ext.where}) has "
+                                      f"inline=\"always\" but its code is a binary object")
+            not_inlined[site.index] = "binary object: no PTX body"
+            calls[site.index] = rewrite.SiteCall(site.index, ext.symbol, fn.params,
+                                                 fn.results[0] if fn.results else None,
+                                                 ext.signature, f"{ext.name} at {site.where}",
+                                                 None, site.marker, site.marker_bits)
+            continue
+        pmod, fn = linked.functions[ext.symbol]
+        body = None
+        if ext.inline != "never":
+            reason = inline.why_not_inlinable(pmod, fn, linked.functions)
+            if reason is None:
+                body = (pmod, fn)
+            elif ext.inline == "always":
+                raise SpliceLinkError(
+                    f"extern '{ext.name}' (declared at {ext.where}) has inline=\"always\" but "
+                    f"'{ext.symbol}' cannot be inlined: {reason}")
+            else:
+                not_inlined[site.index] = reason
+        else:
+            not_inlined[site.index] = "inline=\"never\""
+        calls[site.index] = rewrite.SiteCall(site.index, ext.symbol, fn.params,
+                                             fn.results[0] if fn.results else None,
+                                             ext.signature, f"{ext.name} at {site.where}",
+                                             body, site.marker, site.marker_bits)
+
+    report = rewrite.splice_calls(kernel_mod, calls, kernel_name=name)
+    return capture, kernel_mod, target, linked, calls, not_inlined, report
+
+
 def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = False) -> Build:
     """Compile ``kernel`` for ``signature`` on ``arch`` with every extern call spliced in.
 
@@ -207,71 +287,23 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
                     verify.verify_build(out)
                 return out
 
-    capture = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags,
-                                     timeout=traced.timeout_sec, what=what)
-    kernel_mod = Module(capture.ptx, f"tileiras PTX of {what}")
-    target = next((t for t in kernel_mod.target if t.startswith("sm_")), None)
-    if target is None:
-        raise SpliceLinkError(f"tileiras PTX of {what} names no sm_ target")
-
-    # Fragments for the kernel's own PTX target, de-duplicated by content.
-    frag_mods: dict[str, tuple[str, Module]] = {}
-    for site in traced.sites:
-        ext = site.extern
-        fkey = ext.fragment.content_key(target)
-        if fkey not in frag_mods:
-            frag_mods[fkey] = (ext.fragment.describe(), ext.fragment.module(target))
-        fdesc, fmod = frag_mods[fkey]
-        decl = f"extern '{ext.name}' (declared at {ext.where})"
-        fn = fmod.functions.get(ext.symbol)
-        if isinstance(ext.fragment, BinarySource):
-            continue
-        if fn is None or not fn.is_definition:
-            defined = sorted(f.name for f in fmod.functions.values() if f.is_definition)
-            raise SpliceLinkError(
-                f"{decl}: {fdesc} does not define the device function '{ext.symbol}'"
-                f" (it defines: {', '.join(defined) or 'nothing'}). The symbol must be the C "
-                f"name of an extern \"C\" __device__ function that the fragment defines and "
-                f"emits: functions declared only, inline/__forceinline__ or static ones are "
-                f"not emitted unless used, and -dlto output holds no PTX")
-        link.check_prototype(fn, ext.signature, f"{decl}, {fdesc}", fmod.text)
-    linked = link.prepare(kernel_mod, list(frag_mods.values()), name,
-                          frozenset(s.extern.symbol for s in traced.sites))
-
-    calls: dict[int, rewrite.SiteCall] = {}
-    not_inlined: dict[int, str] = {}
-    for site in traced.sites:
-        ext = site.extern
-        if isinstance(ext.fragment, BinarySource):
-            fn = frag_mods[ext.fragment.content_key(target)][1].functions[ext.symbol]
-            if ext.inline == "always":
-                raise SpliceLinkError(f"extern '{ext.name}' (declared at {ext.where}) has "
-                                      f"inline=\"always\" but its code is a binary object")
-            not_inlined[site.index] = "binary object: no PTX body"
-            calls[site.index] = rewrite.SiteCall(site.index, ext.symbol, fn.params,
-                                                 fn.results[0] if fn.results else None,
-                                                 ext.signature, f"{ext.name} at {site.where}")
-            continue
-        pmod, fn = linked.functions[ext.symbol]
-        body = None
-        if ext.inline != "never":
-            reason = inline.why_not_inlinable(pmod, fn, linked.functions)
-            if reason is None:
-                body = (pmod, fn)
-            elif ext.inline == "always":
-                raise SpliceLinkError(
-                    f"extern '{ext.name}' (declared at {ext.where}) has inline=\"always\" but "
-                    f"'{ext.symbol}' cannot be inlined: {reason}")
-            else:
-                not_inlined[site.index] = reason
-        else:
-            not_inlined[site.index] = "inline=\"never\""
-        calls[site.index] = rewrite.SiteCall(site.index, ext.symbol, fn.params,
-                                             fn.results[0] if fn.results else None,
-                                             ext.signature, f"{ext.name} at {site.where}",
-                                             body)
-
-    report = rewrite.splice_calls(kernel_mod, calls, kernel_name=name)
+    # Pure calls get fma markers (no layout conversion around them). Where LLVM changed
+    # their form (e.g. merged two sites' markers from the arms of a branch), compile again
+    # with atomic markers for the sites involved, then for every pure site, before failing.
+    fallback: dict[int, str] = {}   # site index -> why it has the atomic marker
+    while True:
+        try:
+            capture, kernel_mod, target, linked, calls, not_inlined, report = \
+                _lower_and_splice(traced, name, what)
+            break
+        except rewrite.FmaMarkerError as e:
+            pure = {s.index for s in traced.sites if s.marker == "fma"}
+            named = e.sites & pure or pure     # always grows: the loop ends
+            if not named:
+                raise
+            fallback.update((i, e.reason) for i in named)
+            traced = _cutile.trace_kernel(kernel, signature, arch, context,
+                                          frozenset(fallback))
     spliced = Module(report.ptx, f"spliced PTX of {what}")
     entry_calls = _entry_calls(spliced, {c.callee for c in calls.values()})
     merged = link.insert(spliced, linked, name)
@@ -289,7 +321,8 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
         raise _explain_ptxas_failure(e, merged, what) from None
     sites = [SiteInfo(s.index, s.extern.name, s.extern.symbol, s.where, s.call_shape,
                       report.replaced.get(s.index, 0), calls[s.index].inline is not None,
-                      not_inlined.get(s.index)) for s in traced.sites]
+                      not_inlined.get(s.index), "fma" if s.marker == "fma" else "atomic",
+                      fallback.get(s.index)) for s in traced.sites]
     out = Build(name, arch, traced.symbol, cubin, sites, traced.lifecycle_providers,
                 ptx=capture.ptx if keep_stages else None,
                 spliced_ptx=merged if keep_stages else None,
@@ -301,8 +334,9 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
         verify.verify_build(out)
     if not keep_stages:
         cache.store("kernel", key, {"symbol": traced.symbol, "entry_calls": entry_calls,
-                                    "sites": [[s.instances, s.inlined, s.why_not_inlined]
-                                              for s in sites]}, cubin)
+                                    "sites": [[s.instances, s.inlined, s.why_not_inlined,
+                                               s.marker, s.why_atomic] for s in sites]},
+                    cubin)
     if dump_dir:
         _dump(out, Path(dump_dir))
     return out

@@ -1,13 +1,30 @@
 """The PTX rewriter: every call-site marker in a kernel's PTX becomes a call of its extern.
 
-A call site reaches PTX as one or more marker instructions (DESIGN.md F5/F11)::
+A call site reaches PTX as one or more marker instructions, one per tile element the
+executing thread owns, in one of two forms (see ``splice._cutile``):
 
-    mov.b64              %rd15, __splice_marker_3;
-    atom.global.cas.b64  %rd16, [%rd15], %rd36, 1073741824;
+- an impure (or void) call, an atomic compare-and-swap on the site's marker global
+  (DESIGN.md F5/F11), the arguments packed into the compare and swap operands (register or
+  immediate), the result register receiving the return value's bits::
 
-one per tile element the executing thread owns, the arguments packed into the compare and
-swap operands (register or immediate), the result register receiving the return value's
-bits. :func:`splice_calls` replaces each instance with a scoped block that unpacks the
+      mov.b64              %rd15, __splice_marker_3;
+      atom.global.cas.b64  %rd16, [%rd15], %rd36, 1073741824;
+
+- a pure call with a result, an ``fma.rn.f64`` with the *key* K -- loaded from the marker
+  global, which always holds 0 -- as a multiplicand, the packed arguments blinded by xor
+  with K (so that LLVM cannot fold a constant argument into the fma)::
+
+      ld.global.b64   %rd40, [__splice_marker_0];
+      xor.b64         %rd49, %rd40, %rd42;
+      fma.rn.f64      %rd50, %rd49, %rd40, %rd40;     // slot 0 = %rd49, slot 1 = %rd40
+
+  The load becomes ``mov.b64 %rd40, 0`` -- the value it reads -- so every blinded value
+  equals its argument; each fma with K as a multiplicand is an instance, the other
+  multiplicand slot 0 and the addend slot 1. The values derived from K may flow only
+  through ``mov`` and ``xor`` into marker fmas: any other use means tileiras or LLVM
+  changed the call site's form, and is an error.
+
+:func:`splice_calls` replaces each instance with a scoped block that unpacks the
 operands, stores the callee's ``.param``\\ s, ``call``\\ s it (``call``, not ``call.uni``: owner
 threads may diverge) and writes the result register, predicated like the marker was.
 
@@ -59,6 +76,12 @@ class SiteCall:
     signature: Signature
     label: str
     inline: tuple | None = None   # (prepared Module, Function) to inline, or None: call
+    marker: str = "cas"           # "cas" (impure calls) or "fma" (pure calls with a result)
+    marker_bits: int = 0          # width of the marker's operands; 0: signature.marker_bits
+
+    @property
+    def width(self) -> int:
+        return self.marker_bits or self.signature.marker_bits
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +176,8 @@ def _splice_function(module: Module, fn: Function, sites, kernel_name, found, re
     # Registers holding a marker's address: reg -> site index, and the defining statements.
     marker_reg: dict[str, int] = {}
     address_defs: set[int] = set()
+    # Loads of the key of a pure site from its marker: (statement, register, site).
+    key_loads: list[tuple[int, str, int]] = []
     changed = True
     while changed:
         changed = False
@@ -191,6 +216,20 @@ def _splice_function(module: Module, fn: Function, sites, kernel_name, found, re
             r in marker_reg for op in ins.operands for r in registers_in(op))
         if not uses_marker:
             continue
+        if _is_key_load(ins):
+            idx = _marker_site(ins.operands[1], marker_reg, sites, kernel_name, s, text)
+            site = sites[idx]
+            if site.marker != "fma":
+                raise _fail(kernel_name, f"site {idx}: a load of the marker of a call that "
+                                         f"is not pure (tileiras transformed the call site)",
+                            s.text(text))
+            [dest] = registers_in(ins.operands[0]) or [None]
+            if dest != ins.operands[0] or _width_of(ins) != site.width:
+                raise _fail(kernel_name, f"site {idx}: unexpected marker key load "
+                                         f"(expected one .b{site.width} register)",
+                            s.text(text))
+            key_loads.append((i, dest, idx))
+            continue
         if not _is_marker_cas(ins) or len(ins.operands) != 4:
             raise _fail(kernel_name, "a marker address is used by an instruction that is not "
                                      "a marker (tileiras transformed the call site)",
@@ -221,17 +260,167 @@ def _splice_function(module: Module, fn: Function, sites, kernel_name, found, re
             raise _fail(kernel_name, f"marker of unknown call site {idx}", s.text(text))
         found[idx] += 1
         site = sites[idx]
-        if ins.modifiers[-1] != f"b{site.signature.marker_bits}":
+        if site.marker != "cas":
+            raise _fail(kernel_name, f"site {idx}: an atomic marker for a pure call "
+                                     f"(tileiras transformed the call site)", s.text(text))
+        if ins.modifiers[-1] != f"b{site.width}":
             raise _fail(kernel_name, f"site {idx}: marker of type .{ins.modifiers[-1]}, "
-                                     f"expected .b{site.signature.marker_bits}", s.text(text))
+                                     f"expected .b{site.width}", s.text(text))
         edits.append((s.start, s.end,
                        call_block(site, ins.guard, dest, (cmp, swap), replaced[idx])))
         replaced[idx] += 1
 
+    edits.extend(_splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text,
+                                     found, replaced))
     # The address definitions are dead once every marker is replaced.
     for i in sorted(address_defs):
         s = body[i]
         edits.append((s.start, s.end, "// splice: marker address removed"))
+    return edits
+
+
+def _is_key_load(ins: Instruction) -> bool:
+    return ins.base == "ld" and len(ins.operands) == 2 and \
+        all(m in ("global", "b32", "b64", "u32", "u64", "s32", "s64", "f32", "f64", "nc",
+                  "ca", "cg", "weak") for m in ins.modifiers)
+
+
+def _width_of(ins: Instruction) -> int:
+    return int(ins.modifiers[-1][1:])
+
+
+def _marker_site(addr: str, marker_reg, sites, kernel_name, s, text) -> int:
+    """The site index of a marker address operand ``[sym]`` or ``[%reg]``."""
+    m = _ADDR_RE.match(addr)
+    if m is None or m.group(2) not in (None, "0"):
+        raise _fail(kernel_name, f"unexpected marker address operand {addr!r}", s.text(text))
+    base = m.group(1)
+    if base.startswith("%"):
+        if base not in marker_reg:
+            raise _fail(kernel_name, "marker access through an unknown address", s.text(text))
+        idx = marker_reg[base]
+    else:
+        mm = MARKER_RE.fullmatch(base)
+        if mm is None:
+            raise _fail(kernel_name, f"unexpected marker address {base!r}", s.text(text))
+        idx = int(mm.group(1))
+    if idx not in sites:
+        raise _fail(kernel_name, f"marker of unknown call site {idx}", s.text(text))
+    return idx
+
+
+_PLAIN_REG = re.compile(r"%[A-Za-z_$][A-Za-z0-9_$]*")
+
+
+class FmaMarkerError(SpliceRewriteError):
+    """The fma markers of some pure call sites did not reach PTX in the form the rewriter
+    can prove (e.g. LLVM merged the markers of two sites in the two arms of a branch).
+    ``.sites`` names them; the pipeline compiles the kernel again with atomic markers for
+    those sites (which LLVM does not merge) before it reports an error."""
+
+    def __init__(self, message: str, sites, reason: str):
+        super().__init__(message)
+        self.sites = frozenset(sites)
+        self.reason = reason
+
+
+def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found,
+                        replaced):
+    """The fma markers of pure calls (module docstring): follow the keys through ``mov``
+    and ``xor``, replace each fma with a key multiplicand, and prove that nothing else uses
+    a key or a value blinded by one.
+
+    Proven invariant: every register derived from the key K of one site holds ``u ^ K``
+    (a key itself: u = 0) with u free of keys -- one site per register, one key per value.
+
+    Raises:
+        FmaMarkerError: anything else, naming the sites involved.
+    """
+    if not key_loads:
+        return []
+
+    def fail(idxs, msg, i=None):
+        return FmaMarkerError(_fail(kernel_name, msg, None if i is None else
+                                    parsed[i][0].text(text)).message, idxs, msg)
+
+    derived: dict[str, int] = {}   # register -> site
+    derived_defs: set[int] = set()
+    key_regs: set[str] = set()
+    for i, reg, idx in key_loads:
+        if derived.setdefault(reg, idx) != idx:
+            raise fail({idx, derived[reg]}, f"register {reg} holds the keys of sites "
+                                            f"{derived[reg]} and {idx}", i)
+        derived_defs.add(i)
+        key_regs.add(reg)
+    changed = True
+    while changed:
+        changed = False
+        for i, (s, ins) in enumerate(parsed):
+            if ins is None or i in derived_defs:
+                continue
+            ops = ins.operands
+            srcs = [o for o in ops[1:] if o in derived]
+            if not srcs or ins.guard is not None or ins.base not in ("mov", "xor") or \
+                    len(ops) != {"mov": 2, "xor": 3}[ins.base] or \
+                    not _PLAIN_REG.fullmatch(ops[0]):
+                continue
+            idxs = {derived[o] for o in srcs}
+            if len(srcs) != 1:
+                raise fail(idxs, "two values derived from call-site keys combined by xor", i)
+            [idx] = idxs
+            dest = ops[0]
+            if derived.setdefault(dest, idx) != idx:
+                raise fail({idx, derived[dest]}, f"register {dest} holds values of sites "
+                                                 f"{derived[dest]} and {idx}", i)
+            if ins.base == "mov" and srcs[0] in key_regs:
+                key_regs.add(dest)
+            derived_defs.add(i)
+            changed = True
+    for reg, idx in derived.items():
+        others = [j for j in defs[reg] if j not in derived_defs]
+        if others:
+            raise fail({idx}, f"register {reg} holds a value of the marker of site {idx} but "
+                              f"is also written by other instructions", others[0])
+        if reg in key_regs and any(parsed[j][1].base != "ld" and parsed[j][1].operands[1]
+                                   not in key_regs for j in defs[reg]):
+            raise fail({idx}, f"register {reg} holds the key of site {idx} on one path and "
+                              f"a blinded argument on another", defs[reg][0])
+
+    edits = []
+    for i, reg, idx in key_loads:
+        s, ins = parsed[i]
+        guard = f"@{ins.guard} " if ins.guard else ""
+        edits.append((s.start, s.end, f"{guard}mov.b{sites[idx].width} \t{reg}, 0; "
+                                      f"// splice: key of site {idx}"))
+    for i, (s, ins) in enumerate(parsed):
+        if ins is None or i in derived_defs:
+            continue
+        sources = ins.operands[1:] if destinations(ins) else ins.operands
+        used = {derived[r] for op in sources for r in registers_in(op) if r in derived}
+        if not used:
+            continue
+        if not (ins.base == "fma" and ins.modifiers == ("rn", "f64") and
+                len(ins.operands) == 4 and all(o in derived for o in ins.operands[1:])):
+            raise fail(used, f"a value of the marker of site(s) {sorted(used)} is used by an "
+                             f"instruction that is not a marker", i)
+        if len(used) != 1:
+            raise fail(used, f"a marker fma mixes the values of sites {sorted(used)}", i)
+        [idx] = used
+        dest, x, y, z = ins.operands
+        if x in key_regs:
+            slot0 = y
+        elif y in key_regs:
+            slot0 = x
+        else:
+            raise fail(used, f"a marker fma of site {idx} without its key as a multiplicand",
+                       i)
+        site = sites[idx]
+        if site.width != 64:
+            raise fail(used, f"site {idx}: fma marker of a {site.width}-bit site", i)
+        found[idx] += 1
+        edits.append((s.start, s.end, call_block(site, ins.guard, dest, (slot0, z),
+                                                 replaced[idx])))
+        replaced[idx] += 1
     return edits
 
 
@@ -303,7 +492,7 @@ def call_block(site: SiteCall, guard: str | None, dest: str,
     # st.param/ld.param cannot be predicated: a guarded marker becomes a branch around the
     # whole call sequence.
     sig = site.signature
-    width = sig.marker_bits
+    width = site.width
     packing = sig.packing()
     lines = [f"{{ // splice: call {site.label} (site {site.index}, instance {instance})"]
     decls = [f"\t.reg .b{width} \t%__splice_s<2>;"]

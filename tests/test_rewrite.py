@@ -254,7 +254,7 @@ def test_unknown_site_is_an_error():
 
 @pytest.mark.parametrize("body, needle", [
     ("\tmov.u64 \t%rd1, __splice_marker_0;\n\tld.global.b32 \t%r2, [%rd1];\n",
-     "not a marker"),
+     "a load of the marker of a call that is not pure"),
     ("\tmov.u64 \t%rd1, __splice_marker_0;\n\tatom.global.cas.b32 \t%r2, [%rd1+4], %r1, 0;\n",
      "offset 4"),
     ("\tmov.u64 \t%rd1, __splice_marker_0;\n\tadd.s64 \t%rd2, %rd1, 0;\n"
