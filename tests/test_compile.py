@@ -104,3 +104,38 @@ def test_tma_matmul_epilogue_sm90():
     assert "cp.async.bulk.tensor" in ptx and "wgmma" in ptx
     assert b.host_object_size > 0  # the --nv-host callbacks that fill the tensor maps
     assert b.sites[0].instances >= 1
+
+
+def test_matmul_epilogue_keeps_the_accumulator_layout():
+    # A pure extern on the wgmma accumulator: its fma marker is elementwise, so the SASS has
+    # the plain kernel's shared-memory traffic (stmatrix + TMA store), no layout conversion.
+    import re
+    from collections import Counter
+    sig = K.signature(K.array(ct.float16, 2), K.array(ct.float16, 2), K.array(ct.float16, 2),
+                      128, 128, 64)
+    b = _build(K.matmul_gelu_kernel, sig, "sm_90")
+    plain = _build(K.matmul_plain_kernel, sig, "sm_90")
+    if b.sass is None:
+        pytest.skip("nvdisasm not installed")
+
+    def ops(sass):
+        return Counter(m.group(1) for m in re.finditer(
+            r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass))
+    got, want = ops(b.sass), ops(plain.sass)
+    for op in ("BAR", "STS", "LDS", "STSM", "UTMASTG", "ATOMG"):
+        assert got[op] == want[op], (op, got[op], want[op])
+    assert [s.marker for s in b.sites] == ["fma"]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_merged_fma_markers_fall_back_to_atomic_markers(arch):
+    # LLVM sinks the markers of the two arms of control_kernel's if/else into one fma whose
+    # key is a phi of both sites' keys: those two sites are compiled again with atomic
+    # markers; the others keep fma markers.
+    sig = K.signature(K.array(f32), K.array(f32), 3, 256)
+    b = _build(K.control_kernel, sig, arch)
+    assert [s.marker for s in b.sites] == ["fma", "atomic", "atomic", "fma"]
+    for s in b.sites[1:3]:
+        assert "holds the keys of sites 1 and 2" in s.why_atomic
+        assert "its fma marker was changed" in str(s)
+    assert all(s.instances >= 1 for s in b.sites)

@@ -109,3 +109,24 @@ def test_pure_call_is_hoisted_out_of_a_loop_impure_is_not():
     loop_at = text.index(" = for ")
     assert text.index("splice_pure_call") < loop_at < text.index("splice_impure_call")
     assert len(traced.sites) == 2
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_100"])
+def test_pure_call_reaches_ptx_as_keyed_f64_fma(arch):
+    # The fma marker (splice._cutile.SplicePureCall) as tileiras lowers it: one load of the
+    # key from the marker global, each element one fma.rn.f64 with the key a multiplicand.
+    # An f32 fma would be paired into fma.rn.f32x2 on sm_100: FMA_MARKER_BITS is 64.
+    import re
+    from splice import toolchain
+    sig = K.signature(K.array(ct.float32), K.array(ct.float32), K.array(ct.float32),
+                      K.scalar(ct.float32), 256)
+    traced = _cutile.trace_kernel(K.saxpy_kernel, sig, arch)
+    [site] = traced.sites
+    assert site.marker == "fma" and site.marker_bits == _cutile.FMA_MARKER_BITS == 64
+    ptx = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags, timeout=120,
+                                 what="contract").ptx
+    ptx = ptx.split(".nv_intermediate_source_section")[0]
+    [key] = re.findall(r"ld\.global\.b64 \s*(%\w+), \[__splice_marker_0\];", ptx)
+    fmas = re.findall(r"fma\.rn\.f64 \s*%\w+, (%\w+), (%\w+), (%\w+);", ptx)
+    assert fmas and all(key in (x, y) for x, y, _z in fmas)
+    assert "f32x2" not in ptx and "atom." not in ptx

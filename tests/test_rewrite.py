@@ -39,11 +39,12 @@ def _param_for(elem, name):
     return Param(name, f".param .b{bits}", None, f".b{bits}", ".param")
 
 
-def _site(idx, sig_text):
+def _site(idx, sig_text, marker="cas"):
     sig = parse_signature(sig_text)
     params = tuple(_param_for(a, f"f{idx}_p{i}") for i, a in enumerate(sig.args))
     result = _param_for(sig.result, "ret") if sig.result else None
-    return SiteCall(idx, f"callee{idx}", params, result, sig, f"callee{idx} at test:{idx}")
+    return SiteCall(idx, f"callee{idx}", params, result, sig, f"callee{idx} at test:{idx}",
+                    None, marker, 64 if marker == "fma" else 0)
 
 
 def _callee_ptx(site: SiteCall) -> str:
@@ -90,17 +91,22 @@ def kernels(draw):
     n_sites = draw(st.integers(1, 4))
     site_ids = draw(st.lists(st.sampled_from(sorted(SIGS)), min_size=n_sites,
                              max_size=n_sites, unique=True))
+    # pure sites with a result may have the fma marker (key load, xor-blinded slots, fma)
+    markers = {i: draw(st.sampled_from(["cas", "fma"])) if not SIGS[i].startswith("void")
+               else "cas" for i in site_ids}
     pieces = []
     counts = {i: 0 for i in site_ids}
+    widths = {i: 64 if markers[i] == "fma" else _marker_width(i) for i in site_ids}
     globals_ = "".join(
-        f".visible .global .align {_marker_width(i) // 8} .b8 __splice_marker_{i}"
-        f"[{_marker_width(i) // 8}];\n" for i in site_ids)
+        f".visible .global .align {widths[i] // 8} .b8 __splice_marker_{i}"
+        f"[{widths[i] // 8}];\n" for i in site_ids)
     pieces.append(("filler", HEADER + globals_ + "\n.visible .entry k(\n\t.param .u64 k_p0\n)\n"
                    ".reqntid 128\n{\n\t.reg .pred %p<4>;\n\t.reg .b32 %r<40>;\n"
-                   "\t.reg .b64 %rd<40>;\n\t.reg .f32 %f<8>;\n"))
+                   "\t.reg .b64 %rd<40>;\n\t.reg .f32 %f<8>;\n\t.reg .b64 %rdk<40>;\n"
+                   "\t.reg .b64 %rdx<400>;\n"))
     addr_reg = {}
+    keys = {}
     for i in site_ids:
-        w = _marker_width(i)
         addr_reg[i] = f"%rd{20 + i}"
         mov = draw(st.sampled_from(["mov.u64", "mov.b64"]))
         pieces.append(("filler", f"\t{mov} \t%rd{20 + i}, __splice_marker_{i};\n"))
@@ -108,6 +114,15 @@ def kernels(draw):
             # an extra cvta hop, as generic addressing would produce
             pieces.append(("filler", f"\tcvta.global.u64 \t%rd{30 + i}, %rd{20 + i};\n"))
             addr_reg[i] = f"%rd{30 + i}"
+        if markers[i] == "fma":
+            direct = draw(st.booleans())
+            addr = f"[__splice_marker_{i}]" if direct else f"[{addr_reg[i]}]"
+            pieces.append(("key", f"\tld.global.b64 \t%rdk{i}, {addr};\n"))
+            keys[i] = [f"%rdk{i}"]
+            if draw(st.booleans()):  # a copy of the key, as register allocation makes
+                pieces.append(("filler", f"\tmov.b64 \t%rdk{20 + i}, %rdk{i};\n"))
+                keys[i].append(f"%rdk{20 + i}")
+    blinded = [0]
     n_stmts = draw(st.integers(1, 30))
     label = 0
     for _ in range(n_stmts):
@@ -123,6 +138,27 @@ def kernels(draw):
             pieces.append(("filler", f"\t@%p2 bra \t$L__loop{label};\n"))
         else:
             i = draw(st.sampled_from(site_ids))
+            if markers[i] == "fma":
+                key = draw(st.sampled_from(keys[i]))
+                slots = []
+                for _ in range(2):
+                    if draw(st.integers(0, 3)) == 0:
+                        slots.append(key)          # a zero slot: xor(0, K) folds to K
+                        continue
+                    blinded[0] += 1
+                    b = f"%rdx{blinded[0]}"
+                    src = f"%rd{draw(st.integers(1, 9))}" if draw(st.booleans()) else \
+                        str(draw(st.integers(0, 2 ** 64 - 1)))
+                    x, y = (key, src) if draw(st.booleans()) else (src, key)
+                    pieces.append(("filler", f"\txor.b64 \t{b}, {x}, {y};\n"))
+                    slots.append(b)
+                mul = (slots[0], key) if draw(st.booleans()) else (key, slots[0])
+                guard = draw(st.sampled_from(["", "@%p1 ", "@!%p3 "]))
+                dest = f"%rd{draw(st.integers(10, 19))}"
+                pieces.append(("marker", f"\t{guard}fma.rn.f64 \t{dest}, {mul[0]}, {mul[1]}, "
+                                         f"{slots[1]};\n"))
+                counts[i] += 1
+                continue
             w = _marker_width(i)
             reg = REG[w]
             ops = []
@@ -142,7 +178,7 @@ def kernels(draw):
                                      f"{ops[0]}, {ops[1]};\n"))
             counts[i] += 1
     pieces.append(("filler", "\tret;\n}\n"))
-    return pieces, site_ids, counts
+    return pieces, markers, counts
 
 
 def _strip_rewrites(text: str) -> str:
@@ -155,7 +191,10 @@ def _strip_rewrites(text: str) -> str:
 def _expected(pieces) -> str:
     out = []
     for kind, text in pieces:
-        if kind == "marker":
+        if kind == "key":
+            out.append(re.sub(r"ld\.global\.b64 \t(%rdk\d+), \[.*?\];",
+                              r"<K \1>", text))
+        elif kind == "marker":
             lead = text[:len(text) - len(text.lstrip())]
             out.append(lead.rstrip("\t ") + "<M>" + "\n")
         else:
@@ -164,6 +203,7 @@ def _expected(pieces) -> str:
 
 
 def _normalise_removed(text):
+    text = re.sub(r"mov\.b64 \t(%rdk\d+), 0; // splice: key of site \d+", r"<K \1>", text)
     text = re.sub(r"[^\n]*// splice: marker address removed", "<A>", text)
     text = re.sub(r"// splice: marker global of site \d+ removed", "<G>", text)
     return text
@@ -184,9 +224,10 @@ _ptxas_checked = {"n": 0}
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(kernels())
 def test_generated_kernels(case):
-    pieces, site_ids, counts = case
+    pieces, markers, counts = case
+    site_ids = list(markers)
     text = "".join(t for _, t in pieces)
-    sites = {i: _site(i, SIGS[i]) for i in site_ids}
+    sites = {i: _site(i, SIGS[i], markers[i]) for i in site_ids}
     report = splice_calls(Module(text), sites, kernel_name="k")
     for i in site_ids:
         assert report.found.get(i, 0) == counts[i]
@@ -315,3 +356,72 @@ def test_statements_keep_exact_spans():
     text = HEADER + _kernel("\t@!%p1 bra \t$L1;\n$L1:\n\tmov.b64 \t{%r1, %r2}, %rd1;\n")
     for s in split_statements(text):
         assert text[s.start:s.end].strip()
+
+
+# --------------------------------------------------------------------------- fma markers
+
+FMA_GLOBALS = (".visible .global .align 8 .b8 __splice_marker_0[8];\n"
+               ".visible .global .align 8 .b8 __splice_marker_1[8];\n")
+FMA_SITES = {0: _site(0, SIGS[1], "fma"), 1: _site(1, SIGS[3], "fma")}
+
+
+def _fma_kernel(body):
+    return _kernel(body, FMA_GLOBALS)
+
+
+def test_fma_marker_becomes_call_with_key_zero():
+    src = _fma_kernel("\tld.global.b64 \t%rd1, [__splice_marker_0];\n"
+                      "\txor.b64 \t%rd2, %rd1, %rd5;\n"
+                      "\tfma.rn.f64 \t%rd3, %rd1, %rd2, %rd1;\n"
+                      "\tst.global.b64 \t[%rd6], %rd3;\n")
+    report = splice_calls(Module(src), FMA_SITES, kernel_name="k")
+    out = report.ptx
+    assert report.found == {0: 1} and report.replaced == {0: 1}
+    assert "mov.b64 \t%rd1, 0; // splice: key of site 0" in out
+    # slot 0: the multiplicand that is not the key; slot 1: the addend
+    assert "mov.b64 \t%__splice_s0, %rd2;" in out and "mov.b64 \t%__splice_s1, %rd1;" in out
+    assert "xor.b64 \t%rd2, %rd1, %rd5;" in out      # the identity once the key is 0
+    assert "__splice_marker" not in out
+
+
+@pytest.mark.parametrize("body, needle, sites", [
+    # LLVM sank two sites' markers from the arms of a branch: one key register, two loads
+    ("\t@%p1 bra \t$L1;\n\tld.global.b64 \t%rd1, [__splice_marker_0];\n\tbra.uni \t$L2;\n"
+     "$L1:\n\tld.global.b64 \t%rd1, [__splice_marker_1];\n$L2:\n"
+     "\tfma.rn.f64 \t%rd3, %rd2, %rd1, %rd1;\n", "holds the keys of sites", {0, 1}),
+    ("\tld.global.b64 \t%rd1, [__splice_marker_0];\n\tst.global.b64 \t[%rd6], %rd1;\n",
+     "not a marker", {0}),
+    ("\tld.global.b64 \t%rd1, [__splice_marker_0];\n\txor.b64 \t%rd2, %rd1, %rd5;\n"
+     "\tadd.s64 \t%rd4, %rd2, 1;\n", "not a marker", {0}),
+    # the key only as the addend
+    ("\tld.global.b64 \t%rd1, [__splice_marker_0];\n\txor.b64 \t%rd2, %rd1, %rd5;\n"
+     "\tfma.rn.f64 \t%rd3, %rd2, %rd2, %rd1;\n", "without its key as a multiplicand", {0}),
+    # two keys' values combined: the key cancels
+    ("\tld.global.b64 \t%rd1, [__splice_marker_0];\n\txor.b64 \t%rd2, %rd1, %rd5;\n"
+     "\txor.b64 \t%rd4, %rd2, %rd1;\n\tfma.rn.f64 \t%rd3, %rd4, %rd1, %rd1;\n",
+     "combined by xor", {0}),
+    ("\tld.global.b64 \t%rd1, [__splice_marker_0];\n\tld.global.b64 \t%rd2, "
+     "[__splice_marker_1];\n\tfma.rn.f64 \t%rd3, %rd2, %rd1, %rd1;\n", "mixes the values",
+     {0, 1}),
+    # a blinded register also written by a non-marker instruction on another path
+    ("\tld.global.b64 \t%rd1, [__splice_marker_0];\n\txor.b64 \t%rd2, %rd1, %rd5;\n"
+     "\t@%p1 mov.b64 \t%rd2, %rd7;\n\tfma.rn.f64 \t%rd3, %rd2, %rd1, %rd1;\n",
+     "also written by other instructions", {0}),
+    # the key on one path, a blinded value on another: which multiplicand is the key?
+    ("\tld.global.b64 \t%rd1, [__splice_marker_0];\n\txor.b64 \t%rd2, %rd1, %rd5;\n"
+     "\tmov.b64 \t%rd4, %rd1;\n\tmov.b64 \t%rd4, %rd2;\n\tfma.rn.f64 \t%rd3, %rd4, %rd2, "
+     "%rd1;\n", "on one path and a blinded argument on another", {0}),
+    ("\tld.global.b64 \t%rd1, [__splice_marker_0];\n"
+     "\tfma.rn.ftz.f64 \t%rd3, %rd1, %rd1, %rd1;\n", "not a marker", {0}),
+])
+def test_unprovable_fma_markers_name_their_sites(body, needle, sites):
+    from splice.rewrite import FmaMarkerError
+    with pytest.raises(FmaMarkerError, match=re.escape(needle)) as e:
+        splice_calls(Module(_fma_kernel(body)), FMA_SITES, kernel_name="k")
+    assert e.value.sites == sites
+
+
+def test_atomic_marker_of_an_fma_site_is_an_error():
+    src = _fma_kernel("\tatom.global.cas.b64 \t%rd2, [__splice_marker_0], %rd1, 0;\n")
+    with pytest.raises(SpliceRewriteError, match="an atomic marker for a pure call"):
+        splice_calls(Module(src), FMA_SITES, kernel_name="k")

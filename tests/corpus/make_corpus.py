@@ -2,7 +2,7 @@
 
 Each kernel of tests/kernels.py is traced and lowered by tileiras for a few architectures;
 the PTX tileiras hands to ptxas is saved with a JSON sidecar listing each call site's index
-and signature. tests/test_corpus.py rewrites every file with the PTX rewriter.
+, signature and marker kind ("cas" or "fma"). tests/test_corpus.py rewrites every file with the PTX rewriter.
 
     python tests/corpus/make_corpus.py
 """
@@ -17,6 +17,7 @@ sys.path.insert(0, str(HERE.parent))
 import cuda.tile as ct  # noqa: E402
 
 import kernels as K  # noqa: E402
+import splice  # noqa: E402
 from splice import _cutile, toolchain  # noqa: E402
 
 f32 = ct.float32
@@ -53,14 +54,28 @@ CASES = {
 def main():
     for name, (kern, sig, archs) in CASES.items():
         for arch in archs:
-            traced = _cutile.trace_kernel(kern, sig, arch)
+            # the markers the pipeline ends with (atomic where it had to fall back)
+            build = splice.compile(kern, sig, arch)
+            atomic = frozenset(s.index for s in build.sites if s.why_atomic)
+            traced = _cutile.trace_kernel(kern, sig, arch, atomic_sites=atomic)
             cap = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags, timeout=None,
                                          what=name)
             stem = f"{name}.{arch}"
             (HERE / f"{stem}.ptx").write_text(cap.ptx)
             (HERE / f"{stem}.json").write_text(json.dumps(
-                {str(s.index): str(s.extern.signature) for s in traced.sites}, indent=1) + "\n")
+                {str(s.index): [str(s.extern.signature), s.marker] for s in traced.sites},
+                indent=1) + "\n")
             print(stem, len(cap.ptx))
+    # control_kernel with fma markers everywhere: LLVM merges sites 1 and 2 (the arms of
+    # its if/else) -- the rewriter must refuse it (test_corpus expects FmaMarkerError)
+    kern, sig, _ = CASES["control"]
+    traced = _cutile.trace_kernel(kern, sig, "sm_90")
+    cap = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags, timeout=None,
+                                 what="control_merged")
+    (HERE / "control_merged.sm_90.ptx").write_text(cap.ptx)
+    (HERE / "control_merged.sm_90.json").write_text(json.dumps(
+        {str(s.index): [str(s.extern.signature), s.marker] for s in traced.sites},
+        indent=1) + "\n")
 
 
 if __name__ == "__main__":
