@@ -332,6 +332,8 @@ def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found
 
     Proven invariant: every register derived from the key K of one site holds ``u ^ K``
     (a key itself: u = 0) with u free of keys -- one site per register, one key per value.
+    The multiplicand that is a key register (the key on every path) is K; the other one is
+    slot 0 (which may be the key on some paths: there, slot 0 is 0).
 
     Raises:
         FmaMarkerError: anything else, naming the sites involved.
@@ -345,13 +347,11 @@ def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found
 
     derived: dict[str, int] = {}   # register -> site
     derived_defs: set[int] = set()
-    key_regs: set[str] = set()
     for i, reg, idx in key_loads:
         if derived.setdefault(reg, idx) != idx:
             raise fail({idx, derived[reg]}, f"register {reg} holds the keys of sites "
                                             f"{derived[reg]} and {idx}", i)
         derived_defs.add(i)
-        key_regs.add(reg)
     changed = True
     while changed:
         changed = False
@@ -372,8 +372,6 @@ def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found
             if derived.setdefault(dest, idx) != idx:
                 raise fail({idx, derived[dest]}, f"register {dest} holds values of sites "
                                                  f"{derived[dest]} and {idx}", i)
-            if ins.base == "mov" and srcs[0] in key_regs:
-                key_regs.add(dest)
             derived_defs.add(i)
             changed = True
     for reg, idx in derived.items():
@@ -381,10 +379,20 @@ def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found
         if others:
             raise fail({idx}, f"register {reg} holds a value of the marker of site {idx} but "
                               f"is also written by other instructions", others[0])
-        if reg in key_regs and any(parsed[j][1].base != "ld" and parsed[j][1].operands[1]
-                                   not in key_regs for j in defs[reg]):
-            raise fail({idx}, f"register {reg} holds the key of site {idx} on one path and "
-                              f"a blinded argument on another", defs[reg][0])
+    # Registers that hold the key itself on every path: every definition a key load or a
+    # mov of such a register (the greatest fixpoint, so that copies around a loop count).
+    # A register that is the key on one path and a blinded argument on another (a masked
+    # load: xor(0, K) folds to K where the element is masked off) is a blinded value.
+    key_regs = set(derived)
+    changed = True
+    while changed:
+        changed = False
+        for reg in list(key_regs):
+            if not all(parsed[j][1].base == "ld" or (parsed[j][1].base == "mov" and
+                                                     parsed[j][1].operands[1] in key_regs)
+                       for j in defs[reg]):
+                key_regs.discard(reg)
+                changed = True
 
     edits = []
     for i, reg, idx in key_loads:
@@ -407,10 +415,11 @@ def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found
             raise fail(used, f"a marker fma mixes the values of sites {sorted(used)}", i)
         [idx] = used
         dest, x, y, z = ins.operands
-        if x in key_regs:
-            slot0 = y
-        elif y in key_regs:
+        # The key is the multiplicand that is the key on every path; the other is slot 0.
+        if y in key_regs:
             slot0 = x
+        elif x in key_regs:
+            slot0 = y
         else:
             raise fail(used, f"a marker fma of site {idx} without its key as a multiplicand",
                        i)

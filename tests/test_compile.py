@@ -139,3 +139,26 @@ def test_merged_fma_markers_fall_back_to_atomic_markers(arch):
         assert "holds the keys of sites 1 and 2" in s.why_atomic
         assert "its fma marker was changed" in str(s)
     assert all(s.instances >= 1 for s in b.sites)
+
+
+def _key_as_slot0(spliced_ptx):
+    """Call blocks that pass a site's key register (0 at run time) as slot 0."""
+    import re
+    keys = set(re.findall(r"mov\.b64 \t(%\w+), 0; // splice: key of site", spliced_ptx))
+    return [r for r in re.findall(r"mov\.b64 \t%__splice_s0, (%\w+);", spliced_ptx)
+            if r in keys]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("tile", [64, 1024, 4096])
+def test_masked_loads_pass_the_loaded_value_not_the_key(arch, tile):
+    # Regression: with masked (bounds-checked) loads LLVM folds xor(0, K) to K on the
+    # masked-off path; the rewriter took that register for the key and passed the real key
+    # (0) as the argument -- half of every tile came out as f(0) on the H200.
+    from test_asm import tanh_kernel
+    for kern, sig in [(tanh_kernel, K.signature(K.array(f32), K.array(f32), tile)),
+                      (K.saxpy_kernel, K.signature(K.array(f32), K.array(f32), K.array(f32),
+                                                   K.scalar(f32), tile))]:
+        b = _build(kern, sig, arch)
+        assert [s.marker for s in b.sites] == ["fma"]
+        assert _key_as_slot0(b.spliced_ptx) == []

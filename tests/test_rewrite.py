@@ -150,13 +150,22 @@ def kernels(draw):
                     src = f"%rd{draw(st.integers(1, 9))}" if draw(st.booleans()) else \
                         str(draw(st.integers(0, 2 ** 64 - 1)))
                     x, y = (key, src) if draw(st.booleans()) else (src, key)
+                    masked = draw(st.integers(0, 2)) == 0
+                    if masked:
+                        # a masked load: the key where the element is masked off (xor(0, K)
+                        # folds to K), the blinded value where it is loaded
+                        other = draw(st.sampled_from(keys[i]))
+                        pieces.append(("filler", f"\tmov.b64 \t{b}, {other};\n"
+                                                 f"\t@%p1 bra \t$Lm{blinded[0]};\n"))
                     pieces.append(("filler", f"\txor.b64 \t{b}, {x}, {y};\n"))
+                    if masked:
+                        pieces.append(("filler", f"$Lm{blinded[0]}:\n"))
                     slots.append(b)
                 mul = (slots[0], key) if draw(st.booleans()) else (key, slots[0])
                 guard = draw(st.sampled_from(["", "@%p1 ", "@!%p3 "]))
                 dest = f"%rd{draw(st.integers(10, 19))}"
                 pieces.append(("marker", f"\t{guard}fma.rn.f64 \t{dest}, {mul[0]}, {mul[1]}, "
-                                         f"{slots[1]};\n"))
+                                         f"{slots[1]};\n", (slots[0], slots[1])))
                 counts[i] += 1
                 continue
             w = _marker_width(i)
@@ -175,7 +184,7 @@ def kernels(draw):
             addr = f"[__splice_marker_{i}]" if direct else f"[{addr_reg[i]}]"
             sp = draw(st.sampled_from([" \t", " ", "\t\t"]))
             pieces.append(("marker", f"\t{guard}atom.global{sem}.cas.b{w}{sp}{dest}, {addr}, "
-                                     f"{ops[0]}, {ops[1]};\n"))
+                                     f"{ops[0]}, {ops[1]};\n", (ops[0], ops[1])))
             counts[i] += 1
     pieces.append(("filler", "\tret;\n}\n"))
     return pieces, markers, counts
@@ -190,7 +199,7 @@ def _strip_rewrites(text: str) -> str:
 
 def _expected(pieces) -> str:
     out = []
-    for kind, text in pieces:
+    for kind, text, *_ in pieces:
         if kind == "key":
             out.append(re.sub(r"ld\.global\.b64 \t(%rdk\d+), \[.*?\];",
                               r"<K \1>", text))
@@ -226,7 +235,7 @@ _ptxas_checked = {"n": 0}
 def test_generated_kernels(case):
     pieces, markers, counts = case
     site_ids = list(markers)
-    text = "".join(t for _, t in pieces)
+    text = "".join(t for _, t, *_ in pieces)
     sites = {i: _site(i, SIGS[i], markers[i]) for i in site_ids}
     report = splice_calls(Module(text), sites, kernel_name="k")
     for i in site_ids:
@@ -236,6 +245,12 @@ def test_generated_kernels(case):
     mod = Module(out)
     for s in mod.statements:
         assert not any("__splice_marker" in t.text for t in s.tokens)
+    # each call takes the marker's slot operands: for an fma marker the multiplicand that
+    # is not the key (a register that is the key on one path only is a slot) and the addend
+    want = [slots for kind, _t, *rest in pieces if kind == "marker" for slots in rest]
+    got = re.findall(r"mov\.b\d+ \t%__splice_s0, (\S+);\n\tmov\.b\d+ \t%__splice_s1, (\S+);",
+                     out)
+    assert got == want
     # byte-identical outside the rewritten statements
     got = _normalise_removed(_strip_rewrites(out))
     lead_fixed = re.sub(r"[ \t]*<M>", "<M>", got)
@@ -407,10 +422,10 @@ def test_fma_marker_becomes_call_with_key_zero():
     ("\tld.global.b64 \t%rd1, [__splice_marker_0];\n\txor.b64 \t%rd2, %rd1, %rd5;\n"
      "\t@%p1 mov.b64 \t%rd2, %rd7;\n\tfma.rn.f64 \t%rd3, %rd2, %rd1, %rd1;\n",
      "also written by other instructions", {0}),
-    # the key on one path, a blinded value on another: which multiplicand is the key?
+    # neither multiplicand is the key on every path: which one is the key?
     ("\tld.global.b64 \t%rd1, [__splice_marker_0];\n\txor.b64 \t%rd2, %rd1, %rd5;\n"
      "\tmov.b64 \t%rd4, %rd1;\n\tmov.b64 \t%rd4, %rd2;\n\tfma.rn.f64 \t%rd3, %rd4, %rd2, "
-     "%rd1;\n", "on one path and a blinded argument on another", {0}),
+     "%rd1;\n", "without its key as a multiplicand", {0}),
     ("\tld.global.b64 \t%rd1, [__splice_marker_0];\n"
      "\tfma.rn.ftz.f64 \t%rd3, %rd1, %rd1, %rd1;\n", "not a marker", {0}),
 ])
@@ -425,3 +440,20 @@ def test_atomic_marker_of_an_fma_site_is_an_error():
     src = _fma_kernel("\tatom.global.cas.b64 \t%rd2, [__splice_marker_0], %rd1, 0;\n")
     with pytest.raises(SpliceRewriteError, match="an atomic marker for a pure call"):
         splice_calls(Module(src), FMA_SITES, kernel_name="k")
+
+
+def test_fma_marker_after_a_masked_load_takes_the_blinded_register():
+    # Regression (silently wrong on the H200 before the fix): where a tile's element is
+    # masked off, LLVM folds xor(0, K) to K, so the blinded register is a copy of the key on
+    # that path and a blinded value on the other. It is slot 0, not the key: the call got 0
+    # for every element of the second vector of each thread.
+    src = _fma_kernel("\tld.global.b64 \t%rd5, [__splice_marker_0];\n"
+                      "\tmov.b64 \t%rd4, %rd5;\n"
+                      "\t@%p1 bra \t$L__BB0_6;\n"
+                      "\txor.b64 \t%rd4, %rd5, %rd2;\n"
+                      "$L__BB0_6:\n"
+                      "\tfma.rn.f64 \t%rd7, %rd4, %rd5, %rd5;\n"
+                      "\tfma.rn.f64 \t%rd8, %rd5, %rd4, %rd5;\n")
+    out = splice_calls(Module(src), FMA_SITES, kernel_name="k").ptx
+    assert out.count("mov.b64 \t%__splice_s0, %rd4;") == 2
+    assert "mov.b64 \t%__splice_s0, %rd5;" not in out
