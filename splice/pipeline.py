@@ -108,10 +108,13 @@ class Build:
         if s is None:
             return None
         if kernel_body_only:
+            # the body ends where the first device function of the kernel's section
+            # (``$<kernel>$<function>``) is declared or labelled; CALL lines that name
+            # one start with their address, not the name
             start = s.find(f".text.{self.symbol}:")
-            end = s.find(f"${self.symbol}$", start)
-            end = s.rfind("\n", 0, s.find(":", end)) if end >= 0 else len(s)
-            s = s[start:end]
+            m = re.compile(rf"^\s*(?:\.\w+\s+)?\${re.escape(self.symbol)}\$", re.M).search(
+                s, start)
+            s = s[start:m.start() if m else len(s)]
         calls = re.findall(r"\bCALL\.[A-Z.]+\s+`?\(?\$?([^)`;\s]*)", s)
         if symbol is None:
             return len(calls)

@@ -18,11 +18,13 @@ executing thread owns, in one of two forms (see ``splice._cutile``):
       xor.b64         %rd49, %rd40, %rd42;
       fma.rn.f64      %rd50, %rd49, %rd40, %rd40;     // slot 0 = %rd49, slot 1 = %rd40
 
-  The load becomes ``mov.b64 %rd40, 0`` -- the value it reads -- so every blinded value
-  equals its argument; each fma with K as a multiplicand is an instance, the other
-  multiplicand slot 0 and the addend slot 1. The values derived from K may flow only
-  through ``mov`` and ``xor`` into marker fmas: any other use means tileiras or LLVM
-  changed the call site's form, and is an error.
+  The key is 0 -- the value the load reads -- so every blinded value equals its argument:
+  the load goes, every read of a key register becomes the literal 0 (an xor with it a
+  move), and each fma with a key multiplicand is an instance, the other multiplicand
+  slot 0 and the addend slot 1. The values derived from K may flow only through ``mov``
+  and ``xor`` into marker fmas: any other use means LLVM changed the call site's form,
+  and is a :class:`FmaMarkerError` naming the sites (the pipeline then gives them atomic
+  markers).
 
 :func:`splice_calls` replaces each instance with a scoped block that unpacks the
 operands, stores the callee's ``.param``\\ s, ``call``\\ s it (``call``, not ``call.uni``: owner
@@ -394,12 +396,31 @@ def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found
                 key_regs.discard(reg)
                 changed = True
 
+    # The key is 0: every read of a key register becomes the literal 0 (a copy of the key
+    # a move of 0, an xor with it a move of the other operand, a key operand of a marker
+    # 0), and the key loads go. Not merely "the load becomes mov 0": LLVM loads a key only
+    # on the paths that use it and rotates copies of it through unrolled loops, and ptxas
+    # does not fold an xor with a register that is 0 on some paths and undefined on others.
+    def zero(op):
+        return "0" if op in key_regs else op
+
     edits = []
     for i, reg, idx in key_loads:
         s, ins = parsed[i]
-        guard = f"@{ins.guard} " if ins.guard else ""
-        edits.append((s.start, s.end, f"{guard}mov.b{sites[idx].width} \t{reg}, 0; "
-                                      f"// splice: key of site {idx}"))
+        edits.append((s.start, s.end, f"// splice: load of the key of site {idx} removed "
+                                      f"(the key is 0)"))
+    for i in derived_defs:
+        s, ins = parsed[i]
+        if ins.base == "ld" or not key_regs & set(ins.operands[1:]):
+            continue
+        dest = ins.operands[0]
+        idx = derived[dest]
+        if ins.base == "mov":
+            new = f"mov.b64 \t{dest}, 0; // splice: copy of the key of site {idx} (0)"
+        else:
+            [other] = [o for o in ins.operands[1:] if o not in key_regs]
+            new = f"mov.b64 \t{dest}, {other}; // splice: xor with the key of site {idx} (0)"
+        edits.append((s.start, s.end, new))
     for i, (s, ins) in enumerate(parsed):
         if ins is None or i in derived_defs:
             continue
@@ -427,7 +448,7 @@ def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found
         if site.width != 64:
             raise fail(used, f"site {idx}: fma marker of a {site.width}-bit site", i)
         found[idx] += 1
-        edits.append((s.start, s.end, call_block(site, ins.guard, dest, (slot0, z),
+        edits.append((s.start, s.end, call_block(site, ins.guard, dest, (zero(slot0), zero(z)),
                                                  replaced[idx])))
         replaced[idx] += 1
     return edits

@@ -16,18 +16,34 @@ CORPUS = Path(__file__).resolve().parent / "corpus"
 FILES = sorted(CORPUS.glob("*.ptx"))
 
 
-def _marker_spans(mod: Module):
-    """Spans of markers (M: atomics, and fmas with a key multiplicand), marker address
-    copies and key loads (A) and marker globals (G)."""
-    spans = []
-    keys = set()
+def _key_registers(mod: Module):
+    """Registers holding a key on every path (loaded from a marker, or copied from such a
+    register), as the rewriter defines them: the greatest fixpoint."""
+    defs = {}
     for s in mod.statements:
         if s.kind == "instruction":
             ins = parse_instruction(s, mod.text)
-            if ins.base == "ld" and any(MARKER_RE.search(o) for o in ins.operands):
-                keys.add(ins.operands[0])
-            elif ins.base == "mov" and ins.operands[1] in keys:
-                keys.add(ins.operands[0])
+            if ins.operands and ins.base in ("ld", "mov", "xor", "cvt", "add", "and", "or"):
+                defs.setdefault(ins.operands[0], []).append(ins)
+    keys = {r for r, ds in defs.items() if any(d.base == "ld" and MARKER_RE.search(d.operands[1])
+                                                for d in ds)}
+    keys |= {r for r, ds in defs.items() if any(d.base == "mov" for d in ds)}
+    changed = True
+    while changed:
+        changed = False
+        for r in list(keys):
+            if not all(d.base == "ld" and MARKER_RE.search(d.operands[1]) or
+                       d.base == "mov" and d.operands[1] in keys for d in defs[r]):
+                keys.discard(r)
+                changed = True
+    return keys
+
+
+def _marker_spans(mod: Module):
+    """Spans of markers (M: atomics, and fmas with a key multiplicand), marker address
+    copies (A), key loads (K), movs and xors that read a key (X) and marker globals (G)."""
+    spans = []
+    keys = _key_registers(mod)
     for s in mod.statements:
         if s.kind == "opaque" or not any(MARKER_RE.search(t.text) for t in s.tokens):
             if s.kind == "instruction":
@@ -35,9 +51,13 @@ def _marker_spans(mod: Module):
                 if ins.base == "atom" and "cas" in ins.modifiers or \
                         ins.base == "fma" and keys & set(ins.operands[1:3]):
                     spans.append((s.start, s.end, "M"))
+                elif ins.base in ("mov", "xor") and keys & set(ins.operands[1:]):
+                    spans.append((s.start, s.end, "X"))
             continue
         if s.kind == "directive":
             spans.append((s.start, s.end, "G"))
+        elif parse_instruction(s, mod.text).base == "ld":
+            spans.append((s.start, s.end, "K"))
         else:
             spans.append((s.start, s.end, "A"))
     return spans
@@ -54,7 +74,10 @@ def _normalised_original(mod):
 def _normalised_output(text):
     text = re.sub(r"\{ // splice: call .*?\n\t\} // splice: end call", "<M>", text, flags=re.S)
     text = text.replace("// splice: marker address removed", "<A>")
-    text = re.sub(r"mov\.b64 \t%\w+, 0; // splice: key of site \d+", "<A>", text)
+    text = re.sub(r"// splice: load of the key of site \d+ removed \(the key is 0\)", "<K>",
+                  text)
+    text = re.sub(r"mov\.b64 \t\S+, \S+; // splice: (?:copy of|xor with) the key of site \d+ "
+                  r"\(0\)", "<X>", text)
     return re.sub(r"// splice: marker global of site \d+ removed", "<G>", text)
 
 

@@ -120,7 +120,7 @@ def kernels(draw):
             pieces.append(("key", f"\tld.global.b64 \t%rdk{i}, {addr};\n"))
             keys[i] = [f"%rdk{i}"]
             if draw(st.booleans()):  # a copy of the key, as register allocation makes
-                pieces.append(("filler", f"\tmov.b64 \t%rdk{20 + i}, %rdk{i};\n"))
+                pieces.append(("keyuse", f"\tmov.b64 \t%rdk{20 + i}, %rdk{i};\n"))
                 keys[i].append(f"%rdk{20 + i}")
     blinded = [0]
     n_stmts = draw(st.integers(1, 30))
@@ -155,9 +155,9 @@ def kernels(draw):
                         # a masked load: the key where the element is masked off (xor(0, K)
                         # folds to K), the blinded value where it is loaded
                         other = draw(st.sampled_from(keys[i]))
-                        pieces.append(("filler", f"\tmov.b64 \t{b}, {other};\n"
-                                                 f"\t@%p1 bra \t$Lm{blinded[0]};\n"))
-                    pieces.append(("filler", f"\txor.b64 \t{b}, {x}, {y};\n"))
+                        pieces.append(("keyuse", f"\tmov.b64 \t{b}, {other};\n"))
+                        pieces.append(("filler", f"\t@%p1 bra \t$Lm{blinded[0]};\n"))
+                    pieces.append(("keyuse", f"\txor.b64 \t{b}, {x}, {y};\n"))
                     if masked:
                         pieces.append(("filler", f"$Lm{blinded[0]}:\n"))
                     slots.append(b)
@@ -200,9 +200,8 @@ def _strip_rewrites(text: str) -> str:
 def _expected(pieces) -> str:
     out = []
     for kind, text, *_ in pieces:
-        if kind == "key":
-            out.append(re.sub(r"ld\.global\.b64 \t(%rdk\d+), \[.*?\];",
-                              r"<K \1>", text))
+        if kind in ("key", "keyuse"):  # a key load; an instruction reading a key
+            out.append(text[:len(text) - len(text.lstrip())] + f"<{kind}>\n")
         elif kind == "marker":
             lead = text[:len(text) - len(text.lstrip())]
             out.append(lead.rstrip("\t ") + "<M>" + "\n")
@@ -212,7 +211,10 @@ def _expected(pieces) -> str:
 
 
 def _normalise_removed(text):
-    text = re.sub(r"mov\.b64 \t(%rdk\d+), 0; // splice: key of site \d+", r"<K \1>", text)
+    text = re.sub(r"// splice: load of the key of site \d+ removed \(the key is 0\)", "<key>",
+                  text)
+    text = re.sub(r"mov\.b64 \t\S+, \S+; // splice: (?:copy of|xor with) the key of site \d+ "
+                  r"\(0\)", "<keyuse>", text)
     text = re.sub(r"[^\n]*// splice: marker address removed", "<A>", text)
     text = re.sub(r"// splice: marker global of site \d+ removed", "<G>", text)
     return text
@@ -247,7 +249,8 @@ def test_generated_kernels(case):
         assert not any("__splice_marker" in t.text for t in s.tokens)
     # each call takes the marker's slot operands: for an fma marker the multiplicand that
     # is not the key (a register that is the key on one path only is a slot) and the addend
-    want = [slots for kind, _t, *rest in pieces if kind == "marker" for slots in rest]
+    want = [tuple("0" if re.fullmatch(r"%rdk\d+", r) else r for r in slots)
+            for kind, _t, *rest in pieces if kind == "marker" for slots in rest]
     got = re.findall(r"mov\.b\d+ \t%__splice_s0, (\S+);\n\tmov\.b\d+ \t%__splice_s1, (\S+);",
                      out)
     assert got == want
@@ -392,11 +395,12 @@ def test_fma_marker_becomes_call_with_key_zero():
     report = splice_calls(Module(src), FMA_SITES, kernel_name="k")
     out = report.ptx
     assert report.found == {0: 1} and report.replaced == {0: 1}
-    assert "mov.b64 \t%rd1, 0; // splice: key of site 0" in out
-    # slot 0: the multiplicand that is not the key; slot 1: the addend
-    assert "mov.b64 \t%__splice_s0, %rd2;" in out and "mov.b64 \t%__splice_s1, %rd1;" in out
-    assert "xor.b64 \t%rd2, %rd1, %rd5;" in out      # the identity once the key is 0
-    assert "__splice_marker" not in out
+    assert "// splice: load of the key of site 0 removed (the key is 0)" in out
+    # slot 0: the multiplicand that is not the key; slot 1: the addend (the key: 0)
+    assert "mov.b64 \t%__splice_s0, %rd2;" in out and "mov.b64 \t%__splice_s1, 0;" in out
+    # an xor with the key (0) is a move, which ptxas folds
+    assert "mov.b64 \t%rd2, %rd5; // splice: xor with the key of site 0 (0)" in out
+    assert "__splice_marker" not in out and "%rd1" not in out.split("removed (the key")[1]
 
 
 @pytest.mark.parametrize("body, needle, sites", [

@@ -1,8 +1,9 @@
 """Regenerate the corpus of real tileiras PTX with call-site markers (tests/corpus/*.ptx).
 
 Each kernel of tests/kernels.py is traced and lowered by tileiras for a few architectures;
-the PTX tileiras hands to ptxas is saved with a JSON sidecar listing each call site's index
-, signature and marker kind ("cas" or "fma"). tests/test_corpus.py rewrites every file with the PTX rewriter.
+the PTX tileiras hands to ptxas is saved with a JSON sidecar listing each call site's
+index, signature and marker kind ("cas" or "fma"), with the markers the pipeline ends with.
+tests/test_corpus.py rewrites every file with the PTX rewriter.
 
     python tests/corpus/make_corpus.py
 """
