@@ -156,10 +156,12 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
         signature (str): ``"float32(float32, int32)"``; default: the stub's annotations.
             Element types: bool, int8/16/32/64, uint8/16/32/64, float16, bfloat16,
             float32, float64; result may be ``void``. At most 128 bits of arguments.
-        pure (bool): True (default): no side effects; an unused call may be removed and a
-            call may be hoisted out of a loop. False: kept, in place and in order with the
-            kernel's memory operations, run exactly once per element. Void externs are
-            always treated as impure.
+        pure (bool): True (default): no side effects, and the result depends only on the
+            arguments (memory read through a pointer argument must not be written by the
+            kernel during the launch): an unused call may be removed, and a call may be
+            hoisted out of a loop or moved across the kernel's loads and stores. False:
+            kept, in place and in order with the kernel's memory operations, run exactly
+            once per element. Void externs are always treated as impure.
         inline (str): "auto" (default): paste the function's PTX body at each call site when
             that is safe (no stack frame, recursion or indirect call), else call it; "always":
             inline or fail; "never": always a real ``call``. ``build.summary()`` says which
