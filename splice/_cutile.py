@@ -49,6 +49,7 @@ try:
     from cuda.tile._ir import ir
     from cuda.tile._ir.arithmetic_ops import broadcast_to, reshape
     from cuda.tile._ir.cast_ops import implicit_cast
+    from cuda.tile._ir.core_ops import strictly_typed_const
     from cuda.tile._ir.ir import Operation, Var, add_operation, add_operation_variadic, \
         attribute, operand
     from cuda.tile._ir.ops import TileAtomicCAS
@@ -485,7 +486,12 @@ def _emit_call(ext, args, loc):
             if elem.kind == "f":  # the Python value, before cuTile's own float32 rounding
                 _check_float_constant(ext, i, loose.value, elem, loc)
             try:
-                var = implicit_cast(var, elem.dtype, f"argument {i + 1}")
+                if elem.kind == "f" and isinstance(loose.value, (int, float)):
+                    # from the Python value: the Var holds it rounded to float32 (cuTile's
+                    # type for a Python float), which a float64 parameter must not see
+                    var = strictly_typed_const(float(loose.value), TileTy(elem.dtype, ()))
+                else:
+                    var = implicit_cast(var, elem.dtype, f"argument {i + 1}")
             except Exception as e:  # cuTile's TileTypeError/TileValueError
                 raise _call_error(ext, f"argument {i + 1}: constant not representable as "
                                        f"{elem}: {getattr(e, 'message', e)}", loc) from None

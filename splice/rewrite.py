@@ -407,8 +407,13 @@ def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found
     edits = []
     for i, reg, idx in key_loads:
         s, ins = parsed[i]
-        edits.append((s.start, s.end, f"// splice: load of the key of site {idx} removed "
-                                      f"(the key is 0)"))
+        if reg in key_regs:   # never read any more
+            edits.append((s.start, s.end, f"// splice: load of the key of site {idx} removed "
+                                          f"(the key is 0)"))
+        else:                 # also a blinded value on another path: still read
+            guard = f"@{ins.guard} " if ins.guard else ""
+            edits.append((s.start, s.end, f"{guard}mov.b64 \t{reg}, 0; // splice: the key of "
+                                          f"site {idx} (0)"))
     for i in derived_defs:
         s, ins = parsed[i]
         if ins.base == "ld" or not key_regs & set(ins.operands[1:]):

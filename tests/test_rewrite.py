@@ -155,7 +155,12 @@ def kernels(draw):
                         # a masked load: the key where the element is masked off (xor(0, K)
                         # folds to K), the blinded value where it is loaded
                         other = draw(st.sampled_from(keys[i]))
-                        pieces.append(("keyuse", f"\tmov.b64 \t{b}, {other};\n"))
+                        if draw(st.booleans()):
+                            pieces.append(("keyuse", f"\tmov.b64 \t{b}, {other};\n"))
+                        else:  # the key loaded straight into the blinded register
+                            # (not the key on every path: the load becomes mov 0)
+                            pieces.append(("keyzero", f"\tld.global.b64 \t{b}, "
+                                                      f"[__splice_marker_{i}];\n"))
                         pieces.append(("filler", f"\t@%p1 bra \t$Lm{blinded[0]};\n"))
                     pieces.append(("keyuse", f"\txor.b64 \t{b}, {x}, {y};\n"))
                     if masked:
@@ -200,7 +205,7 @@ def _strip_rewrites(text: str) -> str:
 def _expected(pieces) -> str:
     out = []
     for kind, text, *_ in pieces:
-        if kind in ("key", "keyuse"):  # a key load; an instruction reading a key
+        if kind in ("key", "keyuse", "keyzero"):  # a key load; an instruction reading a key
             out.append(text[:len(text) - len(text.lstrip())] + f"<{kind}>\n")
         elif kind == "marker":
             lead = text[:len(text) - len(text.lstrip())]
@@ -212,6 +217,8 @@ def _expected(pieces) -> str:
 
 def _normalise_removed(text):
     text = re.sub(r"// splice: load of the key of site \d+ removed \(the key is 0\)", "<key>",
+                  text)
+    text = re.sub(r"mov\.b64 \t\S+, 0; // splice: the key of site \d+ \(0\)", "<keyzero>",
                   text)
     text = re.sub(r"mov\.b64 \t\S+, \S+; // splice: (?:copy of|xor with) the key of site \d+ "
                   r"\(0\)", "<keyuse>", text)
@@ -461,3 +468,18 @@ def test_fma_marker_after_a_masked_load_takes_the_blinded_register():
     out = splice_calls(Module(src), FMA_SITES, kernel_name="k").ptx
     assert out.count("mov.b64 \t%__splice_s0, %rd4;") == 2
     assert "mov.b64 \t%__splice_s0, %rd5;" not in out
+
+
+def test_key_load_into_a_register_that_is_also_blinded_becomes_zero():
+    # Regression: a key load whose register an xor also writes on another path is read as
+    # a blinded value (here slot 0); deleting the load left it undefined where p is true.
+    src = _fma_kernel("\tld.global.b64 \t%rd4, [__splice_marker_0];\n"
+                      "\tld.global.b64 \t%rd5, [__splice_marker_0];\n"
+                      "\t@%p1 bra \t$L__BB0_6;\n"
+                      "\txor.b64 \t%rd4, %rd5, %rd2;\n"
+                      "$L__BB0_6:\n"
+                      "\tfma.rn.f64 \t%rd7, %rd4, %rd5, %rd5;\n")
+    out = splice_calls(Module(src), FMA_SITES, kernel_name="k").ptx
+    assert "mov.b64 \t%rd4, 0; // splice: the key of site 0 (0)" in out
+    assert "mov.b64 \t%__splice_s0, %rd4;" in out
+    assert "mov.b64 \t%__splice_s1, 0;" in out
