@@ -545,9 +545,10 @@ _VECTOR_BYTES = 16
 def _marker_shape(shape, args) -> tuple[int, ...]:
     """The shape the atomic marker (impure calls) operates on: the call's shape with its
     last axis split as (n / v, v), v the elements per thread of a vectorised (16-byte)
-    access of the widest argument. tileiras gives atomics one element per thread per row; on a (n / v, v) tile
-    that is v consecutive elements per thread -- the layout the kernel's loads and stores
-    already have, so no shared-memory layout conversion is needed around the call. The
+    access of the widest argument. tileiras gives atomics one element per thread per row;
+    on a (n / v, v) tile that is v consecutive elements per thread -- the layout the
+    kernel's loads and stores already have, so no shared-memory layout conversion is
+    needed around the call. The
     result is reshaped back; which thread runs which element does not change the
     semantics (each element still runs exactly once, on the thread that owns it)."""
     if len(shape) != 1 or not args:

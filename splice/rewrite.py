@@ -227,11 +227,21 @@ def _splice_function(module: Module, fn: Function, sites, kernel_name, found, re
                             s.text(text))
             [dest] = registers_in(ins.operands[0]) or [None]
             if dest != ins.operands[0] or _width_of(ins) != site.width:
-                raise _fail(kernel_name, f"site {idx}: unexpected marker key load "
-                                         f"(expected one .b{site.width} register)",
-                            s.text(text))
+                msg = (f"site {idx}: unexpected marker key load (expected one "
+                       f".b{site.width} register)")
+                raise FmaMarkerError(_fail(kernel_name, msg, s.text(text)).message, {idx},
+                                     msg)
             key_loads.append((i, dest, idx))
             continue
+        fma_sites = {marker_reg[r] for op in ins.operands for r in registers_in(op)
+                     if r in marker_reg} | {int(m.group(1)) for op in ins.operands
+                                            for m in MARKER_RE.finditer(op)}
+        fma_sites = {k for k in fma_sites if k in sites and sites[k].marker == "fma"}
+        if fma_sites:  # an fma site's marker global used in another form: atomic markers
+            msg = (f"the marker global of site(s) {sorted(fma_sites)} is used by an "
+                   f"instruction that is not a key load")
+            raise FmaMarkerError(_fail(kernel_name, msg, s.text(text)).message, fma_sites,
+                                 msg)
         if not _is_marker_cas(ins) or len(ins.operands) != 4:
             raise _fail(kernel_name, "a marker address is used by an instruction that is not "
                                      "a marker (tileiras transformed the call site)",
@@ -262,9 +272,6 @@ def _splice_function(module: Module, fn: Function, sites, kernel_name, found, re
             raise _fail(kernel_name, f"marker of unknown call site {idx}", s.text(text))
         found[idx] += 1
         site = sites[idx]
-        if site.marker != "cas":
-            raise _fail(kernel_name, f"site {idx}: an atomic marker for a pure call "
-                                     f"(tileiras transformed the call site)", s.text(text))
         if ins.modifiers[-1] != f"b{site.width}":
             raise _fail(kernel_name, f"site {idx}: marker of type .{ins.modifiers[-1]}, "
                                      f"expected .b{site.width}", s.text(text))

@@ -448,8 +448,9 @@ def test_unprovable_fma_markers_name_their_sites(body, needle, sites):
 
 
 def test_atomic_marker_of_an_fma_site_is_an_error():
+    from splice.rewrite import FmaMarkerError
     src = _fma_kernel("\tatom.global.cas.b64 \t%rd2, [__splice_marker_0], %rd1, 0;\n")
-    with pytest.raises(SpliceRewriteError, match="an atomic marker for a pure call"):
+    with pytest.raises(FmaMarkerError, match="not a key load"):
         splice_calls(Module(src), FMA_SITES, kernel_name="k")
 
 
@@ -483,3 +484,18 @@ def test_key_load_into_a_register_that_is_also_blinded_becomes_zero():
     assert "mov.b64 \t%rd4, 0; // splice: the key of site 0 (0)" in out
     assert "mov.b64 \t%__splice_s0, %rd4;" in out
     assert "mov.b64 \t%__splice_s1, 0;" in out
+
+
+@pytest.mark.parametrize("body", [
+    "\tld.global.v2.b64 \t{%rd1, %rd2}, [__splice_marker_0];\n",
+    "\tld.global.L1::evict_last.b64 \t%rd1, [__splice_marker_0];\n",
+    "\tld.global.b32 \t%r1, [__splice_marker_0];\n",
+    "\tmov.u64 \t%rd1, __splice_marker_0;\n\tst.global.b64 \t[%rd1], %rd2;\n",
+])
+def test_other_forms_of_an_fma_sites_marker_fall_back(body):
+    # any unexpected use of an fma site's marker global names the site, so that the pipeline
+    # gives it the atomic marker instead of failing the build
+    from splice.rewrite import FmaMarkerError
+    with pytest.raises(FmaMarkerError) as e:
+        splice_calls(Module(_fma_kernel(body)), FMA_SITES, kernel_name="k")
+    assert e.value.sites == {0}
