@@ -548,9 +548,9 @@ def _marker_shape(shape, args) -> tuple[int, ...]:
     access of the widest argument. tileiras gives atomics one element per thread per row;
     on a (n / v, v) tile that is v consecutive elements per thread -- the layout the
     kernel's loads and stores already have, so no shared-memory layout conversion is
-    needed around the call. The
-    result is reshaped back; which thread runs which element does not change the
-    semantics (each element still runs exactly once, on the thread that owns it)."""
+    needed around the call. The result is reshaped back; which thread runs which element
+    does not change the semantics (each element still runs exactly once, on the thread
+    that owns it)."""
     if len(shape) != 1 or not args:
         # 2-D tiles come in layouts (row-vectorised loads, mma accumulators) that a split
         # last axis does not match: measured no better or worse (BAR/STS/LDS counts)
