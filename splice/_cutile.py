@@ -290,13 +290,15 @@ class SplicePureCall(Operation, opcode="splice_pure_call"):
 
         K  = load(__splice_marker_<i>)     // 0-d, weak; the global always holds 0
         a' = slot0 ^ K;  c' = slot1 ^ K    // integer tiles of the site's marker width
-        r  = fma(bitcast_f(a'), bitcast_f(K), bitcast_f(c'))
+        r  = bitcast_i(fma(bitcast_f(a'), bitcast_f(K), bitcast_f(c')))   // ^ K if 64-bit
 
     LLVM cannot fold any of it (K is the content of a visible global, unknown at compile
     time; xor with an unknown is a bijection, so no constant argument -- a NaN, 1.0, -0.0 --
     reaches the fma and lets it be simplified), so each element reaches PTX as one
-    ``fma.rn.f<w>`` with K as a multiplicand. The rewriter replaces the load of K by 0
-    (the value it would read) and each such fma by the call of slots (a', c') -- which equal
+    ``fma.rn.f64`` with K as a multiplicand. A 64-bit result is xor-ed with K again, so
+    that it is an integer to LLVM from the start (an ``and`` clearing bit 63 of a bitcast
+    f64 becomes ``abs.f64``, which may change NaN bits). The rewriter makes K 0 (the value the
+    load reads) and replaces each such fma by the call of slots (a', c') -- which equal
     (slot0, slot1) once K is 0. See :mod:`splice.rewrite`.
     """
 
@@ -321,6 +323,12 @@ class SplicePureCall(Operation, opcode="splice_pure_call"):
         raw = bc.encode_FmaOp(ctx.builder, ftile, a, fkey, c, bc.RoundingMode.NEAREST_EVEN,
                               False)
         raw = bc.encode_BitcastOp(ctx.builder, itile, raw)
+        if site.extern.signature.result.bits == width:
+            # a 64-bit result is unblinded by xor with K too: an integer from the start, so
+            # that LLVM cannot turn the kernel's integer operations on it into f64 ones (an
+            # `and` clearing bit 63 of a bitcast f64 becomes abs.f64, which may change NaN
+            # bits). Not narrower results: LLVM would narrow the xor and truncate K.
+            raw = bc.encode_XOrIOp(ctx.builder, itile, raw, key)
         return _unpack_result(ctx, site, raw)
 
 
@@ -419,15 +427,19 @@ def _array_address(ext, i, var, elem, loc):
                          pointer=var.get_aggregate().base_ptr)
 
 
-_FLOAT_RANGE = {"float16": (65504.0, 5.960464477539063e-08),
-                "bfloat16": (3.3895313892515355e+38, 9.183549615799121e-41),
-                "float32": (3.4028234663852886e+38, 1.401298464324817e-45),
-                "float64": (1.7976931348623157e+308, 5e-324)}
+#: IEEE 754 binary formats of the float element types: (significand bits p, including the
+#: implicit one; emax; emin).
+_FLOAT_FORMATS = {"float16": (11, 15, -14), "bfloat16": (8, 127, -126),
+                  "float32": (24, 127, -126), "float64": (53, 1023, -1022)}
 
 
 def _check_float_constant(ext, i, value, elem, loc):
     """A Python constant that would become inf or 0 in the parameter's type is an error
-    (as an out-of-range integer constant is)."""
+    (as an out-of-range integer constant is). Round to nearest, ties to even (IEEE 754
+    section 4.3.1): a value overflows once it reaches the largest finite value plus half
+    its ulp, ``(2 - 2**(1-p)) * 2**emax + 2**(emax-p)`` (the tie rounds to the even
+    neighbour, infinity), and underflows to 0 up to half the smallest subnormal,
+    ``2**(emin-p)`` (the tie rounds to the even neighbour, 0)."""
     import math
     try:
         v = float(value)
@@ -435,16 +447,14 @@ def _check_float_constant(ext, i, value, elem, loc):
         return
     if math.isnan(v) or math.isinf(v) or v == 0.0:
         return
-    big, tiny = _FLOAT_RANGE[elem.name]
-    # round-to-nearest: values up to half an ulp past the largest finite still round to it
-    if abs(v) > big * (1 + 2.0 ** -(11 if elem.name == "float16" else
-                                    8 if elem.name == "bfloat16" else
-                                    24 if elem.name == "float32" else 53)):
-        raise _call_error(ext, f"argument {i + 1}: constant {value!r} overflows {elem} "
-                               f"(largest finite {big:g})", loc)
-    if abs(v) < tiny / 2:
+    p, emax, emin = _FLOAT_FORMATS[elem.name]
+    big = (2 - 2.0 ** (1 - p)) * 2.0 ** emax
+    if elem.name != "float64" and abs(v) >= big + 2.0 ** (emax - p):
+        raise _call_error(ext, f"argument {i + 1}: constant {value!r} overflows {elem} to "
+                               f"infinity (largest finite {big:g})", loc)
+    if abs(v) <= 2.0 ** (emin - p):
         raise _call_error(ext, f"argument {i + 1}: constant {value!r} underflows {elem} "
-                               f"to zero (smallest {tiny:g})", loc)
+                               f"to zero (smallest {2.0 ** (emin - p + 1):g})", loc)
 
 
 def _handle_extern_call(callee, *args):

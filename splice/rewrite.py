@@ -218,30 +218,30 @@ def _splice_function(module: Module, fn: Function, sites, kernel_name, found, re
             r in marker_reg for op in ins.operands for r in registers_in(op))
         if not uses_marker:
             continue
-        if _is_key_load(ins):
-            idx = _marker_site(ins.operands[1], marker_reg, sites, kernel_name, s, text)
-            site = sites[idx]
-            if site.marker != "fma":
-                raise _fail(kernel_name, f"site {idx}: a load of the marker of a call that "
-                                         f"is not pure (tileiras transformed the call site)",
-                            s.text(text))
-            [dest] = registers_in(ins.operands[0]) or [None]
-            if dest != ins.operands[0] or _width_of(ins) != site.width:
-                msg = (f"site {idx}: unexpected marker key load (expected one "
-                       f".b{site.width} register)")
-                raise FmaMarkerError(_fail(kernel_name, msg, s.text(text)).message, {idx},
-                                     msg)
-            key_loads.append((i, dest, idx))
-            continue
         fma_sites = {marker_reg[r] for op in ins.operands for r in registers_in(op)
                      if r in marker_reg} | {int(m.group(1)) for op in ins.operands
                                             for m in MARKER_RE.finditer(op)}
         fma_sites = {k for k in fma_sites if k in sites and sites[k].marker == "fma"}
-        if fma_sites:  # an fma site's marker global used in another form: atomic markers
+        if fma_sites:
+            # a key load; any other use of an fma site's marker global names the site, so
+            # that the pipeline gives it the atomic marker
+            m = _ADDR_RE.match(ins.operands[1]) if len(ins.operands) == 2 else None
+            dest = ins.operands[0]
+            idx = min(fma_sites)
+            if _is_key_load(ins) and len(fma_sites) == 1 and m is not None and \
+                    m.group(2) in (None, "0") and _PLAIN_REG.fullmatch(dest) and \
+                    _width_of(ins) == sites[idx].width:
+                key_loads.append((i, dest, idx))
+                continue
             msg = (f"the marker global of site(s) {sorted(fma_sites)} is used by an "
-                   f"instruction that is not a key load")
+                   f"instruction that is not a load of its key")
             raise FmaMarkerError(_fail(kernel_name, msg, s.text(text)).message, fma_sites,
                                  msg)
+        if _is_key_load(ins):
+            idx = _marker_site(ins.operands[1], marker_reg, sites, kernel_name, s, text)
+            raise _fail(kernel_name, f"site {idx}: a load of the marker of a call that "
+                                     f"is not pure (tileiras transformed the call site)",
+                        s.text(text))
         if not _is_marker_cas(ins) or len(ins.operands) != 4:
             raise _fail(kernel_name, "a marker address is used by an instruction that is not "
                                      "a marker (tileiras transformed the call site)",
@@ -335,17 +335,29 @@ class FmaMarkerError(SpliceRewriteError):
 
 def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found,
                         replaced):
-    """The fma markers of pure calls (module docstring): follow the keys through ``mov``
-    and ``xor``, replace each fma with a key multiplicand, and prove that nothing else uses
-    a key or a value blinded by one.
+    """The fma markers of pure calls (module docstring).
 
-    Proven invariant: every register derived from the key K of one site holds ``u ^ K``
-    (a key itself: u = 0) with u free of keys -- one site per register, one key per value.
-    The multiplicand that is a key register (the key on every path) is K; the other one is
-    slot 0 (which may be the key on some paths: there, slot 0 is 0).
+    The rewritten program is the original one run with every key 0 -- the value the loads
+    read -- and each marker fma replaced by its call. Every xor with a key is then the
+    identity, so each value equals the one the original Tile IR computes with the key 0:
+    a blinded slot its argument, an unblinded result its call's result. What needs proof
+    is which fmas are markers and which multiplicand is the key:
 
-    Raises:
-        FmaMarkerError: anything else, naming the sites involved.
+    - a *key register* holds the key of one site on every path: each of its definitions is
+      a load of that site's key or a plain copy of a key register (a greatest fixpoint, so
+      that copies around a loop count);
+    - an *instance* is an ``fma.rn.f64`` with a key-register multiplicand; the other
+      multiplicand is slot 0, the addend slot 1 (either may be the key -- a zero argument --
+      or, when LLVM cancelled the key of a result against the key of the next blinding, the
+      previous call's result itself);
+    - values *derived* from keys (through unguarded ``mov`` and ``xor``, one key each) may
+      only be copied, xor-ed or used by that site's instances; the xor of a key with a
+      register that only instances of that site write is the *unblinding* of a result,
+      whose value goes anywhere.
+
+    Anything else -- a key read by another instruction, an fma that takes a derived value
+    but no key multiplicand, two sites' values combined -- raises :class:`FmaMarkerError`
+    naming the sites (the pipeline gives them atomic markers).
     """
     if not key_loads:
         return []
@@ -354,114 +366,164 @@ def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found
         return FmaMarkerError(_fail(kernel_name, msg, None if i is None else
                                     parsed[i][0].text(text)).message, idxs, msg)
 
-    derived: dict[str, int] = {}   # register -> site
-    derived_defs: set[int] = set()
+    def plain_copy(ins):
+        return ins is not None and ins.base == "mov" and ins.guard is None and \
+            len(ins.operands) == 2 and all(_PLAIN_REG.fullmatch(o) for o in ins.operands)
+
+    load_stmts = {i for i, _reg, _idx in key_loads}
+    # 1. Key registers.
+    key_site: dict[str, int] = {}
     for i, reg, idx in key_loads:
-        if derived.setdefault(reg, idx) != idx:
-            raise fail({idx, derived[reg]}, f"register {reg} holds the keys of sites "
-                                            f"{derived[reg]} and {idx}", i)
-        derived_defs.add(i)
+        if key_site.setdefault(reg, idx) != idx:
+            raise fail({idx, key_site[reg]}, f"register {reg} holds the keys of sites "
+                                              f"{key_site[reg]} and {idx}", i)
     changed = True
     while changed:
         changed = False
         for i, (s, ins) in enumerate(parsed):
-            if ins is None or i in derived_defs:
+            if plain_copy(ins) and ins.operands[1] in key_site:
+                dest, idx = ins.operands[0], key_site[ins.operands[1]]
+                if dest not in key_site:
+                    key_site[dest] = idx
+                    changed = True
+                elif key_site[dest] != idx:
+                    raise fail({idx, key_site[dest]}, f"register {dest} holds the keys of "
+                                                      f"sites {key_site[dest]} and {idx}", i)
+    key_regs = set(key_site)
+    changed = True
+    while changed:
+        changed = False
+        for reg in list(key_regs):
+            if not all(j in load_stmts or (plain_copy(parsed[j][1]) and
+                                           parsed[j][1].operands[1] in key_regs)
+                       for j in defs[reg]):
+                key_regs.discard(reg)
+                changed = True
+
+    # 2. Instances, and the registers only they write (results).
+    instances: dict[int, tuple[int, str, str]] = {}   # statement -> (site, slot 0, slot 1)
+    for i, (s, ins) in enumerate(parsed):
+        if ins is None or ins.base != "fma" or ins.modifiers != ("rn", "f64") or \
+                len(ins.operands) != 4:
+            continue
+        _dest, x, y, z = ins.operands
+        if not all(_PLAIN_REG.fullmatch(o) for o in (x, y, z)):
+            continue   # a slot is never a constant (it holds the key): not an instance
+        if y in key_regs:
+            instances[i] = (key_site[y], x, z)
+        elif x in key_regs:
+            instances[i] = (key_site[x], y, z)
+    results: dict[str, int] = {}
+    for i, (site_idx, _a, _c) in instances.items():
+        dest = parsed[i][1].operands[0]
+        if all(j in instances and instances[j][0] == site_idx for j in defs[dest]):
+            results[dest] = site_idx
+
+    # 3. Derived values and unblinded results.
+    derived: dict[str, int] = dict(key_site)
+    derived_defs: set[int] = set(load_stmts)
+    unblind: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for i, (s, ins) in enumerate(parsed):
+            if ins is None or i in derived_defs or i in unblind or ins.guard is not None or \
+                    ins.base not in ("mov", "xor") or \
+                    len(ins.operands) != {"mov": 2, "xor": 3}[ins.base] or \
+                    not _PLAIN_REG.fullmatch(ins.operands[0]):
                 continue
-            ops = ins.operands
-            srcs = [o for o in ops[1:] if o in derived]
-            if not srcs or ins.guard is not None or ins.base not in ("mov", "xor") or \
-                    len(ops) != {"mov": 2, "xor": 3}[ins.base] or \
-                    not _PLAIN_REG.fullmatch(ops[0]):
+            srcs = [o for o in ins.operands[1:] if o in derived]
+            if not srcs:
                 continue
-            idxs = {derived[o] for o in srcs}
-            if len(srcs) != 1:
-                raise fail(idxs, "two values derived from call-site keys combined by xor", i)
-            [idx] = idxs
-            dest = ops[0]
+            if ins.base == "xor" and len(srcs) == 1 and srcs[0] in key_regs:
+                [other] = [o for o in ins.operands[1:] if o != srcs[0]] or [None]
+                if other is not None and results.get(other) == key_site[srcs[0]]:
+                    unblind.add(i)
+                    changed = True
+                    continue
+            dest = ins.operands[0]
+            idx = derived[srcs[0]]
             if derived.setdefault(dest, idx) != idx:
                 raise fail({idx, derived[dest]}, f"register {dest} holds values of sites "
                                                  f"{derived[dest]} and {idx}", i)
             derived_defs.add(i)
             changed = True
+    # (checked once the fixpoint is reached: an operand may become derived later in the text)
+    for i in derived_defs - load_stmts:
+        ins = parsed[i][1]
+        srcs = [o for o in ins.operands[1:] if o in derived]
+        if len(srcs) != 1:
+            raise fail({derived[o] for o in srcs}, "two values derived from call-site keys "
+                                                   "combined by xor", i)
+    for i in unblind:
+        ins = parsed[i][1]
+        if any(o in derived and o not in key_regs for o in ins.operands[1:]) or \
+                ins.operands[0] in derived:
+            raise fail({derived.get(o) for o in ins.operands if o in derived} - {None},
+                       "an unblinded call result is also derived from a key", i)
     for reg, idx in derived.items():
         others = [j for j in defs[reg] if j not in derived_defs]
         if others:
             raise fail({idx}, f"register {reg} holds a value of the marker of site {idx} but "
                               f"is also written by other instructions", others[0])
-    # Registers that hold the key itself on every path: every definition a key load or a
-    # mov of such a register (the greatest fixpoint, so that copies around a loop count).
-    # A register that is the key on one path and a blinded argument on another (a masked
-    # load: xor(0, K) folds to K where the element is masked off) is a blinded value.
-    key_regs = set(derived)
-    changed = True
-    while changed:
-        changed = False
-        for reg in list(key_regs):
-            if not all(parsed[j][1].base == "ld" or (parsed[j][1].base == "mov" and
-                                                     parsed[j][1].operands[1] in key_regs)
-                       for j in defs[reg]):
-                key_regs.discard(reg)
-                changed = True
+
+    # 4. Nothing else reads a derived value.
+    for i, (s, ins) in enumerate(parsed):
+        if ins is None or i in derived_defs or i in unblind:
+            continue
+        sources = ins.operands[1:] if destinations(ins) else ins.operands
+        used = {derived[r] for op in sources for r in registers_in(op) if r in derived}
+        if not used:
+            continue
+        if i not in instances:
+            raise fail(used, f"a value of the marker of site(s) {sorted(used)} is used by an "
+                             f"instruction that is not a marker", i)
+        if used != {instances[i][0]}:
+            raise fail(used | {instances[i][0]}, f"a marker fma mixes the values of sites "
+                                                 f"{sorted(used | {instances[i][0]})}", i)
 
     # The key is 0: every read of a key register becomes the literal 0 (a copy of the key
     # a move of 0, an xor with it a move of the other operand, a key operand of a marker
-    # 0), and the key loads go. Not merely "the load becomes mov 0": LLVM loads a key only
-    # on the paths that use it and rotates copies of it through unrolled loops, and ptxas
-    # does not fold an xor with a register that is 0 on some paths and undefined on others.
+    # 0), and the loads of key registers go. Not merely "the load becomes mov 0": LLVM
+    # loads a key only on the paths that use it and rotates copies of it through unrolled
+    # loops, and ptxas does not fold an xor with a register that is 0 on some paths and
+    # undefined on others. A load into a register that is a blinded value on another path
+    # (still read) becomes mov 0.
     def zero(op):
         return "0" if op in key_regs else op
 
     edits = []
     for i, reg, idx in key_loads:
         s, ins = parsed[i]
-        if reg in key_regs:   # never read any more
+        if reg in key_regs:
             edits.append((s.start, s.end, f"// splice: load of the key of site {idx} removed "
                                           f"(the key is 0)"))
-        else:                 # also a blinded value on another path: still read
+        else:
             guard = f"@{ins.guard} " if ins.guard else ""
             edits.append((s.start, s.end, f"{guard}mov.b64 \t{reg}, 0; // splice: the key of "
                                           f"site {idx} (0)"))
-    for i in derived_defs:
+    for i in sorted((derived_defs - load_stmts) | unblind):
         s, ins = parsed[i]
-        if ins.base == "ld" or not key_regs & set(ins.operands[1:]):
+        keys = [o for o in ins.operands[1:] if o in key_regs]
+        if not keys:
             continue
         dest = ins.operands[0]
-        idx = derived[dest]
+        idx = key_site[keys[0]]
         if ins.base == "mov":
             new = f"mov.b64 \t{dest}, 0; // splice: copy of the key of site {idx} (0)"
         else:
-            [other] = [o for o in ins.operands[1:] if o not in key_regs]
+            [other] = [o for o in ins.operands[1:] if o not in key_regs] or ["0"]
             new = f"mov.b64 \t{dest}, {other}; // splice: xor with the key of site {idx} (0)"
         edits.append((s.start, s.end, new))
-    for i, (s, ins) in enumerate(parsed):
-        if ins is None or i in derived_defs:
-            continue
-        sources = ins.operands[1:] if destinations(ins) else ins.operands
-        used = {derived[r] for op in sources for r in registers_in(op) if r in derived}
-        if not used:
-            continue
-        if not (ins.base == "fma" and ins.modifiers == ("rn", "f64") and
-                len(ins.operands) == 4 and all(o in derived for o in ins.operands[1:])):
-            raise fail(used, f"a value of the marker of site(s) {sorted(used)} is used by an "
-                             f"instruction that is not a marker", i)
-        if len(used) != 1:
-            raise fail(used, f"a marker fma mixes the values of sites {sorted(used)}", i)
-        [idx] = used
-        dest, x, y, z = ins.operands
-        # The key is the multiplicand that is the key on every path; the other is slot 0.
-        if y in key_regs:
-            slot0 = x
-        elif x in key_regs:
-            slot0 = y
-        else:
-            raise fail(used, f"a marker fma of site {idx} without its key as a multiplicand",
-                       i)
+    for i in sorted(instances):
+        s, ins = parsed[i]
+        idx, slot0, slot1 = instances[i]
         site = sites[idx]
         if site.width != 64:
-            raise fail(used, f"site {idx}: fma marker of a {site.width}-bit site", i)
+            raise fail({idx}, f"site {idx}: fma marker of a {site.width}-bit site", i)
         found[idx] += 1
-        edits.append((s.start, s.end, call_block(site, ins.guard, dest, (zero(slot0), zero(z)),
-                                                 replaced[idx])))
+        edits.append((s.start, s.end, call_block(site, ins.guard, ins.operands[0],
+                                                 (zero(slot0), zero(slot1)), replaced[idx])))
         replaced[idx] += 1
     return edits
 

@@ -123,6 +123,7 @@ def kernels(draw):
                 pieces.append(("keyuse", f"\tmov.b64 \t%rdk{20 + i}, %rdk{i};\n"))
                 keys[i].append(f"%rdk{20 + i}")
     blinded = [0]
+    results = {i: [] for i in site_ids}   # unblinded result registers of fma sites
     n_stmts = draw(st.integers(1, 30))
     label = 0
     for _ in range(n_stmts):
@@ -166,12 +167,28 @@ def kernels(draw):
                     if masked:
                         pieces.append(("filler", f"$Lm{blinded[0]}:\n"))
                     slots.append(b)
+                if results[i] and draw(st.integers(0, 3)) == 0:
+                    # the result of an earlier call as slot 0: LLVM cancels the key of its
+                    # unblinding against the key of this blinding (acc = f(acc, x))
+                    slots[0] = draw(st.sampled_from(results[i]))
                 mul = (slots[0], key) if draw(st.booleans()) else (key, slots[0])
                 guard = draw(st.sampled_from(["", "@%p1 ", "@!%p3 "]))
-                dest = f"%rd{draw(st.integers(10, 19))}"
+                unblind = not guard and draw(st.booleans())
+                if unblind:  # a result register of its own, unblinded, then stored
+                    blinded[0] += 1
+                    dest = f"%rdx{blinded[0]}"
+                else:
+                    dest = f"%rd{draw(st.integers(10, 19))}"
                 pieces.append(("marker", f"\t{guard}fma.rn.f64 \t{dest}, {mul[0]}, {mul[1]}, "
                                          f"{slots[1]};\n", (slots[0], slots[1])))
                 counts[i] += 1
+                if unblind:
+                    results[i].append(dest)
+                    blinded[0] += 1
+                    u = f"%rdx{blinded[0]}"
+                    x, y = (dest, key) if draw(st.booleans()) else (key, dest)
+                    pieces.append(("keyuse", f"\txor.b64 \t{u}, {x}, {y};\n"))
+                    pieces.append(("filler", f"\tst.global.b64 \t[%rd3], {u};\n"))
                 continue
             w = _marker_width(i)
             reg = REG[w]
@@ -421,7 +438,7 @@ def test_fma_marker_becomes_call_with_key_zero():
      "\tadd.s64 \t%rd4, %rd2, 1;\n", "not a marker", {0}),
     # the key only as the addend
     ("\tld.global.b64 \t%rd1, [__splice_marker_0];\n\txor.b64 \t%rd2, %rd1, %rd5;\n"
-     "\tfma.rn.f64 \t%rd3, %rd2, %rd2, %rd1;\n", "without its key as a multiplicand", {0}),
+     "\tfma.rn.f64 \t%rd3, %rd2, %rd2, %rd1;\n", "not a marker", {0}),
     # two keys' values combined: the key cancels
     ("\tld.global.b64 \t%rd1, [__splice_marker_0];\n\txor.b64 \t%rd2, %rd1, %rd5;\n"
      "\txor.b64 \t%rd4, %rd2, %rd1;\n\tfma.rn.f64 \t%rd3, %rd4, %rd1, %rd1;\n",
@@ -436,7 +453,7 @@ def test_fma_marker_becomes_call_with_key_zero():
     # neither multiplicand is the key on every path: which one is the key?
     ("\tld.global.b64 \t%rd1, [__splice_marker_0];\n\txor.b64 \t%rd2, %rd1, %rd5;\n"
      "\tmov.b64 \t%rd4, %rd1;\n\tmov.b64 \t%rd4, %rd2;\n\tfma.rn.f64 \t%rd3, %rd4, %rd2, "
-     "%rd1;\n", "without its key as a multiplicand", {0}),
+     "%rd1;\n", "not a marker", {0}),
     ("\tld.global.b64 \t%rd1, [__splice_marker_0];\n"
      "\tfma.rn.ftz.f64 \t%rd3, %rd1, %rd1, %rd1;\n", "not a marker", {0}),
 ])
@@ -450,7 +467,7 @@ def test_unprovable_fma_markers_name_their_sites(body, needle, sites):
 def test_atomic_marker_of_an_fma_site_is_an_error():
     from splice.rewrite import FmaMarkerError
     src = _fma_kernel("\tatom.global.cas.b64 \t%rd2, [__splice_marker_0], %rd1, 0;\n")
-    with pytest.raises(FmaMarkerError, match="not a key load"):
+    with pytest.raises(FmaMarkerError, match="not a load of its key"):
         splice_calls(Module(src), FMA_SITES, kernel_name="k")
 
 
