@@ -159,7 +159,8 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
         pure (bool): True (default): no side effects, and the result depends only on the
             arguments (memory read through a pointer argument must not be written by the
             kernel during the launch): an unused call may be removed, and a call may be
-            hoisted out of a loop or moved across the kernel's loads and stores. False:
+            hoisted out of a loop (running even when the loop runs zero times) or moved
+            across the kernel's loads and stores. False:
             kept, in place and in order with the kernel's memory operations, run exactly
             once per element. Void externs are always treated as impure.
         inline (str): "auto" (default): paste the function's PTX body at each call site when
