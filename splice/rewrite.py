@@ -251,25 +251,7 @@ def _splice_function(module: Module, fn: Function, sites, kernel_name, found, re
             if MARKER_RE.search(op) or any(r in marker_reg for r in registers_in(op)):
                 raise _fail(kernel_name, "a marker address is used as a data operand",
                             s.text(text))
-        m = _ADDR_RE.match(addr)
-        if m is None:
-            raise _fail(kernel_name, f"unexpected marker address operand {addr!r}",
-                        s.text(text))
-        base, offset = m.group(1), m.group(2)
-        if offset not in (None, "0"):
-            raise _fail(kernel_name, f"marker address with offset {offset}", s.text(text))
-        if base.startswith("%"):
-            if base not in marker_reg:
-                raise _fail(kernel_name, "marker compare-and-swap through an unknown address",
-                            s.text(text))
-            idx = marker_reg[base]
-        else:
-            mm = MARKER_RE.fullmatch(base)
-            if mm is None:
-                raise _fail(kernel_name, f"unexpected marker address {base!r}", s.text(text))
-            idx = int(mm.group(1))
-        if idx not in sites:
-            raise _fail(kernel_name, f"marker of unknown call site {idx}", s.text(text))
+        idx = _marker_site(addr, marker_reg, sites, kernel_name, s, text)
         found[idx] += 1
         site = sites[idx]
         if ins.modifiers[-1] != f"b{site.width}":
@@ -301,9 +283,11 @@ def _width_of(ins: Instruction) -> int:
 def _marker_site(addr: str, marker_reg, sites, kernel_name, s, text) -> int:
     """The site index of a marker address operand ``[sym]`` or ``[%reg]``."""
     m = _ADDR_RE.match(addr)
-    if m is None or m.group(2) not in (None, "0"):
+    if m is None:
         raise _fail(kernel_name, f"unexpected marker address operand {addr!r}", s.text(text))
-    base = m.group(1)
+    base, offset = m.group(1), m.group(2)
+    if offset not in (None, "0"):
+        raise _fail(kernel_name, f"marker address with offset {offset}", s.text(text))
     if base.startswith("%"):
         if base not in marker_reg:
             raise _fail(kernel_name, "marker access through an unknown address", s.text(text))
