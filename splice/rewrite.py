@@ -214,14 +214,13 @@ def _splice_function(module: Module, fn: Function, sites, kernel_name, found, re
     for i, (s, ins) in enumerate(parsed):
         if ins is None or i in address_defs:
             continue
-        uses_marker = any(MARKER_RE.search(op) for op in ins.operands) or any(
-            r in marker_reg for op in ins.operands for r in registers_in(op))
-        if not uses_marker:
+        # the sites whose marker symbol or address register this instruction names
+        named = {marker_reg[r] for op in ins.operands for r in registers_in(op)
+                 if r in marker_reg} | {int(m.group(1)) for op in ins.operands
+                                        for m in MARKER_RE.finditer(op)}
+        if not named:
             continue
-        fma_sites = {marker_reg[r] for op in ins.operands for r in registers_in(op)
-                     if r in marker_reg} | {int(m.group(1)) for op in ins.operands
-                                            for m in MARKER_RE.finditer(op)}
-        fma_sites = {k for k in fma_sites if k in sites and sites[k].marker == "fma"}
+        fma_sites = {k for k in named if k in sites and sites[k].marker == "fma"}
         if fma_sites:
             # a key load; any other use of an fma site's marker global names the site, so
             # that the pipeline gives it the atomic marker
