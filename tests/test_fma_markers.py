@@ -154,26 +154,24 @@ SPECIAL_I64 = [0, 1, -1, 0x7FF8000000000000, 0x7FF0000000000000, -0x800000000000
                0x7FFFFFFFFFFFFFFF]
 
 
-def make_const_dd(c0, c1):
-    """hash_dd with constant (or None: the loaded tile) arguments."""
+def _make_const(fn, zero_dtype, c0, c1):
+    """fn with constant (or None: the loaded tile) arguments."""
     @splice.kernel
-    def const_dd(x, y, TILE: ConstInt):
+    def const_args(x, y, TILE: ConstInt):
         t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
         a = t if c0 is None else c0
         b = t if c1 is None else c1
         # + a zero tile: with both arguments constant the call is 0-d
-        ct.store(y, index=(ct.bid(0),), tile=hash_dd(a, b) + ct.full((TILE,), 0, ct.uint64))
-    return const_dd
+        ct.store(y, index=(ct.bid(0),), tile=fn(a, b) + ct.full((TILE,), 0, zero_dtype))
+    return const_args
+
+
+def make_const_dd(c0, c1):
+    return _make_const(hash_dd, ct.uint64, c0, c1)
 
 
 def make_const_ll(c0, c1):
-    @splice.kernel
-    def const_ll(x, y, TILE: ConstInt):
-        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
-        a = t if c0 is None else c0
-        b = t if c1 is None else c1
-        ct.store(y, index=(ct.bid(0),), tile=hash_ll(a, b) + ct.full((TILE,), 0, ct.int64))
-    return const_ll
+    return _make_const(hash_ll, ct.int64, c0, c1)
 
 
 def make_full_dd(c0, c1):
@@ -189,13 +187,7 @@ def make_full_dd(c0, c1):
 
 
 def make_const_ff(c0, c1):
-    @splice.kernel
-    def const_ff(x, y, TILE: ConstInt):
-        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
-        a = t if c0 is None else c0
-        b = t if c1 is None else c1
-        ct.store(y, index=(ct.bid(0),), tile=hash_ff(a, b) + ct.full((TILE,), 0, ct.uint32))
-    return const_ff
+    return _make_const(hash_ff, ct.uint32, c0, c1)
 
 
 def make_const_4f(c):

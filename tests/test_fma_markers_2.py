@@ -42,7 +42,8 @@ from splice.ptx import Module, Param
 from splice.rewrite import MARKER_RE, FmaMarkerError, SiteCall, splice_calls
 from splice.types import parse_signature
 from test_fma_markers import _check_build, _extern, _fma_sites, _hand_kernel, \
-    check_fma_slots, check_rewrite_semantics, dev  # noqa: F401 -- dev is a fixture
+    _statements, check_fma_slots, check_rewrite_semantics, \
+    dev  # noqa: F401 -- dev is a fixture
 
 ConstInt = ct.Constant[int]
 INT64_MAX = 0x7FFFFFFFFFFFFFFF
@@ -315,23 +316,6 @@ def _two_site_kernel(body):
     return src.replace(".visible .global .align 8 .b8 __splice_marker_0[8];\n",
                        ".visible .global .align 8 .b8 __splice_marker_0[8];\n"
                        ".visible .global .align 8 .b8 __splice_marker_1[8];\n")
-
-
-def _statements(text):
-    body = text[text.index(".entry"):]
-    body = re.sub(r"//[^\n]*", "", body[body.index("{") + 1:])
-    out = []
-    for piece in re.split(r";|\n", body):
-        piece = piece.strip()
-        while (m := re.match(r"^([$\w]+):\s*(.*)$", piece)):
-            out.append(("label", m.group(1)))
-            piece = m.group(2).strip()
-        if not piece or piece in ("{", "}") or piece.startswith("."):
-            continue
-        m = re.match(r"^(@!?%\w+\s+)?([\w.:]+)\s*(.*)$", piece)
-        ops = [o.strip() for o in re.split(r",(?![^(]*\))", m.group(3))] if m.group(3) else []
-        out.append(("ins", m.group(1).strip() if m.group(1) else None, m.group(2), ops))
-    return out
 
 
 def run_two_sites(text, params, keys, seed=1, max_steps=20_000):
