@@ -10,7 +10,7 @@ from pathlib import Path
 
 from . import _cutile
 from .errors import SpliceDeclarationError
-from .fragments import CudaSource, Fragment, PtxSource
+from .fragments import ENTRY_POINTS, FILE_KINDS, CudaSource, Fragment, PtxSource
 from .types import Signature, parse_signature, signature_from_annotations
 
 _C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -54,8 +54,49 @@ def _func_where(func) -> tuple[str, Path | None]:
     return f"{code.co_filename}:{code.co_firstlineno}", Path(code.co_filename).resolve().parent
 
 
-def _resolve_path(path, base: Path | None, what: str) -> Path:
+_CODE_HINTS = (("ptx", re.compile(r"(^|\n)\s*\.(version|target|address_size|visible|func|entry)"
+                                  r"\b")),
+               ("cuda", re.compile(r"extern\s+\"C\"|__device__|__global__|#include")))
+
+
+def _not_a_path(path) -> str | None:
+    """Why ``path`` cannot be a file name (text or bytes where a path goes), or None."""
+    if isinstance(path, (bytes, bytearray)):
+        return f"got {len(path)} bytes, not a path"
+    if not isinstance(path, (str, os.PathLike)):
+        return f"a path must be a str or os.PathLike, got {type(path).__name__}"
+    text = os.fspath(path)
+    if not isinstance(text, str):
+        return "a path must be a str or os.PathLike of str"
+    for looks, pattern in _CODE_HINTS:
+        if pattern.search(text):
+            return f"the path looks like {'PTX' if looks == 'ptx' else 'CUDA C'} text"
+    if "\n" in text or "\0" in text:
+        return "the path holds a newline or NUL: it is text, not a file name"
+    if len(text) > 4096 or any(len(p) > 255 for p in text.split(os.sep)):
+        return f"a {len(text)}-character string is too long for a file name"
+    return None
+
+
+def _resolve_path(path, base: Path | None, what: str, kind: str) -> Path:
+    """The file ``path`` names, for a declaration taking files of ``kind`` (a
+    :data:`splice.fragments.FILE_KINDS` value).
+
+    Raises:
+        SpliceDeclarationError: text or bytes where a path goes, a suffix of another kind,
+            a directory, or a missing file; each says which declaration to use instead.
+    """
+    why = _not_a_path(path)
+    if why is not None:
+        looks = next((k for k, pat in _CODE_HINTS if isinstance(path, str) and pat.search(path)),
+                     kind)
+        raise SpliceDeclarationError(f"{what}: {why}; {ENTRY_POINTS[looks][1]}")
     p = Path(os.fspath(path))
+    other = FILE_KINDS.get(p.suffix.lower())
+    if other is not None and other != kind:
+        raise SpliceDeclarationError(
+            f"{what}: {p.name} is a {p.suffix} file, which {ENTRY_POINTS[kind][0]} does not "
+            f"take: use {ENTRY_POINTS[other][0]}")
     if p.is_absolute():
         candidates = [p]
     else:
@@ -63,6 +104,9 @@ def _resolve_path(path, base: Path | None, what: str) -> Path:
     for c in candidates:
         if c.is_file():
             return c.resolve()
+        if c.is_dir():
+            raise SpliceDeclarationError(f"{what}: {os.fspath(path)!r} is a directory, not a "
+                                         f"file ({c.resolve()})")
     tried = ", ".join(dict.fromkeys(str(c.resolve()) for c in candidates))
     raise SpliceDeclarationError(f"{what}: file {os.fspath(path)!r} not found (tried {tried})")
 
@@ -83,9 +127,10 @@ def _check_symbol(symbol, what: str) -> str:
 
 
 def _check_options(options, include_dirs, defines, what: str):
-    if isinstance(options, str) or not all(isinstance(o, str) for o in options):
-        raise SpliceDeclarationError(f"{what}: options must be a list of strings, "
-                                     f"got {options!r}")
+    if isinstance(options, str) or not isinstance(options, (list, tuple)) or \
+            not all(isinstance(o, str) for o in options):
+        raise SpliceDeclarationError(f"{what}: options must be a list of strings such as "
+                                     f"['-std=c++17'], got {options!r}")
     for o in options:
         if o.startswith(("-arch", "--gpu-architecture", "-rdc", "--relocatable-device-code")):
             raise SpliceDeclarationError(
@@ -94,8 +139,15 @@ def _check_options(options, include_dirs, defines, what: str):
             raise SpliceDeclarationError(
                 f"{what}: option {o!r} would be ignored: NVRTC makes PTX here, and splice "
                 f"assembles the kernel with tileiras's own ptxas flags")
-    if isinstance(include_dirs, str):
+    if isinstance(include_dirs, (str, os.PathLike)):
         include_dirs = [include_dirs]
+    if not isinstance(include_dirs, (list, tuple)) or \
+            not all(isinstance(d, (str, os.PathLike)) for d in include_dirs):
+        raise SpliceDeclarationError(f"{what}: include_dirs must be a list of directory paths, "
+                                     f"got {include_dirs!r}")
+    if defines is not None and not isinstance(defines, dict):
+        raise SpliceDeclarationError(f"{what}: defines must be a dict such as {{'N': 4, "
+                                     f"'FAST': None}}, got {defines!r}")
     defs = []
     for k, v in (defines or {}).items():
         if not isinstance(k, str) or not _C_IDENT.fullmatch(k):
@@ -180,6 +232,11 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
     """
     def decorate(stub):
         where, base = _func_where(stub)
+        if not callable(stub):
+            raise SpliceDeclarationError(
+                f"extern declared at {where}: @splice.extern(...) decorates a typed stub "
+                f"function (def f(x: ct.float32) -> ct.float32: ...), got "
+                f"{type(stub).__name__} {stub!r}"[:300])
         ext_name = getattr(stub, "__name__", "")
         if not _C_IDENT.fullmatch(ext_name or ""):
             if name is None:
@@ -194,7 +251,7 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
             raise SpliceDeclarationError(f"{what}: source must be CUDA C text (str), got "
                                          f"{type(source).__name__}; use path= for a file")
         opts, incs, defs = _check_options(options, include_dirs, defines, what)
-        file = _resolve_path(path, base, what) if path is not None else None
+        file = _resolve_path(path, base, what, "cuda") if path is not None else None
 
         if name is not None and is_cxx_name(name):
             return _declare_cxx(stub, name, signature, pure, inline, where, CudaSource(
@@ -244,8 +301,12 @@ def from_ptx(path=None, /, *, ptx: str | None = None, name: str, signature: str,
     if (path is None) == (ptx is None):
         raise SpliceDeclarationError(f"{what}: give exactly one of a path or ptx=")
     if ptx is not None and not isinstance(ptx, str):
-        raise SpliceDeclarationError(f"{what}: ptx must be text (str)")
-    file = _resolve_path(path, base, what) if path is not None else None
+        raise SpliceDeclarationError(f"{what}: ptx must be text (str), got "
+                                     f"{type(ptx).__name__}")
+    if ptx is not None and not ptx.strip():
+        raise SpliceDeclarationError(f"{what}: ptx= is empty; give the PTX text of a module "
+                                     f"defining .func {name}")
+    file = _resolve_path(path, base, what, "ptx") if path is not None else None
     if signature is None:
         raise SpliceDeclarationError(f"{what}: signature= is required for PTX externs")
     return _declare(None, symbol=name, signature=signature, pure=pure,
@@ -272,8 +333,12 @@ def from_ltoir(path=None, /, *, data: bytes | None = None, name: str, signature:
     if (path is None) == (data is None):
         raise SpliceDeclarationError(f"{what}: give exactly one of a path or data=")
     if data is not None and not isinstance(data, (bytes, bytearray)):
-        raise SpliceDeclarationError(f"{what}: data must be LTO-IR bytes")
-    file = _resolve_path(path, base, what) if path is not None else None
+        raise SpliceDeclarationError(f"{what}: data must be LTO-IR bytes, got "
+                                     f"{type(data).__name__}; a .ltoir file goes as the path")
+    if data is not None and not data:
+        raise SpliceDeclarationError(f"{what}: data= is empty; give the bytes of an LTO-IR "
+                                     f"module (nvcc -dlto, NVRTC -dlto)")
+    file = _resolve_path(path, base, what, "ltoir") if path is not None else None
     return _declare(None, symbol=name, signature=signature, pure=pure,
                     fragment_factory=lambda s, g: LtoirSource(
                         data=None if data is None else bytes(data), path=file, where=where,
@@ -296,7 +361,7 @@ def from_object(path, /, *, name: str, signature: str, pure: bool = True):
     from .fragments import BINARY_SUFFIXES, BinarySource
     where, base = _caller_where(2)
     what = f"extern '{name}' at {where}"
-    file = _resolve_path(path, base, what)
+    file = _resolve_path(path, base, what, "binary")
     if file.suffix.lower() not in BINARY_SUFFIXES:
         raise SpliceDeclarationError(
             f"{what}: {file.name}: a binary object must end in "
@@ -351,7 +416,7 @@ class Library:
         if source is not None and not isinstance(source, str):
             raise SpliceDeclarationError(f"{what}: source must be CUDA C text (str)")
         opts, incs, defs = _check_options(options, include_dirs, defines, what)
-        file = _resolve_path(path, base, what) if path is not None else None
+        file = _resolve_path(path, base, what, "cuda") if path is not None else None
         self.fragment = CudaSource(text=source, path=file, options=opts, include_dirs=incs,
                                    defines=defs, where=where)
         self._declared: dict[tuple[str, str], Declared] = {}

@@ -385,6 +385,24 @@ class LtoirSource(Fragment):
 BINARY_SUFFIXES = {".cubin": "CUBIN", ".fatbin": "FATBIN", ".o": "OBJECT", ".obj": "OBJECT",
                    ".a": "LIBRARY", ".lib": "LIBRARY"}
 
+#: The one table of device-code file kinds: suffix -> kind. A declaration refuses a file
+#: whose suffix names another kind (``extern(path="f.ptx")`` -> "use from_ptx").
+FILE_KINDS = {".cu": "cuda", ".cuh": "cuda", ".ptx": "ptx", ".ltoir": "ltoir",
+              **{s: "binary" for s in BINARY_SUFFIXES}}
+
+#: The declaration that takes each kind of file, and how to pass that kind as text/bytes.
+ENTRY_POINTS = {
+    "cuda": ("splice.extern(path=...) or splice.library(path=...)",
+             "pass CUDA C text as splice.extern(source=...) or splice.library(source=...)"),
+    "ptx": ("splice.extern.from_ptx(path, ...)",
+            "pass PTX text as splice.extern.from_ptx(ptx=...)"),
+    "ltoir": ("splice.extern.from_ltoir(path, ...)",
+              "pass LTO-IR bytes as splice.extern.from_ltoir(data=...)"),
+    "binary": ("splice.extern.from_object(path, ...)",
+               "from_object takes a file; pass PTX text as from_ptx(ptx=...) or LTO-IR bytes "
+               "as from_ltoir(data=...)"),
+}
+
 
 def abi_prototype(symbol: str, sig) -> str:
     """The ``.extern .func`` declaration of an ``extern "C"`` function with ``sig`` in the
