@@ -140,6 +140,7 @@ def _cmd_cache(a) -> int:
 
 def _cmd_doctor(a) -> int:
     from . import _cutile, cache, toolchain
+    from .errors import SpliceError
     problems = 0
 
     def line(ok, what, detail):
@@ -169,7 +170,10 @@ def _cmd_doctor(a) -> int:
         line(True, "nvJitLink", f"{major}.{minor}")
     except Exception as e:
         line(False, "nvJitLink", e)
-    dis = toolchain.nvdisasm()
+    try:
+        dis = toolchain.nvdisasm()
+    except SpliceError:
+        dis = None
     line(dis is not None, "nvdisasm", dis or "not found (no SASS listings)")
     inc = toolchain.cuda_include_dir()
     line(inc is not None, "CUDA headers", inc or "cuda_fp16.h not found")

@@ -17,7 +17,9 @@ What it uses, and why (DESIGN.md F9/F10):
   cuTile's own launcher and launch cache.
 
 ``check_supported_cutile()`` fails loudly when a cuda-tile outside the supported range is
-installed or when any of these names moved; ``tests/test_cutile_contract.py`` exercises it.
+installed or when any of these names moved; it runs on the first trace (not at import, so
+that ``python -m splice doctor`` can report it); ``tests/test_cutile_contract.py`` exercises
+it. Every private cuTile import of splice is in this module.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from typing import Any, Optional, Sequence
 
 import cuda.tile as ct
 
-from .errors import SpliceCallError, SpliceError, SpliceToolchainError
+from .errors import SpliceCallError, SpliceDeclarationError, SpliceError, \
+    SpliceToolchainError
 from .types import Signature
 
 SUPPORTED_CUTILE = ((1, 7), (1, 8))  # [low, high)
@@ -61,6 +64,19 @@ try:
 except (ImportError, AttributeError) as e:  # pragma: no cover - exercised by contract test
     _IMPORT_ERROR = e
 
+    # Stand-ins for the names this module uses at import, so that ``import splice`` and
+    # ``python -m splice doctor`` still work; the first trace raises (check_supported_cutile).
+    class Operation:  # type: ignore[no-redef]
+        def __init_subclass__(cls, **kwargs):
+            pass
+
+    def attribute(*args, **kwargs):  # type: ignore[no-redef]
+        return None
+
+    operand = attribute
+    TileAtomicCAS = Operation  # type: ignore[misc]
+    ir = type("ir", (), {"MemoryEffect": type("MemoryEffect", (), {"STORE": None})})
+
 
 def cutile_version() -> str:
     return importlib.metadata.version("cuda-tile")
@@ -81,7 +97,16 @@ def check_supported_cutile() -> None:
             f"cuda-tile {ver} lacks an internal API splice uses: {_IMPORT_ERROR}")
 
 
-check_supported_cutile()
+_supported = False
+
+
+def ensure_supported_cutile() -> None:
+    """:func:`check_supported_cutile` once per process, on first trace (not at import, so
+    that ``import splice`` and ``python -m splice doctor`` work with any cuda-tile)."""
+    global _supported
+    if not _supported:
+        check_supported_cutile()
+        _supported = True
 
 
 # --------------------------------------------------------------------------------------------
@@ -846,6 +871,7 @@ def trace_kernel(kernel: ct.kernel, signature, arch: str, context=None,
     of every extern in it, and the tileiras flags cuTile would use for ``arch``. Pure call
     sites whose index is in ``atomic_sites`` get the atomic marker (see
     :class:`SplicePureCall`)."""
+    ensure_supported_cutile()
     from cuda.tile._cext import default_tile_context
     context = context or default_tile_context
     ann = kernel._annotated_function
@@ -864,6 +890,8 @@ def trace_kernel(kernel: ct.kernel, signature, arch: str, context=None,
 
 def tileiras_path() -> str:
     """Path of the tileiras cuTile would run (pip package first, then PATH, CUDA_HOME)."""
+    if _IMPORT_ERROR is not None:
+        check_supported_cutile()
     try:
         return _find_compiler_bin().path
     except FileNotFoundError as e:
@@ -871,7 +899,16 @@ def tileiras_path() -> str:
 
 
 def current_arch() -> str:
-    return format_sm_arch(*get_compute_capability())
+    """The architecture of the current GPU ("sm_90").
+
+    Raises:
+        SpliceToolchainError: no GPU or CUDA driver (libcuda) on this machine."""
+    ensure_supported_cutile()
+    try:
+        return format_sm_arch(*get_compute_capability())
+    except Exception as e:  # cuTile raises OSError (no libcuda) or its own driver errors
+        raise SpliceToolchainError(
+            f"no GPU to take the architecture from ({type(e).__name__}: {e})") from None
 
 
 def signature_from_args(kernel, args):
@@ -905,12 +942,33 @@ class SpliceKernel(ct.kernel):
 
         Pass the launch arguments (needs a GPU to derive the signature), or a
         ``cuda.tile.compilation.KernelSignature`` and an ``arch`` such as ``"sm_90"`` (no
-        GPU needed)."""
+        GPU needed).
+
+        Raises:
+            SpliceDeclarationError: neither arguments nor ``signature=``, or arguments cuTile
+                cannot make a signature of.
+            SpliceToolchainError: no ``arch=`` (or launch arguments) on a machine without a
+                GPU; and as for :func:`splice.build`.
+        """
         from . import pipeline
-        if signature is None:
-            if not args:
-                raise TypeError("inspect() needs the kernel's launch arguments or signature=")
-            signature = signature_from_args(self, args)
-        if arch is None:
-            arch = current_arch()
+        name, where = pipeline._kernel_desc(self)
+        what = f"kernel '{name}' ({where}): inspect()"
+        if signature is None and not args:
+            raise SpliceDeclarationError(
+                f"{what} needs the kernel's launch arguments, or signature= (a "
+                f"cuda.tile.compilation.KernelSignature) and arch='sm_90'")
+        if arch is None or signature is None:
+            try:
+                arch = arch or current_arch()
+                signature = signature or signature_from_args(self, args)
+            except SpliceToolchainError as e:
+                raise SpliceToolchainError(
+                    f"{what} {'with launch arguments ' if args else 'without arch= '}needs "
+                    f"this machine's GPU: {e.message}; pass "
+                    f"signature=KernelSignature(...) and arch='sm_90' (or 'sm_80', 'sm_100') "
+                    f"to compile without a GPU") from None
+            except Exception as e:  # cuTile cannot make a signature of these arguments
+                raise SpliceDeclarationError(
+                    f"{what}: cuTile cannot make a kernel signature of the arguments given "
+                    f"({type(e).__name__}: {e}); pass them as for ct.launch") from None
         return pipeline.build(self, signature, arch, None, keep_stages=True)

@@ -44,9 +44,9 @@ class SpliceCallError(SpliceError, TileTypeError):
     kernel; cuTile's formatting adds the call site and its source line."""
 
     def __init__(self, message: str, loc=None):
+        # without a loc, cuTile's own default (its "unknown location"): no private import
+        TileTypeError.__init__(self, message, *(() if loc is None else (loc,)))
         SpliceError.__init__(self, message)
-        from cuda.tile._exception import Loc  # cuTile's public exception carries a Loc
-        self.loc = loc if loc is not None else Loc.unknown()
 
     def __str__(self) -> str:
         return TileTypeError.__str__(self)

@@ -130,3 +130,73 @@ def test_pure_call_reaches_ptx_as_keyed_f64_fma(arch):
     fmas = re.findall(r"fma\.rn\.f64 \s*%\w+, (%\w+), (%\w+), (%\w+);", ptx)
     assert fmas and all(key in (x, y) for x, y, _z in fmas)
     assert "f32x2" not in ptx and "atom." not in ptx
+
+
+# ------------------------------------------------------------------ the contract check is lazy
+
+def _run_python(code: str, tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{root / 'tests'}",
+               SPLICE_CACHE_DIR=str(tmp_path / "cache"))
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+_FAKE_VERSION = """
+import importlib.metadata as md
+real = md.version
+md.version = lambda n: "1.9.0" if n == "cuda-tile" else real(n)
+"""
+
+
+def test_doctor_reports_an_unsupported_cutile_instead_of_dying(tmp_path):
+    # issue 9: the check ran at import, so `python -m splice doctor` died before reporting
+    r = _run_python(_FAKE_VERSION + "import sys\nfrom splice.__main__ import main\n"
+                    "sys.exit(main(['doctor']))", tmp_path)
+    assert "Traceback" not in r.stderr, r.stderr
+    assert "[!!] cuda-tile: splice supports cuda-tile >=1.7,<1.8; found 1.9.0" in r.stdout
+    assert r.returncode == 1
+
+
+def test_unsupported_cutile_is_refused_at_first_trace(tmp_path):
+    r = _run_python(_FAKE_VERSION + """
+import kernels as K, splice
+sig = K.signature(K.array(K.ct.float32), K.array(K.ct.float32), 256)
+try:
+    splice.compile(K.ptx_kernel, sig, "sm_90")
+except splice.SpliceToolchainError as e:
+    print("refused:", e)
+""", tmp_path)
+    assert "refused: splice supports cuda-tile >=1.7,<1.8; found 1.9.0" in r.stdout, r.stderr
+    assert not list((tmp_path / "cache").rglob("*.cubin"))
+
+
+def test_moved_private_name_is_reported_by_doctor_and_refused_at_first_trace(tmp_path):
+    r = _run_python("""
+import cuda.tile._ir.ops as ops
+del ops.TileAtomicCAS            # as if a cuda-tile release had moved it
+import kernels as K, splice
+from splice.__main__ import main
+main(['doctor'])
+try:
+    splice.compile(K.ptx_kernel, None, "sm_90")
+except splice.SpliceToolchainError as e:
+    print("refused:", e)
+""", tmp_path)
+    assert "Traceback" not in r.stderr, r.stderr
+    assert "[!!] cuda-tile: cuda-tile 1.7" in r.stdout and "TileAtomicCAS" in r.stdout
+    assert "refused: cuda-tile 1.7" in r.stdout
+
+
+def test_only_the_contract_module_imports_cutile_private_names():
+    import re
+    from pathlib import Path
+    pkg = Path(splice.__file__).parent
+    offenders = [f"{p.name}:{i}" for p in sorted(pkg.glob("*.py")) if p.name != "_cutile.py"
+                 for i, line in enumerate(p.read_text().splitlines(), 1)
+                 if re.search(r"\bcuda\.tile\._\w|\bct\._\w", line)]
+    assert offenders == []
