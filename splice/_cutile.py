@@ -819,9 +819,17 @@ def loosely_const(v):
 def make_asm_function():
     """``splice.asm``: a plain function cuTile resolves to :func:`_handle_asm`."""
     def asm(template, *args, dtype=None, constraints=None, pure=True, pack=1):
-        raise SpliceError("splice.asm is device code: use it inside a @splice.kernel function")
+        raise SpliceCallError(f"splice.asm called from Python at {_python_caller()}: it is "
+                              f"device code; use it inside a @splice.kernel function")
     asm._cutile_custom_implementation_handler = _handle_asm
     return asm
+
+
+def _python_caller() -> str:
+    """"file:line" of the Python code calling the caller of this function."""
+    import sys
+    frame = sys._getframe(2)
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
 def make_callable_stub(ext, pyfunc):
@@ -831,9 +839,10 @@ def make_callable_stub(ext, pyfunc):
     import inspect
 
     def stub(*args, **kwargs):
-        raise SpliceError(
-            f"extern '{ext.name}' (declared at {ext.where}) is device code: call it inside a "
-            f"@splice.kernel function, not from Python")
+        raise SpliceCallError(
+            f"extern '{ext.name}' (declared at {ext.where}) called from Python at "
+            f"{_python_caller()}: it is device code; call it inside a @splice.kernel "
+            f"function")
 
     if pyfunc is not None:
         functools.update_wrapper(stub, pyfunc)
@@ -886,6 +895,25 @@ def trace_kernel(kernel: ct.kernel, signature, arch: str, context=None,
     return TracedKernel(bytes(result.bytecode), sig.symbol, tuple(session.sites),
                         tuple(result.library_lifecycle_providers), tuple(flags),
                         context.config.compiler_timeout_sec)
+
+
+def check_build_args(kernel, signature) -> None:
+    """Raise SpliceDeclarationError unless ``kernel`` is a kernel (``@splice.kernel``) and
+    ``signature`` a ``cuda.tile.compilation.KernelSignature``."""
+    ensure_supported_cutile()
+    from cuda.tile.compilation import KernelSignature
+    if not isinstance(kernel, ct.kernel):
+        raise SpliceDeclarationError(
+            f"splice compiles @splice.kernel functions; got {type(kernel).__name__} "
+            f"{kernel!r:.80}: decorate the kernel function with @splice.kernel")
+    if not isinstance(signature, KernelSignature):
+        code = kernel._pyfunc.__code__
+        raise SpliceDeclarationError(
+            f"kernel '{kernel._pyfunc.__name__}' ({code.co_filename}:{code.co_firstlineno}): "
+            f"signature must be a cuda.tile.compilation.KernelSignature, got "
+            f"{type(signature).__name__} {signature!r:.80}; make one with "
+            f"KernelSignature(params, CallingConvention.cutile_python_v1()), or pass the "
+            f"launch arguments to kernel.inspect(*args) on a GPU machine")
 
 
 def tileiras_path() -> str:

@@ -35,13 +35,16 @@ class SpliceError(Exception):
 
 class SpliceDeclarationError(SpliceError, TypeError):
     """An extern's declaration is invalid: bad signature string, unsupported dtype,
-    missing annotation, bad option. Raised when the declaration is made."""
+    missing annotation, bad option, text where a path goes, a file of another kind. Raised
+    when the declaration is made. Also raised when ``splice.compile``/``build``/``inspect``
+    are given something other than a kernel and a ``KernelSignature``."""
 
 
 class SpliceCallError(SpliceError, TileTypeError):
     """A call of an extern inside a kernel does not match its declaration (arity, dtypes,
-    shapes), or an extern is called where it cannot be. Raised while cuTile traces the
-    kernel; cuTile's formatting adds the call site and its source line."""
+    shapes), or an extern is called where it cannot be (from Python, from a plain
+    ``@ct.kernel``). Raised while cuTile traces the kernel; cuTile's formatting adds the
+    call site and its source line."""
 
     def __init__(self, message: str, loc=None):
         # without a loc, cuTile's own default (its "unknown location"): no private import
@@ -49,6 +52,8 @@ class SpliceCallError(SpliceError, TileTypeError):
         SpliceError.__init__(self, message)
 
     def __str__(self) -> str:
+        if self.loc.is_unknown():   # raised outside tracing: no source line to show
+            return SpliceError.__str__(self)
         return TileTypeError.__str__(self)
 
 

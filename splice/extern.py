@@ -111,6 +111,14 @@ def _resolve_path(path, base: Path | None, what: str, kind: str) -> Path:
     raise SpliceDeclarationError(f"{what}: file {os.fspath(path)!r} not found (tried {tried})")
 
 
+def _check_stub(stub, where: str) -> None:
+    if not callable(stub):
+        raise SpliceDeclarationError(
+            f"extern declared at {where}: the decorator takes a typed stub function "
+            f"(def f(x: ct.float32) -> ct.float32: ...), got {type(stub).__name__} "
+            f"{stub!r:.80}")
+
+
 def _check_symbol(symbol, what: str) -> str:
     if is_cxx_name(symbol):
         raise SpliceDeclarationError(
@@ -232,11 +240,7 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
     """
     def decorate(stub):
         where, base = _func_where(stub)
-        if not callable(stub):
-            raise SpliceDeclarationError(
-                f"extern declared at {where}: @splice.extern(...) decorates a typed stub "
-                f"function (def f(x: ct.float32) -> ct.float32: ...), got "
-                f"{type(stub).__name__} {stub!r}"[:300])
+        _check_stub(stub, where)
         ext_name = getattr(stub, "__name__", "")
         if not _C_IDENT.fullmatch(ext_name or ""):
             if name is None:
@@ -451,6 +455,7 @@ class Library:
             return declare(None, name)
 
         def decorate(stub):
+            _check_stub(stub, where)
             return declare(stub, name or stub.__name__)
         return decorate
 

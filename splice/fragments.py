@@ -180,7 +180,8 @@ class CudaSource(Fragment):
                     continue
                 raise SpliceCompileError(
                     f"{self.describe()} does not compile for {target}: "
-                    f"{_first_error(e.log, full, name, code)}", e.log) from None
+                    f"{_first_error(e.log, full, name, code)}"
+                    f"{_overload_hint(e.log, self.declared)}", e.log) from None
 
     def content_key(self, target: str) -> str:
         src = self.read()
@@ -268,6 +269,22 @@ def _first_error(log: str, source: str, name: str, generated: str = "") -> str:
         if "error" in ln:
             return ln.strip()
     return log.strip().splitlines()[0] if log.strip() else "unknown NVRTC error"
+
+
+_OVERLOADED = re.compile(r'cannot determine which instance of overloaded function "([^"]+)"')
+
+
+def _overload_hint(log: str, declared) -> str:
+    """How to call an overloaded C++ function declared by its plain (C) name."""
+    for m in _OVERLOADED.finditer(log):
+        for d in declared:
+            if d.cxx_name is None and d.symbol == m.group(1).lstrip(":"):
+                return (f"\n    '{d.symbol}' (extern declared at {d.where}) is an overloaded "
+                        f"C++ function, not one extern \"C\" symbol: declare it by its "
+                        f"qualified C++ name, name=\"::{d.symbol}\" (or \"ns::{d.symbol}\" "
+                        f"in a namespace), and splice calls the overload whose parameters "
+                        f"match the signature {d.sig}")
+    return ""
 
 
 # PTX ISA version a generated wrapper declares for a target: at least what the target needs,

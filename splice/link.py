@@ -35,7 +35,9 @@ def _arch(target: str) -> tuple[int, str]:
 
 
 def check_compatible(frag: Module, kernel: Module, what: str) -> None:
-    """Raise SpliceLinkError unless ``frag`` can be merged into ``kernel``: PTX version not
+    """Raise SpliceLinkError unless ``frag`` can be merged into ``kernel``. ``what`` names
+    the fragment, and, where one calls it, the extern with its declaration's file:line and
+    the call site. Checks: PTX version not
     newer, 64-bit addressing, and a target the kernel's target can run (a plain ``sm_XY``
     at most the kernel's; an arch-specific ``sm_XYa`` only on exactly that arch; a family
     ``sm_XYf`` on the same major family, at least that minor)."""
@@ -49,7 +51,8 @@ def check_compatible(frag: Module, kernel: Module, what: str) -> None:
         raise SpliceLinkError(
             f"{what}: PTX .version {fv[0]}.{fv[1]} is newer than the kernel's .version "
             f"{kv[0]}.{kv[1]} (tileiras); compile the fragment with a CUDA toolkit no newer "
-            f"than tileiras's")
+            f"than tileiras's, or lower its .version to {kv[0]}.{kv[1]} if it uses nothing "
+            f"newer")
     ftargets = [t for t in frag.target if t.startswith("sm_")]
     ktargets = [t for t in kernel.target if t.startswith("sm_")]
     if not ftargets or not ktargets:
@@ -57,14 +60,20 @@ def check_compatible(frag: Module, kernel: Module, what: str) -> None:
                               f"architecture")
     unsupported = [t for t in frag.target if not t.startswith("sm_") and t != "debug"]
     if unsupported:
-        raise SpliceLinkError(f"{what}: unsupported .target option(s) {unsupported}")
+        raise SpliceLinkError(f"{what}: unsupported .target option(s) {unsupported}; "
+                              f"remove them (only 'debug' may follow the sm_ target)")
     fnum, fsuf = _arch(ftargets[0])
     knum, ksuf = _arch(ktargets[0])
     ok = fnum == knum and fsuf == ksuf if fsuf == "a" else (
         fnum // 10 == knum // 10 and fnum <= knum if fsuf == "f" else fnum <= knum)
     if not ok:
+        fix = (f"an arch-specific target runs only on exactly that architecture: compile it "
+               f"for plain sm_{knum}" if fsuf == "a" else
+               f"compile it for {ktargets[0].rstrip('af')} or an older plain sm_ target "
+               f"(nvcc -arch=sm_{min(fnum, knum)}, or edit its .target)")
         raise SpliceLinkError(
-            f"{what}: PTX .target {ftargets[0]} cannot run on the kernel's {ktargets[0]}")
+            f"{what}: PTX .target {ftargets[0]} cannot run on the kernel's {ktargets[0]}; "
+            f"{fix}")
 
 
 def check_prototype(fn: Function, sig: Signature, what: str, source_text: str) -> None:

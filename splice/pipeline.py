@@ -185,6 +185,7 @@ def _lower_and_splice(traced, name: str, what: str):
             frag_mods[fkey] = (ext.fragment.describe(), ext.fragment.module(target))
         fdesc, fmod = frag_mods[fkey]
         decl = f"extern '{ext.name}' (declared at {ext.where})"
+        link.check_compatible(fmod, kernel_mod, f"{decl}, called at {site.where}: {fdesc}")
         fn = fmod.functions.get(ext.symbol)
         if isinstance(ext.fragment, BinarySource):
             continue
@@ -253,6 +254,7 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
         SpliceToolchainError.
     """
     t0 = time.perf_counter()
+    _cutile.check_build_args(kernel, signature)
     arch = normalize_arch(arch)
     name, where = _kernel_desc(kernel)
     what = f"kernel '{name}' ({where})"

@@ -183,7 +183,8 @@ import kernels as K, splice
 from splice.__main__ import main
 main(['doctor'])
 try:
-    splice.compile(K.ptx_kernel, None, "sm_90")
+    splice.compile(K.ptx_kernel, K.signature(K.array(K.ct.float32), K.array(K.ct.float32), 256),
+                   "sm_90")
 except splice.SpliceToolchainError as e:
     print("refused:", e)
 """, tmp_path)
