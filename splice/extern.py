@@ -271,8 +271,10 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
                         fragment_factory=make, where=where, name=ext_name, inline=inline)
 
     if func is not None:
+        where = _func_where(func)[0] if callable(func) else _caller_where(2)[0]
         raise SpliceDeclarationError(
-            "use @splice.extern(source=...) with arguments; the CUDA C source is required")
+            f"extern declared at {where}: use @splice.extern(source=...) or "
+            f"@splice.extern(path=...) with arguments; the CUDA C source is required")
     return decorate
 
 

@@ -392,8 +392,17 @@ class LtoirSource(Fragment):
 
     def module(self, target: str) -> Module:
         def link(key):
-            text = lto_link_to_ptx([(self.read(), self.path.name if self.path else "input")],
-                                   target, self.roots, self.describe())
+            try:
+                text = lto_link_to_ptx([(self.read(), self.path.name if self.path else "input")],
+                                       target, self.roots, self.describe())
+            except SpliceLinkError as e:
+                if "_INPUT" not in e.message:
+                    raise
+                raise SpliceLinkError(
+                    f"{e.message}: {self.describe()} is not LTO-IR that this nvJitLink reads; "
+                    f"make it with nvcc -dlto or NVRTC -dlto of a CUDA version no newer than "
+                    f"nvJitLink's (PTX goes to from_ptx, a cubin or object to from_object)",
+                    e.log) from None
             return Module(text, self.describe())
         return _memoized(self.content_key(target), link)
 
