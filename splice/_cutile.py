@@ -903,9 +903,12 @@ def check_build_args(kernel, signature) -> None:
     ensure_supported_cutile()
     from cuda.tile.compilation import KernelSignature
     if not isinstance(kernel, ct.kernel):
+        code = getattr(kernel, "__code__", None)
+        at = f" ({code.co_filename}:{code.co_firstlineno})" if code else ""
         raise SpliceDeclarationError(
             f"splice compiles @splice.kernel functions; got {type(kernel).__name__} "
-            f"{kernel!r:.80}: decorate the kernel function with @splice.kernel")
+            f"{getattr(kernel, '__name__', repr(kernel))!s:.80}{at}: decorate the kernel "
+            f"function with @splice.kernel")
     if not isinstance(signature, KernelSignature):
         code = kernel._pyfunc.__code__
         raise SpliceDeclarationError(

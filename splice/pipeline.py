@@ -148,7 +148,7 @@ def _tileir_text(ptx: str) -> str | None:
 _ARCH_RE = re.compile(r"^sm_?(\d{2,3})([af]?)$", re.I)
 
 
-def normalize_arch(arch) -> str:
+def normalize_arch(arch, what: str = "") -> str:
     """``"sm_90"`` for ``"sm_90"``, ``"sm_90a"``, ``"SM_90"``: cuTile compiles for the
     architecture (tileiras emits the arch-specific PTX target itself).
 
@@ -156,12 +156,13 @@ def normalize_arch(arch) -> str:
         SpliceToolchainError: not an ``sm_XY`` architecture name.
     """
     m = _ARCH_RE.match(str(arch).strip()) if isinstance(arch, str) else None
+    what = f"{what}: " if what else ""
     if m is None:
-        raise SpliceToolchainError(
-            f"unknown GPU architecture {arch!r}: write it like 'sm_80', 'sm_90' or 'sm_100'")
+        raise SpliceToolchainError(f"{what}unknown GPU architecture {arch!r}: write it like "
+                                   f"'sm_80', 'sm_90' or 'sm_100'")
     if int(m.group(1)) < 80:
-        raise SpliceToolchainError(f"GPU architecture {arch!r}: cuTile (tileiras) targets "
-                                   f"sm_80 and newer")
+        raise SpliceToolchainError(f"{what}GPU architecture {arch!r}: cuTile (tileiras) "
+                                   f"targets sm_80 and newer")
     return f"sm_{m.group(1)}"
 
 
@@ -255,9 +256,9 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
     """
     t0 = time.perf_counter()
     _cutile.check_build_args(kernel, signature)
-    arch = normalize_arch(arch)
     name, where = _kernel_desc(kernel)
     what = f"kernel '{name}' ({where})"
+    arch = normalize_arch(arch, what)
     traced = _cutile.trace_kernel(kernel, signature, arch, context)
     dump_dir = os.environ.get("SPLICE_DUMP_DIR")
     keep_stages = keep_stages or bool(dump_dir)

@@ -1,11 +1,16 @@
-"""The bad-input catalogue: one table, each row a distinct bad input with the error type
-and message content it must produce. Rows that reach a kernel build also check that the
-cache holds no kernel entry afterwards (nothing half-written).
+"""The bad-input catalogue: tables of distinct bad inputs, each row with the error type and
+the message content it must produce (the fix, and the names the user wrote). Every row also
+checks that its message names a file:line of the user's code (the declaration, the call
+site or the kernel) and that the failure left nothing in the cache: no entry and no
+temporary file (the only entries allowed are in ``FRAGMENT_KEPT``: NVRTC output of a source
+that compiled, for rows whose mistake is found after it, e.g. at link time).
 
 Declaration-time rows fail when the extern is declared; build-time rows when the kernel is
-compiled (tracing, NVRTC, linking, rewriting, ptxas).
+compiled (tracing, NVRTC, linking, rewriting, ptxas); usage rows when a splice function is
+called wrongly (inspect, compile, calling device code from Python).
 """
 
+import re
 from pathlib import Path
 
 import cuda.tile as ct
@@ -17,6 +22,7 @@ from splice import cache
 
 f32 = ct.float32
 HERE = Path(__file__).name
+SRC = __file__
 SIG = K.signature(K.array(f32), K.array(f32), 256)
 PTX = K.PTX_SCALE
 
@@ -27,6 +33,19 @@ def _ptx(text=PTX, name="ptx_scale", sig="float32(float32, float32)", **kw):
 
 def _cu(src, name=None, sig="float32(float32)", **kw):
     return splice.extern(source=src, name=name or "f", signature=sig, **kw)(lambda *a: None)
+
+
+CU = 'extern "C" __device__ float f(float x) { return x; }'
+WHERE = re.compile(r"\w+\.py:\d+")
+
+
+def _cu_path(path, **kw):
+    def f(x: f32) -> f32: ...
+    return splice.extern(path=path, **kw)(f)
+
+
+def _from(entry, *args, **kw):
+    return getattr(splice.extern, entry)(*args, name="f", signature="float32(float32)", **kw)
 
 
 def _k1(ext):
@@ -114,6 +133,26 @@ def _kkw():
     return kern
 
 
+def _karg(kind):
+    @splice.kernel
+    def kern(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        if kind == "none":
+            r = K.gelu_tanh(None)
+        elif kind == "tuple":
+            r = K.gelu_tanh((t, t))
+        elif kind == "bool":
+            r = K.gelu_tanh(ct.astype(t, ct.bool_))
+        else:
+            r = K.gelu_tanh(ct.bid(0))
+        ct.store(y, index=(ct.bid(0),), tile=r)
+    return kern
+
+
+OVERLOADED = ('__device__ float sq(float x) { return x * x; }\n'
+              '__device__ double sq(double x) { return x * x; }\n')
+
+
 def _kclash():
     a, b = _ptx(), _ptx(PTX.replace("0f3F800000", "0f40000000"))
 
@@ -168,25 +207,32 @@ BUILD_ROWS = [
      splice.SpliceLinkError, ["parameter 2 is", "cannot carry float64"]),
     ("PTX void mismatch", lambda: _kvoid(_ptx(sig="void(float32, float32)")),
      splice.SpliceLinkError, ["returns a value but the signature is void"]),
+    ("sm_90 fragment on sm_80", lambda: (_k2(_ptx(PTX.replace(".target sm_80",
+                                                              ".target sm_90"))), "sm_80"),
+     splice.SpliceLinkError, [".target sm_90 cannot run on the kernel's sm_80",
+                              f"called at {SRC}:"]),
     (".entry instead of .func", lambda: _kvoid(_ptx(
         PTX.replace(".visible .func  (.param .b32 func_retval0) ptx_scale(",
                     ".visible .entry ptx_scale(").replace(
             "st.param.f32 \t[func_retval0+0], %f3;", ""), sig="void(float32, float32)")),
      splice.SpliceLinkError, ["is a kernel (.entry)"]),
     ("PTX .version too new", lambda: _k2(_ptx(PTX.replace(".version 8.0", ".version 99.0"))),
-     splice.SpliceLinkError, [".version 99.0 is newer"]),
+     splice.SpliceLinkError, [".version 99.0 is newer", "extern 'ptx_scale' (declared at",
+                              f"called at {SRC}:", "lower its .version to"]),
     ("sm_90a fragment on sm_80", lambda: (_k2(_ptx(PTX.replace(".target sm_80",
                                                                ".target sm_90a"))), "sm_80"),
      splice.SpliceLinkError, [".target sm_90a cannot run"]),
     ("sm_100 fragment on sm_90", lambda: _k2(_ptx(PTX.replace(".target sm_80",
                                                               ".target sm_100"))),
-     splice.SpliceLinkError, [".target sm_100 cannot run"]),
+     splice.SpliceLinkError, [".target sm_100 cannot run", "extern 'ptx_scale' (declared at",
+                              f"called at {SRC}:", "compile it for sm_90"]),
     ("sm_90a fragment on sm_100", lambda: (_k2(_ptx(PTX.replace(".target sm_80",
                                                                 ".target sm_90a"))), "sm_100"),
      splice.SpliceLinkError, [".target sm_90a cannot run"]),
     ("unsupported .target option", lambda: _k2(_ptx(PTX.replace(
         ".target sm_80", ".target sm_80, map_f64_to_f32"))),
-     splice.SpliceLinkError, ["unsupported .target option"]),
+     splice.SpliceLinkError, ["unsupported .target option", f"called at {SRC}:",
+                              "remove them"]),
     ("no .address_size", lambda: _k2(_ptx(PTX.replace(".address_size 64", ""))),
      splice.SpliceLinkError, [".address_size 64"]),
     ("no .version", lambda: _k2(_ptx(PTX.replace(".version 8.0", ""))),
@@ -225,8 +271,45 @@ BUILD_ROWS = [
     ("asm outputs over 64 bits", lambda: _kasm("mov.b64 $0, 0;", dtype=(ct.float64, f32)),
      splice.SpliceCallError, ["at most 64 bits of outputs"]),
     ("unknown architecture", lambda: (K.ptx_kernel, "compute_90"),
-     splice.SpliceToolchainError, ["unknown GPU architecture"]),
+     splice.SpliceToolchainError, ["unknown GPU architecture", "like 'sm_80'"]),
+    # --- added for issue 9
+    ("architecture older than sm_80", lambda: (K.ptx_kernel, "sm_70"),
+     splice.SpliceToolchainError, ["targets sm_80 and newer"]),
+    ("overloaded C++ function named plainly", lambda: _k1(_cu(OVERLOADED, "sq")),
+     splice.SpliceCompileError, ["overloaded", 'name="::sq"', "extern 'sq'",
+                                 "match the signature float32(float32)"]),
+    ("LTO-IR bytes nvJitLink cannot read", lambda: _k1(splice.extern.from_ltoir(
+        data=b"not LTO-IR", name="f", signature="float32(float32)")),
+     splice.SpliceLinkError, ["is not LTO-IR", "nvcc -dlto"]),
+    ("text that is not PTX", lambda: _k2(_ptx("hello world")),
+     splice.SpliceLinkError, ["malformed PTX", "hello world"]),
+    ("None as an extern argument", lambda: _karg("none"), splice.SpliceCallError,
+     ["argument 1 is a value of type None", "extern 'gelu_tanh'", "in kernel 'kern'"]),
+    ("tuple as an extern argument", lambda: _karg("tuple"), splice.SpliceCallError,
+     ["argument 1 is a value of type Tuple", "tiles or scalars of float32"]),
+    ("bool tile to a float32 parameter", lambda: _karg("bool"), splice.SpliceCallError,
+     ["bool_ tile", ".astype(ct.float32)"]),
+    ("int scalar to a float32 parameter", lambda: _karg("int"), splice.SpliceCallError,
+     ["scalar int32", ".astype(ct.float32)"]),
 ]
+
+#: Rows whose mistake is found after a CUDA C source compiled: its (correct) NVRTC output
+#: may stay in the cache as a "fragment" entry; nothing else may.
+FRAGMENT_KEPT = {"missing CUDA C symbol", "C++ name without extern C", "unresolved callee",
+                 "inline='always' on a callee with a stack frame"}
+
+
+def _assert_nothing_cached(root: Path, row_id: str):
+    kinds = {p.parent.parent.name for p in cache.entries()}
+    allowed = {"fragment"} if row_id in FRAGMENT_KEPT else set()
+    assert kinds <= allowed, f"a failed {row_id!r} left cache entries: {cache.entries()}"
+    assert list(root.rglob(".tmp-*")) == [], "a failed build left a temporary file"
+
+
+def _assert_message(text: str, needles):
+    for n in needles:
+        assert n in text, f"{n!r} not in:\n{text}"
+    assert WHERE.search(text), f"no file:line in:\n{text}"
 
 
 def _run(builder):
@@ -243,11 +326,8 @@ def test_build_time_bad_input(row, tmp_path, monkeypatch):
     _, builder, exc, needles = row
     with pytest.raises(exc) as info:
         _run(builder)
-    text = str(info.value)
-    for n in needles:
-        assert n in text, f"{n!r} not in:\n{text}"
-    assert cache.entries("kernel") == [], "a failed build left a kernel cache entry"
-    assert list((tmp_path / "cache").rglob(".tmp-*")) == []
+    _assert_message(str(info.value), needles)
+    _assert_nothing_cached(tmp_path / "cache", row[0])
 
 
 DECLARATION_ROWS = [
@@ -273,17 +353,148 @@ DECLARATION_ROWS = [
     ("bad macro name", lambda: _cu("x", defines={"1X": 2}), ["bad macro name"]),
     ("lambda without a name", lambda: splice.extern(source="x", signature="void()")(
         lambda: None), ["name="]),
+    # --- added for issue 9: text or bytes where a path goes (every path-taking entry point)
+    ("PTX text where from_ptx's path goes", lambda: splice.extern.from_ptx(
+        PTX, name="ptx_scale", signature="float32(float32, float32)"),
+     ["looks like PTX text", "splice.extern.from_ptx(ptx=...)", "extern 'ptx_scale'"]),
+    ("PTX text where from_ltoir's path goes", lambda: _from("from_ltoir", PTX),
+     ["looks like PTX text", "from_ptx(ptx=...)"]),
+    ("PTX text where from_object's path goes", lambda: _from("from_object", PTX),
+     ["looks like PTX text", "from_ptx(ptx=...)"]),
+    ("CUDA C text where extern's path= goes", lambda: _cu_path(CU),
+     ["looks like CUDA C text", "splice.extern(source=...)", "extern 'f'"]),
+    ("CUDA C text where library's path= goes", lambda: splice.library(path=CU),
+     ["looks like CUDA C text", "splice.library(source=...)", "library at"]),
+    ("LTO-IR bytes where from_ltoir's path goes", lambda: _from("from_ltoir", b"\x7fELF" * 8),
+     ["32 bytes, not a path", "from_ltoir(data=...)"]),
+    ("string too long for a file name", lambda: _from("from_object", "x" * 300),
+     ["too long for a file name"]),
+    ("number as a path", lambda: _from("from_ptx", 42),
+     ["a path must be a str or os.PathLike, got int"]),
+    ("NUL in a path", lambda: _from("from_ptx", "a\0b.ptx"), ["newline or NUL"]),
+    ("directory as a path", lambda: _from("from_ptx", "corpus"), ["is a directory"]),
+    ("missing .cu file", lambda: _cu_path("no/such.cu"), ["not found", "no/such.cu"]),
+    # --- a file of another kind: one table of suffixes (splice.fragments.FILE_KINDS)
+    (".ptx file to extern(path=)", lambda: _cu_path("f.ptx"),
+     ["f.ptx is a .ptx file", "use splice.extern.from_ptx"]),
+    (".ltoir file to extern(path=)", lambda: _cu_path("f.ltoir"),
+     ["use splice.extern.from_ltoir"]),
+    (".cubin file to extern(path=)", lambda: _cu_path("f.cubin"),
+     ["use splice.extern.from_object"]),
+    (".o file to library(path=)", lambda: splice.library(path="f.o"),
+     ["use splice.extern.from_object"]),
+    (".cu file to from_ptx", lambda: _from("from_ptx", "f.cu"),
+     ["use splice.extern(path=...) or splice.library(path=...)"]),
+    (".a file to from_ltoir", lambda: _from("from_ltoir", "libf.a"),
+     ["use splice.extern.from_object"]),
+    (".ptx file to from_object", lambda: _from("from_object", "f.ptx"),
+     ["use splice.extern.from_ptx"]),
+    # --- arguments of the wrong kind
+    ("empty ptx=", lambda: _ptx(""), ["ptx= is empty"]),
+    ("empty LTO-IR data=", lambda: splice.extern.from_ltoir(data=b"", name="f",
+                                                            signature="float32(float32)"),
+     ["data= is empty", "nvcc -dlto"]),
+    ("PTX as bytes", lambda: _ptx(PTX.encode()), ["ptx must be text (str), got bytes"]),
+    ("LTO-IR data as text", lambda: splice.extern.from_ltoir(data="x", name="f",
+                                                             signature="float32(float32)"),
+     ["data must be LTO-IR bytes, got str"]),
+    ("LTO-IR path and data", lambda: _from("from_ltoir", "f.ltoir", data=b"x"),
+     ["exactly one of a path or data="]),
+    ("library with neither source nor path", lambda: splice.library(),
+     ["exactly one of source= or path="]),
+    ("CUDA C source as bytes", lambda: splice.extern(source=CU.encode(), name="f",
+                                                     signature="float32(float32)")(
+        lambda x: None), ["source must be CUDA C text (str), got bytes"]),
+    ("include_dirs not a list", lambda: _cu(CU, include_dirs=3),
+     ["include_dirs must be a list of directory paths"]),
+    ("defines not a dict", lambda: _cu(CU, defines=["N=4"]), ["defines must be a dict"]),
+    ("option that is not a string", lambda: _cu(CU, options=["-O3", 3]),
+     ["options must be a list of strings"]),
+    ("non-callable stub", lambda: splice.extern(source=CU, name="f",
+                                                signature="float32(float32)")(3),
+     ["takes a typed stub function", "got int"]),
+    ("non-callable stub to lib.extern", lambda: splice.library(source=CU).extern("f")("f"),
+     ["takes a typed stub function", "got str"]),
+    ("extern used without arguments", lambda: splice.extern(_stub_f),
+     ["@splice.extern(source=...)", "with arguments", f"{SRC}:"]),
+    ("signature not a string", lambda: _ptx(sig=3), ["signature must be a string, got int"]),
+    ("arrow-style signature", lambda: _ptx(sig="(float32) -> float32"),
+     ["malformed signature", "'float32(float32, int32)'"]),
+    ("no signature for PTX", lambda: _ptx(sig=None), ["signature= is required"]),
+    ("pointer result", lambda: _ptx(sig="float32*(float32)"),
+     ["an extern cannot return a pointer"]),
+    ("stub arity differs from the signature", lambda: splice.extern(
+        source=CU, signature="float32(float32, float32)")(_stub_f),
+     ["the stub takes 1 parameter(s)", "has 2"]),
+    ("stub without annotations", lambda: splice.extern(source=CU)(_stub_unannotated),
+     ["parameter 'x' has no dtype annotation"]),
+]
+
+
+def _stub_f(x: f32) -> f32: ...
+
+
+def _stub_unannotated(x): ...
+
+
+def _kern_for_usage():
+    return _k1(K.gelu_tanh)
+
+
+def _no_gpu(*_args):
+    raise OSError("libcuda.so.1: cannot open shared object file: No such file or directory")
+
+
+# (id, make, error type, message needles): a splice function called wrongly. Every row runs
+# as on a machine without a GPU (cuTile's device query raises as it does there).
+USAGE_ROWS = [
+    ("inspect(signature=) without arch= and no GPU", lambda: _kern_for_usage().inspect(
+        signature=SIG), splice.SpliceToolchainError,
+     ["kernel 'kern'", "without arch=", "arch='sm_90'", "libcuda.so.1"]),
+    ("inspect(*args) without a GPU", lambda: _kern_for_usage().inspect(None, None, 256),
+     splice.SpliceToolchainError, ["with launch arguments", "arch='sm_90'"]),
+    ("inspect() with nothing", lambda: _kern_for_usage().inspect(),
+     splice.SpliceDeclarationError, ["launch arguments, or signature="]),
+    ("compile with a string signature", lambda: splice.compile(_kern_for_usage(),
+                                                               "float32(float32)", "sm_90"),
+     splice.SpliceDeclarationError, ["must be a cuda.tile.compilation.KernelSignature",
+                                     "kernel 'kern'"]),
+    ("compile a plain function", lambda: splice.compile(_stub_f, SIG, "sm_90"),
+     splice.SpliceDeclarationError, ["decorate the kernel function with @splice.kernel",
+                                     "_stub_f"]),
+    ("extern called from Python", lambda: K.gelu_tanh(1.0), splice.SpliceCallError,
+     ["extern 'gelu_tanh'", f"called from Python at {SRC}:", "inside a @splice.kernel"]),
+    ("splice.asm called from Python", lambda: splice.asm("mov.b32 $0, $1;", 1.0, dtype=f32),
+     splice.SpliceCallError, [f"called from Python at {SRC}:", "inside a @splice.kernel"]),
 ]
 
 
 @pytest.mark.parametrize("row", DECLARATION_ROWS, ids=[r[0] for r in DECLARATION_ROWS])
-def test_declaration_time_bad_input(row):
+def test_declaration_time_bad_input(row, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(tmp_path / "cache"))
     _, make, needles = row
     with pytest.raises(splice.SpliceDeclarationError) as info:
         make()
-    for n in needles:
-        assert n in str(info.value)
+    _assert_message(str(info.value), needles)
+    _assert_nothing_cached(tmp_path / "cache", row[0])
+
+
+@pytest.mark.parametrize("row", USAGE_ROWS, ids=[r[0] for r in USAGE_ROWS])
+def test_usage_bad_input(row, tmp_path, monkeypatch):
+    from splice import _cutile
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(_cutile, "get_compute_capability", _no_gpu)
+    _, make, exc, needles = row
+    with pytest.raises(exc) as info:
+        make()
+    _assert_message(str(info.value), needles)
+    _assert_nothing_cached(tmp_path / "cache", row[0])
+
+
+def test_catalogue_rows_are_distinct():
+    rows = BUILD_ROWS + DECLARATION_ROWS + USAGE_ROWS
+    assert len({r[0] for r in rows}) == len(rows)
 
 
 def test_catalogue_size():
-    assert len(BUILD_ROWS) + len(DECLARATION_ROWS) >= 40
+    assert len(BUILD_ROWS) + len(DECLARATION_ROWS) + len(USAGE_ROWS) >= 80

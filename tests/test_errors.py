@@ -313,3 +313,28 @@ def test_float_constants_out_of_range(value, dtype, needle):
     sig = K.signature(K.array(dtype), K.array(dtype), 256)
     _compile_fails(kern, splice.SpliceCallError, needle, sig=sig)
 
+
+
+def test_the_fix_named_for_an_overloaded_function_compiles():
+    # issue 9: name="sq" on an overloaded C++ function failed with NVRTC's text alone; the
+    # message now says to write name="::sq", and that must then pick the float overload
+    src = ('__device__ float sq(float x) { return x * x; }\n'
+           '__device__ double sq(double x) { return x * x; }\n')
+    plain = splice.extern(source=src, name="sq", signature="float32(float32)")(lambda x: None)
+    with pytest.raises(splice.SpliceCompileError, match='name="::sq"'):
+        splice.build(_kernel_calling(plain), SIG_1D, "sm_90")
+    fixed = splice.extern(source=src, name="::sq", signature="float32(float32)")(
+        lambda x: None)
+    b = splice.compile(_kernel_calling(fixed), SIG_1D, "sm_90")
+    assert [s.symbol for s in b.sites] != [] and b.cubin
+
+
+def test_a_ptx_file_declared_with_the_entry_point_the_message_names_compiles(tmp_path):
+    f = tmp_path / "scale.ptx"
+    f.write_text(K.PTX_SCALE)
+    with pytest.raises(splice.SpliceDeclarationError, match="use splice.extern.from_ptx"):
+        @splice.extern(path=str(f))
+        def ptx_scale(x: ct.float32, y: ct.float32) -> ct.float32: ...
+    ext = splice.extern.from_ptx(str(f), name="ptx_scale",
+                                 signature="float32(float32, float32)")
+    assert splice.compile(_kernel_calling(ext, nargs=2), SIG_1D, "sm_90").cubin
