@@ -78,6 +78,29 @@ def _not_a_path(path) -> str | None:
     return None
 
 
+def _check_text(text, what: str, arg: str, kind: str) -> None:
+    """``text`` (the ``arg=`` of a declaration taking ``kind`` text) is text, not bytes or
+    a file name.
+
+    Raises:
+        SpliceDeclarationError: not a str, or a one-line file name such as "f.cu"; says
+            which declaration takes the file instead.
+    """
+    if text is None:
+        return
+    lang = "CUDA C" if kind == "cuda" else "PTX"
+    if not isinstance(text, str):
+        raise SpliceDeclarationError(
+            f"{what}: {arg} must be {lang} text (str), got {type(text).__name__}; a file "
+            f"goes to {ENTRY_POINTS[kind][0]}")
+    name = text.strip()
+    file_kind = FILE_KINDS.get(Path(name).suffix.lower())
+    if file_kind and "\n" not in name and not re.search(r"[;{}()]", name):
+        raise SpliceDeclarationError(
+            f"{what}: {arg}={name!r} is a file name, not {lang} text; declare the file "
+            f"with {ENTRY_POINTS[file_kind][0]}")
+
+
 def _resolve_path(path, base: Path | None, what: str, kind: str) -> Path:
     """The file ``path`` names, for a declaration taking files of ``kind`` (a
     :data:`splice.fragments.FILE_KINDS` value).
@@ -251,9 +274,7 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
         what = f"extern '{ext_name}' at {where}"
         if (source is None) == (path is None):
             raise SpliceDeclarationError(f"{what}: give exactly one of source= or path=")
-        if source is not None and not isinstance(source, str):
-            raise SpliceDeclarationError(f"{what}: source must be CUDA C text (str), got "
-                                         f"{type(source).__name__}; use path= for a file")
+        _check_text(source, what, "source", "cuda")
         opts, incs, defs = _check_options(options, include_dirs, defines, what)
         file = _resolve_path(path, base, what, "cuda") if path is not None else None
 
@@ -306,9 +327,7 @@ def from_ptx(path=None, /, *, ptx: str | None = None, name: str, signature: str,
     what = f"extern '{name}' at {where}"
     if (path is None) == (ptx is None):
         raise SpliceDeclarationError(f"{what}: give exactly one of a path or ptx=")
-    if ptx is not None and not isinstance(ptx, str):
-        raise SpliceDeclarationError(f"{what}: ptx must be text (str), got "
-                                     f"{type(ptx).__name__}")
+    _check_text(ptx, what, "ptx", "ptx")
     if ptx is not None and not ptx.strip():
         raise SpliceDeclarationError(f"{what}: ptx= is empty; give the PTX text of a module "
                                      f"defining .func {name}")
@@ -419,8 +438,7 @@ class Library:
         what = f"library at {where}"
         if (source is None) == (path is None):
             raise SpliceDeclarationError(f"{what}: give exactly one of source= or path=")
-        if source is not None and not isinstance(source, str):
-            raise SpliceDeclarationError(f"{what}: source must be CUDA C text (str)")
+        _check_text(source, what, "source", "cuda")
         opts, incs, defs = _check_options(options, include_dirs, defines, what)
         file = _resolve_path(path, base, what, "cuda") if path is not None else None
         self.fragment = CudaSource(text=source, path=file, options=opts, include_dirs=incs,
