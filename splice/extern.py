@@ -54,27 +54,27 @@ def _func_where(func) -> tuple[str, Path | None]:
     return f"{code.co_filename}:{code.co_firstlineno}", Path(code.co_filename).resolve().parent
 
 
+_LANG = {"ptx": "PTX", "cuda": "CUDA C"}
 _CODE_HINTS = (("ptx", re.compile(r"(^|\n)\s*\.(version|target|address_size|visible|func|entry)"
                                   r"\b")),
                ("cuda", re.compile(r"extern\s+\"C\"|__device__|__global__|#include")))
 
 
-def _not_a_path(path) -> str | None:
-    """Why ``path`` cannot be a file name (text or bytes where a path goes), or None."""
+def _not_a_path(path, kind: str) -> tuple[str, str] | None:
+    """Why ``path`` cannot be a file name (text or bytes where a path goes) and the kind of
+    text it looks like (``kind`` if it looks like none), or None."""
     if isinstance(path, (bytes, bytearray)):
-        return f"got {len(path)} bytes, not a path"
-    if not isinstance(path, (str, os.PathLike)):
-        return f"a path must be a str or os.PathLike, got {type(path).__name__}"
+        return f"got {len(path)} bytes, not a path", kind
+    if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
+        return f"a path must be a str or os.PathLike, got {type(path).__name__}", kind
     text = os.fspath(path)
-    if not isinstance(text, str):
-        return "a path must be a str or os.PathLike of str"
     for looks, pattern in _CODE_HINTS:
         if pattern.search(text):
-            return f"the path looks like {'PTX' if looks == 'ptx' else 'CUDA C'} text"
+            return f"the path looks like {_LANG[looks]} text", looks
     if "\n" in text or "\0" in text:
-        return "the path holds a newline or NUL: it is text, not a file name"
+        return "the path holds a newline or NUL: it is text, not a file name", kind
     if len(text) > 4096 or any(len(p) > 255 for p in text.split(os.sep)):
-        return f"a {len(text)}-character string is too long for a file name"
+        return f"a {len(text)}-character string is too long for a file name", kind
     return None
 
 
@@ -88,7 +88,7 @@ def _check_text(text, what: str, arg: str, kind: str) -> None:
     """
     if text is None:
         return
-    lang = "CUDA C" if kind == "cuda" else "PTX"
+    lang = _LANG[kind]
     if not isinstance(text, str):
         raise SpliceDeclarationError(
             f"{what}: {arg} must be {lang} text (str), got {type(text).__name__}; a file "
@@ -109,10 +109,9 @@ def _resolve_path(path, base: Path | None, what: str, kind: str) -> Path:
         SpliceDeclarationError: text or bytes where a path goes, a suffix of another kind,
             a directory, or a missing file; each says which declaration to use instead.
     """
-    why = _not_a_path(path)
-    if why is not None:
-        looks = next((k for k, pat in _CODE_HINTS if isinstance(path, str) and pat.search(path)),
-                     kind)
+    bad = _not_a_path(path, kind)
+    if bad is not None:
+        why, looks = bad
         raise SpliceDeclarationError(f"{what}: {why}; {ENTRY_POINTS[looks][1]}")
     p = Path(os.fspath(path))
     other = FILE_KINDS.get(p.suffix.lower())

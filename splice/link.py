@@ -35,12 +35,12 @@ def _arch(target: str) -> tuple[int, str]:
 
 
 def check_compatible(frag: Module, kernel: Module, what: str) -> None:
-    """Raise SpliceLinkError unless ``frag`` can be merged into ``kernel``. ``what`` names
-    the fragment, and, where one calls it, the extern with its declaration's file:line and
-    the call site. Checks: PTX version not
+    """Raise SpliceLinkError unless ``frag`` can be merged into ``kernel``: PTX version not
     newer, 64-bit addressing, and a target the kernel's target can run (a plain ``sm_XY``
     at most the kernel's; an arch-specific ``sm_XYa`` only on exactly that arch; a family
-    ``sm_XYf`` on the same major family, at least that minor)."""
+    ``sm_XYf`` on the same major family, at least that minor). ``what`` names the fragment
+    and, where the check is made for a call site, the extern with its declaration's
+    file:line and the call site's; each message says how to fix the fragment."""
     if frag.address_size != 64:
         raise SpliceLinkError(f"{what}: PTX must declare '.address_size 64' (found "
                               f"{frag.address_size})")

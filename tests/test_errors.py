@@ -338,3 +338,19 @@ def test_a_ptx_file_declared_with_the_entry_point_the_message_names_compiles(tmp
     ext = splice.extern.from_ptx(str(f), name="ptx_scale",
                                  signature="float32(float32, float32)")
     assert splice.compile(_kernel_calling(ext, nargs=2), SIG_1D, "sm_90").cubin
+
+
+def test_inspect_with_arguments_cutile_cannot_type(monkeypatch):
+    from splice import _cutile
+    monkeypatch.setattr(_cutile, "get_compute_capability", lambda *a: (9, 0))  # as on an H100
+    with pytest.raises(splice.SpliceDeclarationError) as info:
+        _kernel_calling(K.gelu_tanh).inspect(1.0)      # the kernel takes 3 arguments
+    text = str(info.value)
+    assert "cuTile cannot make a kernel signature" in text and "as for ct.launch" in text
+    assert f"kernel 'kern' (" in text and HERE in text
+
+
+@pytest.mark.gpu
+def test_inspect_with_the_wrong_number_of_arguments_on_a_gpu():
+    with pytest.raises(splice.SpliceDeclarationError, match="cannot make a kernel signature"):
+        _kernel_calling(K.gelu_tanh).inspect(1.0)
