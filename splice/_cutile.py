@@ -482,7 +482,7 @@ def _emit_call(ext, args, loc):
     if len(args) != len(sig.args):
         raise _call_error(ext, f"expected {len(sig.args)} argument(s) for signature {sig}, "
                                f"got {len(args)}", loc)
-    typed = []
+    typed: Any = []  # a list, then the broadcast tuple
     for i, (var, elem) in enumerate(zip(args, sig.args)):
         ty = var.get_type()
         if elem.kind == "p":
@@ -511,7 +511,7 @@ def _emit_call(ext, args, loc):
                                    f".astype(ct.{elem.name}) first", loc)
         typed.append(var)
     shape: tuple[int, ...] = ()
-    for i, var in enumerate(typed):
+    for var in typed:
         try:
             shape = broadcast_shapes2(shape, var.get_type().shape)
         except Exception:
@@ -738,9 +738,6 @@ def _handle_asm(callee, template, args, dtype, constraints, pure, pack):
     inputs = []
     for i, var in enumerate(args):
         ty = var.get_type()
-        if not isinstance(ty, TileTy):
-            raise SpliceCallError(f"inline PTX at {where}: input {i + 1} is {_describe(var)}; "
-                                  f"inputs are tiles or scalars", loc)
         try:
             inputs.append(element_type(ty.dtype))
         except Exception as e:

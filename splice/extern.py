@@ -104,7 +104,7 @@ def _check_options(options, include_dirs, defines, what: str):
     return tuple(options), tuple(os.fspath(d) for d in include_dirs), tuple(defs)
 
 
-from .checks import Declared, cxx_symbol, is_cxx_name  # noqa: E402
+from .checks import Declared, cxx_symbol, is_cxx_name
 
 
 def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name,
@@ -411,6 +411,6 @@ def library(source=None, *, path=None, options=(), include_dirs=(), defines=None
                    defines=defines, _where=_caller_where(2))
 
 
-extern.from_ptx = from_ptx
-extern.from_ltoir = from_ltoir
-extern.from_object = from_object
+extern.from_ptx = from_ptx  # type: ignore[attr-defined]
+extern.from_ltoir = from_ltoir  # type: ignore[attr-defined]
+extern.from_object = from_object  # type: ignore[attr-defined]

@@ -260,12 +260,12 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
     dump_dir = os.environ.get("SPLICE_DUMP_DIR")
     keep_stages = keep_stages or bool(dump_dir)
 
-    externs = {}
+    externs: dict = {}  # symbol -> ExternFunction
     for site in traced.sites:
         ext = site.extern
         prev = externs.get(ext.symbol)
         if prev is not None and prev is not ext and prev.fragment is not ext.fragment:
-            externs[ext.symbol] = _check_same_symbol(prev, ext)
+            _check_same_symbol(prev, ext)
         externs.setdefault(ext.symbol, ext)
 
     key = cache.key_of(
@@ -383,7 +383,7 @@ def _entry_calls(mod: Module, callees) -> dict[str, int]:
             if st.kind == "instruction":
                 ins = parse_instruction(st, mod.text)
                 target = ins.call_target
-                if target in callees:
+                if target is not None and target in callees:
                     out[target] = out.get(target, 0) + 1
     return out
 
@@ -441,7 +441,6 @@ def _check_same_symbol(a, b):
             f"externs '{a.name}' (declared at {a.where}) and '{b.name}' (declared at "
             f"{b.where}) both name the symbol '{a.symbol}' but come from different code; "
             f"rename one")
-    return a
 
 
 def _dump(b: Build, root: Path) -> None:

@@ -50,7 +50,7 @@ from collections import defaultdict
 from typing import Mapping, Sequence
 
 from .errors import SpliceRewriteError
-from .ptx import Function, Instruction, Module, Param, apply_edits, destinations, \
+from .ptx import Function, Instruction, Module, Param, Statement, apply_edits, destinations, \
     parse_instruction, registers_in
 from .types import ArgSlot, ElementType, Signature
 
@@ -166,7 +166,7 @@ def splice_calls(module: Module, sites: Mapping[int, SiteCall], *,
 def _splice_function(module: Module, fn: Function, sites, kernel_name, found, replaced):
     text = module.text
     body = module.body_statements(fn)
-    parsed: list[tuple[object, Instruction | None]] = []
+    parsed: list[tuple[Statement, Instruction | None]] = []
     defs: dict[str, list[int]] = defaultdict(list)
     for i, s in enumerate(body):
         ins = parse_instruction(s, text) if s.kind == "instruction" else None
@@ -363,7 +363,7 @@ def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found
     changed = True
     while changed:
         changed = False
-        for i, (s, ins) in enumerate(parsed):
+        for i, (_s, ins) in enumerate(parsed):
             if plain_copy(ins) and ins.operands[1] in key_site:
                 dest, idx = ins.operands[0], key_site[ins.operands[1]]
                 if dest not in key_site:
@@ -385,7 +385,7 @@ def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found
 
     # 2. Instances, and the registers only they write (results).
     instances: dict[int, tuple[int, str, str]] = {}   # statement -> (site, slot 0, slot 1)
-    for i, (s, ins) in enumerate(parsed):
+    for i, (_s, ins) in enumerate(parsed):
         if ins is None or ins.base != "fma" or ins.modifiers != ("rn", "f64") or \
                 len(ins.operands) != 4:
             continue
@@ -409,7 +409,7 @@ def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found
     changed = True
     while changed:
         changed = False
-        for i, (s, ins) in enumerate(parsed):
+        for i, (_s, ins) in enumerate(parsed):
             if ins is None or i in derived_defs or i in unblind or ins.guard is not None or \
                     ins.base not in ("mov", "xor") or \
                     len(ins.operands) != {"mov": 2, "xor": 3}[ins.base] or \
@@ -451,7 +451,7 @@ def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found
                               f"is also written by other instructions", others[0])
 
     # 4. Nothing else reads a derived value.
-    for i, (s, ins) in enumerate(parsed):
+    for i, (_s, ins) in enumerate(parsed):
         if ins is None or i in derived_defs or i in unblind:
             continue
         sources = ins.operands[1:] if destinations(ins) else ins.operands

@@ -217,7 +217,6 @@ class Capture:
     ptx: str
     host_object: bytes | None
     ptxas_argv: tuple[str, ...]
-    tileiras_argv: tuple[str, ...]
 
 
 def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | None,
@@ -264,8 +263,7 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
         host = c / "host.o"
         return Capture(ptx_path.read_text(),
                        host.read_bytes() if host.is_file() else None,
-                       tuple((c / "argv").read_text().splitlines()),
-                       tuple(argv[1:]))
+                       tuple((c / "argv").read_text().splitlines()))
 
 
 def ptxas_flags(capture: Capture) -> list[str]:

@@ -42,7 +42,7 @@ class ElementType:
     c_type: str
     c_header: str | None
     kind: str
-    pointee: "ElementType | None" = None
+    pointee: ElementType | None = None
 
     def __str__(self) -> str:
         return self.name
@@ -79,6 +79,7 @@ C_TYPE_ALTERNATIVES = {
 def c_type_alternatives(t: ElementType) -> tuple[str, ...]:
     """Every C type the compile-time check accepts for ``t``."""
     if t.kind == "p":
+        assert t.pointee is not None
         base = (t.pointee.c_type, *C_TYPE_ALTERNATIVES.get(t.pointee.name, ()))
         return tuple(f"{c}*" for c in base) + tuple(f"const {c}*" for c in base)
     return (t.c_type, *C_TYPE_ALTERNATIVES.get(t.name, ()))

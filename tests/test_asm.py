@@ -143,7 +143,7 @@ def test_asm_from_python_raises():
 
 # ----------------------------------------------------------------------------- GPU
 
-from conftest import launch as _launch  # noqa: E402
+from conftest import launch as _launch
 
 
 @pytest.mark.gpu

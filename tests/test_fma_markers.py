@@ -1208,8 +1208,8 @@ def test_interpreter_sees_the_bug_of_26d142b():
 
 # --- differential fuzzing of random marker programs
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 
 @st.composite

@@ -129,7 +129,7 @@ def test_input_kernels_compile():
 
 # ----------------------------------------------------------------------------- GPU
 
-from conftest import launch as _launch  # noqa: E402
+from conftest import launch as _launch
 
 
 @pytest.mark.gpu

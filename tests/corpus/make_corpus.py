@@ -15,11 +15,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-import cuda.tile as ct  # noqa: E402
+import cuda.tile as ct
 
-import kernels as K  # noqa: E402
-import splice  # noqa: E402
-from splice import _cutile, toolchain  # noqa: E402
+import kernels as K
+import splice
+from splice import _cutile, toolchain
 
 f32 = ct.float32
 CASES = {
