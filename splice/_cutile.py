@@ -1,6 +1,6 @@
 """The one module that touches cuTile's private API (supported: cuda-tile >=1.7,<1.8).
 
-What it uses, and why (DESIGN.md F9/F10):
+What it uses, and why (``docs/design.md#cutile-hooks``):
 
 - ``_cutile_custom_implementation_handler``: a plain function carrying this attribute is
   resolved by cuTile's frontend (``hir2ir._try_find_function_impl``) to our handler, which
@@ -8,9 +8,11 @@ What it uses, and why (DESIGN.md F9/F10):
 - ``cuda.tile._ir``: ``Operation``, ``operand``/``attribute``, ``add_operation``,
   ``broadcast_to``, ``implicit_cast``, ``TileTy``; ``TileAtomicCAS`` is subclassed so that
   cuTile's token-order pass orders impure calls against the kernel's memory operations.
-- ``cuda.tile._bytecode`` encoders: each call site lowers to a per-site module global and an
-  atomic compare-and-swap on it (the marker, DESIGN.md F5), arguments packed into the two
-  64-bit operands.
+- ``cuda.tile._bytecode`` encoders: each call site lowers to a per-site module global and a
+  *marker* on it (``docs/design.md#markers``), the arguments packed into the marker's two
+  32- or 64-bit operands: an atomic compare-and-swap for impure and void calls
+  (:class:`SpliceImpureCall`), and for pure calls with a result an ``fma.rn.f64`` keyed by a
+  load of the global (:class:`SplicePureCall`, ``docs/design.md#fma-marker``).
 - ``cuda.tile._compile``: ``compile_tile`` (bytecode only), the tileiras it would run, and its
   optimisation flags.
 - ``ct.kernel._compile`` is overridden by :class:`SpliceKernel` to return splice's cubin to

@@ -258,7 +258,7 @@ def from_ltoir(path=None, /, *, data: bytes | None = None, name: str, signature:
     """Declare an extern whose device code is LTO-IR: a ``.ltoir`` file (``nvcc -dlto``,
     NVRTC ``-dlto``) or its bytes. nvJitLink links it (``-lto -ptx``) into PTX for the
     kernel's target, which is merged like any PTX fragment: the final cubin still comes
-    from tileiras's ptxas with the TMA host callbacks (DESIGN.md F2).
+    from tileiras's ptxas with the TMA host callbacks (``docs/design.md#nv-host``).
 
     Args as for :func:`from_ptx`; ``name`` is the ``extern "C"`` symbol.
 

@@ -1,8 +1,9 @@
 """Merging fragment PTX into a kernel's PTX module.
 
 The kernel's final cubin must come from one whole-program ptxas run with tileiras's own
-flags and ``--nv-host`` object (DESIGN.md F2), so fragments are merged as PTX text: each
-fragment's functions and variables are inserted after the kernel module's header, with
+flags and ``--nv-host`` object (``docs/design.md#nv-host``), so fragments are merged as PTX
+text: each fragment's functions and variables are inserted after the kernel module's
+header, with
 
 - its ``.version`` no newer than the kernel's and a ``.target`` the kernel's can run
   (:func:`check_compatible`);

@@ -67,7 +67,7 @@ class Build:
     Stages (``build[name]``): ``"tileir"`` (Tile IR text tileiras embeds in its PTX, or
     None), ``"ptx"`` (PTX as tileiras emitted it), ``"spliced_ptx"`` (the PTX ptxas
     assembled: calls spliced in, fragments merged), ``"cubin"`` (bytes), ``"sass"``
-    (cuobjdump's listing, None without cuobjdump).
+    (nvdisasm's listing, None without nvdisasm).
     """
 
     kernel_name: str
@@ -348,8 +348,9 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
 def _link_binaries(merged: str, flags, binaries, kernel_mod: Module, target: str, what: str,
                    timeout) -> bytes:
     """ptxas -c (relocatable) then nvJitLink with the binary objects. ptxas ignores
-    --nv-host with -c (DESIGN.md F2), so this is refused for kernels whose launch needs
-    tileiras's host callbacks: those with hidden (tensor-map) parameters."""
+    --nv-host with -c (``docs/design.md#binary-objects``), so this is refused for kernels
+    whose launch needs tileiras's host callbacks: those with hidden (tensor-map)
+    parameters."""
     for fn in kernel_mod.entries():
         hidden = [p for p in fn.params if ".hidden" in p.decl]
         if hidden:

@@ -4,8 +4,8 @@ A call site reaches PTX as one or more marker instructions, one per tile element
 executing thread owns, in one of two forms (see ``splice._cutile``):
 
 - an impure (or void) call, an atomic compare-and-swap on the site's marker global
-  (DESIGN.md F5/F11), the arguments packed into the compare and swap operands (register or
-  immediate), the result register receiving the return value's bits::
+  (``docs/design.md#markers``), the arguments packed into the compare and swap operands
+  (register or immediate), the result register receiving the return value's bits::
 
       mov.b64              %rd15, __splice_marker_3;
       atom.global.cas.b64  %rd16, [%rd15], %rd36, 1073741824;
@@ -24,7 +24,8 @@ executing thread owns, in one of two forms (see ``splice._cutile``):
   slot 0 and the addend slot 1. The values derived from K may flow only through ``mov``
   and ``xor`` into marker fmas: any other use means LLVM changed the call site's form,
   and is a :class:`FmaMarkerError` naming the sites (the pipeline then gives them atomic
-  markers).
+  markers). Why pure calls get this marker, and the proof's invariants:
+  ``docs/design.md#fma-marker``, ``docs/design.md#fma-proof``.
 
 :func:`splice_calls` replaces each instance with a scoped block that unpacks the
 operands, stores the callee's ``.param``\\ s, ``call``\\ s it (``call``, not ``call.uni``: owner

@@ -96,7 +96,8 @@ _ALIASES = {
 _BY_DTYPE = {t.dtype: t for t in ELEMENT_TYPES.values()}
 
 #: The arguments of one call travel in the two operands (compare, swap) of an atomic
-#: compare-and-swap on the call site's marker (DESIGN.md F5/F11): two 32-bit operands when
+#: compare-and-swap on the call site's marker, or the two non-key operands of its fma marker
+#: (``docs/design.md#markers``): two 32-bit operands when
 #: every argument and the result fit (so a float32 tile keeps its register layout: tileiras
 #: lays 64-bit tiles out differently, which costs a shared-memory layout conversion), else
 #: two 64-bit operands.
