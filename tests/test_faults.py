@@ -13,19 +13,13 @@ from pathlib import Path
 import cuda.tile as ct
 import pytest
 
-import kernels as K
+from support import kernels as K
 import splice
 from splice import cache, toolchain
 
 SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 512)
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
-
-
-@pytest.fixture
-def fresh_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPLICE_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
 
 
 def _fake_overlay(tmp_path, script):
@@ -156,7 +150,8 @@ _WORKER = textwrap.dedent("""
     import hashlib, sys, threading
     sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
     import cuda.tile as ct
-    import kernels as K, splice
+    import splice
+    from support import kernels as K
     sigs = {
         "ptx": (K.ptx_kernel, K.signature(K.array(ct.float32), K.array(ct.float32), 512)),
         "saxpy": (K.saxpy_kernel, K.signature(K.array(ct.float32), K.array(ct.float32),
