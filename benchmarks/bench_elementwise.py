@@ -19,11 +19,11 @@ import tempfile
 os.environ["SPLICE_CACHE_DIR"] = tempfile.mkdtemp(prefix="splice-bench-")
 os.environ["CUDA_TILE_CACHE_DIR"] = "off"
 
-import cuda.tile as ct  # noqa: E402
-import torch  # noqa: E402
+import cuda.tile as ct
+import torch
 
-import splice  # noqa: E402
-from _timing import first_launch, time_side_by_side  # noqa: E402
+import splice
+from _timing import first_launch, time_side_by_side
 
 
 @splice.extern(source=r'''

@@ -26,7 +26,7 @@ def _load_kernel(path: str, name: str):
     if not p.is_file():
         raise SystemExit(f"no such file: {path}")
     spec = importlib.util.spec_from_file_location(p.stem, p)
-    if spec is None:
+    if spec is None or spec.loader is None:
         raise SystemExit(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     sys.path.insert(0, str(p.parent))
@@ -67,7 +67,7 @@ def parse_signature(text: str):
                                  "uint32", "uint64", "float16", "bfloat16", "float32",
                                  "float64")})
     try:
-        params = eval(f"({text},)", {"__builtins__": {}}, names)  # noqa: S307 - local CLI
+        params = eval(f"({text},)", {"__builtins__": {}}, names)
     except SystemExit:
         raise
     except Exception as e:

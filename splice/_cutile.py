@@ -1,6 +1,6 @@
 """The one module that touches cuTile's private API (supported: cuda-tile >=1.7,<1.8).
 
-What it uses, and why (DESIGN.md F9/F10):
+What it uses, and why (``docs/design.md#cutile-hooks``):
 
 - ``_cutile_custom_implementation_handler``: a plain function carrying this attribute is
   resolved by cuTile's frontend (``hir2ir._try_find_function_impl``) to our handler, which
@@ -8,9 +8,11 @@ What it uses, and why (DESIGN.md F9/F10):
 - ``cuda.tile._ir``: ``Operation``, ``operand``/``attribute``, ``add_operation``,
   ``broadcast_to``, ``implicit_cast``, ``TileTy``; ``TileAtomicCAS`` is subclassed so that
   cuTile's token-order pass orders impure calls against the kernel's memory operations.
-- ``cuda.tile._bytecode`` encoders: each call site lowers to a per-site module global and an
-  atomic compare-and-swap on it (the marker, DESIGN.md F5), arguments packed into the two
-  64-bit operands.
+- ``cuda.tile._bytecode`` encoders: each call site lowers to a per-site module global and a
+  *marker* on it (``docs/design.md#markers``), the arguments packed into the marker's two
+  32- or 64-bit operands: an atomic compare-and-swap for impure and void calls
+  (:class:`SpliceImpureCall`), and for pure calls with a result an ``fma.rn.f64`` keyed by a
+  load of the global (:class:`SplicePureCall`, ``docs/design.md#fma-marker``).
 - ``cuda.tile._compile``: ``compile_tile`` (bytecode only), the tileiras it would run, and its
   optimisation flags.
 - ``ct.kernel._compile`` is overridden by :class:`SpliceKernel` to return splice's cubin to
@@ -507,7 +509,7 @@ def _emit_call(ext, args, loc):
     if len(args) != len(sig.args):
         raise _call_error(ext, f"expected {len(sig.args)} argument(s) for signature {sig}, "
                                f"got {len(args)}", loc)
-    typed = []
+    typed: Any = []  # a list, then the broadcast tuple
     for i, (var, elem) in enumerate(zip(args, sig.args)):
         ty = var.get_type()
         if elem.kind == "p":
@@ -536,7 +538,7 @@ def _emit_call(ext, args, loc):
                                    f".astype(ct.{elem.name}) first", loc)
         typed.append(var)
     shape: tuple[int, ...] = ()
-    for i, var in enumerate(typed):
+    for var in typed:
         try:
             shape = broadcast_shapes2(shape, var.get_type().shape)
         except Exception:
@@ -763,9 +765,6 @@ def _handle_asm(callee, template, args, dtype, constraints, pure, pack):
     inputs = []
     for i, var in enumerate(args):
         ty = var.get_type()
-        if not isinstance(ty, TileTy):
-            raise SpliceCallError(f"inline PTX at {where}: input {i + 1} is {_describe(var)}; "
-                                  f"inputs are tiles or scalars", loc)
         try:
             inputs.append(element_type(ty.dtype))
         except Exception as e:

@@ -186,7 +186,7 @@ def _check_options(options, include_dirs, defines, what: str):
     return tuple(options), tuple(os.fspath(d) for d in include_dirs), tuple(defs)
 
 
-from .checks import Declared, cxx_symbol, is_cxx_name  # noqa: E402
+from .checks import Declared, cxx_symbol, is_cxx_name
 
 
 def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name,
@@ -343,7 +343,7 @@ def from_ltoir(path=None, /, *, data: bytes | None = None, name: str, signature:
     """Declare an extern whose device code is LTO-IR: a ``.ltoir`` file (``nvcc -dlto``,
     NVRTC ``-dlto``) or its bytes. nvJitLink links it (``-lto -ptx``) into PTX for the
     kernel's target, which is merged like any PTX fragment: the final cubin still comes
-    from tileiras's ptxas with the TMA host callbacks (DESIGN.md F2).
+    from tileiras's ptxas with the TMA host callbacks (``docs/design.md#nv-host``).
 
     Args as for :func:`from_ptx`; ``name`` is the ``extern "C"`` symbol.
 
@@ -500,6 +500,6 @@ def library(source=None, *, path=None, options=(), include_dirs=(), defines=None
                    defines=defines, _where=_caller_where(2))
 
 
-extern.from_ptx = from_ptx
-extern.from_ltoir = from_ltoir
-extern.from_object = from_object
+extern.from_ptx = from_ptx  # type: ignore[attr-defined]
+extern.from_ltoir = from_ltoir  # type: ignore[attr-defined]
+extern.from_object = from_object  # type: ignore[attr-defined]

@@ -15,6 +15,7 @@ import dataclasses
 import re
 import threading
 from pathlib import Path
+from typing import Any
 
 from . import cache, toolchain
 from .errors import SpliceCompileError, SpliceDeclarationError, SpliceLinkError
@@ -84,6 +85,7 @@ class PtxSource(Fragment):
     def read(self) -> str:
         if self.path is not None:
             return _read_text(self.path, self.describe())
+        assert self.text is not None  # declared with text or path
         return self.text
 
     def content_key(self, target: str) -> str:
@@ -133,6 +135,7 @@ class CudaSource(Fragment):
     def read(self) -> str:
         if self.path is not None:
             return _read_text(self.path, self.describe())
+        assert self.text is not None  # declared with text or path
         return self.text
 
     def _options(self, target: str) -> list[str]:
@@ -299,7 +302,7 @@ class AsmSource(Fragment):
     PTX target and checked by ptxas on its own, so that a malformed snippet is reported at
     its call site with ptxas's message."""
 
-    spec: object = None  # splice.asm.AsmSpec
+    spec: Any = None  # splice.asm.AsmSpec, always given
     kind = "asm"
 
     def describe(self) -> str:
@@ -321,7 +324,7 @@ class AsmSource(Fragment):
                 toolchain.run_ptxas(text, ["-arch", target, "-c"], None, timeout=120,
                                     what=self.describe())
             except Exception as e:  # SpliceToolchainError with ptxas's log
-                msgs = [re.split(r"error\s*:", ln, 1)[-1].strip() for ln in
+                msgs = [re.split(r"error\s*:", ln, maxsplit=1)[-1].strip() for ln in
                         getattr(e, "log", "").splitlines() if re.search(r"error\s*:", ln)]
                 raise SpliceCompileError(
                     f"inline PTX at {self.spec.where} rejected by ptxas: "
@@ -384,6 +387,7 @@ class LtoirSource(Fragment):
     def read(self) -> bytes:
         if self.path is not None:
             return _read_bytes(self.path, self.describe())
+        assert self.data is not None  # declared with data or path
         return self.data
 
     def content_key(self, target: str) -> str:
@@ -450,7 +454,7 @@ class BinarySource(Fragment):
     with the kernel's relocatable cubin -- possible only for kernels without tileiras host
     callbacks (no TMA tensor maps), see :func:`splice.pipeline.build`."""
 
-    path: Path | None = None
+    path: Path = None  # type: ignore[assignment]  # always given
     where: str = "<unknown>"
     roots: tuple = ()
     kind = "binary"

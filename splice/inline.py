@@ -1,8 +1,8 @@
 """Inlining a callee's PTX body at a call site.
 
-ptxas does not inline ``.func``\\ s (DESIGN.md F4: SASS keeps ``CALL.REL.NOINC`` and the ABI
-moves), so a call in a tight loop costs. When it is safe, splice pastes the callee's body
-into the call site instead:
+ptxas does not inline ``.func``\\ s (``docs/design.md#no-inline``: SASS keeps
+``CALL.REL.NOINC`` and the ABI moves), so a call in a tight loop costs. When it is safe,
+splice pastes the callee's body into the call site instead:
 
 - the body goes in its own ``{ }`` scope, so its ``.reg`` declarations shadow nothing of the
   kernel's (splice's own registers use the reserved ``%__splice`` prefix);

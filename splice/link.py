@@ -1,8 +1,9 @@
 """Merging fragment PTX into a kernel's PTX module.
 
 The kernel's final cubin must come from one whole-program ptxas run with tileiras's own
-flags and ``--nv-host`` object (DESIGN.md F2), so fragments are merged as PTX text: each
-fragment's functions and variables are inserted after the kernel module's header, with
+flags and ``--nv-host`` object (``docs/design.md#nv-host``), so fragments are merged as PTX
+text: each fragment's functions and variables are inserted after the kernel module's
+header, with
 
 - its ``.version`` no newer than the kernel's and a ``.target`` the kernel's can run
   (:func:`check_compatible`);
@@ -128,6 +129,7 @@ def _visible_defs(mod: Module, exported=frozenset()) -> dict[str, str]:
     for fn in mod.function_order:
         if fn.is_definition and (".visible" in fn.linkage or ".weak" in fn.linkage or
                                  fn.name in exported):
+            assert fn.body is not None
             a, b = fn.body
             start = fn.header.start
             end = mod.statements[b].end
@@ -174,9 +176,9 @@ def _prepare(mod: Module, what: str, file_offset: int,
             edits.append((s.start, s.end, ""))
             continue
         if s.kind == "decl" and s.depth == 0:
-            fn = next((f for f in mod.function_order if f.header is s), None)
-            if fn is not None and fn.name in defined:
-                edits.append((s.start, s.end, f"// splice: declaration of {fn.name} hoisted"))
+            decl = next((f for f in mod.function_order if f.header is s), None)
+            if decl is not None and decl.name in defined:
+                edits.append((s.start, s.end, f"// splice: declaration of {decl.name} hoisted"))
                 continue
         if s.kind == "directive" and s.head in (".file", ".loc", ".loc_intermediate") and \
                 file_offset and len(s.tokens) > 1 and s.tokens[1].kind == "number":
@@ -301,7 +303,7 @@ def _without(mod: Module, symbols: Sequence[str]) -> Module:
     """The module minus the definitions of ``symbols`` (duplicates kept elsewhere)."""
     edits = []
     for fn in mod.function_order:
-        if fn.name in symbols and fn.is_definition:
+        if fn.name in symbols and fn.body is not None:
             edits.append((fn.header.start, mod.statements[fn.body[1]].end, ""))
     for s in mod.statements:
         if s.depth == 0 and s.kind == "directive":

@@ -67,7 +67,7 @@ class Build:
     Stages (``build[name]``): ``"tileir"`` (Tile IR text tileiras embeds in its PTX, or
     None), ``"ptx"`` (PTX as tileiras emitted it), ``"spliced_ptx"`` (the PTX ptxas
     assembled: calls spliced in, fragments merged), ``"cubin"`` (bytes), ``"sass"``
-    (cuobjdump's listing, None without cuobjdump).
+    (nvdisasm's listing, None without nvdisasm).
     """
 
     kernel_name: str
@@ -263,12 +263,12 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
     dump_dir = os.environ.get("SPLICE_DUMP_DIR")
     keep_stages = keep_stages or bool(dump_dir)
 
-    externs = {}
+    externs: dict = {}  # symbol -> ExternFunction
     for site in traced.sites:
         ext = site.extern
         prev = externs.get(ext.symbol)
         if prev is not None and prev is not ext and prev.fragment is not ext.fragment:
-            externs[ext.symbol] = _check_same_symbol(prev, ext)
+            _check_same_symbol(prev, ext)
         externs.setdefault(ext.symbol, ext)
 
     key = cache.key_of(
@@ -351,8 +351,9 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
 def _link_binaries(merged: str, flags, binaries, kernel_mod: Module, target: str, what: str,
                    timeout) -> bytes:
     """ptxas -c (relocatable) then nvJitLink with the binary objects. ptxas ignores
-    --nv-host with -c (DESIGN.md F2), so this is refused for kernels whose launch needs
-    tileiras's host callbacks: those with hidden (tensor-map) parameters."""
+    --nv-host with -c (``docs/design.md#binary-objects``), so this is refused for kernels
+    whose launch needs tileiras's host callbacks: those with hidden (tensor-map)
+    parameters."""
     for fn in kernel_mod.entries():
         hidden = [p for p in fn.params if ".hidden" in p.decl]
         if hidden:
@@ -386,7 +387,7 @@ def _entry_calls(mod: Module, callees) -> dict[str, int]:
             if st.kind == "instruction":
                 ins = parse_instruction(st, mod.text)
                 target = ins.call_target
-                if target in callees:
+                if target is not None and target in callees:
                     out[target] = out.get(target, 0) + 1
     return out
 
@@ -444,7 +445,6 @@ def _check_same_symbol(a, b):
             f"externs '{a.name}' (declared at {a.where}) and '{b.name}' (declared at "
             f"{b.where}) both name the symbol '{a.symbol}' but come from different code; "
             f"rename one")
-    return a
 
 
 def _dump(b: Build, root: Path) -> None:

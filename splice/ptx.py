@@ -71,7 +71,7 @@ def tokenize(text: str, pos: int = 0) -> Iterator[Token | str]:
                 raise PTXSyntaxError(f"unterminated string at {_line_col(text, pos)}")
             raise PTXSyntaxError(f"unexpected character {text[pos]!r} at "
                                  f"{_line_col(text, pos)}")
-        kind = m.lastgroup
+        kind = m.lastgroup or ""
         if kind == "badcomment":
             raise PTXSyntaxError(f"unterminated /* comment at {_line_col(text, pos)}")
         if kind == "nl":
@@ -297,7 +297,9 @@ def parse_instruction(stmt: Statement, source: str) -> Instruction:
 
 
 def _split_operands(body: str) -> list[str]:
-    out, depth, cur = [], 0, []
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in body:
         if ch in "[{(":
             depth += 1
@@ -315,7 +317,6 @@ def _split_operands(body: str) -> list[str]:
 
 
 _REG_RE = re.compile(r"%[A-Za-z_$][A-Za-z0-9_$]*")
-_IDENT_RE = re.compile(r"(?<![%.\w$])[A-Za-z_$][A-Za-z0-9_$]*")
 
 
 def registers_in(operand: str) -> list[str]:
@@ -480,7 +481,8 @@ class Module:
         return Function(name, kind, tuple(linkage), results, params, s, body)
 
     def _parse_params(self, toks: Sequence[Token]) -> tuple[Param, ...]:
-        groups, cur = [], []
+        groups: list[list[Token]] = []
+        cur: list[Token] = []
         for t in toks:
             if t.text == ",":
                 groups.append(cur)

@@ -4,8 +4,8 @@ A call site reaches PTX as one or more marker instructions, one per tile element
 executing thread owns, in one of two forms (see ``splice._cutile``):
 
 - an impure (or void) call, an atomic compare-and-swap on the site's marker global
-  (DESIGN.md F5/F11), the arguments packed into the compare and swap operands (register or
-  immediate), the result register receiving the return value's bits::
+  (``docs/design.md#markers``), the arguments packed into the compare and swap operands
+  (register or immediate), the result register receiving the return value's bits::
 
       mov.b64              %rd15, __splice_marker_3;
       atom.global.cas.b64  %rd16, [%rd15], %rd36, 1073741824;
@@ -24,7 +24,8 @@ executing thread owns, in one of two forms (see ``splice._cutile``):
   slot 0 and the addend slot 1. The values derived from K may flow only through ``mov``
   and ``xor`` into marker fmas: any other use means LLVM changed the call site's form,
   and is a :class:`FmaMarkerError` naming the sites (the pipeline then gives them atomic
-  markers).
+  markers). Why pure calls get this marker, and the proof's invariants:
+  ``docs/design.md#fma-marker``, ``docs/design.md#fma-proof``.
 
 :func:`splice_calls` replaces each instance with a scoped block that unpacks the
 operands, stores the callee's ``.param``\\ s, ``call``\\ s it (``call``, not ``call.uni``: owner
@@ -50,7 +51,7 @@ from collections import defaultdict
 from typing import Mapping, Sequence
 
 from .errors import SpliceRewriteError
-from .ptx import Function, Instruction, Module, Param, apply_edits, destinations, \
+from .ptx import Function, Instruction, Module, Param, Statement, apply_edits, destinations, \
     parse_instruction, registers_in
 from .types import ArgSlot, ElementType, Signature
 
@@ -166,7 +167,7 @@ def splice_calls(module: Module, sites: Mapping[int, SiteCall], *,
 def _splice_function(module: Module, fn: Function, sites, kernel_name, found, replaced):
     text = module.text
     body = module.body_statements(fn)
-    parsed: list[tuple[object, Instruction | None]] = []
+    parsed: list[tuple[Statement, Instruction | None]] = []
     defs: dict[str, list[int]] = defaultdict(list)
     for i, s in enumerate(body):
         ins = parse_instruction(s, text) if s.kind == "instruction" else None
@@ -318,7 +319,24 @@ class FmaMarkerError(SpliceRewriteError):
 
 def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found,
                         replaced):
-    """The fma markers of pure calls (module docstring).
+    """The fma markers of pure calls (module docstring): :func:`_prove_fma_markers`, then
+    :func:`_fma_marker_edits`. Raises :class:`FmaMarkerError` naming the sites the proof
+    refused."""
+    if not key_loads:
+        return []
+    proof = _prove_fma_markers(parsed, defs, key_loads, sites, kernel_name, text)
+    if proof.refused is not None:
+        raise proof.refused
+    edits, counts = _fma_marker_edits(proof, parsed, sites, replaced)
+    for idx, n in counts.items():
+        found[idx] += n
+        replaced[idx] += n
+    return edits
+
+
+@dataclasses.dataclass(frozen=True)
+class FmaProof:
+    """What :func:`_prove_fma_markers` established about one function's fma markers.
 
     The rewritten program is the original one run with every key 0 -- the value the loads
     read -- and each marker fma replaced by its call. Every xor with a key is then the
@@ -339,22 +357,53 @@ def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found
       whose value goes anywhere.
 
     Anything else -- a key read by another instruction, an fma that takes a derived value
-    but no key multiplicand, two sites' values combined -- raises :class:`FmaMarkerError`
-    naming the sites (the pipeline gives them atomic markers).
+    but no key multiplicand, two sites' values combined -- is ``refused``: a
+    :class:`FmaMarkerError` naming the sites and the reason (the pipeline gives them atomic
+    markers). See ``docs/design.md#fma-proof``.
     """
-    if not key_loads:
-        return []
 
+    key_loads: tuple[tuple[int, str, int], ...] = ()   # (statement, register, site)
+    key_site: Mapping[str, int] = dataclasses.field(default_factory=dict)  # register -> site
+    key_regs: frozenset[str] = frozenset()      # registers that hold a key on every path
+    instances: Mapping[int, tuple[int, str, str]] = dataclasses.field(default_factory=dict)
+    copies: frozenset[int] = frozenset()        # movs/xors of derived values (not loads)
+    unblind: frozenset[int] = frozenset()       # xors unblinding a call's result
+    refused: FmaMarkerError | None = None
+
+
+def _prove_fma_markers(parsed, defs, key_loads, sites, kernel_name, text) -> FmaProof:
+    """Which fmas of one function are marker instances, and that nothing else uses a key
+    (:class:`FmaProof`)."""
     def fail(idxs, msg, i=None):
         return FmaMarkerError(_fail(kernel_name, msg, None if i is None else
                                     parsed[i][0].text(text)).message, idxs, msg)
 
-    def plain_copy(ins):
-        return ins is not None and ins.base == "mov" and ins.guard is None and \
-            len(ins.operands) == 2 and all(_PLAIN_REG.fullmatch(o) for o in ins.operands)
-
     load_stmts = {i for i, _reg, _idx in key_loads}
-    # 1. Key registers.
+    try:
+        key_site, key_regs = _fma_key_registers(parsed, defs, key_loads, load_stmts, fail)
+        instances, results = _fma_instances(parsed, defs, key_site, key_regs)
+        derived, derived_defs, unblind = _fma_derived_values(parsed, defs, key_site, key_regs,
+                                                             results, load_stmts, fail)
+        _check_fma_derived_uses(parsed, derived, derived_defs, unblind, instances, fail)
+        for i in sorted(instances):
+            idx = instances[i][0]
+            if sites[idx].width != 64:
+                raise fail({idx}, f"site {idx}: fma marker of a {sites[idx].width}-bit site",
+                           i)
+    except FmaMarkerError as e:
+        return FmaProof(refused=e)
+    return FmaProof(tuple(key_loads), key_site, frozenset(key_regs), instances,
+                    frozenset(derived_defs - load_stmts), frozenset(unblind))
+
+
+def _plain_copy(ins) -> bool:
+    return ins is not None and ins.base == "mov" and ins.guard is None and \
+        len(ins.operands) == 2 and all(_PLAIN_REG.fullmatch(o) for o in ins.operands)
+
+
+def _fma_key_registers(parsed, defs, key_loads, load_stmts, fail):
+    """1. Key registers: (register -> site of the key it is loaded or copied from, the
+    registers among them that hold that key on every path)."""
     key_site: dict[str, int] = {}
     for i, reg, idx in key_loads:
         if key_site.setdefault(reg, idx) != idx:
@@ -363,8 +412,8 @@ def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found
     changed = True
     while changed:
         changed = False
-        for i, (s, ins) in enumerate(parsed):
-            if plain_copy(ins) and ins.operands[1] in key_site:
+        for i, (_s, ins) in enumerate(parsed):
+            if _plain_copy(ins) and ins.operands[1] in key_site:
                 dest, idx = ins.operands[0], key_site[ins.operands[1]]
                 if dest not in key_site:
                     key_site[dest] = idx
@@ -377,15 +426,19 @@ def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found
     while changed:
         changed = False
         for reg in list(key_regs):
-            if not all(j in load_stmts or (plain_copy(parsed[j][1]) and
+            if not all(j in load_stmts or (_plain_copy(parsed[j][1]) and
                                            parsed[j][1].operands[1] in key_regs)
                        for j in defs[reg]):
                 key_regs.discard(reg)
                 changed = True
+    return key_site, key_regs
 
-    # 2. Instances, and the registers only they write (results).
-    instances: dict[int, tuple[int, str, str]] = {}   # statement -> (site, slot 0, slot 1)
-    for i, (s, ins) in enumerate(parsed):
+
+def _fma_instances(parsed, defs, key_site, key_regs):
+    """2. Instances (statement -> (site, slot 0, slot 1)), and the registers only they
+    write (results: register -> site)."""
+    instances: dict[int, tuple[int, str, str]] = {}
+    for i, (_s, ins) in enumerate(parsed):
         if ins is None or ins.base != "fma" or ins.modifiers != ("rn", "f64") or \
                 len(ins.operands) != 4:
             continue
@@ -401,15 +454,19 @@ def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found
         dest = parsed[i][1].operands[0]
         if all(j in instances and instances[j][0] == site_idx for j in defs[dest]):
             results[dest] = site_idx
+    return instances, results
 
-    # 3. Derived values and unblinded results.
+
+def _fma_derived_values(parsed, defs, key_site, key_regs, results, load_stmts, fail):
+    """3. Values derived from keys (register -> site), the statements defining them, and
+    the xors that unblind a result."""
     derived: dict[str, int] = dict(key_site)
     derived_defs: set[int] = set(load_stmts)
     unblind: set[int] = set()
     changed = True
     while changed:
         changed = False
-        for i, (s, ins) in enumerate(parsed):
+        for i, (_s, ins) in enumerate(parsed):
             if ins is None or i in derived_defs or i in unblind or ins.guard is not None or \
                     ins.base not in ("mov", "xor") or \
                     len(ins.operands) != {"mov": 2, "xor": 3}[ins.base] or \
@@ -449,9 +506,12 @@ def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found
         if others:
             raise fail({idx}, f"register {reg} holds a value of the marker of site {idx} but "
                               f"is also written by other instructions", others[0])
+    return derived, derived_defs, unblind
 
-    # 4. Nothing else reads a derived value.
-    for i, (s, ins) in enumerate(parsed):
+
+def _check_fma_derived_uses(parsed, derived, derived_defs, unblind, instances, fail):
+    """4. Nothing else reads a derived value."""
+    for i, (_s, ins) in enumerate(parsed):
         if ins is None or i in derived_defs or i in unblind:
             continue
         sources = ins.operands[1:] if destinations(ins) else ins.operands
@@ -465,18 +525,25 @@ def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found
             raise fail(used | {instances[i][0]}, f"a marker fma mixes the values of sites "
                                                  f"{sorted(used | {instances[i][0]})}", i)
 
-    # The key is 0: every read of a key register becomes the literal 0 (a copy of the key
-    # a move of 0, an xor with it a move of the other operand, a key operand of a marker
-    # 0), and the loads of key registers go. Not merely "the load becomes mov 0": LLVM
-    # loads a key only on the paths that use it and rotates copies of it through unrolled
-    # loops, and ptxas does not fold an xor with a register that is 0 on some paths and
-    # undefined on others. A load into a register that is a blinded value on another path
-    # (still read) becomes mov 0.
+
+def _fma_marker_edits(proof: FmaProof, parsed, sites, first_instance: Mapping[int, int]):
+    """The edits that make a proven function's keys 0 and its instances calls, and the
+    number of instances per site (numbered from ``first_instance[site]``).
+
+    The key is 0: every read of a key register becomes the literal 0 (a copy of the key
+    a move of 0, an xor with it a move of the other operand, a key operand of a marker
+    0), and the loads of key registers go. Not merely "the load becomes mov 0": LLVM
+    loads a key only on the paths that use it and rotates copies of it through unrolled
+    loops, and ptxas does not fold an xor with a register that is 0 on some paths and
+    undefined on others. A load into a register that is a blinded value on another path
+    (still read) becomes mov 0."""
+    key_regs, key_site = proof.key_regs, proof.key_site
+
     def zero(op):
         return "0" if op in key_regs else op
 
     edits = []
-    for i, reg, idx in key_loads:
+    for i, reg, idx in proof.key_loads:
         s, ins = parsed[i]
         if reg in key_regs:
             edits.append((s.start, s.end, f"// splice: load of the key of site {idx} removed "
@@ -485,7 +552,7 @@ def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found
             guard = f"@{ins.guard} " if ins.guard else ""
             edits.append((s.start, s.end, f"{guard}mov.b64 \t{reg}, 0; // splice: the key of "
                                           f"site {idx} (0)"))
-    for i in sorted((derived_defs - load_stmts) | unblind):
+    for i in sorted(proof.copies | proof.unblind):
         s, ins = parsed[i]
         keys = [o for o in ins.operands[1:] if o in key_regs]
         if not keys:
@@ -498,17 +565,15 @@ def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found
             [other] = [o for o in ins.operands[1:] if o not in key_regs] or ["0"]
             new = f"mov.b64 \t{dest}, {other}; // splice: xor with the key of site {idx} (0)"
         edits.append((s.start, s.end, new))
-    for i in sorted(instances):
+    counts: dict[int, int] = defaultdict(int)
+    for i in sorted(proof.instances):
         s, ins = parsed[i]
-        idx, slot0, slot1 = instances[i]
-        site = sites[idx]
-        if site.width != 64:
-            raise fail({idx}, f"site {idx}: fma marker of a {site.width}-bit site", i)
-        found[idx] += 1
-        edits.append((s.start, s.end, call_block(site, ins.guard, ins.operands[0],
-                                                 (zero(slot0), zero(slot1)), replaced[idx])))
-        replaced[idx] += 1
-    return edits
+        idx, slot0, slot1 = proof.instances[i]
+        edits.append((s.start, s.end, call_block(sites[idx], ins.guard, ins.operands[0],
+                                                 (zero(slot0), zero(slot1)),
+                                                 first_instance[idx] + counts[idx])))
+        counts[idx] += 1
+    return edits, dict(counts)
 
 
 def _address_copy_source(ins: Instruction, marker_reg: Mapping[str, int]) -> int | None:

@@ -1,16 +1,17 @@
 """The compiler tools splice runs, and how it runs them.
 
 - **tileiras** lowers Tile IR bytecode to PTX through libnvvm and then runs ``ptxas`` from
-  its own directory (DESIGN.md F1). splice runs it from an *overlay* directory: a hard link
-  (or copy) of tileiras beside a capturing ``ptxas`` script, every other file of the toolkit
-  directory linked in place, so tileiras finds libnvvm and libdevice as usual. The capture
-  keeps the PTX, the ``--nv-host`` host-callback object and ptxas's flags (F2) instead of
-  assembling. A symlinked tileiras does not work (F1: it resolves its directory through
-  ``/proc/self/exe``).
+  its own directory (``docs/design.md#tileiras-ptxas``). splice runs it from an *overlay*
+  directory: a hard link (or copy) of tileiras beside a capturing ``ptxas`` script, every
+  other file of the toolkit directory linked in place, so tileiras finds libnvvm and
+  libdevice as usual. The capture keeps the PTX, the ``--nv-host`` host-callback object
+  and ptxas's flags (``docs/design.md#nv-host``) instead of assembling. A symlinked
+  tileiras does not work (it resolves its directory through ``/proc/self/exe``).
 - tileiras and ptxas always run with ``CUDA_HOME``/``CUDA_PATH``/``CUDA_ROOT`` removed from
-  the environment (F6: another toolkit's libnvvm would be picked up).
+  the environment (another toolkit's libnvvm would be picked up:
+  ``docs/design.md#environment``).
 - **ptxas** (the real one, beside tileiras) assembles the spliced PTX with the captured
-  flags, ``--nv-host`` included: re-assembling is exact (F3).
+  flags, ``--nv-host`` included: re-assembling is exact (``docs/design.md#nv-host``).
 - **NVRTC** (cuda-bindings) compiles CUDA C fragments to relocatable-device-code PTX.
 """
 
@@ -33,7 +34,7 @@ _STRIPPED_ENV = ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT")
 
 def clean_env(**extra: str) -> dict[str, str]:
     """The environment tileiras and ptxas run in: ours minus CUDA_HOME/CUDA_PATH/CUDA_ROOT
-    (DESIGN.md F6), plus ``extra``."""
+    (``docs/design.md#environment``), plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if k not in _STRIPPED_ENV}
     env.update(extra)
     return env
@@ -51,7 +52,8 @@ def tileiras() -> Path:
 
 @functools.cache
 def ptxas() -> Path:
-    """The ptxas tileiras runs: the one beside it (F1), not the one on PATH."""
+    """The ptxas tileiras runs: the one beside it (``docs/design.md#tileiras-ptxas``), not
+    the one on PATH."""
     p = tileiras().resolve().parent / "ptxas"
     if not p.is_file():
         raise SpliceToolchainError(
@@ -217,7 +219,6 @@ class Capture:
     ptx: str
     host_object: bytes | None
     ptxas_argv: tuple[str, ...]
-    tileiras_argv: tuple[str, ...]
 
 
 def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | None,
@@ -264,8 +265,7 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
         host = c / "host.o"
         return Capture(ptx_path.read_text(),
                        host.read_bytes() if host.is_file() else None,
-                       tuple((c / "argv").read_text().splitlines()),
-                       tuple(argv[1:]))
+                       tuple((c / "argv").read_text().splitlines()))
 
 
 def ptxas_flags(capture: Capture) -> list[str]:

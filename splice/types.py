@@ -42,7 +42,7 @@ class ElementType:
     c_type: str
     c_header: str | None
     kind: str
-    pointee: "ElementType | None" = None
+    pointee: ElementType | None = None
 
     def __str__(self) -> str:
         return self.name
@@ -79,6 +79,7 @@ C_TYPE_ALTERNATIVES = {
 def c_type_alternatives(t: ElementType) -> tuple[str, ...]:
     """Every C type the compile-time check accepts for ``t``."""
     if t.kind == "p":
+        assert t.pointee is not None
         base = (t.pointee.c_type, *C_TYPE_ALTERNATIVES.get(t.pointee.name, ()))
         return tuple(f"{c}*" for c in base) + tuple(f"const {c}*" for c in base)
     return (t.c_type, *C_TYPE_ALTERNATIVES.get(t.name, ()))
@@ -95,7 +96,8 @@ _ALIASES = {
 _BY_DTYPE = {t.dtype: t for t in ELEMENT_TYPES.values()}
 
 #: The arguments of one call travel in the two operands (compare, swap) of an atomic
-#: compare-and-swap on the call site's marker (DESIGN.md F5/F11): two 32-bit operands when
+#: compare-and-swap on the call site's marker, or the two non-key operands of its fma marker
+#: (``docs/design.md#markers``): two 32-bit operands when
 #: every argument and the result fit (so a float32 tile keeps its register layout: tileiras
 #: lays 64-bit tiles out differently, which costs a shared-memory layout conversion), else
 #: two 64-bit operands.

@@ -66,7 +66,7 @@ def verify_build(build) -> None:
         line = next(ln.strip() for ln in sass.splitlines() if MARKER in ln)
         raise SpliceRewriteError(f"SPLICE_VERIFY: the SASS of {what} still refers to a marker: "
                                  f"{line}")
-    placed = Counter()
+    placed: Counter[str] = Counter()
     for s in build.sites:
         if not s.inlined:
             placed[s.symbol] += s.instances

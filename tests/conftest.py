@@ -45,8 +45,16 @@ def torch():
     return torch
 
 
-def launch(torch, grid, kernel, args):
-    """ct.launch on torch's current stream, then synchronize."""
-    import cuda.tile as ct
-    ct.launch(torch.cuda.current_stream(), grid, kernel, args)
-    torch.cuda.synchronize()
+@pytest.fixture(scope="module")
+def dev(torch):
+    """A :class:`support.gpu.Dev` (skips without torch or a GPU)."""
+    from support.gpu import Dev
+    return Dev(torch)
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    """An empty cache directory for this test (``$SPLICE_CACHE_DIR``)."""
+    d = tmp_path / "cache"
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(d))
+    return d

@@ -5,7 +5,7 @@ import pytest
 
 import cuda.tile as ct
 
-import kernels as K
+from support import kernels as K
 import splice
 
 ConstInt = ct.Constant[int]
@@ -41,13 +41,6 @@ def split_kernel(x, hi, lo, TILE: ConstInt):
 
 
 @splice.kernel
-def tanh_kernel(x, y, TILE: ConstInt):
-    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
-    ct.store(y, index=(ct.bid(0),), tile=splice.asm("tanh.approx.f32 $0, $1;", t,
-                                                     dtype=ct.float32))
-
-
-@splice.kernel
 def sreg_kernel(times, smids, TILE: ConstInt):
     t0 = splice.asm("mov.u64 $0, %globaltimer;", dtype=ct.uint64, pure=False)
     sm = splice.asm("mov.u32 $0, %smid;", dtype=ct.uint32, pure=False)
@@ -78,8 +71,8 @@ def test_asm_compiles_inlined(arch):
 
 
 def test_every_gpu_kernel_compiles():
-    splice.compile(tanh_kernel, K.signature(K.array(ct.float32), K.array(ct.float32), 1024),
-                   "sm_90")
+    splice.compile(K.asm_tanh_kernel,
+                   K.signature(K.array(ct.float32), K.array(ct.float32), 1024), "sm_90")
     splice.compile(sreg_kernel, K.signature(K.array(ct.uint64, 2), K.array(ct.uint32), 128),
                    "sm_90")
     splice.compile(mad_kernel, I32, "sm_90")
@@ -143,7 +136,7 @@ def test_asm_from_python_raises():
 
 # ----------------------------------------------------------------------------- GPU
 
-from conftest import launch as _launch  # noqa: E402
+from support.gpu import launch as _launch
 
 
 @pytest.mark.gpu
@@ -183,7 +176,7 @@ def test_tanh_approx_within_its_documented_error(torch):
     n, tile = 1 << 16, 1024
     x = np.linspace(-8, 8, n, dtype=np.float32)
     y = torch.empty(n, dtype=torch.float32, device="cuda")
-    _launch(torch, (n // tile,), tanh_kernel, (torch.from_numpy(x).cuda(), y, tile))
+    _launch(torch, (n // tile,), K.asm_tanh_kernel, (torch.from_numpy(x).cuda(), y, tile))
     ref = np.tanh(x.astype(np.float64))
     # PTX ISA: tanh.approx.f32 max relative error 2^-10.987 (absolute near 0)
     err = np.abs(y.cpu().numpy() - ref)

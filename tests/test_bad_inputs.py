@@ -16,7 +16,7 @@ from pathlib import Path
 import cuda.tile as ct
 import pytest
 
-import kernels as K
+from support import kernels as K
 import splice
 from splice import cache
 

@@ -7,18 +7,11 @@ import stat
 import cuda.tile as ct
 import pytest
 
-import kernels as K
+from support import kernels as K
 import splice
 from splice import cache
 
 SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 512)
-
-
-@pytest.fixture
-def fresh_cache(tmp_path, monkeypatch):
-    d = tmp_path / "cache"
-    monkeypatch.setenv("SPLICE_CACHE_DIR", str(d))
-    return d
 
 
 def test_second_build_is_a_cache_hit(fresh_cache):

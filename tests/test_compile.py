@@ -3,7 +3,7 @@
 import cuda.tile as ct
 import pytest
 
-import kernels as K
+from support import kernels as K
 import splice
 
 ARCHS = ["sm_80", "sm_90", "sm_100"]
@@ -158,8 +158,7 @@ def test_masked_loads_pass_the_loaded_value_not_the_key(arch, tile):
     # Regression: with masked (bounds-checked) loads LLVM folds xor(0, K) to K on the
     # masked-off path; the rewriter took that register for the key and passed the real key
     # (0) as the argument -- half of every tile came out as f(0) on the H200.
-    from test_asm import tanh_kernel
-    for kern, sig in [(tanh_kernel, K.signature(K.array(f32), K.array(f32), tile)),
+    for kern, sig in [(K.asm_tanh_kernel, K.signature(K.array(f32), K.array(f32), tile)),
                       (K.saxpy_kernel, K.signature(K.array(f32), K.array(f32), K.array(f32),
                                                    K.scalar(f32), tile))]:
         b = _build(kern, sig, arch)

@@ -10,7 +10,8 @@ import pytest
 from splice import link, toolchain
 from splice.ptx import Module, parse_instruction
 from splice.rewrite import MARKER_RE, splice_calls
-from test_rewrite import HEADER, _callee_ptx, _site
+from support.ptx_interp import HEADER
+from support.sites import callee_ptx, site_call
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 FILES = sorted(CORPUS.glob("*.ptx"))
@@ -85,7 +86,7 @@ def _normalised_output(text):
 def test_corpus_file(path):
     assert FILES, "corpus missing"
     mod = Module(path.read_text(), path.name)
-    sites = {int(k): _site(int(k), *v) for k, v in
+    sites = {int(k): site_call(int(k), *v) for k, v in
              json.loads(path.with_suffix(".json").read_text()).items()}
     n_markers = sum(1 for *_, tag in _marker_spans(mod) if tag == "M")
     if path.stem.startswith("control_merged"):
@@ -102,6 +103,6 @@ def test_corpus_file(path):
     out = Module(report.ptx)
     target = next(t for t in out.target if t.startswith("sm_"))
     frag = Module(HEADER.replace("sm_90a", "sm_80") + "".join(
-        _callee_ptx(s) for s in sites.values()))
+        callee_ptx(s) for s in sites.values()))
     merged = link.merge(out, [("callees", frag)], path.stem)
     toolchain.run_ptxas(merged, ["-arch", target], None, timeout=300, what=path.name)

@@ -8,7 +8,7 @@ import inspect
 import cuda.tile as ct
 import pytest
 
-import kernels as K
+from support import kernels as K
 import splice
 from splice import _cutile
 

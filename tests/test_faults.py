@@ -13,19 +13,13 @@ from pathlib import Path
 import cuda.tile as ct
 import pytest
 
-import kernels as K
+from support import kernels as K
 import splice
 from splice import cache, toolchain
 
 SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 512)
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
-
-
-@pytest.fixture
-def fresh_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPLICE_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
 
 
 def _fake_overlay(tmp_path, script):
@@ -156,7 +150,8 @@ _WORKER = textwrap.dedent("""
     import hashlib, sys, threading
     sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
     import cuda.tile as ct
-    import kernels as K, splice
+    import splice
+    from support import kernels as K
     sigs = {
         "ptx": (K.ptx_kernel, K.signature(K.array(ct.float32), K.array(ct.float32), 512)),
         "saxpy": (K.saxpy_kernel, K.signature(K.array(ct.float32), K.array(ct.float32),
@@ -210,5 +205,5 @@ def test_nvrtc_does_not_corrupt_interpreter_constants():
     # CPython's shared b" " object, which NVRTC overwrote with NUL for the whole process
     toolchain.nvrtc_compile(b'extern "C" __device__ float f(float x) { return x; }',
                             "f.cu", ["-rdc=true"])
-    assert b" " == bytes([32]) and " ".encode() == b"\x20"
+    assert b" " == bytes([32]) and b" " == b"\x20"
     assert "a b".split() == ["a", "b"]

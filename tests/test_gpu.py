@@ -3,42 +3,9 @@
 import numpy as np
 import pytest
 
-import kernels as K
+from support import kernels as K
 
 pytestmark = pytest.mark.gpu
-
-
-
-@pytest.fixture(scope="module")
-def dev():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch sees no GPU")
-    import cuda.tile as ct
-
-    class Dev:
-        def __init__(self):
-            self.torch = torch
-            self.ct = ct
-
-        def arr(self, a):
-            a = np.ascontiguousarray(a)
-            if a.dtype == np.bool_:
-                return torch.from_numpy(a).cuda()
-            if a.dtype.str == "<V2" or a.dtype.name == "bfloat16":
-                raise TypeError
-            return torch.from_numpy(a).cuda()
-
-        def empty(self, n, dtype):
-            return torch.empty(n, dtype=dtype, device="cuda")
-
-        def launch(self, grid, kernel, args):
-            ct.launch(torch.cuda.current_stream(), grid, kernel, args)
-            torch.cuda.synchronize()
-
-        def host(self, t):
-            return t.cpu().numpy()
-    return Dev()
 
 
 _TORCH_DTYPES = {

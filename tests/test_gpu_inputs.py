@@ -9,7 +9,8 @@ import pytest
 
 import cuda.tile as ct
 
-import kernels as K
+from support import kernels as K
+from support.fragments import ltoir, nvjitlink_too_old, rdc_cubin
 import splice
 from splice import toolchain
 
@@ -129,7 +130,7 @@ def test_input_kernels_compile():
 
 # ----------------------------------------------------------------------------- GPU
 
-from conftest import launch as _launch  # noqa: E402
+from support.gpu import launch as _launch
 
 
 @pytest.mark.gpu
@@ -205,18 +206,16 @@ def _run_unary(torch, ext, ref_fn):
 
 @pytest.mark.gpu
 def test_ltoir(torch):
-    from test_sources import _ltoir
-    lto = splice.extern.from_ltoir(data=_ltoir(_target()), name="lto_f",
+    lto = splice.extern.from_ltoir(data=ltoir(_target()), name="lto_f",
                                    signature="float32(float32)")
     _run_unary(torch, lto, lambda x: x * np.float32(3) + 1)
 
 
 @pytest.mark.gpu
 def test_binary_object(torch, tmp_path):
-    from test_sources import _nvjitlink_too_old, _rdc_cubin
-    if _nvjitlink_too_old():
+    if nvjitlink_too_old():
         pytest.skip("nvJitLink older than tileiras's ptxas (splice refuses it with a clear "
                     "error, tested on the CPU)")
-    obj = splice.extern.from_object(_rdc_cubin(tmp_path, _target()), name="obj_f",
+    obj = splice.extern.from_object(rdc_cubin(tmp_path, _target()), name="obj_f",
                                     signature="float32(float32)")
     _run_unary(torch, obj, lambda x: x * np.float32(5) - 1)

@@ -3,7 +3,7 @@ inliner writes for unusual but legal callees."""
 
 import cuda.tile as ct
 
-import kernels as K
+from support import kernels as K
 import splice
 
 SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 256)

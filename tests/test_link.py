@@ -4,7 +4,7 @@ template instances, ptxas errors located in the fragment they come from."""
 import cuda.tile as ct
 import pytest
 
-import kernels as K
+from support import kernels as K
 import splice
 
 SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 256)

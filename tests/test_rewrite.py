@@ -16,11 +16,12 @@ from hypothesis import strategies as st
 
 from splice import link, toolchain
 from splice.errors import SpliceRewriteError
-from splice.ptx import Module, Param, split_statements
-from splice.rewrite import SiteCall, splice_calls
+from splice.ptx import Module, split_statements
+from splice.rewrite import splice_calls
 from splice.types import parse_signature
+from support.ptx_interp import HEADER
+from support.sites import callee_ptx, site_call
 
-HEADER = ".version 9.4\n.target sm_90a\n.address_size 64\n\n"
 
 SIGS = {
     0: "float32(float32)",
@@ -30,32 +31,6 @@ SIGS = {
     4: "void(int64, uint32)",
     5: "float16(float16, bool)",
 }
-
-
-def _param_for(elem, name):
-    if elem.name in ("float16", "bfloat16"):
-        return Param(name, ".param .align 2 .b8", 2, ".b8", ".param")
-    bits = max(elem.bits, 32)
-    return Param(name, f".param .b{bits}", None, f".b{bits}", ".param")
-
-
-def _site(idx, sig_text, marker="cas"):
-    sig = parse_signature(sig_text)
-    params = tuple(_param_for(a, f"f{idx}_p{i}") for i, a in enumerate(sig.args))
-    result = _param_for(sig.result, "ret") if sig.result else None
-    return SiteCall(idx, f"callee{idx}", params, result, sig, f"callee{idx} at test:{idx}",
-                    None, marker, 64 if marker == "fma" else 0)
-
-
-def _callee_ptx(site: SiteCall) -> str:
-    """A definition matching the site's prototype (returns 0 / does nothing)."""
-    params = ",\n".join(f"\t{p.declare(p.name)}" for p in site.params)
-    ret = f"({site.result.declare('ret')}) " if site.result else ""
-    body = ""
-    if site.result is not None:
-        bits = site.result.size_bytes * 8
-        body = f"\tst.param.b{bits} \t[ret], 0;\n"
-    return f".visible .func {ret}callee{site.index}(\n{params}\n)\n{{\n{body}\tret;\n}}\n"
 
 
 def _marker_width(idx):
@@ -262,7 +237,7 @@ def test_generated_kernels(case):
     pieces, markers, counts = case
     site_ids = list(markers)
     text = "".join(t for _, t, *_ in pieces)
-    sites = {i: _site(i, SIGS[i], markers[i]) for i in site_ids}
+    sites = {i: site_call(i, SIGS[i], markers[i]) for i in site_ids}
     report = splice_calls(Module(text), sites, kernel_name="k")
     for i in site_ids:
         assert report.found.get(i, 0) == counts[i]
@@ -287,7 +262,7 @@ def test_generated_kernels(case):
     if _ptxas_checked["n"] < int(os.environ.get("SPLICE_FUZZ_PTXAS", "25")) and \
             sum(counts.values()):
         _ptxas_checked["n"] += 1
-        frag = Module(HEADER + "".join(_callee_ptx(sites[i]) for i in site_ids))
+        frag = Module(HEADER + "".join(callee_ptx(sites[i]) for i in site_ids))
         merged = link.merge(mod, [("generated callees", frag)], "k")
         toolchain.run_ptxas(merged, ["-arch", "sm_90a"], None, timeout=120, what="fuzz case")
 
@@ -299,7 +274,7 @@ def _kernel(body, globals_=".visible .global .align 4 .b8 __splice_marker_0[4];\
             "\t.reg .b64 %rd<9>;\n\t.reg .pred %p<3>;\n" + body + "\tret;\n}\n")
 
 
-SITE0 = {0: _site(0, SIGS[0])}
+SITE0 = {0: site_call(0, SIGS[0])}
 
 
 def test_basic_marker_becomes_call():
@@ -404,7 +379,7 @@ def test_statements_keep_exact_spans():
 
 FMA_GLOBALS = (".visible .global .align 8 .b8 __splice_marker_0[8];\n"
                ".visible .global .align 8 .b8 __splice_marker_1[8];\n")
-FMA_SITES = {0: _site(0, SIGS[1], "fma"), 1: _site(1, SIGS[3], "fma")}
+FMA_SITES = {0: site_call(0, SIGS[1], "fma"), 1: site_call(1, SIGS[3], "fma")}
 
 
 def _fma_kernel(body):

@@ -4,7 +4,8 @@ extern "C" trampolines, libraries compiled once for several externs."""
 import cuda.tile as ct
 import pytest
 
-import kernels as K
+from support import kernels as K
+from support.fragments import LTO_SRC, OBJ_SRC, ltoir, nvjitlink_too_old, rdc_cubin
 import splice
 
 SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 256)
@@ -80,17 +81,9 @@ def test_library_file(tmp_path):
     assert "0f40A00000" in b.spliced_ptx
 
 
-LTO_SRC = b'extern "C" __device__ float lto_f(float x) { return x * 3.0f + 1.0f; }\n'
-
-
-def _ltoir(arch="sm_90a"):
-    from splice.toolchain import nvrtc_compile_ltoir
-    return nvrtc_compile_ltoir(LTO_SRC, "lto.cu", [f"-arch={arch}", "-rdc=true", "-dlto"])
-
-
 def test_ltoir_file(tmp_path):
     p = tmp_path / "f.ltoir"
-    p.write_bytes(_ltoir())
+    p.write_bytes(ltoir())
     ext = splice.extern.from_ltoir(p, name="lto_f", signature="float32(float32)")
     b = splice.compile(_kern(ext), SIG, "sm_90")
     assert b.sites[0].inlined and "fma.rn.f32" in b.spliced_ptx
@@ -98,7 +91,7 @@ def test_ltoir_file(tmp_path):
 
 
 def test_ltoir_for_another_arch_is_refused():
-    ext = splice.extern.from_ltoir(data=_ltoir("sm_100a"), name="lto_f",
+    ext = splice.extern.from_ltoir(data=ltoir("sm_100a"), name="lto_f",
                                    signature="float32(float32)")
     with pytest.raises(splice.SpliceLinkError, match="nvJitLink"):
         splice.build(_kern(ext), SIG, "sm_90")
@@ -111,43 +104,19 @@ def test_nvrtc_dlto_option():
     assert b.sites[0].inlined and "fma.rn.f32" in b.spliced_ptx
 
 
-OBJ_SRC = b'extern "C" __device__ float obj_f(float x) { return x * 5.0f - 1.0f; }\n'
-
-
-def _rdc_cubin(tmp_path, arch="sm_90a"):
-    from cuda.bindings import nvrtc
-    err, prog = nvrtc.nvrtcCreateProgram(OBJ_SRC, b"obj.cu", 0, [], [])
-    opts = [f"-arch={arch}".encode(), b"-rdc=true"]
-    assert nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0] == 0
-    err, n = nvrtc.nvrtcGetCUBINSize(prog)
-    buf = bytearray(n)
-    nvrtc.nvrtcGetCUBIN(prog, buf)
-    p = tmp_path / "obj.cubin"
-    p.write_bytes(bytes(buf))
-    return p
-
-
 def test_binary_objects_need_an_nvjitlink_as_new_as_ptxas(tmp_path, monkeypatch):
     from cuda.bindings import nvjitlink
     monkeypatch.setattr(nvjitlink, "version", lambda: (13, 0))
-    ext = splice.extern.from_object(_rdc_cubin(tmp_path), name="obj_f",
+    ext = splice.extern.from_object(rdc_cubin(tmp_path), name="obj_f",
                                     signature="float32(float32)")
     with pytest.raises(splice.SpliceToolchainError, match="needs nvJitLink 13.4 or newer"):
         splice.build(_kern(ext), SIG, "sm_90")
 
 
-def _nvjitlink_too_old():
-    import re
-    from cuda.bindings import nvjitlink
-    from splice import toolchain
-    m = re.search(r"release (\d+)\.(\d+)", toolchain.ptxas_version())
-    return bool(m) and tuple(nvjitlink.version()) < (int(m.group(1)), int(m.group(2)))
-
-
 def test_relocatable_cubin_object(tmp_path):
-    if _nvjitlink_too_old():
+    if nvjitlink_too_old():
         pytest.skip("nvJitLink older than tileiras's ptxas")
-    ext = splice.extern.from_object(_rdc_cubin(tmp_path), name="obj_f",
+    ext = splice.extern.from_object(rdc_cubin(tmp_path), name="obj_f",
                                     signature="float32(float32)")
     b = splice.compile(_kern(ext), SIG, "sm_90")
     assert b.cubin[:4] == b"\x7fELF" and not b.sites[0].inlined
@@ -155,7 +124,7 @@ def test_relocatable_cubin_object(tmp_path):
 
 
 def test_binary_object_refused_for_a_tma_kernel(tmp_path):
-    ext = splice.extern.from_object(_rdc_cubin(tmp_path), name="obj_f",
+    ext = splice.extern.from_object(rdc_cubin(tmp_path), name="obj_f",
                                     signature="float32(float32)")
 
     @splice.kernel
@@ -240,7 +209,7 @@ def test_fatbin_object_and_library(tmp_path, kind):
     import os
     import subprocess
     nvcc = _nvcc()
-    if nvcc is None or _nvjitlink_too_old():
+    if nvcc is None or nvjitlink_too_old():
         pytest.skip("needs nvcc and an nvJitLink as new as ptxas")
     cu = tmp_path / "obj.cu"
     cu.write_bytes(OBJ_SRC)
@@ -323,10 +292,10 @@ def test_a_file_removed_after_declaration_is_a_declaration_error(tmp_path, form)
         ext = splice.extern.from_ptx(p, name="f", signature="float32(float32)")
     elif form == "ltoir":
         p = tmp_path / "f.ltoir"
-        p.write_bytes(_ltoir())
+        p.write_bytes(ltoir())
         ext = splice.extern.from_ltoir(p, name="lto_f", signature="float32(float32)")
     else:
-        p = _rdc_cubin(tmp_path)
+        p = rdc_cubin(tmp_path)
         ext = splice.extern.from_object(p, name="obj_f", signature="float32(float32)")
     p.unlink()
     before = set(cache.entries("kernel"))

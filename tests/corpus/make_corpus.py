@@ -1,6 +1,6 @@
 """Regenerate the corpus of real tileiras PTX with call-site markers (tests/corpus/*.ptx).
 
-Each kernel of tests/kernels.py is traced and lowered by tileiras for a few architectures;
+Each kernel of tests/support/kernels.py is traced and lowered by tileiras for a few architectures;
 the PTX tileiras hands to ptxas is saved with a JSON sidecar listing each call site's
 index, signature and marker kind ("cas" or "fma"), with the markers the pipeline ends with.
 tests/test_corpus.py rewrites every file with the PTX rewriter.
@@ -15,11 +15,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-import cuda.tile as ct  # noqa: E402
+import cuda.tile as ct
 
-import kernels as K  # noqa: E402
-import splice  # noqa: E402
-from splice import _cutile, toolchain  # noqa: E402
+from support import kernels as K
+import splice
+from splice import _cutile, toolchain
 
 f32 = ct.float32
 CASES = {

@@ -308,3 +308,11 @@ def signature(*params):
 
 def scalar(dtype):
     return ScalarConstraint(dtype)
+
+
+# tanh.approx.f32 by splice.asm: a pure snippet, so an fma marker
+@splice.kernel
+def asm_tanh_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=splice.asm("tanh.approx.f32 $0, $1;", t,
+                                                     dtype=ct.float32))
