@@ -72,11 +72,11 @@ except (ImportError, AttributeError) as e:  # pragma: no cover - exercised by co
         def __init_subclass__(cls, **kwargs):
             pass
 
-    def attribute(*args, **kwargs):  # type: ignore[no-redef]
+    def attribute(*args, **kwargs):
         return None
 
     operand = attribute
-    TileAtomicCAS = Operation  # type: ignore[misc]
+    TileAtomicCAS = Operation
     ir = type("ir", (), {"MemoryEffect": type("MemoryEffect", (), {"STORE": None})})
 
 

@@ -347,7 +347,7 @@ def test_inspect_with_arguments_cutile_cannot_type(monkeypatch):
         _kernel_calling(K.gelu_tanh).inspect(1.0)      # the kernel takes 3 arguments
     text = str(info.value)
     assert "cuTile cannot make a kernel signature" in text and "as for ct.launch" in text
-    assert f"kernel 'kern' (" in text and HERE in text
+    assert "kernel 'kern' (" in text and HERE in text
 
 
 @pytest.mark.gpu
