@@ -477,7 +477,11 @@ def _emit_call(ext, args, loc):
     if session is None:
         raise _call_error(
             ext, "externs can only be called inside a kernel decorated with @splice.kernel "
-                 "(a plain @ct.kernel would run the unresolved call-site marker)", loc)
+                 "and compiled by splice (a plain @ct.kernel would run the unresolved "
+                 "call-site marker). cuda.tile.compilation.export_kernel and "
+                 "cuda.tile.jax.cutile_call run cuTile's compiler directly: use "
+                 "splice.export_kernel and splice.jax.cutile_call (same arguments) instead",
+            loc)
     sig: Signature = ext.signature
     if len(args) != len(sig.args):
         raise _call_error(ext, f"expected {len(sig.args)} argument(s) for signature {sig}, "
@@ -838,28 +842,32 @@ class TracedKernel:
     lifecycle_providers: tuple
     tileiras_flags: tuple[str, ...]
     timeout_sec: float | None
+    symbols: tuple[str, ...] = ()   # every entry's symbol (several signatures: one each)
 
 
 def trace_kernel(kernel: ct.kernel, signature, arch: str, context=None,
                  atomic_sites: frozenset[int] = frozenset()) -> TracedKernel:
-    """Trace ``kernel`` for ``signature`` and return its Tile IR bytecode with the call sites
-    of every extern in it, and the tileiras flags cuTile would use for ``arch``. Pure call
-    sites whose index is in ``atomic_sites`` get the atomic marker (see
+    """Trace ``kernel`` for ``signature`` (or a list of signatures: one module with an entry
+    each, as ``cuda.tile.compilation.export_kernel`` makes) and return its Tile IR bytecode
+    with the call sites of every extern in it, and the tileiras flags cuTile would use for
+    ``arch``. Pure call sites whose index is in ``atomic_sites`` get the atomic marker (see
     :class:`SplicePureCall`)."""
     from cuda.tile._cext import default_tile_context
     context = context or default_tile_context
     ann = kernel._annotated_function
+    signatures = tuple(signature) if isinstance(signature, (list, tuple)) else (signature,)
     with trace_session(ann.pyfunc.__name__, atomic_sites) as session:
-        result = compile_tile(ann, (signature,), arch, kernel._compiler_options, context,
+        result = compile_tile(ann, signatures, arch, kernel._compiler_options, context,
                               return_bytecode=True, return_cubin=False)
-    [sig] = result.kernel_signatures
+    sig = result.kernel_signatures[0]
     opt, device_debug = _tileiras_effective_opt_and_device_debug(kernel._compiler_options,
                                                                  arch)
     flags = ["--gpu-name", arch, f"-O{opt}"]
     flags.append("--device-debug" if device_debug else "--lineinfo")
     return TracedKernel(bytes(result.bytecode), sig.symbol, tuple(session.sites),
                         tuple(result.library_lifecycle_providers), tuple(flags),
-                        context.config.compiler_timeout_sec)
+                        context.config.compiler_timeout_sec,
+                        tuple(s.symbol for s in result.kernel_signatures))
 
 
 def tileiras_path() -> str:
