@@ -922,3 +922,51 @@ class SpliceKernel(ct.kernel):
         if arch is None:
             arch = current_arch()
         return pipeline.build(self, signature, arch, None, keep_stages=True)
+
+
+# --------------------------------------------------------------------------------------------
+# cuTile's JAX integration (cuda.tile.jax), for splice.jax
+
+
+@dataclass(frozen=True)
+class JaxInternals:
+    """What :mod:`splice.jax` reuses of ``cuda.tile.jax`` (cuda-tile 1.7), so that a spliced
+    kernel sees exactly the signature, scalar packing and launch that cuTile's own
+    ``cutile_call`` would give it: ``_array_constraint(aval, index_dtype, alias_group)``,
+    ``pack_scalar(value, want_int64)``, ``_calling_convention_for(constraints)``, the
+    annotation tree node types, and the name of the XLA FFI target cuTile registers
+    (``cutile_launch``, api_version 4; attributes as in ``_cutile_call_ffi_p_lower``)."""
+
+    array_constraint: Any
+    pack_scalar: Any
+    calling_convention_for: Any
+    leaf_node: type
+    homogeneous_tuple_node: type
+    heterogeneous_tuple_node: type
+    ffi_target: str = "cutile_launch"
+
+
+def jax_internals() -> JaxInternals:
+    """cuTile's JAX internals (importing ``cuda.tile.jax`` registers its FFI target).
+
+    Raises:
+        SpliceToolchainError: JAX is not installed, or cuTile's JAX module lacks a name."""
+    try:
+        import cuda.tile.jax as cjax
+        from cuda.tile.jax import _jax
+        from cuda.tile._annotated_function import HeterogeneousTupleNode, \
+            HomogeneousTupleNode, LeafAnnotationNode
+        if not cjax.HAS_JAX:
+            raise ImportError("JAX is not installed")
+        return JaxInternals(_jax._array_constraint, _jax.pack_scalar,
+                            _jax._calling_convention_for, LeafAnnotationNode,
+                            HomogeneousTupleNode, HeterogeneousTupleNode)
+    except (ImportError, AttributeError) as e:
+        raise SpliceToolchainError(f"splice.jax needs JAX (with its CUDA plugin) and "
+                                   f"cuda-tile {cutile_version()}'s cuda.tile.jax: {e}") from None
+
+
+def parameter_annotations(kernel) -> tuple[list[str], list]:
+    """The kernel's parameter names and cuTile's annotation tree for each."""
+    ann = kernel._annotated_function
+    return list(ann.pysig.parameters), list(ann.parameter_annotations)
