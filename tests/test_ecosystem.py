@@ -208,3 +208,113 @@ def test_summary_names_the_calls_that_are_not_splices():
     assert f"SASS CALL instructions: {sum(targets.values())} (eco_twice: 0)" in text
     assert f"not externs (CUDA's internal helpers" in text
     assert f"{helper[0]}: {targets[helper[0]]} (IEEE division slow path)" in text
+
+
+# --- GPU: the exported cubin loads -----------------------------------------------------------
+
+@pytest.mark.gpu
+def test_exported_cubin_loads_with_every_entry():
+    from cuda.bindings import driver as drv
+
+    def ok(result):
+        err, *rest = result if isinstance(result, tuple) else (result,)
+        assert err == drv.CUresult.CUDA_SUCCESS, err
+        return rest[0] if len(rest) == 1 else rest
+    ok(drv.cuInit(0))
+    dev = ok(drv.cuDeviceGet(0))
+    major = ok(drv.cuDeviceGetAttribute(
+        drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev))
+    minor = ok(drv.cuDeviceGetAttribute(
+        drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev))
+    ctx = ok(drv.cuDevicePrimaryCtxRetain(dev))
+    ok(drv.cuCtxSetCurrent(ctx))
+    sigs = [_sig(256).with_mangled_symbol("eco_kernel"),
+            _sig(128).with_mangled_symbol("eco_kernel")]
+    buf = io.BytesIO()
+    splice.export_kernel(eco_kernel, sigs, buf, gpu_code=f"sm_{major}{minor}")
+    module = ok(drv.cuModuleLoadData(buf.getvalue()))
+    try:
+        for s in sigs:
+            ok(drv.cuModuleGetFunction(module, s.symbol.encode()))
+    finally:
+        ok(drv.cuModuleUnload(module))
+        ok(drv.cuDevicePrimaryCtxRelease(dev))
+
+
+# --- header help ----------------------------------------------------------------------------
+
+def _log(header):
+    return f'x.cu(1): catastrophic error: cannot open source file "{header}"\n'
+
+
+@pytest.fixture(params=[False, True], ids=["no-cccl", "cccl"])
+def include_dir(request, tmp_path, monkeypatch):
+    from splice import toolchain
+    if request.param:
+        (tmp_path / "cccl").mkdir()
+    monkeypatch.setattr(toolchain, "cuda_include_dir", lambda: tmp_path)
+    return request.param
+
+
+@pytest.mark.parametrize("header, says", [
+    ("cstdint", "include <cuda/std/cstdint> (libcu++, namespace cuda::std) instead of "
+                "<cstdint>"),
+    ("stdint.h", "include <cuda/std/cstdint>"),
+    ("type_traits", "include <cuda/std/type_traits>"),
+])
+def test_standard_headers_point_at_libcuxx(include_dir, header, says):
+    from splice.fragments import header_hint
+    hint = header_hint(_log(header))
+    assert says in hint
+    assert ("cuda-toolkit[cccl]" in hint) != include_dir
+
+
+@pytest.mark.parametrize("header", ["nv/target", "cub/block/block_reduce.cuh",
+                                    "cuda/std/cstdint", "thrust/complex.h"])
+def test_cccl_headers_say_how_to_install_cccl(include_dir, header):
+    from splice.fragments import header_hint
+    hint = header_hint(_log(header))
+    if include_dir:
+        assert "is not in CCCL at" in hint
+    else:
+        assert f"<{header}> is part of CCCL" in hint and \
+            "pip install 'cuda-toolkit[cccl]'" in hint
+
+
+def test_other_missing_headers_get_no_cccl_hint():
+    from splice.fragments import header_hint
+    assert header_hint(_log("my_header.h")) == ""
+    assert header_hint("x.cu(3): error: identifier \"y\" is undefined") == ""
+    assert "no device version" in header_hint(_log("vector"))
+
+
+def test_cstdint_in_a_fragment_gets_the_hint():
+    from splice import toolchain
+    src = '#include <cstdint>\nextern "C" __device__ float eco_h(float x) { return x; }'
+    h = splice.extern(source=src, name="eco_h", signature="float32(float32)")
+
+    @splice.kernel
+    def k(x, y, TILE: ct.Constant[int]):
+        ct.store(y, index=(ct.bid(0),), tile=h(ct.load(x, index=(ct.bid(0),), shape=(TILE,))))
+    with pytest.raises(splice.SpliceCompileError, match=r"include <cuda/std/cstdint>") as e:
+        splice.compile(k, _sig(), "sm_90")
+    inc = toolchain.cuda_include_dir()
+    assert ("cuda-toolkit[cccl]" in str(e.value)) != (inc is not None and
+                                                    (inc / "cccl").is_dir())
+
+
+def test_cooperative_groups_compile_with_cccl_or_say_how():
+    from splice import toolchain
+    src = ('#include <cooperative_groups.h>\n'
+           'extern "C" __device__ float eco_cg(float x) { return x; }')
+    cg = splice.extern(source=src, name="eco_cg", signature="float32(float32)")
+
+    @splice.kernel
+    def k(x, y, TILE: ct.Constant[int]):
+        ct.store(y, index=(ct.bid(0),), tile=cg(ct.load(x, index=(ct.bid(0),), shape=(TILE,))))
+    inc = toolchain.cuda_include_dir()
+    if inc is not None and (inc / "cccl").is_dir():
+        assert splice.compile(k, _sig(), "sm_90").sites[0].instances >= 1
+    else:
+        with pytest.raises(splice.SpliceCompileError, match=r"<nv/target> is part of CCCL"):
+            splice.compile(k, _sig(), "sm_90")
