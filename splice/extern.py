@@ -146,6 +146,11 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
         extern "C" __device__ float fast_gelu(float x) { ... }''')
         def fast_gelu(x: ct.float32) -> ct.float32: ...
 
+    or, given ``name=`` and ``signature=``, without a stub: it returns the extern itself
+    (and still decorates a stub it is applied to)::
+
+        fast_gelu = splice.extern(source=SRC, name="fast_gelu", signature="float32(float32)")
+
     In a kernel, ``fast_gelu(t)`` applies the function to every element of the tile ``t``
     (any shape; scalars too); several arguments broadcast to a common shape.
 
