@@ -15,6 +15,10 @@ What it uses, and why (DESIGN.md F9/F10):
   optimisation flags.
 - ``ct.kernel._compile`` is overridden by :class:`SpliceKernel` to return splice's cubin to
   cuTile's own launcher and launch cache.
+- ``cuda.tile.jax._jax`` (``_array_constraint``, ``pack_scalar``,
+  ``_calling_convention_for``, the ``cutile_launch`` FFI target) and
+  ``cuda.tile._annotated_function``'s node types: :mod:`splice.jax` launches splice's cubin
+  exactly as ``cuda.tile.jax.cutile_call`` launches cuTile's (:func:`jax_internals`).
 
 ``check_supported_cutile()`` fails loudly when a cuda-tile outside the supported range is
 installed or when any of these names moved; ``tests/test_cutile_contract.py`` exercises it.
@@ -962,8 +966,9 @@ def jax_internals() -> JaxInternals:
                             _jax._calling_convention_for, LeafAnnotationNode,
                             HomogeneousTupleNode, HeterogeneousTupleNode)
     except (ImportError, AttributeError) as e:
-        raise SpliceToolchainError(f"splice.jax needs JAX (with its CUDA plugin) and "
-                                   f"cuda-tile {cutile_version()}'s cuda.tile.jax: {e}") from None
+        raise SpliceToolchainError(
+            f"splice.jax needs JAX (with its CUDA plugin) and cuda-tile "
+            f"{cutile_version()}'s cuda.tile.jax: {e}") from None
 
 
 def parameter_annotations(kernel) -> tuple[list[str], list]:

@@ -37,8 +37,8 @@ def export_kernel(kernel, signatures: Sequence, output_file: IO | str | bytes | 
         bytecode_version: must be None (cuTile's own bytecode version is used).
 
     Raises:
-        SpliceDeclarationError: not a ``@splice.kernel``, no signatures, no ``gpu_code``, or
-            an output format other than cubin.
+        SpliceDeclarationError: not a ``@splice.kernel``, no signatures, two signatures with
+            one symbol, no ``gpu_code``, or an output format other than cubin.
         SpliceCallError, SpliceCompileError, SpliceLinkError, SpliceRewriteError,
         SpliceToolchainError: as :func:`splice.compile`.
     """
@@ -66,6 +66,13 @@ def export_kernel(kernel, signatures: Sequence, output_file: IO | str | bytes | 
         raise SpliceDeclarationError(
             f"{what}: signatures must be a non-empty list of KernelSignature "
             f"(splice.kernel_signature(...) makes one), got {signatures!r}")
+    symbols = [s.symbol or s.with_mangled_symbol(kernel._pyfunc.__name__).symbol
+               for s in signatures]
+    twice = sorted({x for x in symbols if symbols.count(x) > 1})
+    if twice:
+        raise SpliceDeclarationError(
+            f"{what}: two signatures give the entry symbol(s) {', '.join(twice)}; give each "
+            f"signature a different symbol (signature.with_symbol(...)) or drop the duplicate")
     b = build(kernel, signatures, gpu_code)
     log.info("exported %s for %s: %d signature(s), %d bytes", b.kernel_name, b.arch,
              len(signatures), len(b.cubin))

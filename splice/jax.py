@@ -18,7 +18,8 @@ plain ``@ct.kernel``, this function hands it to cuTile's.
 The kernel is launched by cuTile's own XLA FFI handler (``cutile_launch``) with the cubin
 splice built for the signature cuTile derives from the JAX arrays (row-major, 256-byte
 aligned, divisibility by 16 where it holds), on the GPU JAX runs on. Needs JAX with its CUDA
-plugin; ``import splice.jax`` raises :class:`splice.SpliceToolchainError` without JAX.
+plugin; ``import splice.jax`` raises ``ImportError`` without JAX, and
+:class:`splice.SpliceToolchainError` when cuTile's ``cuda.tile.jax`` lacks a name splice uses.
 """
 
 from __future__ import annotations

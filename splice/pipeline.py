@@ -146,7 +146,7 @@ class Build:
 
     def summary(self) -> str:
         """Sites, and every SASS ``CALL`` by callee: splice's externs, and calls that are
-        not splice's (CUDA's own helpers that tileiras/ptxas emit, e.g. the IEEE
+        not splice's (CUDA's own helpers that tileiras or NVRTC emit, e.g. the IEEE
         division slow path ``__cuda_sm3x_div_rn_noftz_f32_slowpath``)."""
         lines = [f"kernel {self.kernel_name} ({self.symbol}) for {self.arch}: "
                  f"{len(self.cubin)} bytes of cubin"]
@@ -297,7 +297,8 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
 
     Args:
         kernel: a ``@splice.kernel``.
-        signature: a ``cuda.tile.compilation.KernelSignature``.
+        signature: a ``cuda.tile.compilation.KernelSignature``, or a list of them (one
+            cubin with an entry each, as :func:`splice.export_kernel` writes).
         arch: ``"sm_80"``, ``"sm_90"``, ``"sm_100"``...
         context: cuTile's TileContext (compile timeout); default cuTile's.
         keep_stages: keep every intermediate stage (skips the cubin cache).

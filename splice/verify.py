@@ -4,9 +4,9 @@ The rewriter proves its work on PTX; this checks what ptxas made of it:
 
 - no symbol of the cubin's ELF symbol table names a marker global;
 - the SASS (nvdisasm) mentions no marker (no relocation against one, so no marker atomic);
-- in the kernel's own body (each entry's, for several signatures), every extern has exactly as many SASS ``CALL``\\ s as the
-  spliced PTX has ``call``\\ s of it (the rewriter's plus those of inlined bodies): ptxas
-  neither dropped nor duplicated a call.
+- in the kernel's own body (each entry's, for several signatures), every extern has
+  exactly as many SASS ``CALL``\\ s as the spliced PTX has ``call``\\ s of it (the
+  rewriter's plus those of inlined bodies): ptxas neither dropped nor duplicated a call.
 
 Raises :class:`splice.errors.SpliceRewriteError` on any mismatch, and
 :class:`splice.errors.SpliceToolchainError` when nvdisasm is missing.

@@ -124,6 +124,11 @@ def test_export_refuses_no_signatures_and_plain_kernels():
         splice.export_kernel(plain, [_sig()], io.BytesIO(), gpu_code="sm_90")
 
 
+def test_export_refuses_two_signatures_with_one_symbol():
+    with pytest.raises(splice.SpliceDeclarationError, match="two signatures give the entry"):
+        splice.export_kernel(eco_kernel, [_sig(), _sig()], io.BytesIO(), gpu_code="sm_90")
+
+
 def test_cutiles_export_kernel_names_splices():
     from cuda.tile.compilation import export_kernel
     with pytest.raises(splice.SpliceCallError, match="splice.export_kernel") as e:
@@ -318,3 +323,16 @@ def test_cooperative_groups_compile_with_cccl_or_say_how():
     else:
         with pytest.raises(splice.SpliceCompileError, match=r"<nv/target> is part of CCCL"):
             splice.compile(k, _sig(), "sm_90")
+
+
+def test_jax_contract_names_what_is_missing():
+    """splice.jax's use of cuda.tile.jax goes through _cutile.jax_internals: it either finds
+    every name or says what is missing (no JAX in CI)."""
+    import importlib.util
+    from splice import _cutile
+    if importlib.util.find_spec("jax") is None:
+        with pytest.raises(splice.SpliceToolchainError, match="splice.jax needs JAX"):
+            _cutile.jax_internals()
+    else:
+        j = _cutile.jax_internals()
+        assert callable(j.array_constraint) and j.ffi_target == "cutile_launch"
