@@ -34,6 +34,8 @@ from .asm import _public_asm
 
 asm = _public_asm()
 from .types import ELEMENT_TYPES, Signature, parse_signature, pointer
+from .signatures import kernel_signature
+from .export import export_kernel
 
 
 def compile(kernel, signature, arch: str = "sm_90") -> Build:
@@ -57,5 +59,5 @@ __all__ = [
     "ExternFunction", "Signature", "parse_signature", "pointer", "ELEMENT_TYPES",
     "SpliceError", "SpliceCallError", "SpliceCompileError", "SpliceDeclarationError",
     "SpliceLinkError", "SpliceRewriteError", "SpliceToolchainError", "PTXSyntaxError",
-    "toolchain", "__version__",
+    "toolchain", "__version__", "kernel_signature", "export_kernel",
 ]

@@ -7,9 +7,10 @@
     python -m splice compile k.py my_kernel --sig "..." --arch sm_100 -o my_kernel.cubin
     python -m splice cache list|size|clear
 
-``--sig`` lists the kernel's parameters as Python expressions: ``array(dtype, ndim=1)``
-(a C-contiguous array), ``scalar(dtype)``, or a constant (``1024``, ``2.5``, ``True``) for a
-``ct.Constant`` parameter. dtypes are names: float32, int64, bfloat16...
+``--sig`` lists the kernel's parameters, comma-separated, in the grammar of
+:func:`splice.kernel_signature`: ``array(dtype, ndim=1)`` (a C-contiguous array),
+``scalar(dtype)``, or a constant (``1024``, ``2.5``, ``True``) for a ``ct.Constant``
+parameter. dtypes are names: float32, int64, bfloat16...
 """
 
 from __future__ import annotations
@@ -41,38 +42,14 @@ def _load_kernel(path: str, name: str):
 
 
 def parse_signature(text: str):
-    """A ``KernelSignature`` from ``--sig`` text (see the module docstring)."""
-    import cuda.tile as ct
-    from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature, \
-        ScalarConstraint
-
-    def dtype(d):
-        if isinstance(d, str):
-            d = getattr(ct, d if d != "bool" else "bool_", None)
-        if not isinstance(d, ct.DType):
-            raise SystemExit(f"--sig: unknown dtype {d!r}")
-        return d
-
-    def array(d, ndim=1):
-        return ArrayConstraint(dtype(d), ndim, index_dtype=ct.int32, stride_lower_bound_incl=0,
-                               alias_groups=(), may_alias_internally=False,
-                               stride_constant=(None,) * (ndim - 1) + (1,),
-                               stride_divisible_by=(16,) * (ndim - 1) + (1,),
-                               base_addr_divisible_by=16)
-
-    def scalar(d):
-        return ScalarConstraint(dtype(d))
-    names = {"array": array, "scalar": scalar, "True": True, "False": False}
-    names.update({n: n for n in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
-                                 "uint32", "uint64", "float16", "bfloat16", "float32",
-                                 "float64")})
+    """A ``KernelSignature`` from ``--sig`` text: :func:`splice.kernel_signature`'s grammar,
+    comma-separated."""
+    from .errors import SpliceDeclarationError
+    from .signatures import kernel_signature, parse_parameters
     try:
-        params = eval(f"({text},)", {"__builtins__": {}}, names)
-    except SystemExit:
-        raise
-    except Exception as e:
-        raise SystemExit(f"--sig: cannot read {text!r}: {e}") from None
-    return KernelSignature(list(params), CallingConvention.cutile_python_v1())
+        return kernel_signature(*parse_parameters(text))
+    except SpliceDeclarationError as e:
+        raise SystemExit(f"--sig: {e.message}") from None
 
 
 def _check_arity(kern, sig, text):
@@ -140,7 +117,6 @@ def _cmd_cache(a) -> int:
 
 def _cmd_doctor(a) -> int:
     from . import _cutile, cache, toolchain
-    from .errors import SpliceError
     problems = 0
 
     def line(ok, what, detail):
@@ -170,10 +146,7 @@ def _cmd_doctor(a) -> int:
         line(True, "nvJitLink", f"{major}.{minor}")
     except Exception as e:
         line(False, "nvJitLink", e)
-    try:
-        dis = toolchain.nvdisasm()
-    except SpliceError:
-        dis = None
+    dis = toolchain.nvdisasm()
     line(dis is not None, "nvdisasm", dis or "not found (no SASS listings)")
     inc = toolchain.cuda_include_dir()
     line(inc is not None, "CUDA headers", inc or "cuda_fp16.h not found")

@@ -17,6 +17,10 @@ What it uses, and why (``docs/design.md#cutile-hooks``):
   optimisation flags.
 - ``ct.kernel._compile`` is overridden by :class:`SpliceKernel` to return splice's cubin to
   cuTile's own launcher and launch cache.
+- ``cuda.tile.jax._jax`` (``_array_constraint``, ``pack_scalar``,
+  ``_calling_convention_for``, the ``cutile_launch`` FFI target) and
+  ``cuda.tile._annotated_function``'s node types: :mod:`splice.jax` launches splice's cubin
+  exactly as ``cuda.tile.jax.cutile_call`` launches cuTile's (:func:`jax_internals`).
 
 ``check_supported_cutile()`` fails loudly when a cuda-tile outside the supported range is
 installed or when any of these names moved; it runs on the first trace (not at import, so
@@ -504,7 +508,11 @@ def _emit_call(ext, args, loc):
     if session is None:
         raise _call_error(
             ext, "externs can only be called inside a kernel decorated with @splice.kernel "
-                 "(a plain @ct.kernel would run the unresolved call-site marker)", loc)
+                 "and compiled by splice (a plain @ct.kernel would run the unresolved "
+                 "call-site marker). cuda.tile.compilation.export_kernel and "
+                 "cuda.tile.jax.cutile_call run cuTile's compiler directly: use "
+                 "splice.export_kernel and splice.jax.cutile_call (same arguments) instead",
+            loc)
     sig: Signature = ext.signature
     if len(args) != len(sig.args):
         raise _call_error(ext, f"expected {len(sig.args)} argument(s) for signature {sig}, "
@@ -825,9 +833,15 @@ def make_asm_function():
 
 
 def _python_caller() -> str:
-    """"file:line" of the Python code calling the caller of this function."""
+    """"file:line" of the user's Python code that called into splice (the first frame above
+    the caller of this function that is outside the splice package)."""
+    import os
     import sys
+    here = os.path.dirname(os.path.abspath(__file__))
     frame = sys._getframe(2)
+    while frame.f_back is not None and \
+            os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == here:
+        frame = frame.f_back
     return f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
@@ -871,34 +885,38 @@ class TracedKernel:
     lifecycle_providers: tuple
     tileiras_flags: tuple[str, ...]
     timeout_sec: float | None
+    symbols: tuple[str, ...] = ()   # every entry's symbol (several signatures: one each)
 
 
 def trace_kernel(kernel: ct.kernel, signature, arch: str, context=None,
                  atomic_sites: frozenset[int] = frozenset()) -> TracedKernel:
-    """Trace ``kernel`` for ``signature`` and return its Tile IR bytecode with the call sites
-    of every extern in it, and the tileiras flags cuTile would use for ``arch``. Pure call
-    sites whose index is in ``atomic_sites`` get the atomic marker (see
+    """Trace ``kernel`` for ``signature`` (or a list of signatures: one module with an entry
+    each, as ``cuda.tile.compilation.export_kernel`` makes) and return its Tile IR bytecode
+    with the call sites of every extern in it, and the tileiras flags cuTile would use for
+    ``arch``. Pure call sites whose index is in ``atomic_sites`` get the atomic marker (see
     :class:`SplicePureCall`)."""
     ensure_supported_cutile()
     from cuda.tile._cext import default_tile_context
     context = context or default_tile_context
     ann = kernel._annotated_function
+    signatures = tuple(signature) if isinstance(signature, (list, tuple)) else (signature,)
     with trace_session(ann.pyfunc.__name__, atomic_sites) as session:
-        result = compile_tile(ann, (signature,), arch, kernel._compiler_options, context,
+        result = compile_tile(ann, signatures, arch, kernel._compiler_options, context,
                               return_bytecode=True, return_cubin=False)
-    [sig] = result.kernel_signatures
+    sig = result.kernel_signatures[0]
     opt, device_debug = _tileiras_effective_opt_and_device_debug(kernel._compiler_options,
                                                                  arch)
     flags = ["--gpu-name", arch, f"-O{opt}"]
     flags.append("--device-debug" if device_debug else "--lineinfo")
     return TracedKernel(bytes(result.bytecode), sig.symbol, tuple(session.sites),
                         tuple(result.library_lifecycle_providers), tuple(flags),
-                        context.config.compiler_timeout_sec)
+                        context.config.compiler_timeout_sec,
+                        tuple(s.symbol for s in result.kernel_signatures))
 
 
 def check_build_args(kernel, signature) -> None:
     """Raise SpliceDeclarationError unless ``kernel`` is a kernel (``@splice.kernel``) and
-    ``signature`` a ``cuda.tile.compilation.KernelSignature``."""
+    ``signature`` a ``cuda.tile.compilation.KernelSignature`` or a non-empty list of them."""
     ensure_supported_cutile()
     from cuda.tile.compilation import KernelSignature
     if not isinstance(kernel, ct.kernel):
@@ -908,14 +926,17 @@ def check_build_args(kernel, signature) -> None:
             f"splice compiles @splice.kernel functions; got {type(kernel).__name__} "
             f"{getattr(kernel, '__name__', repr(kernel))!s:.80}{at}: decorate the kernel "
             f"function with @splice.kernel")
-    if not isinstance(signature, KernelSignature):
+    signatures = signature if isinstance(signature, (list, tuple)) and signature \
+        else [signature]
+    bad = next((s for s in signatures if not isinstance(s, KernelSignature)), None)
+    if bad is not None:
         code = kernel._pyfunc.__code__
         raise SpliceDeclarationError(
             f"kernel '{kernel._pyfunc.__name__}' ({code.co_filename}:{code.co_firstlineno}): "
-            f"signature must be a cuda.tile.compilation.KernelSignature, got "
-            f"{type(signature).__name__} {signature!r:.80}; make one with "
-            f"KernelSignature(params, CallingConvention.cutile_python_v1()), or pass the "
-            f"launch arguments to kernel.inspect(*args) on a GPU machine")
+            f"signature must be a cuda.tile.compilation.KernelSignature (or a non-empty list "
+            f"of them), got {type(bad).__name__} {bad!r:.80}; make one with "
+            f"splice.kernel_signature(\"array(float32)\", ...), or pass the launch "
+            f"arguments to kernel.inspect(*args) on a GPU machine")
 
 
 def tileiras_path() -> str:
@@ -1002,3 +1023,52 @@ class SpliceKernel(ct.kernel):
                     f"{what}: cuTile cannot make a kernel signature of the arguments given "
                     f"({type(e).__name__}: {e}); pass them as for ct.launch") from None
         return pipeline.build(self, signature, arch, None, keep_stages=True)
+
+
+# --------------------------------------------------------------------------------------------
+# cuTile's JAX integration (cuda.tile.jax), for splice.jax
+
+
+@dataclass(frozen=True)
+class JaxInternals:
+    """What :mod:`splice.jax` reuses of ``cuda.tile.jax`` (cuda-tile 1.7), so that a spliced
+    kernel sees exactly the signature, scalar packing and launch that cuTile's own
+    ``cutile_call`` would give it: ``_array_constraint(aval, index_dtype, alias_group)``,
+    ``pack_scalar(value, want_int64)``, ``_calling_convention_for(constraints)``, the
+    annotation tree node types, and the name of the XLA FFI target cuTile registers
+    (``cutile_launch``, api_version 4; attributes as in ``_cutile_call_ffi_p_lower``)."""
+
+    array_constraint: Any
+    pack_scalar: Any
+    calling_convention_for: Any
+    leaf_node: Any
+    homogeneous_tuple_node: Any
+    heterogeneous_tuple_node: Any
+    ffi_target: str = "cutile_launch"
+
+
+def jax_internals() -> JaxInternals:
+    """cuTile's JAX internals (importing ``cuda.tile.jax`` registers its FFI target).
+
+    Raises:
+        SpliceToolchainError: JAX is not installed, or cuTile's JAX module lacks a name."""
+    try:
+        import cuda.tile.jax as cjax
+        from cuda.tile.jax import _jax
+        from cuda.tile._annotated_function import HeterogeneousTupleNode, \
+            HomogeneousTupleNode, LeafAnnotationNode
+        if not cjax.HAS_JAX:
+            raise ImportError("JAX is not installed")
+        return JaxInternals(_jax._array_constraint, _jax.pack_scalar,
+                            _jax._calling_convention_for, LeafAnnotationNode,
+                            HomogeneousTupleNode, HeterogeneousTupleNode)
+    except (ImportError, AttributeError) as e:
+        raise SpliceToolchainError(
+            f"splice.jax needs JAX (with its CUDA plugin) and cuda-tile "
+            f"{cutile_version()}'s cuda.tile.jax: {e}") from None
+
+
+def parameter_annotations(kernel) -> tuple[list[str], list]:
+    """The kernel's parameter names and cuTile's annotation tree for each."""
+    ann = kernel._annotated_function
+    return list(ann.pysig.parameters), list(ann.parameter_annotations)

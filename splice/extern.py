@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import os
 import re
@@ -227,6 +228,11 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
         extern "C" __device__ float fast_gelu(float x) { ... }''')
         def fast_gelu(x: ct.float32) -> ct.float32: ...
 
+    or, given ``name=`` and ``signature=``, without a stub: it returns the extern itself
+    (and still decorates a stub it is applied to)::
+
+        fast_gelu = splice.extern(source=SRC, name="fast_gelu", signature="float32(float32)")
+
     In a kernel, ``fast_gelu(t)`` applies the function to every element of the tile ``t``
     (any shape; scalars too); several arguments broadcast to a common shape.
 
@@ -260,9 +266,10 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
     Raises:
         SpliceDeclarationError: bad signature, symbol, options, or missing source file.
     """
-    def decorate(stub):
-        where, base = _func_where(stub)
-        _check_stub(stub, where)
+    def decorate(stub, _where=None):
+        where, base = _where or _func_where(stub)
+        if stub is not None:
+            _check_stub(stub, where)
         ext_name = getattr(stub, "__name__", "")
         if not _C_IDENT.fullmatch(ext_name or ""):
             if name is None:
@@ -295,7 +302,22 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
         raise SpliceDeclarationError(
             f"extern declared at {where}: use @splice.extern(source=...) or "
             f"@splice.extern(path=...) with arguments; the CUDA C source is required")
+    if name is not None and signature is not None:   # no stub needed: declare it now
+        return _also_a_decorator(decorate(None, _where=_caller_where(2)), decorate)
     return decorate
+
+
+def _also_a_decorator(ext_fn, decorate):
+    """The extern ``ext_fn`` (declared without a stub), which applied to a stub from Python
+    declares it again from that stub, so ``@splice.extern(source=, name=, signature=)``
+    still decorates."""
+    def fn(*args, **kwargs):
+        if len(args) == 1 and not kwargs and callable(args[0]):
+            return decorate(args[0])
+        return ext_fn(*args, **kwargs)   # raises: device code called from Python
+    functools.update_wrapper(fn, ext_fn)
+    del fn.__wrapped__  # type: ignore[attr-defined]
+    return fn
 
 
 def from_ptx(path=None, /, *, ptx: str | None = None, name: str, signature: str,

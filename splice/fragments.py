@@ -184,7 +184,8 @@ class CudaSource(Fragment):
                 raise SpliceCompileError(
                     f"{self.describe()} does not compile for {target}: "
                     f"{_first_error(e.log, full, name, code)}"
-                    f"{_overload_hint(e.log, self.declared)}", e.log) from None
+                    f"{_overload_hint(e.log, self.declared)}{header_hint(e.log)}",
+                    e.log) from None
 
     def content_key(self, target: str) -> str:
         src = self.read()
@@ -287,6 +288,49 @@ def _overload_hint(log: str, declared) -> str:
                         f"qualified C++ name, name=\"::{d.symbol}\" (or \"ns::{d.symbol}\" "
                         f"in a namespace), and splice calls the overload whose parameters "
                         f"match the signature {d.sig}")
+    return ""
+
+
+# libcu++ (CCCL) headers: <cuda/std/X> stands in for the standard <X> under NVRTC.
+_LIBCUXX = frozenset(
+    "algorithm array atomic barrier bit bitset cassert cfloat charconv chrono climits cmath "
+    "complex concepts cstddef cstdint cstdlib cstring ctime expected functional "
+    "initializer_list iterator latch limits mdspan memory numbers numeric optional random "
+    "ranges ratio semaphore source_location span string_view tuple type_traits utility "
+    "variant version".split())
+_C_HEADERS = {"stdint.h": "cstdint", "stddef.h": "cstddef", "limits.h": "climits",
+              "float.h": "cfloat", "assert.h": "cassert", "stdlib.h": "cstdlib",
+              "string.h": "cstring", "time.h": "ctime"}
+_CCCL_DIRS = ("cuda/", "cub/", "thrust/", "nv/")
+_CANNOT_OPEN = re.compile(r'cannot open source file "([^"]+)"')
+CCCL_INSTALL = "pip install 'cuda-toolkit[cccl]' (the nvidia-cuda-cccl wheel)"
+
+
+def header_hint(log: str) -> str:
+    """How to get a header NVRTC could not open: CCCL's (``<cuda/std/...>``, ``<cub/...>``,
+    ``<thrust/...>``, ``<nv/target>``, which ``<cooperative_groups.h>`` includes) comes with
+    ``cuda-toolkit[cccl]``; NVRTC has no C++ standard library, whose headers have libcu++
+    stand-ins ``<cuda/std/...>``. "" when the log names no such header."""
+    m = _CANNOT_OPEN.search(log)
+    if m is None:
+        return ""
+    header = m.group(1)
+    inc = toolchain.cuda_include_dir()
+    cccl = inc / "cccl" if inc is not None and (inc / "cccl").is_dir() else None
+    std = _C_HEADERS.get(header, header)
+    if std in _LIBCUXX and "/" not in std:
+        hint = (f"NVRTC has no C++ standard library: include <cuda/std/{std}> (libcu++, "
+                f"namespace cuda::std) instead of <{header}>")
+        return f"\n    hint: {hint}" + ("" if cccl else f"; it comes with CCCL: {CCCL_INSTALL}")
+    if header.startswith(_CCCL_DIRS):
+        if cccl is not None:
+            return f"\n    hint: <{header}> is not in CCCL at {cccl}"
+        return (f"\n    hint: <{header}> is part of CCCL (CUDA Core Compute Libraries), which "
+                f"is not installed: {CCCL_INSTALL}; splice then puts its headers on NVRTC's "
+                f"include path")
+    if "." not in header.rsplit("/", 1)[-1]:
+        return (f"\n    hint: <{header}> is a C++ standard library header; NVRTC has none, "
+                f"and libcu++ (CCCL, <cuda/std/...>) has no device version of it")
     return ""
 
 

@@ -19,6 +19,7 @@ content (:mod:`splice.cache`).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import time
@@ -30,6 +31,8 @@ from .fragments import BinarySource
 from .ptx import Module
 
 __version__ = "0.1.0"
+
+log = logging.getLogger("splice")
 
 
 @dataclasses.dataclass
@@ -84,6 +87,7 @@ class Build:
     entry_calls: dict = dataclasses.field(default_factory=dict)
     from_cache: bool = False
     seconds: float = 0.0
+    symbols: tuple[str, ...] = ()   # every entry (several signatures: splice.export_kernel)
     _sass: str | None = dataclasses.field(default=None, repr=False)
 
     STAGES = ("tileir", "ptx", "spliced_ptx", "cubin", "sass")
@@ -99,11 +103,11 @@ class Build:
             raise KeyError(f"unknown stage {stage!r}; stages: {', '.join(self.STAGES)}")
         return getattr(self, stage)
 
-    def sass_call_count(self, symbol: str | None = None, kernel_body_only: bool = False
-                        ) -> int | None:
-        """Number of SASS ``CALL`` instructions, all or those calling ``symbol`` (None
-        without nvdisasm); with ``kernel_body_only``, only those in the kernel's own body
-        (not in the device functions it calls)."""
+    def _sass_calls(self, kernel_body_only: bool, entry: str | None) -> list[str] | None:
+        """The callee of every SASS ``CALL`` as written (``$<kernel>$<function>`` for
+        functions in a kernel's section, ``$__internal_<n>_$<name>`` for CUDA's internal
+        helpers); with ``kernel_body_only``, only those in ``entry``'s own body (default:
+        the first entry), not in the device functions it calls. None without nvdisasm."""
         s = self.sass
         if s is None:
             return None
@@ -111,27 +115,77 @@ class Build:
             # the body ends where the first device function of the kernel's section
             # (``$<kernel>$<function>``) is declared or labelled; CALL lines that name
             # one start with their address, not the name
-            start = s.find(f".text.{self.symbol}:")
-            m = re.compile(rf"^\s*(?:\.\w+\s+)?\${re.escape(self.symbol)}\$", re.M).search(
+            entry = entry or self.symbol
+            start = s.find(f".text.{entry}:")
+            m = re.compile(rf"^\s*(?:\.\w+\s+)?\${re.escape(entry)}\$", re.M).search(
                 s, start)
             s = s[start:m.start() if m else len(s)]
-        calls = re.findall(r"\bCALL\.[A-Z.]+\s+`?\(?\$?([^)`;\s]*)", s)
-        if symbol is None:
-            return len(calls)
+        return re.findall(r"\bCALL\.[A-Z.]+\s+`?\(?\$?([^)`;\s]*)", s)
+
+    def sass_call_count(self, symbol: str | None = None, kernel_body_only: bool = False,
+                        entry: str | None = None) -> int | None:
+        """Number of SASS ``CALL`` instructions, all or those calling ``symbol`` (None
+        without nvdisasm); with ``kernel_body_only``, only those in the body of ``entry``
+        (default: the kernel's first entry), not in the device functions it calls."""
+        calls = self._sass_calls(kernel_body_only, entry)
+        if calls is None or symbol is None:
+            return None if calls is None else len(calls)
         return sum(1 for c in calls if c == symbol or c.endswith("$" + symbol))
 
+    def sass_call_targets(self) -> dict[str, int] | None:
+        """SASS ``CALL``\\ s per callee name, section prefixes removed (``g``,
+        ``__cuda_sm3x_div_rn_noftz_f32_slowpath``); None without nvdisasm."""
+        calls = self._sass_calls(False, None)
+        if calls is None:
+            return None
+        out: dict[str, int] = {}
+        for c in calls:
+            name = c.rsplit("$", 1)[-1] if "$" in c else c
+            out[name] = out.get(name, 0) + 1
+        return out
+
     def summary(self) -> str:
+        """Sites, and every SASS ``CALL`` by callee: splice's externs, and calls that are
+        not splice's (CUDA's own helpers that tileiras or NVRTC emit, e.g. the IEEE
+        division slow path ``__cuda_sm3x_div_rn_noftz_f32_slowpath``)."""
         lines = [f"kernel {self.kernel_name} ({self.symbol}) for {self.arch}: "
                  f"{len(self.cubin)} bytes of cubin"]
+        if len(self.symbols) > 1:
+            lines.append(f"  entries: {', '.join(self.symbols)}")
         lines += [f"  {s}" for s in self.sites]
-        n = self.sass_call_count()
-        if n is None:
+        targets = self.sass_call_targets()
+        if targets is None:
             lines.append("  SASS: n/a (nvdisasm not installed)")
-        else:
-            per = ", ".join(f"{sym}: {self.sass_call_count(sym)}"
-                            for sym in sorted({s.symbol for s in self.sites}))
-            lines.append(f"  SASS CALL instructions: {n} ({per or 'no externs'})")
+            return "\n".join(lines)
+        ours = sorted({s.symbol for s in self.sites})
+        per = ", ".join(f"{sym}: {self.sass_call_count(sym)}" for sym in ours)
+        lines.append(f"  SASS CALL instructions: {sum(targets.values())} "
+                     f"({per or 'no externs'})")
+        helpers = {n: k for n, k in targets.items() if n not in ours and _is_cuda_helper(n)}
+        others = {n: k for n, k in targets.items() if n not in ours and n not in helpers}
+        if helpers:
+            lines.append("  SASS CALLs that are not externs (CUDA's internal helpers that "
+                         "tileiras or NVRTC emit): " + ", ".join(f"{n}: {k}{_helper_note(n)}"
+                                               for n, k in sorted(helpers.items())))
+        if others:
+            lines.append("  SASS CALLs of other device functions (called by the fragments): "
+                         + ", ".join(f"{n}: {k}" for n, k in sorted(others.items())))
         return "\n".join(lines)
+
+
+def _is_cuda_helper(name: str) -> bool:
+    return name.startswith(("__cuda_", "__internal_", "__nv_", "__nvvm_"))
+
+
+def _helper_note(name: str) -> str:
+    """What a CUDA internal helper a SASS CALL names does, where the name says it."""
+    for pattern, what in ((r"div_rn.*slowpath", "IEEE division slow path"),
+                          (r"rcp.*slowpath", "IEEE reciprocal slow path"),
+                          (r"sqrt.*slowpath", "IEEE square root slow path"),
+                          (r"internal_trig_reduction", "trigonometric argument reduction")):
+        if re.search(pattern, name):
+            return f" ({what})"
+    return ""
 
 
 def _kernel_desc(kernel) -> tuple[str, str]:
@@ -245,7 +299,8 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
 
     Args:
         kernel: a ``@splice.kernel``.
-        signature: a ``cuda.tile.compilation.KernelSignature``.
+        signature: a ``cuda.tile.compilation.KernelSignature``, or a list of them (one
+            cubin with an entry each, as :func:`splice.export_kernel` writes).
         arch: ``"sm_80"``, ``"sm_90"``, ``"sm_100"``...
         context: cuTile's TileContext (compile timeout); default cuTile's.
         keep_stages: keep every intermediate stage (skips the cubin cache).
@@ -288,7 +343,8 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
                 out = Build(name, arch, traced.symbol, cubin, sites,
                             traced.lifecycle_providers,
                             entry_calls=meta.get("entry_calls", {}), from_cache=True,
-                            seconds=time.perf_counter() - t0)
+                            seconds=time.perf_counter() - t0, symbols=traced.symbols)
+                log.info("%s for %s: cubin from the cache in %.3f s", what, arch, out.seconds)
                 if verify.enabled():
                     verify.verify_build(out)
                 return out
@@ -308,6 +364,8 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
             if not named:
                 raise
             fallback.update((i, e.reason) for i in named)
+            log.info("%s: site(s) %s get the atomic marker and the kernel is compiled again "
+                     "(tileiras changed their fma marker: %s)", what, sorted(named), e.reason)
             traced = _cutile.trace_kernel(kernel, signature, arch, context,
                                           frozenset(fallback))
     spliced = Module(report.ptx, f"spliced PTX of {what}")
@@ -335,7 +393,11 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
                 tileir=_tileir_text(capture.ptx) if keep_stages else None,
                 ptxas_flags=tuple(flags),
                 host_object_size=len(capture.host_object or b""), entry_calls=entry_calls,
-                seconds=time.perf_counter() - t0)
+                seconds=time.perf_counter() - t0, symbols=traced.symbols)
+    log.info("%s for %s: compiled in %.3f s, %d call site(s), %d bytes of cubin", what, arch,
+             out.seconds, len(sites), len(cubin))
+    for s in sites:
+        log.debug("%s: %s", what, s)
     if verify.enabled():
         verify.verify_build(out)
     if not keep_stages:

@@ -4,9 +4,9 @@ The rewriter proves its work on PTX; this checks what ptxas made of it:
 
 - no symbol of the cubin's ELF symbol table names a marker global;
 - the SASS (nvdisasm) mentions no marker (no relocation against one, so no marker atomic);
-- in the kernel's own body, every extern has exactly as many SASS ``CALL``\\ s as the
-  spliced PTX has ``call``\\ s of it (the rewriter's plus those of inlined bodies): ptxas
-  neither dropped nor duplicated a call.
+- in the kernel's own body (each entry's, for several signatures), every extern has
+  exactly as many SASS ``CALL``\\ s as the spliced PTX has ``call``\\ s of it (the
+  rewriter's plus those of inlined bodies): ptxas neither dropped nor duplicated a call.
 
 Raises :class:`splice.errors.SpliceRewriteError` on any mismatch, and
 :class:`splice.errors.SpliceToolchainError` when nvdisasm is missing.
@@ -76,7 +76,8 @@ def verify_build(build) -> None:
             raise SpliceRewriteError(
                 f"SPLICE_VERIFY: {what}: the spliced PTX has {n} call(s) of '{symbol}' but "
                 f"the rewriter placed {placed[symbol]}")
-        got = build.sass_call_count(symbol, kernel_body_only=True)
+        got = sum(build.sass_call_count(symbol, kernel_body_only=True, entry=e)
+                  for e in (build.symbols or (build.symbol,)))
         if got != n:
             raise SpliceRewriteError(
                 f"SPLICE_VERIFY: {what} has {got} SASS CALL(s) of '{symbol}' in its body but "

@@ -417,9 +417,6 @@ DECLARATION_ROWS = [
     ("defines not a dict", lambda: _cu(CU, defines=["N=4"]), ["defines must be a dict"]),
     ("option that is not a string", lambda: _cu(CU, options=["-O3", 3]),
      ["options must be a list of strings"]),
-    ("non-callable stub", lambda: splice.extern(source=CU, name="f",
-                                                signature="float32(float32)")(3),
-     ["takes a typed stub function", "got int"]),
     ("non-callable stub to lib.extern", lambda: splice.library(source=CU).extern("f")("f"),
      ["takes a typed stub function", "got str"]),
     ("extern used without arguments", lambda: splice.extern(_stub_f),
@@ -455,6 +452,9 @@ def _no_gpu(*_args):
 # (id, make, error type, message needles): a splice function called wrongly. Every row runs
 # as on a machine without a GPU (cuTile's device query raises as it does there).
 USAGE_ROWS = [
+    ("stub-less extern called from Python", lambda: splice.extern(
+        source=CU, name="f", signature="float32(float32)")(3), splice.SpliceCallError,
+     ["extern 'f'", "called from Python at", f"{SRC}:", "inside a @splice.kernel"]),
     ("inspect(signature=) without arch= and no GPU", lambda: _kern_for_usage().inspect(
         signature=SIG), splice.SpliceToolchainError,
      ["kernel 'kern'", "without arch=", "arch='sm_90'", "libcuda.so.1"]),

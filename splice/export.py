@@ -1,0 +1,83 @@
+"""Ahead-of-time export of a ``@splice.kernel``: :func:`export_kernel`, the counterpart of
+``cuda.tile.compilation.export_kernel`` (which runs cuTile's compiler directly and so cannot
+splice; given a spliced kernel it raises :class:`splice.SpliceCallError` naming this one).
+
+::
+
+    sig = splice.kernel_signature("array(float32)", "array(float32)", 1024)
+    splice.export_kernel(gelu, [sig], "gelu.cubin", gpu_code="sm_90")
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import IO, Sequence
+
+from .errors import SpliceDeclarationError
+
+log = logging.getLogger("splice")
+
+
+def export_kernel(kernel, signatures: Sequence, output_file: IO | str | bytes | os.PathLike,
+                  *, gpu_code: str | None = None, output_format: str = "cubin",
+                  bytecode_version: str | None = None) -> None:
+    """Compile ``kernel`` for every signature into one cubin and write it, as
+    ``cuda.tile.compilation.export_kernel(..., output_format="cubin")`` does: one ELF cubin
+    with one entry per signature (its symbol: ``signature.symbol``, or cuTile's mangled
+    name when that is None), every extern call spliced in. Needs no GPU.
+
+    Args:
+        kernel: a ``@splice.kernel``.
+        signatures (Sequence[KernelSignature]): non-empty; see :func:`splice.kernel_signature`.
+        output_file (str | bytes | os.PathLike | binary file object): where to write the
+            cubin (``io.BytesIO`` keeps it in memory).
+        gpu_code (str): the target, e.g. ``"sm_90"`` (required).
+        output_format (str): ``"cubin"`` only: Tile IR bytecode cannot hold spliced calls.
+        bytecode_version: must be None (cuTile's own bytecode version is used).
+
+    Raises:
+        SpliceDeclarationError: not a ``@splice.kernel``, no signatures, two signatures with
+            one symbol, no ``gpu_code``, or an output format other than cubin.
+        SpliceCallError, SpliceCompileError, SpliceLinkError, SpliceRewriteError,
+        SpliceToolchainError: as :func:`splice.compile`.
+    """
+    from ._cutile import SpliceKernel
+    from .pipeline import build
+    from cuda.tile.compilation import KernelSignature
+
+    if not isinstance(kernel, SpliceKernel):
+        raise SpliceDeclarationError(
+            f"splice.export_kernel: {kernel!r} is not a @splice.kernel; export a plain "
+            f"@ct.kernel with cuda.tile.compilation.export_kernel")
+    what = f"splice.export_kernel of kernel '{kernel._pyfunc.__name__}'"
+    if output_format != "cubin":
+        raise SpliceDeclarationError(
+            f"{what}: output_format={output_format!r}: only 'cubin' can be exported, Tile IR "
+            f"bytecode cannot hold the spliced calls (they are made after tileiras)")
+    if bytecode_version is not None:
+        raise SpliceDeclarationError(f"{what}: bytecode_version must be None for a cubin")
+    if gpu_code is None:
+        raise SpliceDeclarationError(f"{what}: gpu_code is required, e.g. gpu_code='sm_90'")
+    if isinstance(signatures, KernelSignature):
+        signatures = [signatures]
+    signatures = list(signatures)
+    if not signatures or not all(isinstance(s, KernelSignature) for s in signatures):
+        raise SpliceDeclarationError(
+            f"{what}: signatures must be a non-empty list of KernelSignature "
+            f"(splice.kernel_signature(...) makes one), got {signatures!r}")
+    symbols = [s.symbol or s.with_mangled_symbol(kernel._pyfunc.__name__).symbol
+               for s in signatures]
+    twice = sorted({x for x in symbols if symbols.count(x) > 1})
+    if twice:
+        raise SpliceDeclarationError(
+            f"{what}: two signatures give the entry symbol(s) {', '.join(twice)}; give each "
+            f"signature a different symbol (signature.with_symbol(...)) or drop the duplicate")
+    b = build(kernel, signatures, gpu_code)
+    log.info("exported %s for %s: %d signature(s), %d bytes", b.kernel_name, b.arch,
+             len(signatures), len(b.cubin))
+    if isinstance(output_file, (str, bytes, os.PathLike)):
+        with open(output_file, "wb") as f:
+            f.write(b.cubin)
+    else:
+        output_file.write(b.cubin)

@@ -1,0 +1,257 @@
+"""Spliced kernels inside ``jax.jit``: :func:`cutile_call`, the counterpart of
+``cuda.tile.jax.cutile_call`` (same arguments and results), compiling through splice.
+
+::
+
+    import jax, splice
+    from splice.jax import cutile_call, OutputPlaceholder, InputOutput
+
+    @jax.jit
+    def f(x):
+        return cutile_call((x.shape[0] // 256,), gelu, (x, OutputPlaceholder(x.shape, x.dtype),
+                                                         256))
+
+``cuda.tile.jax.cutile_call`` runs cuTile's compiler directly and so cannot splice: given a
+``@splice.kernel`` it raises :class:`splice.SpliceCallError` naming this function. Given a
+plain ``@ct.kernel``, this function hands it to cuTile's.
+
+The kernel is launched by cuTile's own XLA FFI handler (``cutile_launch``) with the cubin
+splice built for the signature cuTile derives from the JAX arrays (row-major, 256-byte
+aligned, divisibility by 16 where it holds), on the GPU JAX runs on. Needs JAX with its CUDA
+plugin; ``import splice.jax`` raises ``ImportError`` without JAX, and
+:class:`splice.SpliceToolchainError` when cuTile's ``cuda.tile.jax`` lacks a name splice uses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections import defaultdict
+from functools import partial
+from typing import Any
+
+import jax
+import jax.extend
+import numpy as np
+from cuda.tile.jax import InputOutput, OutputPlaceholder
+from jax.interpreters import mlir
+
+from . import _cutile
+from .errors import SpliceDeclarationError
+
+__all__ = ["cutile_call", "OutputPlaceholder", "InputOutput"]
+
+_ct = _cutile.jax_internals()
+log = logging.getLogger("splice")
+
+
+def cutile_call(grid: tuple[int, ...], kernel, args: tuple[Any, ...]):
+    """Launch ``kernel`` from a JAX-traced function, as ``cuda.tile.jax.cutile_call``.
+
+    Args:
+        grid (tuple[int, ...]): up to 3 grid dimensions (padded with 1s).
+        kernel: a ``@splice.kernel`` (a plain ``@ct.kernel`` goes to cuTile's cutile_call).
+        args (tuple): one per kernel parameter: a ``jax.Array`` (read-only input), an
+            :class:`OutputPlaceholder` (``shape``, ``dtype``: an output JAX allocates and
+            returns), an :class:`InputOutput` (an input updated in place and returned), a
+            static ``bool``/``int``/``float`` (a runtime scalar, or a ``ct.Constant``; pass it
+            through ``static_argnums`` of ``jax.jit``), or a tuple of these for a tuple
+            parameter.
+
+    Returns:
+        The output array, or a tuple of them in parameter order (several outputs).
+
+    Raises:
+        TypeError: an argument that does not fit its parameter (as cuTile's).
+        SpliceCallError, SpliceCompileError, SpliceLinkError, SpliceRewriteError,
+        SpliceToolchainError: while JAX lowers the call (splice compiles the kernel then).
+    """
+    if not isinstance(kernel, _cutile.SpliceKernel):
+        from cuda.tile.jax import cutile_call as cutile_cutile_call
+        return cutile_cutile_call(grid, kernel, args)
+    if not isinstance(grid, tuple) or not 1 <= len(grid) <= 3:
+        raise SpliceDeclarationError(f"splice.jax.cutile_call: grid must be a tuple of 1 to 3 "
+                                     f"ints, got {grid!r}")
+    grid = grid + (1,) * (3 - len(grid))
+    outputs: list = []
+    constants: list = []
+    scalars: list = []
+    inputs: list = []
+    alias_map = defaultdict(list)
+    names, annotations = _cutile.parameter_annotations(kernel)
+    kernel_name = kernel._pyfunc.__name__
+    if len(args) != len(names):
+        raise TypeError(f"{kernel_name} expects {len(names)} arguments, got {len(args)}")
+
+    def leaf_role(x, node, path):
+        if isinstance(x, OutputPlaceholder):
+            outputs.append(jax.ShapeDtypeStruct(x.shape, x.dtype))
+            role = "o"
+        elif isinstance(x, jax.Array):
+            alias_map[id(x)].append(len(inputs))
+            inputs.append(x)
+            role = "i"
+        elif isinstance(x, InputOutput):
+            alias_map[id(x.array)].append(len(inputs))
+            inputs.append(x.array)
+            outputs.append(jax.ShapeDtypeStruct(x.array.shape, x.array.dtype))
+            role = "io"
+        elif isinstance(x, (bool, int, float)):
+            (constants if node.constant else scalars).append(x)
+            role = "c" if node.constant else "s"
+        else:
+            raise TypeError(f"Unexpected type for argument {path}: {type(x)}")
+        if node.constant and role != "c":
+            raise TypeError(f"{kernel_name}: argument {path} is annotated ct.Constant; "
+                            f"expected a static scalar argument")
+        return role
+
+    def flatten(x, node, path):
+        if isinstance(node, _ct.leaf_node):
+            return leaf_role(x, node, path)
+        if not isinstance(x, tuple):
+            raise TypeError(f"{kernel_name}: argument {path} is a tuple parameter; expected a "
+                            f"tuple, got {type(x).__name__}")
+        subs = _tuple_items(node, len(x))
+        if len(subs) != len(x):
+            raise TypeError(f"{kernel_name}: argument {path} expects a tuple of length "
+                            f"{len(subs)}, got {len(x)}")
+        return tuple(flatten(e, n, f"{path}[{i}]") for i, (e, n) in enumerate(zip(x, subs)))
+
+    roles = tuple(flatten(x, node, f"{i} ('{names[i]}')")
+                  for i, (x, node) in enumerate(zip(args, annotations)))
+    alias_group = tuple(f"G{alias_map[id(x)][0]}" if len(alias_map[id(x)]) > 1 else None
+                        for x in inputs)
+
+    @partial(jax.jit, inline=True)
+    def wrapper(*input_args):
+        out = _primitive().bind(*input_args, kernel=kernel, grid=grid,
+                                output_shape_dtypes=tuple(outputs), constants=tuple(constants),
+                                scalars=tuple(scalars), roles=roles, alias_group=alias_group)
+        return out[0] if len(outputs) == 1 else out
+
+    return wrapper(*inputs)
+
+
+def _tuple_items(node, n: int) -> list:
+    if isinstance(node, _ct.homogeneous_tuple_node):
+        return [node.each] * n
+    if isinstance(node, _ct.heterogeneous_tuple_node):
+        return list(node.items)
+    raise TypeError(f"unsupported annotation {node!r} for a tuple argument")
+
+
+# --------------------------------------------------------------------------------------------
+# The primitive: abstract evaluation, and a CUDA lowering to cuTile's FFI launch of splice's
+# cubin.
+
+_lock = threading.Lock()
+_prim = None
+
+
+def _primitive():
+    global _prim
+    with _lock:
+        if _prim is None:
+            p = jax.extend.core.Primitive("splice_cutile_call")
+            p.multiple_results = True
+            p.def_abstract_eval(lambda *a, output_shape_dtypes, **kw: [
+                jax.core.ShapedArray(x.shape, x.dtype) for x in output_shape_dtypes])
+            mlir.register_lowering(p, _lower, platform="cuda")
+            _prim = p
+    return _prim
+
+
+def _arch() -> str:
+    """The architecture to compile for: the current GPU's (as cuTile's cutile_call)."""
+    return _cutile.current_arch()
+
+
+def _lower(ctx, *input_args, kernel, grid, output_shape_dtypes, constants, scalars, roles,
+           alias_group):
+    num_inputs, num_outputs = len(input_args), len(output_shape_dtypes)
+    buffer_ids, index_bitwidths, scalar_packed = [], [], []
+    aliases: dict[int, int] = {}
+    count = {"i": 0, "o": 0, "c": 0, "s": 0}
+    _, annotations = _cutile.parameter_annotations(kernel)
+
+    def constraint(role, node):
+        from cuda.tile.compilation import ConstantConstraint, ScalarConstraint, \
+            TupleConstraint
+        import cuda.tile as ct
+        if isinstance(role, tuple):
+            subs = _tuple_items(node, len(role)) if not isinstance(node, _ct.leaf_node) \
+                else [node] * len(role)
+            return TupleConstraint([constraint(r, n) for r, n in zip(role, subs)])
+        wide = node.array is not None and node.array.index_dtype == ct.int64
+        index_dtype = ct.int64 if wide else ct.int32
+        if role in ("i", "io", "o"):
+            k = count["i"] if role != "o" else count["o"]
+            buffer_ids.append(k if role != "o" else k + num_inputs)
+            index_bitwidths.append(64 if wide else 32)
+            aval = ctx.avals_out[k] if role == "o" else ctx.avals_in[k]
+            c = _ct.array_constraint(aval, index_dtype, None if role == "o" else alias_group[k])
+            if role == "io":
+                aliases[count["i"]] = count["o"]
+            for r in (("i", "o") if role == "io" else (role,)):
+                count[r] += 1
+            return c
+        if role == "s":
+            buffer_ids.append(count["s"] + num_inputs + num_outputs)
+            index_bitwidths.append(0)
+            dtype, packed = _ct.pack_scalar(scalars[count["s"]], want_int64=(
+                node.scalar is not None and node.scalar.dtype == ct.int64))
+            scalar_packed.append(packed)
+            count["s"] += 1
+            return ScalarConstraint(dtype)
+        c = ConstantConstraint(constants[count["c"]])
+        count["c"] += 1
+        return c
+
+    constraints = [constraint(role, annotations[i]) for i, role in enumerate(roles)]
+    symbol, cubin, cubin_id = _compile(kernel, constraints)
+    return jax.ffi.ffi_lowering(_ct.ffi_target, operand_output_aliases=aliases or None,
+                                api_version=4)(
+        ctx, *input_args,
+        buffer_ids=np.asarray(buffer_ids, dtype=np.int32),
+        scalar_packed=np.asarray(scalar_packed, dtype=np.uint64),
+        cubin_code=cubin,
+        cubin_id=np.frombuffer(cubin_id, dtype=np.uint8),
+        function_name=symbol,
+        index_bitwidths=np.asarray(index_bitwidths, dtype=np.int32),
+        num_inputs=np.int32(num_inputs),
+        num_outputs=np.int32(num_outputs),
+        grid_x=np.int32(grid[0]), grid_y=np.int32(grid[1]), grid_z=np.int32(grid[2]))
+
+
+_compiled: dict = {}
+
+
+def _constraint_key(c):
+    from cuda.tile.compilation import ConstantConstraint, TupleConstraint
+    if isinstance(c, ConstantConstraint):    # 1 == 1.0 == True: keep the types apart
+        return ("const", type(c.value).__name__, c.value)
+    if isinstance(c, TupleConstraint):
+        return ("tuple", tuple(_constraint_key(x) for x in c.items))
+    return c
+
+
+def _compile(kernel, constraints) -> tuple[str, bytes, bytes]:
+    """(symbol, cubin, sha256 of the cubin) of ``kernel`` for ``constraints``, built by
+    splice for the current GPU; kept per kernel object and signature for the process."""
+    from cuda.tile.compilation import KernelSignature
+    from . import pipeline
+    arch = _arch()
+    key = (id(kernel), arch, tuple(_constraint_key(c) for c in constraints))
+    hit = _compiled.get(key)
+    if hit is not None:
+        return hit[1:]
+    signature = KernelSignature(constraints, _ct.calling_convention_for(constraints)) \
+        .with_mangled_symbol(kernel._pyfunc.__name__)
+    b = pipeline.build(kernel, signature, arch)
+    log.info("splice.jax.cutile_call: %s for %s (%s)", b.kernel_name, arch,
+             "cached" if b.from_cache else f"compiled in {b.seconds:.3f} s")
+    out = (kernel, b.symbol, b.cubin, hashlib.sha256(b.cubin).digest())
+    _compiled[key] = out      # holds the kernel: its id stays unique while the entry lives
+    return out[1:]
