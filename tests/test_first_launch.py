@@ -149,3 +149,44 @@ def test_first_launch_benchmark_runs_without_a_gpu(capsys, monkeypatch, tmp_path
     assert bench_first_launch.main(["--cpu", "--reps", "1", "--cases", "b"]) == 0
     out = capsys.readouterr().out
     assert "(b) elementwise + PTX extern" in out
+
+
+_KERNEL_PTX = """.version 8.0
+.target sm_90a
+.address_size 64
+
+.visible .func g()
+{
+    ret;
+}
+
+.visible .entry k()
+{
+    call.uni g, ();
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("inserted, error", [
+    (".visible .func h()\n{\n    ret;\n}\n", None),
+    (".visible .func g()\n{\n    ret;\n}\n", "function 'g' defined twice"),
+    (".visible .func h()\n{\n    ret;\n", "not closed"),
+    ("/* an unterminated comment\n", "unterminated /\\* comment"),
+    ("mov.u32 %r1, 0\n", "unterminated statement"),
+])
+def test_inserted_fragments_are_parsed_after_the_kernel_header(inserted, error):
+    # link.insert parses only the header plus the inserted text (the kernel is parsed); the
+    # merged module must parse exactly when that does
+    from splice import link
+    from splice.ptx import Module, PTXSyntaxError
+    kernel = Module(_KERNEL_PTX)
+    linked = link.Linked(inserted, {})
+    if error is None:
+        merged = link.insert(kernel, linked, "k")
+        assert Module(merged).functions.keys() == {"g", "h", "k"}
+        return
+    with pytest.raises(PTXSyntaxError, match=error):
+        Module(_KERNEL_PTX.replace(".address_size 64\n", ".address_size 64\n\n\n" + inserted))
+    with pytest.raises(PTXSyntaxError, match=error):
+        link.insert(kernel, linked, "k")
