@@ -22,7 +22,8 @@ import re
 from typing import Sequence
 
 from .errors import SpliceLinkError
-from .ptx import Function, Module, Param, apply_edits, declared_variable_name
+from .ptx import Function, Module, Param, PTXSyntaxError, apply_edits, \
+    declared_variable_name
 from .types import ElementType, Signature
 
 _TARGET_RE = re.compile(r"^sm_(\d+)([af]?)$")
@@ -281,7 +282,10 @@ def _is_weak(mod: Module, sym: str) -> bool:
 
 def insert(kernel: Module, linked: Linked, kernel_name: str) -> str:
     """The kernel's PTX with the prepared fragments inserted after its header directives
-    (so definitions precede the kernel's calls). The result must parse."""
+    (so definitions precede the kernel's calls). The result must parse: the kernel module
+    is parsed already and ends its header at a statement boundary, so the inserted text is
+    parsed after that header (not the whole, often large, merged module again) and must
+    define no function the kernel defines."""
     insert_at = 0
     for s in kernel.statements:
         if s.depth == 0 and s.kind == "directive" and s.head in (".version", ".target",
@@ -289,9 +293,14 @@ def insert(kernel: Module, linked: Linked, kernel_name: str) -> str:
             insert_at = s.end
         elif s.kind != "directive" or s.head not in (".version", ".target", ".address_size"):
             break
-    merged = kernel.text[:insert_at] + "\n\n" + linked.text + kernel.text[insert_at:]
-    Module(merged, f"merged PTX of {kernel_name}")  # must still parse
-    return merged
+    head = kernel.text[:insert_at] + "\n\n" + linked.text
+    inserted = Module(head, f"merged PTX of {kernel_name}")  # must still parse
+    for name, fn in inserted.functions.items():
+        own = kernel.functions.get(name)
+        if fn.is_definition and own is not None and own.is_definition:
+            raise PTXSyntaxError(f"merged PTX of {kernel_name}: function {name!r} defined "
+                                 f"twice")
+    return head + kernel.text[insert_at:]
 
 
 def merge(kernel: Module, fragments: Sequence[tuple[str, Module]], kernel_name: str) -> str:

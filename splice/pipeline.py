@@ -18,7 +18,10 @@ content (:mod:`splice.cache`).
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import dataclasses
+import gc
 import logging
 import os
 import re
@@ -27,11 +30,10 @@ from pathlib import Path
 
 from . import _cutile, cache, inline, link, rewrite, toolchain, verify
 from .errors import SpliceLinkError, SpliceToolchainError
-from .fragments import BinarySource
+from .fragments import BinarySource, Fragment, PtxSource
 from .ptx import Module
 
 __version__ = "0.1.0"
-
 log = logging.getLogger("splice")
 
 
@@ -220,16 +222,70 @@ def normalize_arch(arch, what: str = "") -> str:
     return f"sm_{m.group(1)}"
 
 
+#: The PTX target tileiras emitted for each --gpu-name, as seen in this process.
+_PTX_TARGETS: dict[str, str] = {}
+
+
+def _gpu_name(traced) -> str:
+    flags = traced.tileiras_flags
+    return flags[flags.index("--gpu-name") + 1] if "--gpu-name" in flags else ""
+
+
+def predicted_ptx_target(gpu_name: str) -> str:
+    """The PTX target tileiras 13.x emits for ``--gpu-name``: the arch-specific ``sm_90a``,
+    ``sm_100a``... from sm_90 on, ``sm_80``... before (what it emitted before in this process
+    where known). A guess: the pipeline checks it against tileiras's PTX."""
+    seen = _PTX_TARGETS.get(gpu_name)
+    if seen is not None:
+        return seen
+    m = re.fullmatch(r"sm_(\d+)", gpu_name)
+    return f"{gpu_name}a" if m and int(m.group(1)) >= 90 else gpu_name
+
+
+@contextlib.contextmanager
+def _fragments_compiled_ahead(traced, target: str):
+    """Compile the kernel's fragments (NVRTC, nvJitLink, ptxas for inline PTX: these release
+    the GIL) in threads for the predicted PTX target while the body (tileiras, a subprocess)
+    runs. Only fills the fragments' memo and cache: the pipeline then asks each fragment for
+    the *actual* target and gets the result, or compiles anew after a wrong guess, and a
+    fragment that failed here fails again there with the same error, in site order."""
+    frags: dict[int, Fragment] = {}
+    for site in traced.sites:
+        frag = site.extern.fragment
+        if not isinstance(frag, (PtxSource, BinarySource)):  # those compile nothing
+            frags.setdefault(id(frag), frag)
+    if not frags:
+        yield
+        return
+    pool = concurrent.futures.ThreadPoolExecutor(
+        max_workers=min(len(frags), os.cpu_count() or 1),
+        thread_name_prefix="splice-fragment")
+    try:
+        for frag in frags.values():
+            pool.submit(frag.module, target)
+        yield
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
 def _lower_and_splice(traced, name: str, what: str):
     """tileiras, fragments for the kernel's PTX target, the call of every site, and the
     rewritten PTX: (capture, kernel module, target, linked fragments, calls, reasons for not
     inlining, rewrite report)."""
-    capture = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags,
-                                     timeout=traced.timeout_sec, what=what)
+    guess = predicted_ptx_target(_gpu_name(traced))
+    with _fragments_compiled_ahead(traced, guess):
+        capture = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags,
+                                         timeout=traced.timeout_sec, what=what)
     kernel_mod = Module(capture.ptx, f"tileiras PTX of {what}")
     target = next((t for t in kernel_mod.target if t.startswith("sm_")), None)
     if target is None:
         raise SpliceLinkError(f"tileiras PTX of {what} names no sm_ target")
+    if target != guess:
+        log.debug("%s: tileiras emitted PTX for %s, fragments were compiled ahead for %s",
+                   what, target, guess)
+    _PTX_TARGETS[_gpu_name(traced)] = target
 
     # Fragments for the kernel's own PTX target, de-duplicated by content.
     frag_mods: dict[str, tuple[str, Module]] = {}
@@ -309,6 +365,25 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
         SpliceCallError, SpliceCompileError, SpliceLinkError, SpliceRewriteError,
         SpliceToolchainError.
     """
+    with _gc_paused():
+        return _build(kernel, signature, arch, context, keep_stages)
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """The cyclic garbage collector off (a build allocates many small objects and frees
+    them by reference counting; the collector's passes over them are pure cost), back on
+    afterwards, also on an error."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _build(kernel, signature, arch: str, context, keep_stages: bool) -> Build:
     t0 = time.perf_counter()
     _cutile.check_build_args(kernel, signature)
     name, where = _kernel_desc(kernel)
@@ -368,7 +443,7 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
                      "(tileiras changed their fma marker: %s)", what, sorted(named), e.reason)
             traced = _cutile.trace_kernel(kernel, signature, arch, context,
                                           frozenset(fallback))
-    spliced = Module(report.ptx, f"spliced PTX of {what}")
+    spliced = report.module  # parsed once, by the rewriter's check
     entry_calls = _entry_calls(spliced, {c.callee for c in calls.values()})
     merged = link.insert(spliced, linked, name)
     flags = toolchain.ptxas_flags(capture)

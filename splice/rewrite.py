@@ -89,11 +89,13 @@ class SiteCall:
 
 @dataclasses.dataclass(frozen=True)
 class SpliceReport:
-    """What the rewriter did: marker instances found and replaced, per site index."""
+    """What the rewriter did: marker instances found and replaced, per site index; the
+    rewritten PTX, and ``module``, that PTX as parsed by the rewriter's own check."""
 
     found: Mapping[int, int]
     replaced: Mapping[int, int]
     ptx: str
+    module: Module | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def total(self) -> int:
@@ -160,8 +162,8 @@ def splice_calls(module: Module, sites: Mapping[int, SiteCall], *,
     new_text = apply_edits(text, edits)
     n_calls = sum(n for i, n in replaced.items()
                   if sites[i].inline is None and (sites[i].params or sites[i].result))
-    _verify(new_text, sites, n_calls, _count_calls(module, sites), kernel_name)
-    return SpliceReport(dict(found), dict(replaced), new_text)
+    out = _verify(new_text, sites, n_calls, _count_calls(module, sites), kernel_name)
+    return SpliceReport(dict(found), dict(replaced), new_text, out)
 
 
 def _splice_function(module: Module, fn: Function, sites, kernel_name, found, replaced):
@@ -606,7 +608,8 @@ def _count_calls(module: Module, sites: Mapping[int, SiteCall]) -> int:
     return n
 
 
-def _verify(new_text: str, sites, n_replaced: int, calls_before: int, kernel_name: str):
+def _verify(new_text: str, sites, n_replaced: int, calls_before: int,
+            kernel_name: str) -> Module:
     try:
         out = Module(new_text, f"spliced PTX of {kernel_name}")
     except Exception as e:
@@ -627,6 +630,7 @@ def _verify(new_text: str, sites, n_replaced: int, calls_before: int, kernel_nam
     if calls_after - calls_before != n_replaced:
         raise _fail(kernel_name, f"{n_replaced} markers replaced by calls but the rewritten "
                                  f"PTX has {calls_after - calls_before} new calls")
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -164,7 +164,8 @@ def test_doctor_reports_an_unsupported_cutile_instead_of_dying(tmp_path):
 
 def test_unsupported_cutile_is_refused_at_first_trace(tmp_path):
     r = _run_python(_FAKE_VERSION + """
-import kernels as K, splice
+from support import kernels as K
+import splice
 sig = K.signature(K.array(K.ct.float32), K.array(K.ct.float32), 256)
 try:
     splice.compile(K.ptx_kernel, sig, "sm_90")
@@ -179,7 +180,8 @@ def test_moved_private_name_is_reported_by_doctor_and_refused_at_first_trace(tmp
     r = _run_python("""
 import cuda.tile._ir.ops as ops
 del ops.TileAtomicCAS            # as if a cuda-tile release had moved it
-import kernels as K, splice
+from support import kernels as K
+import splice
 from splice.__main__ import main
 main(['doctor'])
 try:

@@ -1,0 +1,378 @@
+"""First launch (compile) of a spliced kernel vs. the same kernel in plain cuTile.
+
+Both sides run in one process, after both have paid their one-time costs (imports, cuTile's
+tileiras version probe, NVRTC's import, splice's tileiras overlay): every timed compile is
+COLD -- a new kernel object from a newly generated module whose extern source (splice) or
+float constant (plain) differs from every other, so neither cuTile's per-kernel cache, its
+disk cache, splice's disk cache nor its fragment memo hits. Cases:
+
+    a  elementwise y = f(x) with a CUDA C extern          (target splice/plain <= 1.3)
+    b  elementwise with a PTX extern                       (target <= 1.3)
+    c  four call sites of two externs, a loop, an if/else  (target <= 1.6)
+    d  128x128x64 fp16 TMA matmul + extern GELU epilogue   (target <= 1.3, sm_90 and newer)
+    warm    a new process compiling (a) from a warm splice cache vs. one compiling the
+            plain kernel from a warm cuTile cache            (target <= 1.1)
+    import  ``import splice`` vs. ``import cuda.tile`` in a new process (target <= 1.2)
+
+Without a GPU (the default when none is visible) it times each kernel's ``_compile`` --
+what ``ct.launch`` calls on a cache miss -- for ``--arch`` (default sm_90). With a GPU it
+times the real first ``ct.launch`` (compile, load, run, synchronise).
+
+    python benchmarks/bench_first_launch.py [--arch sm_90] [--reps 7] [--cases a,b,c,d,warm,import]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+# Fresh caches for this run (children of the warm case get their own).
+os.environ.setdefault("SPLICE_CACHE_DIR", tempfile.mkdtemp(prefix="splice-bench-"))
+os.environ.setdefault("CUDA_TILE_CACHE_DIR", tempfile.mkdtemp(prefix="cutile-bench-"))
+
+TARGETS = {"a": 1.3, "b": 1.3, "c": 1.6, "d": 1.3, "warm": 1.1, "import": 1.2}
+TITLES = {"a": "(a) elementwise + CUDA C extern", "b": "(b) elementwise + PTX extern",
+          "c": "(c) 4 sites, 2 externs, if/else", "d": "(d) TMA matmul 128x128x64 + epilogue",
+          "warm": "(e) new process, warm cache", "import": "import splice / cuda.tile"}
+
+_HEADER = """\
+import cuda.tile as ct
+import splice
+ConstInt = ct.Constant[int]
+"""
+
+# Each case: module source with {rep} (varied per compile) and {c} (a float constant for the
+# plain kernel, exactly representable and different per rep); kernels named plain, spliced.
+SOURCES = {
+    "a": '''
+@splice.extern(source=r"""
+// rep {rep}
+extern "C" __device__ float scale_shift(float x) {{ return x * 2.0f + 1.0f; }}""")
+def scale_shift(x: ct.float32) -> ct.float32: ...
+
+@splice.kernel
+def spliced(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=scale_shift(t))
+
+@ct.kernel
+def plain(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=t * 2.0 + {c})
+''',
+    "b": '''
+PTX = r"""
+// rep {rep}
+.version 8.0
+.target sm_80
+.address_size 64
+.visible .func (.param .b32 func_retval0) ptx_scale(.param .b32 ptx_scale_param_0)
+{{
+    .reg .f32 %f<3>;
+    ld.param.f32 %f1, [ptx_scale_param_0];
+    fma.rn.f32 %f2, %f1, 0f40400000, 0f3F800000;
+    st.param.f32 [func_retval0+0], %f2;
+    ret;
+}}
+"""
+ptx_scale = splice.extern.from_ptx(ptx=PTX, name="ptx_scale", signature="float32(float32)")
+
+@splice.kernel
+def spliced(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=ptx_scale(t))
+
+@ct.kernel
+def plain(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=t * 3.0 + {c})
+''',
+    "c": '''
+@splice.extern(source=r"""
+// rep {rep}
+extern "C" __device__ float step(float acc, float x) {{ return acc * 0.5f + x; }}""")
+def step(acc: ct.float32, x: ct.float32) -> ct.float32: ...
+
+@splice.extern(source=r"""
+// rep {rep}
+extern "C" __device__ float saxpy(float a, float x, float y) {{ return a * x + y; }}""")
+def saxpy(a: ct.float32, x: ct.float32, y: ct.float32) -> ct.float32: ...
+
+@splice.kernel
+def spliced(x, y, ITERS: ConstInt, TILE: ConstInt):
+    bid = ct.bid(0)
+    t = ct.load(x, index=(bid,), shape=(TILE,))
+    acc = ct.full((TILE,), 0, dtype=ct.float32)
+    for i in range(ITERS):
+        acc = step(acc, t)
+    if bid % 2 == 0:
+        acc = step(acc, 1.0)
+    else:
+        acc = saxpy(2.0, acc, t)
+    acc = step(acc, 1.0)
+    ct.store(y, index=(bid,), tile=acc)
+
+@ct.kernel
+def plain(x, y, ITERS: ConstInt, TILE: ConstInt):
+    bid = ct.bid(0)
+    t = ct.load(x, index=(bid,), shape=(TILE,))
+    acc = ct.full((TILE,), 0, dtype=ct.float32)
+    for i in range(ITERS):
+        acc = acc * 0.5 + t
+    if bid % 2 == 0:
+        acc = acc * 0.5 + 1.0
+    else:
+        acc = 2.0 * acc + t
+    acc = acc * 0.5 + {c}
+    ct.store(y, index=(bid,), tile=acc)
+''',
+    "d": '''
+@splice.extern(source=r"""
+// rep {rep}
+extern "C" __device__ float gelu_tanh(float x) {{
+    const float k = 0.7978845608028654f;
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}}""")
+def gelu_tanh(x: ct.float32) -> ct.float32: ...
+
+def matmul_tile(A, B, tm, tn, tk):
+    num_k = ct.num_tiles(A, axis=1, shape=(tm, tk))
+    acc = ct.full((tm, tn), 0, dtype=ct.float32)
+    for k in range(num_k):
+        a = ct.load(A, index=(ct.bid(0), k), shape=(tm, tk), padding_mode=ct.PaddingMode.ZERO)
+        b = ct.load(B, index=(k, ct.bid(1)), shape=(tk, tn), padding_mode=ct.PaddingMode.ZERO)
+        acc = ct.mma(a, b, acc)
+    return acc
+
+@splice.kernel
+def spliced(A, B, C, tm: ConstInt, tn: ConstInt, tk: ConstInt):
+    acc = matmul_tile(A, B, tm, tn, tk)
+    ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=ct.astype(gelu_tanh(acc), C.dtype))
+
+@ct.kernel
+def plain(A, B, C, tm: ConstInt, tn: ConstInt, tk: ConstInt):
+    x = matmul_tile(A, B, tm, tn, tk)
+    g = 0.5 * x * (1.0 + ct.tanh(0.7978845608028654 * (x + {c} * x * x * x)))
+    ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=ct.astype(g, C.dtype))
+''',
+}
+_C0 = {"a": 1.0, "b": 1.0, "c": 1.0, "d": 0.044715}
+
+_counter = [0]
+
+
+def load_case(case: str, workdir: Path, rep: int | None = None):
+    """A newly generated module of ``case`` (its own file, so cuTile can read the source):
+    returns (plain kernel, spliced kernel)."""
+    if rep is None:
+        _counter[0] += 1
+        rep = _counter[0]
+    c = _C0[case] + rep * 2.0 ** -12
+    path = workdir / f"case_{case}_{rep}.py"
+    path.write_text(_HEADER + textwrap.dedent(SOURCES[case]).format(rep=rep, c=repr(c)))
+    spec = importlib.util.spec_from_file_location(f"_bench_case_{case}_{rep}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.plain, mod.spliced
+
+
+# ---------------------------------------------------------------------------------------------
+# Without a GPU: each kernel object's _compile for an architecture
+
+def _array(ct, dtype, ndim=1):
+    from cuda.tile.compilation import ArrayConstraint
+    return ArrayConstraint(dtype, ndim, index_dtype=ct.int32, stride_lower_bound_incl=0,
+                           alias_groups=(), may_alias_internally=False,
+                           stride_constant=(None,) * (ndim - 1) + (1,),
+                           stride_divisible_by=(16,) * (ndim - 1) + (1,),
+                           base_addr_divisible_by=16, shape_divisible_by=16)
+
+
+def signature(case: str):
+    import cuda.tile as ct
+    from cuda.tile.compilation import CallingConvention, KernelSignature
+    params = {"a": lambda: (_array(ct, ct.float32), _array(ct, ct.float32), 1024),
+              "b": lambda: (_array(ct, ct.float32), _array(ct, ct.float32), 1024),
+              "c": lambda: (_array(ct, ct.float32), _array(ct, ct.float32), 3, 256),
+              "d": lambda: (_array(ct, ct.float16, 2),) * 3 + (128, 128, 64)}[case]()
+    return KernelSignature(params, CallingConvention.cutile_python_v1())
+
+
+def compile_once(kernel, sig, arch: str) -> float:
+    """Seconds of one ``_compile`` (cuTile's launch path on a cache miss)."""
+    from cuda.tile._cext import default_tile_context  # what ct.launch passes
+    cc = (int(arch[3:-1]), int(arch[-1]))
+    t0 = time.perf_counter()
+    kernel._compile(sig, default_tile_context, cc)
+    return time.perf_counter() - t0
+
+
+# ---------------------------------------------------------------------------------------------
+# With a GPU: the real first ct.launch
+
+def _gpu_launch(case: str):
+    import torch
+    if case in ("a", "b"):
+        n, tile = 1 << 20, 1024
+        x = torch.randn(n, device="cuda")
+        return (n // tile,), (x, torch.empty_like(x), tile)
+    if case == "c":
+        n, tile = 1 << 20, 256
+        x = torch.randn(n, device="cuda")
+        return (n // tile,), (x, torch.empty_like(x), 3, tile)
+    m = 1024
+    a = torch.randn(m, m, device="cuda", dtype=torch.float16)
+    b = torch.randn(m, m, device="cuda", dtype=torch.float16)
+    return (m // 128, m // 128), (a, b, torch.empty_like(a), 128, 128, 64)
+
+
+def launch_once(kernel, grid, args) -> float:
+    import torch
+    import cuda.tile as ct
+    stream = torch.cuda.current_stream()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    ct.launch(stream, grid, kernel, args)
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def cold_medians(case: str, reps: int, arch: str, gpu: bool, workdir: Path):
+    """(plain, splice) median seconds of cold compiles, interleaved; one of each first to
+    pay the one-time costs."""
+    if gpu:
+        grid, args = _gpu_launch(case)
+        run = lambda k: launch_once(k, grid, args)
+    else:
+        sig = signature(case)
+        run = lambda k: compile_once(k, sig, arch)
+    plain_k, splice_k = load_case(case, workdir)
+    run(plain_k), run(splice_k)
+    plain, spliced = [], []
+    for i in range(reps):
+        plain_k, splice_k = load_case(case, workdir)
+        if i % 2:
+            plain.append(run(plain_k))
+            spliced.append(run(splice_k))
+        else:
+            spliced.append(run(splice_k))
+            plain.append(run(plain_k))
+    return statistics.median(plain), statistics.median(spliced)
+
+
+# ---------------------------------------------------------------------------------------------
+# New processes: warm caches, imports
+
+def _child(side: str, arch: str, workdir: Path, gpu: bool) -> None:
+    """One compile of case (a)'s fixed module (rep 0), timed after the imports."""
+    plain_k, splice_k = load_case("a", workdir, rep=0)
+    k = splice_k if side == "splice" else plain_k
+    if gpu:
+        grid, args = _gpu_launch("a")
+        t = launch_once(k, grid, args)
+    else:
+        t = compile_once(k, signature("a"), arch)
+    print(json.dumps({"seconds": t}))
+
+
+def _run_child(side: str, arch: str, workdir: Path, gpu: bool, env: dict) -> float:
+    argv = [sys.executable, __file__, "--child", side, "--arch", arch, "--workdir",
+            str(workdir)] + (["--gpu"] if gpu else ["--cpu"])
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])["seconds"]
+
+
+def warm_medians(reps: int, arch: str, gpu: bool, workdir: Path):
+    """(plain, splice): a new process compiling (a) with a warm cuTile (plain) or splice
+    (spliced) disk cache; the caches are warmed by a first child each."""
+    env = dict(os.environ, SPLICE_CACHE_DIR=tempfile.mkdtemp(prefix="splice-warm-"),
+               CUDA_TILE_CACHE_DIR=tempfile.mkdtemp(prefix="cutile-warm-"))
+    load_case("a", workdir, rep=0)  # the module file the children import
+    for side in ("plain", "splice"):
+        _run_child(side, arch, workdir, gpu, env)
+    plain, spliced = [], []
+    for _ in range(reps):
+        plain.append(_run_child("plain", arch, workdir, gpu, env))
+        spliced.append(_run_child("splice", arch, workdir, gpu, env))
+    return statistics.median(plain), statistics.median(spliced)
+
+
+def import_medians(reps: int):
+    """(cuda.tile, splice): seconds of the import statement in a new process."""
+    code = ("import time; t = time.perf_counter(); import {m}; "
+            "print(time.perf_counter() - t)")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]))
+    times = {"cuda.tile": [], "splice": []}
+    for _ in range(reps + 1):  # the first of each warms the OS file cache
+        for m in times:
+            out = subprocess.run([sys.executable, "-c", code.format(m=m)], env=env,
+                                 capture_output=True, text=True, check=True).stdout
+            times[m].append(float(out.strip().splitlines()[-1]))
+    return statistics.median(times["cuda.tile"][1:]), statistics.median(times["splice"][1:])
+
+
+def _has_gpu() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--arch", default=None, help="sm_90 (default: the GPU's, else sm_90)")
+    p.add_argument("--reps", type=int, default=7)
+    p.add_argument("--cases", default="a,b,c,d,warm,import")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--gpu", action="store_true", help="time ct.launch (default with a GPU)")
+    g.add_argument("--cpu", action="store_true", help="time _compile (default without)")
+    p.add_argument("--child", choices=("plain", "splice"), help=argparse.SUPPRESS)
+    p.add_argument("--workdir", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    gpu = a.gpu or (not a.cpu and _has_gpu())
+    if a.arch is None:
+        if gpu:
+            import torch
+            a.arch = "sm_{}{}".format(*torch.cuda.get_device_capability())
+        else:
+            a.arch = "sm_90"
+    workdir = Path(a.workdir) if a.workdir else Path(tempfile.mkdtemp(prefix="bench-fl-"))
+    if a.child:
+        return _child(a.child, a.arch, workdir, gpu)
+
+    cases = [c.strip() for c in a.cases.split(",") if c.strip()]
+    how = "first ct.launch" if gpu else f"_compile for {a.arch}, no GPU"
+    print(f"first launch, splice vs. plain cuTile ({how}); medians of {a.reps} cold "
+          f"compiles after one-time costs; {os.cpu_count()} CPUs")
+    print(f"{'case':<38} {'plain ms':>9} {'splice ms':>10} {'ratio':>6} {'target':>7}")
+    results = {}
+    for case in cases:
+        if case == "d" and int(a.arch[3:].rstrip("af")) < 90:
+            continue
+        if case == "warm":
+            plain, spliced = warm_medians(a.reps, a.arch, gpu, workdir)
+        elif case == "import":
+            plain, spliced = import_medians(a.reps)
+        else:
+            plain, spliced = cold_medians(case, a.reps, a.arch, gpu, workdir)
+        ratio = spliced / plain
+        results[case] = (plain, spliced, ratio)
+        ok = "ok" if ratio <= TARGETS[case] else "MISS"
+        print(f"{TITLES[case]:<38} {plain * 1e3:>9.1f} {spliced * 1e3:>10.1f} {ratio:>6.2f} "
+              f"{'<=' + str(TARGETS[case]):>7} {ok}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

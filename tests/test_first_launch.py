@@ -1,0 +1,192 @@
+"""The first-launch speed-ups of the pipeline keep its results: fragments compiled ahead for
+a predicted PTX target (and a wrong prediction), gc paused during a build and restored,
+nvdisasm run only when asked; and the first-launch benchmark runs without a GPU."""
+
+import gc
+import sys
+import threading
+from pathlib import Path
+
+import cuda.tile as ct
+import pytest
+
+from support import kernels as K
+import splice
+from splice import pipeline, toolchain
+
+f32 = ct.float32
+SIG = K.signature(K.array(f32), K.array(f32), 256)
+_n = [0]
+
+
+def _fresh_kernel(body: str = "return x * 2.0f + 1.0f;"):
+    """A kernel calling a CUDA C extern whose source no other test compiles (so neither the
+    fragment memo nor the disk cache answers)."""
+    _n[0] += 1
+    src = (f"// test_first_launch {_n[0]} {id(_n)}\n"
+           f"extern \"C\" __device__ float fl_f(float x) {{ {body} }}\n")
+    fl_f = splice.extern(source=src, name="fl_f", signature="float32(float32)")(lambda x: None)
+
+    @splice.kernel
+    def fl_kernel(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=fl_f(t))
+    return fl_kernel
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_100"])
+def test_predicted_ptx_target_is_what_tileiras_emits(arch, monkeypatch):
+    monkeypatch.setattr(pipeline, "_PTX_TARGETS", {})
+    predicted = pipeline.predicted_ptx_target(arch)
+    b = splice.compile(_fresh_kernel(), SIG, arch)
+    assert f".target {predicted}" in b.ptx
+    assert pipeline.predicted_ptx_target(arch) == predicted
+
+
+def test_fragments_compile_in_a_thread_while_tileiras_runs(monkeypatch):
+    seen = []
+    real_nvrtc, real_tileiras = toolchain.nvrtc_compile, toolchain.run_tileiras
+
+    def nvrtc(*a, **k):
+        seen.append(("nvrtc", threading.current_thread().name, a[2][0]))
+        return real_nvrtc(*a, **k)
+
+    def tileiras(*a, **k):
+        seen.append(("tileiras", threading.current_thread().name, None))
+        return real_tileiras(*a, **k)
+
+    monkeypatch.setattr(toolchain, "nvrtc_compile", nvrtc)
+    monkeypatch.setattr(toolchain, "run_tileiras", tileiras)
+    splice.compile(_fresh_kernel(), SIG, "sm_90")
+    nvrtc_calls = [s for s in seen if s[0] == "nvrtc"]
+    assert len(nvrtc_calls) == 1, seen
+    assert nvrtc_calls[0][1].startswith("splice-fragment")
+    assert nvrtc_calls[0][2] == "-arch=sm_90a"
+
+
+def test_a_wrong_prediction_gives_the_same_cubin(monkeypatch, tmp_path):
+    from splice import fragments
+    kernel = _fresh_kernel("return x * 5.0f - 1.0f;")
+    want = splice.compile(kernel, SIG, "sm_90")
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(tmp_path))  # no fragment cache entry...
+    monkeypatch.setattr(fragments, "_memo", {})             # ...nor memo: NVRTC runs again
+    targets = []
+    real = toolchain.nvrtc_compile
+
+    def nvrtc(*a, **k):
+        targets.append(a[2][0])
+        return real(*a, **k)
+
+    monkeypatch.setattr(toolchain, "nvrtc_compile", nvrtc)
+    monkeypatch.setattr(pipeline, "predicted_ptx_target", lambda gpu_name: "sm_86")
+    got = splice.compile(kernel, SIG, "sm_90")
+    assert targets == ["-arch=sm_86", "-arch=sm_90a"]  # the guess, then the real target
+    assert got.cubin == want.cubin and got.spliced_ptx == want.spliced_ptx
+
+
+def test_a_failing_fragment_fails_in_the_pipeline_not_in_the_thread():
+    kernel = _fresh_kernel("return y;")   # no 'y': NVRTC error
+    with pytest.raises(splice.SpliceCompileError, match="does not compile for sm_90a"):
+        splice.compile(kernel, SIG, "sm_90")
+
+
+def test_gc_is_paused_during_a_build_and_restored(monkeypatch):
+    during = []
+    real = toolchain.run_tileiras
+
+    def tileiras(*a, **k):
+        during.append(gc.isenabled())
+        return real(*a, **k)
+
+    monkeypatch.setattr(toolchain, "run_tileiras", tileiras)
+    assert gc.isenabled()
+    splice.compile(_fresh_kernel(), SIG, "sm_80")
+    assert during == [False] and gc.isenabled()
+    with pytest.raises(splice.SpliceCompileError):
+        splice.compile(_fresh_kernel("return y;"), SIG, "sm_80")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        splice.compile(_fresh_kernel(), SIG, "sm_80")
+        assert not gc.isenabled()  # left as the caller had it
+    finally:
+        gc.enable()
+
+
+def test_nvdisasm_runs_only_when_asked(monkeypatch, tmp_path):
+    if toolchain.nvdisasm() is None:
+        pytest.skip("nvdisasm not installed")
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(tmp_path))
+    calls = []
+    real = toolchain.disassemble
+    monkeypatch.setattr(toolchain, "disassemble", lambda cubin: calls.append(1) or real(cubin))
+    kernel = _fresh_kernel()
+    cubin = kernel._compile(SIG, None, (9, 0))[0]                        # built
+    assert _fresh_kernel_again(kernel)._compile(SIG, None, (9, 0))[0] == cubin  # cache hit
+    b = splice.compile(kernel, SIG, "sm_90")                             # every stage
+    assert calls == []
+    assert b.sass and b.sass                                             # asked: once
+    assert len(calls) == 1
+    monkeypatch.setenv("SPLICE_VERIFY", "1")
+    _fresh_kernel_again(kernel)._compile(SIG, None, (9, 0))             # asked, cache hit
+    _fresh_kernel_again(kernel)._compile(SIG, None, (8, 0))             # asked, built
+    assert len(calls) == 3
+
+
+def _fresh_kernel_again(kernel):
+    """A new kernel object of the same function (cuTile's per-object cache is empty)."""
+    return type(kernel)(kernel._pyfunc)
+
+
+def test_first_launch_benchmark_runs_without_a_gpu(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(tmp_path / "splice"))
+    monkeypatch.setenv("CUDA_TILE_CACHE_DIR", str(tmp_path / "cutile"))
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    try:
+        import bench_first_launch
+    finally:
+        sys.path.pop(0)
+    assert bench_first_launch.main(["--cpu", "--reps", "1", "--cases", "b"]) == 0
+    out = capsys.readouterr().out
+    assert "(b) elementwise + PTX extern" in out
+
+
+_KERNEL_PTX = """.version 8.0
+.target sm_90a
+.address_size 64
+
+.visible .func g()
+{
+    ret;
+}
+
+.visible .entry k()
+{
+    call.uni g, ();
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("inserted, error", [
+    (".visible .func h()\n{\n    ret;\n}\n", None),
+    (".visible .func g()\n{\n    ret;\n}\n", "function 'g' defined twice"),
+    (".visible .func h()\n{\n    ret;\n", "not closed"),
+    ("/* an unterminated comment\n", "unterminated /\\* comment"),
+    ("mov.u32 %r1, 0\n", "unterminated statement"),
+])
+def test_inserted_fragments_are_parsed_after_the_kernel_header(inserted, error):
+    # link.insert parses only the header plus the inserted text (the kernel is parsed); the
+    # merged module must parse exactly when that does
+    from splice import link
+    from splice.ptx import Module, PTXSyntaxError
+    kernel = Module(_KERNEL_PTX)
+    linked = link.Linked(inserted, {})
+    if error is None:
+        merged = link.insert(kernel, linked, "k")
+        assert Module(merged).functions.keys() == {"g", "h", "k"}
+        return
+    with pytest.raises(PTXSyntaxError, match=error):
+        Module(_KERNEL_PTX.replace(".address_size 64\n", ".address_size 64\n\n\n" + inserted))
+    with pytest.raises(PTXSyntaxError, match=error):
+        link.insert(kernel, linked, "k")
