@@ -14,9 +14,11 @@ the payload's SHA-256. It is written to a temporary file (``.tmp-*``) in the sam
 and ``os.replace``\\ d into place, so a reader sees either no entry or a whole one; a file
 that fails its checksum (torn by a crash, edited, truncated) is deleted and rebuilt.
 
-The cache is bounded: after each store the least recently *used* entries (a hit refreshes an
-entry's mtime) are deleted until the entries total at most ``$SPLICE_CACHE_MAX_BYTES``
-(default 4 GiB); the entry just stored is kept even when it alone is larger. Deleting is an
+The cache is bounded: when a store takes the entries past ``$SPLICE_CACHE_MAX_BYTES``
+(default 4 GiB), the least recently *used* entries (a hit refreshes an entry's mtime) are
+deleted until they total at most 90% of it; the entry just stored is kept even when it alone
+is larger. A running byte count (``.size``, under ``flock`` of ``.lock``) spares a store the
+scan of the whole cache until the limit is reached. Deleting is an
 ``unlink``: a reader that opened the entry still reads all of it, a later one misses.
 Temporary files of writers in progress are never touched (a writer that died leaves one,
 removed after :data:`STALE_TEMP_SECONDS`).
@@ -28,6 +30,8 @@ caching, with one warning.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import json
@@ -176,8 +180,46 @@ def store(kind: str, key: str, meta: dict, payload: bytes) -> bool:
                           f"compiling without caching", RuntimeWarning, stacklevel=2)
         return False
     _remove_stale_temps(path.parent)
-    prune(max_bytes(), keep=path)
+    _account(len(_MAGIC) + len(header) + 1 + len(payload), keep=path)
     return True
+
+
+@contextlib.contextmanager
+def _locked():
+    """Holds ``<root>/.lock`` (``flock``) for the byte count; without locks (some network
+    filesystems) runs unlocked: evicting concurrently is safe, only the count may be off."""
+    fd = None
+    try:
+        fd = os.open(cache_root() / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        pass
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _account(added: int, keep: Path) -> None:
+    """Add a stored entry's bytes to the running count in ``<root>/.size``; when the count
+    passes the limit (or is missing), evict down to 90% of it by a full scan, which also
+    recounts. The count only ever overestimates (an entry replaced or removed by someone
+    else still counts until the next scan), so the entries never exceed the limit for
+    long, and a store scans the cache only once per tenth of the limit stored."""
+    limit = max_bytes()
+    ledger = cache_root() / ".size"
+    with _locked():
+        try:
+            total = int(ledger.read_text()) + added
+        except (OSError, ValueError):
+            total = None
+        if total is None or total > limit:
+            total = _prune(limit - limit // 10, keep)[2]
+        try:
+            ledger.write_text(str(total))
+        except OSError:
+            pass
 
 
 def _remove_stale_temps(directory: Path) -> None:
@@ -227,11 +269,23 @@ def size() -> tuple[int, int]:
     return len(st), sum(s for _, s, _ in st)
 
 
-def prune(limit: int, keep: Path | None = None) -> tuple[int, int]:
-    """Delete least recently used entries until the rest total at most ``limit`` bytes;
-    ``keep`` (the entry just stored) is never deleted. Returns (entries removed, bytes
-    freed). Safe while other processes read, store and prune: deleting is atomic, a file
-    already gone is skipped, temporary files are not entries."""
+def prune(limit: int) -> tuple[int, int]:
+    """Delete least recently used entries until the rest total at most ``limit`` bytes.
+    Returns (entries removed, bytes freed). Safe while other processes read, store and
+    prune: deleting is atomic, a file already gone is skipped, temporary files of writers
+    are not entries."""
+    with _locked():
+        removed, freed, total = _prune(limit, None)
+        try:
+            (cache_root() / ".size").write_text(str(total))
+        except OSError:
+            pass
+    return removed, freed
+
+
+def _prune(limit: int, keep: Path | None) -> tuple[int, int, int]:
+    """:func:`prune` without the lock, never deleting ``keep``; also returns the bytes
+    left."""
     st = sorted(_stats(entries()), key=lambda e: (e[0], str(e[2])))
     total = sum(s for _, s, _ in st)
     removed = freed = 0
@@ -250,4 +304,4 @@ def prune(limit: int, keep: Path | None = None) -> tuple[int, int]:
             removed += 1
             freed += s
         total -= s
-    return removed, freed
+    return removed, freed, total
