@@ -360,3 +360,27 @@ def test_a_bad_limit_warns_and_uses_the_default(monkeypatch):
         assert cache.max_bytes() == cache.DEFAULT_MAX_BYTES
     monkeypatch.setenv("SPLICE_CACHE_MAX_BYTES", "12345")
     assert cache.max_bytes() == 12345
+
+
+@pytest.mark.gpu
+def test_an_edited_cu_is_run_by_a_new_kernel_object_not_by_a_relaunch(torch, tmp_path,
+                                                                       fresh_cache):
+    # README "Edited sources in a running process": cuTile keeps compiled variants per
+    # kernel object and signature; replace_hints() gives a new object with an empty cache
+    from conftest import launch
+    src = tmp_path / "f.cu"
+    src.write_text('extern "C" __device__ float f(float x) { return x + 1.0f; }\n')
+    f = splice.extern(path=src, name="f", signature="float32(float32)")(lambda x: None)
+
+    @splice.kernel
+    def k(x, y, TILE: ct.Constant[int]):
+        ct.store(y, index=(ct.bid(0),), tile=f(ct.load(x, index=(ct.bid(0),), shape=(TILE,))))
+    x = torch.arange(128, dtype=torch.float32, device="cuda")
+    y = torch.empty_like(x)
+    launch(torch, (1,), k, (x, y, 128))
+    assert torch.equal(y, x + 1)
+    src.write_text('extern "C" __device__ float f(float x) { return x + 2.0f; }\n')
+    launch(torch, (1,), k, (x, y, 128))
+    assert torch.equal(y, x + 1)          # compiled already: the old code
+    launch(torch, (1,), k.replace_hints(), (x, y, 128))
+    assert torch.equal(y, x + 2)
