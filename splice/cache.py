@@ -18,8 +18,8 @@ The cache is bounded: when a store takes the entries past ``$SPLICE_CACHE_MAX_BY
 (default 4 GiB), the least recently *used* entries (a hit refreshes an entry's mtime) are
 deleted until they total at most 90% of it; the entry just stored is kept even when it alone
 is larger. A running byte count (``.size``, under ``flock`` of ``.lock``) spares a store the
-scan of the whole cache until the limit is reached. Deleting is an
-``unlink``: a reader that opened the entry still reads all of it, a later one misses.
+scan of the whole cache until the limit is reached. Deleting is an ``unlink``: a reader
+that opened the entry still reads all of it, a later one misses.
 Temporary files of writers in progress are never touched (a writer that died leaves one,
 removed after :data:`STALE_TEMP_SECONDS`).
 
@@ -151,9 +151,9 @@ def read(path: Path, touch: bool = True) -> tuple[dict, bytes] | None:
 
 
 def store(kind: str, key: str, meta: dict, payload: bytes) -> bool:
-    """Write an entry atomically, then evict least recently used entries down to
-    :func:`max_bytes`. Returns False (after one warning per process) when the cache
-    directory cannot be written."""
+    """Write an entry atomically; when the entries now pass :func:`max_bytes`, evict the
+    least recently used (never this one). Returns False (after one warning per process)
+    when the cache directory cannot be written."""
     global _warned_readonly
     path = _entry_path(kind, key)
     header = json.dumps({"key": path.stem, "size": len(payload),
@@ -204,9 +204,9 @@ def _locked():
 def _account(added: int, keep: Path) -> None:
     """Add a stored entry's bytes to the running count in ``<root>/.size``; when the count
     passes the limit (or is missing), evict down to 90% of it by a full scan, which also
-    recounts. The count only ever overestimates (an entry replaced or removed by someone
-    else still counts until the next scan), so the entries never exceed the limit for
-    long, and a store scans the cache only once per tenth of the limit stored."""
+    recounts. The count never underestimates what was stored (an entry removed by someone
+    else still counts until the next scan), so the entries stay within the limit, and a
+    store scans the whole cache only about once per tenth of the limit stored."""
     limit = max_bytes()
     ledger = cache_root() / ".size"
     with _locked():
@@ -251,8 +251,8 @@ def entries(kind: str | None = None) -> list[Path]:
     return out
 
 
-def _stats(paths) -> list[tuple[float, int, Path]]:
-    """(mtime, size, path) of each path still there."""
+def _stats(paths) -> list[tuple[int, int, Path]]:
+    """(mtime in ns, size, path) of each path still there."""
     out = []
     for p in paths:
         try:

@@ -184,9 +184,9 @@ class CudaSource(Fragment):
 
     def content_key(self, target: str) -> str:
         src = self.read()
+        tools = ("nvrtc", "nvJitLink") if self.dlto else ("nvrtc",)
         return cache.key_of("cuda", src, self.checks, self._options(target),
-                            toolchain.tool_identity("nvrtc", *(("nvJitLink",) if self.dlto else ())),
-                            self._headers(src))
+                            toolchain.tool_identity(*tools), self._headers(src))
 
     def _headers(self, src: str) -> list[tuple[str, str]]:
         """(path, sha256) of every user header the source includes, transitively: found
