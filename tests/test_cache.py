@@ -247,14 +247,32 @@ def test_nvrtc_identity_is_in_a_cuda_fragment_key(monkeypatch, tmp_path):
     assert frag.content_key("sm_90") not in (before, moved)
 
 
-def test_the_nvrtc_library_found_is_the_one_cuda_bindings_loads():
-    from cuda.pathfinder import load_nvidia_dynamic_lib
-    from splice import toolchain
-    predicted = toolchain._library_path.__wrapped__("nvrtc")
-    toolchain.nvrtc_version()  # cuda-bindings loads NVRTC (if not yet)
-    assert predicted is not None
-    assert predicted.resolve() == \
-        __import__("pathlib").Path(load_nvidia_dynamic_lib("nvrtc").abs_path).resolve()
+_WHICH_LIBRARY = """
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from splice import toolchain
+predicted = [toolchain._library_path(n) for n in ("nvrtc", "nvJitLink")]
+assert "cuda.bindings.nvrtc" not in sys.modules
+toolchain.nvrtc_version()
+from cuda.bindings import nvjitlink
+nvjitlink.version()
+from cuda.pathfinder import load_nvidia_dynamic_lib
+loaded = [Path(load_nvidia_dynamic_lib(n).abs_path) for n in ("nvrtc", "nvJitLink")]
+print(all(p is not None and p.resolve() == q.resolve() for p, q in zip(predicted, loaded)))
+"""
+
+
+def test_the_libraries_found_are_the_ones_cuda_bindings_loads():
+    # found before cuda-bindings loads them (a new process), then compared with what it did
+    import subprocess
+    import sys
+    from pathlib import Path
+    out = subprocess.run([sys.executable, "-c", _WHICH_LIBRARY,
+                          str(Path(__file__).resolve().parent.parent)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True"]
 
 
 _WARM_HIT = """
