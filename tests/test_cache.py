@@ -166,7 +166,7 @@ def test_verify_catches_a_cubin_with_markers(fresh_cache):
 
 _BUILD_IN_COPY = """
 import sys
-sys.path[:0] = [sys.argv[1], sys.argv[2]]
+sys.path[:0] = [sys.argv[1], sys.argv[2], sys.argv[2] + "/support"]  # kernels.py
 import cuda.tile as ct
 import kernels as K, splice
 assert splice.__file__.startswith(sys.argv[1]), splice.__file__
@@ -277,7 +277,7 @@ def test_the_libraries_found_are_the_ones_cuda_bindings_loads():
 
 _WARM_HIT = """
 import subprocess, sys
-sys.path[:0] = [sys.argv[1], sys.argv[2]]
+sys.path[:0] = [sys.argv[1], sys.argv[2], sys.argv[2] + "/support"]  # kernels.py
 import cuda.tile as ct
 import kernels as K, splice
 sig = K.signature(K.array(ct.float32), K.array(ct.float32), K.array(ct.float32),
