@@ -5,7 +5,7 @@
                                             [--arch sm_90] [--stage ptx|spliced_ptx|sass|tileir]
                                             [--out DIR]
     python -m splice compile k.py my_kernel --sig "..." --arch sm_100 -o my_kernel.cubin
-    python -m splice cache list|size|clear
+    python -m splice cache list|size|prune [--max-bytes N]|clear
 
 ``--sig`` lists the kernel's parameters, comma-separated, in the grammar of
 :func:`splice.kernel_signature`: ``array(dtype, ndim=1)`` (a C-contiguous array),
@@ -98,14 +98,21 @@ def _cmd_cache(a) -> int:
     root = cache.cache_root()
     if a.action == "list":
         for p in cache.entries():
-            hit = cache.load(p.parent.parent.name, p.stem)
-            meta = hit[0] if hit else {"corrupt": True}
-            print(f"{p.parent.parent.name:10} {p.stem[:16]}  {p.stat().st_size:>9} bytes  "
+            hit = cache.read(p, touch=False)
+            if hit is None:
+                continue  # evicted meanwhile, or corrupt (then removed)
+            meta = hit[0]["meta"]
+            print(f"{p.parent.parent.name:11} {p.stem[:16]}  {len(hit[1]):>9} bytes  "
                   f"{meta.get('symbol') or meta.get('what') or ''}")
     elif a.action == "size":
-        files = [p for p in root.rglob("*") if p.is_file() and not p.is_symlink()]
-        total = sum(p.stat().st_size for p in files if "toolchain" not in p.parts)
-        print(f"{root}: {len(cache.entries())} entries, {total} bytes")
+        n, total = cache.size()
+        print(f"{root}: {n} entries, {total} bytes (limit {cache.max_bytes()})")
+    elif a.action == "prune":
+        limit = cache.max_bytes() if a.max_bytes is None else a.max_bytes
+        removed, freed = cache.prune(limit)
+        n, total = cache.size()
+        print(f"removed {removed} entries ({freed} bytes) from {root}; {n} entries, "
+              f"{total} bytes left")
     elif a.action == "clear":
         n = 0
         for p in cache.entries():
@@ -177,6 +184,12 @@ def _cmd_doctor(a) -> int:
     return 0 if not problems else 1
 
 
+def _byte_count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"not a byte count: {text!r}")
+    return int(text)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m splice", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -192,13 +205,23 @@ def main(argv=None) -> int:
         else:
             s.add_argument("-o", "--output")
     c = sub.add_parser("cache")
-    c.add_argument("action", choices=("list", "size", "clear"))
+    c.add_argument("action", choices=("list", "size", "prune", "clear"))
+    c.add_argument("--max-bytes", type=_byte_count, help="prune: the limit (default "
+                   "$SPLICE_CACHE_MAX_BYTES or 4 GiB)")
     sub.add_parser("doctor")
     a = p.parse_args(argv)
     from .errors import SpliceError
     try:
-        return {"inspect": _cmd_inspect, "compile": _cmd_compile, "cache": _cmd_cache,
-                "doctor": _cmd_doctor}[a.cmd](a)
+        rc = {"inspect": _cmd_inspect, "compile": _cmd_compile, "cache": _cmd_cache,
+              "doctor": _cmd_doctor}[a.cmd](a)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return rc
+    except BrokenPipeError:
+        # the reader went away (`... | head`): stop quietly, as the Python docs recommend
+        # (https://docs.python.org/3/library/signal.html#note-on-sigpipe)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     except SpliceError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -189,13 +189,14 @@ class CudaSource(Fragment):
 
     def content_key(self, target: str) -> str:
         src = self.read()
+        tools = ("nvrtc", "nvJitLink") if self.dlto else ("nvrtc",)
         return cache.key_of("cuda", src, self.checks, self._options(target),
-                            toolchain.nvrtc_version(), self._headers(src))
+                            toolchain.tool_identity(*tools), self._headers(src))
 
     def _headers(self, src: str) -> list[tuple[str, str]]:
         """(path, sha256) of every user header the source includes, transitively: found
         beside the including file, in ``include_dirs`` or beside ``path``. Headers found
-        nowhere (the CUDA toolkit's) are covered by the NVRTC version in the key. An
+        nowhere (the CUDA toolkit's) are covered by NVRTC's identity in the key. An
         ``#include`` inside a disabled ``#if`` is still hashed: the key may change when it
         need not, never the reverse."""
         import hashlib
@@ -355,7 +356,7 @@ class AsmSource(Fragment):
     def content_key(self, target: str) -> str:
         s = self.spec
         return cache.key_of("asm", s.template, [t.name for t in s.outputs],
-                            [t.name for t in s.inputs], target)
+                            [t.name for t in s.inputs], target, toolchain.tool_identity("ptxas"))
 
     def module(self, target: str) -> Module:
         return _memoized(self.content_key(target), lambda key: self._generate(key, target))
@@ -436,7 +437,7 @@ class LtoirSource(Fragment):
 
     def content_key(self, target: str) -> str:
         return cache.key_of("ltoir", self.read(), [(s, str(g)) for s, g in self.roots], target,
-                            toolchain.nvrtc_version())
+                            toolchain.tool_identity("nvJitLink"))
 
     def module(self, target: str) -> Module:
         def link(key):
@@ -515,7 +516,8 @@ class BinarySource(Fragment):
 
     def content_key(self, target: str) -> str:
         return cache.key_of("binary", self.read(), self.input_type,
-                            [(s, str(g)) for s, g in self.roots])
+                            [(s, str(g)) for s, g in self.roots],
+                            toolchain.tool_identity("nvJitLink"))
 
     def module(self, target: str) -> Module:
         """Declarations only: the code is linked by nvJitLink after ptxas."""

@@ -3,7 +3,7 @@
 ::
 
     trace     cuTile frontend -> Tile IR bytecode; each extern call is a marker   (_cutile)
-    key       content key: bytecode, flags, fragments, arch, tool versions        (cache)
+    key       content key: bytecode, flags, fragments, arch, tool identities      (cache)
     lower     tileiras from the overlay -> PTX, --nv-host object, ptxas flags     (toolchain)
     compile   fragments -> PTX for the kernel's PTX target (NVRTC / as is)        (fragments)
     splice    every marker -> call of its extern, proven                         (rewrite)
@@ -401,12 +401,12 @@ def _build(kernel, signature, arch: str, context, keep_stages: bool) -> Build:
             _check_same_symbol(prev, ext)
         externs.setdefault(ext.symbol, ext)
 
+    # cache.load/store add splice's code identity; each fragment's key names its tools
     key = cache.key_of(
-        "kernel", __version__, traced.bytecode, traced.tileiras_flags, arch,
+        "kernel", traced.bytecode, traced.tileiras_flags, arch,
         [(e.symbol, str(e.signature), e.inline, e.fragment.kind,
           e.fragment.content_key(arch)) for e in externs.values()],
-        toolchain.tileiras_version(), toolchain.ptxas_version(),
-        list(toolchain.nvrtc_version()))
+        toolchain.tool_identity("tileiras", "ptxas"))
     if not keep_stages:
         hit = cache.load("kernel", key)
         if hit is not None:

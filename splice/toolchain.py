@@ -89,6 +89,71 @@ def nvrtc_version() -> tuple[int, int]:
     return (major, minor)
 
 
+def _file_identity(path: Path) -> list:
+    """(resolved path, size, mtime_ns) of a file: changes whenever the file is replaced."""
+    real = path.resolve()
+    st = real.stat()
+    return [str(real), st.st_size, st.st_mtime_ns]
+
+
+def tool_identity(*names: str) -> list:
+    """What identifies the tools ``names`` for a cache key, cheaply: ``"tileiras"`` (the
+    tileiras binary the overlay runs and the libnvvm beside it), ``"ptxas"``, ``"nvrtc"``,
+    ``"nvJitLink"``. Each is the (resolved path, size, mtime_ns) of the files actually used
+    -- no subprocess, no import of NVRTC. A library that cannot be located without loading
+    it is identified by its version instead (slower, exact).
+
+    Raises:
+        SpliceToolchainError: tileiras or ptxas is missing.
+    """
+    out = []
+    for name in names:
+        if name == "tileiras":
+            # the overlay's hard link (or copy) is the file that runs: same size and mtime
+            ran = overlay() / "bin" / "tileiras"
+            st = ran.stat()
+            out.append([name, str(tileiras().resolve()), st.st_size, st.st_mtime_ns,
+                        *[_file_identity(c) for c in _libnvvm_candidates() if c.exists()]])
+        elif name == "ptxas":
+            out.append([name, *_file_identity(ptxas())])
+        else:
+            path = _library_path(name)
+            out.append([name, *_file_identity(path)] if path is not None else
+                       [name, "version", *_library_version(name)])
+    return out
+
+
+@functools.cache
+def _library_path(name: str) -> Path | None:
+    """The NVRTC / nvJitLink shared library cuda-bindings uses or will load, found the way
+    cuda.pathfinder's ``load_nvidia_dynamic_lib`` (which cuda-bindings 13 loads them with)
+    finds it, without loading it: one already loaded in the process, else the first found
+    in site-packages or conda. None when it would come from the system search (only
+    loading tells which file that is)."""
+    try:
+        from cuda.pathfinder._dynamic_libs.lib_descriptor import LIB_DESCRIPTORS
+        from cuda.pathfinder._dynamic_libs.platform_loader import LOADER
+        from cuda.pathfinder._dynamic_libs.search_steps import EARLY_FIND_STEPS, \
+            SearchContext, run_find_steps
+        desc = LIB_DESCRIPTORS[name]
+        loaded = LOADER.check_if_already_loaded_from_elsewhere(desc)
+        if loaded is not None and loaded.abs_path:
+            return Path(loaded.abs_path)
+        found = run_find_steps(SearchContext(desc), EARLY_FIND_STEPS)
+        return Path(found.abs_path) if found is not None else None
+    except Exception:  # another cuda.pathfinder: identify by version instead
+        return None
+
+
+def _library_version(name: str) -> tuple[int, ...]:
+    if name == "nvrtc":
+        return nvrtc_version()
+    if name == "nvJitLink":
+        from cuda.bindings import nvjitlink
+        return tuple(nvjitlink.version())
+    raise ValueError(f"unknown tool {name!r}")
+
+
 @functools.cache
 def cuda_include_dir() -> Path | None:
     """A directory with the CUDA headers (``cuda_fp16.h``, ``cuda_bf16.h``...): the
@@ -142,29 +207,49 @@ exit 0
 """
 
 
-def _overlay_root() -> Path:
+def _overlay_bases(real: Path) -> list[Path]:
+    """Where the overlay may live, best first: on tileiras's filesystem, so that tileiras
+    is hard-linked rather than copied (about 100 MB). The cache directory when it is on
+    that filesystem, else a directory beside the toolkit (``<toolkit>/../.splice-overlay``)
+    when writable, then the cache directory, then the temporary directory."""
     from .cache import cache_root
-    return cache_root() / "toolchain"
+    in_cache = cache_root() / "toolchain"
+    near = real.parent.parent.parent / ".splice-overlay"
+    tmp = Path(tempfile.gettempdir()) / f"splice-{os.getuid()}"
+    first = [in_cache, near] if _same_filesystem(in_cache, real) else [near, in_cache]
+    return first + [tmp]
+
+
+def _same_filesystem(directory: Path, file: Path) -> bool:
+    d = directory
+    while not d.exists() and d != d.parent:
+        d = d.parent
+    try:
+        return d.stat().st_dev == file.stat().st_dev
+    except OSError:
+        return False
 
 
 @functools.cache
 def overlay() -> Path:
     """Directory laid out like tileiras's own toolkit root, with a capturing ptxas.
-    Built once per tileiras binary (keyed by its path, size and mtime)."""
+    Built once per tileiras binary (keyed by its path, size and mtime), in the first
+    writable of :func:`_overlay_bases`. Not a cache entry: never counted nor evicted."""
     real = tileiras().resolve()
     real_root = real.parent.parent
     st = real.stat()
     key = hashlib.sha256(f"{real}|{st.st_size}|{st.st_mtime_ns}|v2".encode()).hexdigest()[:16]
-    for base in (_overlay_root(), Path(tempfile.gettempdir()) / f"splice-{os.getuid()}"):
+    bases = _overlay_bases(real)
+    for base in bases:
         root = base / f"overlay-{key}"
         if (root / "bin" / "tileiras").is_file() and (root / "bin" / "ptxas").is_file():
             return root
         try:
             return _build_overlay(root, real, real_root)
         except OSError:
-            continue  # the cache directory cannot be written: use the temporary directory
-    raise SpliceToolchainError(f"cannot create the tileiras overlay under {_overlay_root()} or "
-                               f"{tempfile.gettempdir()}")
+            continue  # not writable: try the next place
+    raise SpliceToolchainError(f"cannot create the tileiras overlay in any of "
+                               f"{', '.join(map(str, bases))}")
 
 
 def _build_overlay(root: Path, real: Path, real_root: Path) -> Path:

@@ -152,3 +152,246 @@ def test_verify_catches_a_cubin_with_markers(fresh_cache):
     b.cubin, b._sass = raw, None
     with pytest.raises(splice.SpliceRewriteError, match="marker"):
         verify.verify_build(b)
+
+
+# ---------------------------------------------------------------------------------------------
+# Code and tool identity in the key
+
+_BUILD_IN_COPY = """
+import sys
+sys.path[:0] = [sys.argv[1], sys.argv[2], sys.argv[2] + "/support"]  # kernels.py
+import cuda.tile as ct
+import kernels as K, splice
+assert splice.__file__.startswith(sys.argv[1]), splice.__file__
+b = splice.build(K.saxpy_kernel, K.signature(K.array(ct.float32), K.array(ct.float32),
+                 K.array(ct.float32), K.scalar(ct.float32), 256), "sm_90")
+print("hit" if b.from_cache else "miss")
+"""
+
+
+def test_an_edit_to_splice_misses_and_unchanged_splice_hits_across_processes(fresh_cache,
+                                                                              tmp_path):
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+    copy = tmp_path / "pkg"
+    shutil.copytree(Path(splice.__file__).parent, copy / "splice",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    tests = Path(__file__).resolve().parent
+
+    def build():
+        out = subprocess.run([sys.executable, "-c", _BUILD_IN_COPY, str(copy), str(tests)],
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip(), {p.name for p in cache.entries()}
+
+    first, entries1 = build()
+    second, entries2 = build()
+    assert (first, second) == ("miss", "hit") and entries2 == entries1
+    with open(copy / "splice" / "rewrite.py", "a") as f:
+        f.write("# one more line\n")
+    third, entries3 = build()
+    assert third == "miss"
+    kernels = {p.name for p in cache.entries("kernel")}
+    assert len(kernels) == 2 and len(entries3) == 2 * len(entries1)  # fragment entries too
+    assert build()[0] == "hit"
+
+
+def test_code_identity_hashes_every_source_file(tmp_path, monkeypatch):
+    ident = cache.code_identity()
+    assert ident == cache.code_identity.__wrapped__()
+    fake_pkg = tmp_path / "splice"
+    fake_pkg.mkdir()
+    (fake_pkg / "cache.py").write_text("x = 1\n")
+    (fake_pkg / "sub").mkdir()
+    (fake_pkg / "sub" / "m.py").write_text("y = 2\n")
+    monkeypatch.setattr(cache, "__file__", str(fake_pkg / "cache.py"))
+    a = cache.code_identity.__wrapped__()
+    (fake_pkg / "sub" / "m.py").write_text("y = 3\n")
+    assert cache.code_identity.__wrapped__() not in (a, ident)
+
+
+def test_tool_identity_is_in_the_key(fresh_cache, monkeypatch):
+    from splice import toolchain
+    assert splice.build(K.ptx_kernel, SIG, "sm_90").from_cache is False
+    assert splice.build(K.ptx_kernel, SIG, "sm_90").from_cache
+    real = toolchain._file_identity
+
+    def newer_ptxas(path):
+        ident = real(path)
+        return ident[:2] + [ident[2] + 1] if path == toolchain.ptxas() else ident
+    monkeypatch.setattr(toolchain, "_file_identity", newer_ptxas)
+    assert not splice.build(K.ptx_kernel, SIG, "sm_90").from_cache
+
+
+def test_nvrtc_identity_is_in_a_cuda_fragment_key(monkeypatch, tmp_path):
+    from splice import toolchain
+    frag = K.saxpy._splice_extern.fragment
+    before = frag.content_key("sm_90")
+    other = tmp_path / "libnvrtc.so.13"
+    other.write_bytes(b"another NVRTC")
+    monkeypatch.setattr(toolchain, "_library_path", lambda name: other)
+    moved = frag.content_key("sm_90")
+    assert moved != before
+    monkeypatch.setattr(toolchain, "_library_path", lambda name: None)  # fall back: version
+    assert toolchain.tool_identity("nvrtc") == [["nvrtc", "version",
+                                                 *toolchain.nvrtc_version()]]
+    assert frag.content_key("sm_90") not in (before, moved)
+
+
+_WHICH_LIBRARY = """
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from splice import toolchain
+predicted = [toolchain._library_path(n) for n in ("nvrtc", "nvJitLink")]
+assert "cuda.bindings.nvrtc" not in sys.modules
+toolchain.nvrtc_version()
+from cuda.bindings import nvjitlink
+nvjitlink.version()
+from cuda.pathfinder import load_nvidia_dynamic_lib
+loaded = [Path(load_nvidia_dynamic_lib(n).abs_path) for n in ("nvrtc", "nvJitLink")]
+print(all(p is not None and p.resolve() == q.resolve() for p, q in zip(predicted, loaded)))
+"""
+
+
+def test_the_libraries_found_are_the_ones_cuda_bindings_loads():
+    # found before cuda-bindings loads them (a new process), then compared with what it did
+    import subprocess
+    import sys
+    from pathlib import Path
+    out = subprocess.run([sys.executable, "-c", _WHICH_LIBRARY,
+                          str(Path(__file__).resolve().parent.parent)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True"]
+
+
+_WARM_HIT = """
+import subprocess, sys
+sys.path[:0] = [sys.argv[1], sys.argv[2], sys.argv[2] + "/support"]  # kernels.py
+import cuda.tile as ct
+import kernels as K, splice
+sig = K.signature(K.array(ct.float32), K.array(ct.float32), K.array(ct.float32),
+                  K.scalar(ct.float32), 256)
+splice._cutile.trace_kernel(K.saxpy_kernel, sig, "sm_90")  # cuTile probes tileiras once
+if sys.argv[3] == "warm":
+    real_popen = subprocess.Popen
+
+    class Refuse(real_popen):  # (cuda.pathfinder runs ldconfig when imported: allowed)
+        def __init__(self, args, *a, **k):
+            if any(w in str(args) for w in ("tileiras", "ptxas", "--version", "nvdisasm")):
+                raise AssertionError(f"a tool ran on a cache hit: {args}")
+            super().__init__(args, *a, **k)
+    subprocess.Popen = Refuse
+b = splice.build(K.saxpy_kernel, sig, "sm_90")
+print(b.from_cache, "cuda.bindings.nvrtc" in sys.modules)
+"""
+
+
+def test_a_cache_hit_runs_no_tool_and_does_not_import_nvrtc(fresh_cache):
+    import subprocess
+    import sys
+    from pathlib import Path
+    tests = Path(__file__).resolve().parent
+
+    def run(mode):
+        out = subprocess.run([sys.executable, "-c", _WARM_HIT, str(tests.parent), str(tests),
+                              mode], capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split()
+    assert run("cold") == ["False", "True"]
+    assert run("warm") == ["True", "False"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Bounded: least recently used entries evicted after each store
+
+
+def _store(key, size):
+    assert cache.store("kernel", key, {"k": key}, key.encode() * (size // len(key)))
+    return cache._entry_path("kernel", key)
+
+
+def _age(path, seconds_ago):
+    t = __import__("time").time() - seconds_ago
+    os.utime(path, (t, t))
+
+
+def test_least_recently_used_entries_are_evicted(fresh_cache, monkeypatch):
+    a = _store("a", 1000)
+    limit = a.stat().st_size * 7 // 2   # room for three entries
+    monkeypatch.setenv("SPLICE_CACHE_MAX_BYTES", str(limit))
+    b, c = (_store(k, 1000) for k in ("b", "c"))
+    for i, p in enumerate((a, b, c)):
+        _age(p, 100 - i)          # a oldest
+    assert cache.load("kernel", "a") is not None  # a used now: b is the least recently used
+    _store("d", 1000)
+    left = {cache.read(p, touch=False)[0]["meta"]["k"] for p in cache.entries()}
+    assert left == {"a", "c", "d"}
+    assert cache.size()[1] <= limit
+
+
+def test_the_newest_entry_is_kept_even_when_larger_than_the_limit(fresh_cache, monkeypatch):
+    monkeypatch.setenv("SPLICE_CACHE_MAX_BYTES", "100")
+    _store("a", 50)
+    big = _store("big", 5000)
+    assert cache.entries() == [big]
+    assert cache.load("kernel", "big")[1] == b"big" * (5000 // 3)
+
+
+def test_eviction_never_touches_temporary_files_or_the_overlay(fresh_cache, monkeypatch):
+    monkeypatch.setenv("SPLICE_CACHE_MAX_BYTES", "0")
+    p = _store("a", 100)
+    tmp = p.parent / ".tmp-writer-in-progress"
+    tmp.write_bytes(b"x" * 10000)
+    overlay = fresh_cache / "toolchain" / "overlay-x" / "bin"
+    overlay.mkdir(parents=True)
+    (overlay / "tileiras").write_bytes(b"x" * 10000)
+    b = _store("b", 100)
+    assert cache.entries() == [b]       # limit 0: 'a' evicted, the newest kept
+    size = b.stat().st_size
+    assert cache.prune(0) == (1, size)
+    assert tmp.exists() and (overlay / "tileiras").exists()
+    assert cache.size() == (0, 0)
+
+
+def test_a_vanished_entry_is_a_miss(fresh_cache):
+    p = _store("a", 100)
+    p.unlink()
+    assert cache.load("kernel", "a") is None
+    assert cache.prune(0) == (0, 0)
+
+
+def test_a_bad_limit_warns_and_uses_the_default(monkeypatch):
+    monkeypatch.setenv("SPLICE_CACHE_MAX_BYTES", "4G")
+    cache._warn_bad_limit.cache_clear()
+    with pytest.warns(RuntimeWarning, match="not a byte count"):
+        assert cache.max_bytes() == cache.DEFAULT_MAX_BYTES
+    monkeypatch.setenv("SPLICE_CACHE_MAX_BYTES", "12345")
+    assert cache.max_bytes() == 12345
+
+
+@pytest.mark.gpu
+def test_an_edited_cu_is_run_by_a_new_kernel_object_not_by_a_relaunch(torch, tmp_path,
+                                                                       fresh_cache):
+    # README "Edited sources in a running process": cuTile keeps compiled variants per
+    # kernel object and signature; replace_hints() gives a new object with an empty cache
+    from conftest import launch
+    src = tmp_path / "f.cu"
+    src.write_text('extern "C" __device__ float f(float x) { return x + 1.0f; }\n')
+    f = splice.extern(path=src, name="f", signature="float32(float32)")(lambda x: None)
+
+    @splice.kernel
+    def k(x, y, TILE: ct.Constant[int]):
+        ct.store(y, index=(ct.bid(0),), tile=f(ct.load(x, index=(ct.bid(0),), shape=(TILE,))))
+    x = torch.arange(128, dtype=torch.float32, device="cuda")
+    y = torch.empty_like(x)
+    launch(torch, (1,), k, (x, y, 128))
+    assert torch.equal(y, x + 1)
+    src.write_text('extern "C" __device__ float f(float x) { return x + 2.0f; }\n')
+    launch(torch, (1,), k, (x, y, 128))
+    assert torch.equal(y, x + 1)          # compiled already: the old code
+    launch(torch, (1,), k.replace_hints(), (x, y, 128))
+    assert torch.equal(y, x + 2)

@@ -70,6 +70,36 @@ def test_cache_commands(tmp_path):
     assert "0 entries" in _run("cache", "size", env_extra=env).stdout
 
 
+def test_cache_size_and_prune(tmp_path):
+    env = {"SPLICE_CACHE_DIR": str(tmp_path / "c")}
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from splice import cache\n"
+            "for k in 'abc': cache.store('kernel', k, {'what': k}, b'x' * 1000)")
+    subprocess.run([sys.executable, "-c", code, str(ROOT)], check=True,
+                   env=dict(os.environ, **env))
+    size = _run("cache", "size", env_extra=env)
+    assert "3 entries" in size.stdout and "limit 4294967296" in size.stdout
+    out = _run("cache", "prune", "--max-bytes", "1500", env_extra=env)
+    assert out.returncode == 0 and "removed 2 entries" in out.stdout, out
+    assert "1 entries" in _run("cache", "size", env_extra=env).stdout
+    out = _run("cache", "prune", "--max-bytes", "-5", env_extra=env)
+    assert out.returncode == 2 and "not a byte count" in out.stderr
+
+
+def test_output_into_a_closed_pipe_exits_quietly(tmp_path):
+    # `python -m splice cache list | head`: was "error: BrokenPipeError"
+    env = dict(os.environ, SPLICE_CACHE_DIR=str(tmp_path / "c"), PYTHONPATH=str(ROOT))
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from splice import cache\n"
+            "for i in range(20): cache.store('kernel', str(i), {'what': 'k' * 60}, b'x')")
+    subprocess.run([sys.executable, "-c", code, str(ROOT)], check=True, env=env)
+    for args in (("cache", "list"), ("cache", "size")):
+        p = subprocess.Popen([sys.executable, "-m", "splice", *args], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=env, cwd=ROOT)
+        p.stdout.close()   # the reader is gone before the first line is written
+        err = p.stderr.read().decode()
+        assert p.wait(timeout=600) == 1
+        assert err == "", err
+
+
 def test_errors_are_messages_not_tracebacks(tmp_path):
     out = _run("compile", "no_such_file.py", "k", "--sig", SIG)
     assert out.returncode != 0 and "no such file" in out.stderr

@@ -24,7 +24,7 @@ ROOT = TESTS.parent
 
 def _fake_overlay(tmp_path, script):
     d = tmp_path / "fake-overlay"
-    (d / "bin").mkdir(parents=True)
+    (d / "bin").mkdir(parents=True, exist_ok=True)
     t = d / "bin" / "tileiras"
     t.write_text("#!/bin/sh\n" + script)
     t.chmod(0o755)
@@ -78,7 +78,7 @@ def test_libnvvm_missing(fresh_cache, tmp_path, monkeypatch):
         pytest.skip("cannot hard-link tileiras here")
     os.symlink(toolchain.ptxas(), root / "bin" / "ptxas")
     monkeypatch.setattr(toolchain, "tileiras", lambda: root / "bin" / "tileiras")
-    monkeypatch.setattr(toolchain, "_overlay_root", lambda: tmp_path / "ov")
+    monkeypatch.setattr(toolchain, "_overlay_bases", lambda real: [tmp_path / "ov"])
     toolchain.overlay.cache_clear()
     try:
         with pytest.raises(splice.SpliceToolchainError, match="libnvvm is missing"):
@@ -196,8 +196,55 @@ def test_threads_and_processes_share_one_cache(fresh_cache):
     entries = cache.entries("kernel")
     assert len(entries) == 3
     for e in entries:
-        assert cache.load("kernel", e.stem) is not None
+        assert cache.read(e) is not None
     assert list(fresh_cache.rglob(".tmp-*")) == []
+
+
+_STORE_AND_EVICT = textwrap.dedent("""
+    import hashlib, os, random, sys
+    sys.path.insert(0, sys.argv[1])
+    from splice import cache
+    def payload(key):
+        n = 500 + int(key[:4], 16) % 3000
+        return (hashlib.sha256(key.encode()).digest() * (n // 32 + 1))[:n]
+    rng = random.Random(int(sys.argv[2]))
+    keys = [f"{i:04x}{j}" for i in range(0, 0xffff, 0x0fff) for j in range(3)]
+    torn = []
+    for step in range(150):
+        key = rng.choice(keys)
+        if rng.random() < 0.5:
+            assert cache.store("kernel", key, {"key": key}, payload(key))
+        hit = cache.load("kernel", key)
+        if hit is not None and hit != ({"key": key}, payload(key)):
+            torn.append(key)
+        for p in cache.entries():     # every entry file a reader can open is whole
+            try:
+                data = p.read_bytes()
+            except FileNotFoundError:
+                continue
+            parts = data.split(b"\\n", 2)
+            if len(parts) != 3 or hashlib.sha256(parts[2]).hexdigest().encode() not in parts[1]:
+                torn.append(p.name)
+    print("TORN" if torn else "OK", len(torn))
+""")
+
+
+def test_many_processes_store_and_evict_while_readers_load(fresh_cache):
+    limit = 20000   # a handful of entries of 0.5 to 3.5 kB
+    env = dict(os.environ, SPLICE_CACHE_DIR=str(fresh_cache),
+               SPLICE_CACHE_MAX_BYTES=str(limit))
+    procs = [subprocess.Popen([sys.executable, "-c", _STORE_AND_EVICT, str(ROOT), str(k)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env) for k in range(8)]
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err
+        assert out.split() == ["OK", "0"], out
+    n, total = cache.size()
+    assert 0 < n and total <= limit
+    assert list(fresh_cache.rglob(".tmp-*")) == []
+    for e in cache.entries():
+        assert cache.read(e) is not None
 
 
 def test_nvrtc_does_not_corrupt_interpreter_constants():
