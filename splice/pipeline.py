@@ -24,7 +24,7 @@ import re
 import time
 from pathlib import Path
 
-from . import _cutile, cache, inline, link, rewrite, toolchain, verify
+from . import _cutile, cache, collectives, inline, link, rewrite, toolchain, verify
 from .errors import SpliceLinkError, SpliceToolchainError
 from .fragments import BinarySource
 from .ptx import Module
@@ -197,6 +197,7 @@ def _lower_and_splice(traced, name: str, what: str):
                 f"emits: functions declared only, inline/__forceinline__ or static ones are "
                 f"not emitted unless used, and -dlto output holds no PTX")
         link.check_prototype(fn, ext.signature, f"{decl}, {fdesc}", fmod.text)
+    collectives.check_element_sites(traced.sites, frag_mods, target)
     linked = link.prepare(kernel_mod, list(frag_mods.values()), name,
                           frozenset(s.extern.symbol for s in traced.sites))
 
@@ -269,7 +270,8 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
         externs.setdefault(ext.symbol, ext)
 
     key = cache.key_of(
-        "kernel", __version__, traced.bytecode, traced.tileiras_flags, arch,
+        "kernel", __version__, collectives.TABLE_KEY, traced.bytecode, traced.tileiras_flags,
+        arch,
         [(e.symbol, str(e.signature), e.inline, e.fragment.kind,
           e.fragment.content_key(arch)) for e in externs.values()],
         toolchain.tileiras_version(), toolchain.ptxas_version(),
@@ -322,6 +324,8 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
                                         timeout=traced.timeout_sec, what=what)
     except SpliceToolchainError as e:
         raise _explain_ptxas_failure(e, merged, what) from None
+    if binaries:
+        collectives.check_binary_sites(traced.sites, cubin)
     sites = [SiteInfo(s.index, s.extern.name, s.extern.symbol, s.where, s.call_shape,
                       report.replaced.get(s.index, 0), calls[s.index].inline is not None,
                       not_inlined.get(s.index), "fma" if s.marker == "fma" else "atomic",
