@@ -176,9 +176,14 @@ NOT_COLLECTIVE: tuple[tuple[str, str, str], ...] = (
 TABLE_KEY = hashlib.sha256(repr((COLLECTIVES, NOT_COLLECTIVE)).encode()).hexdigest()[:16]
 
 
+_BY_BASE: dict[str, tuple[Collective, ...]] = {}
+for _c in COLLECTIVES:
+    _BY_BASE[_c.opcode.split(".")[0]] = _BY_BASE.get(_c.opcode.split(".")[0], ()) + (_c,)
+
+
 def collective_of(opcode: str) -> Collective | None:
     """The table row an opcode (``"bar.sync"``, ``"shfl.sync.bfly.b32"``) matches, or None."""
-    for c in COLLECTIVES:
+    for c in _BY_BASE.get(opcode.split(".", 1)[0], ()):
         if c.matches(opcode):
             return c
     return None
@@ -230,11 +235,14 @@ def _scan(mod: Module) -> _Facts:
             if st.kind != "instruction":
                 _note_taken(st.tokens, names, taken)
                 continue
-            ins = parse_instruction(st, mod.text)
-            row = collective_of(ins.opcode)
+            toks = st.tokens
+            k = 0 if toks[0].text != "@" else (3 if toks[1].text == "!" else 2)
+            row = collective_of(toks[k].text)
             if row is not None and hit is None:
                 hit = (" ".join(st.text(mod.text).split()), row)
-            target = ins.call_target
+            target = None
+            if toks[k].text.split(".", 1)[0] == "call":
+                target = parse_instruction(st, mod.text).call_target
             if target is not None and target.startswith("%"):
                 indirect.add(fn.name)
             elif target is not None:
@@ -372,16 +380,23 @@ def sass_collective_of(opcode: str) -> str | None:
     return next((v for p, v in SASS_PREFIXES.items() if base.startswith(p)), None)
 
 
-def find_sass_collective(sass: str, root: str) -> tuple[str, str, tuple[str, ...]] | None:
-    """The first collective SASS instruction ``root`` (a ``.text.<root>`` section of
-    nvdisasm's listing) executes itself or through the functions it calls: (instruction,
-    what it comes from, chain of functions). A call through a register may reach any
-    function of the listing."""
+def sass_functions(sass: str) -> dict[str, list[tuple[str, str]]]:
+    """Function name -> its instructions (opcode, rest) in nvdisasm's listing, one
+    ``.text.<name>`` section per function."""
     bodies: dict[str, list[tuple[str, str]]] = {}
     sections = list(_SASS_SECTION.finditer(sass))
     for i, m in enumerate(sections):
         end = sections[i + 1].start() if i + 1 < len(sections) else len(sass)
         bodies[m.group(1)] = _SASS_INSTR.findall(sass, m.end(), end)
+    return bodies
+
+
+def find_sass_collective(sass: str, root: str) -> tuple[str, str, tuple[str, ...]] | None:
+    """The first collective SASS instruction ``root`` (a ``.text.<root>`` section of
+    nvdisasm's listing) executes itself or through the functions it calls: (instruction,
+    what it comes from, chain of functions). A call through a register may reach any
+    function of the listing."""
+    bodies = sass_functions(sass)
     if root not in bodies:
         return None
     seen, queue = {root}, [(root, (root,))]
@@ -428,6 +443,11 @@ def check_binary_sites(sites, cubin: bytes) -> None:
             f"nvidia-cuda-nvdisasm (a dependency of splice)")
     for site in binary:
         ext = site.extern
+        if ext.symbol not in sass_functions(sass):
+            raise SpliceLinkError(
+                f"extern '{ext.name}' ({ext.fragment.describe()}), called at {site.where}: "
+                f"the linked cubin has no section .text.{ext.symbol}, so splice cannot check "
+                f"its machine code for collective instructions")
         hit = find_sass_collective(sass, ext.symbol)
         if hit is None:
             continue
@@ -436,8 +456,9 @@ def check_binary_sites(sites, cubin: bytes) -> None:
                  f"in '{_demangled(chain)[-1]}', reached through "
                  f"{' -> '.join(_demangled(chain))}")
         raise SpliceLinkError(
-            f"extern '{ext.name}' ({ext.fragment.describe()}), called at {site.where}, executes the SASS instruction '{text}' {reach}, which "
-            f"is what {what} becomes: a collective instruction. {_WHY}")
+            f"extern '{ext.name}' ({ext.fragment.describe()}), called at {site.where}, "
+            f"executes the SASS instruction '{text}' {reach}, which is what {what} "
+            f"becomes: a collective instruction. {_WHY}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -468,7 +489,7 @@ def check_element_sites(sites, fragments: Mapping[str, tuple[str, Module]],
         if getattr(ext, "scope", "element") != "element":
             continue
         if isinstance(ext.fragment, BinarySource):
-            continue  # no PTX: see binary_object_hit
+            continue  # no PTX: its SASS is checked by check_binary_sites
         mod = fragments[ext.fragment.content_key(target)][1]
         if (id(mod), ext.symbol) in done:
             continue
