@@ -499,7 +499,7 @@ def check_element_sites(sites, fragments: Mapping[str, tuple[str, Module]],
             continue
         what = (f"inline PTX (splice.asm) at {ext.where}" if isinstance(ext.fragment, AsmSource)
                 else f"extern '{ext.name}' (declared at {ext.where})")
-        raise SpliceLinkError(_message(what, site.where, hit, ext.symbol))
+        raise SpliceLinkError(_message(what, site.where, hit))
 
 
 _WHY = ("Element-scope calls run once per tile element, on the thread that owns the "
@@ -509,7 +509,7 @@ _WHY = ("Element-scope calls run once per tile element, on the thread that owns 
         "convergently), or remove the collective")
 
 
-def _message(what: str, where: str, hit: Hit, symbol: str) -> str:
+def _message(what: str, where: str, hit: Hit) -> str:
     c = hit.collective
     reach = ("in its own body" if len(hit.chain) == 1 else
              f"in '{_demangled([hit.function])[0]}', reached through "
