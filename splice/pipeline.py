@@ -28,7 +28,7 @@ import re
 import time
 from pathlib import Path
 
-from . import _cutile, cache, inline, link, rewrite, toolchain, verify
+from . import _cutile, cache, collectives, inline, link, rewrite, toolchain, verify
 from .errors import SpliceLinkError, SpliceToolchainError
 from .fragments import BinarySource, Fragment, PtxSource
 from .ptx import Module
@@ -309,6 +309,7 @@ def _lower_and_splice(traced, name: str, what: str):
                 f"emits: functions declared only, inline/__forceinline__ or static ones are "
                 f"not emitted unless used, and -dlto output holds no PTX")
         link.check_prototype(fn, ext.signature, f"{decl}, {fdesc}", fmod.text)
+    collectives.check_element_sites(traced.sites, frag_mods, target)
     linked = link.prepare(kernel_mod, list(frag_mods.values()), name,
                           frozenset(s.extern.symbol for s in traced.sites))
 
@@ -458,6 +459,8 @@ def _build(kernel, signature, arch: str, context, keep_stages: bool) -> Build:
                                         timeout=traced.timeout_sec, what=what)
     except SpliceToolchainError as e:
         raise _explain_ptxas_failure(e, merged, what) from None
+    if binaries:
+        collectives.check_binary_sites(traced.sites, cubin)
     sites = [SiteInfo(s.index, s.extern.name, s.extern.symbol, s.where, s.call_shape,
                       report.replaced.get(s.index, 0), calls[s.index].inline is not None,
                       not_inlined.get(s.index), "fma" if s.marker == "fma" else "atomic",

@@ -1,0 +1,532 @@
+"""Collective instructions: what an element-scope call cannot run.
+
+An element-scope call runs once per tile element, on the thread that owns the element
+(DESIGN.md F5, F13): which threads of a warp or CTA execute it together is tileiras's
+layout decision, not the user's. An instruction whose PTX ISA semantics need other threads
+of the warp, warpgroup, CTA or cluster to execute it too (``bar.sync``, ``shfl.sync``, ``mma``,
+...) is undefined there: a hang, or wrong data. :func:`find_collective` finds one in a
+function or anything it calls; :func:`check_element_sites` refuses such calls with a
+:class:`SpliceLinkError` that points at ``scope="block"``.
+
+:data:`COLLECTIVES` is the table, made from the PTX ISA 9.4 document (section numbers are
+that version's); :data:`NOT_COLLECTIVE` lists the look-alikes that were considered and
+why each runs correctly on one thread. Both are data: a new ISA instruction is one row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import subprocess
+import shutil
+import threading
+from typing import Iterable, Mapping, Sequence
+
+from .errors import SpliceLinkError
+from .ptx import Module, parse_instruction
+
+
+@dataclasses.dataclass(frozen=True)
+class Collective:
+    """One row of the table.
+
+    Attributes:
+        opcode: dotted opcode prefix; it matches an opcode whose ``.``-separated parts start
+            with these parts (``"bar"`` matches ``bar.sync``, ``bar.red.popc.u32``...).
+        group: the threads that must execute it together: "warp", "warpgroup", "CTA",
+            "cluster".
+        section: the PTX ISA 9.4 section that says so.
+        rule: what the ISA requires, in a few words (quoted in the error message).
+    """
+
+    opcode: str
+    group: str
+    section: str
+    rule: str
+
+    def matches(self, opcode: str) -> bool:
+        want = self.opcode.split(".")
+        return opcode.split(".")[:len(want)] == want
+
+
+#: Instructions whose ISA semantics involve other threads than the executing one. Most
+#: specific prefix first: the first matching row names the instruction.
+COLLECTIVES: tuple[Collective, ...] = (
+    # 9.7.15.2: "will cause executing thread to wait until all threads corresponding to
+    # membermask have executed a bar.warp.sync with the same membermask value".
+    Collective("bar.warp.sync", "warp", "9.7.15.2",
+               "every thread in membermask must execute it (__syncwarp)"),
+    # 9.7.15.3: "barrier.cluster.wait instruction causes the executing thread to wait for
+    # all non-exited threads of the cluster to perform barrier.cluster.arrive".
+    Collective("barrier.cluster", "cluster", "9.7.15.3",
+               "every non-exited thread of the cluster must arrive"),
+    # 9.7.15.1: bar/barrier{.cta}.{sync,arrive,red}: "If no thread count is specified, all
+    # threads in the CTA participate"; bar{.cta}.X is barrier{.cta}.X.aligned ("all threads
+    # in CTA will execute the same barrier instruction"); .red reduces across the CTA.
+    Collective("bar", "CTA", "9.7.15.1",
+               "all threads of the CTA (or of the thread count) must arrive, and .aligned "
+               "(bar is barrier.aligned) means all execute the same instruction "
+               "(__syncthreads)"),
+    Collective("barrier", "CTA", "9.7.15.1",
+               "all threads of the CTA (or of the thread count) must arrive"),
+    # 9.7.10.6: shfl.sync "causes executing thread to wait until all non-exited threads
+    # corresponding to membermask have executed shfl.sync with the same qualifiers and
+    # same membermask value"; 9.7.10.5 (deprecated shfl): reads registers of other lanes.
+    Collective("shfl.sync", "warp", "9.7.10.6",
+               "every thread in membermask must execute it (__shfl_*_sync)"),
+    Collective("shfl", "warp", "9.7.10.5",
+               "reads registers of other lanes of the warp (deprecated shfl)"),
+    # 9.7.15.10 vote.sync / 9.7.15.9 vote (deprecated): a reduction of a predicate "across
+    # all active threads in a warp".
+    Collective("vote.sync", "warp", "9.7.15.10",
+               "every thread in membermask must execute it (__ballot_sync, __all_sync, "
+               "__any_sync)"),
+    Collective("vote", "warp", "9.7.15.9",
+               "reduces a predicate across the active threads of the warp (deprecated "
+               "vote)"),
+    # 9.7.15.11 match.{any,all}.sync, 9.7.15.13 redux.sync, 9.7.15.15 elect.sync: the
+    # mandatory .sync waits until all threads in membermask execute the same instruction.
+    Collective("match", "warp", "9.7.15.11",
+               "every thread in membermask must execute it (__match_any_sync)"),
+    Collective("redux.sync", "warp", "9.7.15.13",
+               "every thread in membermask must execute it (__reduce_*_sync)"),
+    Collective("elect.sync", "warp", "9.7.15.15",
+               "every thread in membermask must execute it"),
+    # 9.7.15.12: "activemask queries predicated-on active threads from the executing warp".
+    # Not a synchronisation, but its result is the set of threads executing the call
+    # together, which for an element call is tileiras's layout; it exists to feed the
+    # membermask of the .sync instructions above.
+    Collective("activemask", "warp", "9.7.15.12",
+               "returns which threads of the warp execute it together (__activemask)"),
+    # 9.7.15.14: .launch_dependents lets dependent grids start "as soon as all other CTAs
+    # in the grid issue the same instruction or have completed"; "Repeated invocations ...
+    # by threads in the current CTA will have no additional side effects past that of the
+    # first invocation": the first element's call would release the kernel's dependents
+    # before the kernel's other threads have stored anything. (griddepcontrol.wait only
+    # makes the executing thread wait: not collective, see NOT_COLLECTIVE.)
+    Collective("griddepcontrol.launch_dependents", "CTA", "9.7.15.14",
+               "acts for the whole CTA at its first execution by any thread"),
+    # 9.7.15.17: tensormap.cp_fenceproxy ... .sync.aligned (warp).
+    Collective("tensormap.cp_fenceproxy", "warp", "9.7.15.17",
+               ".sync.aligned: every thread of the warp must execute it"),
+    # 9.7.15.18: try_cancel cancels the launch of another cluster, whose work then falls to
+    # the requesting CTA; "If the executing CTA has already observed the completion of a
+    # clusterlaunchcontrol.try_cancel instruction as failed, then the behavior of issuing a
+    # subsequent ... is undefined": a per-CTA protocol, not a per-element one.
+    Collective("clusterlaunchcontrol.try_cancel", "CTA", "9.7.15.18",
+               "cancels another cluster's launch for the whole CTA"),
+    # 9.7.16: "mma also requires computation to be performed collectively by all threads
+    # in the warp"; wmma, ldmatrix, stmatrix, movmatrix: "The mandatory .aligned qualifier
+    # indicates that all threads in the warp must execute the same ... instruction".
+    Collective("wmma", "warp", "9.7.16.4",
+               ".sync.aligned: all threads of the warp execute it collectively"),
+    Collective("mma", "warp", "9.7.16.5",
+               ".sync.aligned: all threads of the warp execute it collectively"),
+    Collective("ldmatrix", "warp", "9.7.16.5",
+               ".sync.aligned: all threads of the warp execute it collectively"),
+    Collective("stmatrix", "warp", "9.7.16.5",
+               ".sync.aligned: all threads of the warp execute it collectively"),
+    Collective("movmatrix", "warp", "9.7.16.5",
+               ".sync.aligned: all threads of the warp execute it collectively"),
+    # 9.7.17: every wgmma instruction (fence, commit_group, wait_group, mma_async) is
+    # .sync.aligned: "all threads in the warpgroup must execute the same" instruction.
+    Collective("wgmma", "warpgroup", "9.7.17",
+               ".sync.aligned: all threads of the warpgroup execute it"),
+    # 9.7.18: tcgen05.alloc/dealloc/relinquish_alloc_permit/ld/st/wait are .sync.aligned
+    # (warp). .mma/.cp/.shift/.commit are issued by one thread *per CTA* ("An issue from a
+    # single thread in the current CTA would initiate the base operation", Issue
+    # Granularity) on Tensor Memory that only the warp-collective tcgen05.alloc provides,
+    # so none of the family can be correct once per element: the whole family is refused.
+    Collective("tcgen05", "warp", "9.7.18",
+               "Tensor Memory is allocated and accessed by whole warps (.sync.aligned); "
+               ".mma/.cp/.shift/.commit are issued once per CTA"),
+    # 9.7.21.5: "The same setmaxnreg instruction must be executed by all warps in a
+    # warpgroup"; .aligned: "all threads in the warpgroup must execute" it.
+    Collective("setmaxnreg", "warpgroup", "9.7.21.5",
+               "all warps of the warpgroup must execute it (.sync.aligned)"),
+)
+
+
+#: Considered and not collective: each runs correctly on the executing thread alone.
+NOT_COLLECTIVE: tuple[tuple[str, str, str], ...] = (
+    ("membar", "9.7.15.4", "a fence orders the executing thread's own memory accesses"),
+    ("fence", "9.7.15.4", "likewise, fence.proxy.async included (a proxy fence of the "
+                          "executing thread)"),
+    ("atom", "9.7.15.5", "an atomic of the executing thread"),
+    ("red", "9.7.15.6", "a reduction to memory by the executing thread (red.async too)"),
+    ("multimem", "9.7.10.15", "per-thread access to multicast memory"),
+    # 9.7.15.16: every mbarrier operation is "A thread executing mbarrier.X performs ...":
+    # none needs another thread to execute it. Their cooperative uses (an mbarrier shared
+    # by the CTA, initialised by one thread) need a CTA barrier between init and use
+    # (9.7.15.16.12's examples), and that bar.sync is refused by its own row; a thread
+    # that inits, arrives and waits on an mbarrier of its own is correct per element.
+    ("mbarrier", "9.7.15.16", "per-thread operations on a shared-memory object"),
+    ("cp.async", "9.7.10.28", "asynchronous copies issued and awaited by one thread "
+                              "(cp.async.bulk, .tensor, commit/wait_group included)"),
+    ("griddepcontrol.wait", "9.7.15.14", "the executing thread waits for prerequisite "
+                                         "grids"),
+    ("clusterlaunchcontrol.query_cancel", "9.7.15.19", "decodes a response in registers"),
+    ("tensormap.replace", "9.7.10.29", "per-thread write of a tensor map"),
+    ("st.async", "9.7.10.12", "per-thread asynchronous store"),
+    ("nanosleep", "9.7.21.2", "suspends the executing thread"),
+)
+
+
+
+_BY_BASE: dict[str, tuple[Collective, ...]] = {}
+for _c in COLLECTIVES:
+    _BY_BASE[_c.opcode.split(".")[0]] = _BY_BASE.get(_c.opcode.split(".")[0], ()) + (_c,)
+
+
+def collective_of(opcode: str) -> Collective | None:
+    """The table row an opcode (``"bar.sync"``, ``"shfl.sync.bfly.b32"``) matches, or None."""
+    for c in _BY_BASE.get(opcode.split(".", 1)[0], ()):
+        if c.matches(opcode):
+            return c
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Facts per module, memoised by content; the walk over them is dictionary look-ups.
+
+
+@dataclasses.dataclass(frozen=True)
+class _Facts:
+    """What the walk needs from one module: per defined function, its first collective
+    instruction (text, row) and its direct callees in order, and whether it calls through a
+    register; the functions it exports (.visible/.weak) and those whose address it takes."""
+
+    first: dict[str, tuple[str, Collective] | None]
+    calls: dict[str, tuple[str, ...]]
+    indirect: frozenset[str]
+    exported: frozenset[str]
+    address_taken: tuple[str, ...]
+
+
+_facts_memo: dict[str, _Facts] = {}
+_facts_lock = threading.Lock()
+
+
+def _facts(mod: Module) -> _Facts:
+    key = hashlib.sha256(mod.text.encode()).hexdigest()
+    with _facts_lock:
+        hit = _facts_memo.get(key)
+    if hit is None:
+        hit = _scan(mod)
+        with _facts_lock:
+            _facts_memo[key] = hit
+    return hit
+
+
+def _scan(mod: Module) -> _Facts:
+    names = {f.name for f in mod.function_order}
+    first: dict[str, tuple[str, Collective] | None] = {}
+    calls: dict[str, tuple[str, ...]] = {}
+    indirect = set()
+    taken: dict[str, None] = {}
+    for fn in mod.function_order:
+        if not fn.is_definition:
+            continue
+        hit = None
+        callees: dict[str, None] = {}
+        for st in mod.body_statements(fn):
+            if st.kind != "instruction":
+                _note_taken(st.tokens, names, taken)
+                continue
+            toks = st.tokens
+            k = 0 if toks[0].text != "@" else (3 if toks[1].text == "!" else 2)
+            row = collective_of(toks[k].text)
+            if row is not None and hit is None:
+                hit = (" ".join(st.text(mod.text).split()), row)
+            target = None
+            if toks[k].text.split(".", 1)[0] == "call":
+                target = parse_instruction(st, mod.text).call_target
+            if target is not None and target.startswith("%"):
+                indirect.add(fn.name)
+            elif target is not None:
+                callees[target] = None
+            _note_taken([t for t in st.tokens if t.text != target], names, taken)
+        first[fn.name] = hit
+        calls[fn.name] = tuple(callees)
+    for st in mod.statements:
+        if st.depth == 0 and st.kind not in ("header", "decl"):
+            _note_taken(st.tokens, names, taken)
+    exported = frozenset(f.name for f in mod.function_order if f.is_definition and
+                         (".visible" in f.linkage or ".weak" in f.linkage))
+    return _Facts(first, calls, frozenset(indirect), exported, tuple(taken))
+
+
+def _note_taken(tokens, names, taken: dict) -> None:
+    for t in tokens:
+        if t.kind == "ident" and t.text in names:
+            taken[t.text] = None
+
+
+# ---------------------------------------------------------------------------------------------
+# The walk
+
+
+@dataclasses.dataclass(frozen=True)
+class Hit:
+    """A collective instruction reachable from a root function.
+
+    Attributes:
+        instruction: its PTX text, whitespace normalised (``"bar.sync 0;"``).
+        collective: its row of :data:`COLLECTIVES`.
+        function: the function it sits in.
+        chain: the functions from the root to ``function`` (both included); an indirect call
+            shows as ``"(indirect call)"`` before the function it may reach.
+        module: the name of the PTX module defining ``function``.
+    """
+
+    instruction: str
+    collective: Collective
+    function: str
+    chain: tuple[str, ...]
+    module: str
+
+
+def find_collective(root_module: Module, root: str,
+                    others: Sequence[Module] = ()) -> Hit | None:
+    """The first collective instruction that ``root`` (defined in ``root_module``) executes
+    itself or through any function it calls, directly or through callees of callees, found
+    breadth first (so the shortest chain). A function a module only declares is looked up
+    among the definitions that ``others`` export (the pipeline merges every fragment of a
+    kernel into one module); a call through a register may reach any function whose
+    address any module takes.
+
+    Returns None when there is none, or when ``root`` is not defined in ``root_module``.
+    """
+    mods = [root_module, *[m for m in others if m is not root_module]]
+    facts = [_facts(m) for m in mods]
+    if root not in facts[0].first:
+        return None
+    start = (0, root)
+    seen = {start}
+    queue: list[tuple[tuple[int, str], tuple[str, ...]]] = [(start, (root,))]
+    while queue:
+        (mi, name), chain = queue.pop(0)
+        f = facts[mi]
+        first = f.first[name]
+        if first is not None:
+            text, row = first
+            return Hit(text, row, name, chain, mods[mi].name)
+        nexts: list[tuple[tuple[int, str], tuple[str, ...]]] = [(node, chain + (node[1],)) for callee in f.calls[name]
+                 for node in _resolve(facts, mi, callee)]
+        if name in f.indirect:
+            nexts += [((i, n), chain + ("(indirect call)", n)) for i, g in enumerate(facts)
+                      for n in g.address_taken if n in g.first]
+        for node, c in nexts:
+            if node not in seen:
+                seen.add(node)
+                queue.append((node, c))
+    return None
+
+
+def _resolve(facts: Sequence[_Facts], mi: int, name: str) -> Iterable[tuple[int, str]]:
+    """Definitions a call of ``name`` from module ``mi`` may reach: its own module's, else
+    every other module's exported one (weak duplicates: all of them)."""
+    if name in facts[mi].first:
+        return [(mi, name)]
+    return [(i, name) for i, f in enumerate(facts) if i != mi and name in f.exported]
+
+
+# ---------------------------------------------------------------------------------------------
+# Binary objects: their SASS, in the linked cubin
+
+
+#: SASS opcodes (first ``.`` part, sm_80..sm_100) that the rows of :data:`COLLECTIVES` become
+#: in a device function, measured with ptxas -c and nvdisasm 13.4 on sm_90a: every warp
+#: collective in a function ptxas cannot prove convergent gets a WARPSYNC.ALL or
+#: WARPSYNC.COLLECTIVE (bar.warp.sync, shfl/vote/match/redux/elect.sync, mma, ldmatrix,
+#: movmatrix, wgmma, tensormap.cp_fenceproxy all did); activemask is a bare VOTE.ANY;
+#: griddepcontrol.launch_dependents is PREEXIT. Left out on purpose: VOTEU, REDUX and MATCH,
+#: which ptxas also emits for its own warp-aggregated atomics (atomicAdd/atomicMax in a
+#: kernel became VOTEU.ANY + UFLO + POPC and REDUX.SUM/REDUX.MAX), correct at any
+#: convergence; the user-written forms are still caught by their WARPSYNC.
+SASS_COLLECTIVES: dict[str, str] = {
+    "BAR": "bar/barrier (9.7.15.1)",
+    "WARPSYNC": "bar.warp.sync or a warp-synchronous .sync instruction (9.7.15.2)",
+    "UCGABAR_ARV": "barrier.cluster.arrive (9.7.15.3)",
+    "UCGABAR_WAIT": "barrier.cluster.wait (9.7.15.3)",
+    "SHFL": "shfl.sync (9.7.10.6)",
+    "VOTE": "vote.sync or activemask (9.7.15.10, 9.7.15.12)",
+    "ELECT": "elect.sync (9.7.15.15)",
+    "PREEXIT": "griddepcontrol.launch_dependents (9.7.15.14)",
+    "HMMA": "mma (9.7.16.5)", "IMMA": "mma (9.7.16.5)", "DMMA": "mma (9.7.16.5)",
+    "BMMA": "mma (9.7.16.5)", "LDSM": "ldmatrix (9.7.16.5)", "STSM": "stmatrix (9.7.16.5)",
+    "MOVM": "movmatrix (9.7.16.5)",
+    "HGMMA": "wgmma (9.7.17)", "IGMMA": "wgmma (9.7.17)", "QGMMA": "wgmma (9.7.17)",
+    "BGMMA": "wgmma (9.7.17)", "WARPGROUP": "wgmma.fence/commit/wait (9.7.17)",
+    "USETMAXREG": "setmaxnreg (9.7.21.5)",
+    "LDTM": "tcgen05.ld (9.7.18)", "STTM": "tcgen05.st (9.7.18)",
+}
+#: Prefixes of SASS opcode families: UTC* is tcgen05's (UTCHMMA, UTCBAR, ...).
+SASS_PREFIXES: dict[str, str] = {"UTC": "tcgen05 (9.7.18)"}
+
+_SASS_SECTION = re.compile(r"^\s*\.section\s+\.text\.([^,\s]+)", re.M)
+_SASS_INSTR = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)([^;]*;)",
+                         re.M)
+_SASS_CALL = re.compile(r"`\(([^)]+)\)")
+
+
+def sass_collective_of(opcode: str) -> str | None:
+    """What PTX instruction a SASS opcode (``"BAR.SYNC.DEFER_BLOCKING"``) comes from, when
+    it is in :data:`SASS_COLLECTIVES`; else None."""
+    base = opcode.split(".", 1)[0]
+    if base in SASS_COLLECTIVES:
+        return SASS_COLLECTIVES[base]
+    return next((v for p, v in SASS_PREFIXES.items() if base.startswith(p)), None)
+
+
+def sass_functions(sass: str) -> dict[str, list[tuple[str, str]]]:
+    """Function name -> its instructions (opcode, rest) in nvdisasm's listing, one
+    ``.text.<name>`` section per function."""
+    bodies: dict[str, list[tuple[str, str]]] = {}
+    sections = list(_SASS_SECTION.finditer(sass))
+    for i, m in enumerate(sections):
+        end = sections[i + 1].start() if i + 1 < len(sections) else len(sass)
+        bodies[m.group(1)] = _SASS_INSTR.findall(sass, m.end(), end)
+    return bodies
+
+
+def find_sass_collective(sass: str, root: str) -> tuple[str, str, tuple[str, ...]] | None:
+    """The first collective SASS instruction ``root`` (a ``.text.<root>`` section of
+    nvdisasm's listing) executes itself or through the functions it calls: (instruction,
+    what it comes from, chain of functions). A call through a register may reach any
+    function of the listing."""
+    bodies = sass_functions(sass)
+    if root not in bodies:
+        return None
+    seen = {root}
+    queue: list[tuple[str, tuple[str, ...]]] = [(root, (root,))]
+    while queue:
+        name, chain = queue.pop(0)
+        callees: list[str] = []
+        for base, rest in bodies[name]:
+            what = sass_collective_of(base)
+            if what is not None:
+                return f"{base}{rest}".replace(" ;", ";"), what, chain
+            if base == "CALL":
+                m = _SASS_CALL.search(rest)
+                callees += [m.group(1)] if m else [n for n in bodies if n != name]
+        for c in callees:
+            if c in bodies and c not in seen:
+                seen.add(c)
+                queue.append((c, chain + (c,)))
+    return None
+
+
+def check_binary_sites(sites, cubin: bytes) -> None:
+    """Refuse every element-scope call site whose extern comes from a binary object
+    (``from_object``) and executes a collective SASS instruction, found in the kernel's
+    linked ``cubin`` (nvJitLink keeps each device function in its own section).
+
+    Raises:
+        SpliceLinkError: as :func:`check_element_sites`.
+        SpliceToolchainError: nvdisasm is not installed, so the object cannot be checked.
+    """
+    from . import toolchain
+    from .errors import SpliceToolchainError
+    from .fragments import BinarySource
+    binary = [s for s in sites if isinstance(s.extern.fragment, BinarySource) and
+              getattr(s.extern, "scope", "element") == "element"]
+    if not binary:
+        return
+    sass = toolchain.disassemble(cubin)
+    if sass is None:
+        ext = binary[0].extern
+        raise SpliceToolchainError(
+            f"extern '{ext.name}' (declared at {ext.where}) comes from "
+            f"{ext.fragment.describe()}, whose machine code splice checks for warp- and "
+            f"CTA-collective instructions with nvdisasm, which is not installed: pip install "
+            f"nvidia-cuda-nvdisasm (a dependency of splice)")
+    for site in binary:
+        ext = site.extern
+        if ext.symbol not in sass_functions(sass):
+            raise SpliceLinkError(
+                f"extern '{ext.name}' ({ext.fragment.describe()}), called at {site.where}: "
+                f"the linked cubin has no section .text.{ext.symbol}, so splice cannot check "
+                f"its machine code for collective instructions")
+        hit = find_sass_collective(sass, ext.symbol)
+        if hit is None:
+            continue
+        text, what, chain = hit
+        reach = ("in its own body" if len(chain) == 1 else
+                 f"in '{_demangled(chain)[-1]}', reached through "
+                 f"{' -> '.join(_demangled(chain))}")
+        raise SpliceLinkError(
+            f"extern '{ext.name}' ({ext.fragment.describe()}), called at {site.where}, "
+            f"executes the SASS instruction '{text}' {reach}, which is what {what} "
+            f"becomes: a collective instruction. {_WHY}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The pipeline's check
+
+
+def check_element_sites(sites, fragments: Mapping[str, tuple[str, Module]],
+                        target: str) -> None:
+    """Refuse every element-scope call site whose extern (or ``splice.asm`` snippet) executes
+    a collective instruction, itself or in anything it calls.
+
+    Args:
+        sites: the traced call sites (``.extern``, ``.where``); externs without a ``scope``
+            attribute are element scope.
+        fragments: content key -> (description, PTX module) of every fragment of the
+            kernel, compiled for ``target`` (the pipeline's de-duplicated fragments).
+        target: the kernel's PTX target (``"sm_90a"``).
+
+    Raises:
+        SpliceLinkError: naming the extern, its declaration, the instruction, the chain of
+            functions that reaches it and the call site.
+    """
+    from .fragments import AsmSource, BinarySource
+    modules = [m for _, m in fragments.values()]
+    done: set[tuple[int, str]] = set()
+    for site in sites:
+        ext = site.extern
+        if getattr(ext, "scope", "element") != "element":
+            continue
+        if isinstance(ext.fragment, BinarySource):
+            continue  # no PTX: its SASS is checked by check_binary_sites
+        mod = fragments[ext.fragment.content_key(target)][1]
+        if (id(mod), ext.symbol) in done:
+            continue
+        hit = find_collective(mod, ext.symbol, modules)
+        if hit is None:
+            done.add((id(mod), ext.symbol))
+            continue
+        what = (f"inline PTX (splice.asm) at {ext.where}" if isinstance(ext.fragment, AsmSource)
+                else f"extern '{ext.name}' (declared at {ext.where})")
+        raise SpliceLinkError(_message(what, site.where, hit))
+
+
+_WHY = ("Element-scope calls run once per tile element, on the thread that owns the "
+        "element only: which threads of a warp or CTA get there together is tileiras's "
+        "layout, so collective instructions are undefined there (a hang or wrong data). "
+        "Declare it with scope=\"block\" (every thread of the CTA calls it once, "
+        "convergently), or remove the collective")
+
+
+def _message(what: str, where: str, hit: Hit) -> str:
+    c = hit.collective
+    reach = ("in its own body" if len(hit.chain) == 1 else
+             f"in '{_demangled([hit.function])[0]}', reached through "
+             f"{' -> '.join(_demangled(hit.chain))}")
+    return (f"{what}, called at {where}, executes the {c.group}-collective instruction "
+            f"'{hit.instruction}' {reach} (PTX ISA 9.4 section {c.section}: {c.rule}). {_WHY}")
+
+
+def _demangled(names: Sequence[str]) -> list[str]:
+    """C++ names readable (``c++filt`` when installed; error messages only)."""
+    tool = shutil.which("c++filt")
+    if tool is None or not any(n.startswith("_Z") for n in names):
+        return list(names)
+    try:
+        out = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True,
+                             timeout=10).stdout.splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return list(names)
+    return out if len(out) == len(names) else list(names)
