@@ -49,6 +49,7 @@ class SiteInfo:
     why_not_inlined: str | None = None
     marker: str = "atomic"
     why_atomic: str | None = None
+    scope: str = "element"
 
     def __str__(self) -> str:
         how = "inlined bod(ies)" if self.inlined else "call(s)"
@@ -56,6 +57,10 @@ class SiteInfo:
         marker = f"{self.marker} marker"
         if self.why_atomic:
             marker += f" (its fma marker was changed by tileiras: {self.why_atomic})"
+        if self.scope == "block":
+            return (f"site {self.index}: {self.extern} -> {self.symbol} at {self.where}, "
+                    f"block scope: every thread of the block calls it once per execution, "
+                    f"{self.instances} {how} in PTX{why}")
         return (f"site {self.index}: {self.extern} -> {self.symbol} at {self.where}, tile "
                 f"shape {self.shape}, {self.instances} {how} in PTX{why}, {marker}")
 
@@ -213,7 +218,8 @@ def _lower_and_splice(traced, name: str, what: str):
             calls[site.index] = rewrite.SiteCall(site.index, ext.symbol, fn.params,
                                                  fn.results[0] if fn.results else None,
                                                  ext.signature, f"{ext.name} at {site.where}",
-                                                 None, site.marker, site.marker_bits)
+                                                 None, site.marker, site.marker_bits,
+                                                 getattr(ext, "scope", "element"))
             continue
         pmod, fn = linked.functions[ext.symbol]
         body = None
@@ -232,7 +238,8 @@ def _lower_and_splice(traced, name: str, what: str):
         calls[site.index] = rewrite.SiteCall(site.index, ext.symbol, fn.params,
                                              fn.results[0] if fn.results else None,
                                              ext.signature, f"{ext.name} at {site.where}",
-                                             body, site.marker, site.marker_bits)
+                                             body, site.marker, site.marker_bits,
+                                             getattr(ext, "scope", "element"))
 
     report = rewrite.splice_calls(kernel_mod, calls, kernel_name=name)
     return capture, kernel_mod, target, linked, calls, not_inlined, report
@@ -271,7 +278,8 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
     key = cache.key_of(
         "kernel", __version__, traced.bytecode, traced.tileiras_flags, arch,
         [(e.symbol, str(e.signature), e.inline, e.fragment.kind,
-          e.fragment.content_key(arch)) for e in externs.values()],
+          e.fragment.content_key(arch), getattr(e, "scope", "element"))
+         for e in externs.values()],
         toolchain.tileiras_version(), toolchain.ptxas_version(),
         list(toolchain.nvrtc_version()))
     if not keep_stages:
@@ -281,7 +289,8 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
             if meta.get("symbol") == traced.symbol and \
                     len(meta.get("sites", ())) == len(traced.sites):
                 sites = [SiteInfo(s.index, s.extern.name, s.extern.symbol, s.where, s.call_shape,
-                                  *m) for s, m in zip(traced.sites, meta["sites"])]
+                                  *m, scope=getattr(s.extern, "scope", "element"))
+                         for s, m in zip(traced.sites, meta["sites"])]
                 out = Build(name, arch, traced.symbol, cubin, sites,
                             traced.lifecycle_providers,
                             entry_calls=meta.get("entry_calls", {}), from_cache=True,
@@ -325,7 +334,8 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
     sites = [SiteInfo(s.index, s.extern.name, s.extern.symbol, s.where, s.call_shape,
                       report.replaced.get(s.index, 0), calls[s.index].inline is not None,
                       not_inlined.get(s.index), "fma" if s.marker == "fma" else "atomic",
-                      fallback.get(s.index)) for s in traced.sites]
+                      fallback.get(s.index), getattr(s.extern, "scope", "element"))
+             for s in traced.sites]
     out = Build(name, arch, traced.symbol, cubin, sites, traced.lifecycle_providers,
                 ptx=capture.ptx if keep_stages else None,
                 spliced_ptx=merged if keep_stages else None,
