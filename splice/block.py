@@ -36,10 +36,14 @@ anything else is a :class:`~splice.errors.SpliceRewriteError`):
    other marker), and nothing but G names J. So the only ways to reach J are G's branch
    (threads with ``tid.x != 0``) and falling through S3 (thread 0, after S2 and M), and
    every thread that executes G reaches J without executing G again.
-3. J is followed by B, an unpredicated ``bar.sync 0`` (= ``barrier.sync.aligned 0``). PTX
+3. J is followed, through straight-line code (instructions that neither branch, exit nor
+   synchronise), by B, an unpredicated ``bar.sync 0`` (= ``barrier.sync.aligned 0``). PTX
    requires every thread of the CTA to execute an ``.aligned`` barrier instruction, the
-   same instruction, the same number of times; splice relies on tileiras's code being
-   correct in that. So every thread executes G -- and, after the rewrite, X -- exactly once
+   same instruction, the same number of times (PTX ISA, "bar, barrier": all threads of the
+   CTA participate when no thread count is given; ``.aligned``: all threads execute the same
+   barrier instruction); splice relies on tileiras's code being correct in that. (A
+   one-warp block, which tileiras joins with the non-aligned ``bar.warp.sync -1``, is
+   refused.) So every thread executes G -- and, after the rewrite, X -- exactly once
    before each execution of B: all threads together, once per execution of the site.
    An ``exit`` before the site, a divergent branch around it or a loop whose trip count
    differs per thread would break tileiras's own B, so they cannot occur here.
@@ -48,9 +52,10 @@ anything else is a :class:`~splice.errors.SpliceRewriteError`):
    message that says so (they also fail 1-3).
 
 **Ordering.** The ``bar.sync 0`` at X orders every memory access of the block's threads
-before the call before every access inside it (PTX ISA, ``bar``/``barrier``: the barrier
-guarantees that memory accesses requested by the participating threads before it are
-performed relative to all of them), and publishes thread 0's arguments; the ``bar.sync 0``
+before the call before every access inside it (PTX ISA 9.7.15.1, "bar, barrier": "the
+barrier{.cta}.sync ... instruction guarantees that when the barrier completes, prior memory
+accesses requested by this thread are performed relative to all threads participating in
+the barrier", and that no new access is requested before it completes), and publishes thread 0's arguments; the ``bar.sync 0``
 after the call does the same for the callee's stores and the kernel after the call, and
 keeps thread 0 from overwriting the argument scratch of the next execution before every
 thread has read it. Both are barrier 0, which tileiras's own barriers also use: every thread
@@ -198,11 +203,19 @@ def prove_instance(module: Module, fn, parsed, defs, i: int) -> tuple[int, int]:
     if names:
         raise ValueError(f"the join label {target} is reached from elsewhere too "
                          f"({parsed[names[0]][0].text(module.text).strip()!r})")
-    b = j + 1
-    while b < len(parsed) and parsed[b][0].kind == "directive":
+    b = j + 1   # through straight-line code (no label, branch, exit or other barrier) to B
+    while b < len(parsed) and (parsed[b][0].kind == "directive" or (
+            parsed[b][1] is not None and parsed[b][1].base not in _BRANCH_OPS and
+            parsed[b][1].base not in ("bar", "barrier"))):
         b += 1
     if b >= len(parsed) or not _is_barrier0(parsed[b][1]):
         found = parsed[b][0].text(module.text).strip() if b < len(parsed) else "the end"
+        if dims.split(",")[0].strip() == "32" and found.startswith("bar.warp.sync"):
+            raise ValueError(
+                "tileiras runs this kernel with one warp per block (.reqntid 32) and joins "
+                "it with bar.warp.sync, which does not make every thread execute the same "
+                "instruction; kernels with a tile operation of 128 or more elements get a "
+                "128-thread block and a CTA-wide bar.sync 0")
         raise ValueError(f"the join label {target} is not followed by an unpredicated "
                          f"CTA-wide barrier (bar.sync 0) but by {found!r}")
     return g, j
@@ -249,3 +262,31 @@ def all_threads_block(site, instance: int, dest: str, join: str, call_block) -> 
 
 def guard_label(site, instance: int) -> str:
     return f"$__splice_block_{site.index}_{instance}"
+
+
+_SMEM_RE = re.compile(r"uses too much shared data \((0x[0-9a-fA-F]+) bytes, (0x[0-9a-fA-F]+) "
+                      r"max\)")
+_SHARED_DECL_RE = re.compile(r"^\s*\.shared\b[^;]*?\.[bfsu](\d+)\s+([\w$]+)(?:\[(\d+)\])?\s*;")
+
+
+def shared_memory_report(merged: str, log: str, owner_of_line, what: str) -> str | None:
+    """For ptxas's "uses too much shared data": a message saying how much the block needs,
+    the limit, and which code declares how much (tileiras's own buffers, each fragment's
+    ``__shared__`` variables, splice's argument scratch); None for other failures."""
+    m = _SMEM_RE.search(log)
+    if m is None:
+        return None
+    used, limit = int(m.group(1), 16), int(m.group(2), 16)
+    owners: dict[str, int] = {}
+    for i, line in enumerate(merged.splitlines()):
+        d = _SHARED_DECL_RE.match(line)
+        if d:
+            size = int(d.group(1)) // 8 * int(d.group(3) or 1)
+            owner = owner_of_line(merged.splitlines(), i)
+            if d.group(2).startswith("__splice_block_"):
+                owner = "splice's block-call argument scratch"
+            owners[owner] = owners.get(owner, 0) + size
+    parts = "; ".join(f"{o}: {n} bytes" for o, n in sorted(owners.items(), key=lambda x: -x[1]))
+    return (f"{what} needs {used} bytes of shared memory per block, more than the {limit} "
+            f"the GPU allows (static shared memory by declaration: {parts}). Use less "
+            f"__shared__ memory in the extern(s), or smaller tiles in the kernel")

@@ -402,6 +402,10 @@ def _explain_ptxas_failure(e: SpliceToolchainError, merged: str, what: str):
     """ptxas's messages point at lines of a temporary merged file: say which fragment (or
     which call site, or the kernel's own PTX) each line belongs to, and quote it."""
     lines = merged.splitlines()
+    from .block import shared_memory_report
+    smem = shared_memory_report(merged, e.log, _owner_of_line, what)
+    if smem is not None:
+        return SpliceLinkError(smem, e.log)
     m = re.search(r"Unresolved extern function '([^']+)'", e.log)
     if m:
         sym = m.group(1)

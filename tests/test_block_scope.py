@@ -11,6 +11,7 @@ import pytest
 
 import kernels as K
 import splice
+from splice import cccl
 from splice.errors import SpliceCallError, SpliceDeclarationError, SpliceRewriteError
 from splice.ptx import Module, Param
 from splice.rewrite import SiteCall, splice_calls
@@ -76,28 +77,9 @@ extern "C" __device__ int block_count(int a) {
 }'''
 
 
-def _cccl_include_dirs() -> list[str]:
-    """Directories holding ``cub/cub.cuh``: NVRTC's own include path first (returns [] when
-    it finds CUB by itself), then the CUDA toolkit's CCCL, CuPy's copy, the
-    ``nvidia-cuda-cccl`` wheel."""
-    import glob
-    import os
-    import site
-    cands = []
-    for root in [*site.getsitepackages(), os.environ.get("CUDA_HOME", "/usr/local/cuda")]:
-        cands += glob.glob(os.path.join(root, "nvidia", "cu*", "include", "cccl"))
-        cands += glob.glob(os.path.join(root, "nvidia", "cuda_cccl", "include"))
-        cands += glob.glob(os.path.join(root, "include", "cccl"))
-        cands += glob.glob(os.path.join(root, "cupy", "_core", "include", "cupy", "_cccl",
-                                        "cub"))
-        cands += glob.glob(os.path.join(root, "nvidia", "cu*", "include"))
-    return [c for c in dict.fromkeys(cands) if os.path.isfile(os.path.join(c, "cub",
-                                                                            "cub.cuh"))]
-
-
 def _block_reduce_extern():
     """The CUB row sum, or a skip when no CCCL headers are found."""
-    for incs in ([], *[[d] for d in _cccl_include_dirs()]):
+    for incs in ([], *[[d] for d in cccl.include_dirs()]):
         ext = splice.extern(source=BLOCK_REDUCE_SRC, name="row_sum", scope="block",
                             include_dirs=incs, options=["-std=c++17"],
                             signature="float32(float32*, int32, int32)")(lambda *a: None)
@@ -353,6 +335,40 @@ def test_tma_matmul_refused():
     assert "block_count" in str(e.value)
 
 
+big_shared = splice.extern(source=r'''
+extern "C" __device__ int big_shared(int a) {
+    __shared__ int s[60000];
+    s[threadIdx.x] = a;
+    __syncthreads();
+    return s[(threadIdx.x + 1) % blockDim.x];
+}''', name="big_shared", scope="block", signature="int32(int32)")(lambda a: None)
+
+
+@splice.kernel
+def big_shared_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+    ct.store(y, index=(ct.bid(0),), tile=t + big_shared(ct.bid(0)))
+
+
+def test_too_much_shared_memory_is_a_clear_error():
+    with pytest.raises(splice.SpliceLinkError, match=r"needs \d+ bytes of shared memory per "
+                                                     r"block, more than the \d+ the GPU allows "
+                                                     r"\(.*declared at .*test_block_scope.py:\d+: "
+                                                     r"240000 bytes"):
+        splice.compile(big_shared_kernel, _vec_sig(), "sm_90")
+
+
+@splice.kernel
+def one_warp_kernel(x, y):
+    s = block_count(ct.bid(0))
+    ct.store(y, index=(ct.bid(0),), tile=ct.full((1,), s, i32))
+
+
+def test_one_warp_block_refused():
+    with pytest.raises(SpliceRewriteError, match=r"one warp per block \(.reqntid 32\)"):
+        splice.compile(one_warp_kernel, K.signature(K.array(i32), K.array(i32)), "sm_90")
+
+
 # Hand-written PTX: tileiras's 0-d pattern, and each way it can fail the proof.
 
 _GOOD = """
@@ -399,6 +415,9 @@ _BROKEN = {
     "join reached from elsewhere": ("\tbar.sync \t0;\n\tmov.u32",
                                     "\t@%p2 bra \t$L__BB0_2;\n\tbar.sync \t0;\n\tmov.u32",
                                     "reached from elsewhere"),
+    "a branch between the join and the barrier": (
+        "$L__BB0_2:\n\tbar.sync \t0;", "$L__BB0_2:\n\t@%p2 bra \t$L__BB0_9;\n\tbar.sync \t0;",
+        "not followed by an unpredicated"),
     "no barrier at the join": ("$L__BB0_2:\n\tbar.sync \t0;", "$L__BB0_2:\n\tbar.warp.sync \t-1;",
                                "not followed by an unpredicated CTA-wide barrier"),
     "predicated barrier at the join": ("$L__BB0_2:\n\tbar.sync \t0;",
@@ -441,6 +460,14 @@ def test_hand_written_block_site():
                                     "st.shared.b64 \t[smem], %rd10;", "$L__BB0_2:")]
     assert order == sorted(order)
     Module(ptx)   # parses
+
+
+def test_hand_written_join_with_instructions_before_the_barrier():
+    # tileiras's scheduler may put instructions between the join label and its barrier
+    text = _GOOD.replace("$L__BB0_2:\n\tbar.sync", "$L__BB0_2:\n\tcvt.u32.u64 \t%r3, %rd3;\n"
+                                                   "\tbar.sync")
+    rep = splice_calls(Module(text), {0: _block_site()}, kernel_name="k")
+    assert rep.replaced == {0: 1}
 
 
 def test_element_scope_site_unchanged_by_block_logic():
