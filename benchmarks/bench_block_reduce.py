@@ -42,6 +42,7 @@ extern "C" __device__ float row_sum_tail(const float* x, int row, int n) {
     __shared__ float total;
     const float4* r = reinterpret_cast<const float4*>(x + (long long)row * n + 128);
     float acc = 0.0f;
+    #pragma unroll 8
     for (int i = threadIdx.x; i < (n - 128) / 4; i += 128) {
         float4 v = r[i];
         acc += (v.x + v.y) + (v.z + v.w);

@@ -14,13 +14,14 @@ atomic on one thread (DESIGN.md F12)::
         bar.sync         0;                             // B
         ld.shared.b64    %rd11, [smem];                 // tileiras's own broadcast
 
-and :func:`rewrite_instance` makes it::
+and :mod:`splice.rewrite` (``_block_instance``, with the texts below) makes it::
 
         @%p1 bra         $__splice_block_<i>_<k>;       // G, retargeted
         ...                                             // S2
         st.shared [__splice_block_<i>], cmp; st.shared [__splice_block_<i>+8], swap;
     $__splice_block_<i>_<k>:                            // X: every thread
-        bar.sync 0;  ld.shared cmp, swap;  <call or inlined body> -> %rd10;  bar.sync 0;
+        bar.red.popc (all there? else trap);  ld.shared cmp, swap;
+        <call or inlined body> -> %rd10;  bar.sync 0;
         @(tid.x != 0) bra $L__BB0_2;                    // thread 0 goes on with S3
         st.shared.b64    [smem], %rd10;                 // S3
     $L__BB0_2:
@@ -45,29 +46,36 @@ anything else is a :class:`~splice.errors.SpliceRewriteError`):
    one-warp block, which tileiras joins with the non-aligned ``bar.warp.sync -1``, is
    refused.) So every thread executes G -- and, after the rewrite, X -- exactly once
    before each execution of B: all threads together, once per execution of the site.
-   An ``exit`` before the site, a divergent branch around it or a loop whose trip count
-   differs per thread would break tileiras's own B, so they cannot occur here.
+   A divergent branch around the site or a loop whose trip count differs per thread
+   would break tileiras's own B, so they cannot occur here. Threads that *exited* are
+   excused from barriers (PTX waits for "non-exited threads"): a kernel with ``exit`` or a
+   predicated ``ret`` is refused, and the call's first barrier counts the threads that
+   reach it (``bar.red.popc``) and traps unless they are the whole block (``%ntid.x``), so
+   a thread that left through a branch to the final ``ret`` is a loud failure, never a
+   silently partial call.
 4. Warp-specialised kernels (``setmaxnreg``, named barriers ``barrier.sync 1, 128``) run
    0-d operations in a subset of warps behind other guards: refused outright, with a
    message that says so (they also fail 1-3).
 
-**Ordering.** The ``bar.sync 0`` at X orders every memory access of the block's threads
-before the call before every access inside it (PTX ISA 9.7.15.1, "bar, barrier": "the
-barrier{.cta}.sync ... instruction guarantees that when the barrier completes, prior memory
-accesses requested by this thread are performed relative to all threads participating in
-the barrier", and that no new access is requested before it completes), and publishes thread 0's arguments; the ``bar.sync 0``
-after the call does the same for the callee's stores and the kernel after the call, and
-keeps thread 0 from overwriting the argument scratch of the next execution before every
-thread has read it. Both are barrier 0, which tileiras's own barriers also use: every thread
-of the block executes them at the same point (3.), so they are matched with each other and
-cannot pair with one of tileiras's barriers.
+**Ordering.** The barrier at X orders every memory access of the block's threads before
+the call before every access inside it (PTX ISA 9.7.15.1, "bar, barrier": "the
+barrier{.cta}.sync or barrier{.cta}.red ... instruction guarantees that when the barrier
+completes, prior memory accesses requested by this thread are performed relative to all
+threads participating in the barrier", and that no new access is requested before it
+completes), and publishes thread 0's arguments; the ``bar.sync 0`` after the call does
+the same for the callee's stores and the kernel after the call, and keeps thread 0 from
+overwriting the argument scratch of the next execution before every thread has read it.
+Both are barrier 0, which tileiras's own barriers also use: every thread of the block
+executes each of them, the same instruction, once per execution of the site (3.), so they
+are aligned barriers in PTX's sense, matched with each other, and cannot pair with one of
+tileiras's barriers.
 """
 
 from __future__ import annotations
 
 import re
 
-from .ptx import Instruction, Module, destinations
+from .ptx import Instruction, Module
 
 BARRIER_OPS = ("bar.sync", "bar.cta.sync", "barrier.sync.aligned", "barrier.cta.sync.aligned")
 _BRANCH_OPS = ("bra", "brx", "ret", "exit", "call", "trap")
@@ -83,14 +91,15 @@ def scratch_declaration(index: int) -> str:
             f"block-scope site {index}")
 
 
-def warp_specialisation(module: Module, body, parsed) -> str | None:
+def warp_specialisation(module: Module, parsed) -> str | None:
     """The instruction that shows tileiras warp-specialised the function, or None."""
     for s, ins in parsed:
         if ins is None:
             continue
         if ins.base == "setmaxnreg":
             return s.text(module.text).strip()
-        if ins.base in ("bar", "barrier") and ins.modifiers[:1] != ("warp",):
+        if ins.base in ("bar", "barrier") and ins.modifiers[:1] not in (("warp",),
+                                                                         ("cluster",)):
             if ins.operands[:1] != ("0",) or len(ins.operands) > 1 or \
                     any(m in ("arrive", "red") for m in ins.modifiers):
                 return s.text(module.text).strip()
@@ -154,6 +163,14 @@ def _straight_line(parsed, lo: int, hi: int, what: str) -> str | None:
     return None
 
 
+def early_exit(module: Module, parsed) -> str | None:
+    """An ``exit`` or predicated ``ret`` in the function (a thread leaving early), or None."""
+    for s, ins in parsed:
+        if ins is not None and (ins.base == "exit" or (ins.base == "ret" and ins.guard)):
+            return s.text(module.text).strip()
+    return None
+
+
 def prove_instance(module: Module, fn, parsed, defs, i: int) -> tuple[int, int]:
     """Check points 1-3 of the module docstring for the marker at statement ``i``.
 
@@ -163,6 +180,9 @@ def prove_instance(module: Module, fn, parsed, defs, i: int) -> tuple[int, int]:
     Raises:
         ValueError: the reason, for the caller's :class:`SpliceRewriteError`.
     """
+    leave = early_exit(module, parsed)
+    if leave is not None:
+        raise ValueError(f"threads of the kernel may exit early ({leave!r})")
     dims = block_dims(module, fn)
     if dims is None:
         raise ValueError("the kernel declares no fixed block size (.reqntid)")
@@ -237,24 +257,33 @@ def thread0_block(site, instance: int, operands) -> str:
 
 def all_threads_block(site, instance: int, dest: str, join: str, call_block) -> str:
     """After thread 0's store: every thread of the block calls the extern; thread 0 then
-    goes on with tileiras's code after the marker, the others to the join."""
+    goes on with tileiras's code after the marker, the others to the join.
+
+    The first barrier counts its threads (``bar.red.popc``, a ``bar.sync`` that also
+    reduces) and traps unless the whole block is there: a thread that exited before the
+    site is excused from tileiras's barriers and would be missing from the call -- never
+    silently."""
     w = site.width
     sym = scratch_symbol(site.index)
-    label = f"$__splice_block_{site.index}_{instance}"
     call = call_block(site, None, dest, ("%__splice_a0", "%__splice_a1"), instance)
     return "\n".join([
-        f"{label}: // splice: every thread of the block calls {site.label}",
+        f"{guard_label(site, instance)}: // splice: every thread of the block calls "
+        f"{site.label}",
         "{",
         f"\t.reg .b{w} \t%__splice_a<2>;",
-        "\t.reg .b32 \t%__splice_tid;",
-        "\t.reg .pred \t%__splice_q;",
-        "\tbar.sync \t0; // splice: the block's memory accesses before the call, and the "
-        "arguments, visible to every thread",
+        "\t.reg .b32 \t%__splice_tid, %__splice_n, %__splice_ntid;",
+        "\t.reg .pred \t%__splice_q, %__splice_true;",
+        "\tmov.u32 \t%__splice_tid, %tid.x;",
+        "\tsetp.ge.u32 \t%__splice_true, %__splice_tid, 0;",
+        "\tbar.red.popc.u32 \t%__splice_n, 0, %__splice_true; // splice: the block's memory "
+        "accesses before the call, and the arguments, visible to every thread",
+        "\tmov.u32 \t%__splice_ntid, %ntid.x;",
+        "\tsetp.ne.u32 \t%__splice_q, %__splice_n, %__splice_ntid;",
+        "\t@%__splice_q trap; // splice: not every thread of the block is here",
         f"\tld.shared.b{w} \t%__splice_a0, [{sym}];",
         f"\tld.shared.b{w} \t%__splice_a1, [{sym}+8];",
         call,
         "\tbar.sync \t0; // splice: the call's memory accesses visible to the block after it",
-        "\tmov.u32 \t%__splice_tid, %tid.x;",
         "\tsetp.ne.u32 \t%__splice_q, %__splice_tid, 0;",
         f"\t@%__splice_q bra \t{join};",
         "\t} // splice: end block call"])

@@ -282,7 +282,7 @@ def _block_instance(module, fn, parsed, defs, i, site, instance, kernel_name):
     call (see :mod:`splice.block`, which proves it)."""
     s, ins = parsed[i]
     what = f"block-scope call of {site.label} (site {site.index})"
-    ws = block.warp_specialisation(module, module.body_statements(fn), parsed)
+    ws = block.warp_specialisation(module, parsed)
     if ws is not None:
         raise _fail(kernel_name, f"{what}: tileiras warp-specialised this kernel ({ws!r}): "
                                  f"its scalar operations run in a subset of the block's "

@@ -270,7 +270,8 @@ def test_block_site_ptx(kernel, inlined):
         # arguments, the call (or inlined body), a barrier, then only thread 0 goes on
         store, rest = text.split("\n$__splice_block_", 1)
         assert "st.shared.b" in store and "call" not in store
-        body = rest.split("bar.sync \t0;", 1)[1]
+        assert "@%__splice_q trap;" in rest      # unless the whole block is there
+        body = rest.split("bar.red.popc.u32", 1)[1]
         call_part, after = body.rsplit("bar.sync \t0;", 1)
         assert "ld.shared.b" in call_part
         assert ("inlined body of block_count" in call_part) == inlined
@@ -426,6 +427,9 @@ _BROKEN = {
     "warp specialisation": ("\tbar.sync \t0;\n\tmov.u32",
                             "\tsetmaxnreg.dec.sync.aligned.u32 \t32;\n\tmov.u32",
                             "warp-specialised"),
+    "cluster barrier (not warp specialisation)": (
+        "$L__BB0_2:\n\tbar.sync \t0;", "$L__BB0_2:\n\tbarrier.cluster.arrive;\n\tbar.sync \t0;",
+        "not followed by an unpredicated"),
     "named barrier": ("\tbar.sync \t0;\n\tmov.u32", "\tbarrier.sync \t1, 128;\n\tmov.u32",
                       "warp-specialised"),
     "result written twice": ("\tst.shared.b64 \t[smem], %rd10;",
@@ -434,6 +438,9 @@ _BROKEN = {
     "another atomic behind the guard": ("\tst.shared.b64 \t[smem], %rd10;",
                                         "\tatom.global.add.u32 \t%r5, [%rd3], 1;\n"
                                         "\tst.shared.b64 \t[smem], %rd10;", "another atomic"),
+    "exit": ("\tret;", "\texit;", "may exit early"),
+    "predicated ret": ("\tbar.sync \t0;\n\tmov.u32", "\t@%p2 ret;\n\tbar.sync \t0;\n\tmov.u32",
+                       "may exit early"),
     "predicated marker": ("\tatom.global.acq_rel", "\t@%p2 atom.global.acq_rel",
                           "predicated"),
 }
@@ -454,7 +461,8 @@ def test_hand_written_block_site():
     assert "@%p1 bra \t$__splice_block_0_0; // splice: was $L__BB0_2" in ptx
     assert ".shared .align 8 .b8 __splice_block_0[16];" in ptx
     order = [ptx.index(s) for s in ("st.shared.b64 \t[__splice_block_0+8]",
-                                    "$__splice_block_0_0:", "bar.sync \t0; // splice",
+                                    "$__splice_block_0_0:", "bar.red.popc.u32",
+                                    "@%__splice_q trap;",
                                     "call (__splice_r), callee0,", "bar.sync \t0; // splice: the "
                                     "call's", "@%__splice_q bra \t$L__BB0_2;",
                                     "st.shared.b64 \t[smem], %rd10;", "$L__BB0_2:")]
@@ -565,3 +573,13 @@ def test_gpu_two_sites(torch):
     a = 32 * 4            # block_count(1) on 128 threads
     b = 2 * a             # block_twice(a)
     assert torch.equal(y, x + a * 1000 + b)
+
+
+@pytest.mark.gpu
+def test_gpu_tma_matmul_refused_at_launch(torch):
+    from conftest import launch
+    A = torch.randn(256, 128, device="cuda", dtype=torch.float16)
+    B = torch.randn(128, 256, device="cuda", dtype=torch.float16)
+    C = torch.empty(256, 256, device="cuda", dtype=torch.float16)
+    with pytest.raises(SpliceRewriteError, match="warp-specialised"):
+        launch(torch, (2, 2, 1), matmul_block_kernel, (A, B, C, 128, 128, 64))
