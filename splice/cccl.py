@@ -4,8 +4,8 @@
     @splice.extern(source=CUB_SRC, include_dirs=include_dirs(), scope="block") ...
 
 NVRTC does not search CCCL by itself everywhere: the CUDA toolkit keeps it under
-``include/cccl``, the ``nvidia-cuda-cccl`` wheel (``pip install nvidia-cuda-cccl``) and CuPy
-carry their own copies.
+``include/cccl``, the ``nvidia-cuda-cccl`` wheel (``pip install "cuda-toolkit[cccl]"``) and
+CuPy carry their own copies.
 """
 
 from __future__ import annotations
@@ -25,21 +25,39 @@ def _roots() -> list[str]:
     return roots
 
 
-_PATTERNS = (
+#: One directory holding cub/, thrust/ and cuda/ (libcu++).
+_SINGLE = (
     ("nvidia", "cu*", "include", "cccl"),        # cuda-toolkit wheels
     ("nvidia", "cuda_cccl", "include"),          # nvidia-cuda-cccl
     ("nvidia", "cu*", "include"),
     ("include", "cccl"),                         # a CUDA toolkit
-    ("cupy", "_core", "include", "cupy", "_cccl", "cub"),
 )
+#: CuPy's copy: one directory per library.
+_CUPY = ("cupy", "_core", "include", "cupy", "_cccl")
+
+
+def installations() -> list[list[str]]:
+    """Every CCCL found, each as the include directories it needs, best first."""
+    found: list[list[str]] = []
+    for root in _roots():
+        for pat in _SINGLE:
+            for d in sorted(glob.glob(os.path.join(root, *pat))):
+                if os.path.isfile(os.path.join(d, "cub", "cub.cuh")):
+                    found.append([d])
+        base = os.path.join(root, *_CUPY)
+        dirs = [os.path.join(base, "cub"), os.path.join(base, "libcudacxx", "include"),
+                os.path.join(base, "thrust")]
+        if os.path.isfile(os.path.join(dirs[0], "cub", "cub.cuh")):
+            found.append([d for d in dirs if os.path.isdir(d)])
+    out: list[list[str]] = []
+    for dirs in found:
+        if dirs not in out:
+            out.append(dirs)
+    return out
 
 
 def include_dirs() -> list[str]:
-    """Directories that hold ``cub/cub.cuh`` (and the rest of CCCL), best first; empty
-    when none is found. Pass them as ``include_dirs=`` of :func:`splice.extern`."""
-    found = []
-    for root in _roots():
-        for pat in _PATTERNS:
-            found += sorted(glob.glob(os.path.join(root, *pat)))
-    return [d for d in dict.fromkeys(found)
-            if os.path.isfile(os.path.join(d, "cub", "cub.cuh"))]
+    """The include directories of the first CCCL found (see :func:`installations`); empty
+    when there is none. Pass them as ``include_dirs=`` of :func:`splice.extern`."""
+    found = installations()
+    return found[0] if found else []

@@ -79,7 +79,7 @@ extern "C" __device__ int block_count(int a) {
 
 def _block_reduce_extern():
     """The CUB row sum, or a skip when no CCCL headers are found."""
-    for incs in ([], *[[d] for d in cccl.include_dirs()]):
+    for incs in ([], *cccl.installations()):
         ext = splice.extern(source=BLOCK_REDUCE_SRC, name="row_sum", scope="block",
                             include_dirs=incs, options=["-std=c++17"],
                             signature="float32(float32*, int32, int32)")(lambda *a: None)
@@ -583,3 +583,23 @@ def test_gpu_tma_matmul_refused_at_launch(torch):
     C = torch.empty(256, 256, device="cuda", dtype=torch.float16)
     with pytest.raises(SpliceRewriteError, match="warp-specialised"):
         launch(torch, (2, 2, 1), matmul_block_kernel, (A, B, C, 128, 128, 64))
+
+
+def test_cccl_discovery(tmp_path, monkeypatch):
+    # a toolkit layout (one directory) and CuPy's (one per library), best first
+    tk = tmp_path / "cuda" / "include" / "cccl" / "cub"
+    tk.mkdir(parents=True)
+    (tk / "cub.cuh").write_text("")
+    cupy = tmp_path / "site" / "cupy" / "_core" / "include" / "cupy" / "_cccl"
+    (cupy / "cub" / "cub").mkdir(parents=True)
+    (cupy / "cub" / "cub" / "cub.cuh").write_text("")
+    (cupy / "libcudacxx" / "include").mkdir(parents=True)
+    (cupy / "thrust").mkdir()
+    monkeypatch.setattr(cccl, "_roots", lambda: [str(tmp_path / "cuda"),
+                                                 str(tmp_path / "site"), str(tmp_path)])
+    assert cccl.installations() == [[str(tmp_path / "cuda" / "include" / "cccl")],
+                                    [str(cupy / "cub"), str(cupy / "libcudacxx" / "include"),
+                                     str(cupy / "thrust")]]
+    assert cccl.include_dirs() == [str(tmp_path / "cuda" / "include" / "cccl")]
+    monkeypatch.setattr(cccl, "_roots", lambda: [str(tmp_path / "nothing")])
+    assert cccl.include_dirs() == []
