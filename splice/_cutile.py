@@ -545,6 +545,8 @@ def _emit_call(ext, args, loc):
                                    f"{sig} expects {elem}; convert it with "
                                    f".astype(ct.{elem.name}) first", loc)
         typed.append(var)
+    if ext.scope == "block":
+        _check_block_arguments(ext, typed, loc)
     shape: tuple[int, ...] = ()
     for var in typed:
         try:
@@ -575,6 +577,20 @@ def _emit_call(ext, args, loc):
     if res is None:
         return None
     return value if shape == call_shape else reshape(value, call_shape)
+
+
+def _check_block_arguments(ext, typed, loc) -> None:
+    """A block-scope call (``scope="block"``) takes scalars and pointers: every thread of
+    the block passes the same values. Its marker is then a 0-d atomic, which tileiras runs
+    on one thread behind a ``tid.x == 0`` guard (DESIGN.md F12; :mod:`splice.block`)."""
+    for i, var in enumerate(typed):
+        shape = var.get_type().shape
+        if shape != ():
+            raise _call_error(
+                ext, f"argument {i + 1} is {_describe(var)}; a block-scope extern "
+                     f"(scope=\"block\") takes scalars (0-d tiles, Python constants) and "
+                     f"pointers (arrays) for now: reduce the tile to a scalar, or pass the "
+                     f"array and index it inside the function", loc)
 
 
 #: Width of the fma marker of pure calls: f64, always. An f32 fma would serve signatures

@@ -487,7 +487,7 @@ def check_element_sites(sites, fragments: Mapping[str, tuple[str, Module]],
     done: set[tuple[int, str]] = set()
     for site in sites:
         ext = site.extern
-        if getattr(ext, "scope", "element") != "element":
+        if ext.scope != "element":
             continue
         if isinstance(ext.fragment, BinarySource):
             continue  # no PTX: its SASS is checked by check_binary_sites

@@ -28,6 +28,10 @@ class ExternFunction:
         pure: whether the call may be removed when unused and hoisted out of loops.
         fragment: the device code that defines ``symbol``.
         where: "file:line" of the declaration.
+        inline: "auto", "always" or "never" (see :func:`extern`).
+        scope: "element" (one call per tile element, on the thread that owns it) or
+            "block" (every thread of the block calls it once per execution of the call
+            site, convergently; see :func:`extern`).
     """
 
     name: str
@@ -37,6 +41,7 @@ class ExternFunction:
     fragment: Fragment
     where: str
     inline: str = "auto"
+    scope: str = "element"
 
     def __repr__(self) -> str:
         return (f"<splice extern {self.name}: {self.signature} = {self.symbol} from "
@@ -190,10 +195,16 @@ def _check_options(options, include_dirs, defines, what: str):
 from .checks import Declared, cxx_symbol, is_cxx_name
 
 
+SCOPES = ("element", "block")
+
+
 def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name,
-             inline="auto", display_name=None):
+             inline="auto", display_name=None, scope="element"):
     if not isinstance(pure, bool):
         raise SpliceDeclarationError(f"extern '{name}' at {where}: pure must be True or False")
+    if not isinstance(scope, str) or scope not in SCOPES:
+        raise SpliceDeclarationError(f"extern '{name}' at {where}: scope must be 'element' or "
+                                     f"'block', got {scope!r}")
     if inline not in ("auto", "always", "never"):
         raise SpliceDeclarationError(f"extern '{name}' at {where}: inline must be 'auto', "
                                      f"'always' or 'never', got {inline!r}")
@@ -212,13 +223,24 @@ def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name,
                 f"extern '{name}' at {where}: the stub takes {len(params)} parameter(s) but "
                 f"the signature {sig} has {len(sig.args)}")
     fragment = fragment_factory(symbol, sig)
-    ext = ExternFunction(display_name or name, symbol, sig, pure, fragment, where, inline)
+    if scope == "block":
+        _check_block_signature(sig, f"extern '{name}' at {where}")
+        pure = False   # a block-scope call is always kept, in place and in order
+    ext = ExternFunction(display_name or name, symbol, sig, pure, fragment, where, inline,
+                         scope)
     return _cutile.make_callable_stub(ext, stub)
+
+
+def _check_block_signature(sig: Signature, what: str) -> None:
+    """A block-scope extern's result is one scalar, taken from one thread: any element type
+    or void. (Its arguments are checked at the call: scalars and pointers.)"""
+    if sig.result is not None and sig.result.kind == "p":
+        raise SpliceDeclarationError(f"{what}: a block-scope extern cannot return a pointer")
 
 
 def extern(func=None, /, *, source: str | None = None, path=None, name: str | None = None,
            signature: str | None = None, pure: bool = True, inline: str = "auto", options=(),
-           include_dirs=(), defines=None):
+           include_dirs=(), defines=None, scope: str = "element"):
     """Declare an extern device function written in CUDA C, callable from a
     ``@splice.kernel``.
 
@@ -259,12 +281,25 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
             "--use_fast_math"]``); an option NVRTC does not know is an error.
         include_dirs (list[str]): extra include directories.
         defines (dict[str, str | None]): preprocessor macros.
+        scope (str): "element" (default): the call applies the function to every element of
+            its tile arguments, each on the thread that owns the element. "block": each time
+            the call site executes, **every thread of the thread block** calls the function
+            once, convergently, with the same arguments, so it may use ``__syncthreads()``,
+            ``__shared__`` memory, warp shuffles and votes, ``threadIdx``/``blockDim`` and
+            CUB block APIs. Arguments are scalars (0-d tiles, Python constants) and pointers
+            (arrays, ``splice.pointer``); the result is a scalar (or void) that the
+            function must return in every thread -- splice uses thread 0's. The call is
+            impure whatever ``pure`` says: kept in place, with CTA barriers before and
+            after it, so the kernel's stores before it are visible to every thread inside
+            it and its stores to the kernel after it. A kernel in which splice cannot prove
+            that every thread reaches the call (e.g. tileiras warp-specialised it) is a
+            :class:`~splice.errors.SpliceRewriteError`. See the README, "Block-scope calls".
 
     The C function must have exactly the C types of the signature (``float`` for float32,
     ``int`` for int32, ``__half`` for float16, ...); this is checked when it compiles.
 
     Raises:
-        SpliceDeclarationError: bad signature, symbol, options, or missing source file.
+        SpliceDeclarationError: bad signature, symbol, options, scope, or missing source file.
     """
     def decorate(stub, _where=None):
         where, base = _where or _func_where(stub)
@@ -287,7 +322,7 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
         if name is not None and is_cxx_name(name):
             return _declare_cxx(stub, name, signature, pure, inline, where, CudaSource(
                 text=source, path=file, options=opts, include_dirs=incs, defines=defs,
-                where=where))
+                where=where), scope=scope)
 
         def make(symbol, sig):
             return CudaSource(text=source, path=file, options=opts, include_dirs=incs,
@@ -295,7 +330,8 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
                               declared=(Declared(symbol, None, sig, where),),
                               roots=((symbol, sig),))
         return _declare(stub, symbol=name or ext_name, signature=signature, pure=pure,
-                        fragment_factory=make, where=where, name=ext_name, inline=inline)
+                        fragment_factory=make, where=where, name=ext_name, inline=inline,
+                        scope=scope)
 
     if func is not None:
         where = _func_where(func)[0] if callable(func) else _caller_where(2)[0]
@@ -321,7 +357,7 @@ def _also_a_decorator(ext_fn, decorate):
 
 
 def from_ptx(path=None, /, *, ptx: str | None = None, name: str, signature: str,
-             pure: bool = True, inline: str = "auto"):
+             pure: bool = True, inline: str = "auto", scope: str = "element"):
     """Declare an extern whose device code is PTX: a ``.ptx`` file or PTX text.
 
     ``saxpy = splice.extern.from_ptx("kernels/saxpy.ptx", name="saxpy",
@@ -336,6 +372,7 @@ def from_ptx(path=None, /, *, ptx: str | None = None, name: str, signature: str,
             parameter sizes when linking.
         pure (bool): as for :func:`extern`.
         inline (str): as for :func:`extern`.
+        scope (str): "element" or "block", as for :func:`extern`.
 
     Returns:
         A function to call inside ``@splice.kernel`` functions.
@@ -357,11 +394,11 @@ def from_ptx(path=None, /, *, ptx: str | None = None, name: str, signature: str,
         raise SpliceDeclarationError(f"{what}: signature= is required for PTX externs")
     return _declare(None, symbol=name, signature=signature, pure=pure,
                     fragment_factory=lambda s, g: PtxSource(text=ptx, path=file, where=where),
-                    where=where, name=name, inline=inline)
+                    where=where, name=name, inline=inline, scope=scope)
 
 
 def from_ltoir(path=None, /, *, data: bytes | None = None, name: str, signature: str,
-               pure: bool = True, inline: str = "auto"):
+               pure: bool = True, inline: str = "auto", scope: str = "element"):
     """Declare an extern whose device code is LTO-IR: a ``.ltoir`` file (``nvcc -dlto``,
     NVRTC ``-dlto``) or its bytes. nvJitLink links it (``-lto -ptx``) into PTX for the
     kernel's target, which is merged like any PTX fragment: the final cubin still comes
@@ -388,10 +425,12 @@ def from_ltoir(path=None, /, *, data: bytes | None = None, name: str, signature:
     return _declare(None, symbol=name, signature=signature, pure=pure,
                     fragment_factory=lambda s, g: LtoirSource(
                         data=None if data is None else bytes(data), path=file, where=where,
-                        roots=((s, g),)), where=where, name=name, inline=inline)
+                        roots=((s, g),)), where=where, name=name, inline=inline,
+                    scope=scope)
 
 
-def from_object(path, /, *, name: str, signature: str, pure: bool = True):
+def from_object(path, /, *, name: str, signature: str, pure: bool = True,
+                scope: str = "element"):
     """Declare an extern whose device code is a relocatable binary: a ``.cubin``
     (compiled with ``-rdc``), ``.fatbin``, ``.o`` with device code, or ``.a`` library,
     for the kernel's architecture. nvJitLink links it with the kernel, which is possible
@@ -415,10 +454,11 @@ def from_object(path, /, *, name: str, signature: str, pure: bool = True):
     return _declare(None, symbol=name, signature=signature, pure=pure,
                     fragment_factory=lambda s, g: BinarySource(path=file, where=where,
                                                                roots=((s, g),)),
-                    where=where, name=name, inline="never")
+                    where=where, name=name, inline="never", scope=scope)
 
 
-def _declare_cxx(stub, cxx_name, signature, pure, inline, where, fragment, library=None):
+def _declare_cxx(stub, cxx_name, signature, pure, inline, where, fragment, library=None,
+                 scope="element"):
     """An extern calling the C++ function ``cxx_name`` through a generated extern "C"
     trampoline appended to ``fragment`` (or registered with ``library``)."""
     what = f"extern '{cxx_name}' at {where}"
@@ -436,7 +476,7 @@ def _declare_cxx(stub, cxx_name, signature, pure, inline, where, fragment, libra
         fragment.roots = ((symbol, sig),)
     return _declare(stub, symbol=symbol, signature=sig, pure=pure,
                     fragment_factory=lambda s, g: fragment, where=where, name=cxx_name,
-                    inline=inline, display_name=cxx_name)
+                    inline=inline, display_name=cxx_name, scope=scope)
 
 
 class Library:
@@ -474,7 +514,7 @@ class Library:
         self.fragment.roots = tuple(sorted({(d.symbol, d.sig) for d in self._declared.values()},
                                            key=lambda r: (r[0], str(r[1]))))
 
-    def extern(self, name=None, *, signature=None, pure=True, inline="auto"):
+    def extern(self, name=None, *, signature=None, pure=True, inline="auto", scope="element"):
         """Declare an extern from this library: ``lib.extern("c_name_or_cxx::name",
         signature="...")``, or ``@lib.extern()`` on a typed stub (its name is the C
         symbol unless ``name=`` is given)."""
@@ -483,13 +523,14 @@ class Library:
         def declare(stub, sym):
             if is_cxx_name(sym):
                 return _declare_cxx(stub, sym, signature, pure, inline, where, self.fragment,
-                                    library=self)
+                                    library=self, scope=scope)
 
             def make(symbol, sig):
                 self._add(Declared(symbol, None, sig, where))
                 return self.fragment
             return _declare(stub, symbol=sym, signature=signature, pure=pure,
-                            fragment_factory=make, where=where, name=sym, inline=inline)
+                            fragment_factory=make, where=where, name=sym, inline=inline,
+                            scope=scope)
         if callable(name):
             return declare(name, name.__name__)
         if name is not None and signature is not None:

@@ -54,6 +54,7 @@ class SiteInfo:
     why_not_inlined: str | None = None
     marker: str = "atomic"
     why_atomic: str | None = None
+    scope: str = "element"
 
     def __str__(self) -> str:
         how = "inlined bod(ies)" if self.inlined else "call(s)"
@@ -61,6 +62,10 @@ class SiteInfo:
         marker = f"{self.marker} marker"
         if self.why_atomic:
             marker += f" (its fma marker was changed by tileiras: {self.why_atomic})"
+        if self.scope == "block":
+            return (f"site {self.index}: {self.extern} -> {self.symbol} at {self.where}, "
+                    f"block scope: every thread of the block calls it once per execution, "
+                    f"{self.instances} {how} in PTX{why}")
         return (f"site {self.index}: {self.extern} -> {self.symbol} at {self.where}, tile "
                 f"shape {self.shape}, {self.instances} {how} in PTX{why}, {marker}")
 
@@ -326,7 +331,8 @@ def _lower_and_splice(traced, name: str, what: str):
             calls[site.index] = rewrite.SiteCall(site.index, ext.symbol, fn.params,
                                                  fn.results[0] if fn.results else None,
                                                  ext.signature, f"{ext.name} at {site.where}",
-                                                 None, site.marker, site.marker_bits)
+                                                 None, site.marker, site.marker_bits,
+                                                 ext.scope)
             continue
         pmod, fn = linked.functions[ext.symbol]
         body = None
@@ -345,7 +351,8 @@ def _lower_and_splice(traced, name: str, what: str):
         calls[site.index] = rewrite.SiteCall(site.index, ext.symbol, fn.params,
                                              fn.results[0] if fn.results else None,
                                              ext.signature, f"{ext.name} at {site.where}",
-                                             body, site.marker, site.marker_bits)
+                                             body, site.marker, site.marker_bits,
+                                             ext.scope)
 
     report = rewrite.splice_calls(kernel_mod, calls, kernel_name=name)
     return capture, kernel_mod, target, linked, calls, not_inlined, report
@@ -406,7 +413,7 @@ def _build(kernel, signature, arch: str, context, keep_stages: bool) -> Build:
     key = cache.key_of(
         "kernel", traced.bytecode, traced.tileiras_flags, arch,
         [(e.symbol, str(e.signature), e.inline, e.fragment.kind,
-          e.fragment.content_key(arch)) for e in externs.values()],
+          e.fragment.content_key(arch), e.scope) for e in externs.values()],
         toolchain.tool_identity("tileiras", "ptxas"))
     if not keep_stages:
         hit = cache.load("kernel", key)
@@ -414,8 +421,7 @@ def _build(kernel, signature, arch: str, context, keep_stages: bool) -> Build:
             meta, cubin = hit
             if meta.get("symbol") == traced.symbol and \
                     len(meta.get("sites", ())) == len(traced.sites):
-                sites = [SiteInfo(s.index, s.extern.name, s.extern.symbol, s.where, s.call_shape,
-                                  *m) for s, m in zip(traced.sites, meta["sites"])]
+                sites = [_cached_site(s, m) for s, m in zip(traced.sites, meta["sites"])]
                 out = Build(name, arch, traced.symbol, cubin, sites,
                             traced.lifecycle_providers,
                             entry_calls=meta.get("entry_calls", {}), from_cache=True,
@@ -464,7 +470,8 @@ def _build(kernel, signature, arch: str, context, keep_stages: bool) -> Build:
     sites = [SiteInfo(s.index, s.extern.name, s.extern.symbol, s.where, s.call_shape,
                       report.replaced.get(s.index, 0), calls[s.index].inline is not None,
                       not_inlined.get(s.index), "fma" if s.marker == "fma" else "atomic",
-                      fallback.get(s.index)) for s in traced.sites]
+                      fallback.get(s.index), getattr(s.extern, "scope", "element"))
+             for s in traced.sites]
     out = Build(name, arch, traced.symbol, cubin, sites, traced.lifecycle_providers,
                 ptx=capture.ptx if keep_stages else None,
                 spliced_ptx=merged if keep_stages else None,
@@ -486,6 +493,14 @@ def _build(kernel, signature, arch: str, context, keep_stages: bool) -> Build:
     if dump_dir:
         _dump(out, Path(dump_dir))
     return out
+
+
+def _cached_site(site, stored: list) -> SiteInfo:
+    """A :class:`SiteInfo` from a traced call site and what a cached entry stored of it."""
+    instances, inlined, why_not_inlined, marker, why_atomic = stored
+    return SiteInfo(site.index, site.extern.name, site.extern.symbol, site.where,
+                    site.call_shape, instances, inlined, why_not_inlined, marker, why_atomic,
+                    site.extern.scope)
 
 
 def _link_binaries(merged: str, flags, binaries, kernel_mod: Module, target: str, what: str,
@@ -536,6 +551,10 @@ def _explain_ptxas_failure(e: SpliceToolchainError, merged: str, what: str):
     """ptxas's messages point at lines of a temporary merged file: say which fragment (or
     which call site, or the kernel's own PTX) each line belongs to, and quote it."""
     lines = merged.splitlines()
+    from .block import shared_memory_report
+    smem = shared_memory_report(merged, e.log, _owner_of_line, what)
+    if smem is not None:
+        return SpliceLinkError(smem, e.log)
     m = re.search(r"Unresolved extern function '([^']+)'", e.log)
     if m:
         sym = m.group(1)

@@ -50,6 +50,7 @@ import re
 from collections import defaultdict
 from typing import Mapping, Sequence
 
+from . import block
 from .errors import SpliceRewriteError
 from .ptx import Function, Instruction, Module, Param, Statement, apply_edits, destinations, \
     parse_instruction, registers_in
@@ -81,6 +82,7 @@ class SiteCall:
     inline: tuple | None = None   # (prepared Module, Function) to inline, or None: call
     marker: str = "cas"           # "cas" (impure calls) or "fma" (pure calls with a result)
     marker_bits: int = 0          # width of the marker's operands; 0: signature.marker_bits
+    scope: str = "element"        # "block": every thread of the block calls (splice.block)
 
     @property
     def width(self) -> int:
@@ -146,8 +148,9 @@ def splice_calls(module: Module, sites: Mapping[int, SiteCall], *,
                     if idx not in sites:
                         raise _fail(kernel_name, f"marker global of unknown call site {idx}",
                                     s.text(text))
-                    edits.append((s.start, s.end, f"// splice: marker global of site {idx} "
-                                                  f"removed"))
+                    edits.append((s.start, s.end, block.scratch_declaration(idx)
+                                   if sites[idx].scope == "block" else
+                                   f"// splice: marker global of site {idx} removed"))
                     break
 
     for fn in module.function_order:
@@ -259,8 +262,12 @@ def _splice_function(module: Module, fn: Function, sites, kernel_name, found, re
         if ins.modifiers[-1] != f"b{site.width}":
             raise _fail(kernel_name, f"site {idx}: marker of type .{ins.modifiers[-1]}, "
                                      f"expected .b{site.width}", s.text(text))
-        edits.append((s.start, s.end,
-                       call_block(site, ins.guard, dest, (cmp, swap), replaced[idx])))
+        if site.scope == "block":
+            edits.extend(_block_instance(module, fn, parsed, defs, i, site, replaced[idx],
+                                         kernel_name))
+        else:
+            edits.append((s.start, s.end,
+                           call_block(site, ins.guard, dest, (cmp, swap), replaced[idx])))
         replaced[idx] += 1
 
     edits.extend(_splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text,
@@ -270,6 +277,41 @@ def _splice_function(module: Module, fn: Function, sites, kernel_name, found, re
         s = body[i]
         edits.append((s.start, s.end, "// splice: marker address removed"))
     return edits
+
+
+def _block_instance(module, fn, parsed, defs, i, site, instance, kernel_name):
+    """The edits of one instance of a block-scope site's marker (statement ``i``): the guard
+    retargeted, the marker replaced by thread 0's store of the arguments and every thread's
+    call (see :mod:`splice.block`, which proves it)."""
+    s, ins = parsed[i]
+    what = f"block-scope call of {site.label} (site {site.index})"
+    ws = block.warp_specialisation(module, parsed)
+    if ws is not None:
+        raise _fail(kernel_name, f"{what}: tileiras warp-specialised this kernel ({ws!r}): "
+                                 f"its scalar operations run in a subset of the block's "
+                                 f"warps, so splice cannot make every thread of the block "
+                                 f"call the extern. Block-scope calls need a kernel without "
+                                 f"warp specialisation (e.g. no TMA pipeline: "
+                                 f"ct.load(..., allow_tma=False), no ct.mma)")
+    if ins.guard is not None:
+        raise _fail(kernel_name, f"{what}: the marker is predicated", s.text(module.text))
+    dest = ins.operands[0]
+    if dest != "_" and len(defs.get(dest, ())) != 1:
+        raise _fail(kernel_name, f"{what}: the marker's result register {dest} has other "
+                                 f"definitions", s.text(module.text))
+    try:
+        g, j = block.prove_instance(module, fn, parsed, defs, i)
+    except ValueError as e:
+        raise _fail(kernel_name, f"{what}: cannot prove that every thread of the block "
+                                 f"reaches the call exactly once: {e}",
+                    s.text(module.text)) from None
+    gs, gins = parsed[g]
+    join = gins.operands[0]
+    guard = f"@{gins.guard} {gins.opcode} \t{block.guard_label(site, instance)}; // splice: " \
+            f"was {join}"
+    body = block.thread0_block(site, instance, ins.operands[2:]) + "\n" + \
+        block.all_threads_block(site, instance, dest, join, call_block)
+    return [(gs.start, gs.end, guard), (s.start, s.end, body)]
 
 
 def _is_key_load(ins: Instruction) -> bool:

@@ -11,7 +11,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("script", ["examples/layernorm_gelu.py",
-                                    "examples/ptx_import/saxpy_from_ptx.py"])
+                                    "examples/ptx_import/saxpy_from_ptx.py",
+                                    "examples/block_reduce_rows.py"])
 def test_example_compiles(script):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
