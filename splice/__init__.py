@@ -22,6 +22,7 @@ from .errors import (
     SpliceCompileError,
     SpliceDeclarationError,
     SpliceError,
+    SpliceLaunchError,
     SpliceLinkError,
     SpliceRewriteError,
     SpliceToolchainError,
@@ -56,6 +57,6 @@ __all__ = [
     "kernel", "extern", "asm", "library", "Library", "compile", "build", "Build",
     "ExternFunction", "Signature", "parse_signature", "pointer", "ELEMENT_TYPES",
     "SpliceError", "SpliceCallError", "SpliceCompileError", "SpliceDeclarationError",
-    "SpliceLinkError", "SpliceRewriteError", "SpliceToolchainError", "PTXSyntaxError",
+    "SpliceLaunchError", "SpliceLinkError", "SpliceRewriteError", "SpliceToolchainError", "PTXSyntaxError",
     "toolchain", "__version__",
 ]

@@ -16,7 +16,7 @@ import re
 import threading
 from pathlib import Path
 
-from . import cache, toolchain
+from . import cache, nvshmem, toolchain
 from .errors import SpliceCompileError, SpliceDeclarationError, SpliceLinkError
 from .ptx import Module, PTXSyntaxError
 
@@ -148,8 +148,14 @@ class CudaSource(Fragment):
                 opts.append(f"-I{inc / 'cccl'}")
         for name, value in self.defines:
             opts.append(f"-D{name}" if value is None else f"-D{name}={value}")
+        opts.extend(o for o in nvshmem.nvrtc_options_for(*self._texts()) if o not in opts)
         opts.extend(o for o in self.options if o not in ("-dlto", "--dlto"))
         return opts
+
+    def _texts(self) -> list[str]:
+        """The source and the text of every user header it includes."""
+        src = self.read()
+        return [src, *(Path(p).read_text(errors="replace") for p, _ in self._headers(src))]
 
     @property
     def dlto(self) -> bool:
@@ -180,12 +186,14 @@ class CudaSource(Fragment):
                     continue
                 raise SpliceCompileError(
                     f"{self.describe()} does not compile for {target}: "
-                    f"{_first_error(e.log, full, name, code)}", e.log) from None
+                    f"{_first_error(e.log, full, name, code)}"
+                    f"{nvshmem.explain_compile_failure(e.log)}", e.log) from None
 
     def content_key(self, target: str) -> str:
         src = self.read()
         return cache.key_of("cuda", src, self.checks, self._options(target),
-                            toolchain.nvrtc_version(), self._headers(src))
+                            toolchain.nvrtc_version(), self._headers(src),
+                            nvshmem.headers_key(*self._texts()))
 
     def _headers(self, src: str) -> list[tuple[str, str]]:
         """(path, sha256) of every user header the source includes, transitively: found

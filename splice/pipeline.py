@@ -24,9 +24,9 @@ import re
 import time
 from pathlib import Path
 
-from . import _cutile, cache, inline, link, rewrite, toolchain, verify
+from . import _cutile, cache, inline, link, nvshmem, rewrite, toolchain, verify
 from .errors import SpliceLinkError, SpliceToolchainError
-from .fragments import BinarySource
+from .fragments import BinarySource, CudaSource
 from .ptx import Module
 
 __version__ = "0.1.0"
@@ -180,6 +180,8 @@ def _lower_and_splice(traced, name: str, what: str):
     frag_mods: dict[str, tuple[str, Module]] = {}
     for site in traced.sites:
         ext = site.extern
+        if isinstance(ext.fragment, CudaSource):
+            nvshmem.check_scope(ext, ext.fragment.read())
         fkey = ext.fragment.content_key(target)
         if fkey not in frag_mods:
             frag_mods[fkey] = (ext.fragment.describe(), ext.fragment.module(target))
@@ -198,7 +200,8 @@ def _lower_and_splice(traced, name: str, what: str):
                 f"not emitted unless used, and -dlto output holds no PTX")
         link.check_prototype(fn, ext.signature, f"{decl}, {fdesc}", fmod.text)
     linked = link.prepare(kernel_mod, list(frag_mods.values()), name,
-                          frozenset(s.extern.symbol for s in traced.sites))
+                          frozenset(s.extern.symbol for s in traced.sites),
+                          host_filled=nvshmem.HOST_FILLED)
 
     calls: dict[int, rewrite.SiteCall] = {}
     not_inlined: dict[int, str] = {}
@@ -283,7 +286,8 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
                 sites = [SiteInfo(s.index, s.extern.name, s.extern.symbol, s.where, s.call_shape,
                                   *m) for s, m in zip(traced.sites, meta["sites"])]
                 out = Build(name, arch, traced.symbol, cubin, sites,
-                            traced.lifecycle_providers,
+                            traced.lifecycle_providers + nvshmem.lifecycle_providers(
+                                what, frozenset(meta.get("host_filled", ()))),
                             entry_calls=meta.get("entry_calls", {}), from_cache=True,
                             seconds=time.perf_counter() - t0)
                 if verify.enabled():
@@ -326,7 +330,9 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
                       report.replaced.get(s.index, 0), calls[s.index].inline is not None,
                       not_inlined.get(s.index), "fma" if s.marker == "fma" else "atomic",
                       fallback.get(s.index)) for s in traced.sites]
-    out = Build(name, arch, traced.symbol, cubin, sites, traced.lifecycle_providers,
+    out = Build(name, arch, traced.symbol, cubin, sites,
+                traced.lifecycle_providers + nvshmem.lifecycle_providers(what,
+                                                                         linked.host_filled),
                 ptx=capture.ptx if keep_stages else None,
                 spliced_ptx=merged if keep_stages else None,
                 tileir=_tileir_text(capture.ptx) if keep_stages else None,
@@ -337,6 +343,7 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
         verify.verify_build(out)
     if not keep_stages:
         cache.store("kernel", key, {"symbol": traced.symbol, "entry_calls": entry_calls,
+                                    "host_filled": sorted(linked.host_filled),
                                     "sites": [[s.instances, s.inlined, s.why_not_inlined,
                                                s.marker, s.why_atomic] for s in sites]},
                     cubin)
