@@ -108,6 +108,18 @@ def headers_key(*texts: str) -> str:
     return h.hexdigest()
 
 
+def header_version() -> str | None:
+    """``"3.8.0"``: the version of the NVSHMEM headers externs compile against (None when
+    NVSHMEM is not installed)."""
+    try:
+        text = (include_dir() / "non_abi" / "nvshmem_version.h").read_text()
+    except (SpliceToolchainError, OSError):
+        return None
+    parts = [re.search(rf"#define\s+NVSHMEM_VENDOR_{k}_VERSION\s+(\d+)", text)
+             for k in ("MAJOR", "MINOR", "PATCH")]
+    return ".".join(m.group(1) for m in parts) if all(parts) else None
+
+
 def explain_compile_failure(log: str) -> str:
     """A hint for an NVRTC log of an NVSHMEM source, or "": NVSHMEM < 3.8's headers include
     ``infiniband/mlx5dv.h`` even in the inlined mode (DESIGN.md F15b)."""
@@ -154,7 +166,7 @@ def check_scope(ext, source: str) -> None:
 # Module load: nvshmem.core.library_init fills the device state
 
 
-def _check_initialised(kernel: str) -> None:
+def _check_initialised(kernel: str, headers: str | None) -> None:
     try:
         import nvshmem.core as core
     except ImportError:
@@ -173,17 +185,28 @@ def _check_initialised(kernel: str) -> None:
             f"{kernel} calls NVSHMEM, but NVSHMEM is not initialised in this process "
             f"(status {getattr(status, 'name', status)}): call nvshmem.core.init(...) on "
             f"this process's device before the kernel's first launch")
+    try:
+        library = core.get_version().libnvshmem_version
+    except Exception:
+        library = None
+    if headers is not None and library is not None and library != headers:
+        raise SpliceLaunchError(
+            f"{kernel} was compiled against NVSHMEM {headers}'s headers, but this process "
+            f"runs NVSHMEM {library}'s host library, which fills a device state of another "
+            f"layout: install one NVSHMEM (nvidia-nvshmem-cu13=={headers}) for both")
 
 
 @functools.cache
-def lifecycle_provider(kernel: str) -> types.ModuleType:
+def lifecycle_provider(kernel: str, headers: str | None = None) -> types.ModuleType:
     """A library-lifecycle provider (cuTile calls ``library_init(handle)`` on the loaded
     module, ``library_finalize(handle)`` when unloading it; cuTile requires a module) for
-    ``kernel`` ("kernel 'name' (file:line)"): checks that NVSHMEM is initialised, then
-    runs cuTile's own NVSHMEM provider (``nvshmem.core.library_init``).
+    ``kernel`` ("kernel 'name' (file:line)") compiled against NVSHMEM ``headers``
+    ("3.8.0"; None: unknown): checks that NVSHMEM is initialised and that its host library
+    is that version, then runs cuTile's own NVSHMEM provider (``nvshmem.core.library_init``).
 
     Raises (at load time, from ``library_init``):
-        SpliceLaunchError: nvshmem4py missing or NVSHMEM not initialised.
+        SpliceLaunchError: nvshmem4py missing, NVSHMEM not initialised, its host
+            library another version than the headers, or library_init failing.
     """
     from . import _cutile
     mod = types.ModuleType(f"splice.nvshmem.lifecycle[{kernel}]")
@@ -191,8 +214,12 @@ def lifecycle_provider(kernel: str) -> types.ModuleType:
     initialised: set[int] = set()
 
     def library_init(culibrary_handle: int) -> None:
-        _check_initialised(kernel)
-        _cutile.nvshmem_lifecycle().library_init(culibrary_handle)
+        _check_initialised(kernel, headers)
+        try:
+            _cutile.nvshmem_lifecycle().library_init(culibrary_handle)
+        except Exception as e:  # NvshmemError from nvshmem.core
+            raise SpliceLaunchError(f"{kernel}: nvshmem.core.library_init failed on its "
+                                    f"module: {type(e).__name__}: {e}") from None
         initialised.add(int(culibrary_handle))
 
     def library_finalize(culibrary_handle: int) -> None:
@@ -208,4 +235,6 @@ def lifecycle_provider(kernel: str) -> types.ModuleType:
 def lifecycle_providers(kernel: str, defined: frozenset[str] | set[str]) -> tuple:
     """The providers a kernel whose merged module defines the host-filled symbols
     ``defined`` needs."""
-    return (lifecycle_provider(kernel),) if STATE_SYMBOL in defined else ()
+    if STATE_SYMBOL not in defined:
+        return ()
+    return (lifecycle_provider(kernel, header_version()),)
