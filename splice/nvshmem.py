@@ -28,6 +28,7 @@ STATE_SYMBOL = "nvshmemi_device_state_d"
 #: ``.extern .const`` symbols the merged kernel module defines (for :mod:`splice.link`).
 HOST_FILLED = frozenset({STATE_SYMBOL})
 
+TOOLKIT_INCLUDE = Path("/usr/local/cuda/include")   # a system toolkit's CCCL, last resort
 INSTALL_HINT = "pip install 'splice[nvshmem]'"
 _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](?:[^>"\n]*/)?(nvshmemx?\.h)[>"]',
                          re.M)
@@ -68,9 +69,14 @@ def cccl_include_dir() -> Path:
     Raises:
         SpliceToolchainError: CCCL is not installed.
     """
+    import os
     from . import toolchain
     inc = toolchain.cuda_include_dir()
-    for cand in ([inc / "cccl", inc] if inc is not None else []):
+    # the CUDA wheels' CCCL first (it matches NVRTC), then a toolkit's
+    roots = [inc] if inc is not None else []
+    roots += [Path(os.environ[v]) / "include" for v in ("CUDA_HOME", "CUDA_PATH")
+              if os.environ.get(v)] + [TOOLKIT_INCLUDE]
+    for cand in [d for r in roots for d in (r / "cccl", r)]:
         if (cand / "cuda" / "std" / "cstdint").is_file():
             return cand
     raise SpliceToolchainError(
@@ -158,7 +164,7 @@ def check_scope(ext, source: str) -> None:
             f"its source calls {api} (source line {line}), an NVSHMEM API that every thread "
             f"of the {'warp' if api.endswith('_warp') else 'block'} must call together. "
             f"Per element, use the thread-scope API (e.g. nvshmem_float_put, "
-            f"nvshmem_float_p, nvshmem_signal_op); block-scope calls need a block-scope "
+            f"nvshmem_float_p, nvshmemx_signal_op); block-scope calls need a block-scope "
             f"extern")
 
 

@@ -187,6 +187,9 @@ def test_nvshmem_not_installed(monkeypatch):
 def test_cccl_not_installed(monkeypatch, tmp_path):
     (tmp_path / "cuda_fp16.h").write_text("")
     monkeypatch.setattr(splice.toolchain, "cuda_include_dir", lambda: tmp_path)
+    monkeypatch.setattr(nvshmem, "TOOLKIT_INCLUDE", tmp_path)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
     src = PUT_SRC.replace("put_next", "put_no_cccl")
     with pytest.raises(splice.SpliceToolchainError, match=r"need CCCL.*splice\[nvshmem\]"):
         splice.compile(_fresh_put_kernel(src), SIG, "sm_90")
