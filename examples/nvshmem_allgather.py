@@ -12,6 +12,7 @@ received tile it waits on its own counter. The result is checked against
     pip install 'splice[nvshmem]' torch
     python examples/nvshmem_allgather.py                 # check, all visible GPUs
     python examples/nvshmem_allgather.py --bench         # 1 MiB ... 1 GiB per rank vs NCCL
+    python examples/nvshmem_allgather.py --compile-only  # no GPU: compile, show call sites
 
 NVLink multicast (NVLS) stays off: NCCL_NVLS_ENABLE=0, NVSHMEM_DISABLE_NVLS=1.
 
@@ -208,14 +209,35 @@ def _worker(rank, world, port, bench, n):
         dist.destroy_process_group()
 
 
+def compile_only(arch="sm_90"):
+    """No GPU needed: compile the kernel and show its call sites."""
+    from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature, \
+        ScalarConstraint
+
+    def array(dtype):
+        return ArrayConstraint(dtype, 1, index_dtype=ct.int32, stride_lower_bound_incl=0,
+                               alias_groups=(), may_alias_internally=False,
+                               stride_constant=(1,))
+    sig = KernelSignature([array(ct.float32), array(ct.int64)] +
+                          [ScalarConstraint(ct.int32)] * 4 + [TILE],
+                          CallingConvention.cutile_python_v1())
+    build = splice.compile(ring_allgather, sig, arch=arch)
+    print(f"compiled for {arch} without launching")
+    print(build.summary())
+
+
 def main():
-    import torch
-    import torch.multiprocessing as mp
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bench", action="store_true", help="time 1 MiB..1 GiB per rank vs NCCL")
-    p.add_argument("--gpus", type=int, default=torch.cuda.device_count())
+    p.add_argument("--compile-only", action="store_true", help="compile for sm_90, no GPU")
+    p.add_argument("--gpus", type=int, default=None, help="default: every visible GPU")
     p.add_argument("--n", type=int, default=1 << 20, help="float32 per rank (check mode)")
     a = p.parse_args()
+    if a.compile_only:
+        return compile_only()
+    import torch
+    import torch.multiprocessing as mp
+    a.gpus = torch.cuda.device_count() if a.gpus is None else a.gpus
     if a.gpus < 2:
         raise SystemExit("needs at least 2 GPUs")
     with socket.socket() as s:

@@ -18,7 +18,7 @@ N = 4096        # elements per rank
 TILE = 256
 ConstInt = ct.Constant[int]
 
-# splice dtype name -> (NVSHMEM type name, C type, torch dtype name)
+# splice dtype name -> (NVSHMEM type name, C type)
 TYPES = {
     "int8": ("int8", "int8_t"), "int16": ("int16", "int16_t"), "int32": ("int32", "int32_t"),
     "int64": ("int64", "int64_t"), "uint8": ("uint8", "uint8_t"),
@@ -28,8 +28,10 @@ TYPES = {
     "float64": ("double", "double"),
 }
 
-RMA_SRC = "#include <nvshmem.h>\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n" + "".join(
-    f"""
+RMA_SRC = """
+#include <nvshmem.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
 // buf[n + i] on the next PE <- buf[i] here (the value read on this PE)
 extern "C" __device__ int put_{t}({c} *buf, int i, int n) {{
     nvshmem_{nv}_p(buf + n + i, buf[i], (nvshmem_my_pe() + 1) % nvshmem_n_pes());
@@ -38,17 +40,19 @@ extern "C" __device__ int put_{t}({c} *buf, int i, int n) {{
 extern "C" __device__ {c} get_{t}(const {c} *buf, int i, int n) {{
     return nvshmem_{nv}_g(buf + n + i, (nvshmem_my_pe() + 1) % nvshmem_n_pes());
 }}
-""" for t, (nv, c) in TYPES.items())
+"""
 
-_rma = splice.library(source=RMA_SRC)
-PUT = {t: _rma.extern(f"put_{t}", signature=f"int32({t}*, int32, int32)", pure=False)
-       for t in TYPES}
-GET = {t: _rma.extern(f"get_{t}", signature=f"{t}({t}*, int32, int32)", pure=False)
-       for t in TYPES}
+
+def _rma_externs(t):
+    """put_<t>, get_<t>: one source per type, so that a kernel links only its own."""
+    nv, c = TYPES[t]
+    lib = splice.library(source=RMA_SRC.format(t=t, nv=nv, c=c))
+    return (lib.extern(f"put_{t}", signature=f"int32({t}*, int32, int32)", pure=False),
+            lib.extern(f"get_{t}", signature=f"{t}({t}*, int32, int32)", pure=False))
 
 
 def _put_get_kernel(t):
-    put, get = PUT[t], GET[t]
+    put, get = _rma_externs(t)
 
     @splice.kernel
     def put_kernel(buf, flags, n: int, TILE: ConstInt):

@@ -158,6 +158,23 @@ def test_tma_matmul_with_nvshmem_epilogue_sm90():
     assert _has_provider(b)
 
 
+@needs_nvshmem
+def test_allgather_example_compiles():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(root)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+    out = subprocess.run([sys.executable, str(root / "examples" / "nvshmem_allgather.py"),
+                          "--compile-only"], capture_output=True, text=True, timeout=900,
+                         cwd=root / "examples", env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for ext in ("wait_tile", "put_next", "signal_next"):
+        assert f"{ext} -> {ext}" in out.stdout
+
+
 # ---------------------------------------------------------------------------------------
 # Errors
 
