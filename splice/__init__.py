@@ -57,6 +57,7 @@ __all__ = [
     "kernel", "extern", "asm", "library", "Library", "compile", "build", "Build",
     "ExternFunction", "Signature", "parse_signature", "pointer", "ELEMENT_TYPES",
     "SpliceError", "SpliceCallError", "SpliceCompileError", "SpliceDeclarationError",
-    "SpliceLaunchError", "SpliceLinkError", "SpliceRewriteError", "SpliceToolchainError", "PTXSyntaxError",
+    "SpliceLaunchError", "SpliceLinkError", "SpliceRewriteError", "SpliceToolchainError",
+    "PTXSyntaxError",
     "toolchain", "__version__",
 ]
