@@ -162,8 +162,10 @@ def _time(fn, iters):
 
 
 def _bench(rank, world, nccl):
+    import nvshmem.core
     import torch
     import torch.distributed as dist
+    from cuda.core import Stream
     if rank == 0:
         print(f"{'per rank':>10} {'splice GB/s':>12} {'NCCL GB/s':>10} {'time ratio':>11}")
     size = 1 << 20
@@ -174,11 +176,11 @@ def _bench(rank, world, nccl):
         ref = [torch.empty_like(x) for _ in range(world)]
         iters = max(3, min(50, (1 << 30) // size))
         stream = torch.cuda.current_stream()
+        nv_stream = Stream.from_handle(stream.cuda_stream)
 
         def ours():
             # NVSHMEM's own barrier on the stream keeps the ranks' epochs in step
-            import nvshmem.core
-            nvshmem.core.barrier_all(stream=stream)
+            nvshmem.core.barrier_all(stream=nv_stream)
             ag(x, stream)
         dist.barrier()
         t_ours = _time(ours, iters)
