@@ -180,8 +180,6 @@ def _lower_and_splice(traced, name: str, what: str):
     frag_mods: dict[str, tuple[str, Module]] = {}
     for site in traced.sites:
         ext = site.extern
-        if isinstance(ext.fragment, CudaSource):
-            nvshmem.check_scope(ext, ext.fragment.read())
         fkey = ext.fragment.content_key(target)
         if fkey not in frag_mods:
             frag_mods[fkey] = (ext.fragment.describe(), ext.fragment.module(target))
@@ -266,6 +264,8 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
     externs = {}
     for site in traced.sites:
         ext = site.extern
+        if isinstance(ext.fragment, CudaSource):   # before compiling anything
+            nvshmem.check_scope(ext, ext.fragment.read())
         prev = externs.get(ext.symbol)
         if prev is not None and prev is not ext and prev.fragment is not ext.fragment:
             externs[ext.symbol] = _check_same_symbol(prev, ext)
