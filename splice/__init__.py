@@ -22,6 +22,7 @@ from .errors import (
     SpliceCompileError,
     SpliceDeclarationError,
     SpliceError,
+    SpliceLaunchError,
     SpliceLinkError,
     SpliceRewriteError,
     SpliceToolchainError,
@@ -58,6 +59,6 @@ __all__ = [
     "kernel", "extern", "asm", "library", "Library", "compile", "build", "Build",
     "ExternFunction", "Signature", "parse_signature", "pointer", "ELEMENT_TYPES",
     "SpliceError", "SpliceCallError", "SpliceCompileError", "SpliceDeclarationError",
-    "SpliceLinkError", "SpliceRewriteError", "SpliceToolchainError", "PTXSyntaxError",
-    "toolchain", "__version__", "kernel_signature", "export_kernel",
+    "SpliceLaunchError", "SpliceLinkError", "SpliceRewriteError", "SpliceToolchainError",
+    "PTXSyntaxError", "toolchain", "__version__", "kernel_signature", "export_kernel",
 ]

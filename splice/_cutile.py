@@ -965,6 +965,13 @@ def tileiras_path() -> str:
         raise SpliceToolchainError(str(e)) from None
 
 
+def nvshmem_lifecycle():
+    """cuTile's NVSHMEM library-lifecycle provider module (``library_init(handle)`` runs
+    ``nvshmem.core.library_init`` on a loaded module; cuda-tile 1.7)."""
+    from cuda.tile._library_lifecycle import nvshmem
+    return nvshmem
+
+
 def current_arch() -> str:
     """The architecture of the current GPU ("sm_90").
 

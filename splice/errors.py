@@ -76,3 +76,8 @@ class SpliceRewriteError(SpliceError):
 class SpliceToolchainError(SpliceError):
     """A compiler tool is missing or failed (tileiras, ptxas, libnvvm, NVRTC, nvJitLink).
     ``.log`` holds its output."""
+
+
+class SpliceLaunchError(SpliceError):
+    """A built kernel cannot be loaded or launched in this process as it stands (e.g. its
+    externs call NVSHMEM and NVSHMEM is not initialised)."""

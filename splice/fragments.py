@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from . import cache, toolchain
+from . import cache, nvshmem, toolchain
 from .errors import SpliceCompileError, SpliceDeclarationError, SpliceLinkError
 from .ptx import Module, PTXSyntaxError
 
@@ -151,8 +151,14 @@ class CudaSource(Fragment):
                 opts.append(f"-I{inc / 'cccl'}")
         for name, value in self.defines:
             opts.append(f"-D{name}" if value is None else f"-D{name}={value}")
+        opts.extend(o for o in nvshmem.nvrtc_options_for(*self._texts()) if o not in opts)
         opts.extend(o for o in self.options if o not in ("-dlto", "--dlto"))
         return opts
+
+    def _texts(self) -> list[str]:
+        """The source and the text of every user header it includes."""
+        src = self.read()
+        return [src, *(Path(p).read_text(errors="replace") for p, _ in self._headers(src))]
 
     @property
     def dlto(self) -> bool:
@@ -184,14 +190,15 @@ class CudaSource(Fragment):
                 raise SpliceCompileError(
                     f"{self.describe()} does not compile for {target}: "
                     f"{_first_error(e.log, full, name, code)}"
-                    f"{_overload_hint(e.log, self.declared)}{header_hint(e.log)}",
-                    e.log) from None
+                    f"{_overload_hint(e.log, self.declared)}{header_hint(e.log)}"
+                    f"{nvshmem.explain_compile_failure(e.log)}", e.log) from None
 
     def content_key(self, target: str) -> str:
         src = self.read()
         tools = ("nvrtc", "nvJitLink") if self.dlto else ("nvrtc",)
         return cache.key_of("cuda", src, self.checks, self._options(target),
-                            toolchain.tool_identity(*tools), self._headers(src))
+                            toolchain.tool_identity(*tools), self._headers(src),
+                            nvshmem.headers_key(*self._texts()))
 
     def _headers(self, src: str) -> list[tuple[str, str]]:
         """(path, sha256) of every user header the source includes, transitively: found

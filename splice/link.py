@@ -11,7 +11,11 @@ header, with
   fragments' helpers (``__internal_trig_reduction_slowpathd``, ``$str``...) cannot clash;
 - its visible symbols checked against the kernel's own and every other fragment's: the same
   definition twice is kept once, two different definitions are an error naming both;
-- its ``.file`` indices renumbered past the kernel's.
+- its ``.file`` indices renumbered past the kernel's;
+- its ``.extern .const`` declarations of *host-filled* symbols (``prepare``'s
+  ``host_filled``: e.g. NVSHMEM's device state, which the host library fills in each loaded
+  module) that no fragment defines replaced by one ``.visible`` definition in the merged
+  module, after checking that every fragment declares the same size and alignment.
 """
 
 from __future__ import annotations
@@ -181,6 +185,11 @@ def _prepare(mod: Module, what: str, file_offset: int,
             if decl is not None and decl.name in defined:
                 edits.append((s.start, s.end, f"// splice: declaration of {decl.name} hoisted"))
                 continue
+        if s.depth == 0 and s.kind == "directive" and s.head == ".extern" and \
+                declared_variable_name(s) in defined:
+            edits.append((s.start, s.end, f"// splice: {declared_variable_name(s)} is "
+                                          f"defined once for the merged module"))
+            continue
         if s.kind == "directive" and s.head in (".file", ".loc", ".loc_intermediate") and \
                 file_offset and len(s.tokens) > 1 and s.tokens[1].kind == "number":
             t = s.tokens[1]
@@ -211,24 +220,73 @@ class Linked:
 
     text: str
     functions: dict[str, tuple[Module, Function]]
+    host_filled: frozenset[str] = frozenset()   # host-filled symbols the text defines
+
+
+def _extern_variables(mod: Module, names: frozenset[str]) -> dict[str, str]:
+    """``.extern`` variable declarations of ``names`` -> the declaration without
+    ``.extern``, whitespace normalised (``.const .align 8 .b8 x[848];``)."""
+    out = {}
+    for s in mod.statements:
+        if s.depth == 0 and s.kind == "directive" and s.head == ".extern":
+            name = declared_variable_name(s)
+            if name in names:
+                out[name] = " ".join(s.text(mod.text).split()[1:])
+    return out
+
+
+def _host_filled_definitions(kernel_syms, fragments, names: frozenset[str],
+                             kernel_name: str) -> dict[str, str]:
+    """Symbol -> the definition the merged module gets, for each host-filled symbol that
+    fragments declare ``.extern .const`` and none defines.
+
+    Raises:
+        SpliceLinkError: two fragments declare it differently, or the kernel defines it.
+    """
+    decls: dict[str, tuple[str, str]] = {}
+    defined_by_fragment = set()
+    for what, mod in fragments:
+        defined_by_fragment |= set(_visible_defs(mod)) & names
+        for sym, decl in _extern_variables(mod, names).items():
+            if not decl.startswith(".const"):
+                continue
+            if sym in decls and decls[sym][1] != decl:
+                raise SpliceLinkError(
+                    f"{decls[sym][0]} declares '.extern {decls[sym][1]}' but {what} declares "
+                    f"'.extern {decl}': the fragments were compiled against different "
+                    f"versions of the library that fills '{sym}'; compile them against one")
+            decls.setdefault(sym, (what, decl))
+    out = {}
+    for sym, (what, decl) in decls.items():
+        if sym in defined_by_fragment:
+            continue
+        if sym in kernel_syms:
+            raise SpliceLinkError(f"{what} declares '{sym}', which the kernel "
+                                  f"'{kernel_name}' itself defines; rename it")
+        out[sym] = f".visible {decl}"
+    return out
 
 
 def prepare(kernel: Module, fragments: Sequence[tuple[str, Module]],
-            kernel_name: str, exported: frozenset[str] = frozenset()) -> Linked:
+            kernel_name: str, exported: frozenset[str] = frozenset(),
+            host_filled: frozenset[str] = frozenset()) -> Linked:
     """Check and prepare fragments for merging into ``kernel``. ``exported`` names the
     externs' symbols: never renamed, even when a PTX fragment defines them without
-    ``.visible``.
+    ``.visible``. ``host_filled`` names ``.const`` variables that a host library fills in
+    the loaded module: declared ``.extern`` by fragments, defined once by the merged module.
 
     Raises:
-        SpliceLinkError: incompatible fragment, or a symbol clash.
+        SpliceLinkError: incompatible fragment, a symbol clash, or two different
+            declarations of a host-filled symbol.
     """
     kernel_syms = kernel.module_symbols()
     file_offset = _max_file_index(kernel)
     owners: dict[str, _Prepared] = {}
     for what, mod in fragments:
         check_compatible(mod, kernel, what)
+    filled = _host_filled_definitions(kernel_syms, fragments, host_filled, kernel_name)
     defined = frozenset(f.name for _, mod in fragments for f in mod.function_order
-                        if f.is_definition and (f.linkage or f.name in exported))
+                        if f.is_definition and (f.linkage or f.name in exported)) | set(filled)
     prototypes: dict[str, str] = {}
     functions: dict[str, tuple[Module, Function]] = {}
     chunks = []
@@ -269,7 +327,10 @@ def prepare(kernel: Module, fragments: Sequence[tuple[str, Module]],
     if prototypes:
         chunks.insert(0, "// splice: prototypes of the fragments' functions\n" +
                       "\n".join(prototypes.values()) + "\n")
-    return Linked("".join(chunks), functions)
+    if filled:
+        chunks.insert(0, "// splice: defined here, filled by the host library on load\n" +
+                      "\n".join(filled.values()) + "\n")
+    return Linked("".join(chunks), functions, frozenset(filled))
 
 
 def _is_weak(mod: Module, sym: str) -> bool:

@@ -28,9 +28,9 @@ import re
 import time
 from pathlib import Path
 
-from . import _cutile, cache, collectives, inline, link, rewrite, toolchain, verify
+from . import _cutile, cache, collectives, inline, link, nvshmem, rewrite, toolchain, verify
 from .errors import SpliceLinkError, SpliceToolchainError
-from .fragments import BinarySource, Fragment, PtxSource
+from .fragments import BinarySource, CudaSource, Fragment, PtxSource
 from .ptx import Module
 
 __version__ = "0.1.0"
@@ -316,7 +316,8 @@ def _lower_and_splice(traced, name: str, what: str):
         link.check_prototype(fn, ext.signature, f"{decl}, {fdesc}", fmod.text)
     collectives.check_element_sites(traced.sites, frag_mods, target)
     linked = link.prepare(kernel_mod, list(frag_mods.values()), name,
-                          frozenset(s.extern.symbol for s in traced.sites))
+                          frozenset(s.extern.symbol for s in traced.sites),
+                          host_filled=nvshmem.HOST_FILLED)
 
     calls: dict[int, rewrite.SiteCall] = {}
     not_inlined: dict[int, str] = {}
@@ -404,6 +405,8 @@ def _build(kernel, signature, arch: str, context, keep_stages: bool) -> Build:
     externs: dict = {}  # symbol -> ExternFunction
     for site in traced.sites:
         ext = site.extern
+        if isinstance(ext.fragment, CudaSource):   # before compiling anything
+            nvshmem.check_scope(ext, ext.fragment.read())
         prev = externs.get(ext.symbol)
         if prev is not None and prev is not ext and prev.fragment is not ext.fragment:
             _check_same_symbol(prev, ext)
@@ -423,7 +426,8 @@ def _build(kernel, signature, arch: str, context, keep_stages: bool) -> Build:
                     len(meta.get("sites", ())) == len(traced.sites):
                 sites = [_cached_site(s, m) for s, m in zip(traced.sites, meta["sites"])]
                 out = Build(name, arch, traced.symbol, cubin, sites,
-                            traced.lifecycle_providers,
+                            traced.lifecycle_providers + nvshmem.lifecycle_providers(
+                                what, frozenset(meta.get("host_filled", ()))),
                             entry_calls=meta.get("entry_calls", {}), from_cache=True,
                             seconds=time.perf_counter() - t0, symbols=traced.symbols)
                 log.info("%s for %s: cubin from the cache in %.3f s", what, arch, out.seconds)
@@ -470,9 +474,11 @@ def _build(kernel, signature, arch: str, context, keep_stages: bool) -> Build:
     sites = [SiteInfo(s.index, s.extern.name, s.extern.symbol, s.where, s.call_shape,
                       report.replaced.get(s.index, 0), calls[s.index].inline is not None,
                       not_inlined.get(s.index), "fma" if s.marker == "fma" else "atomic",
-                      fallback.get(s.index), getattr(s.extern, "scope", "element"))
+                      fallback.get(s.index), s.extern.scope)
              for s in traced.sites]
-    out = Build(name, arch, traced.symbol, cubin, sites, traced.lifecycle_providers,
+    out = Build(name, arch, traced.symbol, cubin, sites,
+                traced.lifecycle_providers + nvshmem.lifecycle_providers(what,
+                                                                         linked.host_filled),
                 ptx=capture.ptx if keep_stages else None,
                 spliced_ptx=merged if keep_stages else None,
                 tileir=_tileir_text(capture.ptx) if keep_stages else None,
@@ -487,6 +493,7 @@ def _build(kernel, signature, arch: str, context, keep_stages: bool) -> Build:
         verify.verify_build(out)
     if not keep_stages:
         cache.store("kernel", key, {"symbol": traced.symbol, "entry_calls": entry_calls,
+                                    "host_filled": sorted(linked.host_filled),
                                     "sites": [[s.instances, s.inlined, s.why_not_inlined,
                                                s.marker, s.why_atomic] for s in sites]},
                     cubin)
