@@ -499,7 +499,7 @@ def test_hand_written_refusals(case):
 
 @pytest.mark.gpu
 def test_gpu_block_reduce_row_sum(torch):
-    from conftest import launch
+    from support.gpu import launch
     fn = _block_reduce_extern()
     rows, n = 64, 4096
     x = torch.randn(rows, n, device="cuda")
@@ -517,7 +517,7 @@ def test_gpu_block_reduce_row_sum(torch):
 
 @pytest.mark.gpu
 def test_gpu_histogram(torch):
-    from conftest import launch
+    from support.gpu import launch
     blocks = 64
     rng = np.random.default_rng(0)
     xn = rng.integers(0, 256, blocks * 256).astype(np.int32)
@@ -530,7 +530,7 @@ def test_gpu_histogram(torch):
 
 @pytest.mark.gpu
 def test_gpu_warp_scan(torch):
-    from conftest import launch
+    from support.gpu import launch
     blocks = 16
     x = torch.randn(blocks * 128, device="cuda")
     ref = x.view(-1, 32).cumsum(dim=1)
@@ -546,7 +546,7 @@ def test_gpu_warp_scan(torch):
 @pytest.mark.parametrize("kernel", [count_kernel, count_kernel_called])
 @pytest.mark.parametrize("reps,flag", [(0, 0), (1, 1), (5, 0), (7, 1)])
 def test_gpu_loop_and_uniform_branch(torch, kernel, reps, flag):
-    from conftest import launch
+    from support.gpu import launch
     x = torch.arange(4 * 128, dtype=torch.int32, device="cuda")
     y = torch.empty_like(x)
     launch(torch, (4,), kernel, (x, y, reps, flag, 128))
@@ -555,7 +555,7 @@ def test_gpu_loop_and_uniform_branch(torch, kernel, reps, flag):
 
 @pytest.mark.gpu
 def test_gpu_ordering_store_call_load(torch):
-    from conftest import launch
+    from support.gpu import launch
     blocks = 8
     y = torch.randn(blocks * 128, device="cuda")
     x = torch.zeros_like(y)
@@ -567,7 +567,7 @@ def test_gpu_ordering_store_call_load(torch):
 
 @pytest.mark.gpu
 def test_gpu_two_sites(torch):
-    from conftest import launch
+    from support.gpu import launch
     x = torch.arange(2 * 128, dtype=torch.int32, device="cuda")
     y = torch.empty_like(x)
     launch(torch, (2,), two_sites_kernel, (x, y, 128))
@@ -578,7 +578,7 @@ def test_gpu_two_sites(torch):
 
 @pytest.mark.gpu
 def test_gpu_tma_matmul_refused_at_launch(torch):
-    from conftest import launch
+    from support.gpu import launch
     A = torch.randn(256, 128, device="cuda", dtype=torch.float16)
     B = torch.randn(128, 256, device="cuda", dtype=torch.float16)
     C = torch.empty(256, 256, device="cuda", dtype=torch.float16)

@@ -378,7 +378,7 @@ def test_an_edited_cu_is_run_by_a_new_kernel_object_not_by_a_relaunch(torch, tmp
                                                                        fresh_cache):
     # README "Edited sources in a running process": cuTile keeps compiled variants per
     # kernel object and signature; replace_hints() gives a new object with an empty cache
-    from conftest import launch
+    from support.gpu import launch
     src = tmp_path / "f.cu"
     src.write_text('extern "C" __device__ float f(float x) { return x + 1.0f; }\n')
     f = splice.extern(path=src, name="f", signature="float32(float32)")(lambda x: None)
