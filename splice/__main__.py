@@ -185,7 +185,7 @@ def _cmd_doctor(a) -> int:
 
 
 def _byte_count(text: str) -> int:
-    if not text.isdigit():
+    if not text.isdecimal():  # not isdigit: int() refuses "²"
         raise argparse.ArgumentTypeError(f"not a byte count: {text!r}")
     return int(text)
 

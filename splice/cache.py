@@ -64,7 +64,7 @@ def max_bytes() -> int:
     """``$SPLICE_CACHE_MAX_BYTES`` (a byte count; default :data:`DEFAULT_MAX_BYTES`). A value
     that is not a non-negative integer gives one warning and the default."""
     env = os.environ.get("SPLICE_CACHE_MAX_BYTES", "").strip()
-    if env.isdigit():
+    if env.isdecimal():  # not isdigit: int() refuses "²"
         return int(env)
     if env:
         _warn_bad_limit(env)

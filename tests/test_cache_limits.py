@@ -1,0 +1,41 @@
+"""Odd values of the cache limit: whatever ``$SPLICE_CACHE_MAX_BYTES`` or ``--max-bytes``
+holds, the answer is the limit, a warning and the default, or an argparse error: never a
+raw ``ValueError`` out of a build or the CLI."""
+
+import pytest
+
+from splice import cache
+from splice.__main__ import main
+
+
+@pytest.mark.parametrize("value", ["²", "4GiB", "-5", "1e9", "0x10", " "])
+def test_a_bad_limit_never_raises(monkeypatch, value):
+    monkeypatch.setenv("SPLICE_CACHE_MAX_BYTES", value)
+    cache._warn_bad_limit.cache_clear()
+    with pytest.warns(RuntimeWarning) if value.strip() else _no_warning():
+        assert cache.max_bytes() == cache.DEFAULT_MAX_BYTES
+
+
+def test_a_limit_with_spaces_and_zero(monkeypatch):
+    monkeypatch.setenv("SPLICE_CACHE_MAX_BYTES", " 0 ")
+    assert cache.max_bytes() == 0
+
+
+@pytest.mark.parametrize("value", ["²", "-1", "4GiB"])
+def test_prune_max_bytes_is_an_argparse_error(value, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(tmp_path))
+    with pytest.raises(SystemExit) as info:
+        main(["cache", "prune", "--max-bytes", value])
+    assert info.value.code == 2
+    assert "not a byte count" in capsys.readouterr().err
+
+
+class _no_warning:
+    def __enter__(self):
+        import warnings
+        self._c = warnings.catch_warnings()
+        self._c.__enter__()
+        warnings.simplefilter("error")
+
+    def __exit__(self, *exc):
+        self._c.__exit__(*exc)
