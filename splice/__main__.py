@@ -114,11 +114,12 @@ def _cmd_cache(a) -> int:
         print(f"removed {removed} entries ({freed} bytes) from {root}; {n} entries, "
               f"{total} bytes left")
     elif a.action == "clear":
-        n = 0
-        for p in cache.entries():
-            p.unlink(missing_ok=True)
-            n += 1
+        n, _ = cache.prune(0)  # under the lock, and the byte count goes to 0
         print(f"removed {n} entries from {root}")
+        left = cache.size()[0]
+        if left:
+            print(f"error: {left} entries could not be removed (permissions?)", file=sys.stderr)
+            return 1
     return 0
 
 

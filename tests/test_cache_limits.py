@@ -39,3 +39,15 @@ class _no_warning:
 
     def __exit__(self, *exc):
         self._c.__exit__(*exc)
+
+
+def test_clear_resets_the_byte_count(tmp_path, monkeypatch, capsys):
+    """``cache clear`` left ``.size`` at the old total, so the count no longer matched the
+    (empty) cache: the next stores scanned the whole cache early."""
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(tmp_path))
+    for i in range(3):
+        cache.store("kernel", f"k{i}", {}, b"x" * 1000)
+    assert int((tmp_path / ".size").read_text()) > 3000
+    assert main(["cache", "clear"]) == 0
+    assert "removed 3 entries" in capsys.readouterr().out
+    assert cache.entries() == [] and (tmp_path / ".size").read_text() == "0"
