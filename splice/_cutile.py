@@ -33,7 +33,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.metadata
+import inspect
 import threading
+import types
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -944,8 +946,9 @@ def check_build_args(kernel, signature) -> None:
             f"function with @splice.kernel")
     signatures = signature if isinstance(signature, (list, tuple)) and signature \
         else [signature]
-    bad = next((s for s in signatures if not isinstance(s, KernelSignature)), None)
-    if bad is not None:
+    for bad in signatures:   # (None is a bad signature too: no sentinel)
+        if isinstance(bad, KernelSignature):
+            continue
         code = kernel._pyfunc.__code__
         raise SpliceDeclarationError(
             f"kernel '{kernel._pyfunc.__name__}' ({code.co_filename}:{code.co_firstlineno}): "
@@ -999,6 +1002,12 @@ class SpliceKernel(ct.kernel):
             def decorate(func):
                 return cls(func, **kwargs)
             return decorate
+        if not isinstance(function, types.FunctionType):
+            caller = next(f for f in inspect.stack() if f.filename != __file__)
+            raise SpliceDeclarationError(
+                f"@splice.kernel at {caller.filename}:{caller.lineno}: got "
+                f"{type(function).__name__} {function!r:.80}; decorate a def (a Python "
+                f"function) with @splice.kernel")
         return super().__new__(cls, function, **kwargs)
 
     def _compile(self, signature, context, compute_capability=None):
