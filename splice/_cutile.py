@@ -1010,6 +1010,18 @@ class SpliceKernel(ct.kernel):
                 f"function) with @splice.kernel")
         return super().__new__(cls, function, **kwargs)
 
+    def __init__(self, function, /, **options):
+        try:
+            super().__init__(function, **options)
+        except (TypeError, ValueError) as e:  # cuTile checks the options
+            code = function.__code__
+            given = ", ".join(f"{k}={v!r}" for k, v in options.items())
+            raise SpliceDeclarationError(
+                f"@splice.kernel '{function.__name__}' ({code.co_filename}:"
+                f"{code.co_firstlineno}): cuTile refuses the options {given}: {e}; num_ctas, "
+                f"occupancy, opt_level and num_worker_warps take ints (or ct.ByTarget)"
+            ) from None
+
     def _compile(self, signature, context, compute_capability=None):
         from . import pipeline
         arch = format_sm_arch(*(compute_capability or get_compute_capability()))
@@ -1017,8 +1029,9 @@ class SpliceKernel(ct.kernel):
         return built.cubin, built.symbol, None, built.lifecycle_providers
 
     def replace_hints(self, **hints):
-        options = dataclasses.replace(self._compiler_options, **hints)
-        return type(self)(self._pyfunc, **dataclasses.asdict(options))
+        # through __init__, which turns cuTile's refusal of a hint into a SpliceError
+        return type(self)(self._pyfunc,
+                          **{**dataclasses.asdict(self._compiler_options), **hints})
 
     def inspect(self, *args, signature=None, arch: str | None = None):
         """Every stage of this kernel's compilation, as a :class:`splice.pipeline.Build`.

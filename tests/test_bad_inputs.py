@@ -475,6 +475,16 @@ USAGE_ROWS = [
     ("@splice.kernel on a non-function", lambda: splice.kernel(5),
      splice.SpliceDeclarationError, ["@splice.kernel", f"{SRC}:", "got int 5",
                                      "decorate a def"]),
+    ("@splice.kernel opt_level out of range", lambda: splice.kernel(opt_level=9)(_stub_f),
+     splice.SpliceDeclarationError, ["@splice.kernel '_stub_f'", "opt_level", "got 9"]),
+    ("@splice.kernel num_ctas not a power of 2", lambda: splice.kernel(num_ctas=3)(_stub_f),
+     splice.SpliceDeclarationError, ["@splice.kernel '_stub_f'", "num_ctas", "power of 2"]),
+    ("@splice.kernel option of the wrong type", lambda: splice.kernel(opt_level="fast")(
+        _stub_f), splice.SpliceDeclarationError, ["@splice.kernel '_stub_f'", "'fast'"]),
+    ("replace_hints with a bad value", lambda: _kern_for_usage().replace_hints(opt_level=9),
+     splice.SpliceDeclarationError, ["@splice.kernel 'kern'", "opt_level=9"]),
+    ("replace_hints with an unknown hint", lambda: _kern_for_usage().replace_hints(
+        opt_levle=2), splice.SpliceDeclarationError, ["@splice.kernel 'kern'", "opt_levle"]),
     ("compile a plain function", lambda: splice.compile(_stub_f, SIG, "sm_90"),
      splice.SpliceDeclarationError, ["decorate the kernel function with @splice.kernel",
                                      "_stub_f"]),
