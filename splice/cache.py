@@ -36,6 +36,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import tempfile
 import time
 import warnings
@@ -247,8 +248,18 @@ def entries(kind: str | None = None) -> list[Path]:
     for k in kinds:
         d = root / k
         if k not in _NOT_ENTRIES and d.is_dir():
-            out.extend(sorted(d.glob("*/*.bin")))
+            out.extend(sorted(p for p in d.glob("??/*.bin") if _is_entry_name(p)))
     return out
+
+
+_ENTRY_NAME = re.compile(r"[0-9a-f]{64}")
+
+
+def _is_entry_name(p: Path) -> bool:
+    """``<xx>/<sha256 hex>.bin`` with ``xx`` its first two digits, as :func:`_entry_path`
+    names it: with ``$SPLICE_CACHE_DIR`` a shared directory (``/tmp``, ``~/.cache``),
+    another program's ``*/*/*.bin`` is never counted, evicted or cleared."""
+    return bool(_ENTRY_NAME.fullmatch(p.stem)) and p.parent.name == p.stem[:2]
 
 
 def _stats(paths) -> list[tuple[int, int, Path]]:

@@ -2,6 +2,8 @@
 holds, the answer is the limit, a warning and the default, or an argparse error: never a
 raw ``ValueError`` out of a build or the CLI."""
 
+import os
+
 import pytest
 
 from splice import cache
@@ -51,3 +53,23 @@ def test_clear_resets_the_byte_count(tmp_path, monkeypatch, capsys):
     assert main(["cache", "clear"]) == 0
     assert "removed 3 entries" in capsys.readouterr().out
     assert cache.entries() == [] and (tmp_path / ".size").read_text() == "0"
+
+
+def test_files_that_are_not_entries_are_never_evicted_or_cleared(tmp_path, monkeypatch):
+    """SPLICE_CACHE_DIR pointed at a shared directory (/tmp, ~/.cache): a user's
+    ``<dir>/proj/build/model.bin`` looked like an entry (``<kind>/<xx>/<name>.bin``), was
+    counted, evicted first (oldest) and deleted by ``cache clear``."""
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(tmp_path))
+    mine = tmp_path / "proj" / "ab" / "model.bin"
+    mine.parent.mkdir(parents=True)
+    mine.write_bytes(b"weights" * 100)
+    os.utime(mine, (1, 1))   # the oldest file: first to go
+    lookalike = tmp_path / "proj" / "01" / ("0" * 64 + ".bin")   # wrong subdirectory
+    lookalike.parent.mkdir()
+    lookalike.write_bytes(b"x")
+    monkeypatch.setenv("SPLICE_CACHE_MAX_BYTES", "0")
+    cache.store("kernel", "k", {}, b"x" * 100)
+    assert mine.exists() and lookalike.exists()
+    assert [p.parent.parent.name for p in cache.entries()] == ["kernel"]
+    assert main(["cache", "clear"]) == 0
+    assert mine.exists() and lookalike.exists() and cache.entries() == []
