@@ -206,8 +206,8 @@ class CudaSource(Fragment):
         directory of its NVRTC name: the current one when ``where`` has none), then the
         ``-I`` directories in NVRTC's order (``include_dirs``, beside ``path``, the CUDA
         headers, ``-I``/``--include-path`` of ``options``); ``-include``/``--pre-include``
-        files too. Headers found in the CUDA headers are covered by NVRTC's identity in
-        the key. An ``#include`` inside a disabled ``#if`` is still hashed: the key may
+        files too. A header found in the CUDA headers is identified by its size and mtime
+        (what it includes in turn is not followed). An ``#include`` inside a disabled ``#if`` is still hashed: the key may
         change when it need not, never the reverse."""
         import hashlib
         toolkit = _toolkit_include_dirs()
@@ -229,7 +229,10 @@ class CudaSource(Fragment):
                     if not cand.is_file():
                         continue
                     key = str(cand.resolve())
-                    if d not in toolkit and key not in seen:
+                    if d in toolkit:   # a wheel pip may upgrade apart from NVRTC's
+                        st = cand.stat()
+                        seen.setdefault(key, f"stat {st.st_size} {st.st_mtime_ns}")
+                    elif key not in seen:
                         data = cand.read_bytes()
                         seen[key] = hashlib.sha256(data).hexdigest()
                         todo.append((data.decode("utf-8", "replace"), cand.parent))

@@ -54,3 +54,15 @@ def test_include_dirs_come_before_the_files_own_directory(tmp_path):
     cu.write_text("#include <h.h>\n" + BODY)
     frag = CudaSource(path=cu, include_dirs=(str(inc),), where="x.py:1")
     assert _edit_changes_key(frag, inc / "h.h")
+
+
+def test_a_cuda_header_replaced_by_an_upgrade_changes_the_key(tmp_path, monkeypatch):
+    """The CUDA headers come from a wheel (nvidia-cuda-runtime...) that pip upgrades apart
+    from NVRTC's: a replaced ``cuda_fp16.h`` must miss although NVRTC is the same."""
+    from splice import toolchain
+    inc = tmp_path / "cuda_include"
+    inc.mkdir()
+    (inc / "cuda_fp16.h").write_text("#define V 1\n")
+    monkeypatch.setattr(toolchain, "cuda_include_dir", lambda: inc)
+    frag = CudaSource(text="#include <cuda_fp16.h>\n" + BODY, where="x.py:1")
+    assert _edit_changes_key(frag, inc / "cuda_fp16.h")
