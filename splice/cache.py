@@ -133,6 +133,8 @@ def read(path: Path, touch: bool = True) -> tuple[dict, bytes] | None:
         nl = data.index(b"\n", len(_MAGIC))
         header = json.loads(data[len(_MAGIC):nl])
         payload = data[nl + 1:]
+        if not isinstance(header, dict):
+            raise ValueError("header is not an object")
         if header.get("key") != path.stem or header.get("size") != len(payload) or \
                 header.get("sha256") != hashlib.sha256(payload).hexdigest() or \
                 not isinstance(header.get("meta"), dict):

@@ -73,3 +73,14 @@ def test_files_that_are_not_entries_are_never_evicted_or_cleared(tmp_path, monke
     assert [p.parent.parent.name for p in cache.entries()] == ["kernel"]
     assert main(["cache", "clear"]) == 0
     assert mine.exists() and lookalike.exists() and cache.entries() == []
+
+
+@pytest.mark.parametrize("header", [b"[1]", b"3", b'"x"', b"null"])
+def test_an_entry_whose_header_is_not_an_object_is_corrupt(tmp_path, monkeypatch, header):
+    """An edited entry with a JSON header that is not an object raised AttributeError
+    (``.get`` on a list) out of every load -- out of the user's build."""
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(tmp_path))
+    cache.store("kernel", "k", {}, b"payload")
+    [entry] = cache.entries()
+    entry.write_bytes(cache._MAGIC + header + b"\npayload")
+    assert cache.load("kernel", "k") is None and not entry.exists()
