@@ -10,9 +10,10 @@ by other splice code is never served. Nothing that merely moves (a file path, a 
 of the kernel) is in it.
 
 An entry is one file: a magic line, a JSON header, then the payload, with the header holding
-the payload's SHA-256. It is written to a temporary file (``.tmp-*``) in the same directory
-and ``os.replace``\\ d into place, so a reader sees either no entry or a whole one; a file
-that fails its checksum (torn by a crash, edited, truncated) is deleted and rebuilt.
+the SHA-256 of its meta and the payload. It is written to a temporary file (``.tmp-*``) in
+the same directory and ``os.replace``\\ d into place, so a reader sees either no entry or a
+whole one; a file that fails its checksum (torn by a crash, edited, truncated) is deleted
+and rebuilt.
 
 The cache is bounded: when a store takes the entries past ``$SPLICE_CACHE_MAX_BYTES``
 (default 4 GiB), the least recently *used* entries (a hit refreshes an entry's mtime) are
@@ -42,7 +43,7 @@ import time
 import warnings
 from pathlib import Path
 
-_MAGIC = b"splice-cache-v1\n"
+_MAGIC = b"splice-cache-v2\n"  # v2: the checksum covers the meta
 _warned_readonly = False
 #: A temporary file older than this (seconds) was left by a writer that died; removed.
 STALE_TEMP_SECONDS = 600
@@ -136,8 +137,8 @@ def read(path: Path, touch: bool = True) -> tuple[dict, bytes] | None:
         if not isinstance(header, dict):
             raise ValueError("header is not an object")
         if header.get("key") != path.stem or header.get("size") != len(payload) or \
-                header.get("sha256") != hashlib.sha256(payload).hexdigest() or \
-                not isinstance(header.get("meta"), dict):
+                not isinstance(header.get("meta"), dict) or \
+                header.get("sha256") != _digest(header["meta"], payload):
             raise ValueError("checksum mismatch")
     except (ValueError, json.JSONDecodeError):
         try:
@@ -153,6 +154,12 @@ def read(path: Path, touch: bool = True) -> tuple[dict, bytes] | None:
     return header, payload
 
 
+def _digest(meta: dict, payload: bytes) -> str:
+    """SHA-256 of the meta (used on a hit as much as the payload) and the payload."""
+    m = json.dumps(meta, sort_keys=True).encode()
+    return hashlib.sha256(len(m).to_bytes(8, "little") + m + payload).hexdigest()
+
+
 def store(kind: str, key: str, meta: dict, payload: bytes) -> bool:
     """Write an entry atomically; when the entries now pass :func:`max_bytes`, evict the
     least recently used (never this one). Returns False (after one warning per process)
@@ -160,7 +167,7 @@ def store(kind: str, key: str, meta: dict, payload: bytes) -> bool:
     global _warned_readonly
     path = _entry_path(kind, key)
     header = json.dumps({"key": path.stem, "size": len(payload),
-                         "sha256": hashlib.sha256(payload).hexdigest(), "meta": meta},
+                         "sha256": _digest(meta, payload), "meta": meta},
                         sort_keys=True).encode()
     tmp = None
     try:

@@ -84,3 +84,16 @@ def test_an_entry_whose_header_is_not_an_object_is_corrupt(tmp_path, monkeypatch
     [entry] = cache.entries()
     entry.write_bytes(cache._MAGIC + header + b"\npayload")
     assert cache.load("kernel", "k") is None and not entry.exists()
+
+
+def test_an_edited_meta_fails_the_checksum(tmp_path, monkeypatch):
+    """The header's meta (a kernel's call sites, its host-filled NVSHMEM state) is used on
+    a hit as much as the cubin; the checksum covered only the payload, so a flipped
+    digit in the meta was served."""
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(tmp_path))
+    cache.store("kernel", "k", {"host_filled": ["a"], "n": 12}, b"payload")
+    [entry] = cache.entries()
+    data = entry.read_bytes()
+    assert b'"n": 12' in data
+    entry.write_bytes(data.replace(b'"n": 12', b'"n": 13'))
+    assert cache.load("kernel", "k") is None and not entry.exists()
