@@ -96,6 +96,10 @@ def _cmd_compile(a) -> int:
 def _cmd_cache(a) -> int:
     from . import cache
     root = cache.cache_root()
+    if a.max_bytes is not None and a.action != "prune":
+        print(f"error: --max-bytes is an option of 'cache prune', not of 'cache {a.action}'",
+              file=sys.stderr)
+        return 2
     if a.action == "list":
         for p in cache.entries():
             hit = cache.read(p, touch=False)

@@ -97,3 +97,14 @@ def test_an_edited_meta_fails_the_checksum(tmp_path, monkeypatch):
     assert b'"n": 12' in data
     entry.write_bytes(data.replace(b'"n": 12', b'"n": 13'))
     assert cache.load("kernel", "k") is None and not entry.exists()
+
+
+@pytest.mark.parametrize("action", ["size", "list", "clear"])
+def test_max_bytes_outside_prune_is_refused(action, tmp_path, monkeypatch, capsys):
+    """``cache clear --max-bytes N`` cleared everything and ``cache size --max-bytes N``
+    reported the env limit: the option was silently ignored."""
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(tmp_path))
+    cache.store("kernel", "k", {}, b"x")
+    assert main(["cache", action, "--max-bytes", "5"]) == 2
+    assert "--max-bytes is an option of 'cache prune'" in capsys.readouterr().err
+    assert len(cache.entries()) == 1
