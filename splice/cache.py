@@ -82,7 +82,8 @@ def _warn_bad_limit(value: str) -> None:
 @functools.cache
 def code_identity() -> str:
     """SHA-256 of every ``*.py`` file of the imported splice package (relative path and
-    bytes), computed once per process: the code that runs is the code that was imported."""
+    bytes), computed once per process, when splice is imported: the code that runs is the
+    code that was imported."""
     pkg = Path(__file__).resolve().parent
     h = hashlib.sha256()
     for p in sorted(pkg.rglob("*.py")):
@@ -91,6 +92,11 @@ def code_identity() -> str:
         h.update(len(rel).to_bytes(8, "little") + rel)
         h.update(len(data).to_bytes(8, "little") + data)
     return h.hexdigest()
+
+
+# now, at import: the files may change while this process runs (a git pull under a notebook),
+# and an entry stored by the code imported must not be keyed by the code on disk later
+code_identity()
 
 
 def key_of(*parts) -> str:
