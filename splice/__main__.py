@@ -96,6 +96,10 @@ def _cmd_compile(a) -> int:
 def _cmd_cache(a) -> int:
     from . import cache
     root = cache.cache_root()
+    if a.max_bytes is not None and a.action != "prune":
+        print(f"error: --max-bytes is an option of 'cache prune', not of 'cache {a.action}'",
+              file=sys.stderr)
+        return 2
     if a.action == "list":
         for p in cache.entries():
             hit = cache.read(p, touch=False)
@@ -114,11 +118,12 @@ def _cmd_cache(a) -> int:
         print(f"removed {removed} entries ({freed} bytes) from {root}; {n} entries, "
               f"{total} bytes left")
     elif a.action == "clear":
-        n = 0
-        for p in cache.entries():
-            p.unlink(missing_ok=True)
-            n += 1
+        n, _ = cache.prune(0)  # under the lock, and the byte count goes to 0
         print(f"removed {n} entries from {root}")
+        left = cache.size()[0]
+        if left:
+            print(f"error: {left} entries could not be removed (permissions?)", file=sys.stderr)
+            return 1
     return 0
 
 
@@ -185,7 +190,7 @@ def _cmd_doctor(a) -> int:
 
 
 def _byte_count(text: str) -> int:
-    if not text.isdigit():
+    if not text.isdecimal():  # not isdigit: int() refuses "²"
         raise argparse.ArgumentTypeError(f"not a byte count: {text!r}")
     return int(text)
 

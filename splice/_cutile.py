@@ -33,7 +33,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.metadata
+import inspect
 import threading
+import types
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -944,8 +946,9 @@ def check_build_args(kernel, signature) -> None:
             f"function with @splice.kernel")
     signatures = signature if isinstance(signature, (list, tuple)) and signature \
         else [signature]
-    bad = next((s for s in signatures if not isinstance(s, KernelSignature)), None)
-    if bad is not None:
+    for bad in signatures:   # (None is a bad signature too: no sentinel)
+        if isinstance(bad, KernelSignature):
+            continue
         code = kernel._pyfunc.__code__
         raise SpliceDeclarationError(
             f"kernel '{kernel._pyfunc.__name__}' ({code.co_filename}:{code.co_firstlineno}): "
@@ -999,7 +1002,25 @@ class SpliceKernel(ct.kernel):
             def decorate(func):
                 return cls(func, **kwargs)
             return decorate
+        if not isinstance(function, types.FunctionType):
+            caller = next(f for f in inspect.stack() if f.filename != __file__)
+            raise SpliceDeclarationError(
+                f"@splice.kernel at {caller.filename}:{caller.lineno}: got "
+                f"{type(function).__name__} {function!r:.80}; decorate a def (a Python "
+                f"function) with @splice.kernel")
         return super().__new__(cls, function, **kwargs)
+
+    def __init__(self, function, /, **options):
+        try:
+            super().__init__(function, **options)
+        except (TypeError, ValueError) as e:  # cuTile checks the options
+            code = function.__code__
+            given = ", ".join(f"{k}={v!r}" for k, v in options.items())
+            raise SpliceDeclarationError(
+                f"@splice.kernel '{function.__name__}' ({code.co_filename}:"
+                f"{code.co_firstlineno}): cuTile refuses the options {given}: {e}; num_ctas, "
+                f"occupancy, opt_level and num_worker_warps take ints (or ct.ByTarget)"
+            ) from None
 
     def _compile(self, signature, context, compute_capability=None):
         from . import pipeline
@@ -1008,8 +1029,9 @@ class SpliceKernel(ct.kernel):
         return built.cubin, built.symbol, None, built.lifecycle_providers
 
     def replace_hints(self, **hints):
-        options = dataclasses.replace(self._compiler_options, **hints)
-        return type(self)(self._pyfunc, **dataclasses.asdict(options))
+        # through __init__, which turns cuTile's refusal of a hint into a SpliceError
+        return type(self)(self._pyfunc,
+                          **{**dataclasses.asdict(self._compiler_options), **hints})
 
     def inspect(self, *args, signature=None, arch: str | None = None):
         """Every stage of this kernel's compilation, as a :class:`splice.pipeline.Build`.

@@ -10,9 +10,10 @@ by other splice code is never served. Nothing that merely moves (a file path, a 
 of the kernel) is in it.
 
 An entry is one file: a magic line, a JSON header, then the payload, with the header holding
-the payload's SHA-256. It is written to a temporary file (``.tmp-*``) in the same directory
-and ``os.replace``\\ d into place, so a reader sees either no entry or a whole one; a file
-that fails its checksum (torn by a crash, edited, truncated) is deleted and rebuilt.
+the SHA-256 of its meta and the payload. It is written to a temporary file (``.tmp-*``) in
+the same directory and ``os.replace``\\ d into place, so a reader sees either no entry or a
+whole one; a file that fails its checksum (torn by a crash, edited, truncated) is deleted
+and rebuilt.
 
 The cache is bounded: when a store takes the entries past ``$SPLICE_CACHE_MAX_BYTES``
 (default 4 GiB), the least recently *used* entries (a hit refreshes an entry's mtime) are
@@ -36,12 +37,13 @@ import functools
 import hashlib
 import json
 import os
+import re
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
-_MAGIC = b"splice-cache-v1\n"
+_MAGIC = b"splice-cache-v2\n"  # v2: the checksum covers the meta
 _warned_readonly = False
 #: A temporary file older than this (seconds) was left by a writer that died; removed.
 STALE_TEMP_SECONDS = 600
@@ -64,7 +66,7 @@ def max_bytes() -> int:
     """``$SPLICE_CACHE_MAX_BYTES`` (a byte count; default :data:`DEFAULT_MAX_BYTES`). A value
     that is not a non-negative integer gives one warning and the default."""
     env = os.environ.get("SPLICE_CACHE_MAX_BYTES", "").strip()
-    if env.isdigit():
+    if env.isdecimal():  # not isdigit: int() refuses "²"
         return int(env)
     if env:
         _warn_bad_limit(env)
@@ -80,7 +82,8 @@ def _warn_bad_limit(value: str) -> None:
 @functools.cache
 def code_identity() -> str:
     """SHA-256 of every ``*.py`` file of the imported splice package (relative path and
-    bytes), computed once per process: the code that runs is the code that was imported."""
+    bytes), computed once per process, when splice is imported: the code that runs is the
+    code that was imported."""
     pkg = Path(__file__).resolve().parent
     h = hashlib.sha256()
     for p in sorted(pkg.rglob("*.py")):
@@ -89,6 +92,11 @@ def code_identity() -> str:
         h.update(len(rel).to_bytes(8, "little") + rel)
         h.update(len(data).to_bytes(8, "little") + data)
     return h.hexdigest()
+
+
+# now, at import: the files may change while this process runs (a git pull under a notebook),
+# and an entry stored by the code imported must not be keyed by the code on disk later
+code_identity()
 
 
 def key_of(*parts) -> str:
@@ -132,9 +140,11 @@ def read(path: Path, touch: bool = True) -> tuple[dict, bytes] | None:
         nl = data.index(b"\n", len(_MAGIC))
         header = json.loads(data[len(_MAGIC):nl])
         payload = data[nl + 1:]
+        if not isinstance(header, dict):
+            raise ValueError("header is not an object")
         if header.get("key") != path.stem or header.get("size") != len(payload) or \
-                header.get("sha256") != hashlib.sha256(payload).hexdigest() or \
-                not isinstance(header.get("meta"), dict):
+                not isinstance(header.get("meta"), dict) or \
+                header.get("sha256") != _digest(header["meta"], payload):
             raise ValueError("checksum mismatch")
     except (ValueError, json.JSONDecodeError):
         try:
@@ -150,6 +160,12 @@ def read(path: Path, touch: bool = True) -> tuple[dict, bytes] | None:
     return header, payload
 
 
+def _digest(meta: dict, payload: bytes) -> str:
+    """SHA-256 of the meta (used on a hit as much as the payload) and the payload."""
+    m = json.dumps(meta, sort_keys=True).encode()
+    return hashlib.sha256(len(m).to_bytes(8, "little") + m + payload).hexdigest()
+
+
 def store(kind: str, key: str, meta: dict, payload: bytes) -> bool:
     """Write an entry atomically; when the entries now pass :func:`max_bytes`, evict the
     least recently used (never this one). Returns False (after one warning per process)
@@ -157,7 +173,7 @@ def store(kind: str, key: str, meta: dict, payload: bytes) -> bool:
     global _warned_readonly
     path = _entry_path(kind, key)
     header = json.dumps({"key": path.stem, "size": len(payload),
-                         "sha256": hashlib.sha256(payload).hexdigest(), "meta": meta},
+                         "sha256": _digest(meta, payload), "meta": meta},
                         sort_keys=True).encode()
     tmp = None
     try:
@@ -247,8 +263,18 @@ def entries(kind: str | None = None) -> list[Path]:
     for k in kinds:
         d = root / k
         if k not in _NOT_ENTRIES and d.is_dir():
-            out.extend(sorted(d.glob("*/*.bin")))
+            out.extend(sorted(p for p in d.glob("??/*.bin") if _is_entry_name(p)))
     return out
+
+
+_ENTRY_NAME = re.compile(r"[0-9a-f]{64}")
+
+
+def _is_entry_name(p: Path) -> bool:
+    """``<xx>/<sha256 hex>.bin`` with ``xx`` its first two digits, as :func:`_entry_path`
+    names it: with ``$SPLICE_CACHE_DIR`` a shared directory (``/tmp``, ``~/.cache``),
+    another program's ``*/*/*.bin`` is never counted, evicted or cleared."""
+    return bool(_ENTRY_NAME.fullmatch(p.stem)) and p.parent.name == p.stem[:2]
 
 
 def _stats(paths) -> list[tuple[int, int, Path]]:

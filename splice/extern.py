@@ -188,7 +188,9 @@ def _check_options(options, include_dirs, defines, what: str):
     for k, v in (defines or {}).items():
         if not isinstance(k, str) or not _C_IDENT.fullmatch(k):
             raise SpliceDeclarationError(f"{what}: bad macro name {k!r} in defines")
-        defs.append((k, None if v is None else str(v)))
+        # True/False as 1/0: '-DFAST=True' is 0 in '#if FAST' (an unknown identifier)
+        defs.append((k, None if v is None else str(int(v)) if isinstance(v, bool)
+                     else str(v)))
     return tuple(options), tuple(os.fspath(d) for d in include_dirs), tuple(defs)
 
 
@@ -280,7 +282,8 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
         options (list[str]): extra NVRTC options (e.g. ``["-std=c++17",
             "--use_fast_math"]``); an option NVRTC does not know is an error.
         include_dirs (list[str]): extra include directories.
-        defines (dict[str, str | None]): preprocessor macros.
+        defines (dict[str, str | int | bool | None]): preprocessor macros (``None``:
+            ``-DNAME``; ``True``/``False``: 1/0; anything else: its ``str``).
         scope (str): "element" (default): the call applies the function to every element of
             its tile arguments, each on the thread that owns the element. "block": each time
             the call site executes, **every thread of the thread block** calls the function

@@ -201,31 +201,42 @@ class CudaSource(Fragment):
                             nvshmem.headers_key(*self._texts()))
 
     def _headers(self, src: str) -> list[tuple[str, str]]:
-        """(path, sha256) of every user header the source includes, transitively: found
-        beside the including file, in ``include_dirs`` or beside ``path``. Headers found
-        nowhere (the CUDA toolkit's) are covered by NVRTC's identity in the key. An
-        ``#include`` inside a disabled ``#if`` is still hashed: the key may change when it
-        need not, never the reverse."""
+        """(path, sha256) of every user header the source includes, transitively, found as
+        NVRTC finds it: a quoted name beside the including file (for a text source, the
+        directory of its NVRTC name: the current one when ``where`` has none), then the
+        ``-I`` directories in NVRTC's order (``include_dirs``, beside ``path``, the CUDA
+        headers, ``-I``/``--include-path`` of ``options``); ``-include``/``--pre-include``
+        files too. A header found in the CUDA headers is identified by its size and mtime
+        (what it includes in turn is not followed). An ``#include`` inside a disabled ``#if`` is still hashed: the key may
+        change when it need not, never the reverse."""
         import hashlib
+        toolkit = _toolkit_include_dirs()
         dirs = [Path(d) for d in self.include_dirs]
         if self.path is not None:
-            dirs.insert(0, self.path.parent)
+            dirs.append(self.path.parent)
+        dirs += toolkit + [Path(d) for d in _option_values(self.options, _INCLUDE_OPTS)]
+        pre = "".join(f'#include "{f}"\n' for f in _option_values(self.options, _PRE_OPTS))
+        here = self.path.parent if self.path is not None else \
+            Path(f"extern_source@{self.where}").parent
         seen: dict[str, str] = {}
-        todo = [(src, self.path.parent if self.path is not None else None)]
+        todo = [(pre + src, here)]
         while todo:
             text, here = todo.pop()
             for m in _INCLUDE_RE.finditer(text):
                 quoted, name = m.group(1) == '"', m.group(2)
-                search = ([here] if quoted and here is not None else []) + dirs
-                for d in search:
-                    cand = (d / name)
-                    if cand.is_file():
-                        key = str(cand.resolve())
-                        if key not in seen:
-                            data = cand.read_bytes()
-                            seen[key] = hashlib.sha256(data).hexdigest()
-                            todo.append((data.decode("utf-8", "replace"), cand.parent))
-                        break
+                for d in ([here] if quoted else []) + dirs:
+                    cand = d / name
+                    if not cand.is_file():
+                        continue
+                    key = str(cand.resolve())
+                    if d in toolkit:   # a wheel pip may upgrade apart from NVRTC's
+                        st = cand.stat()
+                        seen.setdefault(key, f"stat {st.st_size} {st.st_mtime_ns}")
+                    elif key not in seen:
+                        data = cand.read_bytes()
+                        seen[key] = hashlib.sha256(data).hexdigest()
+                        todo.append((data.decode("utf-8", "replace"), cand.parent))
+                    break
         return sorted(seen.items())
 
     def module(self, target: str) -> Module:
@@ -244,6 +255,31 @@ class CudaSource(Fragment):
             text = self._nvrtc(full, name, target)
             cache.store("fragment", key, {"what": self.describe()}, text.encode())
         return Module(text, f"NVRTC output for {self.describe()}")
+
+
+_INCLUDE_OPTS = ("-I", "--include-path")
+_PRE_OPTS = ("-include", "--pre-include")
+
+
+def _option_values(options, names) -> list[str]:
+    """The values of NVRTC options ``names`` in ``options``: ``-Ix``, ``-I x``,
+    ``--include-path=x``, ``--include-path x``."""
+    out = []
+    it = iter(options)
+    for o in it:
+        for n in names:
+            if o == n:
+                out.append(next(it, ""))
+            elif o.startswith(n + "="):
+                out.append(o[len(n) + 1:])
+            elif len(n) == 2 and o.startswith(n):
+                out.append(o[len(n):])
+    return [v for v in out if v]
+
+
+def _toolkit_include_dirs() -> list[Path]:
+    inc = toolchain.cuda_include_dir()
+    return [] if inc is None else [inc, inc / "cccl"]
 
 
 _ERR_RE = re.compile(r"^(.*)\((\d+)\): (?:catastrophic )?error")

@@ -498,7 +498,12 @@ def _build(kernel, signature, arch: str, context, keep_stages: bool) -> Build:
                                                s.marker, s.why_atomic] for s in sites]},
                     cubin)
     if dump_dir:
-        _dump(out, Path(dump_dir))
+        try:
+            _dump(out, Path(dump_dir))
+        except OSError as e:
+            raise SpliceToolchainError(
+                f"{what}: cannot write its stages to SPLICE_DUMP_DIR={dump_dir} "
+                f"({e.strerror or e}): point it at a writable directory, or unset it") from None
     return out
 
 

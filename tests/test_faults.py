@@ -201,7 +201,7 @@ def test_threads_and_processes_share_one_cache(fresh_cache):
 
 
 _STORE_AND_EVICT = textwrap.dedent("""
-    import hashlib, os, random, sys
+    import hashlib, json, os, random, sys
     sys.path.insert(0, sys.argv[1])
     from splice import cache
     def payload(key):
@@ -223,7 +223,8 @@ _STORE_AND_EVICT = textwrap.dedent("""
             except FileNotFoundError:
                 continue
             parts = data.split(b"\\n", 2)
-            if len(parts) != 3 or hashlib.sha256(parts[2]).hexdigest().encode() not in parts[1]:
+            head = json.loads(parts[1]) if len(parts) == 3 else {}
+            if head.get("sha256") != cache._digest(head.get("meta", {}), parts[-1]):
                 torn.append(p.name)
     print("TORN" if torn else "OK", len(torn))
 """)

@@ -1,0 +1,46 @@
+"""splice's code identity is that of the code imported, not of the files on disk when the
+first entry is stored: a session that imports splice, then has its files updated (a
+``git pull``, a ``pip install -U`` in a long-running notebook) and only then compiles,
+stored the old code's output under the new code's identity, and every fresh process of the
+new code was served it."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import splice
+
+_EDIT_AFTER_IMPORT = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import splice
+from splice import cache
+assert splice.__file__.startswith(sys.argv[1])
+with open(sys.argv[2], "a") as f:
+    f.write("# edited after import\\n")
+print(cache.code_identity())
+"""
+
+_IDENTITY = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from splice import cache
+print(cache.code_identity())
+"""
+
+
+def test_identity_is_taken_at_import(tmp_path):
+    copy = tmp_path / "pkg"
+    shutil.copytree(Path(splice.__file__).parent, copy / "splice",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+
+    def run(code, *args):
+        out = subprocess.run([sys.executable, "-c", code, str(copy), *args],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    before = run(_IDENTITY)
+    assert run(_EDIT_AFTER_IMPORT, str(copy / "splice" / "rewrite.py")) == before
+    assert run(_IDENTITY) != before
