@@ -953,6 +953,21 @@ def check_build_args(kernel, signature) -> None:
             f"of them), got {type(bad).__name__} {bad!r:.80}; make one with "
             f"splice.kernel_signature(\"array(float32)\", ...), or pass the launch "
             f"arguments to kernel.inspect(*args) on a GPU machine")
+    _check_parameter_count(kernel, signatures)
+
+
+def _check_parameter_count(kernel, signatures) -> None:
+    """One constraint per kernel parameter (cuTile's tracer fails on a mismatch with
+    "zip() argument 2 is longer than argument 1")."""
+    import inspect
+    want = len(inspect.signature(kernel._pyfunc).parameters)
+    for s in signatures:
+        if len(s.parameters) != want:
+            code = kernel._pyfunc.__code__
+            raise SpliceDeclarationError(
+                f"kernel '{kernel._pyfunc.__name__}' ({code.co_filename}:"
+                f"{code.co_firstlineno}) takes {want} parameters but its signature lists "
+                f"{len(s.parameters)}; give one constraint per parameter, in order")
 
 
 def tileiras_path() -> str:

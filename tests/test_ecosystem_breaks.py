@@ -1,0 +1,62 @@
+"""Breaking issue 12's signatures and export as a demanding user would (second round)."""
+
+import io
+
+import cuda.tile as ct
+import pytest
+
+import splice
+
+from test_ecosystem import _sig, eco_kernel
+
+
+@pytest.mark.parametrize("dtype, elems", [("float32", 4), ("float16", 8), ("bfloat16", 8),
+                                          ("float64", 2), ("int8", 16), ("bool", 16)])
+def test_array_strides_assume_16_bytes_like_a_launch(dtype, elems):
+    # cuTile's launch (and its JAX path) assume outer strides divisible by 16 *bytes*; the
+    # grammar claimed 16 *elements* (64 bytes for float32), which a launch never claims: a
+    # (M, 20) float32 array satisfies the launch's assumption but not the cubin's.
+    a = splice.kernel_signature(f"array({dtype}, ndim=3)").parameters[0]
+    assert a.stride_divisible_by == (elems, elems, 1)
+
+
+def test_array_ndim_given_twice_is_refused():
+    with pytest.raises(splice.SpliceDeclarationError, match="ndim.*twice"):
+        splice.kernel_signature("array(float32, ndim=2, ndim=3)")
+
+
+@pytest.mark.parametrize("const", ["99999999999999999999999", "-99999999999999999999999",
+                                   2 ** 64, -(2 ** 63) - 1])
+def test_integer_constants_outside_64_bits_are_refused(const):
+    with pytest.raises(splice.SpliceDeclarationError, match="64-bit"):
+        splice.kernel_signature(const)
+
+
+def test_64_bit_constants_are_kept():
+    sig = splice.kernel_signature(2 ** 64 - 1, -(2 ** 63), "-9223372036854775808")
+    assert [p.value for p in sig.parameters] == [2 ** 64 - 1, -(2 ** 63), -(2 ** 63)]
+
+
+def test_signature_with_too_few_or_many_parameters_names_the_kernel():
+    for params in (("array(float32)", 256), ("array(float32)",) * 2 + (256, 1)):
+        with pytest.raises(splice.SpliceDeclarationError, match=r"eco_kernel.*3 parameters"):
+            splice.compile(eco_kernel, splice.kernel_signature(*params), "sm_90")
+
+
+def test_export_to_a_path_it_cannot_write_is_a_splice_error(tmp_path):
+    for where in (tmp_path / "no" / "such" / "dir" / "k.cubin", tmp_path):
+        with pytest.raises(splice.SpliceError, match=r"eco_kernel.*cannot write"):
+            splice.export_kernel(eco_kernel, [_sig()], where, gpu_code="sm_90")
+
+
+def test_export_to_a_text_file_is_a_splice_error():
+    with pytest.raises(splice.SpliceError, match=r"eco_kernel.*binary"):
+        splice.export_kernel(eco_kernel, [_sig()], io.StringIO(), gpu_code="sm_90")
+
+
+def test_cutiles_own_cubin_export_names_splice_export():
+    from cuda.tile.compilation import export_kernel
+    with pytest.raises(splice.SpliceError, match="splice.export_kernel"):
+        export_kernel(eco_kernel, [_sig()], io.BytesIO(), gpu_code="sm_90",
+                      output_format="cubin")
+    assert ct  # cuTile imported before splice patched it
