@@ -887,6 +887,20 @@ def make_callable_stub(ext, pyfunc):
     return stub
 
 
+def refuse_in_kernels(decorate, message: str):
+    """``decorate`` (the decorator ``splice.extern(...)`` returns when it lacks ``name=`` or
+    ``signature=``), which called inside a kernel raises :class:`SpliceCallError` with
+    ``message`` instead of cuTile's "Raised exception must be wrapped in static_exception()"
+    (cuTile would trace into the decorator's body)."""
+    def handler(callee, *args):
+        loc = ir.Builder.get_current().loc
+        raise SpliceCallError(f"call at {_loc_str(loc)}: {message}", loc)
+
+    handler._is_coroutine = False
+    decorate._cutile_custom_implementation_handler = handler
+    return decorate
+
+
 # --------------------------------------------------------------------------------------------
 # Kernel compilation
 

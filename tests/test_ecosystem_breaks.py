@@ -60,3 +60,33 @@ def test_cutiles_own_cubin_export_names_splice_export():
         export_kernel(eco_kernel, [_sig()], io.BytesIO(), gpu_code="sm_90",
                       output_format="cubin")
     assert ct  # cuTile imported before splice patched it
+
+
+@pytest.mark.parametrize("kwargs, missing", [({"signature": "float32(float32)"}, "name="),
+                                             ({"name": "g"}, "signature=")])
+def test_half_stubless_extern_called_in_a_kernel_says_what_is_missing(kwargs, missing):
+    # With only one of name=/signature= the result is the decorator: called on a tile inside
+    # a kernel it failed in cuTile with "Raised exception must be wrapped in
+    # static_exception()" (issue 12's symptom).
+    g = splice.extern(source='extern "C" __device__ float g(float x) { return x; }',
+                      **kwargs)
+
+    @splice.kernel
+    def half(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=g(t))
+
+    with pytest.raises(splice.SpliceCallError) as e:
+        splice.compile(half, _sig(), "sm_90")
+    text = str(e.value)
+    assert missing in text and "decorator" in text and __file__ in text
+    assert "static_exception" not in text
+
+
+def test_half_stubless_extern_still_decorates_a_stub():
+    g = splice.extern(source='extern "C" __device__ float g(float x) { return x; }',
+                      name="g")
+
+    @g
+    def stub(x: ct.float32) -> ct.float32: ...
+    assert stub._splice_extern.symbol == "g"
