@@ -90,3 +90,27 @@ def test_half_stubless_extern_still_decorates_a_stub():
     @g
     def stub(x: ct.float32) -> ct.float32: ...
     assert stub._splice_extern.symbol == "g"
+
+
+def _log(header: str) -> str:
+    return f'x.cu(1): catastrophic error: cannot open source file "{header}"'
+
+
+@pytest.mark.parametrize("header, says", [
+    # the two headers most often carried over from nvcc code had no hint at all
+    ("math.h", "need no include"), ("stdio.h", "printf"), ("cstdio", "printf"),
+    # an NVSHMEM header other than nvshmem.h/nvshmemx.h (or those through a macro): NVSHMEM's
+    # include path is added only when the source includes one of those two
+    ("device/nvshmem_defines.h", "#include <nvshmem.h>"),
+    ("nvshmem_host.h", "#include <nvshmem.h>"),
+    ("nvshmem.h", "#include <nvshmem.h>"),
+])
+def test_common_missing_headers_get_a_hint(header, says):
+    from splice.fragments import header_hint
+    assert says in header_hint(_log(header))
+
+
+def test_user_headers_in_like_named_folders_get_no_nvshmem_hint():
+    from splice.fragments import header_hint
+    assert "NVSHMEM" not in header_hint(_log("host/config.h"))
+    assert "NVSHMEM" not in header_hint(_log("device/my_nvshmem_wrappers.hpp"))
