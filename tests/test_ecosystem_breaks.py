@@ -114,3 +114,18 @@ def test_user_headers_in_like_named_folders_get_no_nvshmem_hint():
     from splice.fragments import header_hint
     assert "NVSHMEM" not in header_hint(_log("host/config.h"))
     assert "NVSHMEM" not in header_hint(_log("device/my_nvshmem_wrappers.hpp"))
+
+
+def test_one_source_declared_twice_is_not_called_different_code():
+    src = 'extern "C" __device__ float eco_dup(float x) { return x + 1.0f; }'
+    a = splice.extern(source=src, name="eco_dup", signature="float32(float32)")
+    b = splice.extern(source=src, name="eco_dup", signature="float32(float32)")
+
+    @splice.kernel
+    def dup(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=b(a(t)))
+
+    with pytest.raises(splice.SpliceLinkError, match="declared twice") as e:
+        splice.compile(dup, _sig(), "sm_90")
+    assert "different code" not in str(e.value) and "declare it once" in str(e.value)
