@@ -972,10 +972,12 @@ def check_build_args(kernel, signature) -> None:
 
 def _check_parameter_count(kernel, signatures) -> None:
     """One constraint per kernel parameter (cuTile's tracer fails on a mismatch with
-    "zip() argument 2 is longer than argument 1")."""
+    "zip() argument 2 is longer than argument 1"), and entry symbols tileiras can emit."""
     import inspect
+    from .signatures import check_symbol
     want = len(inspect.signature(kernel._pyfunc).parameters)
     for s in signatures:
+        check_symbol(s.symbol, f"kernel '{kernel._pyfunc.__name__}'")
         if len(s.parameters) != want:
             code = kernel._pyfunc.__code__
             raise SpliceDeclarationError(

@@ -22,6 +22,7 @@ bfloat16, float32, float64.
 from __future__ import annotations
 
 import ast
+import re
 from typing import NoReturn
 
 from .errors import SpliceDeclarationError
@@ -119,6 +120,22 @@ def parse_parameters(text: str) -> list:
     return [_parameter(node, ast.unparse(node)) for node in tree.elts]
 
 
+_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
+
+
+def check_symbol(symbol, what: str) -> None:
+    """Refuse an entry symbol tileiras cannot emit (it failed with "exit 5" and its log).
+
+    Raises:
+        SpliceDeclarationError: ``symbol`` is not None and not an identifier.
+    """
+    if symbol is not None and not (isinstance(symbol, str) and _SYMBOL.fullmatch(symbol)):
+        raise SpliceDeclarationError(
+            f"{what}: entry symbol {symbol!r} is not an identifier (letters, digits, _ and $, "
+            f"not starting with a digit); pick another or pass symbol=None for cuTile's "
+            f"mangled name")
+
+
 def kernel_signature(*params, symbol: str | None = None):
     """A ``cuda.tile.compilation.KernelSignature`` for :func:`splice.compile` and
     :func:`splice.export_kernel`, without a GPU: one argument per kernel parameter, each
@@ -135,10 +152,12 @@ def kernel_signature(*params, symbol: str | None = None):
         KernelSignature: calling convention ``cutile_python_v1``.
 
     Raises:
-        SpliceDeclarationError: a parameter outside the grammar, or a text naming more or
-            fewer than one parameter.
+        SpliceDeclarationError: a parameter outside the grammar, a text naming more or
+            fewer than one parameter, an integer constant outside 64 bits, or a symbol that
+            is not an identifier.
     """
     from cuda.tile.compilation import CallingConvention, KernelSignature
+    check_symbol(symbol, f"kernel signature {params!r}")
     out = []
     for p in params:
         if isinstance(p, str):

@@ -129,3 +129,13 @@ def test_one_source_declared_twice_is_not_called_different_code():
     with pytest.raises(splice.SpliceLinkError, match="declared twice") as e:
         splice.compile(dup, _sig(), "sm_90")
     assert "different code" not in str(e.value) and "declare it once" in str(e.value)
+
+
+@pytest.mark.parametrize("symbol", ["bad name", "", "1abc", "k-1"])
+def test_a_symbol_tileiras_cannot_emit_is_a_declaration_error(symbol):
+    # was SpliceToolchainError "tileiras failed (exit 5)" with the tool's log
+    with pytest.raises(splice.SpliceDeclarationError, match="symbol"):
+        splice.kernel_signature("array(float32)", "array(float32)", 64, symbol=symbol)
+    sig = splice.kernel_signature("array(float32)", "array(float32)", 64).with_symbol(symbol)
+    with pytest.raises(splice.SpliceDeclarationError, match=r"eco_kernel.*symbol"):
+        splice.export_kernel(eco_kernel, [sig], io.BytesIO(), gpu_code="sm_90")
