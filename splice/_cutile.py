@@ -889,6 +889,20 @@ def make_callable_stub(ext, pyfunc):
     return stub
 
 
+def refuse_in_kernels(decorate, message: str):
+    """``decorate`` (the decorator ``splice.extern(...)`` returns when it lacks ``name=`` or
+    ``signature=``), which called inside a kernel raises :class:`SpliceCallError` with
+    ``message`` instead of cuTile's "Raised exception must be wrapped in static_exception()"
+    (cuTile would trace into the decorator's body)."""
+    def handler(callee, *args):
+        loc = ir.Builder.get_current().loc
+        raise SpliceCallError(f"call at {_loc_str(loc)}: {message}", loc)
+
+    handler._is_coroutine = False
+    decorate._cutile_custom_implementation_handler = handler
+    return decorate
+
+
 # --------------------------------------------------------------------------------------------
 # Kernel compilation
 
@@ -956,6 +970,23 @@ def check_build_args(kernel, signature) -> None:
             f"of them), got {type(bad).__name__} {bad!r:.80}; make one with "
             f"splice.kernel_signature(\"array(float32)\", ...), or pass the launch "
             f"arguments to kernel.inspect(*args) on a GPU machine")
+    _check_parameter_count(kernel, signatures)
+
+
+def _check_parameter_count(kernel, signatures) -> None:
+    """One constraint per kernel parameter (cuTile's tracer fails on a mismatch with
+    "zip() argument 2 is longer than argument 1"), and entry symbols tileiras can emit."""
+    import inspect
+    from .signatures import check_symbol
+    want = len(inspect.signature(kernel._pyfunc).parameters)
+    for s in signatures:
+        check_symbol(s.symbol, f"kernel '{kernel._pyfunc.__name__}'")
+        if len(s.parameters) != want:
+            code = kernel._pyfunc.__code__
+            raise SpliceDeclarationError(
+                f"kernel '{kernel._pyfunc.__name__}' ({code.co_filename}:"
+                f"{code.co_firstlineno}) takes {want} parameters but its signature lists "
+                f"{len(s.parameters)}; give one constraint per parameter, in order")
 
 
 def tileiras_path() -> str:

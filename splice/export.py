@@ -38,7 +38,8 @@ def export_kernel(kernel, signatures: Sequence, output_file: IO | str | bytes | 
 
     Raises:
         SpliceDeclarationError: not a ``@splice.kernel``, no signatures, two signatures with
-            one symbol, no ``gpu_code``, or an output format other than cubin.
+            one symbol, no ``gpu_code``, an output format other than cubin, or an
+            ``output_file`` that cannot be written (or is a text file).
         SpliceCallError, SpliceCompileError, SpliceLinkError, SpliceRewriteError,
         SpliceToolchainError: as :func:`splice.compile`.
     """
@@ -76,8 +77,22 @@ def export_kernel(kernel, signatures: Sequence, output_file: IO | str | bytes | 
     b = build(kernel, signatures, gpu_code)
     log.info("exported %s for %s: %d signature(s), %d bytes", b.kernel_name, b.arch,
              len(signatures), len(b.cubin))
-    if isinstance(output_file, (str, bytes, os.PathLike)):
-        with open(output_file, "wb") as f:
-            f.write(b.cubin)
-    else:
-        output_file.write(b.cubin)
+    _write(output_file, b.cubin, what)
+
+
+def _write(output_file, cubin: bytes, what: str) -> None:
+    """Write ``cubin`` to a path or a binary file object; OSError and a text file become
+    SpliceDeclarationError."""
+    try:
+        if isinstance(output_file, (str, bytes, os.PathLike)):
+            with open(output_file, "wb") as f:
+                f.write(cubin)
+        else:
+            output_file.write(cubin)
+    except OSError as e:
+        raise SpliceDeclarationError(
+            f"{what}: cannot write the cubin to {output_file!r}: {e.strerror or e}") from None
+    except TypeError as e:
+        raise SpliceDeclarationError(
+            f"{what}: output_file must be a path or a binary file object (open(..., 'wb'), "
+            f"io.BytesIO()), got {type(output_file).__name__}: {e}") from None

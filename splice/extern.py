@@ -343,7 +343,11 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
             f"@splice.extern(path=...) with arguments; the CUDA C source is required")
     if name is not None and signature is not None:   # no stub needed: declare it now
         return _also_a_decorator(decorate(None, _where=_caller_where(2)), decorate)
-    return decorate
+    missing = " and ".join(k for k, v in (("name=", name), ("signature=", signature)) if v is None)
+    return _cutile.refuse_in_kernels(decorate, (
+        f"splice.extern(...) declared at {_caller_where(2)[0]} without {missing} is a decorator "
+        f"for a typed stub, not an extern; give both name='...' and signature='...' to "
+        f"declare the extern without a stub"))
 
 
 def _also_a_decorator(ext_fn, decorate):

@@ -346,6 +346,26 @@ _C_HEADERS = {"stdint.h": "cstdint", "stddef.h": "cstddef", "limits.h": "climits
               "float.h": "cfloat", "assert.h": "cassert", "stdlib.h": "cstdlib",
               "string.h": "cstring", "time.h": "ctime"}
 _CCCL_DIRS = ("cuda/", "cub/", "thrust/", "nv/")
+#: NVSHMEM's headers (nvidia-nvshmem-cu13's include/): on NVRTC's path only for a source that
+#: itself includes <nvshmem.h> or <nvshmemx.h> (splice.nvshmem.uses_nvshmem).
+_NVSHMEM_HEADERS = re.compile(r"((device|host|device_host|device_host_transport|non_abi|"
+                              r"bootstrap_device_host)/(\w+/)*)?nvshmem\w*\.(h|cuh)$")
+
+
+def _known_header_hint(header: str) -> str:
+    """The hint for headers that nvcc code often includes and NVRTC does without (math,
+    printf), and for NVSHMEM's own; "" for others."""
+    if header == "math.h":
+        return ("CUDA's math functions (expf, sqrtf, __fmaf_rn...) are built into NVRTC and "
+                "need no include: drop <math.h> (libcu++'s <cuda/std/cmath> has the C++ "
+                "overloads)")
+    if header in ("stdio.h", "cstdio"):
+        return f"NVRTC declares device printf itself: drop <{header}>"
+    if _NVSHMEM_HEADERS.match(header):
+        return (f"<{header}> is NVSHMEM's: write #include <nvshmem.h> (or <nvshmemx.h>) "
+                f"literally in the source, not through a macro; splice then adds NVSHMEM's "
+                f"headers to the include path (pip install 'splice[nvshmem]')")
+    return ""
 _CANNOT_OPEN = re.compile(r'cannot open source file "([^"]+)"')
 CCCL_INSTALL = "pip install 'cuda-toolkit[cccl]' (the nvidia-cuda-cccl wheel)"
 
@@ -359,6 +379,9 @@ def header_hint(log: str) -> str:
     if m is None:
         return ""
     header = m.group(1)
+    known = _known_header_hint(header)
+    if known:
+        return f"\n    hint: {known}"
     inc = toolchain.cuda_include_dir()
     cccl = inc / "cccl" if inc is not None and (inc / "cccl").is_dir() else None
     std = _C_HEADERS.get(header, header)

@@ -46,6 +46,27 @@ _ct = _cutile.jax_internals()
 log = logging.getLogger("splice")
 
 
+#: CUDA's grid limits: x < 2**31, y and z <= 65535.
+_GRID_MAX = ((1 << 31) - 1, 65535, 65535)
+
+
+def _check_grid(grid) -> tuple[int, int, int]:
+    """``grid`` padded to 3 dimensions, each a positive int within CUDA's limits (cuTile's
+    launch takes them as int32: 4.5 became 4, silently leaving tiles uncomputed).
+
+    Raises:
+        SpliceDeclarationError: anything else.
+    """
+    ok = isinstance(grid, tuple) and 1 <= len(grid) <= 3 and all(
+        isinstance(g, (int, np.integer)) and not isinstance(g, (bool, np.bool_)) and
+        1 <= g <= top for g, top in zip(grid, _GRID_MAX))
+    if not ok:
+        raise SpliceDeclarationError(
+            f"splice.jax.cutile_call: grid must be a tuple of 1 to 3 positive ints (x below "
+            f"2**31, y and z at most 65535; compute it with ct.cdiv), got {grid!r}")
+    return tuple(int(g) for g in grid) + (1,) * (3 - len(grid))  # type: ignore[return-value]
+
+
 def cutile_call(grid: tuple[int, ...], kernel, args: tuple[Any, ...]):
     """Launch ``kernel`` from a JAX-traced function, as ``cuda.tile.jax.cutile_call``.
 
@@ -64,16 +85,15 @@ def cutile_call(grid: tuple[int, ...], kernel, args: tuple[Any, ...]):
 
     Raises:
         TypeError: an argument that does not fit its parameter (as cuTile's).
+        SpliceDeclarationError: a grid that is not 1 to 3 positive ints within CUDA's
+            limits.
         SpliceCallError, SpliceCompileError, SpliceLinkError, SpliceRewriteError,
         SpliceToolchainError: while JAX lowers the call (splice compiles the kernel then).
     """
     if not isinstance(kernel, _cutile.SpliceKernel):
         from cuda.tile.jax import cutile_call as cutile_cutile_call
         return cutile_cutile_call(grid, kernel, args)
-    if not isinstance(grid, tuple) or not 1 <= len(grid) <= 3:
-        raise SpliceDeclarationError(f"splice.jax.cutile_call: grid must be a tuple of 1 to 3 "
-                                     f"ints, got {grid!r}")
-    grid = grid + (1,) * (3 - len(grid))
+    grid = _check_grid(grid)
     outputs: list = []
     constants: list = []
     scalars: list = []

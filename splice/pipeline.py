@@ -611,6 +611,13 @@ def _check_same_symbol(a, b):
     """Two externs naming one symbol must come from the same code."""
     ka = (a.fragment.kind, a.fragment.content_key("any"))
     kb = (b.fragment.kind, b.fragment.content_key("any"))
+    text = [getattr(x.fragment, "read", lambda: None)() for x in (a, b)]
+    if ka != kb and text[0] is not None and text[0] == text[1]:
+        raise SpliceLinkError(
+            f"extern '{a.symbol}' is declared twice from one source (at {a.where} and at "
+            f"{b.where}); each declaration compiles its own copy, checked against its own "
+            f"signature, and the kernel module would define '{a.symbol}' twice: declare it "
+            f"once (one module-level name) and import it everywhere")
     if ka != kb:
         raise SpliceLinkError(
             f"externs '{a.name}' (declared at {a.where}) and '{b.name}' (declared at "

@@ -9,8 +9,9 @@ in a short grammar, the same one ``python -m splice --sig`` reads.
 Grammar of one parameter (text; Python-like, parsed, never evaluated):
 
 - ``array(DTYPE)`` / ``array(DTYPE, ndim=N)``: a C-contiguous array of N dimensions
-  (default 1): int32 indices, innermost stride 1, other strides divisible by 16 elements,
-  base address divisible by 16 bytes, non-negative strides, aliasing no other parameter;
+  (default 1): int32 indices, innermost stride 1, other strides divisible by 16 bytes (4
+  float32 elements, 8 float16: what ``ct.launch`` assumes of such an array), base address
+  divisible by 16 bytes, non-negative strides, aliasing no other parameter;
 - ``scalar(DTYPE)``: a runtime scalar;
 - a constant (``1024``, ``-2``, ``2.5``, ``True``) for a ``ct.Constant`` parameter.
 
@@ -21,6 +22,7 @@ bfloat16, float32, float64.
 from __future__ import annotations
 
 import ast
+import re
 from typing import NoReturn
 
 from .errors import SpliceDeclarationError
@@ -46,10 +48,13 @@ def _dtype(node, text: str):
 def _array(dtype, ndim: int):
     import cuda.tile as ct
     from cuda.tile.compilation import ArrayConstraint
+    # Outer strides divisible by 16 *bytes*, as cuTile assumes of a launched array (its JAX
+    # path: cuda/tile/jax/_jax.py); 16 elements would promise more than a launch checks.
+    div = 128 // dtype.bitwidth if 128 % dtype.bitwidth == 0 else 1
     return ArrayConstraint(dtype, ndim, index_dtype=ct.int32, stride_lower_bound_incl=0,
                            alias_groups=(), may_alias_internally=False,
                            stride_constant=(None,) * (ndim - 1) + (1,) if ndim else (),
-                           stride_divisible_by=(16,) * (ndim - 1) + (1,) if ndim else (),
+                           stride_divisible_by=(div,) * (ndim - 1) + (1,) if ndim else (),
                            base_addr_divisible_by=16)
 
 
@@ -60,6 +65,15 @@ def _constant(node, text: str):
         _fail(text, "not array(...), scalar(...) or a constant")
     if not isinstance(value, (bool, int, float)):
         _fail(text, f"a constant must be an int, float or bool, not {type(value).__name__}")
+    return _checked_constant(value, text)
+
+
+def _checked_constant(value, text: str):
+    """``value``, unless an int no 64-bit integer type holds (cuTile refuses it later with
+    "Unknown location")."""
+    if isinstance(value, int) and not isinstance(value, bool) and \
+            not -(1 << 63) <= value < (1 << 64):
+        _fail(text, "an integer constant must fit a 64-bit integer (int64 or uint64)")
     return value
 
 
@@ -76,6 +90,8 @@ def _parameter(node, text: str):
             _fail(text, "scalar() takes only a dtype")
         return ScalarConstraint(dtype)
     ndim = 1
+    if [kw.arg for kw in node.keywords].count("ndim") > 1:
+        _fail(text, "ndim given twice; array() takes ndim=N once")
     for kw in node.keywords:
         value = ast.literal_eval(kw.value) if isinstance(kw.value, ast.Constant) else None
         if kw.arg != "ndim" or isinstance(value, bool) or not isinstance(value, int) or \
@@ -104,6 +120,22 @@ def parse_parameters(text: str) -> list:
     return [_parameter(node, ast.unparse(node)) for node in tree.elts]
 
 
+_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
+
+
+def check_symbol(symbol, what: str) -> None:
+    """Refuse an entry symbol tileiras cannot emit (it failed with "exit 5" and its log).
+
+    Raises:
+        SpliceDeclarationError: ``symbol`` is not None and not an identifier.
+    """
+    if symbol is not None and not (isinstance(symbol, str) and _SYMBOL.fullmatch(symbol)):
+        raise SpliceDeclarationError(
+            f"{what}: entry symbol {symbol!r} is not an identifier (letters, digits, _ and $, "
+            f"not starting with a digit); pick another or pass symbol=None for cuTile's "
+            f"mangled name")
+
+
 def kernel_signature(*params, symbol: str | None = None):
     """A ``cuda.tile.compilation.KernelSignature`` for :func:`splice.compile` and
     :func:`splice.export_kernel`, without a GPU: one argument per kernel parameter, each
@@ -120,10 +152,12 @@ def kernel_signature(*params, symbol: str | None = None):
         KernelSignature: calling convention ``cutile_python_v1``.
 
     Raises:
-        SpliceDeclarationError: a parameter outside the grammar, or a text naming more or
-            fewer than one parameter.
+        SpliceDeclarationError: a parameter outside the grammar, a text naming more or
+            fewer than one parameter, an integer constant outside 64 bits, or a symbol that
+            is not an identifier.
     """
     from cuda.tile.compilation import CallingConvention, KernelSignature
+    check_symbol(symbol, f"kernel signature {params!r}")
     out = []
     for p in params:
         if isinstance(p, str):
@@ -131,6 +165,8 @@ def kernel_signature(*params, symbol: str | None = None):
             if len(parsed) != 1:
                 _fail(p, f"names {len(parsed)} parameters; pass one text per parameter")
             p = parsed[0]
+        elif isinstance(p, int):
+            p = _checked_constant(p, repr(p))
         out.append(p)
     try:
         return KernelSignature(out, CallingConvention.cutile_python_v1(), symbol)
