@@ -300,28 +300,63 @@ def find_collective(root_module: Module, root: str,
     """
     mods = [root_module, *[m for m in others if m is not root_module]]
     facts = [_facts(m) for m in mods]
-    if root not in facts[0].first:
-        return None
-    start = (0, root)
-    seen = {start}
-    queue: list[tuple[tuple[int, str], tuple[str, ...]]] = [(start, (root,))]
-    while queue:
-        (mi, name), chain = queue.pop(0)
-        f = facts[mi]
-        first = f.first[name]
+    for (mi, name), chain in _reach(facts, root).reached:
+        first = facts[mi].first[name]
         if first is not None:
             text, row = first
             return Hit(text, row, name, chain, mods[mi].name)
-        nexts: list[tuple[tuple[int, str], tuple[str, ...]]] = [(node, chain + (node[1],)) for callee in f.calls[name]
-                 for node in _resolve(facts, mi, callee)]
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Reach:
+    """What a root function reaches: ``reached``, the PTX definitions (module index, name)
+    with their chains from the root, breadth first; ``undefined``, the functions it calls
+    that no module defines (code linked from a binary object, or a system call such as
+    ``vprintf``) with their chains; ``indirect``, a chain to a call through a register, or
+    None."""
+
+    reached: tuple[tuple[tuple[int, str], tuple[str, ...]], ...]
+    undefined: dict[str, tuple[str, ...]]
+    indirect: tuple[str, ...] | None
+
+
+def outside_ptx(root_module: Module, root: str,
+                others: Sequence[Module] = ()) -> Reach:
+    """:class:`Reach` of ``root`` (as :func:`find_collective` walks it): what of its callees
+    the PTX walk cannot see."""
+    mods = [root_module, *[m for m in others if m is not root_module]]
+    return _reach([_facts(m) for m in mods], root)
+
+
+def _reach(facts: Sequence[_Facts], root: str) -> Reach:
+    if root not in facts[0].first:
+        return Reach((), {}, None)
+    start = (0, root)
+    seen = {start}
+    order = []
+    undefined: dict[str, tuple[str, ...]] = {}
+    indirect = None
+    queue: list[tuple[tuple[int, str], tuple[str, ...]]] = [(start, (root,))]
+    while queue:
+        (mi, name), chain = queue.pop(0)
+        order.append(((mi, name), chain))
+        f = facts[mi]
+        nexts: list[tuple[tuple[int, str], tuple[str, ...]]] = []
+        for callee in f.calls[name]:
+            found = _resolve(facts, mi, callee)
+            if not found:
+                undefined.setdefault(callee, chain + (callee,))
+            nexts += [(node, chain + (node[1],)) for node in found]
         if name in f.indirect:
+            indirect = indirect or chain
             nexts += [((i, n), chain + ("(indirect call)", n)) for i, g in enumerate(facts)
                       for n in g.address_taken if n in g.first]
         for node, c in nexts:
             if node not in seen:
                 seen.add(node)
                 queue.append((node, c))
-    return None
+    return Reach(tuple(order), undefined, indirect)
 
 
 def _resolve(facts: Sequence[_Facts], mi: int, name: str) -> Iterable[tuple[int, str]]:
@@ -418,30 +453,30 @@ def find_sass_collective(sass: str, root: str) -> tuple[str, str, tuple[str, ...
     return None
 
 
-def check_binary_sites(sites, cubin: bytes) -> None:
+def check_binary_sites(sites, cubin: bytes, target: str | None = None) -> None:
     """Refuse every element-scope call site whose extern comes from a binary object
     (``from_object``) and executes a collective SASS instruction, found in the kernel's
-    linked ``cubin`` (nvJitLink keeps each device function in its own section).
+    linked ``cubin`` (nvJitLink keeps each device function in its own section); and every
+    element-scope site whose PTX calls a function that no PTX fragment defines (so the
+    binary object defines it, and :func:`check_element_sites` could not look into it) that
+    does, or that calls through a register (which may reach the object's functions).
+
+    Args:
+        target: the kernel's PTX target, for the PTX of the other sites' fragments; None:
+            only the binary sites are checked.
 
     Raises:
         SpliceLinkError: as :func:`check_element_sites`.
         SpliceToolchainError: nvdisasm is not installed, so the object cannot be checked.
     """
-    from . import toolchain
-    from .errors import SpliceToolchainError
-    from .fragments import BinarySource
-    binary = [s for s in sites if isinstance(s.extern.fragment, BinarySource) and
-              getattr(s.extern, "scope", "element") == "element"]
-    if not binary:
+    from .fragments import AsmSource, BinarySource
+    element = [s for s in sites if getattr(s.extern, "scope", "element") == "element"]
+    binary = [s for s in element if isinstance(s.extern.fragment, BinarySource)]
+    reaches = _ptx_reaches([s for s in element if s not in binary and
+                            not isinstance(s.extern.fragment, AsmSource)], target)
+    if not binary and not reaches:
         return
-    sass = toolchain.disassemble(cubin)
-    if sass is None:
-        ext = binary[0].extern
-        raise SpliceToolchainError(
-            f"extern '{ext.name}' (declared at {ext.where}) comes from "
-            f"{ext.fragment.describe()}, whose machine code splice checks for warp- and "
-            f"CTA-collective instructions with nvdisasm, which is not installed: pip install "
-            f"nvidia-cuda-nvdisasm (a dependency of splice)")
+    sass = _sass_or_refuse(cubin, (binary or [s for s, _ in reaches])[0].extern)
     for site in binary:
         ext = site.extern
         if ext.symbol not in sass_functions(sass):
@@ -449,17 +484,65 @@ def check_binary_sites(sites, cubin: bytes) -> None:
                 f"extern '{ext.name}' ({ext.fragment.describe()}), called at {site.where}: "
                 f"the linked cubin has no section .text.{ext.symbol}, so splice cannot check "
                 f"its machine code for collective instructions")
-        hit = find_sass_collective(sass, ext.symbol)
-        if hit is None:
-            continue
-        text, what, chain = hit
-        reach = ("in its own body" if len(chain) == 1 else
-                 f"in '{_demangled(chain)[-1]}', reached through "
-                 f"{' -> '.join(_demangled(chain))}")
-        raise SpliceLinkError(
-            f"extern '{ext.name}' ({ext.fragment.describe()}), called at {site.where}, "
-            f"executes the SASS instruction '{text}' {reach}, which is what {what} "
-            f"becomes: a collective instruction. {_WHY}")
+        _refuse_sass_hit(site, f"extern '{ext.name}' ({ext.fragment.describe()})", (),
+                         find_sass_collective(sass, ext.symbol))
+    for site, reach in reaches:
+        ext = site.extern
+        what = f"extern '{ext.name}' (declared at {ext.where})"
+        if reach.indirect is not None:
+            raise SpliceLinkError(
+                f"{what}, called at {site.where}, calls through a function pointer (in "
+                f"'{_demangled(reach.indirect)[-1]}') in a kernel linked with a binary object, "
+                f"whose functions splice cannot tell apart from the pointer's targets: it "
+                f"cannot check that the call reaches no collective instruction. Call the "
+                f"function directly, or ship the object's code as PTX or LTO-IR")
+        for callee, chain in reach.undefined.items():
+            if callee in sass_functions(sass):
+                _refuse_sass_hit(site, what, chain[:-1], find_sass_collective(sass, callee))
+
+
+def _ptx_reaches(sites, target):
+    """(site, :class:`Reach`) of each site's extern in its fragment's PTX, for the sites whose
+    PTX calls functions no PTX fragment defines or calls through a register."""
+    if target is None or not sites:
+        return []
+    mods: dict[str, Module] = {}
+    for s in sites:
+        mods.setdefault(s.extern.fragment.content_key(target), s.extern.fragment.module(target))
+    out = []
+    for s in sites:
+        mod = mods[s.extern.fragment.content_key(target)]
+        reach = outside_ptx(mod, s.extern.symbol, list(mods.values()))
+        if reach.undefined or reach.indirect is not None:
+            out.append((s, reach))
+    return out
+
+
+def _sass_or_refuse(cubin: bytes, ext) -> str:
+    from . import toolchain
+    from .errors import SpliceToolchainError
+    sass = toolchain.disassemble(cubin)
+    if sass is None:
+        raise SpliceToolchainError(
+            f"extern '{ext.name}' (declared at {ext.where}) comes from or calls into "
+            f"binary code ({ext.fragment.describe()} or a from_object file linked with it), "
+            f"whose machine code splice checks for warp- and CTA-collective instructions with "
+            f"nvdisasm, which is not installed: pip install nvidia-cuda-nvdisasm (a "
+            f"dependency of splice)")
+    return sass
+
+
+def _refuse_sass_hit(site, what: str, before: tuple[str, ...], hit) -> None:
+    if hit is None:
+        return
+    text, what_ptx, sass_chain = hit
+    chain = (*before, *sass_chain)
+    reach = ("in its own body" if len(chain) == 1 else
+             f"in '{_demangled(chain)[-1]}', reached through "
+             f"{' -> '.join(_demangled(chain))}")
+    raise SpliceLinkError(
+        f"{what}, called at {site.where}, executes the SASS instruction '{text}' {reach}, "
+        f"which is what {what_ptx} becomes: a collective instruction. {_WHY}")
 
 
 # ---------------------------------------------------------------------------------------------

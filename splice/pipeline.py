@@ -470,7 +470,7 @@ def _build(kernel, signature, arch: str, context, keep_stages: bool) -> Build:
     except SpliceToolchainError as e:
         raise _explain_ptxas_failure(e, merged, what) from None
     if binaries:
-        collectives.check_binary_sites(traced.sites, cubin)
+        collectives.check_binary_sites(traced.sites, cubin, target)
     sites = [SiteInfo(s.index, s.extern.name, s.extern.symbol, s.where, s.call_shape,
                       report.replaced.get(s.index, 0), calls[s.index].inline is not None,
                       not_inlined.get(s.index), "fma" if s.marker == "fma" else "atomic",

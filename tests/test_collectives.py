@@ -507,3 +507,41 @@ def test_sass_table_catches_what_ptxas_makes_of_each_collective(instruction, sas
         assert hit is None
     else:
         assert hit is not None and hit[0].startswith(sass or "")
+
+
+OBJ_HELPERS = rb'''
+extern "C" __device__ float obj_helper_sync(float x) { __syncthreads(); return x + 1.0f; }
+extern "C" __device__ float obj_helper_plain(float x) { return x + 2.0f; }
+extern "C" __device__ float obj_plain(float x) { return x * 5.0f; }
+'''
+
+
+@pytest.mark.parametrize("helper, refused", [("obj_helper_sync", True),
+                                             ("obj_helper_plain", False)])
+def test_cuda_c_calling_into_a_binary_object_is_checked_in_sass(tmp_path, helper, refused):
+    """An element-scope CUDA C extern that calls a function only a linked binary object
+    defines: the PTX walk cannot see the callee (accepted before, a silent miscompile when
+    the callee synchronises), so its SASS in the linked cubin is checked."""
+    if _nvjitlink_too_old() or toolchain.nvdisasm() is None:
+        pytest.skip("needs nvJitLink as new as ptxas, and nvdisasm")
+    p = tmp_path / "helpers.cubin"
+    p.write_bytes(_cubin(OBJ_HELPERS))
+    plain = splice.extern.from_object(p, name="obj_plain", signature="float32(float32)")
+    src = (f'extern "C" __device__ float {helper}(float);\n'
+           f'extern "C" __device__ float f(float x) {{ return {helper}(x); }}\n')
+    f = splice.extern(source=src, name="f", signature="float32(float32)",
+                      inline="never")(lambda x: None)
+
+    def factory():
+        @splice.kernel
+        def kern(x, y, TILE: ct.Constant[int]):
+            t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+            ct.store(y, index=(ct.bid(0),), tile=f(plain(t)))
+        return kern
+    if not refused:
+        assert splice.compile(factory(), SIG, "sm_90").sites[1].instances >= 1
+        return
+    msg = _refused(factory())
+    assert "extern 'f'" in msg and "obj_helper_sync" in msg and "f -> obj_helper_sync" in msg
+    assert 'scope="block"' in msg and re.search(r"'(BAR|WARPSYNC)[A-Z_.]*[^']*'", msg)
+    assert re.search(f"called at {_call_site_of(factory, 'f(plain(t))')}", msg)
