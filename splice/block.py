@@ -135,7 +135,9 @@ def _guard_is_not_thread0(guard: str, parsed, defs) -> bool:
     if len(defs.get(pred, ())) != 1:
         return False
     ins = parsed[defs[pred][0]][1]
+    # the predicate is setp's only destination (of "setp %q|%p", %p is the complement)
     if ins.base != "setp" or ins.guard is not None or len(ins.operands) != 3 or \
+            ins.operands[0] != pred or \
             len(ins.modifiers) != 2 or ins.modifiers[1] not in ("b32", "u32", "s32"):
         return False
     cmp = ins.modifiers[0]
