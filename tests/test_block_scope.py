@@ -406,6 +406,17 @@ _BROKEN = {
     "no block size": (".reqntid 128", "", "no fixed block size"),
     "guard on another thread": ("setp.ne.b32 \t%p1, %r1, 0;", "setp.ne.b32 \t%p1, %r1, 128;",
                                 "does not skip exactly the threads with tid.x != 0"),
+    # p2 is the complement of p1 = (tid != 0): the branch skips thread 0, not the others
+    "guard on the second predicate of a setp pair": (
+        "setp.ne.b32 \t%p1, %r1, 0;\n\t@%p1 bra", "setp.ne.b32 \t%p3|%p1, %r1, 0;\n\t@%p1 bra",
+        "does not skip exactly the threads with tid.x != 0"),
+    # mbarrier.try_wait writes its first operand: the guard is no longer setp's alone
+    "guard predicate also written by mbarrier.try_wait": (
+        "\tret;", "\tmbarrier.try_wait.parity.shared::cta.b64 \t%p1, [smem], 0;\n\tret;",
+        "does not skip exactly the threads with tid.x != 0"),
+    "tid register also written by multimem.ld_reduce": (
+        "\tret;", "\tmultimem.ld_reduce.relaxed.sys.global.add.u32 \t%r1, [%rd3];\n\tret;",
+        "does not skip exactly the threads with tid.x != 0"),
     "guard not on tid": ("mov.u32 \t%r1, %tid.x;", "mov.u32 \t%r1, %ctaid.x;",
                          "does not skip exactly"),
     "label inside the guarded code": ("\tmov.b64 \t%rd9, __splice_marker_0;",
