@@ -621,3 +621,33 @@ def test_cccl_discovery(tmp_path, monkeypatch):
     assert cccl.include_dirs() == [str(tmp_path / "cuda" / "include" / "cccl")]
     monkeypatch.setattr(cccl, "_roots", lambda: [str(tmp_path / "nothing")])
     assert cccl.include_dirs() == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Cache: two externs of one library symbol, one element and one block scope
+
+
+_PLUS = splice.library(source='extern "C" __device__ int plus(int a) { return a + 1; }')
+plus_element = _PLUS.extern("plus", signature="int32(int32)", pure=False)
+plus_block = _PLUS.extern("plus", signature="int32(int32)", scope="block")
+
+
+def _two_plus_kernel(f1, f2):
+    @splice.kernel
+    def two_plus(x, y, TILE: ConstInt):
+        bid = ct.bid(0)
+        t = ct.load(x, index=(bid,), shape=(TILE,), allow_tma=False)
+        ct.store(y, index=(bid,), tile=t + f1(bid) + f2(bid))
+    return two_plus
+
+
+def test_cache_tells_element_from_block_scope_of_one_symbol(fresh_cache):
+    """The kernel key named each symbol's first extern only: a kernel calling the symbol at
+    element scope twice was served the cubin of the same kernel whose second call is at
+    block scope (same bytecode), a block call it never asked for."""
+    mixed = splice.build(_two_plus_kernel(plus_element, plus_block), _vec_sig(), "sm_90")
+    both = splice.build(_two_plus_kernel(plus_element, plus_element), _vec_sig(), "sm_90")
+    assert [s.scope for s in mixed.sites] == ["element", "block"]
+    assert not both.from_cache and both.cubin != mixed.cubin
+    again = splice.build(_two_plus_kernel(plus_element, plus_block), _vec_sig(), "sm_90")
+    assert again.from_cache and again.cubin == mixed.cubin
