@@ -24,7 +24,7 @@ import threading
 from typing import Iterable, Mapping, Sequence
 
 from .errors import SpliceLinkError
-from .ptx import Module, parse_instruction
+from .ptx import Module, opcode_at, parse_instruction
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,11 +236,12 @@ def _scan(mod: Module) -> _Facts:
                 continue
             toks = st.tokens
             k = 0 if toks[0].text != "@" else (3 if toks[1].text == "!" else 2)
-            row = collective_of(toks[k].text)
+            opcode, _ = opcode_at(toks, k)
+            row = collective_of(opcode)
             if row is not None and hit is None:
                 hit = (" ".join(st.text(mod.text).split()), row)
             target = None
-            if toks[k].text.split(".", 1)[0] == "call":
+            if opcode.split(".", 1)[0] == "call":
                 target = parse_instruction(st, mod.text).call_target
             if target is not None and target.startswith("%"):
                 indirect.add(fn.name)

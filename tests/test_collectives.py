@@ -285,13 +285,18 @@ def test_collective_in_another_fragment_reached_through_a_declaration_is_refused
     assert "bar.sync 0;" in msg
 
 
-@pytest.mark.parametrize("instruction", ["bar.sync 0;", "barrier.sync.aligned 0;",
-                                         "shfl.sync.bfly.b32 %r1, %r1, 1, 31, -1;"])
+@pytest.mark.parametrize("instruction", [
+    "bar.sync 0;", "barrier.sync.aligned 0;", "shfl.sync.bfly.b32 %r1, %r1, 1, 31, -1;",
+    # ptxas accepts blanks and comments between an opcode's parts: the row is the whole
+    # opcode's, not its first part's (redux alone matched no row)
+    "redux .sync .add.u32 %r1, %r1, -1;", "redux /* x */ .sync.add.u32 %r1, %r1, -1;",
+    "@%p1 redux .sync.add.u32 %r1, %r1, -1;", "griddepcontrol .launch_dependents;"])
 def test_ptx_collectives_are_refused(instruction):
     ptx = HEADER + f"""
 .visible .func (.param .b32 r) pf(.param .b32 a) {{
-    .reg .b32 %r<2>;
+    .reg .b32 %r<2>; .reg .pred %p<2>;
     ld.param.b32 %r1, [a];
+    setp.ne.u32 %p1, %r1, 0;
     {instruction}
     st.param.b32 [r], %r1; ret; }}
 """
