@@ -225,6 +225,13 @@ def _scan(mod: Module) -> _Facts:
     calls: dict[str, tuple[str, ...]] = {}
     indirect = set()
     taken: dict[str, None] = {}
+    # ".alias a, b;": a call of a runs b (which must be defined in the same module)
+    aliases = {}
+    for st in mod.statements:
+        if st.depth == 0 and st.kind == "directive" and st.head == ".alias":
+            pair = [t.text for t in st.tokens if t.kind == "ident"]
+            if len(pair) == 2:
+                aliases[pair[0]] = pair[1]
     for fn in mod.function_order:
         if not fn.is_definition:
             continue
@@ -246,7 +253,7 @@ def _scan(mod: Module) -> _Facts:
             if target is not None and target.startswith("%"):
                 indirect.add(fn.name)
             elif target is not None:
-                callees[target] = None
+                callees[aliases.get(target, target)] = None
             _note_taken([t for t in st.tokens if t.text != target], names, taken)
         first[fn.name] = hit
         calls[fn.name] = tuple(callees)

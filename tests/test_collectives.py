@@ -550,3 +550,22 @@ def test_cuda_c_calling_into_a_binary_object_is_checked_in_sass(tmp_path, helper
     assert "extern 'f'" in msg and "obj_helper_sync" in msg and "f -> obj_helper_sync" in msg
     assert 'scope="block"' in msg and re.search(r"'(BAR|WARPSYNC)[A-Z_.]*[^']*'", msg)
     assert re.search(f"called at {_call_site_of(factory, 'f(plain(t))')}", msg)
+
+
+def test_call_through_an_alias_is_followed():
+    """``.alias a, b;`` makes a call of a run b: the walk saw a call of an undefined a and
+    let b's bar.sync through (an element-scope from_ptx extern compiled and linked)."""
+    m = _mod("""
+.func (.param .b32 r) g(.param .b32 a) {
+    .reg .b32 %r<2>; ld.param.b32 %r1, [a]; bar.sync 0; st.param.b32 [r], %r1; ret; }
+.func (.param .b32 r) galias(.param .b32 a);
+.alias galias, g;
+.visible .func (.param .b32 r) root(.param .b32 a) {
+    .reg .b32 %r<3>; ld.param.b32 %r1, [a];
+    { .param .b32 pa; .param .b32 pr; st.param.b32 [pa], %r1;
+      call (pr), galias, (pa); ld.param.b32 %r2, [pr]; }
+    st.param.b32 [r], %r2; ret; }
+""")
+    hit = collectives.find_collective(m, "root")
+    assert hit is not None and hit.function == "g" and hit.chain == ("root", "g")
+    assert hit.instruction == "bar.sync 0;"
