@@ -202,6 +202,7 @@ class _Facts:
     indirect: frozenset[str]
     exported: frozenset[str]
     address_taken: tuple[str, ...]
+    weak: frozenset[str] = frozenset()
 
 
 _facts_memo: dict[str, _Facts] = {}
@@ -262,7 +263,9 @@ def _scan(mod: Module) -> _Facts:
             _note_taken(st.tokens, names, taken)
     exported = frozenset(f.name for f in mod.function_order if f.is_definition and
                          (".visible" in f.linkage or ".weak" in f.linkage))
-    return _Facts(first, calls, frozenset(indirect), exported, tuple(taken))
+    weak = frozenset(f.name for f in mod.function_order if f.is_definition and
+                     ".weak" in f.linkage)
+    return _Facts(first, calls, frozenset(indirect), exported, tuple(taken), weak)
 
 
 def _note_taken(tokens, names, taken: dict) -> None:
@@ -369,10 +372,12 @@ def _reach(facts: Sequence[_Facts], root: str) -> Reach:
 
 def _resolve(facts: Sequence[_Facts], mi: int, name: str) -> Iterable[tuple[int, str]]:
     """Definitions a call of ``name`` from module ``mi`` may reach: its own module's, else
-    every other module's exported one (weak duplicates: all of them)."""
-    if name in facts[mi].first:
-        return [(mi, name)]
-    return [(i, name) for i, f in enumerate(facts) if i != mi and name in f.exported]
+    every other module's exported one (weak duplicates: all of them, also when the module
+    has its own weak one: the merged module keeps the first fragment's)."""
+    own = [(mi, name)] if name in facts[mi].first else []
+    if own and name not in facts[mi].weak:
+        return own
+    return own + [(i, name) for i, f in enumerate(facts) if i != mi and name in f.exported]
 
 
 # ---------------------------------------------------------------------------------------------

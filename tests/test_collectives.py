@@ -569,3 +569,22 @@ def test_call_through_an_alias_is_followed():
     hit = collectives.find_collective(m, "root")
     assert hit is not None and hit.function == "g" and hit.chain == ("root", "g")
     assert hit.instruction == "bar.sync 0;"
+
+
+def test_weak_callee_defined_differently_elsewhere_is_followed():
+    """Two fragments' weak definitions of one helper: the merged module keeps the first
+    fragment's, so an element extern's call of its own clean weak helper may run another
+    fragment's synchronising one (the walk looked at its own module's only)."""
+    weak = ".weak .func (.param .b32 r) helper(.param .b32 a) {{ .reg .b32 %r<2>; " \
+           "ld.param.b32 %r1, [a]; {} st.param.b32 [r], %r1; ret; }}\n"
+    a = _mod(weak.format("bar.sync 0;"), "a")
+    b = _mod(weak.format("") + """
+.visible .func (.param .b32 r) root(.param .b32 a) {
+    .reg .b32 %r<3>; ld.param.b32 %r1, [a];
+    { .param .b32 pa; .param .b32 pr; st.param.b32 [pa], %r1;
+      call (pr), helper, (pa); ld.param.b32 %r2, [pr]; }
+    st.param.b32 [r], %r2; ret; }
+""", "b")
+    assert collectives.find_collective(b, "root", [b]) is None
+    hit = collectives.find_collective(b, "root", [a, b])
+    assert hit is not None and hit.module == "a" and hit.chain == ("root", "helper")
