@@ -403,6 +403,8 @@ $L__BB0_2:
 
 _BROKEN = {
     "2-D block": (".reqntid 128", ".reqntid 64, 2", "not one-dimensional"),
+    "cluster of CTAs (num_ctas=2)": (".reqntid 128", ".reqntid 128\n.reqnctapercluster 2",
+                                     "cluster of CTAs .*num_ctas=1"),
     "no block size": (".reqntid 128", "", "no fixed block size"),
     "guard on another thread": ("setp.ne.b32 \t%p1, %r1, 0;", "setp.ne.b32 \t%p1, %r1, 128;",
                                 "does not skip exactly the threads with tid.x != 0"),
@@ -651,3 +653,16 @@ def test_cache_tells_element_from_block_scope_of_one_symbol(fresh_cache):
     assert not both.from_cache and both.cubin != mixed.cubin
     again = splice.build(_two_plus_kernel(plus_element, plus_block), _vec_sig(), "sm_90")
     assert again.from_cache and again.cubin == mixed.cubin
+
+
+def test_cluster_kernel_refused_with_num_ctas_in_the_message():
+    """num_ctas=2: tileiras runs 0-d operations once per cluster (guard on cluster_ctaid and
+    tid, joined by a cluster barrier): refused, and the message says num_ctas, not only that
+    the guard is not on tid.x."""
+    @splice.kernel(num_ctas=2)
+    def cluster_kernel(x, y, TILE: ConstInt):
+        bid = ct.bid(0)
+        t = ct.load(x, index=(bid,), shape=(TILE,), allow_tma=False)
+        ct.store(y, index=(bid,), tile=t + block_count(bid))
+    with pytest.raises(SpliceRewriteError, match=r"cluster of CTAs .*num_ctas=1"):
+        splice.compile(cluster_kernel, _vec_sig(), "sm_90")
