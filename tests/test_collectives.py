@@ -588,3 +588,29 @@ def test_weak_callee_defined_differently_elsewhere_is_followed():
     assert collectives.find_collective(b, "root", [b]) is None
     hit = collectives.find_collective(b, "root", [a, b])
     assert hit is not None and hit.module == "a" and hit.chain == ("root", "helper")
+
+
+def test_function_pointer_call_in_a_kernel_linked_with_an_object_is_refused(tmp_path):
+    """A call through a pointer may reach any of the object's functions, which the PTX walk
+    cannot see: refused (never assumed clean), naming the extern and the call site."""
+    if _nvjitlink_too_old() or toolchain.nvdisasm() is None:
+        pytest.skip("needs nvJitLink as new as ptxas, and nvdisasm")
+    p = tmp_path / "helpers.cubin"
+    p.write_bytes(_cubin(OBJ_HELPERS))
+    plain = splice.extern.from_object(p, name="obj_plain", signature="float32(float32)")
+    src = r'''
+__device__ float twice(float x) { return 2.0f * x; }
+__device__ float (*volatile op)(float) = twice;
+extern "C" __device__ float fp(float x) { return op(x); }'''
+    fp = splice.extern(source=src, name="fp", signature="float32(float32)",
+                       inline="never")(lambda x: None)
+
+    def factory():
+        @splice.kernel
+        def kern(x, y, TILE: ct.Constant[int]):
+            t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+            ct.store(y, index=(ct.bid(0),), tile=fp(plain(t)))
+        return kern
+    msg = _refused(factory())
+    assert "extern 'fp'" in msg and "function pointer" in msg
+    assert re.search(f"called at {_call_site_of(factory, 'fp(plain(t))')}", msg)
