@@ -482,11 +482,10 @@ def check_binary_sites(sites, cubin: bytes, target: str | None = None) -> None:
         SpliceLinkError: as :func:`check_element_sites`.
         SpliceToolchainError: nvdisasm is not installed, so the object cannot be checked.
     """
-    from .fragments import AsmSource, BinarySource
+    from .fragments import BinarySource
     element = [s for s in sites if getattr(s.extern, "scope", "element") == "element"]
     binary = [s for s in element if isinstance(s.extern.fragment, BinarySource)]
-    reaches = _ptx_reaches([s for s in element if s not in binary and
-                            not isinstance(s.extern.fragment, AsmSource)], target)
+    reaches = _ptx_reaches([s for s in element if s not in binary], target)
     if not binary and not reaches:
         return
     sass = _sass_or_refuse(cubin, (binary or [s for s, _ in reaches])[0].extern)
