@@ -114,6 +114,15 @@ def block_dims(module: Module, fn) -> str | None:
     return m.group(1).strip() if m else None
 
 
+def cluster_dims(module: Module, fn) -> str | None:
+    """The ``.reqnctapercluster`` of ``fn`` as text, or None (no cluster)."""
+    a, _ = fn.body
+    head = module.text[fn.header.start:module.statements[a].start]
+    m = re.search(r"\.reqnctapercluster\s+([\d\s,]+)", head)
+    return m.group(1).strip() if m and m.group(1).strip() not in ("1", "1, 1, 1", "1,1,1") \
+        else None
+
+
 def _is_barrier0(ins: Instruction | None) -> bool:
     return ins is not None and ins.guard is None and ins.opcode in BARRIER_OPS and \
         ins.operands == ("0",)
@@ -135,7 +144,9 @@ def _guard_is_not_thread0(guard: str, parsed, defs) -> bool:
     if len(defs.get(pred, ())) != 1:
         return False
     ins = parsed[defs[pred][0]][1]
+    # the predicate is setp's only destination (of "setp %q|%p", %p is the complement)
     if ins.base != "setp" or ins.guard is not None or len(ins.operands) != 3 or \
+            ins.operands[0] != pred or \
             len(ins.modifiers) != 2 or ins.modifiers[1] not in ("b32", "u32", "s32"):
         return False
     cmp = ins.modifiers[0]
@@ -188,6 +199,12 @@ def prove_instance(module: Module, fn, parsed, defs, i: int) -> tuple[int, int]:
         raise ValueError("the kernel declares no fixed block size (.reqntid)")
     if [d.strip() for d in dims.split(",")][1:] not in ([], ["1"], ["1", "1"]):
         raise ValueError(f"the block is not one-dimensional (.reqntid {dims})")
+    cluster = cluster_dims(module, fn)
+    if cluster is not None:
+        raise ValueError(f"tileiras runs this kernel as a cluster of CTAs (.reqnctapercluster "
+                         f"{cluster}: num_ctas > 1), and runs its scalar operations once per "
+                         f"cluster, on one thread of one CTA; block-scope calls need "
+                         f"num_ctas=1")
     # back from the marker to the guard: straight-line code, no other marker
     g = i - 1
     while g >= 0 and (parsed[g][0].kind == "directive" or

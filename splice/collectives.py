@@ -24,7 +24,7 @@ import threading
 from typing import Iterable, Mapping, Sequence
 
 from .errors import SpliceLinkError
-from .ptx import Module, parse_instruction
+from .ptx import Module, opcode_at, parse_instruction
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,6 +202,7 @@ class _Facts:
     indirect: frozenset[str]
     exported: frozenset[str]
     address_taken: tuple[str, ...]
+    weak: frozenset[str] = frozenset()
 
 
 _facts_memo: dict[str, _Facts] = {}
@@ -225,6 +226,13 @@ def _scan(mod: Module) -> _Facts:
     calls: dict[str, tuple[str, ...]] = {}
     indirect = set()
     taken: dict[str, None] = {}
+    # ".alias a, b;": a call of a runs b (which must be defined in the same module)
+    aliases = {}
+    for st in mod.statements:
+        if st.depth == 0 and st.kind == "directive" and st.head == ".alias":
+            pair = [t.text for t in st.tokens if t.kind == "ident"]
+            if len(pair) == 2:
+                aliases[pair[0]] = pair[1]
     for fn in mod.function_order:
         if not fn.is_definition:
             continue
@@ -236,16 +244,17 @@ def _scan(mod: Module) -> _Facts:
                 continue
             toks = st.tokens
             k = 0 if toks[0].text != "@" else (3 if toks[1].text == "!" else 2)
-            row = collective_of(toks[k].text)
+            opcode, _ = opcode_at(toks, k)
+            row = collective_of(opcode)
             if row is not None and hit is None:
                 hit = (" ".join(st.text(mod.text).split()), row)
             target = None
-            if toks[k].text.split(".", 1)[0] == "call":
+            if opcode.split(".", 1)[0] == "call":
                 target = parse_instruction(st, mod.text).call_target
             if target is not None and target.startswith("%"):
                 indirect.add(fn.name)
             elif target is not None:
-                callees[target] = None
+                callees[aliases.get(target, target)] = None
             _note_taken([t for t in st.tokens if t.text != target], names, taken)
         first[fn.name] = hit
         calls[fn.name] = tuple(callees)
@@ -254,7 +263,9 @@ def _scan(mod: Module) -> _Facts:
             _note_taken(st.tokens, names, taken)
     exported = frozenset(f.name for f in mod.function_order if f.is_definition and
                          (".visible" in f.linkage or ".weak" in f.linkage))
-    return _Facts(first, calls, frozenset(indirect), exported, tuple(taken))
+    weak = frozenset(f.name for f in mod.function_order if f.is_definition and
+                     ".weak" in f.linkage)
+    return _Facts(first, calls, frozenset(indirect), exported, tuple(taken), weak)
 
 
 def _note_taken(tokens, names, taken: dict) -> None:
@@ -300,36 +311,73 @@ def find_collective(root_module: Module, root: str,
     """
     mods = [root_module, *[m for m in others if m is not root_module]]
     facts = [_facts(m) for m in mods]
-    if root not in facts[0].first:
-        return None
-    start = (0, root)
-    seen = {start}
-    queue: list[tuple[tuple[int, str], tuple[str, ...]]] = [(start, (root,))]
-    while queue:
-        (mi, name), chain = queue.pop(0)
-        f = facts[mi]
-        first = f.first[name]
+    for (mi, name), chain in _reach(facts, root).reached:
+        first = facts[mi].first[name]
         if first is not None:
             text, row = first
             return Hit(text, row, name, chain, mods[mi].name)
-        nexts: list[tuple[tuple[int, str], tuple[str, ...]]] = [(node, chain + (node[1],)) for callee in f.calls[name]
-                 for node in _resolve(facts, mi, callee)]
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Reach:
+    """What a root function reaches: ``reached``, the PTX definitions (module index, name)
+    with their chains from the root, breadth first; ``undefined``, the functions it calls
+    that no module defines (code linked from a binary object, or a system call such as
+    ``vprintf``) with their chains; ``indirect``, a chain to a call through a register, or
+    None."""
+
+    reached: tuple[tuple[tuple[int, str], tuple[str, ...]], ...]
+    undefined: dict[str, tuple[str, ...]]
+    indirect: tuple[str, ...] | None
+
+
+def outside_ptx(root_module: Module, root: str,
+                others: Sequence[Module] = ()) -> Reach:
+    """:class:`Reach` of ``root`` (as :func:`find_collective` walks it): what of its callees
+    the PTX walk cannot see."""
+    mods = [root_module, *[m for m in others if m is not root_module]]
+    return _reach([_facts(m) for m in mods], root)
+
+
+def _reach(facts: Sequence[_Facts], root: str) -> Reach:
+    if root not in facts[0].first:
+        return Reach((), {}, None)
+    start = (0, root)
+    seen = {start}
+    order = []
+    undefined: dict[str, tuple[str, ...]] = {}
+    indirect = None
+    queue: list[tuple[tuple[int, str], tuple[str, ...]]] = [(start, (root,))]
+    while queue:
+        (mi, name), chain = queue.pop(0)
+        order.append(((mi, name), chain))
+        f = facts[mi]
+        nexts: list[tuple[tuple[int, str], tuple[str, ...]]] = []
+        for callee in f.calls[name]:
+            found = _resolve(facts, mi, callee)
+            if not found:
+                undefined.setdefault(callee, chain + (callee,))
+            nexts += [(node, chain + (node[1],)) for node in found]
         if name in f.indirect:
+            indirect = indirect or chain
             nexts += [((i, n), chain + ("(indirect call)", n)) for i, g in enumerate(facts)
                       for n in g.address_taken if n in g.first]
         for node, c in nexts:
             if node not in seen:
                 seen.add(node)
                 queue.append((node, c))
-    return None
+    return Reach(tuple(order), undefined, indirect)
 
 
 def _resolve(facts: Sequence[_Facts], mi: int, name: str) -> Iterable[tuple[int, str]]:
     """Definitions a call of ``name`` from module ``mi`` may reach: its own module's, else
-    every other module's exported one (weak duplicates: all of them)."""
-    if name in facts[mi].first:
-        return [(mi, name)]
-    return [(i, name) for i, f in enumerate(facts) if i != mi and name in f.exported]
+    every other module's exported one (weak duplicates: all of them, also when the module
+    has its own weak one: the merged module keeps the first fragment's)."""
+    own = [(mi, name)] if name in facts[mi].first else []
+    if own and name not in facts[mi].weak:
+        return own
+    return own + [(i, name) for i, f in enumerate(facts) if i != mi and name in f.exported]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -418,30 +466,29 @@ def find_sass_collective(sass: str, root: str) -> tuple[str, str, tuple[str, ...
     return None
 
 
-def check_binary_sites(sites, cubin: bytes) -> None:
+def check_binary_sites(sites, cubin: bytes, target: str | None = None) -> None:
     """Refuse every element-scope call site whose extern comes from a binary object
     (``from_object``) and executes a collective SASS instruction, found in the kernel's
-    linked ``cubin`` (nvJitLink keeps each device function in its own section).
+    linked ``cubin`` (nvJitLink keeps each device function in its own section); and every
+    element-scope site whose PTX calls a function that no PTX fragment defines (so the
+    binary object defines it, and :func:`check_element_sites` could not look into it) that
+    does, or that calls through a register (which may reach the object's functions).
+
+    Args:
+        target: the kernel's PTX target, for the PTX of the other sites' fragments; None:
+            only the binary sites are checked.
 
     Raises:
         SpliceLinkError: as :func:`check_element_sites`.
         SpliceToolchainError: nvdisasm is not installed, so the object cannot be checked.
     """
-    from . import toolchain
-    from .errors import SpliceToolchainError
     from .fragments import BinarySource
-    binary = [s for s in sites if isinstance(s.extern.fragment, BinarySource) and
-              getattr(s.extern, "scope", "element") == "element"]
-    if not binary:
+    element = [s for s in sites if getattr(s.extern, "scope", "element") == "element"]
+    binary = [s for s in element if isinstance(s.extern.fragment, BinarySource)]
+    reaches = _ptx_reaches([s for s in element if s not in binary], target)
+    if not binary and not reaches:
         return
-    sass = toolchain.disassemble(cubin)
-    if sass is None:
-        ext = binary[0].extern
-        raise SpliceToolchainError(
-            f"extern '{ext.name}' (declared at {ext.where}) comes from "
-            f"{ext.fragment.describe()}, whose machine code splice checks for warp- and "
-            f"CTA-collective instructions with nvdisasm, which is not installed: pip install "
-            f"nvidia-cuda-nvdisasm (a dependency of splice)")
+    sass = _sass_or_refuse(cubin, (binary or [s for s, _ in reaches])[0].extern)
     for site in binary:
         ext = site.extern
         if ext.symbol not in sass_functions(sass):
@@ -449,17 +496,65 @@ def check_binary_sites(sites, cubin: bytes) -> None:
                 f"extern '{ext.name}' ({ext.fragment.describe()}), called at {site.where}: "
                 f"the linked cubin has no section .text.{ext.symbol}, so splice cannot check "
                 f"its machine code for collective instructions")
-        hit = find_sass_collective(sass, ext.symbol)
-        if hit is None:
-            continue
-        text, what, chain = hit
-        reach = ("in its own body" if len(chain) == 1 else
-                 f"in '{_demangled(chain)[-1]}', reached through "
-                 f"{' -> '.join(_demangled(chain))}")
-        raise SpliceLinkError(
-            f"extern '{ext.name}' ({ext.fragment.describe()}), called at {site.where}, "
-            f"executes the SASS instruction '{text}' {reach}, which is what {what} "
-            f"becomes: a collective instruction. {_WHY}")
+        _refuse_sass_hit(site, f"extern '{ext.name}' ({ext.fragment.describe()})", (),
+                         find_sass_collective(sass, ext.symbol))
+    for site, reach in reaches:
+        ext = site.extern
+        what = f"extern '{ext.name}' (declared at {ext.where})"
+        if reach.indirect is not None:
+            raise SpliceLinkError(
+                f"{what}, called at {site.where}, calls through a function pointer (in "
+                f"'{_demangled(reach.indirect)[-1]}') in a kernel linked with a binary object, "
+                f"whose functions splice cannot tell apart from the pointer's targets: it "
+                f"cannot check that the call reaches no collective instruction. Call the "
+                f"function directly, or ship the object's code as PTX or LTO-IR")
+        for callee, chain in reach.undefined.items():
+            if callee in sass_functions(sass):
+                _refuse_sass_hit(site, what, chain[:-1], find_sass_collective(sass, callee))
+
+
+def _ptx_reaches(sites, target):
+    """(site, :class:`Reach`) of each site's extern in its fragment's PTX, for the sites whose
+    PTX calls functions no PTX fragment defines or calls through a register."""
+    if target is None or not sites:
+        return []
+    mods: dict[str, Module] = {}
+    for s in sites:
+        mods.setdefault(s.extern.fragment.content_key(target), s.extern.fragment.module(target))
+    out = []
+    for s in sites:
+        mod = mods[s.extern.fragment.content_key(target)]
+        reach = outside_ptx(mod, s.extern.symbol, list(mods.values()))
+        if reach.undefined or reach.indirect is not None:
+            out.append((s, reach))
+    return out
+
+
+def _sass_or_refuse(cubin: bytes, ext) -> str:
+    from . import toolchain
+    from .errors import SpliceToolchainError
+    sass = toolchain.disassemble(cubin)
+    if sass is None:
+        raise SpliceToolchainError(
+            f"extern '{ext.name}' (declared at {ext.where}) comes from or calls into "
+            f"binary code ({ext.fragment.describe()} or a from_object file linked with it), "
+            f"whose machine code splice checks for warp- and CTA-collective instructions with "
+            f"nvdisasm, which is not installed: pip install nvidia-cuda-nvdisasm (a "
+            f"dependency of splice)")
+    return sass
+
+
+def _refuse_sass_hit(site, what: str, before: tuple[str, ...], hit) -> None:
+    if hit is None:
+        return
+    text, what_ptx, sass_chain = hit
+    chain = (*before, *sass_chain)
+    reach = ("in its own body" if len(chain) == 1 else
+             f"in '{_demangled(chain)[-1]}', reached through "
+             f"{' -> '.join(_demangled(chain))}")
+    raise SpliceLinkError(
+        f"{what}, called at {site.where}, executes the SASS instruction '{text}' {reach}, "
+        f"which is what {what_ptx} becomes: a collective instruction. {_WHY}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -412,11 +412,15 @@ def _build(kernel, signature, arch: str, context, keep_stages: bool) -> Build:
             _check_same_symbol(prev, ext)
         externs.setdefault(ext.symbol, ext)
 
-    # cache.load/store add splice's code identity; each fragment's key names its tools
+    # cache.load/store add splice's code identity; each fragment's key names its tools.
+    # Per site, not per symbol: two externs of one library symbol may differ in scope,
+    # inline or signature, which the bytecode does not always show.
+    content = {id(e.fragment): e.fragment.content_key(arch) for e in externs.values()}
     key = cache.key_of(
         "kernel", traced.bytecode, traced.tileiras_flags, arch,
         [(e.symbol, str(e.signature), e.inline, e.fragment.kind,
-          e.fragment.content_key(arch), e.scope) for e in externs.values()],
+          content.get(id(e.fragment)) or e.fragment.content_key(arch), e.scope)
+         for e in (site.extern for site in traced.sites)],
         toolchain.tool_identity("tileiras", "ptxas"))
     if not keep_stages:
         hit = cache.load("kernel", key)
@@ -470,7 +474,7 @@ def _build(kernel, signature, arch: str, context, keep_stages: bool) -> Build:
     except SpliceToolchainError as e:
         raise _explain_ptxas_failure(e, merged, what) from None
     if binaries:
-        collectives.check_binary_sites(traced.sites, cubin)
+        collectives.check_binary_sites(traced.sites, cubin, target)
     sites = [SiteInfo(s.index, s.extern.name, s.extern.symbol, s.where, s.call_shape,
                       report.replaced.get(s.index, 0), calls[s.index].inline is not None,
                       not_inlined.get(s.index), "fma" if s.marker == "fma" else "atomic",

@@ -403,9 +403,22 @@ $L__BB0_2:
 
 _BROKEN = {
     "2-D block": (".reqntid 128", ".reqntid 64, 2", "not one-dimensional"),
+    "cluster of CTAs (num_ctas=2)": (".reqntid 128", ".reqntid 128\n.reqnctapercluster 2",
+                                     "cluster of CTAs .*num_ctas=1"),
     "no block size": (".reqntid 128", "", "no fixed block size"),
     "guard on another thread": ("setp.ne.b32 \t%p1, %r1, 0;", "setp.ne.b32 \t%p1, %r1, 128;",
                                 "does not skip exactly the threads with tid.x != 0"),
+    # p2 is the complement of p1 = (tid != 0): the branch skips thread 0, not the others
+    "guard on the second predicate of a setp pair": (
+        "setp.ne.b32 \t%p1, %r1, 0;\n\t@%p1 bra", "setp.ne.b32 \t%p3|%p1, %r1, 0;\n\t@%p1 bra",
+        "does not skip exactly the threads with tid.x != 0"),
+    # mbarrier.try_wait writes its first operand: the guard is no longer setp's alone
+    "guard predicate also written by mbarrier.try_wait": (
+        "\tret;", "\tmbarrier.try_wait.parity.shared::cta.b64 \t%p1, [smem], 0;\n\tret;",
+        "does not skip exactly the threads with tid.x != 0"),
+    "tid register also written by multimem.ld_reduce": (
+        "\tret;", "\tmultimem.ld_reduce.relaxed.sys.global.add.u32 \t%r1, [%rd3];\n\tret;",
+        "does not skip exactly the threads with tid.x != 0"),
     "guard not on tid": ("mov.u32 \t%r1, %tid.x;", "mov.u32 \t%r1, %ctaid.x;",
                          "does not skip exactly"),
     "label inside the guarded code": ("\tmov.b64 \t%rd9, __splice_marker_0;",
@@ -610,3 +623,46 @@ def test_cccl_discovery(tmp_path, monkeypatch):
     assert cccl.include_dirs() == [str(tmp_path / "cuda" / "include" / "cccl")]
     monkeypatch.setattr(cccl, "_roots", lambda: [str(tmp_path / "nothing")])
     assert cccl.include_dirs() == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Cache: two externs of one library symbol, one element and one block scope
+
+
+_PLUS = splice.library(source='extern "C" __device__ int plus(int a) { return a + 1; }')
+plus_element = _PLUS.extern("plus", signature="int32(int32)", pure=False)
+plus_block = _PLUS.extern("plus", signature="int32(int32)", scope="block")
+
+
+def _two_plus_kernel(f1, f2):
+    @splice.kernel
+    def two_plus(x, y, TILE: ConstInt):
+        bid = ct.bid(0)
+        t = ct.load(x, index=(bid,), shape=(TILE,), allow_tma=False)
+        ct.store(y, index=(bid,), tile=t + f1(bid) + f2(bid))
+    return two_plus
+
+
+def test_cache_tells_element_from_block_scope_of_one_symbol(fresh_cache):
+    """The kernel key named each symbol's first extern only: a kernel calling the symbol at
+    element scope twice was served the cubin of the same kernel whose second call is at
+    block scope (same bytecode), a block call it never asked for."""
+    mixed = splice.build(_two_plus_kernel(plus_element, plus_block), _vec_sig(), "sm_90")
+    both = splice.build(_two_plus_kernel(plus_element, plus_element), _vec_sig(), "sm_90")
+    assert [s.scope for s in mixed.sites] == ["element", "block"]
+    assert not both.from_cache and both.cubin != mixed.cubin
+    again = splice.build(_two_plus_kernel(plus_element, plus_block), _vec_sig(), "sm_90")
+    assert again.from_cache and again.cubin == mixed.cubin
+
+
+def test_cluster_kernel_refused_with_num_ctas_in_the_message():
+    """num_ctas=2: tileiras runs 0-d operations once per cluster (guard on cluster_ctaid and
+    tid, joined by a cluster barrier): refused, and the message says num_ctas, not only that
+    the guard is not on tid.x."""
+    @splice.kernel(num_ctas=2)
+    def cluster_kernel(x, y, TILE: ConstInt):
+        bid = ct.bid(0)
+        t = ct.load(x, index=(bid,), shape=(TILE,), allow_tma=False)
+        ct.store(y, index=(bid,), tile=t + block_count(bid))
+    with pytest.raises(SpliceRewriteError, match=r"cluster of CTAs .*num_ctas=1"):
+        splice.compile(cluster_kernel, _vec_sig(), "sm_90")

@@ -285,13 +285,18 @@ def test_collective_in_another_fragment_reached_through_a_declaration_is_refused
     assert "bar.sync 0;" in msg
 
 
-@pytest.mark.parametrize("instruction", ["bar.sync 0;", "barrier.sync.aligned 0;",
-                                         "shfl.sync.bfly.b32 %r1, %r1, 1, 31, -1;"])
+@pytest.mark.parametrize("instruction", [
+    "bar.sync 0;", "barrier.sync.aligned 0;", "shfl.sync.bfly.b32 %r1, %r1, 1, 31, -1;",
+    # ptxas accepts blanks and comments between an opcode's parts: the row is the whole
+    # opcode's, not its first part's (redux alone matched no row)
+    "redux .sync .add.u32 %r1, %r1, -1;", "redux /* x */ .sync.add.u32 %r1, %r1, -1;",
+    "@%p1 redux .sync.add.u32 %r1, %r1, -1;", "griddepcontrol .launch_dependents;"])
 def test_ptx_collectives_are_refused(instruction):
     ptx = HEADER + f"""
 .visible .func (.param .b32 r) pf(.param .b32 a) {{
-    .reg .b32 %r<2>;
+    .reg .b32 %r<2>; .reg .pred %p<2>;
     ld.param.b32 %r1, [a];
+    setp.ne.u32 %p1, %r1, 0;
     {instruction}
     st.param.b32 [r], %r1; ret; }}
 """
@@ -507,3 +512,105 @@ def test_sass_table_catches_what_ptxas_makes_of_each_collective(instruction, sas
         assert hit is None
     else:
         assert hit is not None and hit[0].startswith(sass or "")
+
+
+OBJ_HELPERS = rb'''
+extern "C" __device__ float obj_helper_sync(float x) { __syncthreads(); return x + 1.0f; }
+extern "C" __device__ float obj_helper_plain(float x) { return x + 2.0f; }
+extern "C" __device__ float obj_plain(float x) { return x * 5.0f; }
+'''
+
+
+@pytest.mark.parametrize("helper, refused", [("obj_helper_sync", True),
+                                             ("obj_helper_plain", False)])
+def test_cuda_c_calling_into_a_binary_object_is_checked_in_sass(tmp_path, helper, refused):
+    """An element-scope CUDA C extern that calls a function only a linked binary object
+    defines: the PTX walk cannot see the callee (accepted before, a silent miscompile when
+    the callee synchronises), so its SASS in the linked cubin is checked."""
+    if _nvjitlink_too_old() or toolchain.nvdisasm() is None:
+        pytest.skip("needs nvJitLink as new as ptxas, and nvdisasm")
+    p = tmp_path / "helpers.cubin"
+    p.write_bytes(_cubin(OBJ_HELPERS))
+    plain = splice.extern.from_object(p, name="obj_plain", signature="float32(float32)")
+    src = (f'extern "C" __device__ float {helper}(float);\n'
+           f'extern "C" __device__ float f(float x) {{ return {helper}(x); }}\n')
+    f = splice.extern(source=src, name="f", signature="float32(float32)",
+                      inline="never")(lambda x: None)
+
+    def factory():
+        @splice.kernel
+        def kern(x, y, TILE: ct.Constant[int]):
+            t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+            ct.store(y, index=(ct.bid(0),), tile=f(plain(t)))
+        return kern
+    if not refused:
+        assert splice.compile(factory(), SIG, "sm_90").sites[1].instances >= 1
+        return
+    msg = _refused(factory())
+    assert "extern 'f'" in msg and "obj_helper_sync" in msg and "f -> obj_helper_sync" in msg
+    assert 'scope="block"' in msg and re.search(r"'(BAR|WARPSYNC)[A-Z_.]*[^']*'", msg)
+    assert re.search(f"called at {_call_site_of(factory, 'f(plain(t))')}", msg)
+
+
+def test_call_through_an_alias_is_followed():
+    """``.alias a, b;`` makes a call of a run b: the walk saw a call of an undefined a and
+    let b's bar.sync through (an element-scope from_ptx extern compiled and linked)."""
+    m = _mod("""
+.func (.param .b32 r) g(.param .b32 a) {
+    .reg .b32 %r<2>; ld.param.b32 %r1, [a]; bar.sync 0; st.param.b32 [r], %r1; ret; }
+.func (.param .b32 r) galias(.param .b32 a);
+.alias galias, g;
+.visible .func (.param .b32 r) root(.param .b32 a) {
+    .reg .b32 %r<3>; ld.param.b32 %r1, [a];
+    { .param .b32 pa; .param .b32 pr; st.param.b32 [pa], %r1;
+      call (pr), galias, (pa); ld.param.b32 %r2, [pr]; }
+    st.param.b32 [r], %r2; ret; }
+""")
+    hit = collectives.find_collective(m, "root")
+    assert hit is not None and hit.function == "g" and hit.chain == ("root", "g")
+    assert hit.instruction == "bar.sync 0;"
+
+
+def test_weak_callee_defined_differently_elsewhere_is_followed():
+    """Two fragments' weak definitions of one helper: the merged module keeps the first
+    fragment's, so an element extern's call of its own clean weak helper may run another
+    fragment's synchronising one (the walk looked at its own module's only)."""
+    weak = ".weak .func (.param .b32 r) helper(.param .b32 a) {{ .reg .b32 %r<2>; " \
+           "ld.param.b32 %r1, [a]; {} st.param.b32 [r], %r1; ret; }}\n"
+    a = _mod(weak.format("bar.sync 0;"), "a")
+    b = _mod(weak.format("") + """
+.visible .func (.param .b32 r) root(.param .b32 a) {
+    .reg .b32 %r<3>; ld.param.b32 %r1, [a];
+    { .param .b32 pa; .param .b32 pr; st.param.b32 [pa], %r1;
+      call (pr), helper, (pa); ld.param.b32 %r2, [pr]; }
+    st.param.b32 [r], %r2; ret; }
+""", "b")
+    assert collectives.find_collective(b, "root", [b]) is None
+    hit = collectives.find_collective(b, "root", [a, b])
+    assert hit is not None and hit.module == "a" and hit.chain == ("root", "helper")
+
+
+def test_function_pointer_call_in_a_kernel_linked_with_an_object_is_refused(tmp_path):
+    """A call through a pointer may reach any of the object's functions, which the PTX walk
+    cannot see: refused (never assumed clean), naming the extern and the call site."""
+    if _nvjitlink_too_old() or toolchain.nvdisasm() is None:
+        pytest.skip("needs nvJitLink as new as ptxas, and nvdisasm")
+    p = tmp_path / "helpers.cubin"
+    p.write_bytes(_cubin(OBJ_HELPERS))
+    plain = splice.extern.from_object(p, name="obj_plain", signature="float32(float32)")
+    src = r'''
+__device__ float twice(float x) { return 2.0f * x; }
+__device__ float (*volatile op)(float) = twice;
+extern "C" __device__ float fp(float x) { return op(x); }'''
+    fp = splice.extern(source=src, name="fp", signature="float32(float32)",
+                       inline="never")(lambda x: None)
+
+    def factory():
+        @splice.kernel
+        def kern(x, y, TILE: ct.Constant[int]):
+            t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+            ct.store(y, index=(ct.bid(0),), tile=fp(plain(t)))
+        return kern
+    msg = _refused(factory())
+    assert "extern 'fp'" in msg and "function pointer" in msg
+    assert re.search(f"called at {_call_site_of(factory, 'fp(plain(t))')}", msg)
