@@ -67,9 +67,7 @@ def _cmd_inspect(a) -> int:
     _check_arity(kern, sig, a.sig)
     b = splice.compile(kern, sig, a.arch)
     if a.out:
-        from .pipeline import _dump
-        _dump(b, Path(a.out))
-        print(f"stages written to {Path(a.out) / f'{b.symbol}.{b.arch}'}")
+        print(f"stages written to {b.dump(Path(a.out))}")
     if a.stage:
         value = b[a.stage]
         if value is None:

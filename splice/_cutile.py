@@ -43,6 +43,7 @@ import cuda.tile as ct
 
 from .errors import SpliceCallError, SpliceDeclarationError, SpliceError, \
     SpliceToolchainError
+from .sites import CallSite, Marker
 from .types import Signature
 
 SUPPORTED_CUTILE = ((1, 7), (1, 8))  # [low, high)
@@ -120,55 +121,34 @@ def ensure_supported_cutile() -> None:
 # --------------------------------------------------------------------------------------------
 # Call sites recorded while cuTile traces one kernel signature.
 
-MARKER_PREFIX = "__splice_marker_"
-
-
-@dataclass(frozen=True)
-class CallSite:
-    """One call of an extern as traced in a kernel.
-
-    Attributes:
-        index: order of the call in the trace (0, 1, ...); names the marker global.
-        extern: the called :class:`splice.extern.ExternFunction`.
-        shape: the tile shape of the marker (the call's shape, last axis maybe split).
-        call_shape: the tile shape of the call (``()`` for a scalar call).
-        where: "file:line" of the call in the user's source.
-        marker: "fma" (a pure call with a result: a floating-point fma keyed by a load of
-            the marker global, see :class:`SplicePureCall`) or "cas" (an atomic
-            compare-and-swap on the marker global, see :class:`SpliceImpureCall`).
-        marker_bits: width of the marker's two operands and result (32 or 64).
-    """
-
-    index: int
-    extern: Any
-    shape: tuple[int, ...]       # the marker's tile shape
-    where: str
-    call_shape: tuple[int, ...] = ()  # the call's shape as written (arguments broadcast)
-    marker: str = "cas"
-    marker_bits: int = 64
-
-    @property
-    def marker_symbol(self) -> str:
-        return f"{MARKER_PREFIX}{self.index}"
-
-    def __str__(self) -> str:  # shown in cuTile IR dumps
-        return f"{self.extern.symbol}@{self.where}"
-
-
 class TraceSession:
     """Collects the call sites of one kernel compilation. Only inside a session may an
     extern be called: a kernel that is not compiled by splice would otherwise run its
     markers as plain atomics and compute garbage."""
 
-    def __init__(self, kernel_name: str, atomic_sites: frozenset[int] = frozenset()):
+    def __init__(self, kernel_name: str, atomic_sites: frozenset[str] = frozenset()):
         self.kernel_name = kernel_name
         self.sites: list[CallSite] = []
-        #: indices of pure call sites that get the atomic marker instead of the fma marker
+        #: keys (:attr:`CallSite.key`) of pure call sites that get the atomic marker
         self.atomic_sites = atomic_sites
+        self._seen: dict[str, int] = {}
 
-    def new_site(self, extern, shape, where, call_shape, marker, marker_bits) -> CallSite:
+    def site_key(self, loc) -> str:
+        """The stable key of the next call at ``loc``: its location, the locations it was
+        inlined through, and how many calls this trace met there before."""
+        chain = []
+        while loc is not None:
+            chain.append(str(loc))
+            loc = loc.call_site
+        where = "<-".join(chain)
+        n = self._seen.get(where, 0)
+        self._seen[where] = n + 1
+        return f"{where}#{n}"
+
+    def new_site(self, extern, shape, where, call_shape, marker, marker_bits,
+                 key) -> CallSite:
         site = CallSite(len(self.sites), extern, tuple(shape), where, tuple(call_shape),
-                        marker, marker_bits)
+                        marker, marker_bits, key)
         self.sites.append(site)
         return site
 
@@ -177,7 +157,7 @@ _local = threading.local()
 
 
 @contextlib.contextmanager
-def trace_session(kernel_name: str, atomic_sites: frozenset[int] = frozenset()):
+def trace_session(kernel_name: str, atomic_sites: frozenset[str] = frozenset()):
     prev = getattr(_local, "session", None)
     session = TraceSession(kernel_name, atomic_sites)
     _local.session = session
@@ -560,15 +540,17 @@ def _emit_call(ext, args, loc):
     typed = tuple(broadcast_to(v, shape) for v in typed)
     call_shape = shape
     res = sig.result
-    if ext.pure and res is not None and len(session.sites) not in session.atomic_sites:
-        site = session.new_site(ext, shape, _loc_str(loc), call_shape, "fma",
-                                FMA_MARKER_BITS)
+    key = session.site_key(loc)
+    if ext.pure and res is not None and key not in session.atomic_sites:
+        site = session.new_site(ext, shape, _loc_str(loc), call_shape, Marker.FMA,
+                                FMA_MARKER_BITS, key)
         return add_operation(SplicePureCall, TileTy(res.dtype, shape), site=site, args=typed)
     marker_shape = _marker_shape(shape, typed)
     if marker_shape != shape:
         typed = tuple(reshape(v, marker_shape) for v in typed)
         shape = marker_shape
-    site = session.new_site(ext, shape, _loc_str(loc), call_shape, "cas", sig.marker_bits)
+    site = session.new_site(ext, shape, _loc_str(loc), call_shape, Marker.ATOMIC,
+                            sig.marker_bits, key)
     marker_dtype = ct.uint64 if sig.marker_bits == 64 else ct.uint32
     ptr_ty = TileTy(pointer_dtype(marker_dtype, MemorySpace.GLOBAL), shape)
     pointer = add_operation(SpliceMarkerPointer, ptr_ty, site=site)
@@ -921,11 +903,11 @@ class TracedKernel:
 
 
 def trace_kernel(kernel: ct.kernel, signature, arch: str, context=None,
-                 atomic_sites: frozenset[int] = frozenset()) -> TracedKernel:
+                 atomic_sites: frozenset[str] = frozenset()) -> TracedKernel:
     """Trace ``kernel`` for ``signature`` (or a list of signatures: one module with an entry
     each, as ``cuda.tile.compilation.export_kernel`` makes) and return its Tile IR bytecode
     with the call sites of every extern in it, and the tileiras flags cuTile would use for
-    ``arch``. Pure call sites whose index is in ``atomic_sites`` get the atomic marker (see
+    ``arch``. Pure call sites whose key (:attr:`CallSite.key`) is in ``atomic_sites`` get the atomic marker (see
     :class:`SplicePureCall`)."""
     ensure_supported_cutile()
     from cuda.tile._cext import default_tile_context

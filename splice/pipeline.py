@@ -2,18 +2,24 @@
 
 ::
 
-    trace     cuTile frontend -> Tile IR bytecode; each extern call is a marker   (_cutile)
-    key       content key: bytecode, flags, fragments, arch, tool identities      (cache)
-    lower     tileiras from the overlay -> PTX, --nv-host object, ptxas flags     (toolchain)
-    compile   fragments -> PTX for the kernel's PTX target (NVRTC / as is)        (fragments)
-    splice    every marker -> call of its extern, proven                         (rewrite)
-    link      fragments merged into the kernel module, symbols checked           (link)
-    assemble  ptxas with tileiras's flags and --nv-host -> cubin                 (toolchain)
+    trace      cuTile frontend -> Tile IR bytecode; each extern call a marker  (_cutile)
+    key        content key: bytecode, flags, fragments, arch, tool identities  (cache)
+    lower      tileiras -> PTX, --nv-host object, ptxas flags; meanwhile the
+               fragments compile in threads for the predicted PTX target      (toolchain)
+    fragments  each fragment's PTX for the kernel's target, checked, prepared
+               for merging; how each site calls (or inlines) its extern        (fragments,
+                                                                                link, inline)
+    splice     every marker -> call of its extern, proven; or the fma markers
+               the proof refuses, which become atomic markers: trace again     (rewrite)
+    link       fragments merged into the kernel's PTX                          (link)
+    assemble   ptxas with tileiras's flags and --nv-host -> cubin (nvJitLink
+               for binary objects)                                             (toolchain)
 
-:func:`build` runs it for one kernel signature and architecture and returns a
-:class:`Build`, whose stages can be inspected (``build["ptx"]``, ``build.sass``) and are
-written to ``$SPLICE_DUMP_DIR`` when that is set. Linked cubins are cached on disk by
-content (:mod:`splice.cache`).
+:func:`build` runs it for one kernel signature and architecture. :class:`_Job` times each
+stage (``Build.timings``, the ``splice`` logger at DEBUG) and writes each stage's output to
+``$SPLICE_DUMP_DIR/<symbol>.<arch>/`` as it is made, so that a failed build leaves the
+stages before the failure. Linked cubins are cached on disk by content (:mod:`splice.cache`);
+fragments by their own content (:mod:`splice.fragments`).
 """
 
 from __future__ import annotations
@@ -27,172 +33,415 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 from . import _cutile, cache, collectives, inline, link, nvshmem, rewrite, toolchain, verify
 from .errors import SpliceLinkError, SpliceToolchainError
 from .fragments import BinarySource, CudaSource, Fragment, PtxSource
-from .ptx import Module
+from .ptx import Module, parse_instruction
+from .result import Build, dump_dir
+from .sites import Marker, SiteInfo
 
 __version__ = "0.1.0"
+__all__ = ["Build", "SiteInfo", "build", "normalize_arch", "predicted_ptx_target"]
 log = logging.getLogger("splice")
 
 
-@dataclasses.dataclass
-class SiteInfo:
-    """One call site of the built kernel: where it is, what it calls, how many marker
-    instances (calls in PTX) it became, and its marker: "fma" (pure calls: elementwise,
-    no layout change) or "atomic" (impure calls, and pure calls whose fma marker LLVM
-    changed: ``why_atomic``)."""
+def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = False) -> Build:
+    """Compile ``kernel`` for ``signature`` on ``arch`` with every extern call spliced in.
 
-    index: int
-    extern: str
-    symbol: str
-    where: str
-    shape: tuple[int, ...]
-    instances: int
-    inlined: bool = False
-    why_not_inlined: str | None = None
-    marker: str = "atomic"
-    why_atomic: str | None = None
-    scope: str = "element"
+    Args:
+        kernel: a ``@splice.kernel``.
+        signature: a ``cuda.tile.compilation.KernelSignature``, or a list of them (one
+            cubin with an entry each, as :func:`splice.export_kernel` writes).
+        arch: ``"sm_80"``, ``"sm_90"``, ``"sm_100"``...
+        context: cuTile's TileContext (compile timeout); default cuTile's.
+        keep_stages: keep every intermediate stage (skips the cubin cache).
 
-    def __str__(self) -> str:
-        how = "inlined bod(ies)" if self.inlined else "call(s)"
-        why = f" (not inlined: {self.why_not_inlined})" if self.why_not_inlined else ""
-        marker = f"{self.marker} marker"
-        if self.why_atomic:
-            marker += f" (its fma marker was changed by tileiras: {self.why_atomic})"
-        if self.scope == "block":
-            return (f"site {self.index}: {self.extern} -> {self.symbol} at {self.where}, "
-                    f"block scope: every thread of the block calls it once per execution, "
-                    f"{self.instances} {how} in PTX{why}")
-        return (f"site {self.index}: {self.extern} -> {self.symbol} at {self.where}, tile "
-                f"shape {self.shape}, {self.instances} {how} in PTX{why}, {marker}")
-
-
-@dataclasses.dataclass
-class Build:
-    """The result of compiling one kernel signature for one architecture.
-
-    Stages (``build[name]``): ``"tileir"`` (Tile IR text tileiras embeds in its PTX, or
-    None), ``"ptx"`` (PTX as tileiras emitted it), ``"spliced_ptx"`` (the PTX ptxas
-    assembled: calls spliced in, fragments merged), ``"cubin"`` (bytes), ``"sass"``
-    (nvdisasm's listing, None without nvdisasm).
+    Raises:
+        SpliceCallError, SpliceCompileError, SpliceLinkError, SpliceRewriteError,
+        SpliceToolchainError.
     """
-
-    kernel_name: str
-    arch: str
-    symbol: str
-    cubin: bytes
-    sites: list[SiteInfo]
-    lifecycle_providers: tuple = ()
-    ptx: str | None = None
-    spliced_ptx: str | None = None
-    tileir: str | None = None
-    ptxas_flags: tuple[str, ...] = ()
-    host_object_size: int = 0
-    entry_calls: dict = dataclasses.field(default_factory=dict)
-    from_cache: bool = False
-    seconds: float = 0.0
-    symbols: tuple[str, ...] = ()   # every entry (several signatures: splice.export_kernel)
-    _sass: str | None = dataclasses.field(default=None, repr=False)
-
-    STAGES = ("tileir", "ptx", "spliced_ptx", "cubin", "sass")
-
-    @property
-    def sass(self) -> str | None:
-        if self._sass is None:
-            self._sass = toolchain.disassemble(self.cubin)
-        return self._sass
-
-    def __getitem__(self, stage: str):
-        if stage not in self.STAGES:
-            raise KeyError(f"unknown stage {stage!r}; stages: {', '.join(self.STAGES)}")
-        return getattr(self, stage)
-
-    def _sass_calls(self, kernel_body_only: bool, entry: str | None) -> list[str] | None:
-        """The callee of every SASS ``CALL`` as written (``$<kernel>$<function>`` for
-        functions in a kernel's section, ``$__internal_<n>_$<name>`` for CUDA's internal
-        helpers); with ``kernel_body_only``, only those in ``entry``'s own body (default:
-        the first entry), not in the device functions it calls. None without nvdisasm."""
-        s = self.sass
-        if s is None:
-            return None
-        if kernel_body_only:
-            # the body ends where the first device function of the kernel's section
-            # (``$<kernel>$<function>``) is declared or labelled; CALL lines that name
-            # one start with their address, not the name
-            entry = entry or self.symbol
-            start = s.find(f".text.{entry}:")
-            m = re.compile(rf"^\s*(?:\.\w+\s+)?\${re.escape(entry)}\$", re.M).search(
-                s, start)
-            s = s[start:m.start() if m else len(s)]
-        return re.findall(r"\bCALL\.[A-Z.]+\s+`?\(?\$?([^)`;\s]*)", s)
-
-    def sass_call_count(self, symbol: str | None = None, kernel_body_only: bool = False,
-                        entry: str | None = None) -> int | None:
-        """Number of SASS ``CALL`` instructions, all or those calling ``symbol`` (None
-        without nvdisasm); with ``kernel_body_only``, only those in the body of ``entry``
-        (default: the kernel's first entry), not in the device functions it calls."""
-        calls = self._sass_calls(kernel_body_only, entry)
-        if calls is None or symbol is None:
-            return None if calls is None else len(calls)
-        return sum(1 for c in calls if c == symbol or c.endswith("$" + symbol))
-
-    def sass_call_targets(self) -> dict[str, int] | None:
-        """SASS ``CALL``\\ s per callee name, section prefixes removed (``g``,
-        ``__cuda_sm3x_div_rn_noftz_f32_slowpath``); None without nvdisasm."""
-        calls = self._sass_calls(False, None)
-        if calls is None:
-            return None
-        out: dict[str, int] = {}
-        for c in calls:
-            name = c.rsplit("$", 1)[-1] if "$" in c else c
-            out[name] = out.get(name, 0) + 1
+    with _gc_paused():
+        job = _Job.start(kernel, signature, arch, context, keep_stages)
+        traced = job.run("trace", _trace, job, frozenset())
+        key = job.run("key", _cache_key, job, traced)
+        hit = None if job.keep_stages else job.run("cache", _from_cache, job, traced, key)
+        if hit is not None:
+            return hit
+        sp = _lower_and_splice(job, traced)
+        merged = job.run("link", link.insert, sp.module, sp.compiled.linked, job.name)
+        job.dump(".spliced.ptx", merged)
+        cubin = job.run("assemble", _assemble, job, sp, merged)
+        job.dump(".cubin", cubin)
+        out = _result(job, sp, merged, cubin)
+        _finish(job, out, key, sp)
         return out
 
-    def summary(self) -> str:
-        """Sites, and every SASS ``CALL`` by callee: splice's externs, and calls that are
-        not splice's (CUDA's own helpers that tileiras or NVRTC emit, e.g. the IEEE
-        division slow path ``__cuda_sm3x_div_rn_noftz_f32_slowpath``)."""
-        lines = [f"kernel {self.kernel_name} ({self.symbol}) for {self.arch}: "
-                 f"{len(self.cubin)} bytes of cubin"]
-        if len(self.symbols) > 1:
-            lines.append(f"  entries: {', '.join(self.symbols)}")
-        lines += [f"  {s}" for s in self.sites]
-        targets = self.sass_call_targets()
-        if targets is None:
-            lines.append("  SASS: n/a (nvdisasm not installed)")
-            return "\n".join(lines)
-        ours = sorted({s.symbol for s in self.sites})
-        per = ", ".join(f"{sym}: {self.sass_call_count(sym)}" for sym in ours)
-        lines.append(f"  SASS CALL instructions: {sum(targets.values())} "
-                     f"({per or 'no externs'})")
-        helpers = {n: k for n, k in targets.items() if n not in ours and _is_cuda_helper(n)}
-        others = {n: k for n, k in targets.items() if n not in ours and n not in helpers}
-        if helpers:
-            lines.append("  SASS CALLs that are not externs (CUDA's internal helpers that "
-                         "tileiras or NVRTC emit): " + ", ".join(f"{n}: {k}{_helper_note(n)}"
-                                               for n, k in sorted(helpers.items())))
-        if others:
-            lines.append("  SASS CALLs of other device functions (called by the fragments): "
-                         + ", ".join(f"{n}: {k}" for n, k in sorted(others.items())))
-        return "\n".join(lines)
+
+def _lower_and_splice(job: _Job, traced) -> _Spliced:
+    """lower, fragments, splice; while the proof refuses some fma markers, give those sites
+    the atomic marker (which LLVM does not merge or fold), trace and lower again. Each round
+    adds at least one site to the atomic set, so the loop ends."""
+    atomic: dict[str, str] = {}     # site key (CallSite.key) -> why it has the atomic marker
+    while True:
+        lowered = job.run("lower", _lower, job, traced)
+        compiled = job.run("fragments", _compile_fragments, job, traced, lowered)
+        report = job.run("splice", rewrite.splice_calls, lowered.module, compiled.calls,
+                         kernel_name=job.name)
+        if report.refused is None:
+            assert report.module is not None   # the rewritten PTX, parsed by its check
+            job.dump(".rewritten.ptx", report.ptx)
+            return _Spliced(traced, lowered, compiled, report, report.module, atomic)
+        atomic = _give_atomic_markers(job, traced, report.refused, atomic)
+        job.lowerings += 1
+        traced = job.run("trace", _trace, job, frozenset(atomic))
 
 
-def _is_cuda_helper(name: str) -> bool:
-    return name.startswith(("__cuda_", "__internal_", "__nv_", "__nvvm_"))
+# --------------------------------------------------------------------------------------------
+# The driver's state, and what the stages hand each other
 
 
-def _helper_note(name: str) -> str:
-    """What a CUDA internal helper a SASS CALL names does, where the name says it."""
-    for pattern, what in ((r"div_rn.*slowpath", "IEEE division slow path"),
-                          (r"rcp.*slowpath", "IEEE reciprocal slow path"),
-                          (r"sqrt.*slowpath", "IEEE square root slow path"),
-                          (r"internal_trig_reduction", "trigonometric argument reduction")):
-        if re.search(pattern, name):
-            return f" ({what})"
-    return ""
+@dataclasses.dataclass
+class _Job:
+    """One build: its inputs, the name errors give it, and the stage driver (timings,
+    dumps)."""
+
+    kernel: Any
+    signature: Any
+    arch: str
+    context: Any
+    keep_stages: bool
+    name: str
+    what: str              # "kernel 'f' (file.py:12)", for messages
+    dump_root: str | None
+    started: float
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    lowerings: int = 1
+    symbol: str = ""
+
+    @classmethod
+    def start(cls, kernel, signature, arch, context, keep_stages: bool) -> _Job:
+        t0 = time.perf_counter()
+        _cutile.check_build_args(kernel, signature)
+        name, where = _kernel_desc(kernel)
+        what = f"kernel '{name}' ({where})"
+        dump_root = os.environ.get("SPLICE_DUMP_DIR") or None
+        return cls(kernel, signature, normalize_arch(arch, what), context,
+                   keep_stages or dump_root is not None, name, what, dump_root, t0)
+
+    def run(self, stage: str, fn: Callable, *args, **kwargs):
+        """``fn(*args, **kwargs)``, its wall time added to ``timings[stage]``."""
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            dt = time.perf_counter() - t
+            self.timings[stage] = self.timings.get(stage, 0.0) + dt
+            log.debug("%s: %s took %.3f s", self.what, stage, dt)
+
+    def dump(self, suffix: str, data: str | bytes | None) -> None:
+        """Write one stage's output to ``$SPLICE_DUMP_DIR/<symbol>.<arch>/<symbol><suffix>``
+        (nothing without the variable).
+
+        Raises:
+            SpliceToolchainError: the directory cannot be written.
+        """
+        if self.dump_root is None or data is None:
+            return
+        try:
+            d = dump_dir(Path(self.dump_root), self.symbol, self.arch)
+            f = d / f"{self.symbol}{suffix}"
+            f.write_bytes(data) if isinstance(data, bytes) else f.write_text(data)
+        except OSError as e:
+            raise SpliceToolchainError(
+                f"{self.what}: cannot write its stages to SPLICE_DUMP_DIR={self.dump_root} "
+                f"({e.strerror or e}): point it at a writable directory, or unset it") from None
+
+    @property
+    def seconds(self) -> float:
+        return time.perf_counter() - self.started
+
+
+@dataclasses.dataclass(frozen=True)
+class _Lowered:
+    """tileiras's output: the capture (PTX, host object, flags) and its parsed PTX."""
+
+    capture: toolchain.Capture
+    module: Module
+    target: str            # the PTX target, e.g. "sm_90a"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Compiled:
+    """The fragments for the kernel's PTX target, and how each site calls its extern."""
+
+    modules: dict[str, tuple[str, Module]]    # fragment content key -> (describe(), PTX)
+    linked: link.Linked
+    calls: dict[int, rewrite.SiteCall]        # site index -> call (or inlined body)
+    not_inlined: dict[int, str]               # site index -> why its body is not inlined
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spliced:
+    """The last round of lower/fragments/splice, which the proof accepted."""
+
+    traced: Any                    # _cutile.TracedKernel
+    lowered: _Lowered
+    compiled: _Compiled
+    report: rewrite.SpliceReport
+    module: Module                 # the rewritten PTX
+    atomic: dict[str, str]         # site key -> why the pure call has the atomic marker
+
+
+# --------------------------------------------------------------------------------------------
+# trace, key, cache
+
+
+def _trace(job: _Job, atomic: frozenset[str]):
+    """The kernel's Tile IR bytecode and call sites (pure sites whose key is in ``atomic``
+    get the atomic marker); checks each extern before anything compiles."""
+    traced = _cutile.trace_kernel(job.kernel, job.signature, job.arch, job.context, atomic)
+    job.symbol = traced.symbol
+    job.dump(".tilebc", traced.bytecode)
+    externs: dict[str, Any] = {}     # symbol -> ExternFunction
+    for site in traced.sites:
+        ext = site.extern
+        if isinstance(ext.fragment, CudaSource):
+            nvshmem.check_scope(ext, ext.fragment.read())
+        prev = externs.setdefault(ext.symbol, ext)
+        if prev is not ext and prev.fragment is not ext.fragment:
+            _check_same_symbol(prev, ext)
+    return traced
+
+
+def _cache_key(job: _Job, traced) -> str:
+    """The cubin's content key: bytecode, tileiras flags, arch, every site's extern (per
+    site: two externs of one library symbol may differ in scope, inline or signature,
+    which the bytecode does not always show), the tools. cache.load/store add splice's
+    code identity; each fragment's key names its own tools."""
+    content: dict[int, str] = {}
+    for site in traced.sites:
+        frag = site.extern.fragment
+        if id(frag) not in content:
+            content[id(frag)] = frag.content_key(job.arch)
+    return cache.key_of(
+        "kernel", traced.bytecode, traced.tileiras_flags, job.arch,
+        [(e.symbol, str(e.signature), e.inline, e.fragment.kind, content[id(e.fragment)],
+          e.scope) for e in (site.extern for site in traced.sites)],
+        toolchain.tool_identity("tileiras", "ptxas"))
+
+
+def _from_cache(job: _Job, traced, key: str) -> Build | None:
+    """The cached build of ``key``, or None."""
+    hit = cache.load("kernel", key)
+    if hit is None:
+        return None
+    meta, cubin = hit
+    stored = meta.get("sites", ())
+    if meta.get("symbol") != traced.symbol or len(stored) != len(traced.sites):
+        return None
+    out = Build(job.name, job.arch, traced.symbol, cubin,
+                [SiteInfo.of(s, **m) for s, m in zip(traced.sites, stored)],
+                traced.lifecycle_providers + nvshmem.lifecycle_providers(
+                    job.what, frozenset(meta.get("host_filled", ()))),
+                entry_calls=meta.get("entry_calls", {}), from_cache=True,
+                symbols=traced.symbols, timings=job.timings)
+    out.seconds = job.seconds
+    log.info("%s for %s: cubin from the cache in %.3f s", job.what, job.arch, out.seconds)
+    if verify.enabled():
+        verify.verify_build(out)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# lower, fragments, the atomic-marker fallback
+
+
+def _lower(job: _Job, traced) -> _Lowered:
+    """tileiras on the bytecode, the fragments compiling ahead in threads meanwhile."""
+    guess = predicted_ptx_target(_gpu_name(traced))
+    with _fragments_compiled_ahead(traced, guess):
+        capture = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags,
+                                         timeout=traced.timeout_sec, what=job.what)
+    job.dump(".ptx", capture.ptx)
+    job.dump(".tileir", _tileir_text(capture.ptx))
+    module = Module(capture.ptx, f"tileiras PTX of {job.what}")
+    target = next((t for t in module.target if t.startswith("sm_")), None)
+    if target is None:
+        raise SpliceLinkError(f"tileiras PTX of {job.what} names no sm_ target")
+    if target != guess:
+        log.debug("%s: tileiras emitted PTX for %s, fragments were compiled ahead for %s",
+                  job.what, target, guess)
+    _PTX_TARGETS[_gpu_name(traced)] = target
+    return _Lowered(capture, module, target)
+
+
+def _compile_fragments(job: _Job, traced, lowered: _Lowered) -> _Compiled:
+    """Each fragment's PTX for the kernel's target (de-duplicated by content), checked
+    against the kernel and each extern's declaration, prepared for merging; the call of
+    every site."""
+    modules: dict[str, tuple[str, Module]] = {}
+    for site in traced.sites:
+        frag = site.extern.fragment
+        fkey = frag.content_key(lowered.target)
+        if fkey not in modules:
+            modules[fkey] = (frag.describe(), frag.module(lowered.target))
+            job.dump(f".fragment{len(modules) - 1}.ptx", modules[fkey][1].text)
+        _check_fragment(site, *modules[fkey], lowered)
+    collectives.check_element_sites(traced.sites, modules, lowered.target)
+    linked = link.prepare(lowered.module, list(modules.values()), job.name,
+                          frozenset(s.extern.symbol for s in traced.sites),
+                          host_filled=nvshmem.HOST_FILLED)
+    calls: dict[int, rewrite.SiteCall] = {}
+    not_inlined: dict[int, str] = {}
+    for site in traced.sites:
+        fmod = modules[site.extern.fragment.content_key(lowered.target)][1]
+        calls[site.index], why = _site_call(site, fmod, linked)
+        if why is not None:
+            not_inlined[site.index] = why
+    return _Compiled(modules, linked, calls, not_inlined)
+
+
+def _check_fragment(site, fdesc: str, fmod: Module, lowered: _Lowered) -> None:
+    """The fragment fits the kernel's PTX and defines the extern's symbol with a prototype
+    matching the declared signature (binary objects: checked when linked)."""
+    ext = site.extern
+    decl = f"extern '{ext.name}' (declared at {ext.where})"
+    link.check_compatible(fmod, lowered.module, f"{decl}, called at {site.where}: {fdesc}")
+    if isinstance(ext.fragment, BinarySource):
+        return
+    fn = fmod.functions.get(ext.symbol)
+    if fn is None or not fn.is_definition:
+        defined = sorted(f.name for f in fmod.functions.values() if f.is_definition)
+        raise SpliceLinkError(
+            f"{decl}: {fdesc} does not define the device function '{ext.symbol}'"
+            f" (it defines: {', '.join(defined) or 'nothing'}). The symbol must be the C "
+            f"name of an extern \"C\" __device__ function that the fragment defines and "
+            f"emits: functions declared only, inline/__forceinline__ or static ones are "
+            f"not emitted unless used, and -dlto output holds no PTX")
+    link.check_prototype(fn, ext.signature, f"{decl}, {fdesc}", fmod.text)
+
+
+def _site_call(site, fmod: Module, linked: link.Linked) -> tuple[rewrite.SiteCall, str | None]:
+    """How the rewriter calls ``site``'s extern, and why its body is not inlined (None:
+    inlined)."""
+    ext = site.extern
+    body = None
+    if isinstance(ext.fragment, BinarySource):
+        fn = fmod.functions[ext.symbol]
+        if ext.inline == "always":
+            raise SpliceLinkError(f"extern '{ext.name}' (declared at {ext.where}) has "
+                                  f"inline=\"always\" but its code is a binary object")
+        why: str | None = "binary object: no PTX body"
+    else:
+        pmod, fn = linked.functions[ext.symbol]
+        why = "inline=\"never\"" if ext.inline == "never" else \
+            inline.why_not_inlinable(pmod, fn, linked.functions)
+        if why is None:
+            body = (pmod, fn)
+        elif ext.inline == "always":
+            raise SpliceLinkError(
+                f"extern '{ext.name}' (declared at {ext.where}) has inline=\"always\" but "
+                f"'{ext.symbol}' cannot be inlined: {why}")
+    call = rewrite.SiteCall(site.index, ext.symbol, fn.params,
+                            fn.results[0] if fn.results else None, ext.signature,
+                            f"{ext.name} at {site.where}", body, site.marker,
+                            site.marker_bits, ext.scope)
+    return call, why
+
+
+def _give_atomic_markers(job: _Job, traced, refused: rewrite.Refusal,
+                         atomic: dict[str, str]) -> dict[str, str]:
+    """``atomic`` plus the pure sites the proof refused (all pure sites when it named
+    none of them). Raises the refusal's error when no pure site is left to change."""
+    pure = {s.index: s.key for s in traced.sites if s.marker is Marker.FMA}
+    named = (refused.sites & pure.keys()) or pure.keys()
+    if not named:
+        raise refused.error()
+    log.info("%s: site(s) %s get the atomic marker and the kernel is lowered again "
+             "(tileiras changed their fma marker: %s)", job.what, sorted(named),
+             refused.reason)
+    return {**atomic, **{pure[i]: refused.reason for i in named}}
+
+
+# --------------------------------------------------------------------------------------------
+# assemble, the result
+
+
+def _assemble(job: _Job, sp: _Spliced, merged: str) -> bytes:
+    """ptxas with tileiras's flags and host object; with binary objects, ptxas -c and
+    nvJitLink, then the SASS check of the sites that call into them."""
+    flags = toolchain.ptxas_flags(sp.lowered.capture)
+    binaries = list({id(s.extern.fragment): s.extern.fragment for s in sp.traced.sites
+                     if isinstance(s.extern.fragment, BinarySource)}.values())
+    timeout = sp.traced.timeout_sec
+    try:
+        if not binaries:
+            return toolchain.run_ptxas(merged, flags, sp.lowered.capture.host_object,
+                                       timeout=timeout, what=job.what)
+        cubin = _link_binaries(merged, flags, binaries, sp.lowered.module,
+                               sp.lowered.target, job.what, timeout)
+    except SpliceToolchainError as e:
+        raise _explain_ptxas_failure(e, merged, job.what) from None
+    collectives.check_binary_sites(sp.traced.sites, cubin, sp.lowered.target)
+    return cubin
+
+
+def _result(job: _Job, sp: _Spliced, merged: str, cubin: bytes) -> Build:
+    traced, report, capture = sp.traced, sp.report, sp.lowered.capture
+    sites = [SiteInfo.of(s, instances=report.replaced.get(s.index, 0),
+                         inlined=sp.compiled.calls[s.index].inline is not None,
+                         why_not_inlined=sp.compiled.not_inlined.get(s.index),
+                         why_atomic=sp.atomic.get(s.key)) for s in traced.sites]
+    keep = job.keep_stages
+    return Build(job.name, job.arch, traced.symbol, cubin, sites,
+                 traced.lifecycle_providers + nvshmem.lifecycle_providers(
+                     job.what, sp.compiled.linked.host_filled),
+                 ptx=capture.ptx if keep else None, spliced_ptx=merged if keep else None,
+                 tileir=_tileir_text(capture.ptx) if keep else None,
+                 ptxas_flags=tuple(toolchain.ptxas_flags(capture)),
+                 host_object_size=len(capture.host_object or b""),
+                 entry_calls=_entry_calls(sp.module, {c.callee for c in
+                                                          sp.compiled.calls.values()}),
+                 symbols=traced.symbols, timings=job.timings, lowerings=job.lowerings)
+
+
+def _finish(job: _Job, out: Build, key: str, sp: _Spliced) -> None:
+    """Log, verify (``SPLICE_VERIFY=1``), cache, and dump the SASS and timings."""
+    out.seconds = job.seconds
+    log.info("%s for %s: compiled in %.3f s, %d call site(s), %d bytes of cubin", job.what,
+             job.arch, out.seconds, len(out.sites), len(out.cubin))
+    log.debug("%s: %s", job.what, out.timing_line())
+    for s in out.sites:
+        log.debug("%s: %s", job.what, s)
+    if verify.enabled():
+        verify.verify_build(out)
+    if not job.keep_stages:
+        cache.store("kernel", key, {"symbol": out.symbol, "entry_calls": out.entry_calls,
+                                    "host_filled": sorted(sp.compiled.linked.host_filled),
+                                    "sites": [s.stored() for s in out.sites]}, out.cubin)
+    if job.dump_root is not None:
+        job.dump(".sass", out.sass)
+        job.dump(".timings.json", out.timings_json())
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """The cyclic garbage collector off (a build allocates many small objects and frees
+    them by reference counting; the collector's passes over them are pure cost), back on
+    afterwards, also on an error."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _kernel_desc(kernel) -> tuple[str, str]:
@@ -275,250 +524,6 @@ def _fragments_compiled_ahead(traced, target: str):
     pool.shutdown(wait=True)
 
 
-def _lower_and_splice(traced, name: str, what: str):
-    """tileiras, fragments for the kernel's PTX target, the call of every site, and the
-    rewritten PTX: (capture, kernel module, target, linked fragments, calls, reasons for not
-    inlining, rewrite report)."""
-    guess = predicted_ptx_target(_gpu_name(traced))
-    with _fragments_compiled_ahead(traced, guess):
-        capture = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags,
-                                         timeout=traced.timeout_sec, what=what)
-    kernel_mod = Module(capture.ptx, f"tileiras PTX of {what}")
-    target = next((t for t in kernel_mod.target if t.startswith("sm_")), None)
-    if target is None:
-        raise SpliceLinkError(f"tileiras PTX of {what} names no sm_ target")
-    if target != guess:
-        log.debug("%s: tileiras emitted PTX for %s, fragments were compiled ahead for %s",
-                   what, target, guess)
-    _PTX_TARGETS[_gpu_name(traced)] = target
-
-    # Fragments for the kernel's own PTX target, de-duplicated by content.
-    frag_mods: dict[str, tuple[str, Module]] = {}
-    for site in traced.sites:
-        ext = site.extern
-        fkey = ext.fragment.content_key(target)
-        if fkey not in frag_mods:
-            frag_mods[fkey] = (ext.fragment.describe(), ext.fragment.module(target))
-        fdesc, fmod = frag_mods[fkey]
-        decl = f"extern '{ext.name}' (declared at {ext.where})"
-        link.check_compatible(fmod, kernel_mod, f"{decl}, called at {site.where}: {fdesc}")
-        fn = fmod.functions.get(ext.symbol)
-        if isinstance(ext.fragment, BinarySource):
-            continue
-        if fn is None or not fn.is_definition:
-            defined = sorted(f.name for f in fmod.functions.values() if f.is_definition)
-            raise SpliceLinkError(
-                f"{decl}: {fdesc} does not define the device function '{ext.symbol}'"
-                f" (it defines: {', '.join(defined) or 'nothing'}). The symbol must be the C "
-                f"name of an extern \"C\" __device__ function that the fragment defines and "
-                f"emits: functions declared only, inline/__forceinline__ or static ones are "
-                f"not emitted unless used, and -dlto output holds no PTX")
-        link.check_prototype(fn, ext.signature, f"{decl}, {fdesc}", fmod.text)
-    collectives.check_element_sites(traced.sites, frag_mods, target)
-    linked = link.prepare(kernel_mod, list(frag_mods.values()), name,
-                          frozenset(s.extern.symbol for s in traced.sites),
-                          host_filled=nvshmem.HOST_FILLED)
-
-    calls: dict[int, rewrite.SiteCall] = {}
-    not_inlined: dict[int, str] = {}
-    for site in traced.sites:
-        ext = site.extern
-        if isinstance(ext.fragment, BinarySource):
-            fn = frag_mods[ext.fragment.content_key(target)][1].functions[ext.symbol]
-            if ext.inline == "always":
-                raise SpliceLinkError(f"extern '{ext.name}' (declared at {ext.where}) has "
-                                      f"inline=\"always\" but its code is a binary object")
-            not_inlined[site.index] = "binary object: no PTX body"
-            calls[site.index] = rewrite.SiteCall(site.index, ext.symbol, fn.params,
-                                                 fn.results[0] if fn.results else None,
-                                                 ext.signature, f"{ext.name} at {site.where}",
-                                                 None, site.marker, site.marker_bits,
-                                                 ext.scope)
-            continue
-        pmod, fn = linked.functions[ext.symbol]
-        body = None
-        if ext.inline != "never":
-            reason = inline.why_not_inlinable(pmod, fn, linked.functions)
-            if reason is None:
-                body = (pmod, fn)
-            elif ext.inline == "always":
-                raise SpliceLinkError(
-                    f"extern '{ext.name}' (declared at {ext.where}) has inline=\"always\" but "
-                    f"'{ext.symbol}' cannot be inlined: {reason}")
-            else:
-                not_inlined[site.index] = reason
-        else:
-            not_inlined[site.index] = "inline=\"never\""
-        calls[site.index] = rewrite.SiteCall(site.index, ext.symbol, fn.params,
-                                             fn.results[0] if fn.results else None,
-                                             ext.signature, f"{ext.name} at {site.where}",
-                                             body, site.marker, site.marker_bits,
-                                             ext.scope)
-
-    report = rewrite.splice_calls(kernel_mod, calls, kernel_name=name)
-    return capture, kernel_mod, target, linked, calls, not_inlined, report
-
-
-def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = False) -> Build:
-    """Compile ``kernel`` for ``signature`` on ``arch`` with every extern call spliced in.
-
-    Args:
-        kernel: a ``@splice.kernel``.
-        signature: a ``cuda.tile.compilation.KernelSignature``, or a list of them (one
-            cubin with an entry each, as :func:`splice.export_kernel` writes).
-        arch: ``"sm_80"``, ``"sm_90"``, ``"sm_100"``...
-        context: cuTile's TileContext (compile timeout); default cuTile's.
-        keep_stages: keep every intermediate stage (skips the cubin cache).
-
-    Raises:
-        SpliceCallError, SpliceCompileError, SpliceLinkError, SpliceRewriteError,
-        SpliceToolchainError.
-    """
-    with _gc_paused():
-        return _build(kernel, signature, arch, context, keep_stages)
-
-
-@contextlib.contextmanager
-def _gc_paused():
-    """The cyclic garbage collector off (a build allocates many small objects and frees
-    them by reference counting; the collector's passes over them are pure cost), back on
-    afterwards, also on an error."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def _build(kernel, signature, arch: str, context, keep_stages: bool) -> Build:
-    t0 = time.perf_counter()
-    _cutile.check_build_args(kernel, signature)
-    name, where = _kernel_desc(kernel)
-    what = f"kernel '{name}' ({where})"
-    arch = normalize_arch(arch, what)
-    traced = _cutile.trace_kernel(kernel, signature, arch, context)
-    dump_dir = os.environ.get("SPLICE_DUMP_DIR")
-    keep_stages = keep_stages or bool(dump_dir)
-
-    externs: dict = {}  # symbol -> ExternFunction
-    for site in traced.sites:
-        ext = site.extern
-        if isinstance(ext.fragment, CudaSource):   # before compiling anything
-            nvshmem.check_scope(ext, ext.fragment.read())
-        prev = externs.get(ext.symbol)
-        if prev is not None and prev is not ext and prev.fragment is not ext.fragment:
-            _check_same_symbol(prev, ext)
-        externs.setdefault(ext.symbol, ext)
-
-    # cache.load/store add splice's code identity; each fragment's key names its tools.
-    # Per site, not per symbol: two externs of one library symbol may differ in scope,
-    # inline or signature, which the bytecode does not always show.
-    content = {id(e.fragment): e.fragment.content_key(arch) for e in externs.values()}
-    key = cache.key_of(
-        "kernel", traced.bytecode, traced.tileiras_flags, arch,
-        [(e.symbol, str(e.signature), e.inline, e.fragment.kind,
-          content.get(id(e.fragment)) or e.fragment.content_key(arch), e.scope)
-         for e in (site.extern for site in traced.sites)],
-        toolchain.tool_identity("tileiras", "ptxas"))
-    if not keep_stages:
-        hit = cache.load("kernel", key)
-        if hit is not None:
-            meta, cubin = hit
-            if meta.get("symbol") == traced.symbol and \
-                    len(meta.get("sites", ())) == len(traced.sites):
-                sites = [_cached_site(s, m) for s, m in zip(traced.sites, meta["sites"])]
-                out = Build(name, arch, traced.symbol, cubin, sites,
-                            traced.lifecycle_providers + nvshmem.lifecycle_providers(
-                                what, frozenset(meta.get("host_filled", ()))),
-                            entry_calls=meta.get("entry_calls", {}), from_cache=True,
-                            seconds=time.perf_counter() - t0, symbols=traced.symbols)
-                log.info("%s for %s: cubin from the cache in %.3f s", what, arch, out.seconds)
-                if verify.enabled():
-                    verify.verify_build(out)
-                return out
-
-    # Pure calls get fma markers (no layout conversion around them). Where LLVM changed
-    # their form (e.g. merged two sites' markers from the arms of a branch), compile again
-    # with atomic markers for the sites involved, then for every pure site, before failing.
-    fallback: dict[int, str] = {}   # site index -> why it has the atomic marker
-    while True:
-        try:
-            capture, kernel_mod, target, linked, calls, not_inlined, report = \
-                _lower_and_splice(traced, name, what)
-            break
-        except rewrite.FmaMarkerError as e:
-            pure = {s.index for s in traced.sites if s.marker == "fma"}
-            named = e.sites & pure or pure     # always grows: the loop ends
-            if not named:
-                raise
-            fallback.update((i, e.reason) for i in named)
-            log.info("%s: site(s) %s get the atomic marker and the kernel is compiled again "
-                     "(tileiras changed their fma marker: %s)", what, sorted(named), e.reason)
-            traced = _cutile.trace_kernel(kernel, signature, arch, context,
-                                          frozenset(fallback))
-    spliced = report.module  # parsed once, by the rewriter's check
-    entry_calls = _entry_calls(spliced, {c.callee for c in calls.values()})
-    merged = link.insert(spliced, linked, name)
-    flags = toolchain.ptxas_flags(capture)
-    binaries = [ext.fragment for ext in externs.values()
-                if isinstance(ext.fragment, BinarySource)]
-    try:
-        if binaries:
-            cubin = _link_binaries(merged, flags, binaries, kernel_mod, target, what,
-                                   traced.timeout_sec)
-        else:
-            cubin = toolchain.run_ptxas(merged, flags, capture.host_object,
-                                        timeout=traced.timeout_sec, what=what)
-    except SpliceToolchainError as e:
-        raise _explain_ptxas_failure(e, merged, what) from None
-    if binaries:
-        collectives.check_binary_sites(traced.sites, cubin, target)
-    sites = [SiteInfo(s.index, s.extern.name, s.extern.symbol, s.where, s.call_shape,
-                      report.replaced.get(s.index, 0), calls[s.index].inline is not None,
-                      not_inlined.get(s.index), "fma" if s.marker == "fma" else "atomic",
-                      fallback.get(s.index), s.extern.scope)
-             for s in traced.sites]
-    out = Build(name, arch, traced.symbol, cubin, sites,
-                traced.lifecycle_providers + nvshmem.lifecycle_providers(what,
-                                                                         linked.host_filled),
-                ptx=capture.ptx if keep_stages else None,
-                spliced_ptx=merged if keep_stages else None,
-                tileir=_tileir_text(capture.ptx) if keep_stages else None,
-                ptxas_flags=tuple(flags),
-                host_object_size=len(capture.host_object or b""), entry_calls=entry_calls,
-                seconds=time.perf_counter() - t0, symbols=traced.symbols)
-    log.info("%s for %s: compiled in %.3f s, %d call site(s), %d bytes of cubin", what, arch,
-             out.seconds, len(sites), len(cubin))
-    for s in sites:
-        log.debug("%s: %s", what, s)
-    if verify.enabled():
-        verify.verify_build(out)
-    if not keep_stages:
-        cache.store("kernel", key, {"symbol": traced.symbol, "entry_calls": entry_calls,
-                                    "host_filled": sorted(linked.host_filled),
-                                    "sites": [[s.instances, s.inlined, s.why_not_inlined,
-                                               s.marker, s.why_atomic] for s in sites]},
-                    cubin)
-    if dump_dir:
-        try:
-            _dump(out, Path(dump_dir))
-        except OSError as e:
-            raise SpliceToolchainError(
-                f"{what}: cannot write its stages to SPLICE_DUMP_DIR={dump_dir} "
-                f"({e.strerror or e}): point it at a writable directory, or unset it") from None
-    return out
-
-
-def _cached_site(site, stored: list) -> SiteInfo:
-    """A :class:`SiteInfo` from a traced call site and what a cached entry stored of it."""
-    instances, inlined, why_not_inlined, marker, why_atomic = stored
-    return SiteInfo(site.index, site.extern.name, site.extern.symbol, site.where,
-                    site.call_shape, instances, inlined, why_not_inlined, marker, why_atomic,
-                    site.extern.scope)
-
-
 def _link_binaries(merged: str, flags, binaries, kernel_mod: Module, target: str, what: str,
                    timeout) -> bytes:
     """ptxas -c (relocatable) then nvJitLink with the binary objects. ptxas ignores
@@ -551,7 +556,6 @@ def _link_binaries(merged: str, flags, binaries, kernel_mod: Module, target: str
 def _entry_calls(mod: Module, callees) -> dict[str, int]:
     """``call`` instructions per extern symbol in the kernel's entry function(s), after
     splicing: the rewriter's calls plus calls made by inlined bodies."""
-    from .ptx import parse_instruction
     out: dict[str, int] = {}
     for fn in mod.entries():
         for st in mod.body_statements(fn):
@@ -627,14 +631,3 @@ def _check_same_symbol(a, b):
             f"externs '{a.name}' (declared at {a.where}) and '{b.name}' (declared at "
             f"{b.where}) both name the symbol '{a.symbol}' but come from different code; "
             f"rename one")
-
-
-def _dump(b: Build, root: Path) -> None:
-    d = root / f"{b.symbol}.{b.arch}"
-    d.mkdir(parents=True, exist_ok=True)
-    for stage, suffix in (("tileir", ".tileir"), ("ptx", ".ptx"),
-                          ("spliced_ptx", ".spliced.ptx"), ("sass", ".sass")):
-        value = b[stage]
-        if value is not None:
-            (d / f"{b.symbol}{suffix}").write_text(value)
-    (d / f"{b.symbol}.cubin").write_bytes(b.cubin)

@@ -23,8 +23,8 @@ executing thread owns, in one of two forms (see ``splice._cutile``):
   move), and each fma with a key multiplicand is an instance, the other multiplicand
   slot 0 and the addend slot 1. The values derived from K may flow only through ``mov``
   and ``xor`` into marker fmas: any other use means LLVM changed the call site's form,
-  and is a :class:`FmaMarkerError` naming the sites (the pipeline then gives them atomic
-  markers). Why pure calls get this marker, and the proof's invariants:
+  and is a :class:`Refusal` naming the sites in the report (the pipeline then gives
+  them atomic markers). Why pure calls get this marker, and the proof's invariants:
   ``docs/design.md#fma-marker``, ``docs/design.md#fma-proof``.
 
 :func:`splice_calls` replaces each instance with a scoped block that unpacks the
@@ -54,6 +54,7 @@ from . import block
 from .errors import SpliceRewriteError
 from .ptx import Function, Instruction, Module, Param, Statement, apply_edits, destinations, \
     parse_instruction, registers_in
+from .sites import Marker
 from .types import ArgSlot, ElementType, Signature
 
 MARKER_RE = re.compile(r"__splice_marker_(\d+)\b")
@@ -80,7 +81,7 @@ class SiteCall:
     signature: Signature
     label: str
     inline: tuple | None = None   # (prepared Module, Function) to inline, or None: call
-    marker: str = "cas"           # "cas" (impure calls) or "fma" (pure calls with a result)
+    marker: Marker = Marker.ATOMIC
     marker_bits: int = 0          # width of the marker's operands; 0: signature.marker_bits
     scope: str = "element"        # "block": every thread of the block calls (splice.block)
 
@@ -90,14 +91,38 @@ class SiteCall:
 
 
 @dataclasses.dataclass(frozen=True)
+class Refusal:
+    """Pure call sites whose fma markers did not reach PTX in a form the proof accepts
+    (e.g. LLVM merged the markers of two sites in the two arms of a branch): the pipeline
+    gives them the atomic marker and lowers the kernel again.
+
+    Attributes:
+        sites: the site indices involved (of this trace).
+        reason: what the proof found, e.g. "register %rd7 holds the keys of sites 1 and 2".
+        message: the full error, naming the kernel and the PTX statement, for when no
+            other marker is left to try.
+    """
+
+    sites: frozenset[int]
+    reason: str
+    message: str
+
+    def error(self) -> SpliceRewriteError:
+        return SpliceRewriteError(self.message)
+
+
+@dataclasses.dataclass(frozen=True)
 class SpliceReport:
     """What the rewriter did: marker instances found and replaced, per site index; the
-    rewritten PTX, and ``module``, that PTX as parsed by the rewriter's own check."""
+    rewritten PTX, and ``module``, that PTX as parsed by the rewriter's own check. With
+    ``refused`` set, nothing was rewritten (``ptx`` is empty): the fma markers it names
+    must become atomic markers."""
 
     found: Mapping[int, int]
     replaced: Mapping[int, int]
     ptx: str
     module: Module | None = dataclasses.field(default=None, repr=False, compare=False)
+    refused: Refusal | None = None
 
     @property
     def total(self) -> int:
@@ -120,7 +145,8 @@ _ADDR_RE = re.compile(r"^\[\s*([%A-Za-z_$][A-Za-z0-9_$]*)\s*(?:\+\s*(-?\w+)\s*)?
 
 def splice_calls(module: Module, sites: Mapping[int, SiteCall], *,
                  kernel_name: str) -> SpliceReport:
-    """Replace every marker instance in ``module`` with a call of its site's callee.
+    """Replace every marker instance in ``module`` with a call of its site's callee, or
+    say which fma markers must become atomic markers (:attr:`SpliceReport.refused`).
 
     Raises:
         SpliceRewriteError: a marker whose rewrite cannot be proven, a marker of an unknown
@@ -153,10 +179,13 @@ def splice_calls(module: Module, sites: Mapping[int, SiteCall], *,
                                    f"// splice: marker global of site {idx} removed"))
                     break
 
-    for fn in module.function_order:
-        if not fn.is_definition:
-            continue
-        edits.extend(_splice_function(module, fn, sites, kernel_name, found, replaced))
+    try:
+        for fn in module.function_order:
+            if fn.is_definition:
+                edits.extend(_splice_function(module, fn, sites, kernel_name, found,
+                                              replaced))
+    except FmaMarkerError as e:
+        return SpliceReport({}, {}, "", refused=Refusal(e.sites, e.reason, e.message))
 
     for idx in found:
         if found[idx] != replaced[idx]:
@@ -226,7 +255,7 @@ def _splice_function(module: Module, fn: Function, sites, kernel_name, found, re
                                         for m in MARKER_RE.finditer(op)}
         if not named:
             continue
-        fma_sites = {k for k in named if k in sites and sites[k].marker == "fma"}
+        fma_sites = {k for k in named if k in sites and sites[k].marker is Marker.FMA}
         if fma_sites:
             # a key load; any other use of an fma site's marker global names the site, so
             # that the pipeline gives it the atomic marker
@@ -350,10 +379,9 @@ _PLAIN_REG = re.compile(r"%[A-Za-z_$][A-Za-z0-9_$]*")
 
 
 class FmaMarkerError(SpliceRewriteError):
-    """The fma markers of some pure call sites did not reach PTX in the form the rewriter
-    can prove (e.g. LLVM merged the markers of two sites in the two arms of a branch).
-    ``.sites`` names them; the pipeline compiles the kernel again with atomic markers for
-    those sites (which LLVM does not merge) before it reports an error."""
+    """Raised inside the proof when the fma markers of some pure call sites did not reach
+    PTX in the form the rewriter can prove; :func:`splice_calls` returns it as the
+    report's :class:`Refusal`, never raises it."""
 
     def __init__(self, message: str, sites, reason: str):
         super().__init__(message)

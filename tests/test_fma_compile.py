@@ -196,7 +196,14 @@ def test_cache_hit_after_a_fallback_keeps_the_site_info(tmp_path, monkeypatch):
     assert b2.from_cache and b2.cubin == b1.cubin
     assert _site_info(b2) == _site_info(b1)
     assert b2.entry_calls == b1.entry_calls == {"fm2_step": 10, "saxpy": 2}
-    assert b2.summary() == b1.summary()
+    assert _without_timings(b2.summary()) == _without_timings(b1.summary())
+    assert "from the cache in" in b2.summary() and "compiled in" in b1.summary()
+    assert b1.lowerings == 2 and set(b1.timings) >= {"trace", "lower", "splice", "assemble"}
+
+
+def _without_timings(summary: str) -> str:
+    return "\n".join(ln for ln in summary.splitlines()
+                     if not ln.lstrip().startswith(("compiled in", "from the cache in")))
 
 
 def test_fallback_with_calls_and_dump_dir(tmp_path, monkeypatch):

@@ -2,7 +2,7 @@
 
 Each kernel of tests/support/kernels.py is traced and lowered by tileiras for a few architectures;
 the PTX tileiras hands to ptxas is saved with a JSON sidecar listing each call site's
-index, signature and marker kind ("cas" or "fma"), with the markers the pipeline ends with.
+index, signature and marker kind ("atomic" or "fma"), with the markers the pipeline ends with.
 tests/test_corpus.py rewrites every file with the PTX rewriter.
 
     python tests/corpus/make_corpus.py
@@ -57,25 +57,26 @@ def main():
         for arch in archs:
             # the markers the pipeline ends with (atomic where it had to fall back)
             build = splice.compile(kern, sig, arch)
-            atomic = frozenset(s.index for s in build.sites if s.why_atomic)
+            keys = [s.key for s in _cutile.trace_kernel(kern, sig, arch).sites]
+            atomic = frozenset(keys[s.index] for s in build.sites if s.why_atomic)
             traced = _cutile.trace_kernel(kern, sig, arch, atomic_sites=atomic)
             cap = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags, timeout=None,
                                          what=name)
             stem = f"{name}.{arch}"
             (HERE / f"{stem}.ptx").write_text(cap.ptx)
             (HERE / f"{stem}.json").write_text(json.dumps(
-                {str(s.index): [str(s.extern.signature), s.marker] for s in traced.sites},
+                {str(s.index): [str(s.extern.signature), str(s.marker)] for s in traced.sites},
                 indent=1) + "\n")
             print(stem, len(cap.ptx))
     # control_kernel with fma markers everywhere: LLVM merges sites 1 and 2 (the arms of
-    # its if/else) -- the rewriter must refuse it (test_corpus expects FmaMarkerError)
+    # its if/else) -- the rewriter must refuse it (test_corpus expects the report to refuse them)
     kern, sig, _ = CASES["control"]
     traced = _cutile.trace_kernel(kern, sig, "sm_90")
     cap = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags, timeout=None,
                                  what="control_merged")
     (HERE / "control_merged.sm_90.ptx").write_text(cap.ptx)
     (HERE / "control_merged.sm_90.json").write_text(json.dumps(
-        {str(s.index): [str(s.extern.signature), s.marker] for s in traced.sites},
+        {str(s.index): [str(s.extern.signature), str(s.marker)] for s in traced.sites},
         indent=1) + "\n")
 
 

@@ -19,7 +19,7 @@ import re
 import numpy as np
 
 from splice.ptx import Module
-from splice.rewrite import MARKER_RE, FmaMarkerError, splice_calls
+from splice.rewrite import MARKER_RE, splice_calls
 
 from .sites import fma_sites
 
@@ -144,7 +144,7 @@ def hand_kernel(body: str, n_sites: int = 1) -> str:
 
 def check_rewrite_semantics(src: str, sites=None):
     """Rewrite ``src`` (one fma site unless ``sites`` is given); unless the rewriter refuses
-    (FmaMarkerError: the pipeline falls back to atomic markers), every call must take the
+    (the report's ``refused``: the pipeline falls back to atomic markers), every call must take the
     slots the marker fmas had, on every path. Returns the rewritten PTX, or None if
     refused."""
     return _oracle(src, sites or fma_sites(1), ((0x5DEECE66D0A1B2C3,), (0x0123456789ABCDEF,)),
@@ -165,10 +165,10 @@ def _oracle(src, sites, keys, rewritten_keys, *, same_garbage=False, **run):
     """The original ``src`` run with ``keys[0]`` and ``keys[1]`` (and, if ``same_garbage``,
     another garbage seed) gives the markers' sites and slots on each path where they agree;
     the rewrite run with ``rewritten_keys`` and two garbage seeds must make the same calls."""
-    try:
-        out = splice_calls(Module(src), sites, kernel_name="k").ptx
-    except FmaMarkerError:
+    report = splice_calls(Module(src), sites, kernel_name="k")
+    if report.refused is not None:
         return None
+    out = report.ptx
     ka, kb = keys
     for p0 in (0, 1, 0x1234_5678_9ABC_DEF0):
         for p1 in (0, 1, 0x0FED_CBA9_8765_4321):

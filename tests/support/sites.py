@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from splice.ptx import Param
 from splice.rewrite import SiteCall
+from splice.sites import Marker
 from splice.types import parse_signature
 
 
@@ -16,14 +17,14 @@ def param_for(elem, name) -> Param:
     return Param(name, f".param .b{bits}", None, f".b{bits}", ".param")
 
 
-def site_call(idx: int, sig_text: str, marker: str = "cas") -> SiteCall:
-    """Site ``idx`` calling ``callee<idx>`` with signature ``sig_text``; ``marker`` is "cas"
-    (atomic) or "fma" (64-bit fma marker)."""
+def site_call(idx: int, sig_text: str, marker: str = "atomic") -> SiteCall:
+    """Site ``idx`` calling ``callee<idx>`` with signature ``sig_text``; ``marker`` is
+    "atomic" or "fma" (64-bit fma marker)."""
     sig = parse_signature(sig_text)
     params = tuple(param_for(a, f"f{idx}_p{i}") for i, a in enumerate(sig.args))
     result = param_for(sig.result, "ret") if sig.result else None
     return SiteCall(idx, f"callee{idx}", params, result, sig, f"callee{idx} at test:{idx}",
-                    None, marker, 64 if marker == "fma" else 0)
+                    None, Marker(marker), 64 if marker == "fma" else 0)
 
 
 def fma_sites(n: int = 1) -> dict[int, SiteCall]:
