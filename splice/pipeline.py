@@ -559,9 +559,8 @@ def _entry_calls(mod: Module, callees) -> dict[str, int]:
     out: dict[str, int] = {}
     for fn in mod.entries():
         for st in mod.body_statements(fn):
-            if st.kind == "instruction":
-                ins = parse_instruction(st, mod.text)
-                target = ins.call_target
+            if st.kind == "instruction" and rewrite.opcode_head(st) == "call":
+                target = parse_instruction(st, mod.text).call_target
                 if target is not None and target in callees:
                     out[target] = out.get(target, 0) + 1
     return out

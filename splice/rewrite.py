@@ -671,7 +671,7 @@ def _count_calls(module: Module, sites: Mapping[int, SiteCall]) -> int:
     callees = {s.callee for s in sites.values()}
     n = 0
     for s in module.statements:
-        if s.kind == "instruction" and _head(s) == "call":
+        if s.kind == "instruction" and opcode_head(s) == "call":
             ins = parse_instruction(s, module.text)
             if ins.call_target in callees and \
                     any("__splice_" in op for op in ins.operands):
@@ -679,7 +679,7 @@ def _count_calls(module: Module, sites: Mapping[int, SiteCall]) -> int:
     return n
 
 
-def _head(s: Statement) -> str:
+def opcode_head(s: Statement) -> str:
     """The first word of an instruction's opcode (``"call"`` for ``@%p1 call.uni``)."""
     toks = s.tokens
     k = 0
