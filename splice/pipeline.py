@@ -412,7 +412,8 @@ def _finish(job: _Job, out: Build, key: str, sp: _Spliced) -> None:
     out.seconds = job.seconds
     log.info("%s for %s: compiled in %.3f s, %d call site(s), %d bytes of cubin", job.what,
              job.arch, out.seconds, len(out.sites), len(out.cubin))
-    log.debug("%s: %s", job.what, out.timing_line())
+    log.debug("%s: seconds per stage: %s", job.what,
+              ", ".join(f"{k} {v:.3f}" for k, v in out.timings.items()))
     for s in out.sites:
         log.debug("%s: %s", job.what, s)
     if verify.enabled():

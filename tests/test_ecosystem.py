@@ -12,20 +12,8 @@ from cuda.tile.compilation import ArrayConstraint, ConstantConstraint, ScalarCon
 import splice
 from splice.__main__ import parse_signature
 from splice.verify import elf_symbols
-
-TWICE = 'extern "C" __device__ float eco_twice(float x) { return x * 2.0f; }'
-eco_twice = splice.extern(source=TWICE, name="eco_twice", signature="float32(float32)")
-
-
-@splice.kernel
-def eco_kernel(x, y, TILE: ct.Constant[int]):
-    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
-    ct.store(y, index=(ct.bid(0),), tile=eco_twice(t))
-
-
-def _sig(tile=256, dtype="float32"):
-    return splice.kernel_signature(f"array({dtype})", f"array({dtype})", tile)
-
+from support import eco
+from support.eco import TWICE, eco_kernel, eco_twice, sig as _sig
 
 def _entries(cubin: bytes) -> list[str]:
     return sorted(n for n in elf_symbols(cubin) if n.startswith("eco_kernel"))
@@ -142,8 +130,9 @@ def test_cutiles_export_kernel_names_splices():
 def test_stubless_extern_is_the_extern():
     ext = eco_twice._splice_extern
     assert ext.symbol == "eco_twice" and str(ext.signature) == "float32(float32)"
-    line = open(__file__).read().split("\neco_twice = splice.extern(")[0].count("\n") + 2
-    assert ext.where.endswith(f"test_ecosystem.py:{line}")   # where it was declared
+    text = open(eco.__file__).read()
+    line = text.split("\neco_twice = splice.extern(")[0].count("\n") + 2
+    assert ext.where.endswith(f"eco.py:{line}")   # where it was declared
     with pytest.raises(splice.SpliceError, match="device code"):
         eco_twice(np.float32(1))
 

@@ -7,7 +7,7 @@ import pytest
 
 import splice
 
-from test_ecosystem import _sig, eco_kernel
+from support.eco import eco_kernel, sig as _sig
 
 
 @pytest.mark.parametrize("dtype, elems", [("float32", 4), ("float16", 8), ("bfloat16", 8),
