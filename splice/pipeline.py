@@ -28,10 +28,12 @@ import re
 import time
 from pathlib import Path
 
-from . import _cutile, cache, collectives, inline, link, nvshmem, rewrite, toolchain, verify
+from . import _cutile, cache, collectives, diagnose, inline, link, nvshmem, rewrite, toolchain, \
+    verify
 from .errors import SpliceLinkError, SpliceToolchainError
 from .fragments import BinarySource, CudaSource, Fragment, PtxSource
 from .ptx import Module
+from .spans import Span
 
 __version__ = "0.1.0"
 log = logging.getLogger("splice")
@@ -95,6 +97,7 @@ class Build:
     from_cache: bool = False
     seconds: float = 0.0
     symbols: tuple[str, ...] = ()   # every entry (several signatures: splice.export_kernel)
+    spans: tuple[Span, ...] = ()    # of spliced_ptx: what wrote which lines (splice.spans)
     _sass: str | None = dataclasses.field(default=None, repr=False)
 
     STAGES = ("tileir", "ptx", "spliced_ptx", "cubin", "sass")
@@ -460,7 +463,8 @@ def _build(kernel, signature, arch: str, context, keep_stages: bool) -> Build:
                                           frozenset(fallback))
     spliced = report.module  # parsed once, by the rewriter's check
     entry_calls = _entry_calls(spliced, {c.callee for c in calls.values()})
-    merged = link.insert(spliced, linked, name)
+    merged_ptx = link.insert(spliced, linked, name, report.spans)
+    merged = merged_ptx.text
     flags = toolchain.ptxas_flags(capture)
     binaries = [ext.fragment for ext in externs.values()
                 if isinstance(ext.fragment, BinarySource)]
@@ -472,7 +476,7 @@ def _build(kernel, signature, arch: str, context, keep_stages: bool) -> Build:
             cubin = toolchain.run_ptxas(merged, flags, capture.host_object,
                                         timeout=traced.timeout_sec, what=what)
     except SpliceToolchainError as e:
-        raise _explain_ptxas_failure(e, merged, what) from None
+        raise diagnose.explain_ptxas_failure(e, merged, merged_ptx.spans, what) from None
     if binaries:
         collectives.check_binary_sites(traced.sites, cubin, target)
     sites = [SiteInfo(s.index, s.extern.name, s.extern.symbol, s.where, s.call_shape,
@@ -485,6 +489,7 @@ def _build(kernel, signature, arch: str, context, keep_stages: bool) -> Build:
                                                                          linked.host_filled),
                 ptx=capture.ptx if keep_stages else None,
                 spliced_ptx=merged if keep_stages else None,
+                spans=merged_ptx.spans if keep_stages else (),
                 tileir=_tileir_text(capture.ptx) if keep_stages else None,
                 ptxas_flags=tuple(flags),
                 host_object_size=len(capture.host_object or b""), entry_calls=entry_calls,
@@ -561,54 +566,6 @@ def _entry_calls(mod: Module, callees) -> dict[str, int]:
                 if target is not None and target in callees:
                     out[target] = out.get(target, 0) + 1
     return out
-
-
-def _explain_ptxas_failure(e: SpliceToolchainError, merged: str, what: str):
-    """ptxas's messages point at lines of a temporary merged file: say which fragment (or
-    which call site, or the kernel's own PTX) each line belongs to, and quote it."""
-    lines = merged.splitlines()
-    from .block import shared_memory_report
-    smem = shared_memory_report(merged, e.log, _owner_of_line, what)
-    if smem is not None:
-        return SpliceLinkError(smem, e.log)
-    m = re.search(r"Unresolved extern function '([^']+)'", e.log)
-    if m:
-        sym = m.group(1)
-        owner = None
-        for i, ln in enumerate(lines):
-            if re.search(rf"\.extern\s+\.func[^;]*\b{re.escape(sym)}\b", ln):
-                owner = _owner_of_line(lines, i)
-                break
-        return SpliceLinkError(
-            f"{owner or 'a fragment'} calls '{sym}', which no fragment of {what} defines: "
-            f"call an extern declared from the source that defines it in this kernel too, "
-            f"or define it in the same source", e.log)
-    notes = []
-    for lm in re.finditer(r"line (\d+);\s*(error|warning)\s*:\s*(.*)", e.log):
-        n = int(lm.group(1))
-        if lm.group(2) != "error" or not 0 < n <= len(lines):
-            continue
-        notes.append(f"    {lm.group(3).strip()}\n      in {_owner_of_line(lines, n - 1)}: "
-                     f"{lines[n - 1].strip()}")
-        if len(notes) >= 5:
-            break
-    if not notes:
-        return e
-    return SpliceToolchainError(e.message + "\n" + "\n".join(notes), e.log)
-
-
-def _owner_of_line(lines: list[str], i: int) -> str:
-    """What produced line ``i`` of merged PTX: a fragment, a call site's block, or the
-    kernel (tileiras)."""
-    for j in range(i, -1, -1):
-        ln = lines[j]
-        if ln.startswith("// splice: end ") or ln.endswith("// splice: end call") and j < i:
-            break
-        if ln.startswith("// splice: begin "):
-            return ln[len("// splice: begin "):]
-        if "{ // splice: call " in ln:
-            return f"the call sequence splice generated for {ln.split('{ // splice: call ')[1]}"
-    return "the kernel's own PTX (tileiras output)"
 
 
 def _check_same_symbol(a, b):
