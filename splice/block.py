@@ -331,7 +331,7 @@ def shared_memory_report(merged: str, log: str, owner_of_line: Callable[[int], s
         return None
     used, limit = int(m.group(1), 16), int(m.group(2), 16)
     owners: dict[str, int] = {}
-    for i, line in enumerate(merged.splitlines()):
+    for i, line in enumerate(merged.split("\n")):
         d = _SHARED_DECL_RE.match(line)
         if d:
             size = int(d.group(1)) // 8 * int(d.group(3) or 1)

@@ -49,7 +49,7 @@ def explain_ptxas_failure(error: SpliceToolchainError, merged_text: str,
     smem = shared_memory_report(merged_text, error.log, owner, what)
     if smem is not None:
         return SpliceLinkError(smem, error.log)
-    lines = merged_text.splitlines()
+    lines = merged_text.split("\n")   # as ptxas numbers them (and the spans)
     m = re.search(r"Unresolved extern function '([^']+)'", error.log)
     if m:
         sym = m.group(1)

@@ -53,7 +53,7 @@ class Span:
 
     def text(self, ptx: str) -> str:
         """The span's lines of ``ptx`` (whole lines, newline-joined)."""
-        return "\n".join(ptx.splitlines()[self.start_line - 1:self.end_line])
+        return "\n".join(ptx.split("\n")[self.start_line - 1:self.end_line])
 
 
 class Generated(str):
