@@ -198,3 +198,39 @@ def test_build_spans_of_a_compiled_kernel():
     assert "CUDA C source declared at" in frag.owner and "kernels.py" in frag.owner
     assert ".visible .func" in frag.text(b.spliced_ptx)
     assert not splice.build(K.saxpy_call_kernel, sig, "sm_90").spans   # no stages kept
+
+
+# --------------------------------------------------------------------------- NVRTC errors
+
+def test_nvrtc_error_in_generated_code_names_the_extern():
+    @splice.extern(source='extern "C" __device__ float from_int(int x) { return x; }',
+                   signature="float32(float32)")
+    def from_int(x): ...
+
+    @splice.kernel
+    def kern(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=from_int(t))
+    with pytest.raises(splice.SpliceCompileError) as e:
+        splice.compile(kern, K.signature(K.array(ct.float32), K.array(ct.float32), 128),
+                       "sm_90")
+    assert "\n    in the code splice generated for extern 'from_int' (declared at " \
+           f"{__file__}:" in e.value.message
+    assert "static_assert" in e.value.message.split("in the code splice generated")[1]
+
+
+def test_generated_blocks_own_their_lines():
+    from splice.checks import Declared, generated_blocks, owner_of_line
+    from splice.types import parse_signature
+    declared = [Declared("f", None, parse_signature("float16(float16)"), "a.py:1"),
+                Declared("g0", "ns::g", parse_signature("float32(float32)"), "a.py:2")]
+    blocks = generated_blocks(declared)
+    code = "".join(text for _, text in blocks).split("\n")
+    owners = [owner_of_line(blocks, n) for n in range(1, len(code))]
+    assert owners[0] is None and code[0] == "#include <cuda_fp16.h>"
+    first_f, first_g = owners.index("'f' (declared at a.py:1)"), \
+        owners.index("'ns::g' (declared at a.py:2)")
+    assert set(owners[first_f:first_g]) == {"'f' (declared at a.py:1)"}
+    assert set(owners[first_g:]) == {"'ns::g' (declared at a.py:2)"}
+    assert "ns::g" in code[first_g + 1] + code[first_g + 2]
+    assert owner_of_line(blocks, len(code)) is None
