@@ -74,11 +74,16 @@ tileiras's barriers.
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 from .ptx import Instruction, Module
 
 BARRIER_OPS = ("bar.sync", "bar.cta.sync", "barrier.sync.aligned", "barrier.cta.sync.aligned")
 _BRANCH_OPS = ("bra", "brx", "ret", "exit", "call", "trap")
+
+
+#: What a block site's argument scratch is called in messages (its span's owner).
+SCRATCH_OWNER = "splice's block-call argument scratch"
 
 
 def scratch_symbol(index: int) -> str:
@@ -315,22 +320,22 @@ _SMEM_RE = re.compile(r"uses too much shared data \((0x[0-9a-fA-F]+) bytes, (0x[
 _SHARED_DECL_RE = re.compile(r"^\s*\.shared\b[^;]*?\.[bfsu](\d+)\s+([\w$]+)(?:\[(\d+)\])?\s*;")
 
 
-def shared_memory_report(merged: str, log: str, owner_of_line, what: str) -> str | None:
+def shared_memory_report(merged: str, log: str, owner_of_line: Callable[[int], str],
+                         what: str) -> str | None:
     """For ptxas's "uses too much shared data": a message saying how much the block needs,
     the limit, and which code declares how much (tileiras's own buffers, each fragment's
-    ``__shared__`` variables, splice's argument scratch); None for other failures."""
+    ``__shared__`` variables, splice's argument scratch: ``owner_of_line(n)`` names the
+    code that wrote line ``n``, 1-based, of ``merged``); None for other failures."""
     m = _SMEM_RE.search(log)
     if m is None:
         return None
     used, limit = int(m.group(1), 16), int(m.group(2), 16)
     owners: dict[str, int] = {}
-    for i, line in enumerate(merged.splitlines()):
+    for i, line in enumerate(merged.split("\n")):
         d = _SHARED_DECL_RE.match(line)
         if d:
             size = int(d.group(1)) // 8 * int(d.group(3) or 1)
-            owner = owner_of_line(merged.splitlines(), i)
-            if d.group(2).startswith("__splice_block_"):
-                owner = "splice's block-call argument scratch"
+            owner = owner_of_line(i + 1)
             owners[owner] = owners.get(owner, 0) + size
     parts = "; ".join(f"{o}: {n} bytes" for o, n in sorted(owners.items(), key=lambda x: -x[1]))
     return (f"{what} needs {used} bytes of shared memory per block, more than the {limit} "

@@ -1,9 +1,9 @@
 """C++ that splice appends to a CUDA C fragment: compile-time signature checks for the
 externs declared from it, and ``extern "C"`` trampolines for C++ names.
 
-Each declaration becomes a block headed by a comment naming the extern and where it was
-declared, so that an NVRTC error inside generated code can be attributed to it
-(:func:`owner_of_line`).
+Each declaration becomes a block of its own (:func:`generated_blocks`, headed by a comment
+naming the extern and where it was declared, for people reading it), so that an NVRTC
+error inside generated code can be attributed to it (:func:`owner_of_line`).
 
 - An ``extern "C"`` symbol is checked parameter by parameter against the C types of its
   declared signature (``decltype(&::f)``), accepting the documented alternatives (``long``
@@ -62,27 +62,37 @@ def cxx_symbol(cxx_name: str, sig: Signature) -> str:
     return "splice_cxx_" + hashlib.sha256(f"{cxx_name}|{sig}".encode()).hexdigest()[:12]
 
 
-def generated_code(declared, redeclare=frozenset()) -> str:
-    """The C++ appended to a fragment for its declarations; the C symbols in
-    ``redeclare`` are checked by redeclaration (see the module docstring)."""
-    out = [include_headers(d.sig for d in declared)]
+def generated_blocks(declared, redeclare=frozenset()) -> list[tuple[str | None, str]]:
+    """The C++ appended to a fragment for its declarations, in blocks of whole lines:
+    (None, the ``#include`` lines), then (the extern's label, its code) per declaration.
+    The C symbols in ``redeclare`` are checked by redeclaration (see the module
+    docstring)."""
+    out: list[tuple[str | None, str]] = [(None, include_headers(d.sig for d in declared))]
     for d in declared:
-        out.append(f"{_HEAD}{d.label}\n")
         if d.cxx_name is not None:
-            out.append(_trampoline(d))
+            code = _trampoline(d)
         elif d.symbol in redeclare:
-            out.append(_redeclaration(d))
+            code = _redeclaration(d)
         else:
-            out.append(_type_check(d))
-    return "".join(out)
+            code = _type_check(d)
+        out.append((d.label, f"{_HEAD}{d.label}\n{code}"))
+    return out
 
 
-def owner_of_line(code: str, line: int) -> str | None:
-    """The extern whose generated block holds ``line`` (1-based) of ``code``."""
-    lines = code.splitlines()
-    for i in range(min(line, len(lines)) - 1, -1, -1):
-        if lines[i].startswith(_HEAD):
-            return lines[i][len(_HEAD):]
+def generated_code(declared, redeclare=frozenset()) -> str:
+    """:func:`generated_blocks`, joined."""
+    return "".join(code for _, code in generated_blocks(declared, redeclare))
+
+
+def owner_of_line(blocks: list[tuple[str | None, str]], line: int) -> str | None:
+    """The label of the extern whose block of ``blocks`` (:func:`generated_blocks`) holds
+    ``line`` (1-based) of their joined code; None for the ``#include`` lines."""
+    first = 1
+    for label, code in blocks:
+        n = code.count("\n")
+        if first <= line < first + n:
+            return label
+        first += n
     return None
 
 

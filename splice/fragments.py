@@ -169,11 +169,12 @@ class CudaSource(Fragment):
         """NVRTC (and nvJitLink for -dlto) on the source plus the generated checks. A C
         symbol the type check cannot see at global scope is checked by redeclaration
         instead (never dropped: see :mod:`splice.checks`)."""
-        from .checks import generated_code, lookup_failures
+        from .checks import generated_blocks, lookup_failures
         redeclare: frozenset = frozenset()
         c_symbols = {d.symbol for d in self.declared if d.cxx_name is None}
         while True:
-            code = generated_code(self.declared, redeclare)
+            blocks = generated_blocks(self.declared, redeclare)
+            code = "".join(text for _, text in blocks)
             try:
                 if self.dlto:
                     ltoir = toolchain.nvrtc_compile_ltoir((full + code).encode(), name,
@@ -189,7 +190,7 @@ class CudaSource(Fragment):
                     continue
                 raise SpliceCompileError(
                     f"{self.describe()} does not compile for {target}: "
-                    f"{_first_error(e.log, full, name, code)}"
+                    f"{_first_error(e.log, full, name, blocks)}"
                     f"{_overload_hint(e.log, self.declared)}{header_hint(e.log)}"
                     f"{nvshmem.explain_compile_failure(e.log)}", e.log) from None
 
@@ -292,19 +293,19 @@ def _errors(log: str):
             yield ln.strip(), m.group(1), int(m.group(2))
 
 
-def _first_error(log: str, source: str, name: str, generated: str = "") -> str:
+def _first_error(log: str, source: str, name: str, generated=()) -> str:
     """The first error line of an NVRTC log, with the source line it points at: the user's
     source, a header (read from disk), or the code splice generated for an extern (named
-    with its declaration)."""
+    with its declaration; ``generated``: :func:`splice.checks.generated_blocks`)."""
     from .checks import owner_of_line
     lines = source.splitlines()
     for ln, file, n in _errors(log):
         if file == name:
             if 0 < n <= len(lines):
                 return f"{ln}\n    line {n}: {lines[n - 1].strip()}"
-            gen = generated.splitlines()
+            gen = "".join(text for _, text in generated).splitlines()
             k = n - len(lines)
-            owner = owner_of_line(generated, k)
+            owner = owner_of_line(list(generated), k)
             text = gen[k - 1].strip() if 0 < k <= len(gen) else ""
             return (f"{ln}\n    in the code splice generated for extern "
                     f"{owner or '(unknown)'}: {text}")

@@ -28,6 +28,7 @@ from typing import Sequence
 from .errors import SpliceLinkError
 from .ptx import Function, Module, Param, PTXSyntaxError, apply_edits, \
     declared_variable_name
+from .spans import Generated, Span, shift_spans
 from .types import ElementType, Signature
 
 _TARGET_RE = re.compile(r"^sm_(\d+)([af]?)$")
@@ -214,13 +215,26 @@ def _max_file_index(mod: Module) -> int:
 
 @dataclasses.dataclass
 class Linked:
-    """Fragments prepared for one kernel: the text to insert and, per visible function, the
+    """Fragments prepared for one kernel: the text to insert; per visible function, the
     prepared module defining it (internal symbols already renamed, so its body can be
-    inlined as it stands)."""
+    inlined as it stands); and the spans of ``text`` (:class:`splice.spans.Span`: each
+    fragment, kind ``"fragment"``; the prototypes and host-filled definitions,
+    ``"splice"``)."""
 
     text: str
     functions: dict[str, tuple[Module, Function]]
     host_filled: frozenset[str] = frozenset()   # host-filled symbols the text defines
+    spans: tuple[Span, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Merged:
+    """The merged module's PTX, and the spans of what splice wrote into it: the linker's
+    (:attr:`Linked.spans`) and the rewriter's (:attr:`splice.rewrite.SpliceReport.spans`),
+    at their lines in ``text``, in text order."""
+
+    text: str
+    spans: tuple[Span, ...] = ()
 
 
 def _extern_variables(mod: Module, names: frozenset[str]) -> dict[str, str]:
@@ -289,7 +303,7 @@ def prepare(kernel: Module, fragments: Sequence[tuple[str, Module]],
                         if f.is_definition and (f.linkage or f.name in exported)) | set(filled)
     prototypes: dict[str, str] = {}
     functions: dict[str, tuple[Module, Function]] = {}
-    chunks = []
+    chunks: list[Generated] = []
     for what, mod in fragments:
         prep = _prepare(mod, what, file_offset, defined, exported)
         drop = []
@@ -323,14 +337,22 @@ def prepare(kernel: Module, fragments: Sequence[tuple[str, Module]],
             if fn.is_definition and (fn.linkage or fn.name in exported) and \
                     fn.name not in drop:
                 functions.setdefault(fn.name, (pmod, fn))
-        chunks.append(f"// splice: begin {what}\n{prep.text}// splice: end {what}\n")
+        chunks.append(Generated(f"// splice: begin {what}\n{prep.text}// splice: end {what}",
+                                what, "fragment"))
     if prototypes:
-        chunks.insert(0, "// splice: prototypes of the fragments' functions\n" +
-                      "\n".join(prototypes.values()) + "\n")
+        chunks.insert(0, Generated("// splice: prototypes of the fragments' functions\n" +
+                                   "\n".join(prototypes.values()),
+                                   "splice's prototypes of the fragments' functions", "splice"))
     if filled:
-        chunks.insert(0, "// splice: defined here, filled by the host library on load\n" +
-                      "\n".join(filled.values()) + "\n")
-    return Linked("".join(chunks), functions, frozenset(filled))
+        chunks.insert(0, Generated("// splice: defined here, filled by the host library on "
+                                   "load\n" + "\n".join(filled.values()),
+                                   "splice's definitions of host-filled variables", "splice"))
+    spans, line = [], 1
+    for c in chunks:
+        spans.append(c.span(line))
+        line += c.count("\n") + 1
+    return Linked("".join(c + "\n" for c in chunks), functions, frozenset(filled),
+                  tuple(spans))
 
 
 def _is_weak(mod: Module, sym: str) -> bool:
@@ -341,12 +363,15 @@ def _is_weak(mod: Module, sym: str) -> bool:
                declared_variable_name(s) == sym for s in mod.statements)
 
 
-def insert(kernel: Module, linked: Linked, kernel_name: str) -> str:
+def insert(kernel: Module, linked: Linked, kernel_name: str,
+           spans: Sequence[Span] = ()) -> Merged:
     """The kernel's PTX with the prepared fragments inserted after its header directives
-    (so definitions precede the kernel's calls). The result must parse: the kernel module
-    is parsed already and ends its header at a statement boundary, so the inserted text is
-    parsed after that header (not the whole, often large, merged module again) and must
-    define no function the kernel defines."""
+    (so definitions precede the kernel's calls), and the spans of what splice wrote in it:
+    ``linked``'s and the kernel's own ``spans`` (the rewriter's, which lie after the
+    header), moved to their lines in the merged text. The result must parse: the kernel
+    module is parsed already and ends its header at a statement boundary, so the inserted
+    text is parsed after that header (not the whole, often large, merged module again) and
+    must define no function the kernel defines."""
     insert_at = 0
     for s in kernel.statements:
         if s.depth == 0 and s.kind == "directive" and s.head in (".version", ".target",
@@ -361,10 +386,15 @@ def insert(kernel: Module, linked: Linked, kernel_name: str) -> str:
         if fn.is_definition and own is not None and own.is_definition:
             raise PTXSyntaxError(f"merged PTX of {kernel_name}: function {name!r} defined "
                                  f"twice")
-    return head + kernel.text[insert_at:]
+    before = kernel.text.count("\n", 0, insert_at) + 2   # lines above linked.text
+    added = head.count("\n") - kernel.text.count("\n", 0, insert_at)
+    return Merged(head + kernel.text[insert_at:],
+                  tuple(shift_spans(linked.spans, before)) +
+                  tuple(shift_spans(spans, added)))
 
 
-def merge(kernel: Module, fragments: Sequence[tuple[str, Module]], kernel_name: str) -> str:
+def merge(kernel: Module, fragments: Sequence[tuple[str, Module]],
+          kernel_name: str) -> Merged:
     """:func:`prepare` then :func:`insert`."""
     return insert(kernel, prepare(kernel, fragments, kernel_name), kernel_name)
 

@@ -35,7 +35,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from . import _cutile, cache, collectives, inline, link, nvshmem, rewrite, toolchain, verify
+from . import _cutile, cache, collectives, diagnose, inline, link, nvshmem, rewrite, toolchain, \
+    verify
 from .errors import SpliceLinkError, SpliceToolchainError
 from .fragments import BinarySource, CudaSource, Fragment, PtxSource
 from .ptx import Module, parse_instruction
@@ -70,8 +71,9 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
         if hit is not None:
             return hit
         sp = _lower_and_splice(job, traced)
-        merged = job.run("link", link.insert, sp.module, sp.compiled.linked, job.name)
-        job.dump(".spliced.ptx", merged)
+        merged = job.run("link", link.insert, sp.module, sp.compiled.linked, job.name,
+                         sp.report.spans)
+        job.dump(".spliced.ptx", merged.text)
         cubin = job.run("assemble", _assemble, job, sp, merged)
         job.dump(".cubin", cubin)
         out = _result(job, sp, merged, cubin)
@@ -369,7 +371,7 @@ def _give_atomic_markers(job: _Job, traced, refused: rewrite.Refusal,
 # assemble, the result
 
 
-def _assemble(job: _Job, sp: _Spliced, merged: str) -> bytes:
+def _assemble(job: _Job, sp: _Spliced, merged: link.Merged) -> bytes:
     """ptxas with tileiras's flags and host object; with binary objects, ptxas -c and
     nvJitLink, then the SASS check of the sites that call into them."""
     flags = toolchain.ptxas_flags(sp.lowered.capture)
@@ -378,17 +380,17 @@ def _assemble(job: _Job, sp: _Spliced, merged: str) -> bytes:
     timeout = sp.traced.timeout_sec
     try:
         if not binaries:
-            return toolchain.run_ptxas(merged, flags, sp.lowered.capture.host_object,
+            return toolchain.run_ptxas(merged.text, flags, sp.lowered.capture.host_object,
                                        timeout=timeout, what=job.what)
-        cubin = _link_binaries(merged, flags, binaries, sp.lowered.module,
+        cubin = _link_binaries(merged.text, flags, binaries, sp.lowered.module,
                                sp.lowered.target, job.what, timeout)
     except SpliceToolchainError as e:
-        raise _explain_ptxas_failure(e, merged, job.what) from None
+        raise diagnose.explain_ptxas_failure(e, merged.text, merged.spans, job.what) from None
     collectives.check_binary_sites(sp.traced.sites, cubin, sp.lowered.target)
     return cubin
 
 
-def _result(job: _Job, sp: _Spliced, merged: str, cubin: bytes) -> Build:
+def _result(job: _Job, sp: _Spliced, merged: link.Merged, cubin: bytes) -> Build:
     traced, report, capture = sp.traced, sp.report, sp.lowered.capture
     sites = [SiteInfo.of(s, instances=report.replaced.get(s.index, 0),
                          inlined=sp.compiled.calls[s.index].inline is not None,
@@ -398,7 +400,9 @@ def _result(job: _Job, sp: _Spliced, merged: str, cubin: bytes) -> Build:
     return Build(job.name, job.arch, traced.symbol, cubin, sites,
                  traced.lifecycle_providers + nvshmem.lifecycle_providers(
                      job.what, sp.compiled.linked.host_filled),
-                 ptx=capture.ptx if keep else None, spliced_ptx=merged if keep else None,
+                 ptx=capture.ptx if keep else None,
+                 spliced_ptx=merged.text if keep else None,
+                 spans=merged.spans if keep else (),
                  tileir=_tileir_text(capture.ptx) if keep else None,
                  ptxas_flags=tuple(toolchain.ptxas_flags(capture)),
                  host_object_size=len(capture.host_object or b""),
@@ -565,54 +569,6 @@ def _entry_calls(mod: Module, callees) -> dict[str, int]:
                 if target is not None and target in callees:
                     out[target] = out.get(target, 0) + 1
     return out
-
-
-def _explain_ptxas_failure(e: SpliceToolchainError, merged: str, what: str):
-    """ptxas's messages point at lines of a temporary merged file: say which fragment (or
-    which call site, or the kernel's own PTX) each line belongs to, and quote it."""
-    lines = merged.splitlines()
-    from .block import shared_memory_report
-    smem = shared_memory_report(merged, e.log, _owner_of_line, what)
-    if smem is not None:
-        return SpliceLinkError(smem, e.log)
-    m = re.search(r"Unresolved extern function '([^']+)'", e.log)
-    if m:
-        sym = m.group(1)
-        owner = None
-        for i, ln in enumerate(lines):
-            if re.search(rf"\.extern\s+\.func[^;]*\b{re.escape(sym)}\b", ln):
-                owner = _owner_of_line(lines, i)
-                break
-        return SpliceLinkError(
-            f"{owner or 'a fragment'} calls '{sym}', which no fragment of {what} defines: "
-            f"call an extern declared from the source that defines it in this kernel too, "
-            f"or define it in the same source", e.log)
-    notes = []
-    for lm in re.finditer(r"line (\d+);\s*(error|warning)\s*:\s*(.*)", e.log):
-        n = int(lm.group(1))
-        if lm.group(2) != "error" or not 0 < n <= len(lines):
-            continue
-        notes.append(f"    {lm.group(3).strip()}\n      in {_owner_of_line(lines, n - 1)}: "
-                     f"{lines[n - 1].strip()}")
-        if len(notes) >= 5:
-            break
-    if not notes:
-        return e
-    return SpliceToolchainError(e.message + "\n" + "\n".join(notes), e.log)
-
-
-def _owner_of_line(lines: list[str], i: int) -> str:
-    """What produced line ``i`` of merged PTX: a fragment, a call site's block, or the
-    kernel (tileiras)."""
-    for j in range(i, -1, -1):
-        ln = lines[j]
-        if ln.startswith("// splice: end ") or ln.endswith("// splice: end call") and j < i:
-            break
-        if ln.startswith("// splice: begin "):
-            return ln[len("// splice: begin "):]
-        if "{ // splice: call " in ln:
-            return f"the call sequence splice generated for {ln.split('{ // splice: call ')[1]}"
-    return "the kernel's own PTX (tileiras output)"
 
 
 def _check_same_symbol(a, b):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from . import toolchain
 from .sites import SiteInfo
+from .spans import Span
 
 
 @dataclasses.dataclass
@@ -44,6 +45,7 @@ class Build:
     symbols: tuple[str, ...] = ()   # every entry (several signatures: splice.export_kernel)
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
     lowerings: int = 1
+    spans: tuple[Span, ...] = ()    # of spliced_ptx: what wrote which lines (splice.spans)
     _sass: str | None = dataclasses.field(default=None, repr=False)
 
     STAGES = ("tileir", "ptx", "spliced_ptx", "cubin", "sass")

@@ -53,6 +53,7 @@ from typing import Mapping, Sequence
 
 from . import block
 from .errors import SpliceRewriteError
+from .spans import Generated, Span, spans_of_edits
 from .ptx import Function, Instruction, Module, Param, Statement, apply_edits, destinations, \
     parse_instruction, registers_in
 from .sites import Marker
@@ -115,15 +116,19 @@ class Refusal:
 @dataclasses.dataclass(frozen=True)
 class SpliceReport:
     """What the rewriter did: marker instances found and replaced, per site index; the
-    rewritten PTX, and ``module``, that PTX as parsed by the rewriter's own check. With
-    ``refused`` set, nothing was rewritten (``ptx`` is empty): the fma markers it names
-    must become atomic markers."""
+    rewritten PTX; ``module``, that PTX as parsed by the rewriter's own check; and
+    ``spans``, the lines of ``ptx`` each marker instance's call sequence (kind ``"call"``,
+    and ``"block call"`` around a block-scope one) and each block site's argument scratch
+    (``"splice"``) occupy, in text order (:class:`splice.spans.Span`). With ``refused``
+    set, nothing was rewritten (``ptx`` is empty): the fma markers it names must become
+    atomic markers."""
 
     found: Mapping[int, int]
     replaced: Mapping[int, int]
     ptx: str
     module: Module | None = dataclasses.field(default=None, repr=False, compare=False)
     refused: Refusal | None = None
+    spans: tuple[Span, ...] = dataclasses.field(default=(), repr=False)
 
     @property
     def total(self) -> int:
@@ -175,7 +180,8 @@ def splice_calls(module: Module, sites: Mapping[int, SiteCall], *,
                     if idx not in sites:
                         raise _fail(kernel_name, f"marker global of unknown call site {idx}",
                                     s.text(text))
-                    edits.append((s.start, s.end, block.scratch_declaration(idx)
+                    edits.append((s.start, s.end, Generated(
+                        block.scratch_declaration(idx), block.SCRATCH_OWNER, "splice", idx)
                                    if sites[idx].scope == "block" else
                                    f"// splice: marker global of site {idx} removed"))
                     break
@@ -196,7 +202,8 @@ def splice_calls(module: Module, sites: Mapping[int, SiteCall], *,
     n_calls = sum(n for i, n in replaced.items()
                   if sites[i].inline is None and (sites[i].params or sites[i].result))
     out = _verify(new_text, sites, n_calls, _count_calls(module, sites), kernel_name)
-    return SpliceReport(dict(found), dict(replaced), new_text, out)
+    return SpliceReport(dict(found), dict(replaced), new_text, out,
+                        spans=tuple(spans_of_edits(text, edits)))
 
 
 def _splice_function(module: Module, fn: Function, sites, kernel_name, found, replaced):
@@ -339,8 +346,9 @@ def _block_instance(module, fn, parsed, defs, i, site, instance, kernel_name):
     join = gins.operands[0]
     guard = f"@{gins.guard} {gins.opcode} \t{block.guard_label(site, instance)}; // splice: " \
             f"was {join}"
-    body = block.thread0_block(site, instance, ins.operands[2:]) + "\n" + \
-        block.all_threads_block(site, instance, dest, join, call_block)
+    body = Generated(block.thread0_block(site, instance, ins.operands[2:]) + "\n" +
+                     block.all_threads_block(site, instance, dest, join, call_block),
+                     site.label, "block call", site.index, instance)
     return [(gs.start, gs.end, guard), (s.start, s.end, body)]
 
 
@@ -720,9 +728,10 @@ def _param_bits(p: Param) -> int:
 
 
 def call_block(site: SiteCall, guard: str | None, dest: str,
-               operands: Sequence[str], instance: int) -> str:
+               operands: Sequence[str], instance: int) -> Generated:
     """The PTX replacing one marker instance: a scoped block calling ``site.callee`` with
-    the arguments unpacked from the marker's two operands, result into ``dest``."""
+    the arguments unpacked from the marker's two operands, result into ``dest``; tagged
+    (kind ``"call"``) with the site's label, index and ``instance``."""
     # st.param/ld.param cannot be predicated: a guarded marker becomes a branch around the
     # whole call sequence.
     sig = site.signature
@@ -781,7 +790,8 @@ def call_block(site: SiteCall, guard: str | None, dest: str,
     for kind, n in regs.items():
         if n:
             decls.append(f"\t.reg .{kind} \t%__splice_{kind}_<{n}>;")
-    return "\n".join(lines + decls + body + ["\t} // splice: end call"])
+    return Generated("\n".join(lines + decls + body + ["\t} // splice: end call"]),
+                     site.label, "call", site.index, instance)
 
 
 def _inline_call(site, values, body, reg, dest, width, instance):

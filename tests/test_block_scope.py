@@ -252,10 +252,10 @@ def test_scope_is_validated_and_recorded():
 # The PTX a block site becomes
 
 
-def _block_instances(ptx: str) -> list[str]:
-    """The text of each block call: from thread 0's argument store to the end of the
-    all-threads block."""
-    return re.findall(r"thread 0 passes the arguments.*?// splice: end block call", ptx, re.S)
+def _block_instances(b) -> list[str]:
+    """The text of each block call (its span in the build): from thread 0's argument store
+    to the end of the all-threads block."""
+    return [span.text(b.spliced_ptx) for span in b.spans if span.kind == "block call"]
 
 
 @pytest.mark.parametrize("kernel,inlined", [(count_kernel, True),
@@ -265,13 +265,14 @@ def test_block_site_ptx(kernel, inlined):
     assert all(s.inlined == inlined for s in b.sites)
     assert "block scope: every thread of the block calls it once per execution" in b.summary()
     ptx = b.spliced_ptx.split(".nv_intermediate_source_section")[0]
-    instances = _block_instances(ptx)
+    instances = _block_instances(b)
     assert len(instances) == sum(s.instances for s in b.sites) >= 3
     for text in instances:
         # thread 0 stores the arguments, every thread meets at the label, a barrier, the
         # arguments, the call (or inlined body), a barrier, then only thread 0 goes on
         store, rest = text.split("\n$__splice_block_", 1)
-        assert "st.shared.b" in store and "call" not in store
+        assert "st.shared.b" in store and "call" not in re.sub(r"//[^\n]*", "", store)
+        assert rest.endswith("} // splice: end block call")
         assert "@%__splice_q trap;" in rest      # unless the whole block is there
         body = rest.split("bar.red.popc.u32", 1)[1]
         call_part, after = body.rsplit("bar.sync \t0;", 1)
@@ -301,10 +302,12 @@ def test_block_site_of_ptx_source():
 
 def test_order_and_two_sites_compile():
     b = splice.compile(order_kernel, _vec_sig(f32), "sm_90")
-    assert len(_block_instances(b.spliced_ptx)) == 1
+    assert len(_block_instances(b)) == 1
     b = splice.compile(two_sites_kernel, _vec_sig(), "sm_90")
     assert [s.instances for s in b.sites] == [1, 1]
-    assert len(_block_instances(b.spliced_ptx)) == 2
+    assert len(_block_instances(b)) == 2
+    assert sorted((s.site, s.instance) for s in b.spans if s.kind == "block call") == \
+        [(0, 0), (1, 0)]
 
 
 def test_block_reduce_compiles():
@@ -357,7 +360,8 @@ def test_too_much_shared_memory_is_a_clear_error():
     with pytest.raises(splice.SpliceLinkError, match=r"needs \d+ bytes of shared memory per "
                                                      r"block, more than the \d+ the GPU allows "
                                                      r"\(.*declared at .*test_block_scope.py:\d+: "
-                                                     r"240000 bytes"):
+                                                     r"240000 bytes;.* splice's block-call "
+                                                     r"argument scratch: 16 bytes"):
         splice.compile(big_shared_kernel, _vec_sig(), "sm_90")
 
 

@@ -183,7 +183,7 @@ def test_inserted_fragments_are_parsed_after_the_kernel_header(inserted, error):
     kernel = Module(_KERNEL_PTX)
     linked = link.Linked(inserted, {})
     if error is None:
-        merged = link.insert(kernel, linked, "k")
+        merged = link.insert(kernel, linked, "k").text
         assert Module(merged).functions.keys() == {"g", "h", "k"}
         return
     with pytest.raises(PTXSyntaxError, match=error):

@@ -20,7 +20,7 @@ from splice.ptx import Module, split_statements
 from splice.rewrite import splice_calls
 from splice.types import parse_signature
 from support.ptx_interp import HEADER
-from support.sites import callee_ptx, site_call
+from support.sites import callee_ptx, site_call, with_calls_replaced
 
 
 SIGS = {
@@ -187,11 +187,10 @@ def kernels(draw):
     return pieces, markers, counts
 
 
-def _strip_rewrites(text: str) -> str:
-    """The output with every rewritten block, removed address definition and removed marker
-    global replaced by a sentinel."""
-    text = re.sub(r"\t?\{ // splice: call .*?\n\t\} // splice: end call", "<M>", text, flags=re.S)
-    return text
+def _strip_rewrites(report) -> str:
+    """The output with the lines of every call sequence (the report's spans) replaced by a
+    sentinel."""
+    return with_calls_replaced(report.ptx, report.spans)
 
 
 def _expected(pieces) -> str:
@@ -253,8 +252,12 @@ def test_generated_kernels(case):
     got = re.findall(r"mov\.b\d+ \t%__splice_s0, (\S+);\n\tmov\.b\d+ \t%__splice_s1, (\S+);",
                      out)
     assert got == want
+    # one span per call sequence: each site's instances numbered in text order
+    for i in site_ids:
+        assert [s.instance for s in report.spans if s.site == i] == list(range(counts[i]))
+    assert all(s.kind == "call" for s in report.spans)
     # byte-identical outside the rewritten statements
-    got = _normalise_removed(_strip_rewrites(out))
+    got = _normalise_removed(_strip_rewrites(report))
     lead_fixed = re.sub(r"[ \t]*<M>", "<M>", got)
     exp = re.sub(r"[ \t]*<M>", "<M>", _expected_norm(pieces))
     assert lead_fixed == exp
@@ -263,7 +266,7 @@ def test_generated_kernels(case):
             sum(counts.values()):
         _ptxas_checked["n"] += 1
         frag = Module(HEADER + "".join(callee_ptx(sites[i]) for i in site_ids))
-        merged = link.merge(mod, [("generated callees", frag)], "k")
+        merged = link.merge(mod, [("generated callees", frag)], "k").text
         toolchain.run_ptxas(merged, ["-arch", "sm_90a"], None, timeout=120, what="fuzz case")
 
 
@@ -293,10 +296,11 @@ def test_guarded_marker_branches_around_the_call(guard, branch):
     # st.param/ld.param cannot be predicated: the guard becomes a branch over the sequence
     src = _kernel("\tmov.u64 \t%rd1, __splice_marker_0;\n"
                   f"\t{guard} atom.global.cas.b32 \t%r2, [%rd1], %r1, 0;\n")
-    out = splice_calls(Module(src), SITE0, kernel_name="k").ptx
-    block = out[out.index("{ // splice"):]
-    block = block[:block.index("\n\t} // splice: end call")]
-    instrs = [ln.strip() for ln in block.splitlines()[1:] if not ln.strip().startswith(".")]
+    report = splice_calls(Module(src), SITE0, kernel_name="k")
+    [span] = report.spans
+    lines = span.text(report.ptx).splitlines()
+    assert lines[0].strip().startswith("{") and lines[-1].strip().startswith("}")
+    instrs = [ln.strip() for ln in lines[1:-1] if not ln.strip().startswith(".")]
     assert instrs[0].startswith(branch + " \t$__splice_skip_0_0")
     assert instrs[-1] == "$__splice_skip_0_0:"
     assert not any(i.startswith("@") for i in instrs[1:])

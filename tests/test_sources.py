@@ -65,7 +65,7 @@ def test_library_compiles_once_for_several_externs():
     b = splice.compile(kern, SIG, "sm_90")
     assert [s.extern for s in b.sites] == ["my_ns::scale<float>", "my_ns::inner::deep",
                                            "plain_c"]
-    assert b.spliced_ptx.count("// splice: begin CUDA C source") == 1
+    assert [s.kind for s in b.spans if s.owner.startswith("CUDA C source")] == ["fragment"]
     frags = {s.extern: s for s in b.sites}
     assert len(frags) == 3
 

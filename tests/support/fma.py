@@ -873,15 +873,16 @@ def expected_fma_slots(raw_ptx: str) -> list[tuple[str, str] | None]:
     return out
 
 
-def spliced_fma_slots(spliced: str, fma_sites: set[int]) -> list[tuple[str, str]]:
-    """The (slot 0, slot 1) registers each call block of an fma site takes, in text order."""
+def spliced_fma_slots(spliced: str, spans, fma_sites: set[int]) -> list[tuple[str, str]]:
+    """The (slot 0, slot 1) registers each call block of an fma site takes, in text order
+    (``spans``: the build's :class:`splice.spans.Span`\\ s of ``spliced``)."""
     out = []
-    for m in re.finditer(r"\{ // splice: call .*? \(site (\d+), instance \d+\)(.*?)"
-                         r"\} // splice: end call", spliced, re.S):
-        if int(m.group(1)) not in fma_sites:
+    for span in spans:
+        if span.kind != "call" or span.site not in fma_sites:
             continue
-        s0 = re.search(r"mov\.b64 \t%__splice_s0, ([^;]+);", m.group(2)).group(1)
-        s1 = re.search(r"mov\.b64 \t%__splice_s1, ([^;]+);", m.group(2)).group(1)
+        text = span.text(spliced)
+        s0 = re.search(r"mov\.b64 \t%__splice_s0, ([^;]+);", text).group(1)
+        s1 = re.search(r"mov\.b64 \t%__splice_s1, ([^;]+);", text).group(1)
         out.append((s0, s1))
     return out
 
@@ -891,7 +892,7 @@ def check_fma_slots(b, name):
     multiplicand that is not the key on every path) and slot 1 (the addend)."""
     fma_sites = {s.index for s in b.sites if s.marker == "fma"}
     exp = expected_fma_slots(b.ptx)
-    got = spliced_fma_slots(b.spliced_ptx, fma_sites)
+    got = spliced_fma_slots(b.spliced_ptx, b.spans, fma_sites)
     assert len(exp) == len(got) == sum(s.instances for s in b.sites if s.marker == "fma"), \
         (name, len(exp), len(got))
     parsed, defs = parsed_body(b.ptx)

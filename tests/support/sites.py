@@ -41,3 +41,16 @@ def callee_ptx(site: SiteCall) -> str:
         bits = site.result.size_bytes * 8
         body = f"\tst.param.b{bits} \t[ret], 0;\n"
     return f".visible .func {ret}callee{site.index}(\n{params}\n)\n{{\n{body}\tret;\n}}\n"
+
+
+def with_calls_replaced(text: str, spans, tag: str = "<M>") -> str:
+    """``text`` with the lines of each call sequence (:class:`splice.spans.Span` of kind
+    "call" in ``spans``) replaced by one line ``tag``."""
+    lines = text.split("\n")
+    out: list[str] = []
+    pos = 0
+    for span in spans:
+        if span.kind == "call":
+            out += lines[pos:span.start_line - 1] + [tag]
+            pos = span.end_line
+    return "\n".join(out + lines[pos:])
