@@ -1,9 +1,10 @@
 """The opportunistic warp pattern in element-scope calls (splice/activemask.py): a ``.sync``
-instruction whose membermask is the result of ``activemask.b32`` in the same function, and
-that every thread of that mask reaches once, is correct at any divergence and accepted;
-each near miss (a constant, computed or parameter mask, a sync not every thread of the mask
-reaches, a mask undefined or stale on some path, ``bar.sync``, ``__syncwarp()``) stays
-refused with the collectives check's message.
+instruction whose membermask is the result of ``activemask.b32`` in the same function (or
+the constant full mask where that result was compared equal to it), and that every thread
+of that mask reaches once, is correct at any divergence and accepted; each near miss (a
+constant, computed or parameter mask, a sync not every thread of the mask reaches, a mask
+undefined or stale on some path, a branch on a per-lane value, ``bar.sync``,
+``__syncwarp()``) stays refused with the collectives check's message.
 
 CPU: hand-written PTX and CUDA C (NVRTC). GPU (``gpu``): warp-aggregated atomics and a
 match_any histogram called per element by divergent owner threads (a data-dependent early
@@ -101,6 +102,28 @@ $JOIN:
     trap;
 $OK:
     shfl.sync.idx.b32 %r1|%p3, %r1, 0, 31, %r2;""",
+    "the full mask where activemask returned it": """
+    activemask.b32 %r2;
+    setp.ne.s32 %p2, %r2, -1;
+    @%p2 bra $SKIP;
+    mov.u32 %r3, -1;
+    match.all.sync.b32 %r4|%p3, %r1, %r3;
+    shfl.sync.idx.b32 %r1|%p4, %r1, 0, 31, 0xffffffff;
+$SKIP:""",
+    "the same with setp.eq and a negated branch": """
+    activemask.b32 %r2;
+    setp.eq.s32 %p2, %r2, -1;
+    @!%p2 bra $SKIP;
+    shfl.sync.idx.b32 %r1|%p4, %r1, 0, 31, -1;
+$SKIP:""",
+    "a sync under a branch on a match.all result": """
+    activemask.b32 %r2;
+    match.all.sync.b32 %r3|%p2, %r1, %r2;
+    setp.eq.s32 %p3, %r3, 0;
+    @%p3 bra $SKIP;
+    @%p2 bra $SKIP;
+    redux.sync.add.u32 %r1, %r1, %r2;
+$SKIP:""",
     "two patterns in a row": """
     activemask.b32 %r2;
     shfl.sync.idx.b32 %r1|%p2, %r1, 0, 31, %r2;
@@ -213,6 +236,50 @@ $LOOP:
     activemask.b32 %r2;
     { .reg .b32 %r2;
       shfl.sync.idx.b32 %r1|%p2, %r1, 0, 31, %r2; }""", "activemask.b32"),
+    "the full mask where activemask did not return it": ("""
+    activemask.b32 %r2;
+    setp.eq.s32 %p2, %r2, -1;
+    @%p2 bra $SKIP;
+    shfl.sync.idx.b32 %r1|%p4, %r1, 0, 31, -1;
+$SKIP:""", "activemask.b32"),
+    "the full mask after a compare with another constant": ("""
+    activemask.b32 %r2;
+    setp.ne.s32 %p2, %r2, 65535;
+    @%p2 bra $SKIP;
+    shfl.sync.idx.b32 %r1|%p4, %r1, 0, 31, -1;
+$SKIP:""", "activemask.b32"),
+    "the full mask after the activemask ran again": ("""
+    mov.u32 %r5, 0;
+    activemask.b32 %r2;
+    setp.ne.s32 %p2, %r2, -1;
+    @%p2 bra $OUT;
+$LOOP:
+    activemask.b32 %r2;
+    shfl.sync.idx.b32 %r1|%p4, %r1, 0, 31, -1;
+    add.s32 %r5, %r5, 1;
+    setp.lt.s32 %p3, %r5, %r1;
+    @%p3 bra $LOOP;
+$OUT:""", "activemask.b32"),
+    "a sync under a branch on a match.any result (per lane)": ("""
+    activemask.b32 %r2;
+    match.any.sync.b32 %r3, %r1, %r2;
+    setp.eq.s32 %p3, %r3, %r2;
+    @%p3 bra $SKIP;
+    redux.sync.add.u32 %r1, %r1, %r2;
+$SKIP:""", "redux.sync"),
+    # threads that went different ways before the activemask may be in its group
+    "a sync under a branch on a join of two constants": ("""
+    @%p1 bra $ONE;
+    mov.u32 %r3, 0;
+    bra.uni $JOIN;
+$ONE:
+    mov.u32 %r3, 1;
+$JOIN:
+    activemask.b32 %r2;
+    setp.eq.s32 %p3, %r3, 0;
+    @%p3 bra $SKIP;
+    redux.sync.add.u32 %r1, %r1, %r2;
+$SKIP:""", "activemask.b32"),
     "the deprecated shfl (no membermask)": ("""
     activemask.b32 %r2;
     shfl.idx.b32 %r1|%p2, %r1, 0, 31;""", "activemask.b32"),
@@ -332,6 +399,24 @@ ACCEPTED_CUDA = {
     int v = 0;
     for (int i = 0; i < (x & 7); ++i) { unsigned m = __activemask(); v += __shfl_xor_sync(m, x + i, 1); }
     return v;''',
+    # NVSHMEM's nvshmem_<T>_g (nvshmemi_proxy_rma_g), in its shape: a full constant mask
+    # under "activemask() == full", branches on match.all results, a lane-0-only spin
+    "the coalesced get under activemask() == full": r'''
+    const unsigned full = 0xffffffffu;
+    const unsigned am = __activemask();
+    unsigned lane; asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+    int same_pe = 0, contiguous = 0;
+    if (full == am && full == __match_all_sync(full, x >> 8, &same_pe) &&
+        full == __match_all_sync(full, x - (int)lane, &contiguous)) {
+        int off = -1;
+        if (lane == 0) { off = atomicAdd(&g_head, 32); while (g_flag[off & 63] < 0) {} }
+        off = __shfl_sync(am, off, 0);
+        int v = g_buf[(off + lane) & 1023];
+        __syncwarp(am);
+        if (lane == 0) { __threadfence(); g_flag[off & 63] = -1; }
+        return v;
+    }
+    return atomicAdd(&g_head, 1);''',
     "match_all then shfl on the mask": r'''
     unsigned m = __activemask(); int same;
     unsigned all = __match_all_sync(m, x >> 4, &same);
@@ -354,19 +439,25 @@ REFUSED_CUDA = {
     "data-dependent loop": ("unsigned m = __activemask(); int v = x; "
                             "for (int i = 0; i < (x & 7); ++i) v += __shfl_xor_sync(m, v, 1); "
                             "return v;", "activemask.b32"),
-    # NVSHMEM's nvshmemi_proxy_rma_g (the coalesced path of nvshmem_<T>_g): correct, since
-    # the branch is uniform over the threads of the mask, but a full constant mask under
-    # "activemask() == full" and syncs under a branch are beyond this proof: still refused
-    "a full mask under activemask() == full": (
-        "unsigned am = __activemask(); int same, v; "
-        "if (am == 0xffffffffu && __match_all_sync(0xffffffffu, x, &same) == 0xffffffffu) "
-        "{ v = __shfl_sync(am, x, 0); __syncwarp(am); } else { v = x * 2; } return v;",
+    "a full mask on the side where activemask() != full": (
+        "unsigned am = __activemask(); int v = x; "
+        "if (am != 0xffffffffu) v = __shfl_sync(0xffffffffu, x, 0); return v;",
         "activemask.b32"),
+    "a full mask where activemask() == another constant": (
+        "unsigned am = __activemask(); int v = x; "
+        "if (am == 0xffffu) v = __shfl_sync(0xffffffffu, x, 0); return v;",
+        "activemask.b32"),
+    "a sync under a branch on a shfl result (per lane)": (
+        "unsigned m = __activemask(); int v = __shfl_sync(m, x, 0); "
+        "if (v == x) v += __reduce_add_sync(m, x); return v;", "redux.sync"),
 }
 
 
+GLOBALS = "__device__ int g_head; __device__ int g_flag[64]; __device__ int g_buf[1024];\n"
+
+
 def _cuda_hit(body: str, params: str = "int x"):
-    src = f'extern "C" __device__ int f({params}) {{{body}}}\n'
+    src = GLOBALS + f'extern "C" __device__ int f({params}) {{{body}}}\n'
     return collectives.find_collective(CudaSource(text=src, where="t.py:1").module("sm_90"),
                                        "f")
 
