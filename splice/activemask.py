@@ -185,18 +185,17 @@ class _Cfg:
         return ins is not None and ins.guard is not None and \
             (len(self.succ[n]) > 1 or ins.base in _EXITS)
 
-    def backwards(self, targets: set[int], stop: set[int]) -> set[int]:
-        """The nodes with a path from a successor to one of ``targets`` whose nodes in
-        between are not in ``stop``."""
+    def backwards(self, targets: set[int], within: set[int]) -> set[int]:
+        """The nodes of ``within`` with a path from a successor to one of ``targets`` whose
+        nodes in between are in ``within``."""
         out: set[int] = set()
         todo = list(targets)
         while todo:
             x = todo.pop()
             for p in self.pred[x]:
-                if p not in out:
+                if p in within and p not in out:
                     out.add(p)
-                    if p not in stop:
-                        todo.append(p)
+                    todo.append(p)
         return out
 
     def forwards(self, start: int, stop: set[int]) -> set[int]:
@@ -216,20 +215,22 @@ def _control_ok(cfg: _Cfg, at, origins: frozenset[int], s: int) -> bool:
     """Every thread of the group of an activemask in ``origins`` executes ``s`` once
     before the next of them, or none does."""
     stop = set(origins) | {s}
-    to_s = cfg.backwards({s}, stop)
-    leave = cfg.backwards({n for n in range(len(cfg.stmts)) if cfg.exits(n)} | set(origins),
-                          stop)
-    if s in to_s:                                   # S again without an activemask
+    if s in cfg.forwards(s, stop):                  # S again without an activemask
         return False
     for a in origins:
         region = cfg.forwards(a, stop)
         if region & set(origins):                   # an activemask again before S
             return False
-        for n in region - stop:
-            if cfg.splits(n) and not _uniform_guard(cfg, at, n, origins):
-                # threads of the group may part here: all of them to S, or none
-                if n in to_s and (n in leave or cfg.exits(n)):
-                    return False
+        inner = region - stop
+        parting = [n for n in inner if cfg.splits(n) and not _uniform_guard(cfg, at, n,
+                                                                            origins)]
+        if not parting:
+            continue
+        to_s = cfg.backwards({s}, inner)
+        leave = cfg.backwards({n for n in inner if cfg.exits(n)}, inner)
+        # where threads of the group may part: all of them on to S, or none
+        if any(n in to_s and (n in leave or cfg.exits(n)) for n in parting):
+            return False
     return True
 
 

@@ -280,6 +280,22 @@ $JOIN:
     @%p3 bra $SKIP;
     redux.sync.add.u32 %r1, %r1, %r2;
 $SKIP:""", "activemask.b32"),
+    # %r6 at the setp is the popc of another group (the first activemask's or this one's
+    # in the previous iteration): the threads of this group may hold different values
+    "a branch on a value of another activemask's group": ("""
+    activemask.b32 %r2;
+    bra.uni $Y;
+$LOOP:
+    activemask.b32 %r2;
+    setp.eq.s32 %p3, %r6, 5;
+    @%p3 bra $OUT;
+    redux.sync.add.u32 %r1, %r1, %r2;
+$Y:
+    popc.b32 %r6, %r2;
+    add.s32 %r1, %r1, 1;
+    setp.lt.s32 %p4, %r1, 100;
+    @%p4 bra $LOOP;
+$OUT:""", "activemask.b32"),
     "the deprecated shfl (no membermask)": ("""
     activemask.b32 %r2;
     shfl.idx.b32 %r1|%p2, %r1, 0, 31;""", "activemask.b32"),
