@@ -105,6 +105,8 @@ def proven(mod: Module, fn: Function) -> frozenset[int]:
         return frozenset()
     cfg = _Cfg(body, mod.text)
     nested = _nested_registers(body)
+    if nested is None:
+        return frozenset()
     syncs: dict[int, frozenset[int]] = {}   # proven sync node -> its activemasks
     for _ in range(len(cfg.stmts) + 1):      # each round adds one at least, or ends
         at = _dataflow(cfg, nested, syncs)
@@ -243,20 +245,24 @@ def _uniform_guard(cfg: _Cfg, at, n: int, origins: frozenset[int]) -> bool:
     return isinstance(v, (_Fresh, _Uniform)) and v.origins <= origins
 
 
-def _nested_registers(body: Sequence[Statement]) -> set[str]:
+def _nested_registers(body: Sequence[Statement]) -> set[str] | None:
     """Register names declared in a nested ``{ }`` scope of the body (one may shadow a
-    register of the same name: a proof by names would not hold), ``%r<4>`` expanded."""
+    register of the same name: a proof by names would not hold), ``%r<4>`` expanded; None
+    when a declaration cannot be read."""
     top = body[0].depth if body else 0
     out: set[str] = set()
     for s in body:
         if s.kind == "directive" and s.head == ".reg" and s.depth > top:
             toks = [t.text for t in s.tokens]
             for k, t in enumerate(toks):
-                if t.startswith("%"):
-                    if k + 3 < len(toks) and toks[k + 1] == "<":
-                        out.update(f"{t}{i}" for i in range(int(toks[k + 2], 0)))
-                    else:
-                        out.add(t)
+                if not t.startswith("%"):
+                    continue
+                if k + 1 < len(toks) and toks[k + 1] == "<":
+                    if k + 2 >= len(toks) or not toks[k + 2].isdigit():
+                        return None
+                    out.update(f"{t}{i}" for i in range(int(toks[k + 2])))
+                else:
+                    out.add(t)
     return out
 
 
