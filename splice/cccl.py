@@ -1,11 +1,14 @@
-"""Where CCCL's headers (CUB, Thrust, libcu++) are, for CUDA C externs that include them::
+"""Where CCCL's headers (CUB, Thrust, libcu++ ``<cuda/std/...>``, ``<nv/target>``) are: the
+one locator every part of splice uses (NVRTC's default include path, NVSHMEM's device
+headers, the missing-header hints).
+
+NVRTC does not search CCCL by itself: the ``cuda-toolkit[cccl]`` wheel (``nvidia-cuda-cccl``)
+keeps it under ``nvidia/cu13/include/cccl``, a CUDA toolkit under ``include/cccl``, CuPy
+carries its own copy. splice puts the first one found on NVRTC's include path after the
+user's own directories, so ``include_dirs=`` or ``-I`` in ``options=`` may name another::
 
     from splice.cccl import include_dirs
     @splice.extern(source=CUB_SRC, include_dirs=include_dirs(), scope="block") ...
-
-NVRTC does not search CCCL by itself everywhere: the CUDA toolkit keeps it under
-``include/cccl``, the ``nvidia-cuda-cccl`` wheel (``pip install "cuda-toolkit[cccl]"``) and
-CuPy carry their own copies.
 """
 
 from __future__ import annotations
@@ -14,6 +17,12 @@ import glob
 import os
 import site
 import sys
+from typing import Iterator
+
+from .errors import SpliceToolchainError
+
+#: How to install CCCL (quoted by every error and hint about missing CCCL headers).
+INSTALL_HINT = "pip install 'cuda-toolkit[cccl]' (the nvidia-cuda-cccl wheel)"
 
 
 def _roots() -> list[str]:
@@ -36,27 +45,56 @@ _SINGLE = (
 _CUPY = ("cupy", "_core", "include", "cupy", "_cccl")
 
 
-def installations() -> list[list[str]]:
-    """Every CCCL found, each as the include directories it needs, best first."""
+def _beside_cuda_headers() -> list[list[str]]:
+    """The CCCL beside the CUDA headers splice compiles with (the wheel that matches NVRTC)."""
+    from . import toolchain
+    inc = toolchain.cuda_include_dir()
+    return [] if inc is None else [[str(inc / "cccl")]]
+
+
+def _pathfinder() -> list[list[str]]:
+    """cuda-pathfinder's CCCL: the wheels, ``$CONDA_PREFIX``, ``$CUDA_PATH``/``$CUDA_HOME``,
+    the toolkit of the system's libcudart, ``/usr/local/cuda*`` (in that order)."""
+    try:
+        from cuda.pathfinder import find_nvidia_header_directory
+        found = find_nvidia_header_directory("cccl")
+    except Exception:  # cuda-pathfinder missing, or too old to know "cccl"
+        return []
+    return [[found]] if found else []
+
+
+def _in_roots() -> list[list[str]]:
+    """The layouts of :data:`_SINGLE` and CuPy's under :func:`_roots`."""
     found: list[list[str]] = []
     for root in _roots():
         for pat in _SINGLE:
-            for d in sorted(glob.glob(os.path.join(root, *pat))):
-                if os.path.isfile(os.path.join(d, "cub", "cub.cuh")):
-                    found.append([d])
+            found += [[d] for d in sorted(glob.glob(os.path.join(root, *pat)))]
         base = os.path.join(root, *_CUPY)
-        dirs = [os.path.join(base, "cub"), os.path.join(base, "libcudacxx", "include"),
-                os.path.join(base, "thrust")]
-        if os.path.isfile(os.path.join(dirs[0], "cub", "cub.cuh")):
-            found.append([d for d in dirs if os.path.isdir(d)])
-    out: list[list[str]] = []
-    for dirs in found:
-        if dirs not in out and _complete(dirs):
-            out.append(dirs)
-    return out
+        found.append([d for d in (os.path.join(base, "cub"),
+                                  os.path.join(base, "libcudacxx", "include"),
+                                  os.path.join(base, "thrust")) if os.path.isdir(d)])
+    return found
 
 
-def _complete(dirs: list[str]) -> bool:
+def installations() -> list[list[str]]:
+    """Every complete CCCL found, each as the include directories it needs, best first: the
+    one beside the CUDA headers splice compiles with (``toolchain.cuda_include_dir()/cccl``),
+    cuda-pathfinder's, then the wheel, toolkit and CuPy layouts under site-packages,
+    ``sys.prefix``, ``$CUDA_HOME``, ``$CUDA_PATH`` and ``/usr/local/cuda``."""
+    return list(_found())
+
+
+def _found() -> Iterator[list[str]]:
+    seen: set[tuple[str, ...]] = set()
+    for step in (_beside_cuda_headers, _pathfinder, _in_roots):
+        for dirs in step():
+            real = tuple(os.path.realpath(d) for d in dirs)
+            if dirs and real not in seen and _complete(dirs):
+                seen.add(real)
+                yield dirs
+
+
+def _complete(dirs) -> bool:
     """CUB and libcu++ are both there (CUB's headers include ``<cuda/__cccl_config>``; a
     CuPy build without libcu++ lacks it)."""
     def has(rel: str) -> bool:
@@ -65,7 +103,23 @@ def _complete(dirs: list[str]) -> bool:
 
 
 def include_dirs() -> list[str]:
-    """The include directories of the first CCCL found (see :func:`installations`); empty
-    when there is none. Pass them as ``include_dirs=`` of :func:`splice.extern`."""
-    found = installations()
-    return found[0] if found else []
+    """The include directories of the CCCL splice compiles with: the first of
+    :func:`installations`; empty when there is none. splice already puts them on NVRTC's
+    include path (after the user's); passing them as ``include_dirs=`` of
+    :func:`splice.extern` puts them first."""
+    return next(_found(), [])
+
+
+def require(what: str, install: str = INSTALL_HINT) -> list[str]:
+    """:func:`include_dirs`, for ``what`` ("the source includes <nvshmem.h>, whose device
+    headers") that cannot compile without CCCL; ``install`` says how to get it.
+
+    Raises:
+        SpliceToolchainError: no CCCL is installed; says how to install it.
+    """
+    dirs = include_dirs()
+    if not dirs:
+        raise SpliceToolchainError(
+            f"{what} need CCCL (<cuda/std/...>, <nv/target>), which is not installed: "
+            f"{install}; or name a CCCL checkout's include directory in include_dirs=")
+    return dirs

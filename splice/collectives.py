@@ -6,7 +6,9 @@ layout decision, not the user's. An instruction whose PTX ISA semantics need oth
 of the warp, warpgroup, CTA or cluster to execute it too (``bar.sync``, ``shfl.sync``, ``mma``,
 ...) is undefined there: a hang, or wrong data. :func:`find_collective` finds one in a
 function or anything it calls; :func:`check_element_sites` refuses such calls with a
-:class:`SpliceLinkError` that points at ``scope="block"``.
+:class:`SpliceLinkError` that points at ``scope="block"``. Exempt: the opportunistic
+pattern, ``__activemask()`` feeding the membermask of ``.sync`` instructions, which is
+correct at any divergence where :mod:`splice.activemask` proves it.
 
 :data:`COLLECTIVES` is the table, made from the PTX ISA 9.4 document (section numbers are
 that version's); :data:`NOT_COLLECTIVE` lists the look-alikes that were considered and
@@ -23,6 +25,7 @@ import shutil
 import threading
 from typing import Iterable, Mapping, Sequence
 
+from . import activemask
 from .errors import SpliceLinkError
 from .ptx import Module, opcode_at, parse_instruction
 
@@ -238,6 +241,7 @@ def _scan(mod: Module) -> _Facts:
             continue
         hit = None
         callees: dict[str, None] = {}
+        exempt: frozenset[int] | None = None
         for st in mod.body_statements(fn):
             if st.kind != "instruction":
                 _note_taken(st.tokens, names, taken)
@@ -247,7 +251,10 @@ def _scan(mod: Module) -> _Facts:
             opcode, _ = opcode_at(toks, k)
             row = collective_of(opcode)
             if row is not None and hit is None:
-                hit = (" ".join(st.text(mod.text).split()), row)
+                if exempt is None:   # the opportunistic pattern: correct at any divergence
+                    exempt = activemask.proven(mod, fn)
+                if st.start not in exempt:
+                    hit = (" ".join(st.text(mod.text).split()), row)
             target = None
             if opcode.split(".", 1)[0] == "call":
                 target = parse_instruction(st, mod.text).call_target

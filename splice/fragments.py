@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from . import cache, nvshmem, toolchain
+from . import cache, cccl, nvshmem, toolchain
 from .errors import SpliceCompileError, SpliceDeclarationError, SpliceLinkError
 from .ptx import Module, PTXSyntaxError
 
@@ -139,20 +139,20 @@ class CudaSource(Fragment):
         return self.text
 
     def _options(self, target: str) -> list[str]:
+        """NVRTC's options. The include path: ``include_dirs``, the directory of ``path``,
+        ``-I`` of ``options``, then splice's own (:func:`default_include_dirs`): the user's
+        directories come first, as nvcc's ``-I`` precede the toolkit's."""
         opts = [f"-arch={target}", "-rdc=true"]
-        inc = toolchain.cuda_include_dir()
         for d in self.include_dirs:
             opts.append(f"-I{d}")
         if self.path is not None:
             opts.append(f"-I{self.path.parent}")
-        if inc is not None:
-            opts.append(f"-I{inc}")
-            if (inc / "cccl").is_dir():  # CCCL (cuda/std, nv/target) when installed
-                opts.append(f"-I{inc / 'cccl'}")
         for name, value in self.defines:
             opts.append(f"-D{name}" if value is None else f"-D{name}={value}")
-        opts.extend(o for o in nvshmem.nvrtc_options_for(*self._texts()) if o not in opts)
+        texts = self._texts()
+        opts.extend(nvshmem.nvrtc_options_for(*texts))
         opts.extend(o for o in self.options if o not in ("-dlto", "--dlto"))
+        opts.extend(f"-I{d}" for d in default_include_dirs(*texts))
         return opts
 
     def _texts(self) -> list[str]:
@@ -205,17 +205,19 @@ class CudaSource(Fragment):
         """(path, sha256) of every user header the source includes, transitively, found as
         NVRTC finds it: a quoted name beside the including file (for a text source, the
         directory of its NVRTC name: the current one when ``where`` has none), then the
-        ``-I`` directories in NVRTC's order (``include_dirs``, beside ``path``, the CUDA
-        headers, ``-I``/``--include-path`` of ``options``); ``-include``/``--pre-include``
-        files too. A header found in the CUDA headers is identified by its size and mtime
-        (what it includes in turn is not followed). An ``#include`` inside a disabled ``#if`` is still hashed: the key may
+        ``-I`` directories in NVRTC's order (:meth:`_options`: ``include_dirs``, beside
+        ``path``, ``-I``/``--include-path`` of ``options``, then splice's own);
+        ``-include``/``--pre-include`` files too. A header found in splice's own directories
+        (CUDA, CCCL, NVSHMEM) is identified by its size and mtime (what it includes in turn
+        is not followed; NVSHMEM's, last on the path, are not searched: its version is in
+        the key). An ``#include`` inside a disabled ``#if`` is still hashed: the key may
         change when it need not, never the reverse."""
         import hashlib
-        toolkit = _toolkit_include_dirs()
+        toolkit = default_include_dirs()
         dirs = [Path(d) for d in self.include_dirs]
         if self.path is not None:
             dirs.append(self.path.parent)
-        dirs += toolkit + [Path(d) for d in _option_values(self.options, _INCLUDE_OPTS)]
+        dirs += [Path(d) for d in _option_values(self.options, _INCLUDE_OPTS)] + toolkit
         pre = "".join(f'#include "{f}"\n' for f in _option_values(self.options, _PRE_OPTS))
         here = self.path.parent if self.path is not None else \
             Path(f"extern_source@{self.where}").parent
@@ -278,9 +280,19 @@ def _option_values(options, names) -> list[str]:
     return [v for v in out if v]
 
 
-def _toolkit_include_dirs() -> list[Path]:
+def default_include_dirs(*texts: str) -> list[Path]:
+    """splice's own ``-I`` directories for a CUDA C source (``texts``: it and the user
+    headers it includes), after the user's: the CUDA headers
+    (:func:`splice.toolchain.cuda_include_dir`), CCCL's (:func:`splice.cccl.include_dirs`),
+    NVSHMEM's for a source that includes it (:func:`splice.nvshmem.include_dirs_for`).
+
+    Raises:
+        SpliceToolchainError: the source includes NVSHMEM, which (or CCCL) is not installed.
+    """
     inc = toolchain.cuda_include_dir()
-    return [] if inc is None else [inc, inc / "cccl"]
+    found = ([inc] if inc is not None else []) + [Path(d) for d in cccl.include_dirs()]
+    found += nvshmem.include_dirs_for(*texts)
+    return list(dict.fromkeys(found))
 
 
 _ERR_RE = re.compile(r"^(.*)\((\d+)\): (?:catastrophic )?error")
@@ -368,7 +380,7 @@ def _known_header_hint(header: str) -> str:
                 f"headers to the include path (pip install 'splice[nvshmem]')")
     return ""
 _CANNOT_OPEN = re.compile(r'cannot open source file "([^"]+)"')
-CCCL_INSTALL = "pip install 'cuda-toolkit[cccl]' (the nvidia-cuda-cccl wheel)"
+CCCL_INSTALL = cccl.INSTALL_HINT
 
 
 def header_hint(log: str) -> str:
@@ -383,16 +395,15 @@ def header_hint(log: str) -> str:
     known = _known_header_hint(header)
     if known:
         return f"\n    hint: {known}"
-    inc = toolchain.cuda_include_dir()
-    cccl = inc / "cccl" if inc is not None and (inc / "cccl").is_dir() else None
+    found = cccl.include_dirs()
     std = _C_HEADERS.get(header, header)
     if std in _LIBCUXX and "/" not in std:
         hint = (f"NVRTC has no C++ standard library: include <cuda/std/{std}> (libcu++, "
                 f"namespace cuda::std) instead of <{header}>")
-        return f"\n    hint: {hint}" + ("" if cccl else f"; it comes with CCCL: {CCCL_INSTALL}")
+        return f"\n    hint: {hint}" + ("" if found else f"; it comes with CCCL: {CCCL_INSTALL}")
     if header.startswith(_CCCL_DIRS):
-        if cccl is not None:
-            return f"\n    hint: <{header}> is not in CCCL at {cccl}"
+        if found:
+            return f"\n    hint: <{header}> is not in CCCL at {', '.join(found)}"
         return (f"\n    hint: <{header}> is part of CCCL (CUDA Core Compute Libraries), which "
                 f"is not installed: {CCCL_INSTALL}; splice then puts its headers on NVRTC's "
                 f"include path")

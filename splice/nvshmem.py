@@ -21,6 +21,7 @@ import re
 import types
 from pathlib import Path
 
+from . import cccl
 from .errors import SpliceDeclarationError, SpliceLaunchError, SpliceToolchainError
 
 #: The device state NVSHMEM's host library fills in each loaded module.
@@ -28,7 +29,6 @@ STATE_SYMBOL = "nvshmemi_device_state_d"
 #: ``.extern .const`` symbols the merged kernel module defines (for :mod:`splice.link`).
 HOST_FILLED = frozenset({STATE_SYMBOL})
 
-TOOLKIT_INCLUDE = Path("/usr/local/cuda/include")   # a system toolkit's CCCL, last resort
 INSTALL_HINT = "pip install 'splice[nvshmem]'"
 _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](?:[^>"\n]*/)?(nvshmemx?\.h)[>"]',
                          re.M)
@@ -63,40 +63,29 @@ def include_dir() -> Path:
     return Path(found)
 
 
-def cccl_include_dir() -> Path:
-    """CCCL's headers (``cuda/std/...``), which NVSHMEM's device headers include.
-
-    Raises:
-        SpliceToolchainError: CCCL is not installed.
-    """
-    import os
-    from . import toolchain
-    inc = toolchain.cuda_include_dir()
-    # the CUDA wheels' CCCL first (it matches NVRTC), then a toolkit's
-    roots = [inc] if inc is not None else []
-    roots += [Path(os.environ[v]) / "include" for v in ("CUDA_HOME", "CUDA_PATH")
-              if os.environ.get(v)] + [TOOLKIT_INCLUDE]
-    for cand in [d for r in roots for d in (r / "cccl", r)]:
-        if (cand / "cuda" / "std" / "cstdint").is_file():
-            return cand
-    raise SpliceToolchainError(
-        f"the source includes <nvshmem.h>, whose device headers need CCCL (cuda/std/...), "
-        f"which is not installed beside the CUDA headers ({inc}): {INSTALL_HINT} (or pip "
-        f"install 'cuda-toolkit[cccl]')")
-
-
-def nvrtc_options_for(*texts: str) -> list[str]:
-    """Extra NVRTC options for a CUDA C source (and the user headers it includes, also in
-    ``texts``): none unless it includes NVSHMEM, else NVSHMEM's and CCCL's include dirs and
-    ``-DNVSHMEM_ENABLE_ALL_DEVICE_INLINING`` (``-rdc=true`` splice always passes).
+def include_dirs_for(*texts: str) -> list[Path]:
+    """NVSHMEM's include directory for a CUDA C source (and the user headers it includes,
+    also in ``texts``) that includes NVSHMEM, else none. NVSHMEM's device headers include
+    CCCL's (``cuda/std/...``), which splice puts on every source's include path
+    (:mod:`splice.cccl`): it must be installed.
 
     Raises:
         SpliceToolchainError: NVSHMEM or CCCL is not installed.
     """
     if not uses_nvshmem(*texts):
         return []
-    return [f"-I{include_dir()}", f"-I{cccl_include_dir()}",
-            "-DNVSHMEM_ENABLE_ALL_DEVICE_INLINING"]
+    inc = include_dir()
+    cccl.require("the source includes <nvshmem.h>, whose device headers",
+                 f"{INSTALL_HINT} (or {cccl.INSTALL_HINT})")
+    return [inc]
+
+
+def nvrtc_options_for(*texts: str) -> list[str]:
+    """Extra NVRTC options for a CUDA C source (and the user headers it includes, also in
+    ``texts``): none unless it includes NVSHMEM, else ``-DNVSHMEM_ENABLE_ALL_DEVICE_INLINING``
+    (``-rdc=true`` splice always passes; the include directories are
+    :func:`include_dirs_for`'s)."""
+    return ["-DNVSHMEM_ENABLE_ALL_DEVICE_INLINING"] if uses_nvshmem(*texts) else []
 
 
 def headers_key(*texts: str) -> str:
@@ -107,9 +96,10 @@ def headers_key(*texts: str) -> str:
         return ""
     import hashlib
     h = hashlib.sha256()
-    for f in (include_dir() / "non_abi" / "nvshmem_version.h",
-              include_dir() / "non_abi" / "nvshmem_build_options.h",
-              cccl_include_dir() / "cuda" / "version"):
+    files = [include_dir() / "non_abi" / "nvshmem_version.h",
+             include_dir() / "non_abi" / "nvshmem_build_options.h"]
+    files += [Path(d) / "cuda" / "version" for d in cccl.include_dirs()]
+    for f in files:
         h.update(f.read_bytes() if f.is_file() else b"-")
     return h.hexdigest()
 

@@ -604,32 +604,6 @@ def test_gpu_tma_matmul_refused_at_launch(torch):
         launch(torch, (2, 2, 1), matmul_block_kernel, (A, B, C, 128, 128, 64))
 
 
-def test_cccl_discovery(tmp_path, monkeypatch):
-    # a toolkit layout (one directory) and CuPy's (one per library), best first
-    tk = tmp_path / "cuda" / "include" / "cccl" / "cub"
-    tk.mkdir(parents=True)
-    (tk / "cub.cuh").write_text("")
-    cupy = tmp_path / "site" / "cupy" / "_core" / "include" / "cupy" / "_cccl"
-    (cupy / "cub" / "cub").mkdir(parents=True)
-    (cupy / "cub" / "cub" / "cub.cuh").write_text("")
-    (cupy / "thrust").mkdir()
-    monkeypatch.setattr(cccl, "_roots", lambda: [str(tmp_path / "cuda"),
-                                                 str(tmp_path / "site"), str(tmp_path)])
-    # without libcu++ (<cuda/__cccl_config>, which CUB includes) neither counts: the GPU
-    # image's CuPy carries cub/ and thrust/ but no libcudacxx/
-    assert cccl.installations() == []
-    (tk.parent / "cuda").mkdir()
-    (tk.parent / "cuda" / "__cccl_config").write_text("")
-    (cupy / "libcudacxx" / "include" / "cuda").mkdir(parents=True)
-    (cupy / "libcudacxx" / "include" / "cuda" / "__cccl_config").write_text("")
-    assert cccl.installations() == [[str(tmp_path / "cuda" / "include" / "cccl")],
-                                    [str(cupy / "cub"), str(cupy / "libcudacxx" / "include"),
-                                     str(cupy / "thrust")]]
-    assert cccl.include_dirs() == [str(tmp_path / "cuda" / "include" / "cccl")]
-    monkeypatch.setattr(cccl, "_roots", lambda: [str(tmp_path / "nothing")])
-    assert cccl.include_dirs() == []
-
-
 # ---------------------------------------------------------------------------------------------
 # Cache: two externs of one library symbol, one element and one block scope
 

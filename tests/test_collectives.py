@@ -13,7 +13,7 @@ import pytest
 
 from support import kernels as K
 import splice
-from splice import cache, collectives, toolchain
+from splice import cache, cccl, collectives, toolchain
 from splice.ptx import Module
 
 SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 256)
@@ -333,18 +333,6 @@ def test_ltoir_collectives_are_refused():
     assert "bar.sync 0;" in msg and "extern 'f'" in msg
 
 
-def _cccl_include_dirs():
-    """Include directories under which NVRTC finds CUB: splice's defaults (the CUDA wheel's
-    cccl), else a CUDA toolkit's."""
-    inc = toolchain.cuda_include_dir()
-    cands = [inc / "cccl"] if inc is not None else []
-    cands += sorted(Path("/usr/local").glob("cuda*/include/cccl"), reverse=True)
-    for d in cands:
-        if (d / "cub" / "warp" / "warp_reduce.cuh").is_file():
-            return [] if inc is not None and d == inc / "cccl" else [str(d)]
-    return None
-
-
 CUB = {
     "WarpReduce": r'''#include <cub/warp/warp_reduce.cuh>
 extern "C" __device__ float cub_sum(float x) {
@@ -364,11 +352,11 @@ extern "C" __device__ float cub_sum(float x) {
 @pytest.mark.parametrize("pure", [True, False])
 @pytest.mark.parametrize("which", sorted(CUB))
 def test_cub_collectives_are_refused(which, pure):
-    dirs = _cccl_include_dirs()
-    if dirs is None:
+    dirs = cccl.include_dirs()   # on NVRTC's path by default
+    if not dirs:
         pytest.skip("no CCCL headers (cub/) found for NVRTC: install nvidia-cuda-cccl")
     ext = splice.extern(source=CUB[which], name="cub_sum", signature="float32(float32)",
-                        pure=pure, include_dirs=dirs)(lambda x: None)
+                        pure=pure)(lambda x: None)
     try:
         msg = _refused(_kern(ext))
     except splice.SpliceCompileError as e:    # CUB headers of another CUDA release

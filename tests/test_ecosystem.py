@@ -244,10 +244,9 @@ def _log(header):
 
 @pytest.fixture(params=[False, True], ids=["no-cccl", "cccl"])
 def include_dir(request, tmp_path, monkeypatch):
-    from splice import toolchain
-    if request.param:
-        (tmp_path / "cccl").mkdir()
-    monkeypatch.setattr(toolchain, "cuda_include_dir", lambda: tmp_path)
+    from splice import cccl
+    monkeypatch.setattr(cccl, "include_dirs",
+                        lambda: [str(tmp_path / "cccl")] if request.param else [])
     return request.param
 
 
@@ -284,7 +283,7 @@ def test_other_missing_headers_get_no_cccl_hint():
 
 
 def test_cstdint_in_a_fragment_gets_the_hint():
-    from splice import toolchain
+    from splice import cccl
     src = '#include <cstdint>\nextern "C" __device__ float eco_h(float x) { return x; }'
     h = splice.extern(source=src, name="eco_h", signature="float32(float32)")
 
@@ -293,13 +292,11 @@ def test_cstdint_in_a_fragment_gets_the_hint():
         ct.store(y, index=(ct.bid(0),), tile=h(ct.load(x, index=(ct.bid(0),), shape=(TILE,))))
     with pytest.raises(splice.SpliceCompileError, match=r"include <cuda/std/cstdint>") as e:
         splice.compile(k, _sig(), "sm_90")
-    inc = toolchain.cuda_include_dir()
-    assert ("cuda-toolkit[cccl]" in str(e.value)) != (inc is not None and
-                                                    (inc / "cccl").is_dir())
+    assert ("cuda-toolkit[cccl]" in str(e.value)) != bool(cccl.include_dirs())
 
 
 def test_cooperative_groups_compile_with_cccl_or_say_how():
-    from splice import toolchain
+    from splice import cccl
     src = ('#include <cooperative_groups.h>\n'
            'extern "C" __device__ float eco_cg(float x) { return x; }')
     cg = splice.extern(source=src, name="eco_cg", signature="float32(float32)")
@@ -307,8 +304,7 @@ def test_cooperative_groups_compile_with_cccl_or_say_how():
     @splice.kernel
     def k(x, y, TILE: ct.Constant[int]):
         ct.store(y, index=(ct.bid(0),), tile=cg(ct.load(x, index=(ct.bid(0),), shape=(TILE,))))
-    inc = toolchain.cuda_include_dir()
-    if inc is not None and (inc / "cccl").is_dir():
+    if cccl.include_dirs():
         assert splice.compile(k, _sig(), "sm_90").sites[0].instances >= 1
     else:
         with pytest.raises(splice.SpliceCompileError, match=r"<nv/target> is part of CCCL"):

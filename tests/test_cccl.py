@@ -1,0 +1,192 @@
+"""The one CCCL locator (splice/cccl.py) and its users: NVRTC's default include path
+(splice/fragments.py), NVSHMEM's device headers (splice/nvshmem.py), the missing-header
+hints. Where it looks, in which order; what a missing CCCL says; that the user's own
+directories come before splice's on NVRTC's path, and that the cache key follows NVRTC."""
+
+from pathlib import Path
+
+import pytest
+
+import splice
+from splice import cccl, nvshmem, toolchain
+from splice.fragments import CudaSource, default_include_dirs
+
+BODY = 'extern "C" __device__ float f(float x) { return x + (float)WHO; }\n'
+
+
+def _fake_cccl(d: Path, who: int) -> Path:
+    """A complete CCCL layout (what :func:`cccl._complete` asks for) whose
+    ``<cuda/std/version>`` defines WHO."""
+    (d / "cub").mkdir(parents=True)
+    (d / "cub" / "cub.cuh").write_text("")
+    (d / "cuda" / "std").mkdir(parents=True)
+    (d / "cuda" / "__cccl_config").write_text("")
+    (d / "cuda" / "std" / "version").write_text(f"#define WHO {who}\n")
+    return d
+
+
+@pytest.fixture
+def nowhere(monkeypatch, tmp_path):
+    """No CCCL anywhere the locator looks; returns a setter for each step."""
+    steps = {"beside": [], "pathfinder": [], "roots": [str(tmp_path / "nothing")]}
+    inc = tmp_path / "cuda_include"
+    inc.mkdir()
+    monkeypatch.setattr(toolchain, "cuda_include_dir", lambda: steps["beside"][0]
+                        if steps["beside"] else inc)
+    import cuda.pathfinder
+    monkeypatch.setattr(cuda.pathfinder, "find_nvidia_header_directory",
+                        lambda name: steps["pathfinder"][0] if steps["pathfinder"] else None)
+    monkeypatch.setattr(cccl, "_roots", lambda: steps["roots"])
+    return steps
+
+
+# --- where it looks ---------------------------------------------------------------------
+
+def test_nothing_found(nowhere):
+    assert cccl.installations() == [] and cccl.include_dirs() == []
+    with pytest.raises(splice.SpliceToolchainError,
+                       match=r"X needs? CCCL .* not installed: pip install "
+                             r"'cuda-toolkit\[cccl\]'.*include_dirs="):
+        cccl.require("X")
+
+
+def test_beside_the_cuda_headers_then_pathfinder_then_the_roots(nowhere, tmp_path):
+    wheel = tmp_path / "wheel" / "include"
+    _fake_cccl(wheel / "cccl", 1)
+    pf = _fake_cccl(tmp_path / "pathfinder" / "cccl", 2)
+    tk = _fake_cccl(tmp_path / "tk" / "include" / "cccl", 3)
+    nowhere["roots"] = [str(tmp_path / "tk")]
+    assert cccl.include_dirs() == [str(tk)]
+    nowhere["pathfinder"] = [str(pf)]
+    assert cccl.include_dirs() == [str(pf)]
+    nowhere["beside"] = [wheel]
+    assert cccl.include_dirs() == [str(wheel / "cccl")]
+    assert cccl.installations() == [[str(wheel / "cccl")], [str(pf)], [str(tk)]]
+    nowhere["pathfinder"] = [str(tk)]   # found twice: listed once
+    assert cccl.installations() == [[str(wheel / "cccl")], [str(tk)]]
+
+
+def test_pathfinder_is_asked_for_cccl(nowhere, tmp_path, monkeypatch):
+    import cuda.pathfinder
+    asked = []
+    pf = _fake_cccl(tmp_path / "pf", 2)
+    monkeypatch.setattr(cuda.pathfinder, "find_nvidia_header_directory",
+                        lambda name: asked.append(name) or str(pf))
+    assert cccl.include_dirs() == [str(pf)] and asked == ["cccl"]
+
+
+def test_a_pathfinder_that_fails_is_skipped(nowhere, monkeypatch):
+    import cuda.pathfinder
+
+    def boom(name):
+        raise RuntimeError("UNKNOWN libname='cccl'")   # an old cuda-pathfinder
+    monkeypatch.setattr(cuda.pathfinder, "find_nvidia_header_directory", boom)
+    assert cccl.include_dirs() == []
+
+
+def test_toolkit_and_cupy_layouts(nowhere, tmp_path):
+    # a toolkit layout (one directory) and CuPy's (one per library), best first
+    tk = tmp_path / "cuda" / "include" / "cccl" / "cub"
+    tk.mkdir(parents=True)
+    (tk / "cub.cuh").write_text("")
+    cupy = tmp_path / "site" / "cupy" / "_core" / "include" / "cupy" / "_cccl"
+    (cupy / "cub" / "cub").mkdir(parents=True)
+    (cupy / "cub" / "cub" / "cub.cuh").write_text("")
+    (cupy / "thrust").mkdir()
+    nowhere["roots"] = [str(tmp_path / "cuda"), str(tmp_path / "site"), str(tmp_path)]
+    # without libcu++ (<cuda/__cccl_config>, which CUB includes) neither counts: the GPU
+    # image's CuPy carries cub/ and thrust/ but no libcudacxx/
+    assert cccl.installations() == []
+    (tk.parent / "cuda").mkdir()
+    (tk.parent / "cuda" / "__cccl_config").write_text("")
+    (cupy / "libcudacxx" / "include" / "cuda").mkdir(parents=True)
+    (cupy / "libcudacxx" / "include" / "cuda" / "__cccl_config").write_text("")
+    assert cccl.installations() == [[str(tmp_path / "cuda" / "include" / "cccl")],
+                                    [str(cupy / "cub"), str(cupy / "libcudacxx" / "include"),
+                                     str(cupy / "thrust")]]
+    assert cccl.include_dirs() == [str(tmp_path / "cuda" / "include" / "cccl")]
+
+
+# --- its users --------------------------------------------------------------------------
+
+def test_the_default_include_path_has_the_located_cccl(monkeypatch, tmp_path):
+    fake = _fake_cccl(tmp_path / "cccl", 7)
+    monkeypatch.setattr(cccl, "include_dirs", lambda: [str(fake)])
+    inc = toolchain.cuda_include_dir()
+    assert default_include_dirs() == [*([inc] if inc else []), fake]
+    src = "#include <cuda/std/version>\n#if WHO != 7\n#error not the located CCCL\n#endif\n"
+    frag = CudaSource(text=src + BODY, where="x.py:1")
+    assert f"-I{fake}" in frag._options("sm_90")
+    frag.module("sm_90")   # compiles: NVRTC found <cuda/std/version> in the located CCCL
+
+
+def test_nvshmem_uses_the_same_cccl(monkeypatch, tmp_path):
+    (tmp_path / "nvshmem.h").write_text("")
+    monkeypatch.setattr(nvshmem, "include_dir", lambda: tmp_path)
+    fake = _fake_cccl(tmp_path / "cccl", 7)
+    monkeypatch.setattr(cccl, "include_dirs", lambda: [str(fake)])
+    src = "#include <nvshmem.h>\n"
+    assert default_include_dirs(src)[-2:] == [fake, tmp_path]
+    monkeypatch.setattr(cccl, "include_dirs", lambda: [])
+    with pytest.raises(splice.SpliceToolchainError,
+                       match=r"<nvshmem.h>, whose device headers need CCCL.*"
+                             r"pip install 'splice\[nvshmem\]' \(or pip install "
+                             r"'cuda-toolkit\[cccl\]'"):
+        default_include_dirs(src)
+
+
+def test_missing_cccl_header_says_how_to_install(monkeypatch):
+    monkeypatch.setattr(cccl, "include_dirs", lambda: [])
+    frag = CudaSource(text="#include <cub/block/block_reduce.cuh>\n" + BODY.replace(
+        "WHO", "1"), where="x.py:1")
+    with pytest.raises(splice.SpliceCompileError,
+                       match=r"<cub/block/block_reduce.cuh> is part of CCCL .* not installed: "
+                             r"pip install 'cuda-toolkit\[cccl\]'"):
+        frag.module("sm_90")
+
+
+@pytest.mark.skipif(not cccl.include_dirs(), reason="no CCCL installed")
+def test_libcuxx_compiles_without_include_dirs():
+    src = ('#include <cuda/std/cstdint>\n#include <cuda/std/bit>\n'
+           'extern "C" __device__ float pc(float x) {\n'
+           '    return (float)cuda::std::popcount((cuda::std::uint32_t)x); }\n')
+    assert "popc" in CudaSource(text=src, where="x.py:1").module("sm_90").text
+
+
+# --- precedence: the user's directories first ------------------------------------------
+
+@pytest.mark.parametrize("how", ["include_dirs", "-I", "-I x", "--include-path="])
+def test_the_users_cccl_comes_before_splices(monkeypatch, tmp_path, how):
+    """A CCCL the user names (include_dirs= or -I in options=) is the one NVRTC reads, not
+    the installed one splice adds (as nvcc's -I precede the toolkit's): before this order
+    was fixed, -I of options came after the wheel's CCCL and silently lost to it."""
+    splices = _fake_cccl(tmp_path / "installed", 1)
+    users = _fake_cccl(tmp_path / "users", 2)
+    monkeypatch.setattr(cccl, "include_dirs", lambda: [str(splices)])
+    kw = {"include_dirs": (str(users),)} if how == "include_dirs" else {"options": {
+        "-I": (f"-I{users}",), "-I x": ("-I", str(users)),
+        "--include-path=": (f"--include-path={users}",)}[how]}
+    src = "#include <cuda/std/version>\n#if WHO != 2\n#error splice's CCCL won\n#endif\n"
+    frag = CudaSource(text=src + BODY, where="x.py:1", **kw)
+    frag.module("sm_90")   # compiles: NVRTC read the user's
+    opts = frag._options("sm_90")
+    assert opts.index(f"-I{splices}") == len(opts) - 1   # splice's own come last
+    # the key follows the one NVRTC reads: the user's header, by content
+    k1 = frag.content_key("sm_90")
+    (users / "cuda" / "std" / "version").write_text("#define WHO 2 /* edited */\n")
+    assert frag.content_key("sm_90") != k1
+
+
+def test_a_header_from_the_installed_cccl_is_in_the_key(monkeypatch, tmp_path):
+    """Found in splice's CCCL, a header is identified by its size and mtime (a pip upgrade
+    rewrites it in place); another CCCL is another -I, so another key."""
+    one = _fake_cccl(tmp_path / "one", 1)
+    two = _fake_cccl(tmp_path / "two", 1)
+    monkeypatch.setattr(cccl, "include_dirs", lambda: [str(one)])
+    frag = CudaSource(text="#include <cuda/std/version>\n" + BODY, where="x.py:1")
+    k1 = frag.content_key("sm_90")
+    (one / "cuda" / "std" / "version").write_text("#define WHO 11\n")
+    k2 = frag.content_key("sm_90")
+    assert k2 != k1
+    monkeypatch.setattr(cccl, "include_dirs", lambda: [str(two)])
+    assert frag.content_key("sm_90") not in (k1, k2)
