@@ -16,7 +16,7 @@
     ct.launch(stream, (n // 1024,), gelu, (x, y, 1024))
 """
 
-from ._cutile import SpliceKernel as kernel
+from .splice_kernel import SpliceKernel as kernel
 from .errors import (
     SpliceCallError,
     SpliceCompileError,

@@ -141,9 +141,9 @@ def test_verify_mode_checks_the_cubin(fresh_cache, monkeypatch):
 
 
 def test_verify_catches_a_cubin_with_markers(fresh_cache):
-    from splice import _cutile, toolchain, verify
+    from splice import toolchain, trace, verify
     sig = K.signature(K.array(ct.float32), K.array(ct.float32), 512)
-    traced = _cutile.trace_kernel(K.ptx_kernel, sig, "sm_90")
+    traced = trace.trace_kernel(K.ptx_kernel, sig, "sm_90")
     cap = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags, timeout=None,
                                  what="test")
     raw = toolchain.run_ptxas(cap.ptx, toolchain.ptxas_flags(cap), cap.host_object,
@@ -275,7 +275,7 @@ import cuda.tile as ct
 import kernels as K, splice
 sig = K.signature(K.array(ct.float32), K.array(ct.float32), K.array(ct.float32),
                   K.scalar(ct.float32), 256)
-splice._cutile.trace_kernel(K.saxpy_kernel, sig, "sm_90")  # cuTile probes tileiras once
+splice.trace.trace_kernel(K.saxpy_kernel, sig, "sm_90")  # cuTile probes tileiras once
 if sys.argv[3] == "warm":
     real_popen = subprocess.Popen
 
