@@ -31,7 +31,6 @@ from .errors import (
     SpliceToolchainError,
 )
 from .extern import ExternFunction, Library, extern, library
-from .ptx import PTXSyntaxError
 from . import toolchain
 from .asm import _public_asm
 
@@ -43,8 +42,10 @@ from .export import export_kernel
 #: Names imported on first use: the build pipeline (rewriter, linker, checks) is needed
 #: only to compile a kernel, and ``import splice`` stays cheap (:mod:`splice.identity`
 #: keeps the code that then loads the code that was imported).
-_LAZY = {"Build": "result", "build": "pipeline", "__version__": "pipeline"}
+_LAZY = {"Build": "result", "build": "pipeline", "__version__": "pipeline",
+         "PTXSyntaxError": "ptx"}
 if TYPE_CHECKING:
+    from .ptx import PTXSyntaxError
     from .result import Build
 
 

@@ -23,30 +23,35 @@ from .errors import SpliceToolchainError
 _PKG = Path(__file__).resolve().parent
 
 
-def _hash_package(pkg: Path) -> tuple[str, dict[str, bytes]]:
-    """(identity, {relative path: SHA-256 of the file}) of the package directory ``pkg``
-    as its files are now."""
+def _hash_package(pkg: Path) -> tuple[str, dict[str, tuple[bytes, tuple[int, int]]]]:
+    """(identity, {relative path: (SHA-256 of the file, (mtime_ns, size))}) of the package
+    directory ``pkg`` as its files are now."""
     h = hashlib.sha256()
-    digests = {}
+    files = {}
     for p in sorted(pkg.rglob("*.py")):
         rel = p.relative_to(pkg).as_posix()
+        st = p.stat()
         data = p.read_bytes()
         h.update(len(rel).to_bytes(8, "little") + rel.encode())
         h.update(len(data).to_bytes(8, "little") + data)
-        digests[rel] = hashlib.sha256(data).digest()
-    return h.hexdigest(), digests
+        files[rel] = (hashlib.sha256(data).digest(), (st.st_mtime_ns, st.st_size))
+    return h.hexdigest(), files
 
 
-CODE_IDENTITY, _DIGESTS = _hash_package(_PKG)
+CODE_IDENTITY, _FILES = _hash_package(_PKG)
 
 
 def check_unchanged(path: str | Path) -> None:
     """Raise SpliceToolchainError unless the package file ``path`` holds the bytes it held
-    when splice was imported."""
+    when splice was imported (an unchanged mtime and size, which is what Python itself
+    trusts to reuse a ``.pyc``, spare reading it)."""
     p = Path(path).resolve()
     rel = p.relative_to(_PKG).as_posix()
+    digest, stat = _FILES.get(rel, (None, None))
     try:
-        same = hashlib.sha256(p.read_bytes()).digest() == _DIGESTS.get(rel)
+        st = p.stat()
+        same = (st.st_mtime_ns, st.st_size) == stat or \
+            hashlib.sha256(p.read_bytes()).digest() == digest
     except OSError:
         same = False
     if not same:
