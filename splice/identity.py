@@ -1,7 +1,7 @@
 """The identity of splice's own code (for cache keys), and the guarantee that the code that
 runs is the code it names.
 
-The identity is the SHA-256 of every ``*.py`` file of the package (relative path and bytes),
+The identity is a SHA-256 over every ``*.py`` file of the package (relative path and bytes),
 taken when splice is imported (``splice/__init__.py`` imports this module first): files
 changed afterwards (a ``git pull``, a ``pip install -U`` under a running notebook) must not
 change the identity of the code already running. Part of splice is imported later than
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.machinery
+import os
 import sys
 from pathlib import Path
 
@@ -25,16 +26,22 @@ _PKG = Path(__file__).resolve().parent
 
 def _hash_package(pkg: Path) -> tuple[str, dict[str, tuple[bytes, tuple[int, int]]]]:
     """(identity, {relative path: (SHA-256 of the file, (mtime_ns, size))}) of the package
-    directory ``pkg`` as its files are now."""
-    h = hashlib.sha256()
+    directory ``pkg`` as its files are now: the identity is the SHA-256 of each file's
+    relative path and SHA-256, in path order."""
     files = {}
-    for p in sorted(pkg.rglob("*.py")):
-        rel = p.relative_to(pkg).as_posix()
-        st = p.stat()
-        data = p.read_bytes()
-        h.update(len(rel).to_bytes(8, "little") + rel.encode())
-        h.update(len(data).to_bytes(8, "little") + data)
-        files[rel] = (hashlib.sha256(data).digest(), (st.st_mtime_ns, st.st_size))
+    for root, dirs, names in os.walk(pkg):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in names:
+            if name.endswith(".py"):
+                path = os.path.join(root, name)
+                st = os.stat(path)
+                with open(path, "rb") as f:
+                    digest = hashlib.sha256(f.read()).digest()
+                rel = Path(path).relative_to(pkg).as_posix()
+                files[rel] = (digest, (st.st_mtime_ns, st.st_size))
+    h = hashlib.sha256()
+    for rel in sorted(files):
+        h.update(len(rel).to_bytes(8, "little") + rel.encode() + files[rel][0])
     return h.hexdigest(), files
 
 
