@@ -16,7 +16,10 @@
     ct.launch(stream, (n // 1024,), gelu, (x, y, 1024))
 """
 
-from ._cutile import SpliceKernel as kernel
+from typing import TYPE_CHECKING
+
+from . import identity  # noqa: F401 (first: the code identity, a guard on later imports)
+from .splice_kernel import SpliceKernel as kernel
 from .errors import (
     SpliceCallError,
     SpliceCompileError,
@@ -28,8 +31,6 @@ from .errors import (
     SpliceToolchainError,
 )
 from .extern import ExternFunction, Library, extern, library
-from .pipeline import Build, __version__, build
-from .ptx import PTXSyntaxError
 from . import toolchain
 from .asm import _public_asm
 
@@ -38,8 +39,26 @@ from .types import ELEMENT_TYPES, Signature, parse_signature, pointer
 from .signatures import kernel_signature
 from .export import export_kernel
 
+#: Names imported on first use: the build pipeline (rewriter, linker, checks) is needed
+#: only to compile a kernel, and ``import splice`` stays cheap (:mod:`splice.identity`
+#: keeps the code that then loads the code that was imported).
+_LAZY = {"Build": "result", "build": "pipeline", "__version__": "pipeline",
+         "PTXSyntaxError": "ptx"}
+if TYPE_CHECKING:
+    from .ptx import PTXSyntaxError
+    from .result import Build
 
-def compile(kernel, signature, arch: str = "sm_90") -> Build:
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def compile(kernel, signature, arch: str = "sm_90") -> "Build":
     """Ahead-of-time compile a ``@splice.kernel`` for a
     ``cuda.tile.compilation.KernelSignature`` on ``arch`` ("sm_80", "sm_90", "sm_100";
     "sm_90a" is accepted). Needs no GPU.
@@ -52,6 +71,7 @@ def compile(kernel, signature, arch: str = "sm_90") -> Build:
         SpliceCallError, SpliceCompileError, SpliceLinkError, SpliceRewriteError,
         SpliceToolchainError: see :mod:`splice.errors`.
     """
+    from .pipeline import build
     return build(kernel, signature, arch, None, keep_stages=True)
 
 

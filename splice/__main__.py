@@ -35,7 +35,7 @@ def _load_kernel(path: str, name: str):
     kern = getattr(module, name, None)
     if kern is None:
         raise SystemExit(f"{path} has no kernel named {name!r}")
-    from ._cutile import SpliceKernel
+    from .splice_kernel import SpliceKernel
     if not isinstance(kern, SpliceKernel):
         raise SystemExit(f"{name!r} in {path} is not a @splice.kernel")
     return kern

@@ -1,5 +1,10 @@
 """Inline PTX in cuTile kernels: ``splice.asm``, an ``asm volatile`` analogue.
 
+:func:`make_asm_function` makes ``splice.asm``, a plain function cuTile's frontend resolves
+to :func:`_handle_asm` inside a kernel: it checks the call, packs the inputs of a ``pack=k``
+snippet (:class:`splice.tile_ir.SplicePack`), and calls the snippet as an extern
+(:func:`splice.trace.emit_call`) whose source is an :class:`AsmSpec`.
+
 Each distinct snippet becomes a small PTX ``.func`` (operands loaded from its parameters
 into registers typed by their dtypes, the snippet pasted in, outputs stored to the return
 value) that splice calls at every element of the call's tile, like any extern -- and always
@@ -16,8 +21,12 @@ import dataclasses
 import hashlib
 import re
 
-from .errors import SpliceCallError
-from .types import ElementType
+import cuda.tile as ct
+
+from . import _cutile as cu
+from .errors import SpliceCallError, SpliceError
+from .trace import describe, emit_call, loc_str, python_caller
+from .types import ElementType, Signature, element_type
 
 #: Register type and constraint letter of each element type (CUDA C / Triton constraint
 #: letters: h = 16-bit, r = 32-bit, l = 64-bit, f = f32, d = f64, b = predicate; 8-bit
@@ -203,8 +212,169 @@ def _to_b64(t: ElementType, k: int) -> list[str]:
     return out
 
 
+# --------------------------------------------------------------------------------------------
+# The front end: splice.asm inside a kernel
+
+
+def make_asm_function():
+    """``splice.asm``: a plain function cuTile resolves to :func:`_handle_asm`."""
+    def asm(template, *args, dtype=None, constraints=None, pure=True, pack=1):
+        raise SpliceCallError(f"splice.asm called from Python at {python_caller()}: it is "
+                              f"device code; use it inside a @splice.kernel function")
+    cu.resolve_calls(asm, _handle_asm)
+    return asm
+
+
+def _handle_asm(callee, template, args, dtype, constraints, pure, pack):
+    loc = cu.current_loc()
+    where = loc_str(loc)
+
+    def error(message: str) -> SpliceCallError:
+        return SpliceCallError(f"inline PTX at {where}: {message}", loc)
+
+    text = _constant(template, "the PTX template", where)
+    if not isinstance(text, str):
+        raise error("the template must be a string")
+    dt = _constant(dtype, "dtype", where)
+    outputs = _output_types(dt, error)
+    pure_v = _constant(pure, "pure", where)
+    if not isinstance(pure_v, bool):
+        raise error("pure must be True or False")
+    k = _constant(pack, "pack", where)
+    if not isinstance(k, int) or k not in (1, 2, 4, 8):
+        raise error(f"pack must be 1, 2, 4 or 8, got {k!r}")
+    for i, var in enumerate(args):
+        if not isinstance(var.get_type(), cu.TileTy):
+            raise error(f"input {i + 1} is {describe(var)}; inputs are tiles or scalars")
+    elem_out, shape, padded = outputs, (), ()
+    if k > 1:
+        if not args:
+            raise error(f"pack={k} needs inputs")
+        if any(t.kind == "b" for t in outputs):
+            raise error(f"pack={k} cannot pack bool outputs")
+        args, shape, padded = _pack_inputs(args, k, pure_v and bool(outputs), where, loc)
+        outputs = _packed_types(outputs, k, error)
+    ext, offsets = _snippet_extern(text, outputs, args, constraints, pure_v, where, loc)
+    raw = emit_call(ext, tuple(args), loc)
+    if not outputs:
+        return None
+    outs = _split_outputs(raw, outputs, offsets)
+    if k > 1:
+        outs = tuple(_unpack_output(v, t, k, shape, padded) for v, t in zip(outs, elem_out))
+    return cu.build_tuple(tuple(outs)) if isinstance(dt, tuple) else outs[0]
+
+
+def _constant(var, what, where):
+    if var is None:
+        return None
+    if not var.is_constant():
+        raise SpliceCallError(f"inline PTX at {where}: {what} must be a compile-time constant")
+    return var.get_constant()
+
+
+def _output_types(dt, error) -> tuple[ElementType, ...]:
+    """The element types of ``dtype=`` (None, a dtype or a tuple of them)."""
+    try:
+        return () if dt is None else tuple(element_type(d) for d in (
+            dt if isinstance(dt, tuple) else (dt,)))
+    except Exception as e:
+        raise error(f"dtype: {getattr(e, 'message', e)}") from None
+
+
+def _packed_types(outputs, k: int, error) -> tuple[ElementType, ...]:
+    """The integer types carrying k elements of each output of a ``pack=k`` snippet."""
+    try:
+        return tuple(element_type({16: "uint16", 32: "uint32", 64: "uint64"}[k * t.bits])
+                     for t in outputs)
+    except KeyError:
+        raise error(f"pack={k} outputs must be {16 // k}/{32 // k}/{64 // k}-bit") from None
+
+
+def _snippet_extern(text, outputs, args, constraints, pure: bool, where, loc):
+    """The extern calling the snippet, and each output's bit offset in its result
+    (``constraints``: the Var of ``constraints=``)."""
+    from .extern import ExternFunction
+    from .fragments import AsmSource
+    inputs = []
+    for i, var in enumerate(args):
+        try:
+            inputs.append(element_type(var.get_type().dtype))
+        except Exception as e:
+            raise SpliceCallError(f"inline PTX at {where}: input {i + 1}: "
+                                  f"{getattr(e, 'message', e)}", loc) from None
+    spec = AsmSpec(text, outputs, tuple(inputs), where)
+    try:
+        spec.check(_constant(constraints, "constraints", where))
+        carrier, offsets = spec.result_layout()
+        sig = Signature(tuple(inputs), carrier)
+        sig.packing()
+    except SpliceError as e:
+        raise SpliceCallError(e.message, loc) from None
+    # inline="auto": a snippet that declares .local/.shared scratch stays a call
+    return ExternFunction(f"asm@{where}", spec.symbol, sig, pure and bool(outputs),
+                          AsmSource(spec=spec), where, inline="auto"), offsets
+
+
+def _split_outputs(raw, outputs, offsets) -> tuple:
+    """The outputs (Vars) of the snippet from the call's result ``raw``."""
+    from .tile_ir import SpliceUnpack
+    if len(outputs) == 1:
+        return (raw,)
+    rshape = raw.get_type().shape
+    return tuple(cu.add_operation_variadic(SpliceUnpack, tuple(cu.TileTy(t.dtype, rshape)
+                                                               for t in outputs),
+                                           carrier=raw, offsets=offsets))
+
+
+def _unpack_output(var, t: ElementType, k: int, shape, padded):
+    """One output of a ``pack=k`` snippet: k elements of ``t`` per carrier element, the
+    padding (:func:`_pack_inputs`) cut off, in the call's ``shape``."""
+    from .tile_ir import SpliceUnpackPacked
+    v = cu.add_operation(SpliceUnpackPacked, cu.TileTy(t.dtype, padded), carrier=var, k=k)
+    if padded != (shape if shape else (1,)):
+        zero = tuple(cu.loosely_typed_const(0) for _ in padded)
+        v = cu.extract(v, zero, (*padded[:-1], (shape[-1] if shape else 1)))
+    if not shape:
+        v = cu.reshape(v, ())
+    return v
+
+
+def _pack_inputs(args, k, pure, where, loc):
+    """Broadcast the inputs of a ``pack=k`` snippet to a common shape, pad a last axis
+    shorter than k by repeating it (pure snippets only), and pack k elements per operand.
+    Returns (packed operands, common shape, padded shape)."""
+    from .tile_ir import SplicePack
+    shape: tuple[int, ...] = ()
+    for var in args:
+        shape = cu.broadcast_shapes2(shape, var.get_type().shape)
+    base = tuple(shape) if shape else (1,)
+    if base[-1] % k and not pure:
+        raise SpliceCallError(f"inline PTX at {where}: pack={k} needs a last axis divisible by "
+                              f"{k} for an impure snippet (got {base[-1]}): padding would run "
+                              f"its side effects on padding lanes", loc)
+    packed = []
+    padded = base
+    for var in args:
+        v = cu.broadcast_to(var, shape)
+        if not shape:
+            v = cu.reshape(v, (1,))
+        while v.get_type().shape[-1] % k:
+            v = cu.cat((v, v), -1)
+        padded = v.get_type().shape
+        dt = v.get_type().dtype
+        bits = k * dt.bitwidth
+        if dt == ct.bool_ or bits not in (16, 32, 64):
+            raise SpliceCallError(f"inline PTX at {where}: pack={k} of {dt} makes {bits}-bit "
+                                  f"operands; k x element width must be 16, 32 or 64 bits",
+                                  loc)
+        carrier = {16: ct.uint16, 32: ct.uint32, 64: ct.uint64}[bits]
+        packed.append(cu.add_operation(SplicePack, cu.TileTy(carrier, (*padded[:-1],
+                                                                       padded[-1] // k)),
+                                       x=v, k=k))
+    return packed, tuple(shape), tuple(padded)
+
+
 def _public_asm():
-    from ._cutile import make_asm_function
     f = make_asm_function()
     f.__doc__ = ASM_DOC
     f.__module__ = "splice"

@@ -43,6 +43,8 @@ import time
 import warnings
 from pathlib import Path
 
+from . import identity
+
 _MAGIC = b"splice-cache-v2\n"  # v2: the checksum covers the meta
 _warned_readonly = False
 #: A temporary file older than this (seconds) was left by a writer that died; removed.
@@ -79,24 +81,11 @@ def _warn_bad_limit(value: str) -> None:
                   f"{DEFAULT_MAX_BYTES}", RuntimeWarning, stacklevel=3)
 
 
-@functools.cache
 def code_identity() -> str:
     """SHA-256 of every ``*.py`` file of the imported splice package (relative path and
-    bytes), computed once per process, when splice is imported: the code that runs is the
-    code that was imported."""
-    pkg = Path(__file__).resolve().parent
-    h = hashlib.sha256()
-    for p in sorted(pkg.rglob("*.py")):
-        rel = p.relative_to(pkg).as_posix().encode()
-        data = p.read_bytes()
-        h.update(len(rel).to_bytes(8, "little") + rel)
-        h.update(len(data).to_bytes(8, "little") + data)
-    return h.hexdigest()
-
-
-# now, at import: the files may change while this process runs (a git pull under a notebook),
-# and an entry stored by the code imported must not be keyed by the code on disk later
-code_identity()
+    bytes), taken when splice was imported: the code that runs is the code that was imported
+    (:mod:`splice.identity`, which also refuses to load a module changed since)."""
+    return identity.CODE_IDENTITY
 
 
 def key_of(*parts) -> str:

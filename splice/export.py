@@ -43,7 +43,7 @@ def export_kernel(kernel, signatures: Sequence, output_file: IO | str | bytes | 
         SpliceCallError, SpliceCompileError, SpliceLinkError, SpliceRewriteError,
         SpliceToolchainError: as :func:`splice.compile`.
     """
-    from ._cutile import SpliceKernel
+    from .splice_kernel import SpliceKernel
     from .pipeline import build
     from cuda.tile.compilation import KernelSignature
 

@@ -9,7 +9,7 @@ import os
 import re
 from pathlib import Path
 
-from . import _cutile
+from . import trace
 from .errors import SpliceDeclarationError
 from .fragments import ENTRY_POINTS, FILE_KINDS, CudaSource, Fragment, PtxSource
 from .types import Signature, parse_signature, signature_from_annotations
@@ -230,7 +230,7 @@ def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name,
         pure = False   # a block-scope call is always kept, in place and in order
     ext = ExternFunction(display_name or name, symbol, sig, pure, fragment, where, inline,
                          scope)
-    return _cutile.make_callable_stub(ext, stub)
+    return trace.make_callable_stub(ext, stub)
 
 
 def _check_block_signature(sig: Signature, what: str) -> None:
@@ -344,7 +344,7 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
     if name is not None and signature is not None:   # no stub needed: declare it now
         return _also_a_decorator(decorate(None, _where=_caller_where(2)), decorate)
     missing = " and ".join(k for k, v in (("name=", name), ("signature=", signature)) if v is None)
-    return _cutile.refuse_in_kernels(decorate, (
+    return trace.refuse_in_kernels(decorate, (
         f"splice.extern(...) declared at {_caller_where(2)[0]} without {missing} is a decorator "
         f"for a typed stub, not an extern; give both name='...' and signature='...' to "
         f"declare the extern without a stub"))

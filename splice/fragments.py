@@ -15,15 +15,24 @@ import dataclasses
 import re
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import cache, cccl, nvshmem, toolchain
 from .errors import SpliceCompileError, SpliceDeclarationError, SpliceLinkError
-from .ptx import Module, PTXSyntaxError
+
+if TYPE_CHECKING:
+    from .ptx import Module
 
 _memo: dict[str, Module] = {}
 _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
 _memo_lock = threading.Lock()
+
+
+def _parse(text: str, what: str) -> Module:
+    """``text`` as a :class:`splice.ptx.Module` (the PTX parser is imported by the first
+    build, not by ``import splice``)."""
+    from .ptx import Module
+    return Module(text, what)
 
 
 def _memoized(key: str, make) -> Module:
@@ -93,8 +102,9 @@ class PtxSource(Fragment):
 
     def module(self, target: str) -> Module:
         text = self.read()
+        from .ptx import PTXSyntaxError
         try:
-            return Module(text, self.describe())
+            return _parse(text, self.describe())
         except PTXSyntaxError as e:
             raise SpliceLinkError(e.message) from None
 
@@ -257,7 +267,7 @@ class CudaSource(Fragment):
             full = src if src.endswith("\n") else src + "\n"
             text = self._nvrtc(full, name, target)
             cache.store("fragment", key, {"what": self.describe()}, text.encode())
-        return Module(text, f"NVRTC output for {self.describe()}")
+        return _parse(text, f"NVRTC output for {self.describe()}")
 
 
 _INCLUDE_OPTS = ("-I", "--include-path")
@@ -456,7 +466,7 @@ class AsmSource(Fragment):
                     f"int32, floats float32: convert with e.g. ct.int64(1))",
                     getattr(e, "log", "")) from None
             cache.store("asm-checked", key, {}, b"ok")
-        return Module(text, self.describe())
+        return _parse(text, self.describe())
 
 
 def lto_link_to_ptx(inputs: list[tuple[bytes, str]], target: str, roots, what: str) -> str:
@@ -485,7 +495,7 @@ def lto_link_to_ptx(inputs: list[tuple[bytes, str]], target: str, roots, what: s
         [("LTOIR", data, name) for data, name in [*inputs, (root, "splice_lto_root.ltoir")]],
         "ptx", f"the LTO-IR of {what} for {target}")
     text = bytes(buf).rstrip(b"\0").decode()
-    mod = Module(text, f"nvJitLink output for {what}")
+    mod = _parse(text, f"nvJitLink output for {what}")
     fn = mod.functions.get("__splice_lto_root")
     if fn is not None and fn.body is not None:
         text = apply_edits(text, [(fn.header.start, mod.statements[fn.body[1]].end, "")])
@@ -530,7 +540,7 @@ class LtoirSource(Fragment):
                     f"make it with nvcc -dlto or NVRTC -dlto of a CUDA version no newer than "
                     f"nvJitLink's (PTX goes to from_ptx, a cubin or object to from_object)",
                     e.log) from None
-            return Module(text, self.describe())
+            return _parse(text, self.describe())
         return _memoized(self.content_key(target), link)
 
 
@@ -602,4 +612,4 @@ class BinarySource(Fragment):
         num = int(re.sub(r"\D", "", target) or 0)
         text = (f".version {_PTX_VERSION_FOR.get(num, '9.0')}\n.target {target}\n"
                 f".address_size 64\n" + "".join(abi_prototype(s, g) for s, g in self.roots))
-        return Module(text, self.describe())
+        return _parse(text, self.describe())

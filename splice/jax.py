@@ -38,6 +38,7 @@ from cuda.tile.jax import InputOutput, OutputPlaceholder
 from jax.interpreters import mlir
 
 from . import _cutile
+from .splice_kernel import SpliceKernel
 from .errors import SpliceDeclarationError
 
 __all__ = ["cutile_call", "OutputPlaceholder", "InputOutput"]
@@ -90,7 +91,7 @@ def cutile_call(grid: tuple[int, ...], kernel, args: tuple[Any, ...]):
         SpliceCallError, SpliceCompileError, SpliceLinkError, SpliceRewriteError,
         SpliceToolchainError: while JAX lowers the call (splice compiles the kernel then).
     """
-    if not isinstance(kernel, _cutile.SpliceKernel):
+    if not isinstance(kernel, SpliceKernel):
         from cuda.tile.jax import cutile_call as cutile_cutile_call
         return cutile_cutile_call(grid, kernel, args)
     grid = _check_grid(grid)

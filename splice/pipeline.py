@@ -2,7 +2,7 @@
 
 ::
 
-    trace      cuTile frontend -> Tile IR bytecode; each extern call a marker  (_cutile)
+    trace      cuTile frontend -> Tile IR bytecode; each extern call a marker  (trace)
     key        content key: bytecode, flags, fragments, arch, tool identities  (cache)
     lower      tileiras -> PTX, --nv-host object, ptxas flags; meanwhile the
                fragments compile in threads for the predicted PTX target      (toolchain)
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from . import _cutile, cache, collectives, diagnose, inline, link, nvshmem, rewrite, toolchain, \
+from . import cache, collectives, diagnose, inline, link, nvshmem, rewrite, toolchain, trace, \
     verify
 from .errors import SpliceLinkError, SpliceToolchainError
 from .fragments import BinarySource, CudaSource, Fragment, PtxSource
@@ -125,7 +125,7 @@ class _Job:
     @classmethod
     def start(cls, kernel, signature, arch, context, keep_stages: bool) -> _Job:
         t0 = time.perf_counter()
-        _cutile.check_build_args(kernel, signature)
+        trace.check_build_args(kernel, signature)
         name, where = _kernel_desc(kernel)
         what = f"kernel '{name}' ({where})"
         dump_root = os.environ.get("SPLICE_DUMP_DIR") or None
@@ -188,7 +188,7 @@ class _Compiled:
 class _Spliced:
     """The last round of lower/fragments/splice, which the proof accepted."""
 
-    traced: Any                    # _cutile.TracedKernel
+    traced: Any                    # trace.TracedKernel
     lowered: _Lowered
     compiled: _Compiled
     report: rewrite.SpliceReport
@@ -203,7 +203,7 @@ class _Spliced:
 def _trace(job: _Job, atomic: frozenset[str]):
     """The kernel's Tile IR bytecode and call sites (pure sites whose key is in ``atomic``
     get the atomic marker); checks each extern before anything compiles."""
-    traced = _cutile.trace_kernel(job.kernel, job.signature, job.arch, job.context, atomic)
+    traced = trace.trace_kernel(job.kernel, job.signature, job.arch, job.context, atomic)
     job.symbol = traced.symbol
     job.dump(".tilebc", traced.bytecode)
     externs: dict[str, Any] = {}     # symbol -> ExternFunction

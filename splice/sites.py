@@ -2,7 +2,7 @@
 
 ::
 
-    CallSite   recorded while cuTile traces the kernel (splice._cutile): which extern, the
+    CallSite   recorded while cuTile traces the kernel (splice.trace): which extern, the
                tile shape, the source location, the marker kind; ``key`` is stable
                across traces of one kernel signature
     SiteCall   how the rewriter calls it (splice.rewrite): the callee's PTX prototype,

@@ -141,9 +141,9 @@ def test_verify_mode_checks_the_cubin(fresh_cache, monkeypatch):
 
 
 def test_verify_catches_a_cubin_with_markers(fresh_cache):
-    from splice import _cutile, toolchain, verify
+    from splice import toolchain, trace, verify
     sig = K.signature(K.array(ct.float32), K.array(ct.float32), 512)
-    traced = _cutile.trace_kernel(K.ptx_kernel, sig, "sm_90")
+    traced = trace.trace_kernel(K.ptx_kernel, sig, "sm_90")
     cap = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags, timeout=None,
                                  what="test")
     raw = toolchain.run_ptxas(cap.ptx, toolchain.ptxas_flags(cap), cap.host_object,
@@ -198,18 +198,18 @@ def test_an_edit_to_splice_misses_and_unchanged_splice_hits_across_processes(fre
     assert build()[0] == "hit"
 
 
-def test_code_identity_hashes_every_source_file(tmp_path, monkeypatch):
+def test_code_identity_hashes_every_source_file(tmp_path):
+    from splice import identity
     ident = cache.code_identity()
-    assert ident == cache.code_identity.__wrapped__()
+    assert ident == identity._hash_package(identity._PKG)[0]
     fake_pkg = tmp_path / "splice"
     fake_pkg.mkdir()
     (fake_pkg / "cache.py").write_text("x = 1\n")
     (fake_pkg / "sub").mkdir()
     (fake_pkg / "sub" / "m.py").write_text("y = 2\n")
-    monkeypatch.setattr(cache, "__file__", str(fake_pkg / "cache.py"))
-    a = cache.code_identity.__wrapped__()
+    a = identity._hash_package(fake_pkg)[0]
     (fake_pkg / "sub" / "m.py").write_text("y = 3\n")
-    assert cache.code_identity.__wrapped__() not in (a, ident)
+    assert identity._hash_package(fake_pkg)[0] not in (a, ident)
 
 
 def test_tool_identity_is_in_the_key(fresh_cache, monkeypatch):
@@ -275,7 +275,7 @@ import cuda.tile as ct
 import kernels as K, splice
 sig = K.signature(K.array(ct.float32), K.array(ct.float32), K.array(ct.float32),
                   K.scalar(ct.float32), 256)
-splice._cutile.trace_kernel(K.saxpy_kernel, sig, "sm_90")  # cuTile probes tileiras once
+splice.trace.trace_kernel(K.saxpy_kernel, sig, "sm_90")  # cuTile probes tileiras once
 if sys.argv[3] == "warm":
     real_popen = subprocess.Popen
 

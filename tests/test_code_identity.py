@@ -44,3 +44,47 @@ def test_identity_is_taken_at_import(tmp_path):
     before = run(_IDENTITY)
     assert run(_EDIT_AFTER_IMPORT, str(copy / "splice" / "rewrite.py")) == before
     assert run(_IDENTITY) != before
+
+
+_EDIT_THEN_COMPILE = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import splice
+assert "splice.rewrite" not in sys.modules   # the pipeline is imported on first use
+with open(sys.argv[2], "a") as f:
+    f.write("# edited after import\\n")
+try:
+    splice.build
+except splice.SpliceToolchainError as e:
+    print("refused:", e)
+"""
+
+
+def test_a_module_changed_after_import_is_refused_when_first_loaded(tmp_path):
+    # the pipeline is imported on first use; had its code changed since `import splice`,
+    # the process would run code other than the one its cache entries are keyed by
+    copy = tmp_path / "pkg"
+    shutil.copytree(Path(splice.__file__).parent, copy / "splice",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    out = subprocess.run([sys.executable, "-c", _EDIT_THEN_COMPILE, str(copy),
+                          str(copy / "splice" / "rewrite.py")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "refused: splice/rewrite.py changed on disk after this process imported splice" \
+        in out.stdout
+    assert "restart Python" in out.stdout
+
+
+def test_an_unchanged_package_loads_lazily_even_when_touched(tmp_path):
+    # a newer mtime with the same bytes (a checkout that rewrote the file) is not a change
+    copy = tmp_path / "pkg"
+    shutil.copytree(Path(splice.__file__).parent, copy / "splice",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    code = ("import os, sys\nsys.path.insert(0, sys.argv[1])\nimport splice\n"
+            "p = os.path.join(sys.argv[1], 'splice', 'rewrite.py')\n"
+            "os.utime(p, ns=(os.stat(p).st_atime_ns, os.stat(p).st_mtime_ns + 10**9))\n"
+            "print(splice.build.__module__, 'splice.rewrite' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(copy)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["splice.pipeline", "True"]

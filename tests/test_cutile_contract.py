@@ -10,7 +10,7 @@ import pytest
 
 from support import kernels as K
 import splice
-from splice import _cutile
+from splice import _cutile, tile_ir, trace
 
 
 def test_installed_cutile_is_supported():
@@ -40,7 +40,7 @@ def test_atomic_cas_fields_and_token_order_hook():
     names = {f.name for f in dataclasses.fields(TileAtomicCAS)}
     assert {"memory_order", "memory_scope", "pointer", "expected", "desired", "mask",
             "token"} <= names
-    assert issubclass(_cutile.SpliceImpureCall, TileAtomicCAS)
+    assert issubclass(tile_ir.SpliceImpureCall, TileAtomicCAS)
     assert "TileAtomicCAS" in inspect.getsource(token_order._to_token_order_in_block)
 
 
@@ -54,7 +54,7 @@ def test_compile_tile_and_kernel_compile_signatures():
 
 def test_trace_emits_one_marker_global_per_call_site():
     sig = K.signature(K.array(ct.float32), K.array(ct.float32), 3, 256)
-    traced = _cutile.trace_kernel(K.control_kernel, sig, "sm_90")
+    traced = trace.trace_kernel(K.control_kernel, sig, "sm_90")
     assert len(traced.sites) == 4
     for site in traced.sites:
         assert site.marker_symbol.encode() in traced.bytecode
@@ -97,10 +97,10 @@ def test_pure_call_is_hoisted_out_of_a_loop_impure_is_not():
         for i in range(ct.bid(1) + N):
             acc = acc + inv_f(t) + inv_g(t)
         ct.store(y, index=(ct.bid(0),), tile=acc)
-    traced = _cutile.trace_kernel(kern, K.signature(K.array(ct.float32), K.array(ct.float32),
+    traced = trace.trace_kernel(kern, K.signature(K.array(ct.float32), K.array(ct.float32),
                                                     4, 128), "sm_90")
     from cuda.tile._compile import compile_tile
-    with _cutile.trace_session("kern"):
+    with trace.trace_session("kern"):
         res = compile_tile(kern._annotated_function,
                            (K.signature(K.array(ct.float32), K.array(ct.float32), 4, 128),),
                            "sm_90", kern._compiler_options, return_final_ir=True,
@@ -113,16 +113,16 @@ def test_pure_call_is_hoisted_out_of_a_loop_impure_is_not():
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_100"])
 def test_pure_call_reaches_ptx_as_keyed_f64_fma(arch):
-    # The fma marker (splice._cutile.SplicePureCall) as tileiras lowers it: one load of the
+    # The fma marker (splice.tile_ir.SplicePureCall) as tileiras lowers it: one load of the
     # key from the marker global, each element one fma.rn.f64 with the key a multiplicand.
     # An f32 fma would be paired into fma.rn.f32x2 on sm_100: FMA_MARKER_BITS is 64.
     import re
     from splice import toolchain
     sig = K.signature(K.array(ct.float32), K.array(ct.float32), K.array(ct.float32),
                       K.scalar(ct.float32), 256)
-    traced = _cutile.trace_kernel(K.saxpy_kernel, sig, arch)
+    traced = trace.trace_kernel(K.saxpy_kernel, sig, arch)
     [site] = traced.sites
-    assert site.marker == "fma" and site.marker_bits == _cutile.FMA_MARKER_BITS == 64
+    assert site.marker == "fma" and site.marker_bits == trace.FMA_MARKER_BITS == 64
     ptx = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags, timeout=120,
                                  what="contract").ptx
     ptx = ptx.split(".nv_intermediate_source_section")[0]
@@ -203,3 +203,26 @@ def test_only_the_contract_module_imports_cutile_private_names():
                  for i, line in enumerate(p.read_text().splitlines(), 1)
                  if re.search(r"\bcuda\.tile\._\w|\bct\._\w", line)]
     assert offenders == []
+
+
+def test_every_cutile_name_the_package_uses_is_in_the_contract():
+    # trace.py, asm.py, tile_ir.py... reach cuTile's names as `cu.<name>` / `_cutile.<name>`
+    # or `from ._cutile import <name>`: each must be in the table that the first trace
+    # imports and checks (a typo in a rarely traced path would otherwise fail only there)
+    import ast
+    from pathlib import Path
+    pkg = Path(splice.__file__).parent
+    known = set(_cutile._PRIVATE) | {n for n in vars(_cutile) if not n.startswith("__")}
+    used = set()
+    for p in sorted(pkg.glob("*.py")):
+        tree = ast.parse(p.read_text())
+        aliases = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                   and n.level == 1 and n.module is None for a in n.names
+                   if a.name == "_cutile"}
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and \
+                    n.value.id in aliases:
+                used.add((p.name, n.attr))
+            if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module == "_cutile":
+                used |= {(p.name, a.name) for a in n.names}
+    assert used and {u for u in used if u[1] not in known} == set()

@@ -10,7 +10,7 @@ import pytest
 
 from support import kernels as K
 import splice
-from splice import _cutile, pipeline, rewrite
+from splice import pipeline, rewrite, trace
 from splice.errors import SpliceCompileError, SpliceRewriteError
 from splice.sites import Marker
 
@@ -69,13 +69,13 @@ def test_a_failed_build_leaves_the_stages_before_the_failure(tmp_path, monkeypat
 
 
 def test_site_keys_are_stable_and_distinct():
-    a = _cutile.trace_kernel(K.control_kernel, CONTROL_SIG, "sm_90")
+    a = trace.trace_kernel(K.control_kernel, CONTROL_SIG, "sm_90")
     keys = [s.key for s in a.sites]
     assert len(set(keys)) == len(keys) == 4
     # helper() is called twice: same source line of the call, told apart by its caller
     h1, h2 = (k for k in keys if k.count("<-") == 1)
     assert h1.split("<-")[0] == h2.split("<-")[0] and h1 != h2
-    b = _cutile.trace_kernel(K.control_kernel, CONTROL_SIG, "sm_90",
+    b = trace.trace_kernel(K.control_kernel, CONTROL_SIG, "sm_90",
                              atomic_sites=frozenset(keys[1:3]))
     assert [s.key for s in b.sites] == keys
     assert [s.marker for s in b.sites] == [Marker.FMA, Marker.ATOMIC, Marker.ATOMIC,
@@ -88,7 +88,7 @@ def test_two_calls_on_one_line_get_their_own_keys():
         t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
         ct.store(y, index=(ct.bid(0),), tile=K.step(t, 1.0) + K.step(t, 2.0))
 
-    traced = _cutile.trace_kernel(two_on_a_line, SIG, "sm_90")
+    traced = trace.trace_kernel(two_on_a_line, SIG, "sm_90")
     k1, k2 = (s.key for s in traced.sites)
     assert k1 != k2
 

@@ -19,7 +19,7 @@ import cuda.tile as ct
 
 from support import kernels as K
 import splice
-from splice import _cutile, toolchain
+from splice import toolchain, trace
 
 f32 = ct.float32
 CASES = {
@@ -57,9 +57,9 @@ def main():
         for arch in archs:
             # the markers the pipeline ends with (atomic where it had to fall back)
             build = splice.compile(kern, sig, arch)
-            keys = [s.key for s in _cutile.trace_kernel(kern, sig, arch).sites]
+            keys = [s.key for s in trace.trace_kernel(kern, sig, arch).sites]
             atomic = frozenset(keys[s.index] for s in build.sites if s.why_atomic)
-            traced = _cutile.trace_kernel(kern, sig, arch, atomic_sites=atomic)
+            traced = trace.trace_kernel(kern, sig, arch, atomic_sites=atomic)
             cap = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags, timeout=None,
                                          what=name)
             stem = f"{name}.{arch}"
@@ -71,7 +71,7 @@ def main():
     # control_kernel with fma markers everywhere: LLVM merges sites 1 and 2 (the arms of
     # its if/else) -- the rewriter must refuse it (test_corpus expects the report to refuse them)
     kern, sig, _ = CASES["control"]
-    traced = _cutile.trace_kernel(kern, sig, "sm_90")
+    traced = trace.trace_kernel(kern, sig, "sm_90")
     cap = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags, timeout=None,
                                  what="control_merged")
     (HERE / "control_merged.sm_90.ptx").write_text(cap.ptx)

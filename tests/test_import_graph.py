@@ -1,0 +1,123 @@
+"""The shape of the ``splice`` package's imports: no cycles, and ``import splice`` leaves
+cuTile's compiler unloaded until a kernel is traced (issue 11).
+
+The graph has an edge a -> b for every ``import``/``from ... import`` of splice module b in
+module a, at module level *or inside a function*: a function-level import is still a
+dependency (it only runs later), and a cycle through one is as hard to follow as any other.
+Imports under ``if TYPE_CHECKING:`` are left out: they never run.
+"""
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import splice
+
+PKG = Path(splice.__file__).resolve().parent
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or \
+        (isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.AST):
+    """Every Import/ImportFrom node of ``tree`` not under ``if TYPE_CHECKING:``."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            yield from (n for b in node.orelse for n in _imports(b))
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        yield from _imports(node)
+
+
+def module_imports(source: str, modules: set[str]) -> set[str]:
+    """The splice modules (of ``modules``; "__init__" for the package) that ``source``
+    imports, anywhere in it."""
+    deps: set[str] = set()
+    for node in _imports(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        else:
+            base = "splice" if node.level else ""
+            assert node.level <= 1, "a relative import above the package"
+            base = ".".join(p for p in (base, node.module) if p)
+            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        for parts in (t.split(".") for t in targets):
+            if parts[0] != "splice":
+                continue
+            if len(parts) > 1 and parts[1] in modules:
+                deps.add(parts[1])
+            elif len(parts) == 1 and not (isinstance(node, ast.ImportFrom) and node.level):
+                deps.add("__init__")      # "import splice" / "from splice import x"
+    return deps
+
+
+def import_graph() -> dict[str, set[str]]:
+    """{module: the splice modules it imports}, modules named as in ``splice/`` ("pipeline",
+    "__init__" for the package itself)."""
+    modules = {p.stem for p in PKG.glob("*.py")}
+    return {m: module_imports((PKG / f"{m}.py").read_text(), modules) - {m}
+            for m in sorted(modules)}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` (a list of modules, the first repeated last), or None."""
+    state: dict[str, int] = {}   # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        path.append(m)
+        for d in sorted(graph.get(m, ())):
+            if state.get(d) == 1:
+                return path[path.index(d):] + [d]
+            if d not in state and (c := visit(d)):
+                return c
+        path.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (c := visit(m)):
+            return c
+    return None
+
+
+def test_splice_has_no_import_cycle():
+    # "__init__" is a node too: a module that imports the package (``import splice``) and
+    # is imported by it closes a cycle; ``from . import x`` is an edge to x only
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle in splice/: " + " -> ".join(cycle or [])
+
+
+def test_the_checker_finds_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_checker_counts_function_level_imports():
+    source = ("import os\nimport splice.ptx\nfrom .link import x\n"
+              "def f():\n    from . import pipeline, nothing\n"
+              "if TYPE_CHECKING:\n    from . import rewrite\n"
+              "from splice import cache\nfrom splice.result import Build\n")
+    assert module_imports(source, {"ptx", "link", "pipeline", "rewrite", "cache",
+                                   "result"}) == {"ptx", "link", "pipeline", "cache",
+                                                  "result", "__init__"}
+
+
+def test_import_splice_leaves_cutiles_compiler_unloaded():
+    # cuTile's compiler (cuda.tile._compile, its IR and passes) is imported by the first
+    # trace (splice._cutile), not by `import splice`: it takes longer than cuda.tile itself
+    code = ("import sys, splice\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('cuda.tile._compile', "
+            "'cuda.tile._ir', 'cuda.tile._passes', 'splice.tile_ir'))))")
+    env = dict(os.environ, PYTHONPATH=str(PKG.parent))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
