@@ -24,6 +24,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -129,7 +130,11 @@ def _library_path(name: str) -> Path | None:
     cuda.pathfinder's ``load_nvidia_dynamic_lib`` (which cuda-bindings 13 loads them with)
     finds it, without loading it: one already loaded in the process, else the first found
     in site-packages or conda. None when it would come from the system search (only
-    loading tells which file that is)."""
+    loading tells which file that is). :func:`_unambiguous_library` answers the common
+    case without importing cuda.pathfinder (whose import costs 50-150 ms)."""
+    quick = _unambiguous_library(name)
+    if quick is not None:
+        return quick
     try:
         from cuda.pathfinder._dynamic_libs.lib_descriptor import LIB_DESCRIPTORS
         from cuda.pathfinder._dynamic_libs.platform_loader import LOADER
@@ -143,6 +148,36 @@ def _library_path(name: str) -> Path | None:
         return Path(found.abs_path) if found is not None else None
     except Exception:  # another cuda.pathfinder: identify by version instead
         return None
+
+
+#: Where cuda.pathfinder looks for each library in site-packages on Linux, and its file
+#: names (its ``LIB_DESCRIPTORS[name].site_packages_linux`` / ``linux_sonames``).
+_WHEEL_LIBS = {"nvrtc": (("nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"), "libnvrtc.so."),
+               "nvJitLink": (("nvidia/cu13/lib", "nvidia/nvjitlink/lib"), "libnvJitLink.so.")}
+
+
+def _unambiguous_library(name: str) -> Path | None:
+    """The library cuda.pathfinder would pick when there is no choice to make: on Linux,
+    the copy already mapped into this process, else the only copy in site-packages when
+    there is exactly one and no conda environment. None otherwise (ask cuda.pathfinder)."""
+    if sys.platform != "linux" or name not in _WHEEL_LIBS:
+        return None
+    dirs, prefix = _WHEEL_LIBS[name]
+    try:
+        with open("/proc/self/maps") as f:
+            mapped = {ln.split(None, 5)[5].strip() for ln in f if ln.count(" ") >= 5 and
+                      f"/{prefix}" in ln}
+    except (OSError, IndexError):
+        return None
+    if mapped:
+        return Path(mapped.pop()) if len(mapped) == 1 else None
+    if os.environ.get("CONDA_PREFIX"):
+        return None
+    import site
+    roots = [*site.getsitepackages(), site.getusersitepackages()]
+    found = {p.resolve() for r in roots for d in dirs
+             for p in Path(r, d).glob(f"{prefix}[0-9]*") if p.is_file()}
+    return found.pop() if len(found) == 1 else None
 
 
 def _library_version(name: str) -> tuple[int, ...]:
