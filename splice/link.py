@@ -292,37 +292,18 @@ def prepare(kernel: Module, fragments: Sequence[tuple[str, Module]],
     chunks = []
     for what, mod in fragments:
         prep = _prepare(mod, what, file_offset, defined, exported)
-        drop = []
-        for sym, definition in prep.visible.items():
-            if sym in kernel_syms:
-                raise SpliceLinkError(f"{what} defines '{sym}', which the kernel "
-                                      f"'{kernel_name}' itself defines; rename it")
-            if sym in owners:
-                if owners[sym].visible[sym] == definition or (
-                        _is_weak(owners[sym].module, sym) and _is_weak(mod, sym)):
-                    # the same definition twice, or two weak definitions (template
-                    # instances): keep the first, as a linker would
-                    drop.append(sym)
-                    continue
-                raise SpliceLinkError(
-                    f"symbol clash: '{sym}' is defined differently by {owners[sym].what} and "
-                    f"by {what}; give one of them another name")
-            owners[sym] = prep
+        drop = _claim_visible(prep, owners, kernel_syms, kernel_name)
         if drop:
             prep = _prepare(_without(mod, drop), what, file_offset, defined, exported)
         file_offset += _max_file_index(mod)
-        for fn in mod.function_order:
-            if fn.is_definition and (fn.linkage or fn.name in exported) and \
-                    fn.name not in drop:
-                prototypes.setdefault(fn.name, fn.header.text(mod.text).strip() + ";")
+        for fn in _linked_functions(mod, exported, drop):
+            prototypes.setdefault(fn.name, fn.header.text(mod.text).strip() + ";")
         header = "".join(f"{s.text(mod.text)}\n" for s in mod.statements
                          if s.depth == 0 and s.kind == "directive" and
                          s.head in (".version", ".target", ".address_size"))
         pmod = Module(header + prep.text, f"prepared {what}")
-        for fn in pmod.function_order:
-            if fn.is_definition and (fn.linkage or fn.name in exported) and \
-                    fn.name not in drop:
-                functions.setdefault(fn.name, (pmod, fn))
+        for fn in _linked_functions(pmod, exported, drop):
+            functions.setdefault(fn.name, (pmod, fn))
         chunks.append(f"// splice: begin {what}\n{prep.text}// splice: end {what}\n")
     if prototypes:
         chunks.insert(0, "// splice: prototypes of the fragments' functions\n" +
@@ -331,6 +312,41 @@ def prepare(kernel: Module, fragments: Sequence[tuple[str, Module]],
         chunks.insert(0, "// splice: defined here, filled by the host library on load\n" +
                       "\n".join(filled.values()) + "\n")
     return Linked("".join(chunks), functions, frozenset(filled))
+
+
+def _claim_visible(prep: _Prepared, owners: dict[str, _Prepared], kernel_syms,
+                   kernel_name: str) -> list[str]:
+    """Record ``prep`` in ``owners`` as the owner of each visible symbol it defines first.
+    Returns the symbols another fragment already defines the same way (or both weakly,
+    as template instances): the first definition is kept, as a linker would.
+
+    Raises:
+        SpliceLinkError: the kernel defines the symbol too, or another fragment defines it
+            differently.
+    """
+    drop = []
+    for sym, definition in prep.visible.items():
+        if sym in kernel_syms:
+            raise SpliceLinkError(f"{prep.what} defines '{sym}', which the kernel "
+                                  f"'{kernel_name}' itself defines; rename it")
+        if sym in owners:
+            if owners[sym].visible[sym] == definition or (
+                    _is_weak(owners[sym].module, sym) and _is_weak(prep.module, sym)):
+                drop.append(sym)
+                continue
+            raise SpliceLinkError(
+                f"symbol clash: '{sym}' is defined differently by {owners[sym].what} and "
+                f"by {prep.what}; give one of them another name")
+        owners[sym] = prep
+    return drop
+
+
+def _linked_functions(mod: Module, exported: frozenset[str], drop: list[str]):
+    """The functions of ``mod`` that the kernel links to: defined, visible or exported, and
+    not dropped as a duplicate."""
+    return (fn for fn in mod.function_order
+            if fn.is_definition and (fn.linkage or fn.name in exported) and
+            fn.name not in drop)
 
 
 def _is_weak(mod: Module, sym: str) -> bool:
