@@ -296,14 +296,18 @@ def prepare(kernel: Module, fragments: Sequence[tuple[str, Module]],
         if drop:
             prep = _prepare(_without(mod, drop), what, file_offset, defined, exported)
         file_offset += _max_file_index(mod)
-        for fn in _linked_functions(mod, exported, drop):
-            prototypes.setdefault(fn.name, fn.header.text(mod.text).strip() + ";")
+        for fn in mod.function_order:
+            if fn.is_definition and (fn.linkage or fn.name in exported) and \
+                    fn.name not in drop:
+                prototypes.setdefault(fn.name, fn.header.text(mod.text).strip() + ";")
         header = "".join(f"{s.text(mod.text)}\n" for s in mod.statements
                          if s.depth == 0 and s.kind == "directive" and
                          s.head in (".version", ".target", ".address_size"))
         pmod = Module(header + prep.text, f"prepared {what}")
-        for fn in _linked_functions(pmod, exported, drop):
-            functions.setdefault(fn.name, (pmod, fn))
+        for fn in pmod.function_order:
+            if fn.is_definition and (fn.linkage or fn.name in exported) and \
+                    fn.name not in drop:
+                functions.setdefault(fn.name, (pmod, fn))
         chunks.append(f"// splice: begin {what}\n{prep.text}// splice: end {what}\n")
     if prototypes:
         chunks.insert(0, "// splice: prototypes of the fragments' functions\n" +
@@ -339,14 +343,6 @@ def _claim_visible(prep: _Prepared, owners: dict[str, _Prepared], kernel_syms,
                 f"by {prep.what}; give one of them another name")
         owners[sym] = prep
     return drop
-
-
-def _linked_functions(mod: Module, exported: frozenset[str], drop: list[str]):
-    """The functions of ``mod`` that the kernel links to: defined, visible or exported, and
-    not dropped as a duplicate."""
-    return (fn for fn in mod.function_order
-            if fn.is_definition and (fn.linkage or fn.name in exported) and
-            fn.name not in drop)
 
 
 def _is_weak(mod: Module, sym: str) -> bool:
