@@ -126,7 +126,6 @@ def _cmd_cache(a) -> int:
 
 
 def _cmd_doctor(a) -> int:
-    from . import _cutile, cache, toolchain
     problems = 0
 
     def line(ok, what, detail):
@@ -134,6 +133,16 @@ def _cmd_doctor(a) -> int:
         problems += 0 if ok else 1
         print(f"[{'ok' if ok else '!!'}] {what}: {detail}")
 
+    _doctor_compilers(line)
+    _doctor_files(line)
+    print(_doctor_gpu())
+    print("no problems found" if not problems else f"{problems} problem(s)")
+    return 0 if not problems else 1
+
+
+def _doctor_compilers(line) -> None:
+    """cuda-tile and the compilers splice runs, each reported by ``line(ok, what, detail)``."""
+    from . import _cutile, toolchain
     try:
         _cutile.check_supported_cutile()
         line(True, "cuda-tile", _cutile.cutile_version())
@@ -156,6 +165,12 @@ def _cmd_doctor(a) -> int:
         line(True, "nvJitLink", f"{major}.{minor}")
     except Exception as e:
         line(False, "nvJitLink", e)
+
+
+def _doctor_files(line) -> None:
+    """nvdisasm, the CUDA headers, CUDA_HOME/CUDA_PATH (a warning, not a problem) and the
+    cache directory, each reported by ``line(ok, what, detail)``."""
+    from . import cache, toolchain
     dis = toolchain.nvdisasm()
     line(dis is not None, "nvdisasm", dis or "not found (no SASS listings)")
     inc = toolchain.cuda_include_dir()
@@ -174,6 +189,12 @@ def _cmd_doctor(a) -> int:
         line(True, "cache", root)
     except OSError as e:
         line(False, "cache", f"{root} not writable ({e}); splice compiles without caching")
+
+
+def _doctor_gpu() -> str:
+    """The GPU line: its architecture and the CUDA driver, or that there is none (not a
+    problem: splice compiles without a GPU)."""
+    from . import toolchain
     arch = toolchain.gpu_arch()
     try:
         from cuda.bindings import driver
@@ -181,10 +202,7 @@ def _cmd_doctor(a) -> int:
         drv = f"CUDA driver {ver // 1000}.{ver % 1000 // 10}"
     except Exception:
         drv = "no CUDA driver"
-    print(f"[{'ok' if arch else '--'}] GPU: {arch or 'none (compile-only: splice.compile)'}; "
-          f"{drv}")
-    print("no problems found" if not problems else f"{problems} problem(s)")
-    return 0 if not problems else 1
+    return f"[{'ok' if arch else '--'}] GPU: {arch or 'none (compile-only: splice.compile)'}; {drv}"
 
 
 def _byte_count(text: str) -> int:

@@ -196,6 +196,16 @@ def prove_instance(module: Module, fn, parsed, defs, i: int) -> tuple[int, int]:
     Raises:
         ValueError: the reason, for the caller's :class:`SpliceRewriteError`.
     """
+    dims = _check_kernel(module, fn, parsed)
+    g, target = _guard(module, parsed, defs, i)
+    j = _join(module, parsed, g, i, target)
+    _check_barrier_after_join(module, parsed, j, target, dims)
+    return g, j
+
+
+def _check_kernel(module: Module, fn, parsed) -> str:
+    """What the site's proof needs of the whole kernel: no thread exits early (3.), a
+    fixed one-dimensional block (1.), no cluster of CTAs. Returns the ``.reqntid``."""
     leave = early_exit(module, parsed)
     if leave is not None:
         raise ValueError(f"threads of the kernel may exit early ({leave!r})")
@@ -210,7 +220,13 @@ def prove_instance(module: Module, fn, parsed, defs, i: int) -> tuple[int, int]:
                          f"{cluster}: num_ctas > 1), and runs its scalar operations once per "
                          f"cluster, on one thread of one CTA; block-scope calls need "
                          f"num_ctas=1")
-    # back from the marker to the guard: straight-line code, no other marker
+    return dims
+
+
+def _guard(module: Module, parsed, defs, i: int) -> tuple[int, str]:
+    """Point 1: back from the marker at ``i``, through straight-line code with no other
+    marker, to the guard G, a branch taken exactly by the threads with ``tid.x != 0``.
+    Returns G's statement index and its target label."""
     g = i - 1
     while g >= 0 and (parsed[g][0].kind == "directive" or
                       (parsed[g][1] is not None and parsed[g][1].base not in _BRANCH_OPS and
@@ -225,8 +241,13 @@ def prove_instance(module: Module, fn, parsed, defs, i: int) -> tuple[int, int]:
     if not _guard_is_not_thread0(gins.guard, parsed, defs):
         raise ValueError(f"the branch before the marker ({gs.text(module.text).strip()!r}) "
                          f"does not skip exactly the threads with tid.x != 0")
-    target = gins.operands[0]
-    # forward from the marker to the join label
+    return g, gins.operands[0]
+
+
+def _join(module: Module, parsed, g: int, i: int, target: str) -> int:
+    """Point 2: the marker at ``i`` falls through straight-line code to the guard's
+    ``target``, the join J, which nothing but the guard at ``g`` names. Returns J's
+    statement index."""
     j = i + 1
     while j < len(parsed) and parsed[j][0].kind != "label":
         j += 1
@@ -245,22 +266,28 @@ def prove_instance(module: Module, fn, parsed, defs, i: int) -> tuple[int, int]:
     if names:
         raise ValueError(f"the join label {target} is reached from elsewhere too "
                          f"({parsed[names[0]][0].text(module.text).strip()!r})")
-    b = j + 1   # through straight-line code (no label, branch, exit or other barrier) to B
+    return j
+
+
+def _check_barrier_after_join(module: Module, parsed, j: int, target: str, dims: str) -> None:
+    """Point 3: the join at ``j`` is followed, through straight-line code (no label,
+    branch, exit or other barrier), by B, an unpredicated ``bar.sync 0``."""
+    b = j + 1
     while b < len(parsed) and (parsed[b][0].kind == "directive" or (
             parsed[b][1] is not None and parsed[b][1].base not in _BRANCH_OPS and
             parsed[b][1].base not in ("bar", "barrier"))):
         b += 1
-    if b >= len(parsed) or not _is_barrier0(parsed[b][1]):
-        found = parsed[b][0].text(module.text).strip() if b < len(parsed) else "the end"
-        if dims.split(",")[0].strip() == "32" and found.startswith("bar.warp.sync"):
-            raise ValueError(
-                "tileiras runs this kernel with one warp per block (.reqntid 32) and joins "
-                "it with bar.warp.sync, which does not make every thread execute the same "
-                "instruction; kernels with a tile operation of 128 or more elements get a "
-                "128-thread block and a CTA-wide bar.sync 0")
-        raise ValueError(f"the join label {target} is not followed by an unpredicated "
-                         f"CTA-wide barrier (bar.sync 0) but by {found!r}")
-    return g, j
+    if b < len(parsed) and _is_barrier0(parsed[b][1]):
+        return
+    found = parsed[b][0].text(module.text).strip() if b < len(parsed) else "the end"
+    if dims.split(",")[0].strip() == "32" and found.startswith("bar.warp.sync"):
+        raise ValueError(
+            "tileiras runs this kernel with one warp per block (.reqntid 32) and joins "
+            "it with bar.warp.sync, which does not make every thread execute the same "
+            "instruction; kernels with a tile operation of 128 or more elements get a "
+            "128-thread block and a CTA-wide bar.sync 0")
+    raise ValueError(f"the join label {target} is not followed by an unpredicated "
+                     f"CTA-wide barrier (bar.sync 0) but by {found!r}")
 
 
 def thread0_block(site, instance: int, operands) -> str:

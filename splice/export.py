@@ -45,7 +45,6 @@ def export_kernel(kernel, signatures: Sequence, output_file: IO | str | bytes | 
     """
     from .splice_kernel import SpliceKernel
     from .pipeline import build
-    from cuda.tile.compilation import KernelSignature
 
     if not isinstance(kernel, SpliceKernel):
         raise SpliceDeclarationError(
@@ -60,6 +59,22 @@ def export_kernel(kernel, signatures: Sequence, output_file: IO | str | bytes | 
         raise SpliceDeclarationError(f"{what}: bytecode_version must be None for a cubin")
     if gpu_code is None:
         raise SpliceDeclarationError(f"{what}: gpu_code is required, e.g. gpu_code='sm_90'")
+    signatures = _signature_list(kernel, signatures, what)
+    b = build(kernel, signatures, gpu_code)
+    log.info("exported %s for %s: %d signature(s), %d bytes", b.kernel_name, b.arch,
+             len(signatures), len(b.cubin))
+    _write(output_file, b.cubin, what)
+
+
+def _signature_list(kernel, signatures, what: str) -> list:
+    """``signatures`` (one KernelSignature or a sequence) as a non-empty list whose entry
+    symbols differ.
+
+    Raises:
+        SpliceDeclarationError: no signatures, anything but a KernelSignature, or two
+            signatures with one symbol.
+    """
+    from cuda.tile.compilation import KernelSignature
     if isinstance(signatures, KernelSignature):
         signatures = [signatures]
     signatures = list(signatures)
@@ -74,10 +89,7 @@ def export_kernel(kernel, signatures: Sequence, output_file: IO | str | bytes | 
         raise SpliceDeclarationError(
             f"{what}: two signatures give the entry symbol(s) {', '.join(twice)}; give each "
             f"signature a different symbol (signature.with_symbol(...)) or drop the duplicate")
-    b = build(kernel, signatures, gpu_code)
-    log.info("exported %s for %s: %d signature(s), %d bytes", b.kernel_name, b.arch,
-             len(signatures), len(b.cubin))
-    _write(output_file, b.cubin, what)
+    return signatures
 
 
 def _write(output_file, cubin: bytes, what: str) -> None:

@@ -304,50 +304,65 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
     Raises:
         SpliceDeclarationError: bad signature, symbol, options, scope, or missing source file.
     """
-    def decorate(stub, _where=None):
-        where, base = _where or _func_where(stub)
-        if stub is not None:
-            _check_stub(stub, where)
-        ext_name = getattr(stub, "__name__", "")
-        if not _C_IDENT.fullmatch(ext_name or ""):
-            if name is None:
-                raise SpliceDeclarationError(
-                    f"extern declared at {where}: the stub {ext_name!r} is not named like a C "
-                    f"function; give the symbol with name='...'")
-            ext_name = name
-        what = f"extern '{ext_name}' at {where}"
-        if (source is None) == (path is None):
-            raise SpliceDeclarationError(f"{what}: give exactly one of source= or path=")
-        _check_text(source, what, "source", "cuda")
-        opts, incs, defs = _check_options(options, include_dirs, defines, what)
-        file = _resolve_path(path, base, what, "cuda") if path is not None else None
-
-        if name is not None and is_cxx_name(name):
-            return _declare_cxx(stub, name, signature, pure, inline, where, CudaSource(
-                text=source, path=file, options=opts, include_dirs=incs, defines=defs,
-                where=where), scope=scope)
-
-        def make(symbol, sig):
-            return CudaSource(text=source, path=file, options=opts, include_dirs=incs,
-                              defines=defs, where=where,
-                              declared=(Declared(symbol, None, sig, where),),
-                              roots=((symbol, sig),))
-        return _declare(stub, symbol=name or ext_name, signature=signature, pure=pure,
-                        fragment_factory=make, where=where, name=ext_name, inline=inline,
-                        scope=scope)
-
     if func is not None:
         where = _func_where(func)[0] if callable(func) else _caller_where(2)[0]
         raise SpliceDeclarationError(
             f"extern declared at {where}: use @splice.extern(source=...) or "
             f"@splice.extern(path=...) with arguments; the CUDA C source is required")
+    declare = functools.partial(
+        _declare_cuda, source=source, path=path, name=name, signature=signature, pure=pure,
+        inline=inline, options=options, include_dirs=include_dirs, defines=defines, scope=scope)
+
+    def decorate(stub, _where=None):
+        return declare(stub, *(_where or _func_where(stub)))
     if name is not None and signature is not None:   # no stub needed: declare it now
         return _also_a_decorator(decorate(None, _where=_caller_where(2)), decorate)
+    return trace.refuse_in_kernels(decorate, _decorator_only(name, signature,
+                                                             _caller_where(2)[0]))
+
+
+def _declare_cuda(stub, where: str, base: Path | None, *, source, path, name, signature, pure,
+                  inline, options, include_dirs, defines, scope):
+    """The extern :func:`extern` declares for ``stub`` (None: declared from ``name=`` and
+    ``signature=``) at ``where``, relative paths looked up in ``base`` first."""
+    if stub is not None:
+        _check_stub(stub, where)
+    ext_name = getattr(stub, "__name__", "")
+    if not _C_IDENT.fullmatch(ext_name or ""):
+        if name is None:
+            raise SpliceDeclarationError(
+                f"extern declared at {where}: the stub {ext_name!r} is not named like a C "
+                f"function; give the symbol with name='...'")
+        ext_name = name
+    what = f"extern '{ext_name}' at {where}"
+    if (source is None) == (path is None):
+        raise SpliceDeclarationError(f"{what}: give exactly one of source= or path=")
+    _check_text(source, what, "source", "cuda")
+    opts, incs, defs = _check_options(options, include_dirs, defines, what)
+    file = _resolve_path(path, base, what, "cuda") if path is not None else None
+
+    if name is not None and is_cxx_name(name):
+        return _declare_cxx(stub, name, signature, pure, inline, where, CudaSource(
+            text=source, path=file, options=opts, include_dirs=incs, defines=defs,
+            where=where), scope=scope)
+
+    def make(symbol, sig):
+        return CudaSource(text=source, path=file, options=opts, include_dirs=incs,
+                          defines=defs, where=where,
+                          declared=(Declared(symbol, None, sig, where),),
+                          roots=((symbol, sig),))
+    return _declare(stub, symbol=name or ext_name, signature=signature, pure=pure,
+                    fragment_factory=make, where=where, name=ext_name, inline=inline,
+                    scope=scope)
+
+
+def _decorator_only(name, signature, where: str) -> str:
+    """Why ``splice.extern(...)`` at ``where`` without ``name=`` or ``signature=`` cannot be
+    called in a kernel."""
     missing = " and ".join(k for k, v in (("name=", name), ("signature=", signature)) if v is None)
-    return trace.refuse_in_kernels(decorate, (
-        f"splice.extern(...) declared at {_caller_where(2)[0]} without {missing} is a decorator "
-        f"for a typed stub, not an extern; give both name='...' and signature='...' to "
-        f"declare the extern without a stub"))
+    return (f"splice.extern(...) declared at {where} without {missing} is a decorator for a "
+            f"typed stub, not an extern; give both name='...' and signature='...' to declare "
+            f"the extern without a stub")
 
 
 def _also_a_decorator(ext_fn, decorate):

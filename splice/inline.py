@@ -172,8 +172,7 @@ def inline_body(mod: Module, fn: Function, args: list[tuple[str, int]],
             edits.append((s, f"{s.tokens[0].text}_{suffix}:"))
             continue
         if s.kind != "instruction":
-            if labels and s.kind == "directive" and any(
-                    t.kind == "ident" and t.text in labels for t in s.tokens):
+            if s.kind == "directive" and _names_a_label(s, labels):
                 edits.append((s, _rename_labels(text[s.start:s.end], labels, suffix)))
             continue
         ins = parse_instruction(s, text)
@@ -187,34 +186,56 @@ def inline_body(mod: Module, fn: Function, args: list[tuple[str, int]],
         name = _param_ref(ins.operands[1], pidx) if (
             ins.base == "ld" and "param" in ins.modifiers and len(ins.operands) == 2) else None
         if name is not None:
-            reg, abits = args[pidx[name]]
-            kind, tbits = _type_bits(ins)
-            dst = ins.operands[0]
-            dbits = widths.get(dst, tbits)
-            if tbits == abits == dbits:
-                edits.append((s, f"\t{g}mov.b{tbits} \t{dst}, {reg};"))
-            else:
-                sign = "s" if kind == "s" else "u"
-                edits.append((s, f"\t{g}cvt.{sign}{dbits}.{sign}{tbits} \t{dst}, {reg};"))
+            edits.append((s, _argument_move(ins, g, args[pidx[name]], widths)))
             continue
         if ins.base == "st" and "param" in ins.modifiers and len(ins.operands) == 2 and \
                 _param_ref(ins.operands[0], results):
             assert result is not None
-            reg, rbits = result
-            kind, tbits = _type_bits(ins)
-            src = ins.operands[1]
-            sbits = widths.get(src, tbits)  # an immediate takes the instruction's type
-            if sbits == tbits == rbits:
-                edits.append((s, f"\t{g}mov.b{rbits} \t{reg}, {src};"))
-            elif tbits == rbits:  # a wider source register: st.param keeps its low bits
-                edits.append((s, f"\t{g}cvt.u{tbits}.u{sbits} \t{reg}, {src};"))
-            else:
-                edits.append((s, f"\t{g}cvt.u{rbits}.u{tbits} \t{reg}, {src};"))
+            edits.append((s, _result_move(ins, g, result, widths)))
             continue
-        if labels and any(t.kind == "ident" and t.text in labels for t in s.tokens):
+        if _names_a_label(s, labels):
             edits.append((s, _rename_labels(text[s.start:s.end], labels, suffix)))
-    replaced = {id(s): new for s, new in edits}
-    lines = ["\t{ // splice: inlined body of " + fn.name]
+    return _scoped_lines(fn.name, body, text, {id(s): new for s, new in edits}, end)
+
+
+def _names_a_label(s: Statement, labels) -> bool:
+    return bool(labels) and any(t.kind == "ident" and t.text in labels for t in s.tokens)
+
+
+def _argument_move(ins: Instruction, g: str, arg: tuple[str, int],
+                   widths: dict[str, int]) -> str:
+    """The ``ld.param`` ``ins`` (guard prefix ``g``) of a parameter, as a move from the
+    argument register ``arg`` (name, bits)."""
+    reg, abits = arg
+    kind, tbits = _type_bits(ins)
+    dst = ins.operands[0]
+    dbits = widths.get(dst, tbits)
+    if tbits == abits == dbits:
+        return f"\t{g}mov.b{tbits} \t{dst}, {reg};"
+    sign = "s" if kind == "s" else "u"
+    return f"\t{g}cvt.{sign}{dbits}.{sign}{tbits} \t{dst}, {reg};"
+
+
+def _result_move(ins: Instruction, g: str, result: tuple[str, int],
+                 widths: dict[str, int]) -> str:
+    """The ``st.param`` ``ins`` (guard prefix ``g``) of the return value, as a move into the
+    result register ``result`` (name, bits)."""
+    reg, rbits = result
+    _, tbits = _type_bits(ins)
+    src = ins.operands[1]
+    sbits = widths.get(src, tbits)  # an immediate takes the instruction's type
+    if sbits == tbits == rbits:
+        return f"\t{g}mov.b{rbits} \t{reg}, {src};"
+    if tbits == rbits:  # a wider source register: st.param keeps its low bits
+        return f"\t{g}cvt.u{tbits}.u{sbits} \t{reg}, {src};"
+    return f"\t{g}cvt.u{rbits}.u{tbits} \t{reg}, {src};"
+
+
+def _scoped_lines(name: str, body: list[Statement], text: str, replaced: dict[int, str],
+                  end: str) -> list[str]:
+    """The body's lines in a ``{ }`` scope, statements in ``replaced`` (by id) replaced (an
+    empty replacement dropped), then the label ``end`` if a line branches to it."""
+    lines = ["\t{ // splice: inlined body of " + name]
     for s in body:
         line = replaced.get(id(s), "\t" + text[s.start:s.end])
         if line:

@@ -24,6 +24,7 @@ plugin; ``import splice.jax`` raises ``ImportError`` without JAX, and
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import threading
@@ -95,64 +96,95 @@ def cutile_call(grid: tuple[int, ...], kernel, args: tuple[Any, ...]):
         from cuda.tile.jax import cutile_call as cutile_cutile_call
         return cutile_cutile_call(grid, kernel, args)
     grid = _check_grid(grid)
-    outputs: list = []
-    constants: list = []
-    scalars: list = []
-    inputs: list = []
-    alias_map = defaultdict(list)
-    names, annotations = _cutile.parameter_annotations(kernel)
-    kernel_name = kernel._pyfunc.__name__
-    if len(args) != len(names):
-        raise TypeError(f"{kernel_name} expects {len(names)} arguments, got {len(args)}")
-
-    def leaf_role(x, node, path):
-        if isinstance(x, OutputPlaceholder):
-            outputs.append(jax.ShapeDtypeStruct(x.shape, x.dtype))
-            role = "o"
-        elif isinstance(x, jax.Array):
-            alias_map[id(x)].append(len(inputs))
-            inputs.append(x)
-            role = "i"
-        elif isinstance(x, InputOutput):
-            alias_map[id(x.array)].append(len(inputs))
-            inputs.append(x.array)
-            outputs.append(jax.ShapeDtypeStruct(x.array.shape, x.array.dtype))
-            role = "io"
-        elif isinstance(x, (bool, int, float)):
-            (constants if node.constant else scalars).append(x)
-            role = "c" if node.constant else "s"
-        else:
-            raise TypeError(f"Unexpected type for argument {path}: {type(x)}")
-        if node.constant and role != "c":
-            raise TypeError(f"{kernel_name}: argument {path} is annotated ct.Constant; "
-                            f"expected a static scalar argument")
-        return role
-
-    def flatten(x, node, path):
-        if isinstance(node, _ct.leaf_node):
-            return leaf_role(x, node, path)
-        if not isinstance(x, tuple):
-            raise TypeError(f"{kernel_name}: argument {path} is a tuple parameter; expected a "
-                            f"tuple, got {type(x).__name__}")
-        subs = _tuple_items(node, len(x))
-        if len(subs) != len(x):
-            raise TypeError(f"{kernel_name}: argument {path} expects a tuple of length "
-                            f"{len(subs)}, got {len(x)}")
-        return tuple(flatten(e, n, f"{path}[{i}]") for i, (e, n) in enumerate(zip(x, subs)))
-
-    roles = tuple(flatten(x, node, f"{i} ('{names[i]}')")
-                  for i, (x, node) in enumerate(zip(args, annotations)))
-    alias_group = tuple(f"G{alias_map[id(x)][0]}" if len(alias_map[id(x)]) > 1 else None
-                        for x in inputs)
+    sorted_args = _SortedArgs.of(kernel, args)
+    roles, outputs = sorted_args.roles, tuple(sorted_args.outputs)
+    constants, scalars = tuple(sorted_args.constants), tuple(sorted_args.scalars)
+    alias_group = sorted_args.alias_group()
 
     @partial(jax.jit, inline=True)
     def wrapper(*input_args):
         out = _primitive().bind(*input_args, kernel=kernel, grid=grid,
-                                output_shape_dtypes=tuple(outputs), constants=tuple(constants),
-                                scalars=tuple(scalars), roles=roles, alias_group=alias_group)
+                                output_shape_dtypes=outputs, constants=constants,
+                                scalars=scalars, roles=roles, alias_group=alias_group)
         return out[0] if len(outputs) == 1 else out
 
-    return wrapper(*inputs)
+    return wrapper(*sorted_args.inputs)
+
+
+@dataclasses.dataclass
+class _SortedArgs:
+    """The arguments of one :func:`cutile_call`, sorted by role as the primitive takes them.
+
+    ``roles`` mirrors the kernel's parameters (a tuple for a tuple parameter), each leaf one
+    of "i" (input array), "o" (output placeholder), "io" (input updated in place), "s"
+    (runtime scalar), "c" (``ct.Constant``)."""
+
+    kernel_name: str
+    inputs: list = dataclasses.field(default_factory=list)      # jax.Array, "i" and "io"
+    outputs: list = dataclasses.field(default_factory=list)     # ShapeDtypeStruct, "o", "io"
+    constants: list = dataclasses.field(default_factory=list)
+    scalars: list = dataclasses.field(default_factory=list)
+    roles: tuple = ()
+    #: id of an input array -> its indices in ``inputs`` (one array passed several times)
+    positions: defaultdict = dataclasses.field(default_factory=lambda: defaultdict(list))
+
+    @classmethod
+    def of(cls, kernel, args: tuple) -> _SortedArgs:
+        """The arguments ``args`` of ``kernel``, sorted.
+
+        Raises:
+            TypeError: an argument that does not fit its parameter (as cuTile's).
+        """
+        names, annotations = _cutile.parameter_annotations(kernel)
+        self = cls(kernel._pyfunc.__name__)
+        if len(args) != len(names):
+            raise TypeError(f"{self.kernel_name} expects {len(names)} arguments, got "
+                            f"{len(args)}")
+        self.roles = tuple(self._flatten(x, node, f"{i} ('{names[i]}')")
+                           for i, (x, node) in enumerate(zip(args, annotations)))
+        return self
+
+    def alias_group(self) -> tuple[str | None, ...]:
+        """Per input, the group of the inputs that are one array ("G<first index>"), or None
+        for an array passed once."""
+        return tuple(f"G{self.positions[id(x)][0]}" if len(self.positions[id(x)]) > 1
+                     else None for x in self.inputs)
+
+    def _flatten(self, x, node, path: str):
+        if isinstance(node, _ct.leaf_node):
+            return self._leaf_role(x, node, path)
+        if not isinstance(x, tuple):
+            raise TypeError(f"{self.kernel_name}: argument {path} is a tuple parameter; "
+                            f"expected a tuple, got {type(x).__name__}")
+        subs = _tuple_items(node, len(x))
+        if len(subs) != len(x):
+            raise TypeError(f"{self.kernel_name}: argument {path} expects a tuple of length "
+                            f"{len(subs)}, got {len(x)}")
+        return tuple(self._flatten(e, n, f"{path}[{i}]")
+                     for i, (e, n) in enumerate(zip(x, subs)))
+
+    def _leaf_role(self, x, node, path: str) -> str:
+        if isinstance(x, OutputPlaceholder):
+            self.outputs.append(jax.ShapeDtypeStruct(x.shape, x.dtype))
+            role = "o"
+        elif isinstance(x, jax.Array):
+            self.positions[id(x)].append(len(self.inputs))
+            self.inputs.append(x)
+            role = "i"
+        elif isinstance(x, InputOutput):
+            self.positions[id(x.array)].append(len(self.inputs))
+            self.inputs.append(x.array)
+            self.outputs.append(jax.ShapeDtypeStruct(x.array.shape, x.array.dtype))
+            role = "io"
+        elif isinstance(x, (bool, int, float)):
+            (self.constants if node.constant else self.scalars).append(x)
+            role = "c" if node.constant else "s"
+        else:
+            raise TypeError(f"Unexpected type for argument {path}: {type(x)}")
+        if node.constant and role != "c":
+            raise TypeError(f"{self.kernel_name}: argument {path} is annotated ct.Constant; "
+                            f"expected a static scalar argument")
+        return role
 
 
 def _tuple_items(node, n: int) -> list:

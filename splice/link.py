@@ -306,22 +306,7 @@ def prepare(kernel: Module, fragments: Sequence[tuple[str, Module]],
     chunks: list[Generated] = []
     for what, mod in fragments:
         prep = _prepare(mod, what, file_offset, defined, exported)
-        drop = []
-        for sym, definition in prep.visible.items():
-            if sym in kernel_syms:
-                raise SpliceLinkError(f"{what} defines '{sym}', which the kernel "
-                                      f"'{kernel_name}' itself defines; rename it")
-            if sym in owners:
-                if owners[sym].visible[sym] == definition or (
-                        _is_weak(owners[sym].module, sym) and _is_weak(mod, sym)):
-                    # the same definition twice, or two weak definitions (template
-                    # instances): keep the first, as a linker would
-                    drop.append(sym)
-                    continue
-                raise SpliceLinkError(
-                    f"symbol clash: '{sym}' is defined differently by {owners[sym].what} and "
-                    f"by {what}; give one of them another name")
-            owners[sym] = prep
+        drop = _claim_visible(prep, owners, kernel_syms, kernel_name)
         if drop:
             prep = _prepare(_without(mod, drop), what, file_offset, defined, exported)
         file_offset += _max_file_index(mod)
@@ -353,6 +338,33 @@ def prepare(kernel: Module, fragments: Sequence[tuple[str, Module]],
         line += c.count("\n") + 1
     return Linked("".join(c + "\n" for c in chunks), functions, frozenset(filled),
                   tuple(spans))
+
+
+def _claim_visible(prep: _Prepared, owners: dict[str, _Prepared], kernel_syms,
+                   kernel_name: str) -> list[str]:
+    """Record ``prep`` in ``owners`` as the owner of each visible symbol it defines first.
+    Returns the symbols another fragment already defines the same way (or both weakly,
+    as template instances): the first definition is kept, as a linker would.
+
+    Raises:
+        SpliceLinkError: the kernel defines the symbol too, or another fragment defines it
+            differently.
+    """
+    drop = []
+    for sym, definition in prep.visible.items():
+        if sym in kernel_syms:
+            raise SpliceLinkError(f"{prep.what} defines '{sym}', which the kernel "
+                                  f"'{kernel_name}' itself defines; rename it")
+        if sym in owners:
+            if owners[sym].visible[sym] == definition or (
+                    _is_weak(owners[sym].module, sym) and _is_weak(prep.module, sym)):
+                drop.append(sym)
+                continue
+            raise SpliceLinkError(
+                f"symbol clash: '{sym}' is defined differently by {owners[sym].what} and "
+                f"by {prep.what}; give one of them another name")
+        owners[sym] = prep
+    return drop
 
 
 def _is_weak(mod: Module, sym: str) -> bool:

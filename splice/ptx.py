@@ -122,25 +122,21 @@ def split_statements(text: str) -> list[Statement]:
             or a statement left open at the end of the text.
     """
     stmts: list[Statement] = []
-    cur: list[Token] = []
-    depth = 0
-    paren = 0
-    vec_brace = 0
+    cur: list[Token] = []   # the tokens of the statement being read
+    depth = 0               # scope braces open
+    paren = 0               # parentheses open (parameter lists, call arguments)
+    vec_brace = 0           # vector-operand braces open ({%r1, %r2})
     tokens = tokenize(text)
-
-    def flush(kind: str, end: int):
-        nonlocal cur
-        stmts.append(Statement(kind, cur[0].start, end, tuple(cur), depth))
-        cur = []
-
-    while True:
+    while True:   # one token per turn; the common case (not punctuation) falls through
         tok = next(tokens, None)
         if tok is None:
             break
         if tok == "\n":
             if cur and paren == 0 and cur[0].kind == "directive" and \
                     cur[0].text in _LINE_DIRECTIVES:
-                flush("directive", cur[-1].end)
+                stmts.append(Statement("directive", cur[0].start, cur[-1].end, tuple(cur),
+                                       depth))
+                cur = []
             continue
         assert isinstance(tok, Token)
         if tok.kind == "punct":
@@ -152,62 +148,88 @@ def split_statements(text: str) -> list[Statement]:
                 if paren < 0:
                     raise PTXSyntaxError(f"unbalanced ')' at {_line_col(text, tok.start)}")
             elif t == ";" and paren == 0 and vec_brace == 0:
-                if not cur:
-                    continue  # empty statement
-                cur.append(tok)
-                heads = {c.text for c in cur if c.kind == "directive"}
-                kind = "decl" if heads & {".func", ".entry"} and cur[0].kind == "directive" \
-                    else ("directive" if cur[0].kind == "directive" else "instruction")
-                flush(kind, tok.end)
+                if cur:   # else an empty statement
+                    cur.append(tok)
+                    stmts.append(Statement(_statement_kind(cur), cur[0].start, tok.end,
+                                           tuple(cur), depth))
+                    cur = []
                 continue
             elif t == ":" and len(cur) == 1 and cur[0].kind == "ident" and paren == 0:
-                cur.append(tok)
-                flush("label", tok.end)
+                stmts.append(Statement("label", cur[0].start, tok.end, (cur[0], tok), depth))
+                cur = []
                 continue
             elif t == "{":
-                if not cur:
-                    stmts.append(Statement("open", tok.start, tok.end, (tok,), depth))
-                    depth += 1
-                    continue
-                is_header = cur[0].kind == "directive" and paren == 0 and any(
-                    c.text in (".func", ".entry") for c in cur) and not any(
-                    c.text == "=" for c in cur)
-                if is_header:
-                    flush("header", cur[-1].end)
-                    stmts.append(Statement("open", tok.start, tok.end, (tok,), depth))
-                    depth += 1
-                    continue
-                if cur[0].kind == "directive" and depth == 0 and not any(
-                        c.text == "=" for c in cur):
+                opens = _brace_opens(cur, paren, depth)
+                if opens == "opaque":
                     end = _skip_opaque_block(text, tok.start)
                     stmts.append(Statement("opaque", cur[0].start, end, tuple(cur), depth))
                     cur = []
                     tokens = tokenize(text, end)
+                    continue
+                if opens != "vector":
+                    if opens == "header":
+                        stmts.append(Statement("header", cur[0].start, cur[-1].end,
+                                               tuple(cur), depth))
+                        cur = []
+                    stmts.append(Statement("open", tok.start, tok.end, (tok,), depth))
+                    depth += 1
                     continue
                 vec_brace += 1
             elif t == "}":
                 if vec_brace:
                     vec_brace -= 1
                 else:
-                    if cur:
-                        raise PTXSyntaxError(
-                            f"statement not terminated before '}}' at "
-                            f"{_line_col(text, tok.start)}: {text[cur[0].start:tok.start]!r}")
+                    _check_close(text, tok, cur, depth)
                     depth -= 1
-                    if depth < 0:
-                        raise PTXSyntaxError(f"unbalanced '}}' at {_line_col(text, tok.start)}")
                     stmts.append(Statement("close", tok.start, tok.end, (tok,), depth))
                     continue
         cur.append(tok)
     if cur:
-        if cur[0].kind == "directive" and cur[0].text in _LINE_DIRECTIVES and paren == 0:
-            flush("directive", cur[-1].end)
-        else:
-            raise PTXSyntaxError(f"unterminated statement at end of PTX: "
-                                 f"{text[cur[0].start:cur[0].start + 80]!r}")
+        stmts.append(_last_statement(text, cur, paren, depth))
     if depth != 0:
         raise PTXSyntaxError("unbalanced '{': a block is not closed at end of PTX")
     return stmts
+
+
+def _statement_kind(cur: list[Token]) -> str:
+    """The kind of the statement ``cur`` that ends at a ``;``."""
+    if cur[0].kind != "directive":
+        return "instruction"
+    heads = {c.text for c in cur if c.kind == "directive"}
+    return "decl" if heads & {".func", ".entry"} else "directive"
+
+
+def _brace_opens(cur: list[Token], paren: int, depth: int) -> str:
+    """What a ``{`` after the tokens ``cur`` opens: "scope" (a bare ``{``), "header" (a
+    function body, ``cur`` being its prototype), "opaque" (a top-level block that is not a
+    function body, such as ``.section``) or "vector" (an operand such as ``{%r1, %r2}``)."""
+    if not cur:
+        return "scope"
+    directive = cur[0].kind == "directive" and not any(c.text == "=" for c in cur)
+    if directive and paren == 0 and any(c.text in (".func", ".entry") for c in cur):
+        return "header"
+    if directive and depth == 0:
+        return "opaque"
+    return "vector"
+
+
+def _check_close(text: str, tok: Token, cur: list[Token], depth: int) -> None:
+    """A scope-closing ``}`` at ``tok`` ends no statement and closes an open scope."""
+    if cur:
+        raise PTXSyntaxError(
+            f"statement not terminated before '}}' at "
+            f"{_line_col(text, tok.start)}: {text[cur[0].start:tok.start]!r}")
+    if depth == 0:
+        raise PTXSyntaxError(f"unbalanced '}}' at {_line_col(text, tok.start)}")
+
+
+def _last_statement(text: str, cur: list[Token], paren: int, depth: int) -> Statement:
+    """The statement ``cur`` left open at the end of the text: only a line directive
+    (``.version``...) may end there."""
+    if cur[0].kind == "directive" and cur[0].text in _LINE_DIRECTIVES and paren == 0:
+        return Statement("directive", cur[0].start, cur[-1].end, tuple(cur), depth)
+    raise PTXSyntaxError(f"unterminated statement at end of PTX: "
+                         f"{text[cur[0].start:cur[0].start + 80]!r}")
 
 
 def _skip_opaque_block(text: str, open_pos: int) -> int:
