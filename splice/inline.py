@@ -19,7 +19,9 @@ Calls the callee makes to other functions stay calls.
 
 from __future__ import annotations
 
+import collections
 import re
+import threading
 from typing import Mapping
 
 from .ptx import Function, Instruction, Module, Statement, parse_instruction
@@ -158,24 +160,21 @@ def inline_body(mod: Module, fn: Function, args: list[tuple[str, int]],
         result: the register to receive the return value and its width, or None.
         suffix: unique per call-site instance; appended to labels.
     """
-    body = mod.body_statements(fn)
+    body, parsed, widths, labels = _analysed(mod, fn)
     text = mod.text
-    widths = _reg_types(mod, body)
     pidx = {p.name: i for i, p in enumerate(fn.params)}
     results = {p.name for p in fn.results}
-    labels = {s.tokens[0].text for s in body if s.kind == "label"}
     end = f"$__splice_ret_{suffix}"
     last_instr = next((s for s in reversed(body) if s.kind == "instruction"), None)
     edits = []
-    for s in body:
+    for s, ins in zip(body, parsed):
         if s.kind == "label":
             edits.append((s, f"{s.tokens[0].text}_{suffix}:"))
             continue
-        if s.kind != "instruction":
+        if ins is None:
             if s.kind == "directive" and _names_a_label(s, labels):
                 edits.append((s, _rename_labels(text[s.start:s.end], labels, suffix)))
             continue
-        ins = parse_instruction(s, text)
         g = ""
         if ins.guard:
             g = f"@{ins.guard} "
@@ -196,6 +195,33 @@ def inline_body(mod: Module, fn: Function, args: list[tuple[str, int]],
         if _names_a_label(s, labels):
             edits.append((s, _rename_labels(text[s.start:s.end], labels, suffix)))
     return _scoped_lines(fn.name, body, text, {id(s): new for s, new in edits}, end)
+
+
+#: The last callees :func:`_analysed` saw: id(fn) -> (fn, analysis). The entry holds ``fn``,
+#: so its id cannot be reused while the entry exists; a hit checks it is the same object.
+_ANALYSED: collections.OrderedDict[int, tuple] = collections.OrderedDict()
+_ANALYSED_LOCK = threading.Lock()
+
+
+def _analysed(mod: Module, fn: Function):
+    """``fn``'s body statements, each parsed (None: not an instruction), its register
+    widths and labels: the same for every instance of a call site (a TMA matmul's epilogue
+    has 128), so computed once per callee."""
+    with _ANALYSED_LOCK:
+        hit = _ANALYSED.get(id(fn))
+        if hit is not None and hit[0] is fn and hit[1] is mod:
+            _ANALYSED.move_to_end(id(fn))
+            return hit[2]
+    body = mod.body_statements(fn)
+    parsed = [parse_instruction(s, mod.text) if s.kind == "instruction" else None
+              for s in body]
+    labels = {s.tokens[0].text for s in body if s.kind == "label"}
+    out = (body, parsed, _reg_types(mod, body), labels)
+    with _ANALYSED_LOCK:
+        _ANALYSED[id(fn)] = (fn, mod, out)
+        if len(_ANALYSED) > 64:
+            _ANALYSED.popitem(last=False)
+    return out
 
 
 def _names_a_label(s: Statement, labels) -> bool:
