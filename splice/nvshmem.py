@@ -1,4 +1,4 @@
-"""NVSHMEM device calls from spliced kernels (DESIGN.md F15).
+"""NVSHMEM device calls from spliced kernels (``docs/design.md#nvshmem``).
 
 A CUDA C extern whose source includes ``<nvshmem.h>`` or ``<nvshmemx.h>`` is compiled by
 NVRTC in NVSHMEM's *inlined* mode: every device API is inlined into the extern, so the PTX
@@ -119,7 +119,7 @@ def header_version() -> str | None:
 
 def explain_compile_failure(log: str) -> str:
     """A hint for an NVRTC log of an NVSHMEM source, or "": NVSHMEM < 3.8's headers include
-    ``infiniband/mlx5dv.h`` even in the inlined mode (DESIGN.md F15b)."""
+    ``infiniband/mlx5dv.h`` even in the inlined mode (``docs/design.md#nvshmem``)."""
     if "mlx5dv.h" in log or "infiniband/" in log:
         return ("\n    NVSHMEM's headers before 3.8 include infiniband/mlx5dv.h even with "
                 "NVSHMEM_ENABLE_ALL_DEVICE_INLINING, which NVRTC cannot compile: install "
@@ -139,7 +139,7 @@ def collective_calls(source: str) -> list[tuple[int, str]]:
 
 def check_scope(ext, source: str) -> None:
     """Refuse block/warp-collective NVSHMEM APIs in an element-scope extern: each tile
-    element's call runs on the one thread that owns it (DESIGN.md F5, F13), so a collective
+    element's call runs on the one thread that owns it (``docs/design.md#per-element``), so a collective
     would see a divergent subset of its threads (hang or wrong data).
 
     Raises:

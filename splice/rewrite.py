@@ -1,7 +1,7 @@
 """The PTX rewriter: every call-site marker in a kernel's PTX becomes a call of its extern.
 
 A call site reaches PTX as one or more marker instructions, one per tile element the
-executing thread owns, in one of two forms (see ``splice._cutile``):
+executing thread owns, in one of two forms (see :mod:`splice.tile_ir`):
 
 - an impure (or void) call, an atomic compare-and-swap on the site's marker global
   (``docs/design.md#markers``), the arguments packed into the compare and swap operands

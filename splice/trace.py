@@ -351,7 +351,7 @@ def _emit_atomic_call(session, ext, key, typed, call_shape, loc):
 def _check_block_arguments(ext, typed, loc) -> None:
     """A block-scope call (``scope="block"``) takes scalars and pointers: every thread of
     the block passes the same values. Its marker is then a 0-d atomic, which tileiras runs
-    on one thread behind a ``tid.x == 0`` guard (DESIGN.md F12; :mod:`splice.block`)."""
+    on one thread behind a ``tid.x == 0`` guard (``docs/design.md#block-scope``; :mod:`splice.block`)."""
     for i, var in enumerate(typed):
         shape = var.get_type().shape
         if shape != ():
