@@ -24,3 +24,13 @@ def test_no_test_module_imports_another():
                  for p in sorted(TESTS.rglob("*.py"))}
     assert not {k: v for k, v in offenders.items() if v}, \
         "move what they share into tests/support/"
+
+
+def test_every_design_section_the_code_cites_exists():
+    import re
+    root = TESTS.parent
+    anchors = set(re.findall(r'<a id="([\w-]+)"></a>', (root / "docs" / "design.md").read_text()))
+    cited = {(p.name, a) for p in (root / "splice").rglob("*.py")
+             for a in re.findall(r"docs/design\.md#([\w-]+)", p.read_text())}
+    assert cited and not {c for c in cited if c[1] not in anchors}
+    assert not [p.name for p in (root / "splice").rglob("*.py") if "DESIGN.md" in p.read_text()]
