@@ -150,6 +150,8 @@ _FAKE_VERSION = """
 import importlib.metadata as md
 real = md.version
 md.version = lambda n: "1.9.0" if n == "cuda-tile" else real(n)
+import cuda.tile
+cuda.tile.__version__ = "1.9.0"
 """
 
 
@@ -226,3 +228,10 @@ def test_every_cutile_name_the_package_uses_is_in_the_contract():
             if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module == "_cutile":
                 used |= {(p.name, a.name) for a in n.names}
     assert used and {u for u in used if u[1] not in known} == set()
+
+
+def test_cutile_version_is_the_distributions(monkeypatch):
+    import cuda.tile
+    assert _cutile.cutile_version() == importlib.metadata.version("cuda-tile")
+    monkeypatch.delattr(cuda.tile, "__version__")   # an older cuda-tile: the metadata's
+    assert _cutile.cutile_version() == importlib.metadata.version("cuda-tile")
