@@ -198,114 +198,161 @@ def splice_calls(module: Module, sites: Mapping[int, SiteCall], *,
     return SpliceReport(dict(found), dict(replaced), new_text, out)
 
 
-def _splice_function(module: Module, fn: Function, sites, kernel_name, found, replaced):
-    text = module.text
-    body = module.body_statements(fn)
-    parsed: list[tuple[Statement, Instruction | None]] = []
-    defs: dict[str, list[int]] = defaultdict(list)
-    for i, s in enumerate(body):
-        ins = parse_instruction(s, text) if s.kind == "instruction" else None
-        parsed.append((s, ins))
-        if ins is not None:
-            for r in destinations(ins):
-                defs[r].append(i)
+@dataclasses.dataclass
+class _Body:
+    """One function's body: each statement with its parsed instruction (None for other
+    statements), the statements defining each register, and the registers holding a
+    marker's address (register -> site) with the statements defining them."""
 
-    # Registers holding a marker's address: reg -> site index, and the defining statements.
-    marker_reg: dict[str, int] = {}
-    address_defs: set[int] = set()
-    # Loads of the key of a pure site from its marker: (statement, register, site).
-    key_loads: list[tuple[int, str, int]] = []
+    module: Module
+    fn: Function
+    kernel_name: str
+    parsed: list[tuple[Statement, Instruction | None]]
+    defs: dict[str, list[int]]
+    marker_reg: dict[str, int] = dataclasses.field(default_factory=dict)
+    address_defs: set[int] = dataclasses.field(default_factory=set)
+
+    @classmethod
+    def parse(cls, module: Module, fn: Function, kernel_name: str) -> _Body:
+        parsed: list[tuple[Statement, Instruction | None]] = []
+        defs: dict[str, list[int]] = defaultdict(list)
+        for i, s in enumerate(module.body_statements(fn)):
+            ins = parse_instruction(s, module.text) if s.kind == "instruction" else None
+            parsed.append((s, ins))
+            if ins is not None:
+                for r in destinations(ins):
+                    defs[r].append(i)
+        return cls(module, fn, kernel_name, parsed, defs)
+
+    def fail(self, msg: str, i: int | None = None) -> SpliceRewriteError:
+        """The error for statement ``i`` (or the function as a whole)."""
+        return _fail(self.kernel_name, msg,
+                     None if i is None else self.parsed[i][0].text(self.module.text))
+
+
+def _splice_function(module: Module, fn: Function, sites, kernel_name, found, replaced):
+    """The edits of one function definition: every marker instance replaced by its call
+    (``found`` and ``replaced`` counted per site), every marker address definition
+    removed. Raises :class:`FmaMarkerError` naming the fma sites the proof refuses."""
+    b = _Body.parse(module, fn, kernel_name)
+    _find_marker_addresses(b)
+    edits: list[tuple[int, int, str]] = []
+    key_loads: list[tuple[int, str, int]] = []   # (statement, register, site)
+    for i, (_s, ins) in enumerate(b.parsed):
+        if ins is None or i in b.address_defs:
+            continue
+        named = _named_sites(b, ins)
+        if not named:
+            continue
+        fma_named = {k for k in named if k in sites and sites[k].marker is Marker.FMA}
+        if fma_named:
+            key_loads.append(_fma_key_load(b, i, fma_named, sites))
+            continue
+        idx = _marker_instance_site(b, i, sites)
+        found[idx] += 1
+        edits.extend(_atomic_instance(b, i, sites[idx], replaced[idx]))
+        replaced[idx] += 1
+    edits.extend(_splice_fma_markers(b.parsed, b.defs, key_loads, sites, kernel_name,
+                                     module.text, found, replaced))
+    # The address definitions are dead once every marker is replaced.
+    for i in sorted(b.address_defs):
+        s = b.parsed[i][0]
+        edits.append((s.start, s.end, "// splice: marker address removed"))
+    return edits
+
+
+def _find_marker_addresses(b: _Body) -> None:
+    """Fill ``b.marker_reg`` and ``b.address_defs``: the registers that ``mov``/``cvta``
+    copy a marker symbol (or such a register) into, to a fixpoint. A register holding the
+    markers of two sites, or also written by anything else, is an error."""
     changed = True
     while changed:
         changed = False
-        for i, (s, ins) in enumerate(parsed):
-            if i in address_defs:
+        for i, (s, ins) in enumerate(b.parsed):
+            if i in b.address_defs:
                 continue
             if ins is None:
                 if s.kind != "instruction" and any(MARKER_RE.search(t.text)
                                                    for t in s.tokens):
-                    raise _fail(kernel_name, "a marker symbol appears outside an instruction",
-                                s.text(text))
+                    raise b.fail("a marker symbol appears outside an instruction", i)
                 continue
-            src_idx = _address_copy_source(ins, marker_reg)
+            src_idx = _address_copy_source(ins, b.marker_reg)
             if src_idx is None:
                 continue
             [dst] = destinations(ins)
-            if dst in marker_reg and marker_reg[dst] != src_idx:
-                raise _fail(kernel_name, f"register {dst} holds the markers of two sites",
-                            s.text(text))
-            marker_reg[dst] = src_idx
-            address_defs.add(i)
+            if dst in b.marker_reg and b.marker_reg[dst] != src_idx:
+                raise b.fail(f"register {dst} holds the markers of two sites", i)
+            b.marker_reg[dst] = src_idx
+            b.address_defs.add(i)
             changed = True
-
-    for reg, idx in marker_reg.items():
-        others = [j for j in defs[reg] if j not in address_defs]
+    for reg, idx in b.marker_reg.items():
+        others = [j for j in b.defs[reg] if j not in b.address_defs]
         if others:
-            raise _fail(kernel_name, f"register {reg} holds the marker address of site {idx} "
-                                     f"but is also written by other instructions",
-                        body[others[0]].text(text))
+            raise b.fail(f"register {reg} holds the marker address of site {idx} but is "
+                         f"also written by other instructions", others[0])
 
-    edits = []
-    for i, (s, ins) in enumerate(parsed):
-        if ins is None or i in address_defs:
-            continue
-        # the sites whose marker symbol or address register this instruction names
-        named = {marker_reg[r] for op in ins.operands for r in registers_in(op)
-                 if r in marker_reg} | {int(m.group(1)) for op in ins.operands
-                                        for m in MARKER_RE.finditer(op)}
-        if not named:
-            continue
-        fma_sites = {k for k in named if k in sites and sites[k].marker is Marker.FMA}
-        if fma_sites:
-            # a key load; any other use of an fma site's marker global names the site, so
-            # that the pipeline gives it the atomic marker
-            m = _ADDR_RE.match(ins.operands[1]) if len(ins.operands) == 2 else None
-            dest = ins.operands[0]
-            idx = min(fma_sites)
-            if _is_key_load(ins) and len(fma_sites) == 1 and m is not None and \
-                    m.group(2) in (None, "0") and _PLAIN_REG.fullmatch(dest) and \
-                    _width_of(ins) == sites[idx].width:
-                key_loads.append((i, dest, idx))
-                continue
-            msg = (f"the marker global of site(s) {sorted(fma_sites)} is used by an "
-                   f"instruction that is not a load of its key")
-            raise FmaMarkerError(_fail(kernel_name, msg, s.text(text)).message, fma_sites,
-                                 msg)
-        if _is_key_load(ins):
-            idx = _marker_site(ins.operands[1], marker_reg, sites, kernel_name, s, text)
-            raise _fail(kernel_name, f"site {idx}: a load of the marker of a call that "
-                                     f"is not pure (tileiras transformed the call site)",
-                        s.text(text))
-        if not _is_marker_cas(ins) or len(ins.operands) != 4:
-            raise _fail(kernel_name, "a marker address is used by an instruction that is not "
-                                     "a marker (tileiras transformed the call site)",
-                        s.text(text))
-        dest, addr, cmp, swap = ins.operands
-        for op in (dest, cmp, swap):
-            if MARKER_RE.search(op) or any(r in marker_reg for r in registers_in(op)):
-                raise _fail(kernel_name, "a marker address is used as a data operand",
-                            s.text(text))
-        idx = _marker_site(addr, marker_reg, sites, kernel_name, s, text)
-        found[idx] += 1
-        site = sites[idx]
-        if ins.modifiers[-1] != f"b{site.width}":
-            raise _fail(kernel_name, f"site {idx}: marker of type .{ins.modifiers[-1]}, "
-                                     f"expected .b{site.width}", s.text(text))
-        if site.scope == "block":
-            edits.extend(_block_instance(module, fn, parsed, defs, i, site, replaced[idx],
-                                         kernel_name))
-        else:
-            edits.append((s.start, s.end,
-                           call_block(site, ins.guard, dest, (cmp, swap), replaced[idx])))
-        replaced[idx] += 1
 
-    edits.extend(_splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text,
-                                     found, replaced))
-    # The address definitions are dead once every marker is replaced.
-    for i in sorted(address_defs):
-        s = body[i]
-        edits.append((s.start, s.end, "// splice: marker address removed"))
-    return edits
+def _named_sites(b: _Body, ins: Instruction) -> set[int]:
+    """The sites whose marker symbol or address register ``ins`` names."""
+    return {b.marker_reg[r] for op in ins.operands for r in registers_in(op)
+            if r in b.marker_reg} | {int(m.group(1)) for op in ins.operands
+                                     for m in MARKER_RE.finditer(op)}
+
+
+def _fma_key_load(b: _Body, i: int, fma_named: set[int], sites) -> tuple[int, str, int]:
+    """Statement ``i``, which names the marker of fma sites, as a key load (statement,
+    register, site). Any other use of an fma site's marker global is a
+    :class:`FmaMarkerError` naming the sites, so that the pipeline gives them the atomic
+    marker."""
+    ins = b.parsed[i][1]
+    assert ins is not None
+    m = _ADDR_RE.match(ins.operands[1]) if len(ins.operands) == 2 else None
+    dest = ins.operands[0]
+    idx = min(fma_named)
+    if _is_key_load(ins) and len(fma_named) == 1 and m is not None and \
+            m.group(2) in (None, "0") and _PLAIN_REG.fullmatch(dest) and \
+            _width_of(ins) == sites[idx].width:
+        return i, dest, idx
+    msg = (f"the marker global of site(s) {sorted(fma_named)} is used by an instruction "
+           f"that is not a load of its key")
+    raise FmaMarkerError(b.fail(msg, i).message, fma_named, msg)
+
+
+def _marker_instance_site(b: _Body, i: int, sites) -> int:
+    """The site of statement ``i``, which names a marker of an atomic site: it must be
+    that site's marker (a compare-and-swap on the marker's address, of the marker's width,
+    whose data operands are not marker addresses)."""
+    s, ins = b.parsed[i]
+    assert ins is not None
+    text, kernel_name = b.module.text, b.kernel_name
+    if _is_key_load(ins):
+        idx = _marker_site(ins.operands[1], b.marker_reg, sites, kernel_name, s, text)
+        raise b.fail(f"site {idx}: a load of the marker of a call that is not pure "
+                     f"(tileiras transformed the call site)", i)
+    if not _is_marker_cas(ins) or len(ins.operands) != 4:
+        raise b.fail("a marker address is used by an instruction that is not a marker "
+                     "(tileiras transformed the call site)", i)
+    _dest, addr, cmp, swap = ins.operands
+    for op in (_dest, cmp, swap):
+        if MARKER_RE.search(op) or any(r in b.marker_reg for r in registers_in(op)):
+            raise b.fail("a marker address is used as a data operand", i)
+    idx = _marker_site(addr, b.marker_reg, sites, kernel_name, s, text)
+    width = sites[idx].width
+    if ins.modifiers[-1] != f"b{width}":
+        raise b.fail(f"site {idx}: marker of type .{ins.modifiers[-1]}, expected "
+                     f".b{width}", i)
+    return idx
+
+
+def _atomic_instance(b: _Body, i: int, site: SiteCall, instance: int):
+    """The edits replacing the atomic marker at statement ``i`` by ``site``'s call."""
+    s, ins = b.parsed[i]
+    assert ins is not None
+    if site.scope == "block":
+        return _block_instance(b.module, b.fn, b.parsed, b.defs, i, site, instance,
+                               b.kernel_name)
+    dest, _addr, cmp, swap = ins.operands
+    return [(s.start, s.end, call_block(site, ins.guard, dest, (cmp, swap), instance))]
 
 
 def _block_instance(module, fn, parsed, defs, i, site, instance, kernel_name):
@@ -441,6 +488,8 @@ class FmaProof:
     copies: frozenset[int] = frozenset()        # movs/xors of derived values (not loads)
     unblind: frozenset[int] = frozenset()       # xors unblinding a call's result
     refused: FmaMarkerError | None = None
+    # copies that compute a constant from a key (``not.b64 d, K``: -1), with their value
+    constants: Mapping[int, int] = dataclasses.field(default_factory=dict)
 
 
 def _prove_fma_markers(parsed, defs, key_loads, sites, kernel_name, text) -> FmaProof:
@@ -454,8 +503,8 @@ def _prove_fma_markers(parsed, defs, key_loads, sites, kernel_name, text) -> Fma
     try:
         key_site, key_regs = _fma_key_registers(parsed, defs, key_loads, load_stmts, fail)
         instances, results = _fma_instances(parsed, defs, key_site, key_regs)
-        derived, derived_defs, unblind = _fma_derived_values(parsed, defs, key_site, key_regs,
-                                                             results, load_stmts, fail)
+        derived, derived_defs, unblind, constants = _fma_derived_values(
+            parsed, defs, key_site, key_regs, results, load_stmts, fail)
         _check_fma_derived_uses(parsed, derived, derived_defs, unblind, instances, fail)
         for i in sorted(instances):
             idx = instances[i][0]
@@ -465,7 +514,8 @@ def _prove_fma_markers(parsed, defs, key_loads, sites, kernel_name, text) -> Fma
     except FmaMarkerError as e:
         return FmaProof(refused=e)
     return FmaProof(tuple(key_loads), key_site, frozenset(key_regs), instances,
-                    frozenset(derived_defs - load_stmts), frozenset(unblind))
+                    frozenset(derived_defs - load_stmts), frozenset(unblind),
+                    constants=constants)
 
 
 def _plain_copy(ins) -> bool:
@@ -535,17 +585,26 @@ def _fma_derived_values(parsed, defs, key_site, key_regs, results, load_stmts, f
     derived: dict[str, int] = dict(key_site)
     derived_defs: set[int] = set(load_stmts)
     unblind: set[int] = set()
+    constants: dict[int, int] = {}   # statement -> its value with the key 0
     changed = True
     while changed:
         changed = False
         for i, (_s, ins) in enumerate(parsed):
             if ins is None or i in derived_defs or i in unblind or ins.guard is not None or \
-                    ins.base not in ("mov", "xor") or \
-                    len(ins.operands) != {"mov": 2, "xor": 3}[ins.base] or \
-                    not _PLAIN_REG.fullmatch(ins.operands[0]):
+                    not _PLAIN_REG.fullmatch(ins.operands[0] if ins.operands else ""):
                 continue
             srcs = [o for o in ins.operands[1:] if o in derived]
             if not srcs:
+                continue
+            xor_form = _xor_form(ins)
+            if xor_form is not None:
+                mask, exact = xor_form
+                if srcs[0] in key_regs:
+                    constants[i] = mask    # the key is 0: the value is the constant
+                elif not exact:
+                    continue               # a use, not a derived value (step 4 refuses it)
+            elif ins.base not in ("mov", "xor") or \
+                    len(ins.operands) != {"mov": 2, "xor": 3}[ins.base]:
                 continue
             if ins.base == "xor" and len(srcs) == 1 and srcs[0] in key_regs:
                 [other] = [o for o in ins.operands[1:] if o != srcs[0]] or [None]
@@ -578,7 +637,43 @@ def _fma_derived_values(parsed, defs, key_site, key_regs, results, load_stmts, f
         if others:
             raise fail({idx}, f"register {reg} holds a value of the marker of site {idx} but "
                               f"is also written by other instructions", others[0])
-    return derived, derived_defs, unblind
+    return derived, derived_defs, unblind, constants
+
+
+_SIGN_BIT = 1 << 63
+_ALL_ONES = (1 << 64) - 1
+
+
+def _immediate(op: str) -> int | None:
+    """The 64-bit pattern of an integer literal operand (decimal or hex), else None."""
+    try:
+        return int(op, 0) & _ALL_ONES
+    except ValueError:
+        return None
+
+
+def _xor_form(ins: Instruction) -> tuple[int, bool] | None:
+    """An exact 64-bit operation that LLVM makes of an xor with a constant, when ``ins`` is
+    one of one register: (the constant C, so that the result is the register ^ C; whether
+    that holds for every value, not only for the key 0). ``not.b64`` is ^ -1; ``add`` and
+    ``sub`` of the sign bit are ^ the sign bit (carries out of bit 63 are lost);
+    ``neg.f64`` flips the sign bit of a register that holds the key (0.0 -> -0.0, exact),
+    but of a NaN it "yields an unspecified NaN" (PTX ISA), so only on a key. Else None."""
+    ops = ins.operands
+    if ins.guard is not None or not all(_PLAIN_REG.fullmatch(o) or _immediate(o) is not None
+                                        for o in ops[1:]):
+        return None
+    if ins.opcode == "not.b64" and len(ops) == 2 and _PLAIN_REG.fullmatch(ops[1]):
+        return _ALL_ONES, True
+    if ins.opcode == "neg.f64" and len(ops) == 2 and _PLAIN_REG.fullmatch(ops[1]):
+        return _SIGN_BIT, False
+    if ins.opcode in ("add.s64", "add.u64", "sub.s64", "sub.u64") and len(ops) == 3:
+        x, c = ops[1:]
+        if ins.base == "add" and _immediate(x) is not None:
+            x, c = c, x       # add is commutative; sub of the register from C is not ^ C
+        if _PLAIN_REG.fullmatch(x) and _immediate(c) == _SIGN_BIT:
+            return _SIGN_BIT, True
+    return None
 
 
 def _check_fma_derived_uses(parsed, derived, derived_defs, unblind, instances, fail):
@@ -631,7 +726,11 @@ def _fma_marker_edits(proof: FmaProof, parsed, sites, first_instance: Mapping[in
             continue
         dest = ins.operands[0]
         idx = key_site[keys[0]]
-        if ins.base == "mov":
+        if i in proof.constants:
+            c = proof.constants[i]
+            new = (f"mov.b64 \t{dest}, {c - (1 << 64) if c >> 63 else c}; // splice: "
+                   f"{ins.opcode} of the key of site {idx} (0)")
+        elif ins.base == "mov":
             new = f"mov.b64 \t{dest}, 0; // splice: copy of the key of site {idx} (0)"
         else:
             [other] = [o for o in ins.operands[1:] if o not in key_regs] or ["0"]

@@ -85,6 +85,71 @@ HANDWRITTEN = {
 }
 
 
+# LLVM's forms of a blinded constant xor(K, C), which the proof accepts: each is C, the
+# key being 0 (the rewrite moves C into the register). Each compiled kernel named below
+# lowered twice before the proof knew the form.
+XOR_FORMS = {
+    # the argument -1 (int64) as not.b64 of the key (seen: const_ll[-1,None], all_const)
+    "not_of_key": (
+        "\tld.global.b64 \t%rd1, [__splice_marker_0];\n"
+        "\tnot.b64 \t%rd4, %rd1;\n"
+        "\txor.b64 \t%rd5, %rd30, %rd1;\n"
+        "\tfma.rn.f64 \t%rd2, %rd4, %rd1, %rd5;\n"),
+    # the sign bit (-0.0, INT64_MIN) as neg.f64 of the key, slot 0 and slot 1 (seen:
+    # const_dd[-0.0,None], const_dd[None,-0.0], const_ll[-9223372036854775808,None])
+    "neg_f64_of_key": (
+        "\tld.global.b64 \t%rd1, [__splice_marker_0];\n"
+        "\tneg.f64 \t%rd4, %rd1;\n"
+        "\txor.b64 \t%rd5, %rd31, %rd1;\n"
+        "\tfma.rn.f64 \t%rd2, %rd4, %rd1, %rd5;\n"
+        "\txor.b64 \t%rd6, %rd1, %rd2;\n"),
+    "neg_f64_of_key_addend": (
+        "\tld.global.b64 \t%rd1, [__splice_marker_0];\n"
+        "\tmov.b64 \t%rd3, %rd1;\n"
+        "\tneg.f64 \t%rd4, %rd3;\n"
+        "\txor.b64 \t%rd5, %rd30, %rd1;\n"
+        "\tfma.rn.f64 \t%rd2, %rd5, %rd1, %rd4;\n"),
+    # the sign bit as an add or sub (x + 2^63 == x - 2^63 == x ^ 2^63)
+    "add_sign_bit_to_key": (
+        "\tld.global.b64 \t%rd1, [__splice_marker_0];\n"
+        "\tadd.s64 \t%rd4, %rd1, -9223372036854775808;\n"
+        "\tadd.u64 \t%rd5, 0x8000000000000000, %rd1;\n"
+        "\tfma.rn.f64 \t%rd2, %rd4, %rd1, %rd5;\n"),
+    "sub_sign_bit_from_key": (
+        "\tld.global.b64 \t%rd1, [__splice_marker_0];\n"
+        "\tsub.s64 \t%rd4, %rd1, -9223372036854775808;\n"
+        "\tfma.rn.f64 \t%rd2, %rd4, %rd1, %rd1;\n"),
+    # exact on every value, so also of a blinded argument: ~(x ^ K), (x ^ K) + 2^63
+    "not_and_add_of_blinded": (
+        "\tld.global.b64 \t%rd1, [__splice_marker_0];\n"
+        "\txor.b64 \t%rd3, %rd1, %rd30;\n"
+        "\tnot.b64 \t%rd4, %rd3;\n"
+        "\txor.b64 \t%rd6, %rd31, %rd1;\n"
+        "\tadd.s64 \t%rd5, %rd6, -9223372036854775808;\n"
+        "\tfma.rn.f64 \t%rd2, %rd4, %rd1, %rd5;\n"),
+}
+
+# (the constant each form's statement must become, or None where the statement stays)
+XOR_FORM_CONSTANTS = {
+    "not_of_key": ["mov.b64 \t%rd4, -1;"],
+    "neg_f64_of_key": ["mov.b64 \t%rd4, -9223372036854775808;"],
+    "neg_f64_of_key_addend": ["mov.b64 \t%rd4, -9223372036854775808;"],
+    "add_sign_bit_to_key": ["mov.b64 \t%rd4, -9223372036854775808;",
+                            "mov.b64 \t%rd5, -9223372036854775808;"],
+    "sub_sign_bit_from_key": ["mov.b64 \t%rd4, -9223372036854775808;"],
+    "not_and_add_of_blinded": ["not.b64 \t%rd4, %rd3;",
+                               "add.s64 \t%rd5, %rd6, -9223372036854775808;"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(XOR_FORMS))
+def test_forms_of_a_blinded_constant_are_accepted(name):
+    out = check_rewrite_semantics(hand_kernel(XOR_FORMS[name]))
+    assert out is not None, f"{name} refused"
+    for want in XOR_FORM_CONSTANTS[name]:
+        assert want in out, (want, out)
+
+
 @pytest.mark.parametrize("name", sorted(HANDWRITTEN))
 def test_handwritten_fma_rewrites_keep_their_slots(name):
     check_rewrite_semantics(hand_kernel(HANDWRITTEN[name]))
@@ -247,6 +312,26 @@ REFUSED = {
                        "\tld.global.v2.b32 \t{%r1, %r2}, [__splice_marker_0];\n",
     "relaxed_key_load": "\tld.relaxed.gpu.global.b64 \t%rd1, [__splice_marker_0];\n"
                         "\tfma.rn.f64 \t%rd2, %rd1, %rd1, %rd1;\n",
+    # near misses of the forms of a blinded constant: neg.f64 of a blinded argument (of a
+    # NaN, neg.f64 "yields an unspecified NaN": the argument's bits could change)
+    "neg_f64_of_blinded": KEY + "\txor.b64 \t%rd4, %rd1, %rd30;\n\tneg.f64 \t%rd5, %rd4;\n"
+                                "\tfma.rn.f64 \t%rd2, %rd5, %rd1, %rd1;\n",
+    "neg_f32_of_key": "\t.reg .f32 %f<4>;\n" + KEY + "\tmov.b64 \t{%f1, %f2}, %rd1;\n"
+                      "\tneg.f32 \t%f3, %f1;\n\tfma.rn.f64 \t%rd2, %rd1, %rd1, %rd1;\n",
+    "add_other_constant": KEY + "\tadd.s64 \t%rd4, %rd1, 1;\n"
+                                "\tfma.rn.f64 \t%rd2, %rd4, %rd1, %rd1;\n",
+    "add_register": KEY + "\tadd.s64 \t%rd4, %rd1, %rd30;\n"
+                          "\tfma.rn.f64 \t%rd2, %rd4, %rd1, %rd1;\n",
+    "sub_key_from_sign_bit": KEY + "\tsub.s64 \t%rd4, -9223372036854775808, %rd1;\n"
+                                   "\tfma.rn.f64 \t%rd2, %rd4, %rd1, %rd1;\n",
+    "add_sign_bit_32": "\t.reg .b32 %r<4>;\n" + KEY + "\tcvt.u32.u64 \t%r1, %rd1;\n"
+                       "\tadd.s32 \t%r2, %r1, -2147483648;\n"
+                       "\tfma.rn.f64 \t%rd2, %rd1, %rd1, %rd1;\n",
+    "neg_s64_of_key": KEY + "\tneg.s64 \t%rd4, %rd1;\n\tfma.rn.f64 \t%rd2, %rd4, %rd1, %rd1;\n",
+    "guarded_not": KEY + "\tmov.b64 \t%rd4, %rd1;\n\t@%p1 not.b64 \t%rd4, %rd1;\n"
+                         "\tfma.rn.f64 \t%rd2, %rd4, %rd1, %rd1;\n",
+    "not_of_key_to_store": KEY + "\tnot.b64 \t%rd4, %rd1;\n\tst.global.b64 \t[%rd30], %rd4;\n"
+                                 "\tfma.rn.f64 \t%rd2, %rd1, %rd1, %rd1;\n",
 }
 
 

@@ -8,7 +8,8 @@ runs with every register that is never written holding garbage (the same garbage
 runs); its calls must see the same sites and slots, path by path.
 
 It knows the few instructions the hand-written and generated kernels use: ``ld.param``,
-key loads, ``setp.{eq,ne,lt}``, ``add``, ``mov``, ``xor``, ``fma``, ``st.param``, ``call``,
+key loads, ``setp.{eq,ne,lt}``, ``add``, ``sub``, ``mov``, ``xor``, ``not``, ``neg.f64``,
+``fma``, ``st.param``, ``call``,
 ``bra``, ``ret`` and stores (ignored).
 """
 
@@ -106,6 +107,12 @@ def run_ptx(text: str, params: dict, keys: tuple[int, ...], *, seed: int = 1,
             regs[ops[0]] = val(ops[1])
         elif base == "xor":
             regs[ops[0]] = val(ops[1]) ^ val(ops[2])
+        elif base == "sub":
+            regs[ops[0]] = (val(ops[1]) - val(ops[2])) & MASK
+        elif base == "not":
+            regs[ops[0]] = ~val(ops[1]) & MASK
+        elif opcode == "neg.f64":   # LLVM's fneg: the sign bit flipped
+            regs[ops[0]] = val(ops[1]) ^ (1 << 63)
         elif base == "fma":
             x, y, z = (val(o) for o in ops[1:])
             rec = None
