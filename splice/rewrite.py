@@ -503,9 +503,9 @@ def _prove_fma_markers(parsed, defs, key_loads, sites, kernel_name, text) -> Fma
     try:
         key_site, key_regs = _fma_key_registers(parsed, defs, key_loads, load_stmts, fail)
         instances, results = _fma_instances(parsed, defs, key_site, key_regs)
-        derived, derived_defs, unblind, constants = _fma_derived_values(
-            parsed, defs, key_site, key_regs, results, load_stmts, fail)
-        _check_fma_derived_uses(parsed, derived, derived_defs, unblind, instances, fail)
+        excess, network, reads_key, constants = _fma_derived_values(
+            parsed, defs, key_loads, key_regs, instances, results, fail)
+        _check_fma_derived_uses(parsed, excess, network, load_stmts, instances, fail)
         for i in sorted(instances):
             idx = instances[i][0]
             if sites[idx].width != 64:
@@ -514,7 +514,8 @@ def _prove_fma_markers(parsed, defs, key_loads, sites, kernel_name, text) -> Fma
     except FmaMarkerError as e:
         return FmaProof(refused=e)
     return FmaProof(tuple(key_loads), key_site, frozenset(key_regs), instances,
-                    frozenset(derived_defs - load_stmts), frozenset(unblind),
+                    reads_key, frozenset(i for i in reads_key
+                                         if parsed[i][1].operands[0] not in excess),
                     constants=constants)
 
 
@@ -579,67 +580,6 @@ def _fma_instances(parsed, defs, key_site, key_regs):
     return instances, results
 
 
-def _fma_derived_values(parsed, defs, key_site, key_regs, results, load_stmts, fail):
-    """3. Values derived from keys (register -> site), the statements defining them, and
-    the xors that unblind a result."""
-    derived: dict[str, int] = dict(key_site)
-    derived_defs: set[int] = set(load_stmts)
-    unblind: set[int] = set()
-    constants: dict[int, int] = {}   # statement -> its value with the key 0
-    changed = True
-    while changed:
-        changed = False
-        for i, (_s, ins) in enumerate(parsed):
-            if ins is None or i in derived_defs or i in unblind or ins.guard is not None or \
-                    not _PLAIN_REG.fullmatch(ins.operands[0] if ins.operands else ""):
-                continue
-            srcs = [o for o in ins.operands[1:] if o in derived]
-            if not srcs:
-                continue
-            xor_form = _xor_form(ins)
-            if xor_form is not None:
-                mask, exact = xor_form
-                if srcs[0] in key_regs:
-                    constants[i] = mask    # the key is 0: the value is the constant
-                elif not exact:
-                    continue               # a use, not a derived value (step 4 refuses it)
-            elif ins.base not in ("mov", "xor") or \
-                    len(ins.operands) != {"mov": 2, "xor": 3}[ins.base]:
-                continue
-            if ins.base == "xor" and len(srcs) == 1 and srcs[0] in key_regs:
-                [other] = [o for o in ins.operands[1:] if o != srcs[0]] or [None]
-                if other is not None and results.get(other) == key_site[srcs[0]]:
-                    unblind.add(i)
-                    changed = True
-                    continue
-            dest = ins.operands[0]
-            idx = derived[srcs[0]]
-            if derived.setdefault(dest, idx) != idx:
-                raise fail({idx, derived[dest]}, f"register {dest} holds values of sites "
-                                                 f"{derived[dest]} and {idx}", i)
-            derived_defs.add(i)
-            changed = True
-    # (checked once the fixpoint is reached: an operand may become derived later in the text)
-    for i in derived_defs - load_stmts:
-        ins = parsed[i][1]
-        srcs = [o for o in ins.operands[1:] if o in derived]
-        if len(srcs) != 1:
-            raise fail({derived[o] for o in srcs}, "two values derived from call-site keys "
-                                                   "combined by xor", i)
-    for i in unblind:
-        ins = parsed[i][1]
-        if any(o in derived and o not in key_regs for o in ins.operands[1:]) or \
-                ins.operands[0] in derived:
-            raise fail({derived.get(o) for o in ins.operands if o in derived} - {None},
-                       "an unblinded call result is also derived from a key", i)
-    for reg, idx in derived.items():
-        others = [j for j in defs[reg] if j not in derived_defs]
-        if others:
-            raise fail({idx}, f"register {reg} holds a value of the marker of site {idx} but "
-                              f"is also written by other instructions", others[0])
-    return derived, derived_defs, unblind, constants
-
-
 _SIGN_BIT = 1 << 63
 _ALL_ONES = (1 << 64) - 1
 
@@ -676,21 +616,138 @@ def _xor_form(ins: Instruction) -> tuple[int, bool] | None:
     return None
 
 
-def _check_fma_derived_uses(parsed, derived, derived_defs, unblind, instances, fail):
-    """4. Nothing else reads a derived value."""
+# A value's *signature* in the xor network: (the sites whose keys it holds xor-ed together,
+# the sites whose call results it holds xor-ed together), each a set taken modulo 2.
+_Sig = tuple[frozenset[int], frozenset[int]]
+_PLAIN: _Sig = (frozenset(), frozenset())
+_MAX_SIGNATURES = 16   # per register; more is refused (never seen: LLVM's forms have 1-3)
+
+
+def _network_sources(ins: Instruction | None, key_regs) -> list[str] | None:
+    """The register operands of ``ins`` if it is a statement of the xor network -- an
+    unguarded ``mov`` of a register, ``xor`` of registers and immediates, or an exact
+    :func:`_xor_form` -- else None."""
+    if ins is None or ins.guard is not None or len(ins.operands) < 2 or \
+            not _PLAIN_REG.fullmatch(ins.operands[0]):
+        return None
+    srcs = list(ins.operands[1:])
+    form = _xor_form(ins)
+    if form is not None:
+        [reg] = [o for o in srcs if _PLAIN_REG.fullmatch(o)]
+        return [reg] if form[1] or reg in key_regs else None
+    if ins.base == "mov" and len(srcs) == 1 and _PLAIN_REG.fullmatch(srcs[0]):
+        return srcs
+    if ins.base == "xor" and len(srcs) == 2 and \
+            all(_PLAIN_REG.fullmatch(o) or _immediate(o) is not None for o in srcs):
+        return [o for o in srcs if _PLAIN_REG.fullmatch(o)]
+    return None
+
+
+def _fma_derived_values(parsed, defs, key_loads, key_regs, instances, results, fail):
+    """3. The values derived from keys, through the *xor network* (:func:`_network_sources`):
+    the signatures of the values each register may hold (a least fixpoint from the key
+    loads and the call results).
+
+    A call's result counts as holding its site's key: the Tile IR unblinds a 64-bit result
+    by an xor with the key, which LLVM may reassociate with other keys and results
+    (``r0 ^ K0 ^ r1 ^ K1`` as ``(K1 ^ K0) ^ r0 ^ r1``). A value is *free* -- any
+    instruction may read it -- when it holds no key, or when each key it holds is matched by
+    that site's result (an unblinded result); else it is *blinded* for the sites left over
+    (its *excess*), and only the network and, with an excess of one site, that site's
+    instances may read it (step 4). Every register holds one kind of value on every path:
+    free, or blinded for the same sites (or, on some paths, a result of that one site,
+    blinded for it as LLVM passes ``acc = f(acc, x)`` on: the key cancelled). Keys that cancel each other without a result (so
+    that a value derived from keys is plain) are refused, as LLVM does not make them.
+
+    Returns (register -> excess, for the registers holding blinded values; the network
+    statements (-> their register operands); those that read a key register; their
+    constants: statement -> its value with the key 0)."""
+    load_site = {i: idx for i, _reg, idx in key_loads}
+    network: dict[int, list[str]] = {}
+    poss: dict[str, set[_Sig]] = defaultdict(set)
     for i, (_s, ins) in enumerate(parsed):
-        if ins is None or i in derived_defs or i in unblind:
+        if ins is None:
+            continue
+        srcs = _network_sources(ins, key_regs) if i not in load_site else None
+        if srcs is not None:
+            network[i] = srcs
+            continue
+        for r in destinations(ins):
+            if i in load_site:
+                poss[r].add((frozenset({load_site[i]}), frozenset()))
+            elif i in instances and results.get(r) == instances[i][0]:
+                poss[r].add((frozenset(), frozenset({instances[i][0]})))
+            else:
+                poss[r].add(_PLAIN)
+
+    def values(reg: str) -> set[_Sig]:
+        return poss[reg] if defs.get(reg) else {_PLAIN}
+
+    cancelled: dict[int, set[int]] = {}   # statement -> sites whose keys cancelled
+    changed = True
+    while changed:
+        changed = False
+        for i, srcs in network.items():
+            # (signature, whether a key went into it) of each value the statement may make
+            outs: set[tuple[_Sig, bool]] = {(_PLAIN, False)}
+            for reg in srcs:
+                outs = {((e ^ e2, t ^ t2), k or bool(e2)) for (e, t), k in outs
+                        for e2, t2 in values(reg)}
+            if any(sig == _PLAIN and k for sig, k in outs):
+                cancelled[i] = {s for reg in srcs for e, _t in values(reg) for s in e}
+            dest = parsed[i][1].operands[0]
+            new = {sig for sig, _k in outs} - poss[dest]
+            if new:
+                poss[dest] |= new
+                changed = True
+                if len(poss[dest]) > _MAX_SIGNATURES:
+                    raise fail({s for e, t in poss[dest] for s in e | t},
+                               f"register {dest} holds too many different values derived "
+                               f"from call-site keys", i)
+    for i, idxs in cancelled.items():
+        raise fail(idxs, "two values derived from call-site keys combined by xor", i)
+    excess: dict[str, frozenset[int]] = {}
+    for reg, sigs in poss.items():
+        blinded = {e ^ t for e, t in sigs if e and e ^ t}
+        if not blinded:
+            continue
+        # a result of one site on some paths (with no key: its call's value, or that value
+        # blinded for its own site, the key cancelled) may be a blinded value of that site
+        # on others; a plain value may not
+        results_of = {t for e, t in sigs if not e and t}
+        plain = any(not e and not t or e and not e ^ t for e, t in sigs)
+        sites = set().union(*blinded, *results_of)
+        if plain or len(blinded | results_of) > 1:
+            where = defs[reg][0]
+            if plain:
+                raise fail(sites, f"register {reg} holds a value of the marker of site(s) "
+                                  f"{sorted(sites)} but is also written by other "
+                                  f"instructions", where)
+            raise fail(sites, f"register {reg} holds values of sites {sorted(sites)}", where)
+        [excess[reg]] = blinded
+    constants = {i: form[0] for i, srcs in network.items()
+                 if (form := _xor_form(parsed[i][1])) is not None and srcs[0] in key_regs}
+    reads_key = frozenset(i for i, srcs in network.items() if any(r in key_regs for r in srcs))
+    return excess, network, reads_key, constants
+
+
+def _check_fma_derived_uses(parsed, excess, network, load_stmts, instances, fail):
+    """4. Nothing but the xor network and the instances of its site reads a blinded value
+    (a register with an excess, :func:`_fma_derived_values`)."""
+    for i, (_s, ins) in enumerate(parsed):
+        if ins is None or i in network or i in load_stmts:
             continue
         sources = ins.operands[1:] if destinations(ins) else ins.operands
-        used = {derived[r] for op in sources for r in registers_in(op) if r in derived}
+        used = [excess[r] for op in sources for r in registers_in(op) if r in excess]
         if not used:
             continue
+        sites = set().union(*used)
         if i not in instances:
-            raise fail(used, f"a value of the marker of site(s) {sorted(used)} is used by an "
-                             f"instruction that is not a marker", i)
-        if used != {instances[i][0]}:
-            raise fail(used | {instances[i][0]}, f"a marker fma mixes the values of sites "
-                                                 f"{sorted(used | {instances[i][0]})}", i)
+            raise fail(sites, f"a value of the marker of site(s) {sorted(sites)} is used by "
+                              f"an instruction that is not a marker", i)
+        if any(e != {instances[i][0]} for e in used):
+            raise fail(sites | {instances[i][0]}, f"a marker fma mixes the values of sites "
+                                                  f"{sorted(sites | {instances[i][0]})}", i)
 
 
 def _fma_marker_edits(proof: FmaProof, parsed, sites, first_instance: Mapping[int, int]):

@@ -169,6 +169,20 @@ def test_interpreter_sees_a_key_copy_passed_as_slot0():
 
 
 
+def xor_forms(dest: str, src: str):
+    """LLVM's forms of an xor with a constant (and near misses: neg.f64 of a value that
+    is not a key, an add of another constant, the sign bit minus a register)."""
+    return st.sampled_from([
+        f"\tnot.b64 \t{dest}, {src};\n",
+        f"\tneg.f64 \t{dest}, {src};\n",
+        f"\tadd.s64 \t{dest}, {src}, -9223372036854775808;\n",
+        f"\tadd.u64 \t{dest}, 0x8000000000000000, {src};\n",
+        f"\tsub.s64 \t{dest}, {src}, -9223372036854775808;\n",
+        f"\tsub.s64 \t{dest}, -9223372036854775808, {src};\n",
+        f"\tadd.s64 \t{dest}, {src}, 1;\n",
+    ])
+
+
 @st.composite
 def marker_programs(draw):
     """Random straight-line/branching code over key loads, copies, xors (with the kernel's
@@ -183,9 +197,14 @@ def marker_programs(draw):
     loops = []
     for _ in range(draw(st.integers(2, 16))):
         kind = draw(st.sampled_from(["key", "key", "mov", "xor", "xor", "fma", "fma",
-                                     "branch", "close", "loop", "endloop"]))
+                                     "branch", "close", "loop", "endloop", "xorform"]))
         r = draw(st.sampled_from(regs))
-        if kind == "key":
+        if kind == "xorform":   # often straight into a marker with the source as the key
+            src = draw(st.sampled_from(regs))
+            lines.append(draw(xor_forms(r, src)))
+            if r != src and draw(st.booleans()):
+                lines.append(f"\tfma.rn.f64 \t%rd4{len(lines) % 10}, {r}, {src}, {src};\n")
+        elif kind == "key":
             guard = draw(st.sampled_from(["", "", "@%p2 "]))
             lines.append(f"\t{guard}ld.global.b64 \t{r}, [__splice_marker_0];\n")
         elif kind == "loop" and len(loops) < 3:
@@ -361,9 +380,19 @@ def two_site_programs(draw):
 
     for _ in range(draw(st.integers(2, 18))):
         kind = draw(st.sampled_from(["key", "key", "mov", "xor", "xor", "xor2", "fma", "fma",
-                                     "branch", "close", "loop", "endloop"]))
+                                     "branch", "close", "loop", "endloop", "xorform",
+                                     "result"]))
         r = draw(st.sampled_from(regs))
-        if kind == "key":
+        if kind == "xorform":   # often straight into a marker with the source as the key
+            src = draw(st.sampled_from(regs))
+            lines.append(draw(xor_forms(r, src)))
+            if r != src and draw(st.booleans()):
+                lines.append(f"\tfma.rn.f64 \t%rd4{len(lines) % 10}, {r}, {src}, {src};\n")
+        elif kind == "result":
+            # a call's result xor-ed into a register: unblinded, reassociated with keys
+            lines.append(f"\txor.b64 \t{r}, %rd4{draw(st.integers(0, 9))}, "
+                         f"{draw(st.sampled_from(regs))};\n")
+        elif kind == "key":
             lines.append(f"\tld.global.b64 \t{r}, [__splice_marker_{draw(st.integers(0, 1))}];\n")
         elif kind == "mov":
             lines.append(f"\tmov.b64 \t{r}, {draw(st.sampled_from(regs))};\n")
@@ -424,3 +453,73 @@ def test_two_site_oracle_sees_a_swapped_callee():
     bad = out.replace("callee1, (", "callee0, (")
     assert run_ptx(bad, params, (0, 0)) != [(0, 7, 0), (1, 9, 0)]
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Results and keys of two sites combined by xor, as LLVM reassociates them: a result counts
+# as holding its site's key (the Tile IR unblinds it by xor K), so a value is free when each
+# key in it is matched by that site's result, and a blinded value of a site when one key is
+# left over (rewrite._fma_derived_values).
+
+TWO_KEYS = ("\tld.global.b64 \t%rd1, [__splice_marker_0];\n"
+            "\tld.global.b64 \t%rd2, [__splice_marker_1];\n"
+            "\txor.b64 \t%rd3, %rd1, %rd30;\n\tfma.rn.f64 \t%rd4, %rd3, %rd1, %rd1;\n"
+            "\txor.b64 \t%rd5, %rd2, %rd31;\n\tfma.rn.f64 \t%rd6, %rd5, %rd2, %rd2;\n")
+# a third call of site 0 whose slot 0 is %rd9: what reaches it is checked by the oracle
+USE_RD9 = "\txor.b64 \t%rd10, %rd9, %rd1;\n\tfma.rn.f64 \t%rd11, %rd10, %rd1, %rd1;\n"
+
+NETWORK_FORMS = {
+    # hash(a, b) ^ hash(c, d) as (K1 ^ K0) ^ r0 ^ r1 (seen: tile_sizes[*], asm_const)
+    "results_xor_reassociated": TWO_KEYS + "\txor.b64 \t%rd7, %rd2, %rd1;\n"
+                                "\txor.b64 \t%rd8, %rd7, %rd4;\n"
+                                "\txor.b64 \t%rd9, %rd8, %rd6;\n"
+                                "\tst.global.b64 \t[%rd30], %rd9;\n" + USE_RD9,
+    # r1 unblinded and blinded for site 0 as (K0 ^ r1) ^ K1 (seen: loop_if_inside)
+    "unblind_and_blind_reassociated": TWO_KEYS + "\txor.b64 \t%rd7, %rd1, %rd6;\n"
+                                      "\txor.b64 \t%rd8, %rd7, %rd2;\n"
+                                      "\tfma.rn.f64 \t%rd12, %rd8, %rd1, %rd1;\n"
+                                      "\txor.b64 \t%rd9, %rd4, %rd1;\n" + USE_RD9,
+    # a result passed on to the same site as itself (K0 cancelled), and unblinded
+    "result_as_slot_of_its_site": TWO_KEYS + "\tfma.rn.f64 \t%rd12, %rd4, %rd1, %rd1;\n"
+                                  "\txor.b64 \t%rd9, %rd12, %rd1;\n" + USE_RD9,
+}
+
+NETWORK_REFUSED = {
+    # keys of two sites left over: neither a slot nor free
+    "two_sites_left_as_slot": (TWO_KEYS + "\txor.b64 \t%rd7, %rd2, %rd1;\n"
+                               "\tfma.rn.f64 \t%rd8, %rd7, %rd1, %rd1;\n", "mixes the values", {0, 1}),
+    "two_sites_left_stored": (TWO_KEYS + "\txor.b64 \t%rd7, %rd2, %rd4;\n"
+                              "\txor.b64 \t%rd8, %rd7, %rd30;\n"
+                              "\tst.global.b64 \t[%rd30], %rd8;\n", "not a marker", {0, 1}),
+    # r0 ^ K1 (site 0's key not matched): a blinded value of both sites
+    "result_with_other_key_stored": (TWO_KEYS + "\txor.b64 \t%rd7, %rd4, %rd2;\n"
+                                     "\tst.global.b64 \t[%rd30], %rd7;\n", "not a marker", {0, 1}),
+    "result_with_other_key_as_slot": (TWO_KEYS + "\txor.b64 \t%rd7, %rd4, %rd2;\n"
+                                      "\tfma.rn.f64 \t%rd8, %rd7, %rd2, %rd2;\n",
+                                      "mixes the values", {0, 1}),
+    # a register free on one path and blinded on another
+    "free_or_blinded": (TWO_KEYS + "\txor.b64 \t%rd7, %rd4, %rd1;\n"
+                        "\t@%p1 bra \t$L1;\n\txor.b64 \t%rd7, %rd2, %rd31;\n$L1:\n"
+                        "\tfma.rn.f64 \t%rd8, %rd7, %rd2, %rd2;\n",
+                        "also written by other instructions", {1}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NETWORK_FORMS))
+def test_results_and_keys_reassociated_by_llvm_are_accepted(name):
+    src = hand_kernel(NETWORK_FORMS[name], 2)
+    assert check_two_sites(src) is not None, f"{name} refused"
+    # the oracle checks something: the last call's slot 0 is a result (or a mix of them)
+    params = {"k_p0": 7, "k_p1": 9}
+    want = run_ptx(src, params, (0x1111, 0x2222), fma_result=0x4242)
+    assert want == run_ptx(src, params, (0x3333, 0x5555), fma_result=0x4242)
+    assert want[-1][1] not in (0, 7, 9), want
+
+
+@pytest.mark.parametrize("name", sorted(NETWORK_REFUSED))
+def test_results_and_keys_near_misses_are_refused(name):
+    body, needle, sites = NETWORK_REFUSED[name]
+    refused = splice_calls(Module(hand_kernel(body, 2)), fma_sites(2),
+                           kernel_name="k").refused
+    assert refused is not None and needle in refused.reason, refused
+    assert refused.sites == sites

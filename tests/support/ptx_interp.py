@@ -55,7 +55,9 @@ def run_ptx(text: str, params: dict, keys: tuple[int, ...], *, seed: int = 1,
             max_steps: int = 10_000, fma_result: int = 0, must_end: bool = True):
     """Interpret a hand-written kernel (or its rewrite) with ``keys[i]`` in site i's marker
     global: the (site, slot 0, slot 1) of its marker fmas / calls in execution order (None
-    for an fma with no key multiplicand). A marker fma writes ``fma_result``, a call 0.
+    for an fma with no key multiplicand). A call of site i writes ``fma_result + i``, a
+    marker fma of site i that ^ its key (so that the unblinding xor gives the call's
+    result).
     A program still running after ``max_steps`` fails the test if ``must_end``, else
     gives None."""
     stmts = statements(text)
@@ -93,7 +95,8 @@ def run_ptx(text: str, params: dict, keys: tuple[int, ...], *, seed: int = 1,
             pc = labels[ops[0]]
         elif base == "ld" and "param" in opcode:
             name = ops[1].strip("[]")
-            regs[ops[0]] = 0 if name.startswith("__splice_r") else params[name]
+            regs[ops[0]] = (fma_result + calls[-1][0] if name.startswith("__splice_r")
+                            else params[name])
         elif base == "ld":
             m = MARKER_RE.search(ops[1])
             assert m, ops
@@ -121,7 +124,8 @@ def run_ptx(text: str, params: dict, keys: tuple[int, ...], *, seed: int = 1,
                     rec = (i, (x if y == k else y) ^ k, z ^ k)
                     break
             calls.append(rec)
-            regs[ops[0]] = fma_result
+            # the call's result blinded by its key, as the Tile IR unblinds it (xor K)
+            regs[ops[0]] = (fma_result + rec[0]) ^ keys[rec[0]] if rec else fma_result
         elif base == "st" and "param" in opcode:
             out_params[ops[0].strip("[]")] = val(ops[1])
         elif base == "call":
