@@ -21,8 +21,10 @@ executing thread owns, in one of two forms (see ``splice._cutile``):
   The key is 0 -- the value the load reads -- so every blinded value equals its argument:
   the load goes, every read of a key register becomes the literal 0 (an xor with it a
   move), and each fma with a key multiplicand is an instance, the other multiplicand
-  slot 0 and the addend slot 1. The values derived from K may flow only through ``mov``
-  and ``xor`` into marker fmas: any other use means LLVM changed the call site's form,
+  slot 0 and the addend slot 1. The values derived from K may flow only through ``mov``,
+  ``xor`` and the exact forms LLVM makes of an xor with a constant (``not.b64``; ``add``
+  or ``sub`` of the sign bit; ``neg.f64`` of K itself) into marker fmas, or be unblinded
+  by the results of their sites: any other use means LLVM changed the call site's form,
   and is a :class:`Refusal` naming the sites in the report (the pipeline then gives
   them atomic markers). Why pure calls get this marker, and the proof's invariants:
   ``docs/design.md#fma-marker``, ``docs/design.md#fma-proof``.
@@ -470,10 +472,13 @@ class FmaProof:
       multiplicand is slot 0, the addend slot 1 (either may be the key -- a zero argument --
       or, when LLVM cancelled the key of a result against the key of the next blinding, the
       previous call's result itself);
-    - values *derived* from keys (through unguarded ``mov`` and ``xor``, one key each) may
-      only be copied, xor-ed or used by that site's instances; the xor of a key with a
-      register that only instances of that site write is the *unblinding* of a result,
-      whose value goes anywhere.
+    - values *derived* from keys, through the *xor network* (unguarded ``mov``, ``xor``
+      and the forms of an xor with a constant, :func:`_xor_form`), carry the keys and the
+      call results xor-ed into them (a result counts as holding its site's key, which the
+      Tile IR's unblinding xor removes): a value in which every key is matched by its
+      site's result (an unblinded result, however LLVM reassociated the xors) goes
+      anywhere; one with keys left over only into the network and, with one site left
+      over, that site's instances (:func:`_fma_derived_values`).
 
     Anything else -- a key read by another instruction, an fma that takes a derived value
     but no key multiplicand, two sites' values combined -- is ``refused``: a
@@ -485,8 +490,8 @@ class FmaProof:
     key_site: Mapping[str, int] = dataclasses.field(default_factory=dict)  # register -> site
     key_regs: frozenset[str] = frozenset()      # registers that hold a key on every path
     instances: Mapping[int, tuple[int, str, str]] = dataclasses.field(default_factory=dict)
-    copies: frozenset[int] = frozenset()        # movs/xors of derived values (not loads)
-    unblind: frozenset[int] = frozenset()       # xors unblinding a call's result
+    copies: frozenset[int] = frozenset()        # network statements reading a key register
+    unblind: frozenset[int] = frozenset()       # those of them whose value is free
     refused: FmaMarkerError | None = None
     # copies that compute a constant from a key (``not.b64 d, K``: -1), with their value
     constants: Mapping[int, int] = dataclasses.field(default_factory=dict)

@@ -25,11 +25,27 @@ from support.fma import (
 )
 
 
+# The cases whose fma markers the proof still refuses on sm_90, so that they are lowered a
+# second time with atomic markers, and why. Every other case is lowered once (issue 11).
+LOWERED_TWICE = {
+    # neg.f64 of a blinded argument: of a NaN it may change the bits (refused on purpose)
+    "asm_pack": "neg.f64 of a blinded value",
+    # a register holds the key on some paths and a blinded value on others (LLVM's register
+    # reuse in unrolled loops): the proof is per register, not per definition
+    "loop_scalar_index": "key register reused",
+    "loop_carried_f32": "key register reused",
+    "loop_carried_from_zero_f64": "key register reused",
+}
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_compiles_sm90(name):
     b = compile_case(name, "sm_90")
     check_build(b, name)
     check_fma_slots(b, name)
+    if name not in LOWERED_TWICE:
+        assert b.lowerings == 1, (name, [(s.index, s.why_atomic) for s in b.sites])
+        assert all(s.why_atomic is None for s in b.sites), name
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_100"])
