@@ -432,10 +432,11 @@ class FmaMarkerError(SpliceRewriteError):
     PTX in the form the rewriter can prove; :func:`splice_calls` returns it as the
     report's :class:`Refusal`, never raises it."""
 
-    def __init__(self, message: str, sites, reason: str):
+    def __init__(self, message: str, sites, reason: str, merged_keys: bool = False):
         super().__init__(message)
         self.sites = frozenset(sites)
         self.reason = reason
+        self.merged_keys = merged_keys   # a register holds the keys of ``sites``
 
 
 def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found,
@@ -445,14 +446,47 @@ def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found
     refused."""
     if not key_loads:
         return []
-    proof = _prove_fma_markers(parsed, defs, key_loads, sites, kernel_name, text)
-    if proof.refused is not None:
-        raise proof.refused
-    edits, counts = _fma_marker_edits(proof, parsed, sites, replaced)
+    merged: dict[int, int] = {}   # site -> the site of the same call its key stands for
+    while True:
+        loads = [(i, reg, merged.get(idx, idx)) for i, reg, idx in key_loads]
+        proof = _prove_fma_markers(parsed, defs, loads, sites, kernel_name, text)
+        e = proof.refused
+        if e is None:
+            break
+        group = {s for s in sites if merged.get(s, s) in e.sites}
+        if not e.merged_keys or not _same_calls([sites[s] for s in group]):
+            raise FmaMarkerError(str(e), group, e.reason)
+        merged.update({s: min(group) for s in group})
+    edits, counts = _fma_marker_edits(proof, parsed, _merged_sites(sites, merged), replaced)
     for idx, n in counts.items():
         found[idx] += n
         replaced[idx] += n
     return edits
+
+
+def _same_calls(group: Sequence[SiteCall]) -> bool:
+    """Whether the sites of ``group`` make the same call: the same callee (or inlined
+    body), prototype, signature and marker. LLVM merges the fma markers of two such sites
+    in the arms of a branch into one fma whose key is either site's key: whichever arm ran,
+    that fma is the same call (of either site)."""
+    a = group[0]
+    return all(b.callee == a.callee and b.params == a.params and b.result == a.result and
+               b.signature == a.signature and b.width == a.width and
+               b.marker is a.marker is Marker.FMA and b.scope == a.scope == "element" and
+               (b.inline is a.inline or b.inline is not None and a.inline is not None and
+                b.inline[1] is a.inline[1]) for b in group)
+
+
+def _merged_sites(sites: Mapping[int, SiteCall], merged: Mapping[int, int]):
+    """``sites``, the label of each site that stands for merged ones naming them all (its
+    instances are counted as its own)."""
+    out = dict(sites)
+    for rep in set(merged.values()):
+        others = sorted(s for s, r in merged.items() if r == rep and s != rep)
+        out[rep] = dataclasses.replace(
+            sites[rep], label=f"{sites[rep].label}, or site(s) {others} (LLVM merged their "
+                              f"markers: the same call)")
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -500,9 +534,9 @@ class FmaProof:
 def _prove_fma_markers(parsed, defs, key_loads, sites, kernel_name, text) -> FmaProof:
     """Which fmas of one function are marker instances, and that nothing else uses a key
     (:class:`FmaProof`)."""
-    def fail(idxs, msg, i=None):
+    def fail(idxs, msg, i=None, merged_keys=False):
         return FmaMarkerError(_fail(kernel_name, msg, None if i is None else
-                                    parsed[i][0].text(text)).message, idxs, msg)
+                                    parsed[i][0].text(text)).message, idxs, msg, merged_keys)
 
     load_stmts = {i for i, _reg, _idx in key_loads}
     try:
@@ -536,7 +570,7 @@ def _fma_key_registers(parsed, defs, key_loads, load_stmts, fail):
     for i, reg, idx in key_loads:
         if key_site.setdefault(reg, idx) != idx:
             raise fail({idx, key_site[reg]}, f"register {reg} holds the keys of sites "
-                                              f"{key_site[reg]} and {idx}", i)
+                                              f"{key_site[reg]} and {idx}", i, True)
     changed = True
     while changed:
         changed = False
@@ -548,7 +582,8 @@ def _fma_key_registers(parsed, defs, key_loads, load_stmts, fail):
                     changed = True
                 elif key_site[dest] != idx:
                     raise fail({idx, key_site[dest]}, f"register {dest} holds the keys of "
-                                                      f"sites {key_site[dest]} and {idx}", i)
+                                                      f"sites {key_site[dest]} and {idx}", i,
+                               True)
     key_regs = set(key_site)
     changed = True
     while changed:

@@ -7,6 +7,7 @@ slots; the rewrite must pass the same ones on every path."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 from splice.ptx import Module
 from splice.rewrite import splice_calls
 from support.ptx_interp import check_rewrite_semantics, check_two_sites, hand_kernel, run_ptx
-from support.sites import fma_sites
+from support.sites import fma_sites, site_call
 
 # Each body: (PTX between the parameter loads and ret, what is being probed)
 HANDWRITTEN = {
@@ -430,14 +431,16 @@ def two_site_programs(draw):
         at = draw(st.integers(first, len(lines)))
         lines.insert(at, "\tbra \t$Llate;\n$Lback:\n")
         lines.append(f"\tbra \t$Lend;\n$Llate:\n{late}\tbra \t$Lback;\n$Lend:\n")
-    return "".join(lines)
+    # half of the programs with both sites making the same call (LLVM may then merge them)
+    return "".join(lines), draw(st.booleans())
 
 
 @settings(max_examples=int(os.environ.get("SPLICE_FMA_FUZZ_EXAMPLES", "400")), deadline=None,
           derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(two_site_programs())
-def test_random_two_site_programs_keep_their_sites_and_slots(body):
-    check_two_sites(hand_kernel(body, 2))
+def test_random_two_site_programs_keep_their_sites_and_slots(case):
+    body, same_call = case
+    check_two_sites(hand_kernel(body, 2), _same_callee_sites() if same_call else None)
 
 
 def test_two_site_oracle_sees_a_swapped_callee():
@@ -523,3 +526,86 @@ def test_results_and_keys_near_misses_are_refused(name):
                            kernel_name="k").refused
     assert refused is not None and needle in refused.reason, refused
     assert refused.sites == sites
+
+
+# ---------------------------------------------------------------------------------------------
+# Two sites of the same call in the arms of a branch, their markers merged by LLVM into one
+# fma whose key is either site's key (seen: an if/else calling one float32 extern in both
+# arms): whichever arm ran, that fma is the same call.
+
+def _same_callee_sites(sig1: str = "float64(float64, float64)"):
+    return {0: site_call(0, "float64(float64, float64)", "fma"),
+            1: dataclasses.replace(site_call(1, sig1, "fma"), callee="callee0",
+                                   params=site_call(0, sig1, "fma").params)}
+
+
+MERGED_ARMS = (
+    "\t@%p1 bra \t$L1;\n"
+    "\tld.global.b64 \t%rd1, [__splice_marker_0];\n"
+    "\tmov.b64 \t%rd5, 1065353216;\n"
+    "\tbra.uni \t$L2;\n$L1:\n"
+    "\tld.global.b64 \t%rd1, [__splice_marker_1];\n"
+    "\tmov.b64 \t%rd5, 1073741824;\n"
+    "$L2:\n"
+    "\txor.b64 \t%rd3, %rd1, %rd30;\n"
+    "\txor.b64 \t%rd4, %rd5, %rd1;\n"
+    "\tfma.rn.f64 \t%rd2, %rd3, %rd1, %rd4;\n"
+    "\txor.b64 \t%rd9, %rd2, %rd1;\n")
+# each arm blinds its own argument, the blinded values and the keys merged
+MERGED_ARMS_BLINDED = (
+    "\t@%p1 bra \t$L1;\n"
+    "\tld.global.b64 \t%rd1, [__splice_marker_0];\n"
+    "\txor.b64 \t%rd3, %rd1, %rd30;\n"
+    "\tbra.uni \t$L2;\n$L1:\n"
+    "\tld.global.b64 \t%rd6, [__splice_marker_1];\n"
+    "\tnot.b64 \t%rd3, %rd6;\n"
+    "\tmov.b64 \t%rd1, %rd6;\n"
+    "$L2:\n"
+    "\tfma.rn.f64 \t%rd2, %rd3, %rd1, %rd1;\n"
+    "\txor.b64 \t%rd9, %rd2, %rd1;\n")
+
+
+@pytest.mark.parametrize("body", [MERGED_ARMS, MERGED_ARMS_BLINDED])
+def test_merged_markers_of_the_same_call_are_accepted(body):
+    src = hand_kernel(body + USE_RD9, 2)
+    sites = _same_callee_sites()
+    out = check_two_sites(src, sites)
+    assert out is not None
+    report = splice_calls(Module(src), sites, kernel_name="k")
+    assert report.found == report.replaced == {0: 2}
+    assert "or site(s) [1] (LLVM merged their markers: the same call)" in out
+    # the oracle sees which arm ran: path p1 is site 1, the other site 0 (same callee)
+    assert run_ptx(src, {"k_p0": 7, "k_p1": 9}, (0x11, 0x22))[0][0] == 0
+    assert run_ptx(src, {"k_p0": 0, "k_p1": 9}, (0x11, 0x22))[0][0] == 1
+
+
+@pytest.mark.parametrize("sites, why", [
+    (lambda: fma_sites(2), "other callees"),
+    (lambda: _same_callee_sites("uint64(float64, float64)"), "other signature"),
+    (lambda: {0: site_call(0, "float64(float64, float64)", "fma"),
+              1: dataclasses.replace(site_call(1, "float64(float64, float64)", "fma"),
+                                     callee="callee0")}, "other parameter names"),
+])
+def test_merged_markers_of_different_calls_are_refused(sites, why):
+    refused = splice_calls(Module(hand_kernel(MERGED_ARMS, 2)), sites(),
+                           kernel_name="k").refused
+    assert refused is not None and "holds the keys of sites 0 and 1" in refused.reason, why
+    assert refused.sites == {0, 1}
+
+
+def test_merged_markers_and_a_third_site_of_another_call():
+    # sites 0 and 1 merged (the same call), site 2 its own: each call takes its site's slots
+    sites = _same_callee_sites()
+    sites[2] = site_call(2, "float64(float64, float64)", "fma")
+    body = (MERGED_ARMS + "\tld.global.b64 \t%rd10, [__splice_marker_2];\n"
+            "\txor.b64 \t%rd11, %rd9, %rd10;\n\tfma.rn.f64 \t%rd12, %rd11, %rd10, %rd10;\n")
+    src = hand_kernel(body, 3)
+    report = splice_calls(Module(src), sites, kernel_name="k")
+    assert report.refused is None and report.replaced == {0: 1, 2: 1}
+    for p0, arm in ((0, 1), (7, 0)):   # %p1 (k_p0 == 0): the arm of site 1
+        params = {"k_p0": p0, "k_p1": 9}
+        want = run_ptx(src, params, (0x11, 0x22, 0x33), fma_result=0x4242, callees=(0, 0, 2))
+        assert want == run_ptx(src, params, (0x44, 0x55, 0x66), fma_result=0x4242,
+                               callees=(0, 0, 2))
+        got = run_ptx(report.ptx, params, (0, 0, 0), fma_result=0x4242)
+        assert [c[0] for c in want] == [arm, 2] and got == [(0,) + want[0][1:], want[1]]

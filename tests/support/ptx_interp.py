@@ -52,12 +52,13 @@ def statements(text: str):
 
 
 def run_ptx(text: str, params: dict, keys: tuple[int, ...], *, seed: int = 1,
-            max_steps: int = 10_000, fma_result: int = 0, must_end: bool = True):
+            max_steps: int = 10_000, fma_result: int = 0, must_end: bool = True,
+            callees: tuple[int, ...] | None = None):
     """Interpret a hand-written kernel (or its rewrite) with ``keys[i]`` in site i's marker
     global: the (site, slot 0, slot 1) of its marker fmas / calls in execution order (None
-    for an fma with no key multiplicand). A call of site i writes ``fma_result + i``, a
-    marker fma of site i that ^ its key (so that the unblinding xor gives the call's
-    result).
+    for an fma with no key multiplicand). A call of ``callee<k>`` writes ``fma_result + k``,
+    a marker fma of site i that for its callee (``callees[i]``, default i) ^ its key (so
+    that the unblinding xor gives the call's result).
     A program still running after ``max_steps`` fails the test if ``must_end``, else
     gives None."""
     stmts = statements(text)
@@ -125,7 +126,8 @@ def run_ptx(text: str, params: dict, keys: tuple[int, ...], *, seed: int = 1,
                     break
             calls.append(rec)
             # the call's result blinded by its key, as the Tile IR unblinds it (xor K)
-            regs[ops[0]] = (fma_result + rec[0]) ^ keys[rec[0]] if rec else fma_result
+            regs[ops[0]] = (fma_result + (callees or range(len(keys)))[rec[0]]) ^ \
+                keys[rec[0]] if rec else fma_result
         elif base == "st" and "param" in opcode:
             out_params[ops[0].strip("[]")] = val(ops[1])
         elif base == "call":
@@ -162,11 +164,12 @@ def check_rewrite_semantics(src: str, sites=None):
                    (0xDEAD,))
 
 
-def check_two_sites(src: str):
-    """:func:`check_rewrite_semantics` for two fma sites with a key each: every call must
-    name the site and take the slots its marker fma had. A marker fma writes a nonzero
-    result here, and paths that depend on the keys, the garbage or do not end are skipped."""
-    return _oracle(src, fma_sites(2), ((0x5DEECE66D0A1B2C3, 0x31415926535897F1),
+def check_two_sites(src: str, sites=None):
+    """:func:`check_rewrite_semantics` for two fma sites with a key each (``sites``, default
+    two calling different callees): every call must call the site's callee and take the
+    slots its marker fma had. A marker fma writes a nonzero result here, and paths that
+    depend on the keys, the garbage or do not end are skipped."""
+    return _oracle(src, sites or fma_sites(2), ((0x5DEECE66D0A1B2C3, 0x31415926535897F1),
                                        (0x0123456789ABCDEF, 0x7777AAAA5555CCC3)),
                    (0xDEAD, 0xBEEF), max_steps=20_000, fma_result=0x4242, must_end=False,
                    same_garbage=True)
@@ -179,6 +182,7 @@ def _oracle(src, sites, keys, rewritten_keys, *, same_garbage=False, **run):
     report = splice_calls(Module(src), sites, kernel_name="k")
     if report.refused is not None:
         return None
+    run = dict(run, callees=tuple(int(sites[i].callee[len("callee"):]) for i in sorted(sites)))
     out = report.ptx
     ka, kb = keys
     for p0 in (0, 1, 0x1234_5678_9ABC_DEF0):
@@ -188,6 +192,9 @@ def _oracle(src, sites, keys, rewritten_keys, *, same_garbage=False, **run):
             if want is None or None in want or want != run_ptx(src, params, kb, **run) or \
                     same_garbage and want != run_ptx(src, params, ka, seed=2, **run):
                 continue   # slots depend on the key or the garbage: not a marker program here
+            # the rewrite's calls name their callee (callee<k>): sites with one callee make
+            # the same call
+            want = [(int(sites[c[0]].callee[len("callee"):]),) + c[1:] for c in want]
             for seed in (1, 2):
                 got = run_ptx(out, params, rewritten_keys, seed=seed, **run)
                 assert got == want, (f"params {params}: calls take {got}, the marker fmas had "
