@@ -86,6 +86,9 @@ class SiteCall:
     marker: Marker = Marker.ATOMIC
     marker_bits: int = 0          # width of the marker's operands; 0: signature.marker_bits
     scope: str = "element"        # "block": every thread of the block calls (splice.block)
+    # the rounding of an fma marker ("rn", "rz", "rm", "rp"): sites of different roundings
+    # are fmas of different intrinsics to LLVM, which it does not merge
+    fma_rounding: str = "rn"
 
     @property
     def width(self) -> int:
@@ -472,6 +475,7 @@ def _same_calls(group: Sequence[SiteCall]) -> bool:
     a = group[0]
     return all(b.callee == a.callee and b.params == a.params and b.result == a.result and
                b.signature == a.signature and b.width == a.width and
+               b.fma_rounding == a.fma_rounding and
                b.marker is a.marker is Marker.FMA and b.scope == a.scope == "element" and
                (b.inline is a.inline or b.inline is not None and a.inline is not None and
                 b.inline[1] is a.inline[1]) for b in group)
@@ -541,7 +545,7 @@ def _prove_fma_markers(parsed, defs, key_loads, sites, kernel_name, text) -> Fma
     load_stmts = {i for i, _reg, _idx in key_loads}
     try:
         key_site, key_regs = _fma_key_registers(parsed, defs, key_loads, load_stmts, fail)
-        instances, results = _fma_instances(parsed, defs, key_site, key_regs)
+        instances, results = _fma_instances(parsed, defs, key_site, key_regs, sites)
         excess, network, reads_key, constants = _fma_derived_values(
             parsed, defs, key_loads, key_regs, instances, results, fail)
         _check_fma_derived_uses(parsed, excess, network, load_stmts, instances, fail)
@@ -597,21 +601,20 @@ def _fma_key_registers(parsed, defs, key_loads, load_stmts, fail):
     return key_site, key_regs
 
 
-def _fma_instances(parsed, defs, key_site, key_regs):
+def _fma_instances(parsed, defs, key_site, key_regs, sites):
     """2. Instances (statement -> (site, slot 0, slot 1)), and the registers only they
-    write (results: register -> site)."""
+    write (results: register -> site). An instance's rounding is its site's
+    (:attr:`SiteCall.fma_rounding`)."""
     instances: dict[int, tuple[int, str, str]] = {}
     for i, (_s, ins) in enumerate(parsed):
-        if ins is None or ins.base != "fma" or ins.modifiers != ("rn", "f64") or \
-                len(ins.operands) != 4:
+        if ins is None or ins.base != "fma" or len(ins.operands) != 4:
             continue
         _dest, x, y, z = ins.operands
         if not all(_PLAIN_REG.fullmatch(o) for o in (x, y, z)):
             continue   # a slot is never a constant (it holds the key): not an instance
-        if y in key_regs:
-            instances[i] = (key_site[y], x, z)
-        elif x in key_regs:
-            instances[i] = (key_site[x], y, z)
+        key = y if y in key_regs else x if x in key_regs else None
+        if key is not None and ins.modifiers == (sites[key_site[key]].fma_rounding, "f64"):
+            instances[i] = (key_site[key], x if key == y else y, z)
     results: dict[str, int] = {}
     for i, (site_idx, _a, _c) in instances.items():
         dest = parsed[i][1].operands[0]

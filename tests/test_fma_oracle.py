@@ -226,7 +226,8 @@ def marker_programs(draw):
         elif kind == "fma":
             x, y, z = (draw(st.sampled_from(regs)) for _ in range(3))
             guard = draw(st.sampled_from(["", "@%p1 ", "@!%p2 "]))
-            lines.append(f"\t{guard}fma.rn.f64 \t%rd4{len(lines) % 10}, {x}, {y}, {z};\n")
+            rnd = draw(st.sampled_from(["rn", "rn", "rn", "rz"]))   # rz: not the site's
+            lines.append(f"\t{guard}fma.{rnd}.f64 \t%rd4{len(lines) % 10}, {x}, {y}, {z};\n")
         elif kind == "branch":
             n_labels += 1
             open_labels.append(n_labels)
@@ -407,7 +408,8 @@ def two_site_programs(draw):
         elif kind == "fma":
             x, y, z = (draw(st.sampled_from(regs)) for _ in range(3))
             guard = draw(st.sampled_from(["", "", "@%p1 "]))
-            lines.append(f"\t{guard}fma.rn.f64 \t%rd4{len(lines) % 10}, {x}, {y}, {z};\n")
+            rnd = draw(st.sampled_from(["rn", "rn", "rn", "rz"]))   # rz: not the site's
+            lines.append(f"\t{guard}fma.{rnd}.f64 \t%rd4{len(lines) % 10}, {x}, {y}, {z};\n")
         elif kind == "branch":
             n_labels += 1
             open_labels.append(n_labels)
@@ -609,3 +611,34 @@ def test_merged_markers_and_a_third_site_of_another_call():
                                callees=(0, 0, 2))
         got = run_ptx(report.ptx, params, (0, 0, 0), fma_result=0x4242)
         assert [c[0] for c in want] == [arm, 2] and got == [(0,) + want[0][1:], want[1]]
+
+
+# ---------------------------------------------------------------------------------------------
+# An fma marker's rounding is its site's (SiteCall.fma_rounding): sites of different roundings
+# are fmas of different intrinsics to LLVM, which it does not merge across the arms of a
+# branch.
+
+@pytest.mark.parametrize("rounding", ["rn", "rz", "rm", "rp"])
+def test_fma_marker_with_its_sites_rounding_is_accepted(rounding):
+    body = KEY + f"\txor.b64 \t%rd4, %rd1, %rd30;\n\tfma.{rounding}.f64 \t%rd2, %rd4, %rd1, %rd1;\n"
+    sites = {0: dataclasses.replace(site_call(0, "float64(float64, float64)", "fma"),
+                                    fma_rounding=rounding)}
+    out = check_rewrite_semantics(hand_kernel(body), sites)
+    assert out is not None and "fma." not in out.split("ld.param.u64 \t%rd31")[1]
+
+
+@pytest.mark.parametrize("rounding, marker", [("rn", "rz"), ("rz", "rn"), ("rm", "rp"),
+                                              ("rz", "rz.ftz")])
+def test_fma_marker_with_another_rounding_is_refused(rounding, marker):
+    body = KEY + f"\txor.b64 \t%rd4, %rd1, %rd30;\n\tfma.{marker}.f64 \t%rd2, %rd4, %rd1, %rd1;\n"
+    sites = {0: dataclasses.replace(site_call(0, "float64(float64, float64)", "fma"),
+                                    fma_rounding=rounding)}
+    refused = splice_calls(Module(hand_kernel(body)), sites, kernel_name="k").refused
+    assert refused is not None and refused.sites == {0} and "not a marker" in refused.reason
+
+
+def test_merged_markers_of_the_same_call_with_other_roundings_are_refused():
+    sites = _same_callee_sites()
+    sites[1] = dataclasses.replace(sites[1], fma_rounding="rz")
+    refused = splice_calls(Module(hand_kernel(MERGED_ARMS, 2)), sites, kernel_name="k").refused
+    assert refused is not None and refused.sites == {0, 1}
