@@ -688,8 +688,7 @@ def _network_sources(ins: Instruction | None, key_regs) -> list[str] | None:
 
 def _fma_derived_values(parsed, defs, key_loads, key_regs, instances, results, fail):
     """3. The values derived from keys, through the *xor network* (:func:`_network_sources`):
-    the signatures of the values each register may hold (a least fixpoint from the key
-    loads and the call results).
+    the signatures of the values each register may hold (:func:`_network_signatures`).
 
     A call's result counts as holding its site's key: the Tile IR unblinds a 64-bit result
     by an xor with the key, which LLVM may reassociate with other keys and results
@@ -697,23 +696,33 @@ def _fma_derived_values(parsed, defs, key_loads, key_regs, instances, results, f
     instruction may read it -- when it holds no key, or when each key it holds is matched by
     that site's result (an unblinded result); else it is *blinded* for the sites left over
     (its *excess*), and only the network and, with an excess of one site, that site's
-    instances may read it (step 4). Every register holds one kind of value on every path:
-    free, or blinded for the same sites (or, on some paths, a result of that one site,
-    blinded for it as LLVM passes ``acc = f(acc, x)`` on: the key cancelled). Keys that cancel each other without a result (so
-    that a value derived from keys is plain) are refused, as LLVM does not make them.
+    instances may read it (step 4). Every register holds one kind of value on every path
+    (:func:`_blinded_registers`). Keys that cancel each other without a result (so that a
+    value derived from keys is plain) are refused, as LLVM does not make them.
 
     Returns (register -> excess, for the registers holding blinded values; the network
     statements (-> their register operands); those that read a key register; their
     constants: statement -> its value with the key 0)."""
+    network = {i: srcs for i, (_s, ins) in enumerate(parsed)
+               if (srcs := _network_sources(ins, key_regs)) is not None}
+    for i, _reg, _idx in key_loads:
+        network.pop(i, None)
+    poss = _network_signatures(parsed, defs, key_loads, network, instances, results, fail)
+    excess = _blinded_registers(poss, defs, fail)
+    constants = {i: form[0] for i, srcs in network.items()
+                 if (form := _xor_form(parsed[i][1])) is not None and srcs[0] in key_regs}
+    reads_key = frozenset(i for i, srcs in network.items() if any(r in key_regs for r in srcs))
+    return excess, network, reads_key, constants
+
+
+def _network_signatures(parsed, defs, key_loads, network, instances, results, fail):
+    """The signatures of the values each register may hold: a least fixpoint from the key
+    loads (the site's key), the results (the site's result) and every other definition
+    (plain) through the ``network`` statements."""
     load_site = {i: idx for i, _reg, idx in key_loads}
-    network: dict[int, list[str]] = {}
     poss: dict[str, set[_Sig]] = defaultdict(set)
     for i, (_s, ins) in enumerate(parsed):
-        if ins is None:
-            continue
-        srcs = _network_sources(ins, key_regs) if i not in load_site else None
-        if srcs is not None:
-            network[i] = srcs
+        if ins is None or i in network:
             continue
         for r in destinations(ins):
             if i in load_site:
@@ -726,7 +735,6 @@ def _fma_derived_values(parsed, defs, key_loads, key_regs, instances, results, f
     def values(reg: str) -> set[_Sig]:
         return poss[reg] if defs.get(reg) else {_PLAIN}
 
-    cancelled: dict[int, set[int]] = {}   # statement -> sites whose keys cancelled
     changed = True
     while changed:
         changed = False
@@ -737,7 +745,8 @@ def _fma_derived_values(parsed, defs, key_loads, key_regs, instances, results, f
                 outs = {((e ^ e2, t ^ t2), k or bool(e2)) for (e, t), k in outs
                         for e2, t2 in values(reg)}
             if any(sig == _PLAIN and k for sig, k in outs):
-                cancelled[i] = {s for reg in srcs for e, _t in values(reg) for s in e}
+                raise fail({s for reg in srcs for e, _t in values(reg) for s in e},
+                           "two values derived from call-site keys combined by xor", i)
             dest = parsed[i][1].operands[0]
             new = {sig for sig, _k in outs} - poss[dest]
             if new:
@@ -747,16 +756,19 @@ def _fma_derived_values(parsed, defs, key_loads, key_regs, instances, results, f
                     raise fail({s for e, t in poss[dest] for s in e | t},
                                f"register {dest} holds too many different values derived "
                                f"from call-site keys", i)
-    for i, idxs in cancelled.items():
-        raise fail(idxs, "two values derived from call-site keys combined by xor", i)
+    return poss
+
+
+def _blinded_registers(poss, defs, fail) -> dict[str, frozenset[int]]:
+    """The excess of each register that holds blinded values. Each holds one kind of value
+    on every path: free, or blinded for the same sites -- or, on some paths, a result of
+    that one site blinded for it as LLVM passes ``acc = f(acc, x)`` on (the key
+    cancelled); never a plain value on some paths and a blinded one on others."""
     excess: dict[str, frozenset[int]] = {}
     for reg, sigs in poss.items():
         blinded = {e ^ t for e, t in sigs if e and e ^ t}
         if not blinded:
             continue
-        # a result of one site on some paths (with no key: its call's value, or that value
-        # blinded for its own site, the key cancelled) may be a blinded value of that site
-        # on others; a plain value may not
         results_of = {t for e, t in sigs if not e and t}
         plain = any(not e and not t or e and not e ^ t for e, t in sigs)
         sites = set().union(*blinded, *results_of)
@@ -768,10 +780,7 @@ def _fma_derived_values(parsed, defs, key_loads, key_regs, instances, results, f
                                   f"instructions", where)
             raise fail(sites, f"register {reg} holds values of sites {sorted(sites)}", where)
         [excess[reg]] = blinded
-    constants = {i: form[0] for i, srcs in network.items()
-                 if (form := _xor_form(parsed[i][1])) is not None and srcs[0] in key_regs}
-    reads_key = frozenset(i for i, srcs in network.items() if any(r in key_regs for r in srcs))
-    return excess, network, reads_key, constants
+    return excess
 
 
 def _check_fma_derived_uses(parsed, excess, network, load_stmts, instances, fail):
