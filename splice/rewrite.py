@@ -99,8 +99,7 @@ class SiteCall:
 class Refusal:
     """Pure call sites whose fma markers did not reach PTX in a form the proof accepts
     (e.g. LLVM merged the markers of two sites of different calls in the two arms of a
-    branch): the pipeline
-    gives them the atomic marker and lowers the kernel again.
+    branch): the pipeline gives them the atomic marker and lowers the kernel again.
 
     Attributes:
         sites: the site indices involved (of this trace).
