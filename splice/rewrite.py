@@ -21,8 +21,10 @@ executing thread owns, in one of two forms (see :mod:`splice.tile_ir`):
   The key is 0 -- the value the load reads -- so every blinded value equals its argument:
   the load goes, every read of a key register becomes the literal 0 (an xor with it a
   move), and each fma with a key multiplicand is an instance, the other multiplicand
-  slot 0 and the addend slot 1. The values derived from K may flow only through ``mov``
-  and ``xor`` into marker fmas: any other use means LLVM changed the call site's form,
+  slot 0 and the addend slot 1. The values derived from K may flow only through ``mov``,
+  ``xor`` and the exact forms LLVM makes of an xor with a constant (``not.b64``; ``add``
+  or ``sub`` of the sign bit; ``neg.f64`` of K itself) into marker fmas, or be unblinded
+  by the results of their sites: any other use means LLVM changed the call site's form,
   and is a :class:`Refusal` naming the sites in the report (the pipeline then gives
   them atomic markers). Why pure calls get this marker, and the proof's invariants:
   ``docs/design.md#fma-marker``, ``docs/design.md#fma-proof``.
@@ -86,6 +88,9 @@ class SiteCall:
     marker: Marker = Marker.ATOMIC
     marker_bits: int = 0          # width of the marker's operands; 0: signature.marker_bits
     scope: str = "element"        # "block": every thread of the block calls (splice.block)
+    # the rounding of an fma marker ("rn", "rz", "rm", "rp"): sites of different roundings
+    # are fmas of different intrinsics to LLVM, which it does not merge
+    fma_rounding: str = "rn"
 
     @property
     def width(self) -> int:
@@ -95,8 +100,8 @@ class SiteCall:
 @dataclasses.dataclass(frozen=True)
 class Refusal:
     """Pure call sites whose fma markers did not reach PTX in a form the proof accepts
-    (e.g. LLVM merged the markers of two sites in the two arms of a branch): the pipeline
-    gives them the atomic marker and lowers the kernel again.
+    (e.g. LLVM merged the markers of two sites of different calls in the two arms of a
+    branch): the pipeline gives them the atomic marker and lowers the kernel again.
 
     Attributes:
         sites: the site indices involved (of this trace).
@@ -206,114 +211,161 @@ def splice_calls(module: Module, sites: Mapping[int, SiteCall], *,
                         spans=tuple(spans_of_edits(text, edits)))
 
 
-def _splice_function(module: Module, fn: Function, sites, kernel_name, found, replaced):
-    text = module.text
-    body = module.body_statements(fn)
-    parsed: list[tuple[Statement, Instruction | None]] = []
-    defs: dict[str, list[int]] = defaultdict(list)
-    for i, s in enumerate(body):
-        ins = parse_instruction(s, text) if s.kind == "instruction" else None
-        parsed.append((s, ins))
-        if ins is not None:
-            for r in destinations(ins):
-                defs[r].append(i)
+@dataclasses.dataclass
+class _Body:
+    """One function's body: each statement with its parsed instruction (None for other
+    statements), the statements defining each register, and the registers holding a
+    marker's address (register -> site) with the statements defining them."""
 
-    # Registers holding a marker's address: reg -> site index, and the defining statements.
-    marker_reg: dict[str, int] = {}
-    address_defs: set[int] = set()
-    # Loads of the key of a pure site from its marker: (statement, register, site).
-    key_loads: list[tuple[int, str, int]] = []
+    module: Module
+    fn: Function
+    kernel_name: str
+    parsed: list[tuple[Statement, Instruction | None]]
+    defs: dict[str, list[int]]
+    marker_reg: dict[str, int] = dataclasses.field(default_factory=dict)
+    address_defs: set[int] = dataclasses.field(default_factory=set)
+
+    @classmethod
+    def parse(cls, module: Module, fn: Function, kernel_name: str) -> _Body:
+        parsed: list[tuple[Statement, Instruction | None]] = []
+        defs: dict[str, list[int]] = defaultdict(list)
+        for i, s in enumerate(module.body_statements(fn)):
+            ins = parse_instruction(s, module.text) if s.kind == "instruction" else None
+            parsed.append((s, ins))
+            if ins is not None:
+                for r in destinations(ins):
+                    defs[r].append(i)
+        return cls(module, fn, kernel_name, parsed, defs)
+
+    def fail(self, msg: str, i: int | None = None) -> SpliceRewriteError:
+        """The error for statement ``i`` (or the function as a whole)."""
+        return _fail(self.kernel_name, msg,
+                     None if i is None else self.parsed[i][0].text(self.module.text))
+
+
+def _splice_function(module: Module, fn: Function, sites, kernel_name, found, replaced):
+    """The edits of one function definition: every marker instance replaced by its call
+    (``found`` and ``replaced`` counted per site), every marker address definition
+    removed. Raises :class:`FmaMarkerError` naming the fma sites the proof refuses."""
+    b = _Body.parse(module, fn, kernel_name)
+    _find_marker_addresses(b)
+    edits: list[tuple[int, int, str]] = []
+    key_loads: list[tuple[int, str, int]] = []   # (statement, register, site)
+    for i, (_s, ins) in enumerate(b.parsed):
+        if ins is None or i in b.address_defs:
+            continue
+        named = _named_sites(b, ins)
+        if not named:
+            continue
+        fma_named = {k for k in named if k in sites and sites[k].marker is Marker.FMA}
+        if fma_named:
+            key_loads.append(_fma_key_load(b, i, fma_named, sites))
+            continue
+        idx = _marker_instance_site(b, i, sites)
+        found[idx] += 1
+        edits.extend(_atomic_instance(b, i, sites[idx], replaced[idx]))
+        replaced[idx] += 1
+    edits.extend(_splice_fma_markers(b.parsed, b.defs, key_loads, sites, kernel_name,
+                                     module.text, found, replaced))
+    # The address definitions are dead once every marker is replaced.
+    for i in sorted(b.address_defs):
+        s = b.parsed[i][0]
+        edits.append((s.start, s.end, "// splice: marker address removed"))
+    return edits
+
+
+def _find_marker_addresses(b: _Body) -> None:
+    """Fill ``b.marker_reg`` and ``b.address_defs``: the registers that ``mov``/``cvta``
+    copy a marker symbol (or such a register) into, to a fixpoint. A register holding the
+    markers of two sites, or also written by anything else, is an error."""
     changed = True
     while changed:
         changed = False
-        for i, (s, ins) in enumerate(parsed):
-            if i in address_defs:
+        for i, (s, ins) in enumerate(b.parsed):
+            if i in b.address_defs:
                 continue
             if ins is None:
                 if s.kind != "instruction" and any(MARKER_RE.search(t.text)
                                                    for t in s.tokens):
-                    raise _fail(kernel_name, "a marker symbol appears outside an instruction",
-                                s.text(text))
+                    raise b.fail("a marker symbol appears outside an instruction", i)
                 continue
-            src_idx = _address_copy_source(ins, marker_reg)
+            src_idx = _address_copy_source(ins, b.marker_reg)
             if src_idx is None:
                 continue
             [dst] = destinations(ins)
-            if dst in marker_reg and marker_reg[dst] != src_idx:
-                raise _fail(kernel_name, f"register {dst} holds the markers of two sites",
-                            s.text(text))
-            marker_reg[dst] = src_idx
-            address_defs.add(i)
+            if dst in b.marker_reg and b.marker_reg[dst] != src_idx:
+                raise b.fail(f"register {dst} holds the markers of two sites", i)
+            b.marker_reg[dst] = src_idx
+            b.address_defs.add(i)
             changed = True
-
-    for reg, idx in marker_reg.items():
-        others = [j for j in defs[reg] if j not in address_defs]
+    for reg, idx in b.marker_reg.items():
+        others = [j for j in b.defs[reg] if j not in b.address_defs]
         if others:
-            raise _fail(kernel_name, f"register {reg} holds the marker address of site {idx} "
-                                     f"but is also written by other instructions",
-                        body[others[0]].text(text))
+            raise b.fail(f"register {reg} holds the marker address of site {idx} but is "
+                         f"also written by other instructions", others[0])
 
-    edits = []
-    for i, (s, ins) in enumerate(parsed):
-        if ins is None or i in address_defs:
-            continue
-        # the sites whose marker symbol or address register this instruction names
-        named = {marker_reg[r] for op in ins.operands for r in registers_in(op)
-                 if r in marker_reg} | {int(m.group(1)) for op in ins.operands
-                                        for m in MARKER_RE.finditer(op)}
-        if not named:
-            continue
-        fma_sites = {k for k in named if k in sites and sites[k].marker is Marker.FMA}
-        if fma_sites:
-            # a key load; any other use of an fma site's marker global names the site, so
-            # that the pipeline gives it the atomic marker
-            m = _ADDR_RE.match(ins.operands[1]) if len(ins.operands) == 2 else None
-            dest = ins.operands[0]
-            idx = min(fma_sites)
-            if _is_key_load(ins) and len(fma_sites) == 1 and m is not None and \
-                    m.group(2) in (None, "0") and _PLAIN_REG.fullmatch(dest) and \
-                    _width_of(ins) == sites[idx].width:
-                key_loads.append((i, dest, idx))
-                continue
-            msg = (f"the marker global of site(s) {sorted(fma_sites)} is used by an "
-                   f"instruction that is not a load of its key")
-            raise FmaMarkerError(_fail(kernel_name, msg, s.text(text)).message, fma_sites,
-                                 msg)
-        if _is_key_load(ins):
-            idx = _marker_site(ins.operands[1], marker_reg, sites, kernel_name, s, text)
-            raise _fail(kernel_name, f"site {idx}: a load of the marker of a call that "
-                                     f"is not pure (tileiras transformed the call site)",
-                        s.text(text))
-        if not _is_marker_cas(ins) or len(ins.operands) != 4:
-            raise _fail(kernel_name, "a marker address is used by an instruction that is not "
-                                     "a marker (tileiras transformed the call site)",
-                        s.text(text))
-        dest, addr, cmp, swap = ins.operands
-        for op in (dest, cmp, swap):
-            if MARKER_RE.search(op) or any(r in marker_reg for r in registers_in(op)):
-                raise _fail(kernel_name, "a marker address is used as a data operand",
-                            s.text(text))
-        idx = _marker_site(addr, marker_reg, sites, kernel_name, s, text)
-        found[idx] += 1
-        site = sites[idx]
-        if ins.modifiers[-1] != f"b{site.width}":
-            raise _fail(kernel_name, f"site {idx}: marker of type .{ins.modifiers[-1]}, "
-                                     f"expected .b{site.width}", s.text(text))
-        if site.scope == "block":
-            edits.extend(_block_instance(module, fn, parsed, defs, i, site, replaced[idx],
-                                         kernel_name))
-        else:
-            edits.append((s.start, s.end,
-                           call_block(site, ins.guard, dest, (cmp, swap), replaced[idx])))
-        replaced[idx] += 1
 
-    edits.extend(_splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text,
-                                     found, replaced))
-    # The address definitions are dead once every marker is replaced.
-    for i in sorted(address_defs):
-        s = body[i]
-        edits.append((s.start, s.end, "// splice: marker address removed"))
-    return edits
+def _named_sites(b: _Body, ins: Instruction) -> set[int]:
+    """The sites whose marker symbol or address register ``ins`` names."""
+    return {b.marker_reg[r] for op in ins.operands for r in registers_in(op)
+            if r in b.marker_reg} | {int(m.group(1)) for op in ins.operands
+                                     for m in MARKER_RE.finditer(op)}
+
+
+def _fma_key_load(b: _Body, i: int, fma_named: set[int], sites) -> tuple[int, str, int]:
+    """Statement ``i``, which names the marker of fma sites, as a key load (statement,
+    register, site). Any other use of an fma site's marker global is a
+    :class:`FmaMarkerError` naming the sites, so that the pipeline gives them the atomic
+    marker."""
+    ins = b.parsed[i][1]
+    assert ins is not None
+    m = _ADDR_RE.match(ins.operands[1]) if len(ins.operands) == 2 else None
+    dest = ins.operands[0]
+    idx = min(fma_named)
+    if _is_key_load(ins) and len(fma_named) == 1 and m is not None and \
+            m.group(2) in (None, "0") and _PLAIN_REG.fullmatch(dest) and \
+            _width_of(ins) == sites[idx].width:
+        return i, dest, idx
+    msg = (f"the marker global of site(s) {sorted(fma_named)} is used by an instruction "
+           f"that is not a load of its key")
+    raise FmaMarkerError(b.fail(msg, i).message, fma_named, msg)
+
+
+def _marker_instance_site(b: _Body, i: int, sites) -> int:
+    """The site of statement ``i``, which names a marker of an atomic site: it must be
+    that site's marker (a compare-and-swap on the marker's address, of the marker's width,
+    whose data operands are not marker addresses)."""
+    s, ins = b.parsed[i]
+    assert ins is not None
+    text, kernel_name = b.module.text, b.kernel_name
+    if _is_key_load(ins):
+        idx = _marker_site(ins.operands[1], b.marker_reg, sites, kernel_name, s, text)
+        raise b.fail(f"site {idx}: a load of the marker of a call that is not pure "
+                     f"(tileiras transformed the call site)", i)
+    if not _is_marker_cas(ins) or len(ins.operands) != 4:
+        raise b.fail("a marker address is used by an instruction that is not a marker "
+                     "(tileiras transformed the call site)", i)
+    _dest, addr, cmp, swap = ins.operands
+    for op in (_dest, cmp, swap):
+        if MARKER_RE.search(op) or any(r in b.marker_reg for r in registers_in(op)):
+            raise b.fail("a marker address is used as a data operand", i)
+    idx = _marker_site(addr, b.marker_reg, sites, kernel_name, s, text)
+    width = sites[idx].width
+    if ins.modifiers[-1] != f"b{width}":
+        raise b.fail(f"site {idx}: marker of type .{ins.modifiers[-1]}, expected "
+                     f".b{width}", i)
+    return idx
+
+
+def _atomic_instance(b: _Body, i: int, site: SiteCall, instance: int):
+    """The edits replacing the atomic marker at statement ``i`` by ``site``'s call."""
+    s, ins = b.parsed[i]
+    assert ins is not None
+    if site.scope == "block":
+        return _block_instance(b.module, b.fn, b.parsed, b.defs, i, site, instance,
+                               b.kernel_name)
+    dest, _addr, cmp, swap = ins.operands
+    return [(s.start, s.end, call_block(site, ins.guard, dest, (cmp, swap), instance))]
 
 
 def _block_instance(module, fn, parsed, defs, i, site, instance, kernel_name):
@@ -392,10 +444,11 @@ class FmaMarkerError(SpliceRewriteError):
     PTX in the form the rewriter can prove; :func:`splice_calls` returns it as the
     report's :class:`Refusal`, never raises it."""
 
-    def __init__(self, message: str, sites, reason: str):
+    def __init__(self, message: str, sites, reason: str, merged_keys: bool = False):
         super().__init__(message)
         self.sites = frozenset(sites)
         self.reason = reason
+        self.merged_keys = merged_keys   # a register holds the keys of ``sites``
 
 
 def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found,
@@ -405,14 +458,48 @@ def _splice_fma_markers(parsed, defs, key_loads, sites, kernel_name, text, found
     refused."""
     if not key_loads:
         return []
-    proof = _prove_fma_markers(parsed, defs, key_loads, sites, kernel_name, text)
-    if proof.refused is not None:
-        raise proof.refused
-    edits, counts = _fma_marker_edits(proof, parsed, sites, replaced)
+    merged: dict[int, int] = {}   # site -> the site of the same call its key stands for
+    while True:
+        loads = [(i, reg, merged.get(idx, idx)) for i, reg, idx in key_loads]
+        proof = _prove_fma_markers(parsed, defs, loads, sites, kernel_name, text)
+        e = proof.refused
+        if e is None:
+            break
+        group = {s for s in sites if merged.get(s, s) in e.sites}
+        if not e.merged_keys or not _same_calls([sites[s] for s in group]):
+            raise FmaMarkerError(str(e), group, e.reason)
+        merged.update({s: min(group) for s in group})
+    edits, counts = _fma_marker_edits(proof, parsed, _merged_sites(sites, merged), replaced)
     for idx, n in counts.items():
         found[idx] += n
         replaced[idx] += n
     return edits
+
+
+def _same_calls(group: Sequence[SiteCall]) -> bool:
+    """Whether the sites of ``group`` make the same call: the same callee (or inlined
+    body), prototype, signature and marker. LLVM merges the fma markers of two such sites
+    in the arms of a branch into one fma whose key is either site's key: whichever arm ran,
+    that fma is the same call (of either site)."""
+    a = group[0]
+    return all(b.callee == a.callee and b.params == a.params and b.result == a.result and
+               b.signature == a.signature and b.width == a.width and
+               b.fma_rounding == a.fma_rounding and
+               b.marker is a.marker is Marker.FMA and b.scope == a.scope == "element" and
+               (b.inline is a.inline or b.inline is not None and a.inline is not None and
+                b.inline[1] is a.inline[1]) for b in group)
+
+
+def _merged_sites(sites: Mapping[int, SiteCall], merged: Mapping[int, int]):
+    """``sites``, the label of each site that stands for merged ones naming them all (its
+    instances are counted as its own)."""
+    out = dict(sites)
+    for rep in set(merged.values()):
+        others = sorted(s for s, r in merged.items() if r == rep and s != rep)
+        out[rep] = dataclasses.replace(
+            sites[rep], label=f"{sites[rep].label}, or site(s) {others} (LLVM merged their "
+                              f"markers: the same call)")
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -432,10 +519,13 @@ class FmaProof:
       multiplicand is slot 0, the addend slot 1 (either may be the key -- a zero argument --
       or, when LLVM cancelled the key of a result against the key of the next blinding, the
       previous call's result itself);
-    - values *derived* from keys (through unguarded ``mov`` and ``xor``, one key each) may
-      only be copied, xor-ed or used by that site's instances; the xor of a key with a
-      register that only instances of that site write is the *unblinding* of a result,
-      whose value goes anywhere.
+    - values *derived* from keys, through the *xor network* (unguarded ``mov``, ``xor``
+      and the forms of an xor with a constant, :func:`_xor_form`), carry the keys and the
+      call results xor-ed into them (a result counts as holding its site's key, which the
+      Tile IR's unblinding xor removes): a value in which every key is matched by its
+      site's result (an unblinded result, however LLVM reassociated the xors) goes
+      anywhere; one with keys left over only into the network and, with one site left
+      over, that site's instances (:func:`_fma_derived_values`).
 
     Anything else -- a key read by another instruction, an fma that takes a derived value
     but no key multiplicand, two sites' values combined -- is ``refused``: a
@@ -447,25 +537,27 @@ class FmaProof:
     key_site: Mapping[str, int] = dataclasses.field(default_factory=dict)  # register -> site
     key_regs: frozenset[str] = frozenset()      # registers that hold a key on every path
     instances: Mapping[int, tuple[int, str, str]] = dataclasses.field(default_factory=dict)
-    copies: frozenset[int] = frozenset()        # movs/xors of derived values (not loads)
-    unblind: frozenset[int] = frozenset()       # xors unblinding a call's result
+    copies: frozenset[int] = frozenset()        # network statements reading a key register
+    unblind: frozenset[int] = frozenset()       # those of them whose value is free
     refused: FmaMarkerError | None = None
+    # copies that compute a constant from a key (``not.b64 d, K``: -1), with their value
+    constants: Mapping[int, int] = dataclasses.field(default_factory=dict)
 
 
 def _prove_fma_markers(parsed, defs, key_loads, sites, kernel_name, text) -> FmaProof:
     """Which fmas of one function are marker instances, and that nothing else uses a key
     (:class:`FmaProof`)."""
-    def fail(idxs, msg, i=None):
+    def fail(idxs, msg, i=None, merged_keys=False):
         return FmaMarkerError(_fail(kernel_name, msg, None if i is None else
-                                    parsed[i][0].text(text)).message, idxs, msg)
+                                    parsed[i][0].text(text)).message, idxs, msg, merged_keys)
 
     load_stmts = {i for i, _reg, _idx in key_loads}
     try:
         key_site, key_regs = _fma_key_registers(parsed, defs, key_loads, load_stmts, fail)
-        instances, results = _fma_instances(parsed, defs, key_site, key_regs)
-        derived, derived_defs, unblind = _fma_derived_values(parsed, defs, key_site, key_regs,
-                                                             results, load_stmts, fail)
-        _check_fma_derived_uses(parsed, derived, derived_defs, unblind, instances, fail)
+        instances, results = _fma_instances(parsed, defs, key_site, key_regs, sites)
+        excess, network, reads_key, constants = _fma_derived_values(
+            parsed, defs, key_loads, key_regs, instances, results, fail)
+        _check_fma_derived_uses(parsed, excess, network, load_stmts, instances, fail)
         for i in sorted(instances):
             idx = instances[i][0]
             if sites[idx].width != 64:
@@ -474,7 +566,9 @@ def _prove_fma_markers(parsed, defs, key_loads, sites, kernel_name, text) -> Fma
     except FmaMarkerError as e:
         return FmaProof(refused=e)
     return FmaProof(tuple(key_loads), key_site, frozenset(key_regs), instances,
-                    frozenset(derived_defs - load_stmts), frozenset(unblind))
+                    reads_key, frozenset(i for i in reads_key
+                                         if parsed[i][1].operands[0] not in excess),
+                    constants=constants)
 
 
 def _plain_copy(ins) -> bool:
@@ -489,7 +583,7 @@ def _fma_key_registers(parsed, defs, key_loads, load_stmts, fail):
     for i, reg, idx in key_loads:
         if key_site.setdefault(reg, idx) != idx:
             raise fail({idx, key_site[reg]}, f"register {reg} holds the keys of sites "
-                                              f"{key_site[reg]} and {idx}", i)
+                                              f"{key_site[reg]} and {idx}", i, True)
     changed = True
     while changed:
         changed = False
@@ -501,7 +595,8 @@ def _fma_key_registers(parsed, defs, key_loads, load_stmts, fail):
                     changed = True
                 elif key_site[dest] != idx:
                     raise fail({idx, key_site[dest]}, f"register {dest} holds the keys of "
-                                                      f"sites {key_site[dest]} and {idx}", i)
+                                                      f"sites {key_site[dest]} and {idx}", i,
+                               True)
     key_regs = set(key_site)
     changed = True
     while changed:
@@ -515,21 +610,20 @@ def _fma_key_registers(parsed, defs, key_loads, load_stmts, fail):
     return key_site, key_regs
 
 
-def _fma_instances(parsed, defs, key_site, key_regs):
+def _fma_instances(parsed, defs, key_site, key_regs, sites):
     """2. Instances (statement -> (site, slot 0, slot 1)), and the registers only they
-    write (results: register -> site)."""
+    write (results: register -> site). An instance's rounding is its site's
+    (:attr:`SiteCall.fma_rounding`)."""
     instances: dict[int, tuple[int, str, str]] = {}
     for i, (_s, ins) in enumerate(parsed):
-        if ins is None or ins.base != "fma" or ins.modifiers != ("rn", "f64") or \
-                len(ins.operands) != 4:
+        if ins is None or ins.base != "fma" or len(ins.operands) != 4:
             continue
         _dest, x, y, z = ins.operands
         if not all(_PLAIN_REG.fullmatch(o) for o in (x, y, z)):
             continue   # a slot is never a constant (it holds the key): not an instance
-        if y in key_regs:
-            instances[i] = (key_site[y], x, z)
-        elif x in key_regs:
-            instances[i] = (key_site[x], y, z)
+        key = y if y in key_regs else x if x in key_regs else None
+        if key is not None and ins.modifiers == (sites[key_site[key]].fma_rounding, "f64"):
+            instances[i] = (key_site[key], x if key == y else y, z)
     results: dict[str, int] = {}
     for i, (site_idx, _a, _c) in instances.items():
         dest = parsed[i][1].operands[0]
@@ -538,73 +632,183 @@ def _fma_instances(parsed, defs, key_site, key_regs):
     return instances, results
 
 
-def _fma_derived_values(parsed, defs, key_site, key_regs, results, load_stmts, fail):
-    """3. Values derived from keys (register -> site), the statements defining them, and
-    the xors that unblind a result."""
-    derived: dict[str, int] = dict(key_site)
-    derived_defs: set[int] = set(load_stmts)
-    unblind: set[int] = set()
+_SIGN_BIT = 1 << 63
+_ALL_ONES = (1 << 64) - 1
+
+
+def _immediate(op: str) -> int | None:
+    """The 64-bit pattern of an integer literal operand (decimal or hex), else None."""
+    try:
+        return int(op, 0) & _ALL_ONES
+    except ValueError:
+        return None
+
+
+def _xor_form(ins: Instruction) -> tuple[int, bool] | None:
+    """An exact 64-bit operation that LLVM makes of an xor with a constant, when ``ins`` is
+    one of one register: (the constant C, so that the result is the register ^ C; whether
+    that holds for every value, not only for the key 0). ``not.b64`` is ^ -1; ``add`` and
+    ``sub`` of the sign bit are ^ the sign bit (carries out of bit 63 are lost);
+    ``neg.f64`` flips the sign bit of a register that holds the key (0.0 -> -0.0, exact),
+    but of a NaN it "yields an unspecified NaN" (PTX ISA), so only on a key. Else None."""
+    ops = ins.operands
+    if ins.guard is not None or not all(_PLAIN_REG.fullmatch(o) or _immediate(o) is not None
+                                        for o in ops[1:]):
+        return None
+    if ins.opcode == "not.b64" and len(ops) == 2 and _PLAIN_REG.fullmatch(ops[1]):
+        return _ALL_ONES, True
+    if ins.opcode == "neg.f64" and len(ops) == 2 and _PLAIN_REG.fullmatch(ops[1]):
+        return _SIGN_BIT, False
+    if ins.opcode in ("add.s64", "add.u64", "sub.s64", "sub.u64") and len(ops) == 3:
+        x, c = ops[1:]
+        if ins.base == "add" and _immediate(x) is not None:
+            x, c = c, x       # add is commutative; sub of the register from C is not ^ C
+        if _PLAIN_REG.fullmatch(x) and _immediate(c) == _SIGN_BIT:
+            return _SIGN_BIT, True
+    return None
+
+
+# A value's *signature* in the xor network: (the sites whose keys it holds xor-ed together,
+# the sites whose call results it holds xor-ed together), each a set taken modulo 2.
+_Sig = tuple[frozenset[int], frozenset[int]]
+_PLAIN: _Sig = (frozenset(), frozenset())
+_MAX_SIGNATURES = 16   # per register; more is refused (never seen: LLVM's forms have 1-3)
+
+
+def _network_sources(ins: Instruction | None, key_regs) -> list[str] | None:
+    """The register operands of ``ins`` if it is a statement of the xor network -- an
+    unguarded ``mov`` of a register, ``xor`` of registers and immediates, or an exact
+    :func:`_xor_form` -- else None."""
+    if ins is None or ins.guard is not None or len(ins.operands) < 2 or \
+            not _PLAIN_REG.fullmatch(ins.operands[0]):
+        return None
+    srcs = list(ins.operands[1:])
+    form = _xor_form(ins)
+    if form is not None:
+        [reg] = [o for o in srcs if _PLAIN_REG.fullmatch(o)]
+        return [reg] if form[1] or reg in key_regs else None
+    if ins.base == "mov" and len(srcs) == 1 and _PLAIN_REG.fullmatch(srcs[0]):
+        return srcs
+    if ins.base == "xor" and len(srcs) == 2 and \
+            all(_PLAIN_REG.fullmatch(o) or _immediate(o) is not None for o in srcs):
+        return [o for o in srcs if _PLAIN_REG.fullmatch(o)]
+    return None
+
+
+def _fma_derived_values(parsed, defs, key_loads, key_regs, instances, results, fail):
+    """3. The values derived from keys, through the *xor network* (:func:`_network_sources`):
+    the signatures of the values each register may hold (:func:`_network_signatures`).
+
+    A call's result counts as holding its site's key: the Tile IR unblinds a 64-bit result
+    by an xor with the key, which LLVM may reassociate with other keys and results
+    (``r0 ^ K0 ^ r1 ^ K1`` as ``(K1 ^ K0) ^ r0 ^ r1``). A value is *free* -- any
+    instruction may read it -- when it holds no key, or when each key it holds is matched by
+    that site's result (an unblinded result); else it is *blinded* for the sites left over
+    (its *excess*), and only the network and, with an excess of one site, that site's
+    instances may read it (step 4). Every register holds one kind of value on every path
+    (:func:`_blinded_registers`). Keys that cancel each other without a result (so that a
+    value derived from keys is plain) are refused, as LLVM does not make them.
+
+    Returns (register -> excess, for the registers holding blinded values; the network
+    statements (-> their register operands); those that read a key register; their
+    constants: statement -> its value with the key 0)."""
+    network = {i: srcs for i, (_s, ins) in enumerate(parsed)
+               if (srcs := _network_sources(ins, key_regs)) is not None}
+    for i, _reg, _idx in key_loads:
+        network.pop(i, None)
+    poss = _network_signatures(parsed, defs, key_loads, network, instances, results, fail)
+    excess = _blinded_registers(poss, defs, fail)
+    constants = {i: form[0] for i, srcs in network.items()
+                 if (form := _xor_form(parsed[i][1])) is not None and srcs[0] in key_regs}
+    reads_key = frozenset(i for i, srcs in network.items() if any(r in key_regs for r in srcs))
+    return excess, network, reads_key, constants
+
+
+def _network_signatures(parsed, defs, key_loads, network, instances, results, fail):
+    """The signatures of the values each register may hold: a least fixpoint from the key
+    loads (the site's key), the results (the site's result) and every other definition
+    (plain) through the ``network`` statements."""
+    load_site = {i: idx for i, _reg, idx in key_loads}
+    poss: dict[str, set[_Sig]] = defaultdict(set)
+    for i, (_s, ins) in enumerate(parsed):
+        if ins is None or i in network:
+            continue
+        for r in destinations(ins):
+            if i in load_site:
+                poss[r].add((frozenset({load_site[i]}), frozenset()))
+            elif i in instances and results.get(r) == instances[i][0]:
+                poss[r].add((frozenset(), frozenset({instances[i][0]})))
+            else:
+                poss[r].add(_PLAIN)
+
+    def values(reg: str) -> set[_Sig]:
+        return poss[reg] if defs.get(reg) else {_PLAIN}
+
     changed = True
     while changed:
         changed = False
-        for i, (_s, ins) in enumerate(parsed):
-            if ins is None or i in derived_defs or i in unblind or ins.guard is not None or \
-                    ins.base not in ("mov", "xor") or \
-                    len(ins.operands) != {"mov": 2, "xor": 3}[ins.base] or \
-                    not _PLAIN_REG.fullmatch(ins.operands[0]):
-                continue
-            srcs = [o for o in ins.operands[1:] if o in derived]
-            if not srcs:
-                continue
-            if ins.base == "xor" and len(srcs) == 1 and srcs[0] in key_regs:
-                [other] = [o for o in ins.operands[1:] if o != srcs[0]] or [None]
-                if other is not None and results.get(other) == key_site[srcs[0]]:
-                    unblind.add(i)
-                    changed = True
-                    continue
-            dest = ins.operands[0]
-            idx = derived[srcs[0]]
-            if derived.setdefault(dest, idx) != idx:
-                raise fail({idx, derived[dest]}, f"register {dest} holds values of sites "
-                                                 f"{derived[dest]} and {idx}", i)
-            derived_defs.add(i)
-            changed = True
-    # (checked once the fixpoint is reached: an operand may become derived later in the text)
-    for i in derived_defs - load_stmts:
-        ins = parsed[i][1]
-        srcs = [o for o in ins.operands[1:] if o in derived]
-        if len(srcs) != 1:
-            raise fail({derived[o] for o in srcs}, "two values derived from call-site keys "
-                                                   "combined by xor", i)
-    for i in unblind:
-        ins = parsed[i][1]
-        if any(o in derived and o not in key_regs for o in ins.operands[1:]) or \
-                ins.operands[0] in derived:
-            raise fail({derived.get(o) for o in ins.operands if o in derived} - {None},
-                       "an unblinded call result is also derived from a key", i)
-    for reg, idx in derived.items():
-        others = [j for j in defs[reg] if j not in derived_defs]
-        if others:
-            raise fail({idx}, f"register {reg} holds a value of the marker of site {idx} but "
-                              f"is also written by other instructions", others[0])
-    return derived, derived_defs, unblind
+        for i, srcs in network.items():
+            # (signature, whether a key went into it) of each value the statement may make
+            outs: set[tuple[_Sig, bool]] = {(_PLAIN, False)}
+            for reg in srcs:
+                outs = {((e ^ e2, t ^ t2), k or bool(e2)) for (e, t), k in outs
+                        for e2, t2 in values(reg)}
+            if any(sig == _PLAIN and k for sig, k in outs):
+                raise fail({s for reg in srcs for e, _t in values(reg) for s in e},
+                           "two values derived from call-site keys combined by xor", i)
+            dest = parsed[i][1].operands[0]
+            new = {sig for sig, _k in outs} - poss[dest]
+            if new:
+                poss[dest] |= new
+                changed = True
+                if len(poss[dest]) > _MAX_SIGNATURES:
+                    raise fail({s for e, t in poss[dest] for s in e | t},
+                               f"register {dest} holds too many different values derived "
+                               f"from call-site keys", i)
+    return poss
 
 
-def _check_fma_derived_uses(parsed, derived, derived_defs, unblind, instances, fail):
-    """4. Nothing else reads a derived value."""
+def _blinded_registers(poss, defs, fail) -> dict[str, frozenset[int]]:
+    """The excess of each register that holds blinded values. Each holds one kind of value
+    on every path: free, or blinded for the same sites -- or, on some paths, a result of
+    that one site blinded for it as LLVM passes ``acc = f(acc, x)`` on (the key
+    cancelled); never a plain value on some paths and a blinded one on others."""
+    excess: dict[str, frozenset[int]] = {}
+    for reg, sigs in poss.items():
+        blinded = {e ^ t for e, t in sigs if e and e ^ t}
+        if not blinded:
+            continue
+        results_of = {t for e, t in sigs if not e and t}
+        plain = any(not e and not t or e and not e ^ t for e, t in sigs)
+        sites = set().union(*blinded, *results_of)
+        if plain or len(blinded | results_of) > 1:
+            where = defs[reg][0]
+            if plain:
+                raise fail(sites, f"register {reg} holds a value of the marker of site(s) "
+                                  f"{sorted(sites)} but is also written by other "
+                                  f"instructions", where)
+            raise fail(sites, f"register {reg} holds values of sites {sorted(sites)}", where)
+        [excess[reg]] = blinded
+    return excess
+
+
+def _check_fma_derived_uses(parsed, excess, network, load_stmts, instances, fail):
+    """4. Nothing but the xor network and the instances of its site reads a blinded value
+    (a register with an excess, :func:`_fma_derived_values`)."""
     for i, (_s, ins) in enumerate(parsed):
-        if ins is None or i in derived_defs or i in unblind:
+        if ins is None or i in network or i in load_stmts:
             continue
         sources = ins.operands[1:] if destinations(ins) else ins.operands
-        used = {derived[r] for op in sources for r in registers_in(op) if r in derived}
+        used = [excess[r] for op in sources for r in registers_in(op) if r in excess]
         if not used:
             continue
+        sites = set().union(*used)
         if i not in instances:
-            raise fail(used, f"a value of the marker of site(s) {sorted(used)} is used by an "
-                             f"instruction that is not a marker", i)
-        if used != {instances[i][0]}:
-            raise fail(used | {instances[i][0]}, f"a marker fma mixes the values of sites "
-                                                 f"{sorted(used | {instances[i][0]})}", i)
+            raise fail(sites, f"a value of the marker of site(s) {sorted(sites)} is used by "
+                              f"an instruction that is not a marker", i)
+        if any(e != {instances[i][0]} for e in used):
+            raise fail(sites | {instances[i][0]}, f"a marker fma mixes the values of sites "
+                                                  f"{sorted(sites | {instances[i][0]})}", i)
 
 
 def _fma_marker_edits(proof: FmaProof, parsed, sites, first_instance: Mapping[int, int]):
@@ -640,7 +844,11 @@ def _fma_marker_edits(proof: FmaProof, parsed, sites, first_instance: Mapping[in
             continue
         dest = ins.operands[0]
         idx = key_site[keys[0]]
-        if ins.base == "mov":
+        if i in proof.constants:
+            c = proof.constants[i]
+            new = (f"mov.b64 \t{dest}, {c - (1 << 64) if c >> 63 else c}; // splice: "
+                   f"{ins.opcode} of the key of site {idx} (0)")
+        elif ins.base == "mov":
             new = f"mov.b64 \t{dest}, 0; // splice: copy of the key of site {idx} (0)"
         else:
             [other] = [o for o in ins.operands[1:] if o not in key_regs] or ["0"]

@@ -42,7 +42,8 @@ def _key_registers(mod: Module):
 
 def _marker_spans(mod: Module):
     """Spans of markers (M: atomics, and fmas with a key multiplicand), marker address
-    copies (A), key loads (K), movs and xors that read a key (X) and marker globals (G)."""
+    copies (A), key loads (K), movs, xors and forms of an xor (not, neg, add, sub) that read a
+    key (X) and marker globals (G)."""
     spans = []
     keys = _key_registers(mod)
     for s in mod.statements:
@@ -52,7 +53,8 @@ def _marker_spans(mod: Module):
                 if ins.base == "atom" and "cas" in ins.modifiers or \
                         ins.base == "fma" and keys & set(ins.operands[1:3]):
                     spans.append((s.start, s.end, "M"))
-                elif ins.base in ("mov", "xor") and keys & set(ins.operands[1:]):
+                elif ins.base in ("mov", "xor", "not", "neg", "add", "sub") and \
+                        keys & set(ins.operands[1:]):
                     spans.append((s.start, s.end, "X"))
             continue
         if s.kind == "directive":
@@ -84,8 +86,8 @@ def _normalised_output(report):
     text = text.replace("// splice: marker address removed", "<A>")
     text = re.sub(r"// splice: load of the key of site \d+ removed \(the key is 0\)", "<K>",
                   text)
-    text = re.sub(r"mov\.b64 \t\S+, \S+; // splice: (?:copy of|xor with) the key of site \d+ "
-                  r"\(0\)", "<X>", text)
+    text = re.sub(r"mov\.b64 \t\S+, \S+; // splice: (?:copy of|xor with|[\w.]+ of) the key of "
+                  r"site \d+ \(0\)", "<X>", text)
     return re.sub(r"// splice: marker global of site \d+ removed", "<G>", text)
 
 

@@ -11,7 +11,8 @@ from support.fma import (
     all_const_kernel, asm_const_kernel, asm_impure_kernel, asm_pack_kernel, hash4f_kernel,
     neg_args_kernel, no_args_kernel, np_bits64, pack120_kernel, pack16_const_kernel,
     pack16_kernel, pack_small_kernel, reduce_kernel, ref_control, ref_hash_4f, ref_hash_dd,
-    ref_hash_ff, ref_neg_args, shapes_2d_kernel, small_results_kernel, tile_sizes_kernel,
+    ref_hash_ff, ref_neg_args, scalar_args_kernel, shapes_2d_kernel, small_results_kernel,
+    tile_sizes_kernel,
 )
 
 INT64_MAX = 0x7FFFFFFFFFFFFFFF
@@ -305,3 +306,14 @@ def test_gpu_int64_result_with_sign_bit_cleared(dev, case):
                            f"{[hex(v) for v in got[bad[:3]]]}, want "
                            f"{[hex(v) for v in want[bad[:3]]]}")
 
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("a, b", [(1.5, -2.25), (-0.0, NAN), (INF, 0.5)])
+def test_gpu_scalar_arguments_and_negative_zero(dev, a, b):
+    # hash_dd(b, -0.0): -0.0 reaches the marker as neg.f64 of the key (one lowering). The
+    # values are float32 values, so the reference holds whichever float type a and b get.
+    y = dev.empty(N, np.uint64)
+    dev.launch((N // TILE,), scalar_args_kernel, (y, a, b, TILE))
+    ref = ref_hash_dd([a], [b]) + ref_hash_dd([b], [-0.0]) + ref_hash_dd([NAN], [a])
+    np.testing.assert_array_equal(dev.host(y), np.broadcast_to(ref, (N,)))

@@ -500,10 +500,72 @@ def np_loop(f, acc, n):
     return acc
 
 
+hash_ll32 = cuda_extern("uint32(int64, int64)",
+                      "return (unsigned)((unsigned long long)a * 3ull + "
+                      "(unsigned long long)b * 5ull + 1ull);", "fm_hash_ll32")
+
+
+hash_dd32 = cuda_extern("uint32(float64, float64)",
+                      "return (unsigned)(bd(a) * 3ull + bd(b) * 5ull + 1ull);", "fm_hash_dd32")
+
+
+@splice.kernel
+def if_same_call_narrow(x, z, y, flag: int, TILE: ConstInt):
+    # one extern with a 32-bit result in both arms: LLVM merges the two sites' fma markers
+    # into one whose key is either site's (the same call, so both are proven)
+    t = ct.astype(ct.load(x, index=(ct.bid(0),), shape=(TILE,)), ct.float32)
+    if (ct.bid(0) + flag) % 2 == 0:
+        r = hash_ff(t, 1.0)
+    else:
+        r = hash_ff(t, 2.0)
+    ct.store(y, index=(ct.bid(0),), tile=ct.astype(r, ct.uint64))
+
+
+@splice.kernel
+def if_same_call_neg_zero(x, z, y, flag: int, TILE: ConstInt):
+    # the same with -0.0, which LLVM blinds as neg.f64 of the key, in both arms
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    u = ct.load(z, index=(ct.bid(0),), shape=(TILE,))
+    if (ct.bid(0) + flag) % 2 == 0:
+        r = hash_dd32(t, -0.0)
+    else:
+        r = hash_dd32(u, -0.0)
+    ct.store(y, index=(ct.bid(0),), tile=ct.astype(r, ct.uint64))
+
+
+@splice.kernel
+def if_same_call_int_constants(x, z, y, flag: int, TILE: ConstInt):
+    # -1 and INT64_MIN in the arms, which LLVM blinds as not.b64 / the sign bit
+    t = ct.bitcast(ct.load(x, index=(ct.bid(0),), shape=(TILE,)), ct.int64)
+    if flag > 0:
+        r = hash_ll32(t, -1)
+    else:
+        r = hash_ll32(-9223372036854775808, t)
+    ct.store(y, index=(ct.bid(0),), tile=ct.astype(r, ct.uint64))
+
+
+def ref_hash_ll32(a, b):
+    a = np.asarray(a, np.int64).view(np.uint64)
+    b = np.asarray(b, np.int64).view(np.uint64)
+    return (a * np.uint64(3) + b * np.uint64(5) + np.uint64(1)) & np.uint64(0xFFFFFFFF)
+
+
 def ref_control(name, x, zz, n, tile):
     """NumPy reference of the control-flow kernels above (x, zz float64; n the scalar)."""
     xb = x.view(np.uint64)
     with np.errstate(over="ignore"):
+        even = (np.arange(len(x)) // tile + n) % 2 == 0   # the arm each block takes
+        if name == "if_same_call_narrow":
+            t = x.astype(np.float32)
+            return ref_hash_ff(t, np.where(even, np.float32(1.0), np.float32(2.0))
+                               ).astype(np.uint64)
+        if name == "if_same_call_neg_zero":
+            return ref_hash_dd(np.where(even, x, zz), np.full_like(x, -0.0)) & \
+                np.uint64(0xFFFFFFFF)
+        if name == "if_same_call_int_constants":
+            xl = x.view(np.int64)
+            return ref_hash_ll32(xl, np.full_like(xl, -1)) if n > 0 else \
+                ref_hash_ll32(np.full_like(xl, -2 ** 63), xl)
         if name == "if_same_extern":
             return ref_hash_dd(x, zz) if n > 0 else ref_hash_dd(zz, x)
         if name == "if_same_extern_const":
@@ -599,7 +661,8 @@ CONTROL = {k._annotated_function.pyfunc.__name__: k for k in [
     chain_kernel, helper_kernel, loop_carried_from_zero, loop_carried_from_zero_f64,
     loop_carried_f32, loop_scalar_index, loop_scalar_chain, loop_constant_trip, loop_nested,
     loop_two_sites, loop_invariant_call, loop_if_inside, early_return, loop_break,
-    loop_continue, loop_while]}
+    loop_continue, loop_while, if_same_call_narrow, if_same_call_neg_zero,
+    if_same_call_int_constants]}
 CONTROL_SIG = K.signature(K.array(f64), K.array(f64), K.array(ct.uint64), K.scalar(ct.int32),
                           128)
 

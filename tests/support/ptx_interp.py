@@ -8,7 +8,8 @@ runs with every register that is never written holding garbage (the same garbage
 runs); its calls must see the same sites and slots, path by path.
 
 It knows the few instructions the hand-written and generated kernels use: ``ld.param``,
-key loads, ``setp.{eq,ne,lt}``, ``add``, ``mov``, ``xor``, ``fma``, ``st.param``, ``call``,
+key loads, ``setp.{eq,ne,lt}``, ``add``, ``sub``, ``mov``, ``xor``, ``not``, ``neg.f64``,
+``fma``, ``st.param``, ``call``,
 ``bra``, ``ret`` and stores (ignored).
 """
 
@@ -51,10 +52,13 @@ def statements(text: str):
 
 
 def run_ptx(text: str, params: dict, keys: tuple[int, ...], *, seed: int = 1,
-            max_steps: int = 10_000, fma_result: int = 0, must_end: bool = True):
+            max_steps: int = 10_000, fma_result: int = 0, must_end: bool = True,
+            callees: tuple[int, ...] | None = None):
     """Interpret a hand-written kernel (or its rewrite) with ``keys[i]`` in site i's marker
     global: the (site, slot 0, slot 1) of its marker fmas / calls in execution order (None
-    for an fma with no key multiplicand). A marker fma writes ``fma_result``, a call 0.
+    for an fma with no key multiplicand). A call of ``callee<k>`` writes ``fma_result + k``,
+    a marker fma of site i that for its callee (``callees[i]``, default i) ^ its key (so
+    that the unblinding xor gives the call's result).
     A program still running after ``max_steps`` fails the test if ``must_end``, else
     gives None."""
     stmts = statements(text)
@@ -92,7 +96,8 @@ def run_ptx(text: str, params: dict, keys: tuple[int, ...], *, seed: int = 1,
             pc = labels[ops[0]]
         elif base == "ld" and "param" in opcode:
             name = ops[1].strip("[]")
-            regs[ops[0]] = 0 if name.startswith("__splice_r") else params[name]
+            regs[ops[0]] = (fma_result + calls[-1][0] if name.startswith("__splice_r")
+                            else params[name])
         elif base == "ld":
             m = MARKER_RE.search(ops[1])
             assert m, ops
@@ -106,6 +111,12 @@ def run_ptx(text: str, params: dict, keys: tuple[int, ...], *, seed: int = 1,
             regs[ops[0]] = val(ops[1])
         elif base == "xor":
             regs[ops[0]] = val(ops[1]) ^ val(ops[2])
+        elif base == "sub":
+            regs[ops[0]] = (val(ops[1]) - val(ops[2])) & MASK
+        elif base == "not":
+            regs[ops[0]] = ~val(ops[1]) & MASK
+        elif opcode == "neg.f64":   # LLVM's fneg: the sign bit flipped
+            regs[ops[0]] = val(ops[1]) ^ (1 << 63)
         elif base == "fma":
             x, y, z = (val(o) for o in ops[1:])
             rec = None
@@ -114,7 +125,9 @@ def run_ptx(text: str, params: dict, keys: tuple[int, ...], *, seed: int = 1,
                     rec = (i, (x if y == k else y) ^ k, z ^ k)
                     break
             calls.append(rec)
-            regs[ops[0]] = fma_result
+            # the call's result blinded by its key, as the Tile IR unblinds it (xor K)
+            regs[ops[0]] = (fma_result + (callees or range(len(keys)))[rec[0]]) ^ \
+                keys[rec[0]] if rec else fma_result
         elif base == "st" and "param" in opcode:
             out_params[ops[0].strip("[]")] = val(ops[1])
         elif base == "call":
@@ -151,11 +164,12 @@ def check_rewrite_semantics(src: str, sites=None):
                    (0xDEAD,))
 
 
-def check_two_sites(src: str):
-    """:func:`check_rewrite_semantics` for two fma sites with a key each: every call must
-    name the site and take the slots its marker fma had. A marker fma writes a nonzero
-    result here, and paths that depend on the keys, the garbage or do not end are skipped."""
-    return _oracle(src, fma_sites(2), ((0x5DEECE66D0A1B2C3, 0x31415926535897F1),
+def check_two_sites(src: str, sites=None):
+    """:func:`check_rewrite_semantics` for two fma sites with a key each (``sites``, default
+    two calling different callees): every call must call the site's callee and take the
+    slots its marker fma had. A marker fma writes a nonzero result here, and paths that
+    depend on the keys, the garbage or do not end are skipped."""
+    return _oracle(src, sites or fma_sites(2), ((0x5DEECE66D0A1B2C3, 0x31415926535897F1),
                                        (0x0123456789ABCDEF, 0x7777AAAA5555CCC3)),
                    (0xDEAD, 0xBEEF), max_steps=20_000, fma_result=0x4242, must_end=False,
                    same_garbage=True)
@@ -168,6 +182,7 @@ def _oracle(src, sites, keys, rewritten_keys, *, same_garbage=False, **run):
     report = splice_calls(Module(src), sites, kernel_name="k")
     if report.refused is not None:
         return None
+    run = dict(run, callees=tuple(int(sites[i].callee[len("callee"):]) for i in sorted(sites)))
     out = report.ptx
     ka, kb = keys
     for p0 in (0, 1, 0x1234_5678_9ABC_DEF0):
@@ -177,6 +192,9 @@ def _oracle(src, sites, keys, rewritten_keys, *, same_garbage=False, **run):
             if want is None or None in want or want != run_ptx(src, params, kb, **run) or \
                     same_garbage and want != run_ptx(src, params, ka, seed=2, **run):
                 continue   # slots depend on the key or the garbage: not a marker program here
+            # the rewrite's calls name their callee (callee<k>): sites with one callee make
+            # the same call
+            want = [(int(sites[c[0]].callee[len("callee"):]),) + c[1:] for c in want]
             for seed in (1, 2):
                 got = run_ptx(out, params, rewritten_keys, seed=seed, **run)
                 assert got == want, (f"params {params}: calls take {got}, the marker fmas had "
