@@ -349,7 +349,7 @@ def _site_call(site, fmod: Module, linked: link.Linked) -> tuple[rewrite.SiteCal
     call = rewrite.SiteCall(site.index, ext.symbol, fn.params,
                             fn.results[0] if fn.results else None, ext.signature,
                             f"{ext.name} at {site.where}", body, site.marker,
-                            site.marker_bits, ext.scope)
+                            site.marker_bits, ext.scope, site.fma_rounding)
     return call, why
 
 

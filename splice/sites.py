@@ -22,6 +22,13 @@ from typing import Any
 
 MARKER_PREFIX = "__splice_marker_"
 
+#: The rounding of a pure site's fma marker, by site index (``index % 4``): neighbouring
+#: sites get different ones, which are different intrinsics to LLVM, so that it does not
+#: merge the markers of two sites (e.g. from the two arms of an if/else) into one fma and
+#: the kernel need not be lowered again with atomic markers. The rounding of a marker is
+#: never used: the call replaces it.
+FMA_ROUNDINGS = ("rn", "rz", "rm", "rp")
+
 
 class Marker(str, enum.Enum):
     """How a call site reaches PTX (``docs/design.md#markers``).
@@ -68,6 +75,11 @@ class CallSite:
     @property
     def marker_symbol(self) -> str:
         return f"{MARKER_PREFIX}{self.index}"
+
+    @property
+    def fma_rounding(self) -> str:
+        """The PTX rounding of this site's fma marker (:data:`FMA_ROUNDINGS`)."""
+        return FMA_ROUNDINGS[self.index % len(FMA_ROUNDINGS)]
 
     def __str__(self) -> str:  # shown in cuTile IR dumps
         return f"{self.extern.symbol}@{self.where}"

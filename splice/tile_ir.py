@@ -168,7 +168,8 @@ class SplicePureCall(Operation, opcode="splice_pure_call"):
     LLVM cannot fold any of it (K is the content of a visible global, unknown at compile
     time; xor with an unknown is a bijection, so no constant argument -- a NaN, 1.0, -0.0 --
     reaches the fma and lets it be simplified), so each element reaches PTX as one
-    ``fma.rn.f64`` with K as a multiplicand. A 64-bit result is xor-ed with K again, so
+    ``fma.<rounding>.f64`` with K as a multiplicand (the rounding differs between
+    neighbouring sites so that LLVM does not merge them: :data:`splice.sites.FMA_ROUNDINGS`). A 64-bit result is xor-ed with K again, so
     that it is an integer to LLVM from the start (an ``and`` clearing bit 63 of a bitcast
     f64 becomes ``abs.f64``, which may change NaN bits). The rewriter makes K 0 (the value the
     load reads) and replaces each such fma by the call of slots (a', c') -- which equal
@@ -193,8 +194,10 @@ class SplicePureCall(Operation, opcode="splice_pure_call"):
                                     bc.encode_XOrIOp(ctx.builder, itile, slot, key))
                 for slot in _pack_operands(ctx, site, self.args))
         fkey = bc.encode_BitcastOp(ctx.builder, ftile, key)
-        raw = bc.encode_FmaOp(ctx.builder, ftile, a, fkey, c, bc.RoundingMode.NEAREST_EVEN,
-                              False)
+        rounding = {"rn": bc.RoundingMode.NEAREST_EVEN, "rz": bc.RoundingMode.ZERO,
+                    "rm": bc.RoundingMode.NEGATIVE_INF,
+                    "rp": bc.RoundingMode.POSITIVE_INF}[site.fma_rounding]
+        raw = bc.encode_FmaOp(ctx.builder, ftile, a, fkey, c, rounding, False)
         raw = bc.encode_BitcastOp(ctx.builder, itile, raw)
         if site.extern.signature.result.bits == width:
             # a 64-bit result is unblinded by xor with K too: an integer from the start, so

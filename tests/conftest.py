@@ -58,3 +58,12 @@ def fresh_cache(tmp_path, monkeypatch):
     d = tmp_path / "cache"
     monkeypatch.setenv("SPLICE_CACHE_DIR", str(d))
     return d
+
+
+@pytest.fixture
+def one_fma_rounding(monkeypatch):
+    """Every pure site's fma marker rounds to nearest (as before sites got different
+    roundings): LLVM then merges the markers of the arms of an if/else, so that the tests of
+    the atomic-marker fallback and of the merged-arm proof still meet those forms."""
+    from splice import sites
+    monkeypatch.setattr(sites, "FMA_ROUNDINGS", ("rn",))

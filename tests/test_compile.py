@@ -131,7 +131,19 @@ def test_matmul_epilogue_keeps_the_accumulator_layout():
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_merged_fma_markers_fall_back_to_atomic_markers(arch):
+def test_neighbouring_sites_round_differently_so_llvm_keeps_them_apart(arch):
+    # with one rounding LLVM merges the markers of the two arms (next test); with a
+    # rounding per site they are different intrinsics: all four sites keep fma markers and
+    # the kernel is lowered once
+    sig = K.signature(K.array(f32), K.array(f32), 3, 256)
+    b = _build(K.control_kernel, sig, arch)
+    assert b.lowerings == 1 and [s.marker for s in b.sites] == ["fma"] * 4
+    assert all(f"fma.{r}.f64" in b.ptx for r in ("rn", "rz", "rm", "rp"))
+    assert all(s.instances >= 1 for s in b.sites)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_merged_fma_markers_fall_back_to_atomic_markers(arch, one_fma_rounding):
     # LLVM sinks the markers of the two arms of control_kernel's if/else into one fma whose
     # key is a phi of both sites' keys: those two sites are compiled again with atomic
     # markers; the others keep fma markers.

@@ -197,7 +197,7 @@ FALLBACK_SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 3, 256)
 
 
 @pytest.mark.parametrize("name", ["if_same_call_narrow", "if_same_call_neg_zero"])
-def test_markers_of_the_same_call_merged_by_llvm_are_proven(name):
+def test_markers_of_the_same_call_merged_by_llvm_are_proven(name, one_fma_rounding):
     # LLVM merges the fma markers of the two arms (one extern, 32-bit result) into one fma
     # whose key is either site's: the same call whichever arm ran, so no second lowering
     b = compile_case(name, "sm_90")
@@ -207,7 +207,7 @@ def test_markers_of_the_same_call_merged_by_llvm_are_proven(name):
     assert sorted(s.instances for s in b.sites) == [0, 1]
 
 
-def test_merged_markers_of_different_calls_still_lower_twice():
+def test_merged_markers_of_different_calls_still_lower_twice(one_fma_rounding):
     # K.control_kernel (and bench_first_launch.py case c): LLVM merges step() and saxpy() of
     # the two arms into one fma whose key is either site's key; they are different calls,
     # so the proof refuses and the two sites get atomic markers (a second lowering)
@@ -224,7 +224,7 @@ def _site_info(b):
              s.marker, s.why_atomic) for s in b.sites]
 
 
-def test_cache_hit_after_a_fallback_keeps_the_site_info(tmp_path, monkeypatch):
+def test_cache_hit_after_a_fallback_keeps_the_site_info(tmp_path, monkeypatch, one_fma_rounding):
     monkeypatch.setenv("SPLICE_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("SPLICE_VERIFY", "1")
     monkeypatch.delenv("SPLICE_DUMP_DIR", raising=False)
@@ -245,7 +245,7 @@ def _without_timings(summary: str) -> str:
                      if not ln.lstrip().startswith(("compiled in", "from the cache in")))
 
 
-def test_fallback_with_calls_and_dump_dir(tmp_path, monkeypatch):
+def test_fallback_with_calls_and_dump_dir(tmp_path, monkeypatch, one_fma_rounding):
     monkeypatch.setenv("SPLICE_DUMP_DIR", str(tmp_path))
     b = splice.build(fallback_called_kernel, FALLBACK_SIG, "sm_100")
     check_fma_slots(b, "fallback_called")
@@ -255,7 +255,7 @@ def test_fallback_with_calls_and_dump_dir(tmp_path, monkeypatch):
     assert ptx == b.ptx and "atom" in ptx   # the dump holds the PTX that was spliced
 
 
-def test_several_signatures_in_either_order():
+def test_several_signatures_in_either_order(one_fma_rounding):
     got = {}
     for order in ([256, 64, 512], [512, 64, 256]):
         for tile in order:

@@ -68,7 +68,7 @@ def test_a_failed_build_leaves_the_stages_before_the_failure(tmp_path, monkeypat
     assert ".cubin" not in got
 
 
-def test_site_keys_are_stable_and_distinct():
+def test_site_keys_are_stable_and_distinct(one_fma_rounding):
     a = trace.trace_kernel(K.control_kernel, CONTROL_SIG, "sm_90")
     keys = [s.key for s in a.sites]
     assert len(set(keys)) == len(keys) == 4
@@ -93,7 +93,7 @@ def test_two_calls_on_one_line_get_their_own_keys():
     assert k1 != k2
 
 
-def test_fallback_gives_exactly_the_refused_sites_the_atomic_marker(monkeypatch):
+def test_fallback_gives_exactly_the_refused_sites_the_atomic_marker(one_fma_rounding):
     b = splice.compile(K.control_kernel, CONTROL_SIG, "sm_90")
     assert [s.marker for s in b.sites] == ["fma", "atomic", "atomic", "fma"]
     assert b.lowerings == 2 and b.timings["lower"] > 0

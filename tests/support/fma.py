@@ -916,15 +916,19 @@ def pure_key_registers(parsed, defs) -> set[str]:
     return keys
 
 
+MARKER_FMAS = {f"fma.{r}.f64" for r in ("rn", "rz", "rm", "rp")}
+
+
 def expected_fma_slots(raw_ptx: str) -> list[tuple[str, str] | None]:
-    """For each marker fma of the raw PTX (an fma.rn.f64 with a pure key as a multiplicand),
+    """For each marker fma of the raw PTX (an fma.{rn,rz,rm,rp}.f64 with a pure key as a
+    multiplicand),
     in text order: (slot 0, slot 1) -- slot 0 the multiplicand that is not a pure key, or
     None where both are (slot 0 is then 0, any choice is right)."""
     parsed, defs = parsed_body(raw_ptx)
     keys = pure_key_registers(parsed, defs)
     out = []
     for ins in parsed:
-        if ins is None or ins.opcode != "fma.rn.f64" or len(ins.operands) != 4:
+        if ins is None or ins.opcode not in MARKER_FMAS or len(ins.operands) != 4:
             continue
         _, x, y, z = ins.operands
         if x in keys and y in keys:
