@@ -335,11 +335,8 @@ def _declare_cuda(stub, where: str, base: Path | None, *, source, path, name, si
                 f"function; give the symbol with name='...'")
         ext_name = name
     what = f"extern '{ext_name}' at {where}"
-    if (source is None) == (path is None):
-        raise SpliceDeclarationError(f"{what}: give exactly one of source= or path=")
-    _check_text(source, what, "source", "cuda")
-    opts, incs, defs = _check_options(options, include_dirs, defines, what)
-    file = _resolve_path(path, base, what, "cuda") if path is not None else None
+    file, opts, incs, defs = _cuda_inputs(source, path, options, include_dirs, defines, what,
+                                          base)
 
     if name is not None and is_cxx_name(name):
         return _declare_cxx(stub, name, signature, pure, inline, where, CudaSource(
@@ -354,6 +351,20 @@ def _declare_cuda(stub, where: str, base: Path | None, *, source, path, name, si
     return _declare(stub, symbol=name or ext_name, signature=signature, pure=pure,
                     fragment_factory=make, where=where, name=ext_name, inline=inline,
                     scope=scope)
+
+
+def _cuda_inputs(source, path, options, include_dirs, defines, what: str, base):
+    """A CUDA C declaration's inputs, checked: (the file or None, options, include
+    directories, defines); exactly one of ``source`` and ``path``.
+
+    Raises:
+        SpliceDeclarationError: named by ``what``."""
+    if (source is None) == (path is None):
+        raise SpliceDeclarationError(f"{what}: give exactly one of source= or path=")
+    _check_text(source, what, "source", "cuda")
+    opts, incs, defs = _check_options(options, include_dirs, defines, what)
+    file = _resolve_path(path, base, what, "cuda") if path is not None else None
+    return file, opts, incs, defs
 
 
 def _decorator_only(name, signature, where: str) -> str:
@@ -518,12 +529,8 @@ class Library:
                  _where=None):
         where, base = _where or _caller_where(3)
         self.where = where
-        what = f"library at {where}"
-        if (source is None) == (path is None):
-            raise SpliceDeclarationError(f"{what}: give exactly one of source= or path=")
-        _check_text(source, what, "source", "cuda")
-        opts, incs, defs = _check_options(options, include_dirs, defines, what)
-        file = _resolve_path(path, base, what, "cuda") if path is not None else None
+        file, opts, incs, defs = _cuda_inputs(source, path, options, include_dirs, defines,
+                                              f"library at {where}", base)
         self.fragment = CudaSource(text=source, path=file, options=opts, include_dirs=incs,
                                    defines=defs, where=where)
         self._declared: dict[tuple[str, str], Declared] = {}
