@@ -29,7 +29,9 @@ the function's PTX (else it stays refused by :mod:`splice.collectives`):
   activemask result, and the results of syncs already proven on the same group (all of a
   ``match.all``, ``vote.sync``, ``redux.sync``, and ``elect.sync``'s lane), the same
   instruction having written it on every path (a join of two writes is not uniform);
-- the function branches through no register (``brx.idx``).
+- the function branches through no register (``brx.idx``), and every branch's label is
+  resolved in the ``{ }`` block scopes it sits in (two sibling blocks may declare one
+  name: each branch goes to its own block's).
 
 Syncs are proven in rounds until none is added (a sync's result may make a later branch
 uniform). An ``activemask.b32`` is accepted with the S it feeds: alone, its value would be
@@ -105,7 +107,7 @@ def proven(mod: Module, fn: Function) -> frozenset[int]:
         return frozenset()
     cfg = _Cfg(body, mod.text)
     nested = _nested_registers(body)
-    if nested is None:
+    if nested is None or cfg.unresolved:
         return frozenset()
     syncs: dict[int, frozenset[int]] = {}   # proven sync node -> its activemasks
     for _ in range(len(cfg.stmts) + 1):      # each round adds one at least, or ends
@@ -149,19 +151,27 @@ class _Cfg:
     """The function body as a graph of its instructions and labels (one node each)."""
 
     def __init__(self, body: Sequence[Statement], text: str):
-        self.stmts = [s for s in body if s.kind in ("instruction", "label")]
+        scoped = _scoped(body)
+        self.stmts = [s for s, _ in scoped]
         self.ins: list[Instruction | None] = [
             parse_instruction(s, text) if s.kind == "instruction" else None
             for s in self.stmts]
-        labels = {s.tokens[0].text: n for n, s in enumerate(self.stmts) if s.kind == "label"}
+        # a label is visible in the block that declares it and the blocks inside that one
+        # (ptxas accepts one name declared in two sibling blocks, each branch going to its own)
+        labels = {(chain[-1], s.tokens[0].text): n for n, (s, chain) in enumerate(scoped)
+                  if s.kind == "label"}
+        #: a branch whose target this graph cannot resolve: no proof holds
+        self.unresolved = False
         self.succ: list[tuple[int, ...]] = []
         self.jump: list[int | None] = []    # a conditional branch's target
         for n, ins in enumerate(self.ins):
             nxt = (n + 1,) if n + 1 < len(self.stmts) else ()
             target = None
-            if ins is not None and ins.base == "bra" and ins.operands[-1:] and \
-                    ins.operands[-1] in labels:
-                target = labels[ins.operands[-1]]
+            if ins is not None and ins.base == "bra":
+                name = ins.operands[-1] if ins.operands else ""
+                target = next((labels[(b, name)] for b in reversed(scoped[n][1])
+                               if (b, name) in labels), None)
+                self.unresolved |= target is None
             ends = ins is not None and (ins.base in _EXITS or ins.base in _DEAD_ENDS or
                                         ins.base == "bra")
             through = () if ends and (ins is None or ins.guard is None) else nxt
@@ -234,6 +244,21 @@ def _control_ok(cfg: _Cfg, at, origins: frozenset[int], s: int) -> bool:
         if any(n in to_s and (n in leave or cfg.exits(n)) for n in parting):
             return False
     return True
+
+
+def _scoped(body: Sequence[Statement]) -> list[tuple[Statement, tuple[int, ...]]]:
+    """The instructions and labels of ``body``, each with the ``{ }`` blocks it sits in
+    (outermost first, the function body as block 0; a block: its open brace's index)."""
+    chain = [0]
+    out = []
+    for k, s in enumerate(body):
+        if s.kind == "open":
+            chain.append(k + 1)
+        elif s.kind == "close":
+            chain.pop()
+        elif s.kind in ("instruction", "label"):
+            out.append((s, tuple(chain)))
+    return out
 
 
 def _uniform_guard(cfg: _Cfg, at, n: int, origins: frozenset[int]) -> bool:
