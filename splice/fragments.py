@@ -12,6 +12,7 @@ the process runs is seen.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import threading
 from pathlib import Path
@@ -138,7 +139,7 @@ class CudaSource(Fragment):
         assert self.text is not None  # declared with text or path
         return self.text
 
-    def _options(self, target: str) -> list[str]:
+    def _options(self, target: str, headers=None) -> list[str]:
         """NVRTC's options. The include path: ``include_dirs``, the directory of ``path``,
         ``-I`` of ``options``, then splice's own (:func:`default_include_dirs`): the user's
         directories come first, as nvcc's ``-I`` precede the toolkit's."""
@@ -149,16 +150,19 @@ class CudaSource(Fragment):
             opts.append(f"-I{self.path.parent}")
         for name, value in self.defines:
             opts.append(f"-D{name}" if value is None else f"-D{name}={value}")
-        texts = self._texts()
+        texts = self._texts(headers)
         opts.extend(nvshmem.nvrtc_options_for(*texts))
         opts.extend(o for o in self.options if o not in ("-dlto", "--dlto"))
         opts.extend(f"-I{d}" for d in default_include_dirs(*texts))
         return opts
 
-    def _texts(self) -> list[str]:
-        """The source and the text of every user header it includes."""
+    def _texts(self, headers=None) -> list[str]:
+        """The source and the text of every user header it includes (``headers``:
+        :meth:`_headers` of the source, when already found)."""
         src = self.read()
-        return [src, *(Path(p).read_text(errors="replace") for p, _ in self._headers(src))]
+        headers = self._headers(src) if headers is None else headers
+        return [src, *(Path(p).read_text(errors="replace") for p, h in headers
+                       if not h.startswith(_STAT))]
 
     @property
     def dlto(self) -> bool:
@@ -196,10 +200,11 @@ class CudaSource(Fragment):
 
     def content_key(self, target: str) -> str:
         src = self.read()
+        headers = self._headers(src)
         tools = ("nvrtc", "nvJitLink") if self.dlto else ("nvrtc",)
-        return cache.key_of("cuda", src, self.checks, self._options(target),
-                            toolchain.tool_identity(*tools), self._headers(src),
-                            nvshmem.headers_key(*self._texts()))
+        return cache.key_of("cuda", src, self.checks, self._options(target, headers),
+                            toolchain.tool_identity(*tools), headers,
+                            nvshmem.headers_key(*self._texts(headers)))
 
     def _headers(self, src: str) -> list[tuple[str, str]]:
         """(path, sha256) of every user header the source includes, transitively, found as
@@ -208,38 +213,41 @@ class CudaSource(Fragment):
         ``-I`` directories in NVRTC's order (:meth:`_options`: ``include_dirs``, beside
         ``path``, ``-I``/``--include-path`` of ``options``, then splice's own);
         ``-include``/``--pre-include`` files too. A header found in splice's own directories
-        (CUDA, CCCL, NVSHMEM) is identified by its size and mtime (what it includes in turn
-        is not followed; NVSHMEM's, last on the path, are not searched: its version is in
-        the key). An ``#include`` inside a disabled ``#if`` is still hashed: the key may
-        change when it need not, never the reverse."""
+        (CUDA, CCCL) is identified by its size and mtime, and what it includes is followed
+        too (an edit to a CCCL header several includes deep must not hit a stale entry);
+        NVSHMEM's, last on the path, are not searched: its version is in the key. An
+        ``#include`` inside a disabled ``#if`` is still hashed: the key may change when it
+        need not, never the reverse."""
         import hashlib
-        toolkit = default_include_dirs()
-        dirs = [Path(d) for d in self.include_dirs]
+        toolkit = [str(d) for d in default_include_dirs()]
+        dirs = [str(d) for d in self.include_dirs]
         if self.path is not None:
-            dirs.append(self.path.parent)
-        dirs += [Path(d) for d in _option_values(self.options, _INCLUDE_OPTS)] + toolkit
+            dirs.append(str(self.path.parent))
+        dirs += _option_values(self.options, _INCLUDE_OPTS) + toolkit
         pre = "".join(f'#include "{f}"\n' for f in _option_values(self.options, _PRE_OPTS))
         here = self.path.parent if self.path is not None else \
             Path(f"extern_source@{self.where}").parent
         seen: dict[str, str] = {}
-        todo = [(pre + src, here)]
+        todo = [(pre + src, str(here), False)]
+        user = dirs[:len(dirs) - len(toolkit)]
         while todo:
-            text, here = todo.pop()
+            text, here_, in_toolkit = todo.pop()
             for m in _INCLUDE_RE.finditer(text):
                 quoted, name = m.group(1) == '"', m.group(2)
-                for d in ([here] if quoted else []) + dirs:
-                    cand = d / name
-                    if not cand.is_file():
-                        continue
-                    key = str(cand.resolve())
-                    if d in toolkit:   # a wheel pip may upgrade apart from NVRTC's
-                        st = cand.stat()
-                        seen.setdefault(key, f"stat {st.st_size} {st.st_mtime_ns}")
-                    elif key not in seen:
-                        data = cand.read_bytes()
-                        seen[key] = hashlib.sha256(data).hexdigest()
-                        todo.append((data.decode("utf-8", "replace"), cand.parent))
-                    break
+                first = [here_] if quoted else []
+                found = _find_file(name, ([] if in_toolkit else first) + user)
+                if found is None:   # then splice's own directories
+                    hit = _find_toolkit(name, (first if in_toolkit else []) + toolkit, seen)
+                    if hit is not None:
+                        path, st = hit   # a wheel pip may upgrade apart from NVRTC's
+                        seen[path] = f"{_STAT}{st.st_size} {st.st_mtime_ns}"
+                        todo.append((_toolkit_text(path, st), os.path.dirname(path), True))
+                    continue
+                key = str(Path(found).resolve())
+                if key not in seen:
+                    data = Path(found).read_bytes()
+                    seen[key] = hashlib.sha256(data).hexdigest()
+                    todo.append((data.decode("utf-8", "replace"), os.path.dirname(found), False))
         return sorted(seen.items())
 
     def module(self, target: str) -> Module:
@@ -258,6 +266,60 @@ class CudaSource(Fragment):
             text = self._nvrtc(full, name, target)
             cache.store("fragment", key, {"what": self.describe()}, text.encode())
         return Module(text, f"NVRTC output for {self.describe()}")
+
+
+#: How :meth:`CudaSource._headers` marks a toolkit header, keyed by its size and mtime.
+_STAT = "stat "
+_toolkit_texts: dict[tuple[str, int, int], str] = {}
+
+
+def _toolkit_text(path: str, st) -> str:
+    """The ``#include`` lines of a toolkit header (CUDA, CCCL), read once per process per
+    version of the file (CUB's block headers include some hundreds)."""
+    key = (path, st.st_size, st.st_mtime_ns)
+    with _memo_lock:
+        text = _toolkit_texts.get(key)
+    if text is None:
+        text = "\n".join(m.group(0) for m in
+                         _INCLUDE_RE.finditer(Path(path).read_text(errors="replace")))
+        with _memo_lock:
+            _toolkit_texts[key] = text
+    return text
+
+
+def _find_file(name: str, dirs) -> str | None:
+    """The first ``dir/name`` that is a file."""
+    for d in dirs:
+        cand = os.path.join(d, name)
+        if os.path.isfile(cand):
+            return cand
+    return None
+
+
+_toolkit_found: dict[tuple[str, tuple[str, ...]], str] = {}
+
+
+def _find_toolkit(name: str, dirs: list[str], seen):
+    """(path, stat) of the first ``dir/name`` that is a file, among splice's own include
+    directories, None when there is none or it is in ``seen``; the path found is remembered
+    (and stat'ed again each time)."""
+    key = (name, tuple(dirs))
+    with _memo_lock:
+        path = _toolkit_found.get(key)
+    if path is not None:
+        if path in seen:
+            return None
+        try:
+            return path, os.stat(path)
+        except OSError:
+            pass
+    path = _find_file(name, dirs)
+    if path is None:
+        return None
+    path = os.path.normpath(path)
+    with _memo_lock:
+        _toolkit_found[key] = path
+    return None if path in seen else (path, os.stat(path))
 
 
 _INCLUDE_OPTS = ("-I", "--include-path")
