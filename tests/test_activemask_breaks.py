@@ -69,3 +69,38 @@ def test_one_label_name_in_two_inline_asm_blocks_is_still_accepted(second):
     {{ @%p1 bra L; add.s32 %r1, %r1, 1; L: }}
     {{ @%p1 bra L; {second} L: }}
     shfl.sync.idx.b32 %r1|%p2, %r1, 0, 31, %r2;""") is None
+
+
+# ---------------------------------------------------------------------------------------------
+# The refusal says what the pattern needs, when the instruction could be part of it
+
+def _refusal(body: str) -> str:
+    import types
+
+    import splice
+    src = f'extern "C" __device__ int g(int x) {{ {body} }}'
+    ext = splice.extern(source=src, name="g", signature="int32(int32)",
+                        pure=False)(lambda x: None)._splice_extern
+    frags = {ext.fragment.content_key("sm_90"): ("d", ext.fragment.module("sm_90"))}
+    with pytest.raises(splice.SpliceLinkError) as e:
+        collectives.check_element_sites([types.SimpleNamespace(extern=ext, where="k.py:7")],
+                                        frags, "sm_90")
+    return str(e.value)
+
+
+@pytest.mark.parametrize("body", [
+    "unsigned m = __activemask(); if (x < 0) return 0; return __shfl_sync(m, x, 0);",
+    "return __shfl_sync(__activemask() & 0xffu, x, 0);",
+    "return __shfl_sync(0xffffffffu, x, 0);",
+])
+def test_a_near_miss_says_what_the_pattern_needs(body):
+    msg = _refusal(body)
+    assert "extern 'g' (declared at " in msg and "called at k.py:7" in msg
+    assert "scope=\"block\"" in msg
+    assert "opportunistic pattern, which splice could not prove here" in msg
+    assert "__activemask() taken in the same function" in msg
+
+
+def test_a_cta_barrier_gets_no_pattern_hint():
+    msg = _refusal("__syncthreads(); return x;")
+    assert "bar.sync" in msg and "opportunistic" not in msg
