@@ -104,3 +104,72 @@ def test_a_near_miss_says_what_the_pattern_needs(body):
 def test_a_cta_barrier_gets_no_pattern_hint():
     msg = _refusal("__syncthreads(); return x;")
     assert "bar.sync" in msg and "opportunistic" not in msg
+
+
+# ---------------------------------------------------------------------------------------------
+# The pattern called, not inlined (inline="never"): the proof is on the callee's body, which
+# is now a real .func call from divergent owner threads
+
+TICKET_SRC = r'''
+extern "C" __device__ int ticket_never(int *counter, int v, int in_bounds) {
+    if (!in_bounds || (v & 1)) return -1;
+    unsigned mask = __activemask();
+    unsigned lane; asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+    int leader = __ffs(mask) - 1;
+    int base = 0;
+    if (lane == (unsigned)leader) base = atomicAdd(counter, __popc(mask));
+    base = __shfl_sync(mask, base, leader);
+    return base + __popc(mask & ((1u << lane) - 1u));
+}
+'''
+
+
+def _ticket_kernel():
+    import cuda.tile as ct
+
+    import splice
+    ticket = splice.extern(source=TICKET_SRC, name="ticket_never",
+                           signature="int32(int32*, int32, int32)", pure=False,
+                           inline="never")(lambda c, v, ok: None)
+
+    @splice.kernel
+    def ticket_never_kernel(x, counter, tickets, n: int, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), padding_mode=ct.PaddingMode.ZERO)
+        idx = ct.bid(0) * TILE + ct.arange(TILE, dtype=ct.int32)
+        ok = ct.astype(idx < n, ct.int32)
+        ct.store(tickets, index=(ct.bid(0),), tile=ticket(counter, t, ok))
+    return ticket_never_kernel
+
+
+def _ticket_sig(tile):
+    import cuda.tile as ct
+
+    from support import kernels as K
+    i32 = K.array(ct.int32)
+    return K.signature(i32, i32, i32, K.scalar(ct.int32), tile)
+
+
+def test_the_pattern_builds_as_a_call():
+    import splice
+    b = splice.build(_ticket_kernel(), _ticket_sig(128), "sm_90")
+    [site] = b.sites
+    assert not site.inlined and site.why_not_inlined == 'inline="never"'
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile", [32, 1024])
+def test_gpu_the_pattern_as_a_call_with_divergent_owners(dev, tile):
+    import numpy as np
+    torch = dev.torch
+    n = 5003
+    blocks = -(-n // tile)
+    x = np.random.default_rng(tile).integers(-40, 40, n, dtype=np.int32)
+    counter = torch.zeros(1, dtype=torch.int32, device="cuda")
+    tickets = torch.empty(blocks * tile, dtype=torch.int32, device="cuda")
+    dev.launch((blocks,), _ticket_kernel(), (dev.arr(x), counter, tickets, n, tile))
+    want = (x & 1) == 0
+    got = dev.host(tickets).reshape(-1)[:n]
+    count = int(dev.host(counter)[0])
+    assert count == int(want.sum())
+    assert np.array_equal(np.sort(got[want]), np.arange(count, dtype=np.int32))
+    assert (got[~want] == -1).all()
