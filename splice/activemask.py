@@ -24,9 +24,9 @@ the function's PTX (else it stays refused by :mod:`splice.collectives`):
   unknown, and so does a join of different values;
 - for each such A: no path from A reaches A (or another such A) before S; no path from S
   reaches S again before an A; and at every branch (or predicated return) between A and S
-  whose predicate is not *uniform over the group*, either every path reaches S or none
-  does. Uniform: computed (with the instructions in :data:`_PURE`) from constants, the
-  activemask result, and the results of syncs already proven on the same group (all of a
+  whose predicate is not *uniform over A's group*, either every path reaches S or none
+  does. Uniform: computed (with the instructions in :data:`_PURE`) after A from constants,
+  A's result, and the results of syncs already proven on A's group alone (all of a
   ``match.all``, ``vote.sync``, ``redux.sync``, and ``elect.sync``'s lane), the same
   instruction having written it on every path (a join of two writes is not uniform);
 - the function branches through no register (``brx.idx``), and every branch's label is
@@ -234,8 +234,10 @@ def _control_ok(cfg: _Cfg, at, origins: frozenset[int], s: int) -> bool:
         if region & set(origins):                   # an activemask again before S
             return False
         inner = region - stop
+        # uniform over *a's* group: a value of another activemask b's group is not (threads
+        # of several b-groups may execute a together), nor one of several (a join)
         parting = [n for n in inner if cfg.splits(n) and not _uniform_guard(cfg, at, n,
-                                                                            origins)]
+                                                                            frozenset({a}))]
         if not parting:
             continue
         to_s = cfg.backwards({s}, inner)

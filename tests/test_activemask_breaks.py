@@ -71,6 +71,38 @@ def test_one_label_name_in_two_inline_asm_blocks_is_still_accepted(second):
     shfl.sync.idx.b32 %r1|%p2, %r1, 0, 31, %r2;""") is None
 
 
+# The shfl's mask comes from the first activemask B (first iteration) or from A (later
+# ones). The branch after A tests a ballot of B's group: uniform over B's group, not over
+# A's: two B-groups (lanes 0-15 and 16-31 arriving apart) hold different ballots, may
+# execute A together, and then part at the branch: half of A's group skips the shfl that
+# waits for all of it. Accepted while a guard counted as uniform when its activemasks were
+# any of the sync's, not the one of the region.
+OLDER_GROUPS_BALLOT = """
+    activemask.b32 %r2;
+    vote.sync.ballot.b32 %r5, %p1, %r2;
+$LOOP:
+    shfl.sync.idx.b32 %r1|%p2, %r1, 0, 31, %r2;
+    add.s32 %r6, %r6, 1;
+    setp.gt.s32 %p4, %r6, %r1;
+    @%p4 bra $END;
+    activemask.b32 %r2;
+    setp.ne.s32 %p3, %r5, 0;
+    @%p3 bra $END;
+    bra.uni $LOOP;
+$END:"""
+
+
+def test_a_branch_uniform_over_an_older_group_is_not_uniform_over_the_new_one():
+    hit = _hit(OLDER_GROUPS_BALLOT)
+    assert hit is not None and hit.instruction.startswith("shfl.sync"), hit
+
+
+def test_the_same_loop_branching_on_the_new_groups_ballot_is_accepted():
+    assert _hit(OLDER_GROUPS_BALLOT.replace(
+        "    setp.ne.s32 %p3, %r5, 0;",
+        "    vote.sync.ballot.b32 %r7, %p1, %r2;\n    setp.ne.s32 %p3, %r7, 0;")) is None
+
+
 # ---------------------------------------------------------------------------------------------
 # The refusal says what the pattern needs, when the instruction could be part of it
 
