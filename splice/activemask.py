@@ -110,16 +110,20 @@ def proven(mod: Module, fn: Function) -> frozenset[int]:
     if nested is None or cfg.unresolved:
         return frozenset()
     syncs: dict[int, frozenset[int]] = {}   # proven sync node -> its activemasks
-    for _ in range(len(cfg.stmts) + 1):      # each round adds one at least, or ends
+    # A round proves what it can with the results of the syncs proven before it as uniform
+    # values. Monotone: a proven sync's results only turn unknown values uniform, and
+    # neither a mask nor a "returned -1" fact depends on them, so a proven sync stays
+    # proven with the same activemasks and is not checked again.
+    candidates = [n for n, ins in enumerate(cfg.ins) if ins is not None and
+                  _is_masked(ins.opcode)]
+    while True:                               # each round adds one at least, or ends
         at = _dataflow(cfg, nested, syncs)
-        found = {n: o for n in range(len(cfg.stmts))
-                 if (o := _group_of_sync(cfg, at, n, nested)) is not None
+        found = {n: o for n in candidates if n not in syncs
+                 and (o := _group_of_sync(cfg, at, n, nested)) is not None
                  and _control_ok(cfg, at, o, n)}
-        if found == syncs:
+        if not found:
             break
-        syncs = found
-    else:
-        return frozenset()
+        syncs = {**syncs, **found}
     return frozenset({cfg.stmts[n].start for n in syncs} |
                      {cfg.stmts[a].start for o in syncs.values() for a in o})
 
