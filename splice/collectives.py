@@ -618,9 +618,10 @@ _PATTERN_HINT = (
     ". Exempt is the opportunistic pattern, which splice could not prove here: a .sync "
     "instruction (__shfl_sync, __ballot_sync, __match_*_sync, __reduce_*_sync, "
     "__syncwarp) whose mask is the unchanged result of an __activemask() taken in the same "
-    "function (not a constant, not computed from it, not passed in as a parameter), with "
-    "no per-lane if, return or loop between the two that lets some threads of the mask "
-    "skip or repeat the sync")
+    "function (not a constant, not computed from it, not passed in as a parameter: so "
+    "not under -G either, which makes __activemask() and each sync a function of its "
+    "own), with no per-lane if, return or loop between the two that lets some threads of "
+    "the mask skip or repeat the sync")
 
 
 def _message(what: str, where: str, hit: Hit) -> str:

@@ -106,13 +106,13 @@ def test_the_same_loop_branching_on_the_new_groups_ballot_is_accepted():
 # ---------------------------------------------------------------------------------------------
 # The refusal says what the pattern needs, when the instruction could be part of it
 
-def _refusal(body: str) -> str:
+def _refusal(body: str, options=()) -> str:
     import types
 
     import splice
     src = f'extern "C" __device__ int g(int x) {{ {body} }}'
-    ext = splice.extern(source=src, name="g", signature="int32(int32)",
-                        pure=False)(lambda x: None)._splice_extern
+    ext = splice.extern(source=src, name="g", signature="int32(int32)", pure=False,
+                        options=options)(lambda x: None)._splice_extern
     frags = {ext.fragment.content_key("sm_90"): ("d", ext.fragment.module("sm_90"))}
     with pytest.raises(splice.SpliceLinkError) as e:
         collectives.check_element_sites([types.SimpleNamespace(extern=ext, where="k.py:7")],
@@ -131,6 +131,13 @@ def test_a_near_miss_says_what_the_pattern_needs(body):
     assert "scope=\"block\"" in msg
     assert "opportunistic pattern, which splice could not prove here" in msg
     assert "__activemask() taken in the same function" in msg
+
+
+def test_the_pattern_under_device_debug_says_why():
+    """-G compiles __activemask() and __shfl_sync as functions of their own, the mask a
+    parameter: refused (the proof is within one function), and the message says so."""
+    msg = _refusal("unsigned m = __activemask(); return __shfl_sync(m, x, 0);", ("-G",))
+    assert "not under -G" in msg
 
 
 def test_a_cta_barrier_gets_no_pattern_hint():
