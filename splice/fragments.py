@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import stat
 import threading
 from pathlib import Path
 from typing import Any
@@ -229,25 +230,33 @@ class CudaSource(Fragment):
             Path(f"extern_source@{self.where}").parent
         seen: dict[str, str] = {}
         todo = [(pre + src, str(here), False)]
-        user = dirs[:len(dirs) - len(toolkit)]
+        mine = set(toolkit)      # splice's own directories (the user may name one too)
+        tagged = [(d, d in mine) for d in dirs]
         while todo:
             text, here_, in_toolkit = todo.pop()
             for m in _INCLUDE_RE.finditer(text):
                 quoted, name = m.group(1) == '"', m.group(2)
-                first = [here_] if quoted else []
-                found = _find_file(name, ([] if in_toolkit else first) + user)
-                if found is None:   # then splice's own directories
-                    hit = _find_toolkit(name, (first if in_toolkit else []) + toolkit, seen)
-                    if hit is not None:
-                        path, st = hit   # a wheel pip may upgrade apart from NVRTC's
-                        seen[path] = f"{_STAT}{st.st_size} {st.st_mtime_ns}"
-                        todo.append((_toolkit_text(path, st), os.path.dirname(path), True))
-                    continue
-                key = str(Path(found).resolve())
-                if key not in seen:
-                    data = Path(found).read_bytes()
-                    seen[key] = hashlib.sha256(data).hexdigest()
-                    todo.append((data.decode("utf-8", "replace"), os.path.dirname(found), False))
+                for d, own in ([(here_, in_toolkit)] if quoted else []) + tagged:
+                    path = os.path.join(d, name)
+                    try:
+                        st = os.stat(path)
+                    except OSError:
+                        continue
+                    if not stat.S_ISREG(st.st_mode):
+                        continue
+                    if own:   # a wheel pip may upgrade apart from NVRTC's: size and mtime
+                        path = os.path.normpath(path)
+                        if path not in seen:
+                            seen[path] = f"{_STAT}{st.st_size} {st.st_mtime_ns}"
+                            todo.append((_toolkit_text(path, st), os.path.dirname(path), True))
+                        break
+                    key = str(Path(path).resolve())
+                    if key not in seen:
+                        data = Path(path).read_bytes()
+                        seen[key] = hashlib.sha256(data).hexdigest()
+                        todo.append((data.decode("utf-8", "replace"), os.path.dirname(path),
+                                     False))
+                    break
         return sorted(seen.items())
 
     def module(self, target: str) -> Module:
@@ -285,41 +294,6 @@ def _toolkit_text(path: str, st) -> str:
         with _memo_lock:
             _toolkit_texts[key] = text
     return text
-
-
-def _find_file(name: str, dirs) -> str | None:
-    """The first ``dir/name`` that is a file."""
-    for d in dirs:
-        cand = os.path.join(d, name)
-        if os.path.isfile(cand):
-            return cand
-    return None
-
-
-_toolkit_found: dict[tuple[str, tuple[str, ...]], str] = {}
-
-
-def _find_toolkit(name: str, dirs: list[str], seen):
-    """(path, stat) of the first ``dir/name`` that is a file, among splice's own include
-    directories, None when there is none or it is in ``seen``; the path found is remembered
-    (and stat'ed again each time)."""
-    key = (name, tuple(dirs))
-    with _memo_lock:
-        path = _toolkit_found.get(key)
-    if path is not None:
-        if path in seen:
-            return None
-        try:
-            return path, os.stat(path)
-        except OSError:
-            pass
-    path = _find_file(name, dirs)
-    if path is None:
-        return None
-    path = os.path.normpath(path)
-    with _memo_lock:
-        _toolkit_found[key] = path
-    return None if path in seen else (path, os.stat(path))
 
 
 _INCLUDE_OPTS = ("-I", "--include-path")

@@ -59,3 +59,27 @@ def test_the_users_copy_of_a_deep_header_is_hashed(installed, tmp_path):
     (user / "lib" / "detail" / "mid.cuh").write_text("#pragma once\n#define DEEP 6\n")
     assert CudaSource(text=SRC, where="x.py:1", include_dirs=(str(user),)) \
         .content_key("sm_90") != k
+
+
+def test_a_quoted_include_of_cccl_is_found_beside_it_before_the_users_dirs(installed,
+                                                                        tmp_path):
+    """NVRTC looks for "inner.cuh" beside mid.cuh first: an inner.cuh in a user directory
+    is not the one read, and an edit to CCCL's still misses."""
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "inner.cuh").write_text("#define DEEP 99\n")
+    frag = CudaSource(text=SRC, where="x.py:1", include_dirs=(str(user),))
+    assert _adds(frag) == ["1;"]
+    k = frag.content_key("sm_90")
+    (installed / "lib" / "detail" / "inner.cuh").write_text("#pragma once\n#define DEEP 77\n")
+    again = CudaSource(text=SRC, where="x.py:1", include_dirs=(str(user),))
+    assert again.content_key("sm_90") != k and _adds(again) == ["77;"]
+
+
+def test_splices_own_cccl_named_by_the_user_is_keyed_by_stat(installed):
+    """include_dirs=cccl.include_dirs() (the module's documented use) names splice's own
+    directory: its headers are keyed by size and mtime like when splice adds it, not read
+    and hashed on every key (622 of them for <cub/block/block_reduce.cuh>)."""
+    frag = CudaSource(text=SRC, where="x.py:1", include_dirs=(str(installed),))
+    headers = frag._headers(SRC)
+    assert len(headers) == 3 and all(h.startswith("stat ") for _, h in headers)
