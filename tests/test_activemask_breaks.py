@@ -71,19 +71,22 @@ def test_one_label_name_in_two_inline_asm_blocks_is_still_accepted(second):
     shfl.sync.idx.b32 %r1|%p2, %r1, 0, 31, %r2;""") is None
 
 
-# The shfl's mask comes from the first activemask B (first iteration) or from A (later
-# ones). The branch after A tests a ballot of B's group: uniform over B's group, not over
-# A's: two B-groups (lanes 0-15 and 16-31 arriving apart) hold different ballots, may
-# execute A together, and then part at the branch: half of A's group skips the shfl that
-# waits for all of it. Accepted while a guard counted as uniform when its activemasks were
-# any of the sync's, not the one of the region.
+# The shfl's mask comes from the first activemask B (first iteration) or from A (the
+# second). The branch after A tests a ballot of B's group: uniform over B's group, not over
+# A's. Lanes 0 (r1 == 1) and 1-2 (r1 != 1) executing B apart hold ballots 1 and 0; all
+# three may execute A together (mask 0b111); then lane 0 leaves and lanes 1-2 wait in the
+# shfl for it forever (test_activemask_model.py runs it in its model warp). Accepted while
+# a guard counted as uniform when its activemasks were any of the sync's, not the one of
+# the region.
 OLDER_GROUPS_BALLOT = """
     activemask.b32 %r2;
-    vote.sync.ballot.b32 %r5, %p1, %r2;
+    setp.eq.s32 %p6, %r1, 1;
+    vote.sync.ballot.b32 %r5, %p6, %r2;
+    mov.u32 %r6, 0;
 $LOOP:
-    shfl.sync.idx.b32 %r1|%p2, %r1, 0, 31, %r2;
+    shfl.sync.idx.b32 %r9|%p2, %r1, 0, 31, %r2;
     add.s32 %r6, %r6, 1;
-    setp.gt.s32 %p4, %r6, %r1;
+    setp.gt.s32 %p4, %r6, 1;
     @%p4 bra $END;
     activemask.b32 %r2;
     setp.ne.s32 %p3, %r5, 0;
@@ -100,7 +103,7 @@ def test_a_branch_uniform_over_an_older_group_is_not_uniform_over_the_new_one():
 def test_the_same_loop_branching_on_the_new_groups_ballot_is_accepted():
     assert _hit(OLDER_GROUPS_BALLOT.replace(
         "    setp.ne.s32 %p3, %r5, 0;",
-        "    vote.sync.ballot.b32 %r7, %p1, %r2;\n    setp.ne.s32 %p3, %r7, 0;")) is None
+        "    vote.sync.ballot.b32 %r7, %p6, %r2;\n    setp.ne.s32 %p3, %r7, 0;")) is None
 
 
 # ---------------------------------------------------------------------------------------------
