@@ -187,6 +187,9 @@ class _Cfg:
         for n, ss in enumerate(self.succ):
             for m in ss:
                 self.pred[m].append(n)
+        #: the nodes where :meth:`exits`, and where :meth:`splits`
+        self.exit_nodes = frozenset(n for n in range(len(self.stmts)) if self.exits(n))
+        self.split_nodes = frozenset(n for n in range(len(self.stmts)) if self.splits(n))
 
     def exits(self, n: int) -> bool:
         """A thread leaves the function (or the kernel) here without a dead end."""
@@ -240,14 +243,14 @@ def _control_ok(cfg: _Cfg, at, origins: frozenset[int], s: int) -> bool:
         inner = region - stop
         # uniform over *a's* group: a value of another activemask b's group is not (threads
         # of several b-groups may execute a together), nor one of several (a join)
-        parting = [n for n in inner if cfg.splits(n) and not _uniform_guard(cfg, at, n,
-                                                                            frozenset({a}))]
+        parting = [n for n in inner & cfg.split_nodes
+                   if not _uniform_guard(cfg, at, n, frozenset({a}))]
         if not parting:
             continue
         to_s = cfg.backwards({s}, inner)
-        leave = cfg.backwards({n for n in inner if cfg.exits(n)}, inner)
+        leave = cfg.backwards(inner & cfg.exit_nodes, inner)
         # where threads of the group may part: all of them on to S, or none
-        if any(n in to_s and (n in leave or cfg.exits(n)) for n in parting):
+        if any(n in to_s and (n in leave or n in cfg.exit_nodes) for n in parting):
             return False
     return True
 
