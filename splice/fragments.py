@@ -230,8 +230,8 @@ class CudaSource(Fragment):
             Path(f"extern_source@{self.where}").parent
         seen: dict[str, str] = {}
         todo = [(pre + src, str(here), False)]
-        mine = set(toolkit)      # splice's own directories (the user may name one too)
-        tagged = [(d, d in mine) for d in dirs]
+        mine = {os.path.normpath(d) for d in toolkit}   # splice's own (the user may name one)
+        tagged = [(d, os.path.normpath(d) in mine) for d in dirs]
         while todo:
             text, here_, in_toolkit = todo.pop()
             for m in _INCLUDE_RE.finditer(text):

@@ -80,6 +80,7 @@ def test_splices_own_cccl_named_by_the_user_is_keyed_by_stat(installed):
     """include_dirs=cccl.include_dirs() (the module's documented use) names splice's own
     directory: its headers are keyed by size and mtime like when splice adds it, not read
     and hashed on every key (622 of them for <cub/block/block_reduce.cuh>)."""
-    frag = CudaSource(text=SRC, where="x.py:1", include_dirs=(str(installed),))
-    headers = frag._headers(SRC)
-    assert len(headers) == 3 and all(h.startswith("stat ") for _, h in headers)
+    for named in (str(installed), str(installed) + "/"):
+        frag = CudaSource(text=SRC, where="x.py:1", include_dirs=(named,))
+        headers = frag._headers(SRC)
+        assert len(headers) == 3 and all(h.startswith("stat ") for _, h in headers)
