@@ -240,7 +240,7 @@ class CudaSource(Fragment):
                     path = os.path.join(d, name)
                     try:
                         st = os.stat(path)
-                    except OSError:
+                    except (OSError, ValueError):   # ValueError: a NUL in the name
                         continue
                     if not stat.S_ISREG(st.st_mode):
                         continue
@@ -289,8 +289,11 @@ def _toolkit_text(path: str, st) -> str:
     with _memo_lock:
         text = _toolkit_texts.get(key)
     if text is None:
-        text = "\n".join(m.group(0) for m in
-                         _INCLUDE_RE.finditer(Path(path).read_text(errors="replace")))
+        try:
+            full = Path(path).read_text(errors="replace")
+        except OSError:   # unreadable: NVRTC says so; its size and mtime are in the key
+            full = ""
+        text = "\n".join(m.group(0) for m in _INCLUDE_RE.finditer(full))
         with _memo_lock:
             _toolkit_texts[key] = text
     return text

@@ -84,3 +84,8 @@ def test_splices_own_cccl_named_by_the_user_is_keyed_by_stat(installed):
         frag = CudaSource(text=SRC, where="x.py:1", include_dirs=(named,))
         headers = frag._headers(SRC)
         assert len(headers) == 3 and all(h.startswith("stat ") for _, h in headers)
+
+
+def test_an_include_name_with_a_nul_is_not_a_raw_error(installed):
+    src = '#include "a\0b.h"\n' + SRC
+    assert CudaSource(text=src, where="x.py:1")._headers(src)
