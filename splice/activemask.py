@@ -24,12 +24,14 @@ the function's PTX (else it stays refused by :mod:`splice.collectives`):
   unknown, and so does a join of different values;
 - for each such A: no path from A reaches A (or another such A) before S; no path from S
   reaches S again before an A; and at every branch (or predicated return) between A and S
-  whose predicate is not *uniform over the group*, either every path reaches S or none
-  does. Uniform: computed (with the instructions in :data:`_PURE`) from constants, the
-  activemask result, and the results of syncs already proven on the same group (all of a
+  whose predicate is not *uniform over A's group*, either every path reaches S or none
+  does. Uniform: computed (with the instructions in :data:`_PURE`) after A from constants,
+  A's result, and the results of syncs already proven on A's group alone (all of a
   ``match.all``, ``vote.sync``, ``redux.sync``, and ``elect.sync``'s lane), the same
   instruction having written it on every path (a join of two writes is not uniform);
-- the function branches through no register (``brx.idx``).
+- the function branches through no register (``brx.idx``), and every branch's label is
+  resolved in the ``{ }`` block scopes it sits in (two sibling blocks may declare one
+  name: each branch goes to its own block's).
 
 Syncs are proven in rounds until none is added (a sync's result may make a later branch
 uniform). An ``activemask.b32`` is accepted with the S it feeds: alone, its value would be
@@ -105,19 +107,23 @@ def proven(mod: Module, fn: Function) -> frozenset[int]:
         return frozenset()
     cfg = _Cfg(body, mod.text)
     nested = _nested_registers(body)
-    if nested is None:
+    if nested is None or cfg.unresolved:
         return frozenset()
     syncs: dict[int, frozenset[int]] = {}   # proven sync node -> its activemasks
-    for _ in range(len(cfg.stmts) + 1):      # each round adds one at least, or ends
+    # A round proves what it can with the results of the syncs proven before it as uniform
+    # values. Monotone: a proven sync's results only turn unknown values uniform, and
+    # neither a mask nor a "returned -1" fact depends on them, so a proven sync stays
+    # proven with the same activemasks and is not checked again.
+    candidates = [n for n, ins in enumerate(cfg.ins) if ins is not None and
+                  _is_masked(ins.opcode)]
+    while True:                               # each round adds one at least, or ends
         at = _dataflow(cfg, nested, syncs)
-        found = {n: o for n in range(len(cfg.stmts))
-                 if (o := _group_of_sync(cfg, at, n, nested)) is not None
+        found = {n: o for n in candidates if n not in syncs
+                 and (o := _group_of_sync(cfg, at, n, nested)) is not None
                  and _control_ok(cfg, at, o, n)}
-        if found == syncs:
+        if not found:
             break
-        syncs = found
-    else:
-        return frozenset()
+        syncs = {**syncs, **found}
     return frozenset({cfg.stmts[n].start for n in syncs} |
                      {cfg.stmts[a].start for o in syncs.values() for a in o})
 
@@ -149,19 +155,27 @@ class _Cfg:
     """The function body as a graph of its instructions and labels (one node each)."""
 
     def __init__(self, body: Sequence[Statement], text: str):
-        self.stmts = [s for s in body if s.kind in ("instruction", "label")]
+        scoped = _scoped(body)
+        self.stmts = [s for s, _ in scoped]
         self.ins: list[Instruction | None] = [
             parse_instruction(s, text) if s.kind == "instruction" else None
             for s in self.stmts]
-        labels = {s.tokens[0].text: n for n, s in enumerate(self.stmts) if s.kind == "label"}
+        # a label is visible in the block that declares it and the blocks inside that one
+        # (ptxas accepts one name declared in two sibling blocks, each branch going to its own)
+        labels = {(chain[-1], s.tokens[0].text): n for n, (s, chain) in enumerate(scoped)
+                  if s.kind == "label"}
+        #: a branch whose target this graph cannot resolve: no proof holds
+        self.unresolved = False
         self.succ: list[tuple[int, ...]] = []
         self.jump: list[int | None] = []    # a conditional branch's target
         for n, ins in enumerate(self.ins):
             nxt = (n + 1,) if n + 1 < len(self.stmts) else ()
             target = None
-            if ins is not None and ins.base == "bra" and ins.operands[-1:] and \
-                    ins.operands[-1] in labels:
-                target = labels[ins.operands[-1]]
+            if ins is not None and ins.base == "bra":
+                name = ins.operands[-1] if ins.operands else ""
+                target = next((labels[(b, name)] for b in reversed(scoped[n][1])
+                               if (b, name) in labels), None)
+                self.unresolved |= target is None
             ends = ins is not None and (ins.base in _EXITS or ins.base in _DEAD_ENDS or
                                         ins.base == "bra")
             through = () if ends and (ins is None or ins.guard is None) else nxt
@@ -173,6 +187,9 @@ class _Cfg:
         for n, ss in enumerate(self.succ):
             for m in ss:
                 self.pred[m].append(n)
+        #: the nodes where :meth:`exits`, and where :meth:`splits`
+        self.exit_nodes = frozenset(n for n in range(len(self.stmts)) if self.exits(n))
+        self.split_nodes = frozenset(n for n in range(len(self.stmts)) if self.splits(n))
 
     def exits(self, n: int) -> bool:
         """A thread leaves the function (or the kernel) here without a dead end."""
@@ -224,16 +241,33 @@ def _control_ok(cfg: _Cfg, at, origins: frozenset[int], s: int) -> bool:
         if region & set(origins):                   # an activemask again before S
             return False
         inner = region - stop
-        parting = [n for n in inner if cfg.splits(n) and not _uniform_guard(cfg, at, n,
-                                                                            origins)]
+        # uniform over *a's* group: a value of another activemask b's group is not (threads
+        # of several b-groups may execute a together), nor one of several (a join)
+        parting = [n for n in inner & cfg.split_nodes
+                   if not _uniform_guard(cfg, at, n, frozenset({a}))]
         if not parting:
             continue
         to_s = cfg.backwards({s}, inner)
-        leave = cfg.backwards({n for n in inner if cfg.exits(n)}, inner)
+        leave = cfg.backwards(inner & cfg.exit_nodes, inner)
         # where threads of the group may part: all of them on to S, or none
-        if any(n in to_s and (n in leave or cfg.exits(n)) for n in parting):
+        if any(n in to_s and (n in leave or n in cfg.exit_nodes) for n in parting):
             return False
     return True
+
+
+def _scoped(body: Sequence[Statement]) -> list[tuple[Statement, tuple[int, ...]]]:
+    """The instructions and labels of ``body``, each with the ``{ }`` blocks it sits in
+    (outermost first, the function body as block 0; a block: its open brace's index)."""
+    chain = [0]
+    out = []
+    for k, s in enumerate(body):
+        if s.kind == "open":
+            chain.append(k + 1)
+        elif s.kind == "close":
+            chain.pop()
+        elif s.kind in ("instruction", "label"):
+            out.append((s, tuple(chain)))
+    return out
 
 
 def _uniform_guard(cfg: _Cfg, at, n: int, origins: frozenset[int]) -> bool:

@@ -613,13 +613,27 @@ _WHY = ("Element-scope calls run once per tile element, on the thread that owns 
         "convergently), or remove the collective")
 
 
+#: Rows whose instruction may be part of the opportunistic pattern (splice.activemask).
+_PATTERN_ROWS = frozenset({"activemask", *activemask.MASKED})
+_PATTERN_HINT = (
+    ". Exempt is the opportunistic pattern, which splice could not prove here: a .sync "
+    "instruction (__shfl_sync, __ballot_sync, __match_*_sync, __reduce_*_sync, "
+    "__syncwarp) whose mask is the unchanged result of an __activemask() taken in the same "
+    "function (not a constant, not computed from it, not passed in as a parameter: so "
+    "not under -G either, which makes __activemask() and each sync a function of its "
+    "own), with no per-lane if, return or loop between the two that lets some threads of "
+    "the mask skip or repeat the sync")
+
+
 def _message(what: str, where: str, hit: Hit) -> str:
     c = hit.collective
     reach = ("in its own body" if len(hit.chain) == 1 else
              f"in '{_demangled([hit.function])[0]}', reached through "
              f"{' -> '.join(_demangled(hit.chain))}")
+    hint = _PATTERN_HINT if c.opcode in _PATTERN_ROWS else ""
     return (f"{what}, called at {where}, executes the {c.group}-collective instruction "
-            f"'{hit.instruction}' {reach} (PTX ISA 9.4 section {c.section}: {c.rule}). {_WHY}")
+            f"'{hit.instruction}' {reach} (PTX ISA 9.4 section {c.section}: {c.rule}). "
+            f"{_WHY}{hint}")
 
 
 def _demangled(names: Sequence[str]) -> list[str]:

@@ -12,7 +12,9 @@ the process runs is seen.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import stat
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -148,7 +150,7 @@ class CudaSource(Fragment):
         assert self.text is not None  # declared with text or path
         return self.text
 
-    def _options(self, target: str) -> list[str]:
+    def _options(self, target: str, headers=None) -> list[str]:
         """NVRTC's options. The include path: ``include_dirs``, the directory of ``path``,
         ``-I`` of ``options``, then splice's own (:func:`default_include_dirs`): the user's
         directories come first, as nvcc's ``-I`` precede the toolkit's."""
@@ -159,16 +161,19 @@ class CudaSource(Fragment):
             opts.append(f"-I{self.path.parent}")
         for name, value in self.defines:
             opts.append(f"-D{name}" if value is None else f"-D{name}={value}")
-        texts = self._texts()
+        texts = self._texts(headers)
         opts.extend(nvshmem.nvrtc_options_for(*texts))
         opts.extend(o for o in self.options if o not in ("-dlto", "--dlto"))
         opts.extend(f"-I{d}" for d in default_include_dirs(*texts))
         return opts
 
-    def _texts(self) -> list[str]:
-        """The source and the text of every user header it includes."""
+    def _texts(self, headers=None) -> list[str]:
+        """The source and the text of every user header it includes (``headers``:
+        :meth:`_headers` of the source, when already found)."""
         src = self.read()
-        return [src, *(Path(p).read_text(errors="replace") for p, _ in self._headers(src))]
+        headers = self._headers(src) if headers is None else headers
+        return [src, *(Path(p).read_text(errors="replace") for p, h in headers
+                       if not h.startswith(_STAT))]
 
     @property
     def dlto(self) -> bool:
@@ -206,10 +211,11 @@ class CudaSource(Fragment):
 
     def content_key(self, target: str) -> str:
         src = self.read()
+        headers = self._headers(src)
         tools = ("nvrtc", "nvJitLink") if self.dlto else ("nvrtc",)
-        return cache.key_of("cuda", src, self.checks, self._options(target),
-                            toolchain.tool_identity(*tools), self._headers(src),
-                            nvshmem.headers_key(*self._texts()))
+        return cache.key_of("cuda", src, self.checks, self._options(target, headers),
+                            toolchain.tool_identity(*tools), headers,
+                            nvshmem.headers_key(*self._texts(headers)))
 
     def _headers(self, src: str) -> list[tuple[str, str]]:
         """(path, sha256) of every user header the source includes, transitively, found as
@@ -218,37 +224,48 @@ class CudaSource(Fragment):
         ``-I`` directories in NVRTC's order (:meth:`_options`: ``include_dirs``, beside
         ``path``, ``-I``/``--include-path`` of ``options``, then splice's own);
         ``-include``/``--pre-include`` files too. A header found in splice's own directories
-        (CUDA, CCCL, NVSHMEM) is identified by its size and mtime (what it includes in turn
-        is not followed; NVSHMEM's, last on the path, are not searched: its version is in
-        the key). An ``#include`` inside a disabled ``#if`` is still hashed: the key may
-        change when it need not, never the reverse."""
+        (CUDA, CCCL) is identified by its size and mtime, and what it includes is followed
+        too (an edit to a CCCL header several includes deep must not hit a stale entry);
+        NVSHMEM's, last on the path, are not searched: its version is in the key. An
+        ``#include`` inside a disabled ``#if`` is still hashed: the key may change when it
+        need not, never the reverse."""
         import hashlib
-        toolkit = default_include_dirs()
-        dirs = [Path(d) for d in self.include_dirs]
+        toolkit = [str(d) for d in default_include_dirs()]
+        dirs = [str(d) for d in self.include_dirs]
         if self.path is not None:
-            dirs.append(self.path.parent)
-        dirs += [Path(d) for d in _option_values(self.options, _INCLUDE_OPTS)] + toolkit
+            dirs.append(str(self.path.parent))
+        dirs += _option_values(self.options, _INCLUDE_OPTS) + toolkit
         pre = "".join(f'#include "{f}"\n' for f in _option_values(self.options, _PRE_OPTS))
         here = self.path.parent if self.path is not None else \
             Path(f"extern_source@{self.where}").parent
         seen: dict[str, str] = {}
-        todo = [(pre + src, here)]
+        todo = [(pre + src, str(here), False)]
+        mine = {os.path.normpath(d) for d in toolkit}   # splice's own (the user may name one)
+        tagged = [(d, os.path.normpath(d) in mine) for d in dirs]
         while todo:
-            text, here = todo.pop()
+            text, here_, in_toolkit = todo.pop()
             for m in _INCLUDE_RE.finditer(text):
                 quoted, name = m.group(1) == '"', m.group(2)
-                for d in ([here] if quoted else []) + dirs:
-                    cand = d / name
-                    if not cand.is_file():
+                for d, own in ([(here_, in_toolkit)] if quoted else []) + tagged:
+                    path = os.path.join(d, name)
+                    try:
+                        st = os.stat(path)
+                    except (OSError, ValueError):   # ValueError: a NUL in the name
                         continue
-                    key = str(cand.resolve())
-                    if d in toolkit:   # a wheel pip may upgrade apart from NVRTC's
-                        st = cand.stat()
-                        seen.setdefault(key, f"stat {st.st_size} {st.st_mtime_ns}")
-                    elif key not in seen:
-                        data = cand.read_bytes()
+                    if not stat.S_ISREG(st.st_mode):
+                        continue
+                    if own:   # a wheel pip may upgrade apart from NVRTC's: size and mtime
+                        path = os.path.normpath(path)
+                        if path not in seen:
+                            seen[path] = f"{_STAT}{st.st_size} {st.st_mtime_ns}"
+                            todo.append((_toolkit_text(path, st), os.path.dirname(path), True))
+                        break
+                    key = str(Path(path).resolve())
+                    if key not in seen:
+                        data = Path(path).read_bytes()
                         seen[key] = hashlib.sha256(data).hexdigest()
-                        todo.append((data.decode("utf-8", "replace"), cand.parent))
+                        todo.append((data.decode("utf-8", "replace"), os.path.dirname(path),
+                                     False))
                     break
         return sorted(seen.items())
 
@@ -268,6 +285,28 @@ class CudaSource(Fragment):
             text = self._nvrtc(full, name, target)
             cache.store("fragment", key, {"what": self.describe()}, text.encode())
         return _parse(text, f"NVRTC output for {self.describe()}")
+
+
+#: How :meth:`CudaSource._headers` marks a toolkit header, keyed by its size and mtime.
+_STAT = "stat "
+_toolkit_texts: dict[tuple[str, int, int], str] = {}
+
+
+def _toolkit_text(path: str, st) -> str:
+    """The ``#include`` lines of a toolkit header (CUDA, CCCL), read once per process per
+    version of the file (CUB's block headers include some hundreds)."""
+    key = (path, st.st_size, st.st_mtime_ns)
+    with _memo_lock:
+        text = _toolkit_texts.get(key)
+    if text is None:
+        try:
+            full = Path(path).read_text(errors="replace")
+        except OSError:   # unreadable: NVRTC says so; its size and mtime are in the key
+            full = ""
+        text = "\n".join(m.group(0) for m in _INCLUDE_RE.finditer(full))
+        with _memo_lock:
+            _toolkit_texts[key] = text
+    return text
 
 
 _INCLUDE_OPTS = ("-I", "--include-path")

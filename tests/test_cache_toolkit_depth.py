@@ -1,0 +1,91 @@
+"""A header of splice's own include directories (CCCL, CUDA) several includes deep is in a
+CUDA C fragment's cache key: CUB's <cub/block/block_reduce.cuh> reaches some hundreds of
+headers, and an edit to any of them (a kernel engineer patching an installed CUB while
+debugging, a partial upgrade) must not hit the fragment compiled before it. Only the
+headers the source names were keyed before; the PTX of the old header came back."""
+
+from pathlib import Path
+
+import pytest
+
+from splice import cccl
+from splice.fragments import CudaSource
+
+SRC = ('#include <lib/top.cuh>\n'
+       'extern "C" __device__ int f(int x) { return x + DEEP; }\n')
+
+
+@pytest.fixture
+def installed(monkeypatch, tmp_path) -> Path:
+    """An installed CCCL holding lib/top.cuh -> lib/detail/mid.cuh -> "inner.cuh"."""
+    d = tmp_path / "cccl"
+    (d / "lib" / "detail").mkdir(parents=True)
+    (d / "lib" / "top.cuh").write_text("#pragma once\n#include <lib/detail/mid.cuh>\n")
+    (d / "lib" / "detail" / "mid.cuh").write_text('#pragma once\n#include "inner.cuh"\n')
+    (d / "lib" / "detail" / "inner.cuh").write_text("#pragma once\n#define DEEP 1\n")
+    monkeypatch.setattr(cccl, "include_dirs", lambda: [str(d)])
+    return d
+
+
+def _adds(frag: CudaSource) -> list[str]:
+    return [ln.split()[-1] for ln in frag.module("sm_90").text.splitlines()
+            if ln.strip().startswith("add.s32")]
+
+
+@pytest.mark.parametrize("edited", ["lib/detail/mid.cuh", "lib/detail/inner.cuh"])
+def test_an_edit_deep_under_cccl_misses_the_cache(installed, edited):
+    frag = CudaSource(text=SRC, where="x.py:1")
+    before = frag.content_key("sm_90")
+    assert _adds(frag) == ["1;"]
+    path = installed / edited
+    if edited.endswith("inner.cuh"):
+        path.write_text("#pragma once\n#define DEEP 1234\n")
+    else:
+        path.write_text('#pragma once\n#include "inner.cuh"\n#undef DEEP\n#define DEEP 1234\n')
+    again = CudaSource(text=SRC, where="x.py:1")
+    assert again.content_key("sm_90") != before
+    assert _adds(again) == ["1234;"]
+
+
+def test_the_users_copy_of_a_deep_header_is_hashed(installed, tmp_path):
+    """A user -I directory that shadows a header CCCL includes is searched first, as NVRTC
+    does, and keyed by content (it was not followed through the installed top.cuh)."""
+    user = tmp_path / "user"
+    (user / "lib" / "detail").mkdir(parents=True)
+    (user / "lib" / "detail" / "mid.cuh").write_text("#pragma once\n#define DEEP 5\n")
+    frag = CudaSource(text=SRC, where="x.py:1", include_dirs=(str(user),))
+    assert _adds(frag) == ["5;"]
+    k = frag.content_key("sm_90")
+    (user / "lib" / "detail" / "mid.cuh").write_text("#pragma once\n#define DEEP 6\n")
+    assert CudaSource(text=SRC, where="x.py:1", include_dirs=(str(user),)) \
+        .content_key("sm_90") != k
+
+
+def test_a_quoted_include_of_cccl_is_found_beside_it_before_the_users_dirs(installed,
+                                                                        tmp_path):
+    """NVRTC looks for "inner.cuh" beside mid.cuh first: an inner.cuh in a user directory
+    is not the one read, and an edit to CCCL's still misses."""
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "inner.cuh").write_text("#define DEEP 99\n")
+    frag = CudaSource(text=SRC, where="x.py:1", include_dirs=(str(user),))
+    assert _adds(frag) == ["1;"]
+    k = frag.content_key("sm_90")
+    (installed / "lib" / "detail" / "inner.cuh").write_text("#pragma once\n#define DEEP 77\n")
+    again = CudaSource(text=SRC, where="x.py:1", include_dirs=(str(user),))
+    assert again.content_key("sm_90") != k and _adds(again) == ["77;"]
+
+
+def test_splices_own_cccl_named_by_the_user_is_keyed_by_stat(installed):
+    """include_dirs=cccl.include_dirs() (the module's documented use) names splice's own
+    directory: its headers are keyed by size and mtime like when splice adds it, not read
+    and hashed on every key (622 of them for <cub/block/block_reduce.cuh>)."""
+    for named in (str(installed), str(installed) + "/"):
+        frag = CudaSource(text=SRC, where="x.py:1", include_dirs=(named,))
+        headers = frag._headers(SRC)
+        assert len(headers) == 3 and all(h.startswith("stat ") for _, h in headers)
+
+
+def test_an_include_name_with_a_nul_is_not_a_raw_error(installed):
+    src = '#include "a\0b.h"\n' + SRC
+    assert CudaSource(text=src, where="x.py:1")._headers(src)
