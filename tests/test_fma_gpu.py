@@ -311,9 +311,10 @@ def test_gpu_int64_result_with_sign_bit_cleared(dev, case):
 @pytest.mark.gpu
 @pytest.mark.parametrize("a, b", [(1.5, -2.25), (-0.0, NAN), (INF, 0.5)])
 def test_gpu_scalar_arguments_and_negative_zero(dev, a, b):
-    # hash_dd(b, -0.0): -0.0 reaches the marker as neg.f64 of the key (one lowering). The
-    # values are float32 values, so the reference holds whichever float type a and b get.
+    # hash_dd(b, -0.0): -0.0 reaches the marker as neg.f64 of the key (one lowering). A and b
+    # are passed as float64 scalars (a Python float is a float32 to cuTile, which the
+    # extern's float64 parameters refuse).
     y = dev.empty(N, np.uint64)
-    dev.launch((N // TILE,), scalar_args_kernel, (y, a, b, TILE))
+    dev.launch((N // TILE,), scalar_args_kernel, (y, np.float64(a), np.float64(b), TILE))
     ref = ref_hash_dd([a], [b]) + ref_hash_dd([b], [-0.0]) + ref_hash_dd([NAN], [a])
     np.testing.assert_array_equal(dev.host(y), np.broadcast_to(ref, (N,)))

@@ -207,7 +207,9 @@ def all_const_kernel(y, TILE: ConstInt):
 
 @splice.kernel
 def scalar_args_kernel(y, a: float, b: float, TILE: ConstInt):
-    # 0-d call on kernel scalars, one constant
+    # 0-d call on kernel scalars, one constant. A launch passes the scalars as float32 (the
+    # annotation), splice.compile's signature as float64: astype serves both
+    a, b = ct.astype(a, ct.float64), ct.astype(b, ct.float64)
     r = hash_dd(a, b) + hash_dd(b, -0.0) + hash_dd(NAN, a)
     ct.store(y, index=(ct.bid(0),), tile=ct.full((TILE,), 0, dtype=ct.uint64) + r)
 
