@@ -79,14 +79,16 @@ def _in_roots() -> list[list[str]]:
 def installations() -> list[list[str]]:
     """Every complete CCCL found, each as the include directories it needs, best first: the
     one beside the CUDA headers splice compiles with (``toolchain.cuda_include_dir()/cccl``),
-    cuda-pathfinder's, then the wheel, toolkit and CuPy layouts under site-packages,
-    ``sys.prefix``, ``$CUDA_HOME``, ``$CUDA_PATH`` and ``/usr/local/cuda``."""
+    the wheel, toolkit and CuPy layouts under site-packages, ``sys.prefix``,
+    ``$CUDA_HOME``, ``$CUDA_PATH`` and ``/usr/local/cuda``, then cuda-pathfinder's (last:
+    importing cuda.pathfinder costs 50-150 ms, ldconfig included, on the first launch of
+    every process, where the cheap layouts above usually answer)."""
     return list(_found())
 
 
 def _found() -> Iterator[list[str]]:
     seen: set[tuple[str, ...]] = set()
-    for step in (_beside_cuda_headers, _pathfinder, _in_roots):
+    for step in (_beside_cuda_headers, _in_roots, _pathfinder):
         for dirs in step():
             real = tuple(os.path.realpath(d) for d in dirs)
             if dirs and real not in seen and _complete(dirs):

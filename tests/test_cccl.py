@@ -50,20 +50,33 @@ def test_nothing_found(nowhere):
         cccl.require("X")
 
 
-def test_beside_the_cuda_headers_then_pathfinder_then_the_roots(nowhere, tmp_path):
+def test_beside_the_cuda_headers_then_the_roots_then_pathfinder(nowhere, tmp_path):
+    # cuda.pathfinder last: its import (50-150 ms) is paid only when nothing cheaper answers
     wheel = tmp_path / "wheel" / "include"
     _fake_cccl(wheel / "cccl", 1)
     pf = _fake_cccl(tmp_path / "pathfinder" / "cccl", 2)
     tk = _fake_cccl(tmp_path / "tk" / "include" / "cccl", 3)
-    nowhere["roots"] = [str(tmp_path / "tk")]
-    assert cccl.include_dirs() == [str(tk)]
     nowhere["pathfinder"] = [str(pf)]
     assert cccl.include_dirs() == [str(pf)]
+    nowhere["roots"] = [str(tmp_path / "tk")]
+    assert cccl.include_dirs() == [str(tk)]
     nowhere["beside"] = [wheel]
     assert cccl.include_dirs() == [str(wheel / "cccl")]
-    assert cccl.installations() == [[str(wheel / "cccl")], [str(pf)], [str(tk)]]
+    assert cccl.installations() == [[str(wheel / "cccl")], [str(tk)], [str(pf)]]
     nowhere["pathfinder"] = [str(tk)]   # found twice: listed once
     assert cccl.installations() == [[str(wheel / "cccl")], [str(tk)]]
+
+
+def test_the_located_cccl_needs_no_cuda_pathfinder_when_a_layout_answers():
+    import subprocess
+    import sys
+    code = ("import sys; from splice import cccl; d = cccl.include_dirs(); "
+            "print(bool(d), 'cuda.pathfinder' in sys.modules)")
+    found, imported = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                                     text=True, check=True).stdout.split()
+    if found == "True" and cccl._in_roots() and any(cccl._complete(d)
+                                                    for d in cccl._in_roots()):
+        assert imported == "False"
 
 
 def test_pathfinder_is_asked_for_cccl(nowhere, tmp_path, monkeypatch):
