@@ -6,22 +6,7 @@ import pytest
 
 from splice import activemask, collectives
 from splice.ptx import Module
-
-HEADER = ".version 8.0\n.target sm_90a\n.address_size 64\n"
-
-
-def _ptx_fn(body: str) -> str:
-    return HEADER + f"""
-.visible .func (.param .b32 r) f(.param .b32 a) {{
-    .reg .b32 %r<16>; .reg .pred %p<8>;
-    ld.param.b32 %r1, [a];
-    setp.gt.s32 %p1, %r1, 0;
-{body}
-    st.param.b32 [r], %r1;
-    ret;
-}}
-"""
-
+from support.activemask import OLDER_GROUPS_BALLOT, ptx_fn as _ptx_fn
 
 def _hit(body: str):
     return collectives.find_collective(Module(_ptx_fn(body), "t"), "f")
@@ -78,21 +63,7 @@ def test_one_label_name_in_two_inline_asm_blocks_is_still_accepted(second):
 # shfl for it forever (test_activemask_model.py runs it in its model warp). Accepted while
 # a guard counted as uniform when its activemasks were any of the sync's, not the one of
 # the region.
-OLDER_GROUPS_BALLOT = """
-    activemask.b32 %r2;
-    setp.eq.s32 %p6, %r1, 1;
-    vote.sync.ballot.b32 %r5, %p6, %r2;
-    mov.u32 %r6, 0;
-$LOOP:
-    shfl.sync.idx.b32 %r9|%p2, %r1, 0, 31, %r2;
-    add.s32 %r6, %r6, 1;
-    setp.gt.s32 %p4, %r6, 1;
-    @%p4 bra $END;
-    activemask.b32 %r2;
-    setp.ne.s32 %p3, %r5, 0;
-    @%p3 bra $END;
-    bra.uni $LOOP;
-$END:"""
+
 
 
 def test_a_branch_uniform_over_an_older_group_is_not_uniform_over_the_new_one():

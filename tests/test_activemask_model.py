@@ -7,6 +7,7 @@ so that the sweep can fail. CPU only."""
 import pytest
 
 from support import warp_model as W
+from support.activemask import OLDER_GROUPS_BALLOT
 from splice import collectives
 from splice.ptx import Module
 
@@ -19,21 +20,7 @@ $S:"""
 
 # A branch on a ballot of an older activemask's group (see test_activemask_breaks.py),
 # which splice accepted: the model shows its deadlock.
-OLDER_GROUPS_BALLOT = """
-    activemask.b32 %r2;
-    setp.eq.s32 %p6, %r1, 1;
-    vote.sync.ballot.b32 %r5, %p6, %r2;
-    mov.u32 %r6, 0;
-$LOOP:
-    shfl.sync.idx.b32 %r9|%p2, %r1, 0, 31, %r2;
-    add.s32 %r6, %r6, 1;
-    setp.gt.s32 %p4, %r6, 1;
-    @%p4 bra $END;
-    activemask.b32 %r2;
-    setp.ne.s32 %p3, %r5, 0;
-    @%p3 bra $END;
-    bra.uni $LOOP;
-$END:"""
+
 
 THE_PATTERN = """
     activemask.b32 %r2;

@@ -22,22 +22,9 @@ import splice
 from splice import activemask, cache, collectives, toolchain
 from splice.fragments import CudaSource
 from splice.ptx import Module, parse_instruction
+from support.activemask import HEADER, ptx_fn as _ptx_fn
 
-HEADER = ".version 8.0\n.target sm_90a\n.address_size 64\n"
 SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 256)
-
-
-def _ptx_fn(body: str) -> str:
-    return HEADER + f"""
-.visible .func (.param .b32 r) f(.param .b32 a) {{
-    .reg .b32 %r<16>; .reg .pred %p<8>;
-    ld.param.b32 %r1, [a];
-    setp.gt.s32 %p1, %r1, 0;
-{body}
-    st.param.b32 [r], %r1;
-    ret;
-}}
-"""
 
 
 def _hit(ptx: str):
