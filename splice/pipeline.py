@@ -167,11 +167,13 @@ class _Job:
 
 @dataclasses.dataclass(frozen=True)
 class _Lowered:
-    """tileiras's output: the capture (PTX, host object, flags) and its parsed PTX."""
+    """tileiras's output: the capture (PTX, host object, ptxas argv), its parsed PTX, and
+    the ptxas flags to assemble it with."""
 
     capture: toolchain.Capture
     module: Module
-    target: str            # the PTX target, e.g. "sm_90a"
+    target: str                    # the PTX target, e.g. "sm_90a"
+    ptxas_flags: tuple[str, ...]   # tileiras's, without its input/output/host paths
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,7 +278,7 @@ def _lower(job: _Job, traced) -> _Lowered:
         log.debug("%s: tileiras emitted PTX for %s, fragments were compiled ahead for %s",
                   job.what, target, guess)
     _PTX_TARGETS[_gpu_name(traced)] = target
-    return _Lowered(capture, module, target)
+    return _Lowered(capture, module, target, tuple(toolchain.ptxas_flags(capture)))
 
 
 def _compile_fragments(job: _Job, traced, lowered: _Lowered) -> _Compiled:
@@ -374,7 +376,7 @@ def _give_atomic_markers(job: _Job, traced, refused: rewrite.Refusal,
 def _assemble(job: _Job, sp: _Spliced, merged: link.Merged) -> bytes:
     """ptxas with tileiras's flags and host object; with binary objects, ptxas -c and
     nvJitLink, then the SASS check of the sites that call into them."""
-    flags = toolchain.ptxas_flags(sp.lowered.capture)
+    flags = list(sp.lowered.ptxas_flags)
     binaries = list({id(s.extern.fragment): s.extern.fragment for s in sp.traced.sites
                      if isinstance(s.extern.fragment, BinarySource)}.values())
     timeout = sp.traced.timeout_sec
@@ -404,7 +406,7 @@ def _result(job: _Job, sp: _Spliced, merged: link.Merged, cubin: bytes) -> Build
                  spliced_ptx=merged.text if keep else None,
                  spans=merged.spans if keep else (),
                  tileir=_tileir_text(capture.ptx) if keep else None,
-                 ptxas_flags=tuple(toolchain.ptxas_flags(capture)),
+                 ptxas_flags=sp.lowered.ptxas_flags,
                  host_object_size=len(capture.host_object or b""),
                  entry_calls=_entry_calls(sp.module, {c.callee for c in
                                                           sp.compiled.calls.values()}),
