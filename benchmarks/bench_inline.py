@@ -25,6 +25,7 @@ import cuda.tile as ct
 import torch
 
 import splice
+from _kernels import matmul_tile
 from _timing import time_callable_side_by_side, time_side_by_side
 
 ConstInt = ct.Constant[int]
@@ -102,17 +103,6 @@ def fast_gelu(x: ct.float32) -> ct.float32: ...
 @splice.extern(source=r'''
 extern "C" __device__ float leaky_relu(float x) { return fmaxf(x, 0.01f * x); }''')
 def leaky_relu(x: ct.float32) -> ct.float32: ...
-
-
-def matmul_tile(A, B, tm, tn, tk):
-    """The (tm, tn) float32 accumulator of C = A @ B for this block."""
-    num_k = ct.num_tiles(A, axis=1, shape=(tm, tk))
-    acc = ct.full((tm, tn), 0, dtype=ct.float32)
-    for k in range(num_k):
-        a = ct.load(A, index=(ct.bid(0), k), shape=(tm, tk), padding_mode=ct.PaddingMode.ZERO)
-        b = ct.load(B, index=(k, ct.bid(1)), shape=(tk, tn), padding_mode=ct.PaddingMode.ZERO)
-        acc = ct.mma(a, b, acc)
-    return acc
 
 
 @splice.kernel
