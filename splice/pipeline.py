@@ -15,7 +15,9 @@
     assemble   ptxas with tileiras's flags and --nv-host -> cubin (nvJitLink
                for binary objects)                                             (toolchain)
 
-:func:`build` runs it for one kernel signature and architecture. :class:`_Job` times each
+:func:`build` runs it for one kernel signature and architecture: trace, key and cache here,
+the stages of a miss in :mod:`splice.stages` (a cache hit does not load them). :class:`Job`
+times each
 stage (``Build.timings``, the ``splice`` logger at DEBUG) and writes each stage's output to
 ``$SPLICE_DUMP_DIR/<symbol>.<arch>/`` as it is made, so that a failed build leaves the
 stages before the failure. Linked cubins are cached on disk by content (:mod:`splice.cache`);
@@ -24,7 +26,6 @@ fragments by their own content (:mod:`splice.fragments`).
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import dataclasses
 import gc
@@ -33,18 +34,19 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from . import cache, collectives, diagnose, inline, link, nvshmem, rewrite, toolchain, trace, \
-    verify
+from . import cache, nvshmem, toolchain, trace, verify
 from .errors import SpliceLinkError, SpliceToolchainError
-from .fragments import BinarySource, CudaSource, Fragment, PtxSource
-from .ptx import Module, parse_instruction
+from .fragments import CudaSource
 from .result import Build, dump_dir
-from .sites import Marker, SiteInfo
+from .sites import SiteInfo
+
+if TYPE_CHECKING:
+    from .stages import Spliced
 
 __version__ = "0.1.0"
-__all__ = ["Build", "SiteInfo", "build", "normalize_arch", "predicted_ptx_target"]
+__all__ = ["Build", "Job", "SiteInfo", "build", "normalize_arch"]
 log = logging.getLogger("splice")
 
 
@@ -64,48 +66,28 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
         SpliceToolchainError.
     """
     with _gc_paused():
-        job = _Job.start(kernel, signature, arch, context, keep_stages)
-        traced = job.run("trace", _trace, job, frozenset())
+        job = Job.start(kernel, signature, arch, context, keep_stages)
+        traced = job.trace(frozenset())
         key = job.run("key", _cache_key, job, traced)
         hit = None if job.keep_stages else job.run("cache", _from_cache, job, traced, key)
         if hit is not None:
             return hit
-        sp = _lower_and_splice(job, traced)
-        merged = job.run("link", link.insert, sp.module, sp.compiled.linked, job.name,
-                         sp.report.spans)
-        job.dump(".spliced.ptx", merged.text)
-        cubin = job.run("assemble", _assemble, job, sp, merged)
+        from . import stages   # a miss: tileiras, the rewriter, the linker (not loaded on a hit)
+        sp = stages.lower_and_splice(job, traced)
+        merged = job.run("link", stages.link_fragments, job, sp)
+        cubin = job.run("assemble", stages.assemble, job, sp, merged)
         job.dump(".cubin", cubin)
-        out = _result(job, sp, merged, cubin)
+        out = stages.result(job, sp, merged, cubin)
         _finish(job, out, key, sp)
         return out
 
 
-def _lower_and_splice(job: _Job, traced) -> _Spliced:
-    """lower, fragments, splice; while the proof refuses some fma markers, give those sites
-    the atomic marker (which LLVM does not merge or fold), trace and lower again. Each round
-    adds at least one site to the atomic set, so the loop ends."""
-    atomic: dict[str, str] = {}     # site key (CallSite.key) -> why it has the atomic marker
-    while True:
-        lowered = job.run("lower", _lower, job, traced)
-        compiled = job.run("fragments", _compile_fragments, job, traced, lowered)
-        report = job.run("splice", rewrite.splice_calls, lowered.module, compiled.calls,
-                         kernel_name=job.name)
-        if report.refused is None:
-            assert report.module is not None   # the rewritten PTX, parsed by its check
-            job.dump(".rewritten.ptx", report.ptx)
-            return _Spliced(traced, lowered, compiled, report, report.module, atomic)
-        atomic = _give_atomic_markers(job, traced, report.refused, atomic)
-        job.lowerings += 1
-        traced = job.run("trace", _trace, job, frozenset(atomic))
-
-
 # --------------------------------------------------------------------------------------------
-# The driver's state, and what the stages hand each other
+# The driver's state
 
 
 @dataclasses.dataclass
-class _Job:
+class Job:
     """One build: its inputs, the name errors give it, and the stage driver (timings,
     dumps)."""
 
@@ -123,7 +105,7 @@ class _Job:
     symbol: str = ""
 
     @classmethod
-    def start(cls, kernel, signature, arch, context, keep_stages: bool) -> _Job:
+    def start(cls, kernel, signature, arch, context, keep_stages: bool) -> Job:
         t0 = time.perf_counter()
         trace.check_build_args(kernel, signature)
         name, where = _kernel_desc(kernel)
@@ -141,6 +123,11 @@ class _Job:
             dt = time.perf_counter() - t
             self.timings[stage] = self.timings.get(stage, 0.0) + dt
             log.debug("%s: %s took %.3f s", self.what, stage, dt)
+
+    def trace(self, atomic: frozenset[str]):
+        """The ``trace`` stage: pure sites whose key is in ``atomic`` get the atomic
+        marker (the fallback of :func:`splice.stages.lower_and_splice` traces again)."""
+        return self.run("trace", _trace, self, atomic)
 
     def dump(self, suffix: str, data: str | bytes | None) -> None:
         """Write one stage's output to ``$SPLICE_DUMP_DIR/<symbol>.<arch>/<symbol><suffix>``
@@ -164,45 +151,11 @@ class _Job:
     def seconds(self) -> float:
         return time.perf_counter() - self.started
 
-
-@dataclasses.dataclass(frozen=True)
-class _Lowered:
-    """tileiras's output: the capture (PTX, host object, ptxas argv), its parsed PTX, and
-    the ptxas flags to assemble it with."""
-
-    capture: toolchain.Capture
-    module: Module
-    target: str                    # the PTX target, e.g. "sm_90a"
-    ptxas_flags: tuple[str, ...]   # tileiras's, without its input/output/host paths
-
-
-@dataclasses.dataclass(frozen=True)
-class _Compiled:
-    """The fragments for the kernel's PTX target, and how each site calls its extern."""
-
-    modules: dict[str, tuple[str, Module]]    # fragment content key -> (describe(), PTX)
-    linked: link.Linked
-    calls: dict[int, rewrite.SiteCall]        # site index -> call (or inlined body)
-    not_inlined: dict[int, str]               # site index -> why its body is not inlined
-
-
-@dataclasses.dataclass(frozen=True)
-class _Spliced:
-    """The last round of lower/fragments/splice, which the proof accepted."""
-
-    traced: Any                    # trace.TracedKernel
-    lowered: _Lowered
-    compiled: _Compiled
-    report: rewrite.SpliceReport
-    module: Module                 # the rewritten PTX
-    atomic: dict[str, str]         # site key -> why the pure call has the atomic marker
-
-
 # --------------------------------------------------------------------------------------------
 # trace, key, cache
 
 
-def _trace(job: _Job, atomic: frozenset[str]):
+def _trace(job: Job, atomic: frozenset[str]):
     """The kernel's Tile IR bytecode and call sites (pure sites whose key is in ``atomic``
     get the atomic marker); checks each extern before anything compiles."""
     traced = trace.trace_kernel(job.kernel, job.signature, job.arch, job.context, atomic)
@@ -219,7 +172,7 @@ def _trace(job: _Job, atomic: frozenset[str]):
     return traced
 
 
-def _cache_key(job: _Job, traced) -> str:
+def _cache_key(job: Job, traced) -> str:
     """The cubin's content key: bytecode, tileiras flags, arch, every site's extern (per
     site: two externs of one library symbol may differ in scope, inline or signature,
     which the bytecode does not always show), the tools. cache.load/store add splice's
@@ -236,7 +189,7 @@ def _cache_key(job: _Job, traced) -> str:
         toolchain.tool_identity("tileiras", "ptxas"))
 
 
-def _from_cache(job: _Job, traced, key: str) -> Build | None:
+def _from_cache(job: Job, traced, key: str) -> Build | None:
     """The cached build of ``key``, or None."""
     hit = cache.load("kernel", key)
     if hit is None:
@@ -258,162 +211,7 @@ def _from_cache(job: _Job, traced, key: str) -> Build | None:
     return out
 
 
-# --------------------------------------------------------------------------------------------
-# lower, fragments, the atomic-marker fallback
-
-
-def _lower(job: _Job, traced) -> _Lowered:
-    """tileiras on the bytecode, the fragments compiling ahead in threads meanwhile."""
-    guess = predicted_ptx_target(_gpu_name(traced))
-    with _fragments_compiled_ahead(traced, guess):
-        capture = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags,
-                                         timeout=traced.timeout_sec, what=job.what)
-    job.dump(".ptx", capture.ptx)
-    job.dump(".tileir", _tileir_text(capture.ptx))
-    module = Module(capture.ptx, f"tileiras PTX of {job.what}")
-    target = next((t for t in module.target if t.startswith("sm_")), None)
-    if target is None:
-        raise SpliceLinkError(f"tileiras PTX of {job.what} names no sm_ target")
-    if target != guess:
-        log.debug("%s: tileiras emitted PTX for %s, fragments were compiled ahead for %s",
-                  job.what, target, guess)
-    _PTX_TARGETS[_gpu_name(traced)] = target
-    return _Lowered(capture, module, target, tuple(toolchain.ptxas_flags(capture)))
-
-
-def _compile_fragments(job: _Job, traced, lowered: _Lowered) -> _Compiled:
-    """Each fragment's PTX for the kernel's target (de-duplicated by content), checked
-    against the kernel and each extern's declaration, prepared for merging; the call of
-    every site."""
-    modules: dict[str, tuple[str, Module]] = {}
-    for site in traced.sites:
-        frag = site.extern.fragment
-        fkey = frag.content_key(lowered.target)
-        if fkey not in modules:
-            modules[fkey] = (frag.describe(), frag.module(lowered.target))
-            job.dump(f".fragment{len(modules) - 1}.ptx", modules[fkey][1].text)
-        _check_fragment(site, *modules[fkey], lowered)
-    collectives.check_element_sites(traced.sites, modules, lowered.target)
-    linked = link.prepare(lowered.module, list(modules.values()), job.name,
-                          frozenset(s.extern.symbol for s in traced.sites),
-                          host_filled=nvshmem.HOST_FILLED)
-    calls: dict[int, rewrite.SiteCall] = {}
-    not_inlined: dict[int, str] = {}
-    for site in traced.sites:
-        fmod = modules[site.extern.fragment.content_key(lowered.target)][1]
-        calls[site.index], why = _site_call(site, fmod, linked)
-        if why is not None:
-            not_inlined[site.index] = why
-    return _Compiled(modules, linked, calls, not_inlined)
-
-
-def _check_fragment(site, fdesc: str, fmod: Module, lowered: _Lowered) -> None:
-    """The fragment fits the kernel's PTX and defines the extern's symbol with a prototype
-    matching the declared signature (binary objects: checked when linked)."""
-    ext = site.extern
-    decl = f"extern '{ext.name}' (declared at {ext.where})"
-    link.check_compatible(fmod, lowered.module, f"{decl}, called at {site.where}: {fdesc}")
-    if isinstance(ext.fragment, BinarySource):
-        return
-    fn = fmod.functions.get(ext.symbol)
-    if fn is None or not fn.is_definition:
-        defined = sorted(f.name for f in fmod.functions.values() if f.is_definition)
-        raise SpliceLinkError(
-            f"{decl}: {fdesc} does not define the device function '{ext.symbol}'"
-            f" (it defines: {', '.join(defined) or 'nothing'}). The symbol must be the C "
-            f"name of an extern \"C\" __device__ function that the fragment defines and "
-            f"emits: functions declared only, inline/__forceinline__ or static ones are "
-            f"not emitted unless used, and -dlto output holds no PTX")
-    link.check_prototype(fn, ext.signature, f"{decl}, {fdesc}", fmod.text)
-
-
-def _site_call(site, fmod: Module, linked: link.Linked) -> tuple[rewrite.SiteCall, str | None]:
-    """How the rewriter calls ``site``'s extern, and why its body is not inlined (None:
-    inlined)."""
-    ext = site.extern
-    body = None
-    if isinstance(ext.fragment, BinarySource):
-        fn = fmod.functions[ext.symbol]
-        if ext.inline == "always":
-            raise SpliceLinkError(f"extern '{ext.name}' (declared at {ext.where}) has "
-                                  f"inline=\"always\" but its code is a binary object")
-        why: str | None = "binary object: no PTX body"
-    else:
-        pmod, fn = linked.functions[ext.symbol]
-        why = "inline=\"never\"" if ext.inline == "never" else \
-            inline.why_not_inlinable(pmod, fn, linked.functions)
-        if why is None:
-            body = (pmod, fn)
-        elif ext.inline == "always":
-            raise SpliceLinkError(
-                f"extern '{ext.name}' (declared at {ext.where}) has inline=\"always\" but "
-                f"'{ext.symbol}' cannot be inlined: {why}")
-    call = rewrite.SiteCall(site.index, ext.symbol, fn.params,
-                            fn.results[0] if fn.results else None, ext.signature,
-                            f"{ext.name} at {site.where}", body, site.marker,
-                            site.marker_bits, ext.scope, site.fma_rounding)
-    return call, why
-
-
-def _give_atomic_markers(job: _Job, traced, refused: rewrite.Refusal,
-                         atomic: dict[str, str]) -> dict[str, str]:
-    """``atomic`` plus the pure sites the proof refused (all pure sites when it named
-    none of them). Raises the refusal's error when no pure site is left to change."""
-    pure = {s.index: s.key for s in traced.sites if s.marker is Marker.FMA}
-    named = (refused.sites & pure.keys()) or pure.keys()
-    if not named:
-        raise refused.error()
-    log.info("%s: site(s) %s get the atomic marker and the kernel is lowered again "
-             "(tileiras changed their fma marker: %s)", job.what, sorted(named),
-             refused.reason)
-    return {**atomic, **{pure[i]: refused.reason for i in named}}
-
-
-# --------------------------------------------------------------------------------------------
-# assemble, the result
-
-
-def _assemble(job: _Job, sp: _Spliced, merged: link.Merged) -> bytes:
-    """ptxas with tileiras's flags and host object; with binary objects, ptxas -c and
-    nvJitLink, then the SASS check of the sites that call into them."""
-    flags = list(sp.lowered.ptxas_flags)
-    binaries = list({id(s.extern.fragment): s.extern.fragment for s in sp.traced.sites
-                     if isinstance(s.extern.fragment, BinarySource)}.values())
-    timeout = sp.traced.timeout_sec
-    try:
-        if not binaries:
-            return toolchain.run_ptxas(merged.text, flags, sp.lowered.capture.host_object,
-                                       timeout=timeout, what=job.what)
-        cubin = _link_binaries(merged.text, flags, binaries, sp.lowered.module,
-                               sp.lowered.target, job.what, timeout)
-    except SpliceToolchainError as e:
-        raise diagnose.explain_ptxas_failure(e, merged.text, merged.spans, job.what) from None
-    collectives.check_binary_sites(sp.traced.sites, cubin, sp.lowered.target)
-    return cubin
-
-
-def _result(job: _Job, sp: _Spliced, merged: link.Merged, cubin: bytes) -> Build:
-    traced, report, capture = sp.traced, sp.report, sp.lowered.capture
-    sites = [SiteInfo.of(s, instances=report.replaced.get(s.index, 0),
-                         inlined=sp.compiled.calls[s.index].inline is not None,
-                         why_not_inlined=sp.compiled.not_inlined.get(s.index),
-                         why_atomic=sp.atomic.get(s.key)) for s in traced.sites]
-    keep = job.keep_stages
-    return Build(job.name, job.arch, traced.symbol, cubin, sites,
-                 traced.lifecycle_providers + nvshmem.lifecycle_providers(
-                     job.what, sp.compiled.linked.host_filled),
-                 ptx=capture.ptx if keep else None,
-                 spliced_ptx=merged.text if keep else None,
-                 spans=merged.spans if keep else (),
-                 tileir=_tileir_text(capture.ptx) if keep else None,
-                 ptxas_flags=sp.lowered.ptxas_flags,
-                 host_object_size=len(capture.host_object or b""),
-                 entry_calls=_entry_calls(sp.module, {c.callee for c in
-                                                          sp.compiled.calls.values()}),
-                 symbols=traced.symbols, timings=job.timings, lowerings=job.lowerings)
-
-
-def _finish(job: _Job, out: Build, key: str, sp: _Spliced) -> None:
+def _finish(job: Job, out: Build, key: str, sp: Spliced) -> None:
     """Log, verify (``SPLICE_VERIFY=1``), cache, and dump the SASS and timings."""
     out.seconds = job.seconds
     log.info("%s for %s: compiled in %.3f s, %d call site(s), %d bytes of cubin", job.what,
@@ -431,7 +229,6 @@ def _finish(job: _Job, out: Build, key: str, sp: _Spliced) -> None:
     if job.dump_root is not None:
         job.dump(".sass", out.sass)
         job.dump(".timings.json", out.timings_json())
-
 
 # --------------------------------------------------------------------------------------------
 # helpers
@@ -457,11 +254,6 @@ def _kernel_desc(kernel) -> tuple[str, str]:
     return f.__name__, f"{code.co_filename}:{code.co_firstlineno}"
 
 
-def _tileir_text(ptx: str) -> str | None:
-    m = re.search(r"\.source_begin\n(.*?)\.source_end", ptx, re.S)
-    return m.group(1) if m else None
-
-
 _ARCH_RE = re.compile(r"^sm_?(\d{2,3})([af]?)$", re.I)
 
 
@@ -481,96 +273,6 @@ def normalize_arch(arch, what: str = "") -> str:
         raise SpliceToolchainError(f"{what}GPU architecture {arch!r}: cuTile (tileiras) "
                                    f"targets sm_80 and newer")
     return f"sm_{m.group(1)}"
-
-
-#: The PTX target tileiras emitted for each --gpu-name, as seen in this process.
-_PTX_TARGETS: dict[str, str] = {}
-
-
-def _gpu_name(traced) -> str:
-    flags = traced.tileiras_flags
-    return flags[flags.index("--gpu-name") + 1] if "--gpu-name" in flags else ""
-
-
-def predicted_ptx_target(gpu_name: str) -> str:
-    """The PTX target tileiras 13.x emits for ``--gpu-name``: the arch-specific ``sm_90a``,
-    ``sm_100a``... from sm_90 on, ``sm_80``... before (what it emitted before in this process
-    where known). A guess: the pipeline checks it against tileiras's PTX."""
-    seen = _PTX_TARGETS.get(gpu_name)
-    if seen is not None:
-        return seen
-    m = re.fullmatch(r"sm_(\d+)", gpu_name)
-    return f"{gpu_name}a" if m and int(m.group(1)) >= 90 else gpu_name
-
-
-@contextlib.contextmanager
-def _fragments_compiled_ahead(traced, target: str):
-    """Compile the kernel's fragments (NVRTC, nvJitLink, ptxas for inline PTX: these release
-    the GIL) in threads for the predicted PTX target while the body (tileiras, a subprocess)
-    runs. Only fills the fragments' memo and cache: the pipeline then asks each fragment for
-    the *actual* target and gets the result, or compiles anew after a wrong guess, and a
-    fragment that failed here fails again there with the same error, in site order."""
-    frags: dict[int, Fragment] = {}
-    for site in traced.sites:
-        frag = site.extern.fragment
-        if not isinstance(frag, (PtxSource, BinarySource)):  # those compile nothing
-            frags.setdefault(id(frag), frag)
-    if not frags:
-        yield
-        return
-    pool = concurrent.futures.ThreadPoolExecutor(
-        max_workers=min(len(frags), os.cpu_count() or 1),
-        thread_name_prefix="splice-fragment")
-    try:
-        for frag in frags.values():
-            pool.submit(frag.module, target)
-        yield
-    except BaseException:
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
-
-
-def _link_binaries(merged: str, flags, binaries, kernel_mod: Module, target: str, what: str,
-                   timeout) -> bytes:
-    """ptxas -c (relocatable) then nvJitLink with the binary objects. ptxas ignores
-    --nv-host with -c (``docs/design.md#binary-objects``), so this is refused for kernels
-    whose launch needs tileiras's host callbacks: those with hidden (tensor-map)
-    parameters."""
-    for fn in kernel_mod.entries():
-        hidden = [p for p in fn.params if ".hidden" in p.decl]
-        if hidden:
-            raise SpliceLinkError(
-                f"{what} cannot be linked with {binaries[0].describe()}: the kernel has "
-                f"{len(hidden)} hidden tensor-map parameter(s) (TMA) that tileiras's host "
-                f"callbacks fill at launch, and those callbacks survive only a whole-program "
-                f"ptxas run, not nvJitLink. Ship the device code as PTX "
-                f"(splice.extern.from_ptx) or LTO-IR (splice.extern.from_ltoir) instead")
-    relocatable = toolchain.run_ptxas(merged, [*flags, "-c"], None, timeout=timeout,
-                                      what=what)
-    inputs = [("CUBIN", relocatable, "kernel.cubin")]
-    inputs += [(b.input_type, b.read(), b.path.name) for b in binaries]
-    try:
-        return toolchain.nvjitlink_link(inputs, target, what)
-    except SpliceLinkError as e:
-        objs = "; ".join(f"{b.describe()} for {', '.join(s for s, _ in b.roots)}"
-                         for b in binaries)
-        raise SpliceLinkError(
-            f"{e.message}\n    objects: {objs}\n    each must be relocatable device code "
-            f"(-rdc=true) for {target} and define its extern \"C\" symbols", e.log) from None
-
-
-def _entry_calls(mod: Module, callees) -> dict[str, int]:
-    """``call`` instructions per extern symbol in the kernel's entry function(s), after
-    splicing: the rewriter's calls plus calls made by inlined bodies."""
-    out: dict[str, int] = {}
-    for fn in mod.entries():
-        for st in mod.body_statements(fn):
-            if st.kind == "instruction" and rewrite.opcode_head(st) == "call":
-                target = parse_instruction(st, mod.text).call_target
-                if target is not None and target in callees:
-                    out[target] = out.get(target, 0) + 1
-    return out
 
 
 def _check_same_symbol(a, b):

@@ -3,6 +3,8 @@ a predicted PTX target (and a wrong prediction), gc paused during a build and re
 nvdisasm run only when asked; and the first-launch benchmark runs without a GPU."""
 
 import gc
+import os
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -12,7 +14,7 @@ import pytest
 
 from support import kernels as K
 import splice
-from splice import pipeline, toolchain
+from splice import stages, toolchain
 
 f32 = ct.float32
 SIG = K.signature(K.array(f32), K.array(f32), 256)
@@ -36,11 +38,11 @@ def _fresh_kernel(body: str = "return x * 2.0f + 1.0f;"):
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_100"])
 def test_predicted_ptx_target_is_what_tileiras_emits(arch, monkeypatch):
-    monkeypatch.setattr(pipeline, "_PTX_TARGETS", {})
-    predicted = pipeline.predicted_ptx_target(arch)
+    monkeypatch.setattr(stages, "_PTX_TARGETS", {})
+    predicted = stages.predicted_ptx_target(arch)
     b = splice.compile(_fresh_kernel(), SIG, arch)
     assert f".target {predicted}" in b.ptx
-    assert pipeline.predicted_ptx_target(arch) == predicted
+    assert stages.predicted_ptx_target(arch) == predicted
 
 
 def test_fragments_compile_in_a_thread_while_tileiras_runs(monkeypatch):
@@ -78,7 +80,7 @@ def test_a_wrong_prediction_gives_the_same_cubin(monkeypatch, tmp_path):
         return real(*a, **k)
 
     monkeypatch.setattr(toolchain, "nvrtc_compile", nvrtc)
-    monkeypatch.setattr(pipeline, "predicted_ptx_target", lambda gpu_name: "sm_86")
+    monkeypatch.setattr(stages, "predicted_ptx_target", lambda gpu_name: "sm_86")
     got = splice.compile(kernel, SIG, "sm_90")
     assert targets == ["-arch=sm_86", "-arch=sm_90a"]  # the guess, then the real target
     assert got.cubin == want.cubin and got.spliced_ptx == want.spliced_ptx
@@ -190,3 +192,26 @@ def test_inserted_fragments_are_parsed_after_the_kernel_header(inserted, error):
         Module(_KERNEL_PTX.replace(".address_size 64\n", ".address_size 64\n\n\n" + inserted))
     with pytest.raises(PTXSyntaxError, match=error):
         link.insert(kernel, linked, "k")
+
+
+def test_a_cache_hit_in_a_new_process_loads_no_miss_stage(tmp_path):
+    # the warm-cache process (issue 11): a hit runs trace, key and cache only; tileiras's
+    # driver, the rewriter, the linker and the PTX parser (splice.stages and what it imports)
+    # are loaded by a miss
+    code = ("import sys\n"
+            "from support import kernels as K\n"
+            "from splice import pipeline\n"
+            "sig = K.signature(K.array(K.ct.float64), K.array(K.ct.float64), 256)\n"
+            "b = pipeline.build(K.same_arg_kernel, sig, 'sm_90')\n"
+            "miss = ('splice.stages', 'splice.rewrite', 'splice.link', 'splice.ptx',\n"
+            "        'splice.inline', 'splice.collectives', 'concurrent.futures')\n"
+            "print(b.from_cache, [m for m in miss if m in sys.modules])\n")
+    env = dict(os.environ, SPLICE_CACHE_DIR=str(tmp_path),
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).parent),
+                                           str(Path(splice.__file__).parent.parent)]))
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=env, timeout=300) for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], runs[-1].stderr
+    first, second = (r.stdout.strip().splitlines()[-1] for r in runs)
+    assert first.startswith("False ['splice.stages'")   # the miss loads them
+    assert second == "True []"

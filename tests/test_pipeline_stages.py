@@ -10,7 +10,7 @@ import pytest
 
 from support import kernels as K
 import splice
-from splice import pipeline, rewrite, trace
+from splice import rewrite, stages, trace
 from splice.errors import SpliceCompileError, SpliceRewriteError
 from splice.sites import Marker
 
@@ -110,7 +110,7 @@ def test_a_refusal_with_no_pure_site_left_is_the_rewriters_error(monkeypatch):
         return rewrite.SpliceReport({}, {}, "", refused=rewrite.Refusal(
             frozenset(), "made up", f"cannot prove the call-site rewrite of {kernel_name}"))
 
-    monkeypatch.setattr(pipeline.rewrite, "splice_calls", refusing)
+    monkeypatch.setattr(stages.rewrite, "splice_calls", refusing)
     with pytest.raises(SpliceRewriteError, match="cannot prove the call-site rewrite"):
         splice.compile(K.control_kernel, CONTROL_SIG, "sm_90")
     assert len(calls) == 2
