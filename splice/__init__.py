@@ -19,7 +19,6 @@
 from typing import TYPE_CHECKING
 
 from . import identity  # noqa: F401 (first: the code identity, a guard on later imports)
-from .splice_kernel import SpliceKernel as kernel
 from .errors import (
     SpliceCallError,
     SpliceCompileError,
@@ -30,32 +29,51 @@ from .errors import (
     SpliceRewriteError,
     SpliceToolchainError,
 )
-from .extern import ExternFunction, Library, extern, library
-from . import toolchain
-from .asm import _public_asm
 
-asm = _public_asm()
-from .types import ELEMENT_TYPES, Signature, parse_signature, pointer
-from .signatures import kernel_signature
-from .export import export_kernel
-
-#: Names imported on first use: the build pipeline (rewriter, linker, checks) is needed
-#: only to compile a kernel, and ``import splice`` stays cheap (:mod:`splice.identity`
-#: keeps the code that then loads the code that was imported).
-_LAZY = {"Build": "result", "build": "pipeline", "__version__": "pipeline",
-         "PTXSyntaxError": "ptx"}
+#: Every other public name -> (its module, its name there; None: the module itself), loaded
+#: on first use (PEP 562): ``import splice`` costs little more than ``import cuda.tile``
+#: (issue 11), and a script pays for what it uses. No public name is also the name of a
+#: submodule (``splice.asm`` lives in ``asm_frontend``, ``splice.extern`` in ``externs``):
+#: importing a submodule would rebind the package attribute of that name.
+_LAZY = {
+    "kernel": ("splice_kernel", "SpliceKernel"),
+    "extern": ("externs", "extern"), "library": ("externs", "library"),
+    "Library": ("externs", "Library"), "ExternFunction": ("externs", "ExternFunction"),
+    "asm": ("asm_frontend", "asm"),
+    "Signature": ("types", "Signature"), "parse_signature": ("types", "parse_signature"),
+    "pointer": ("types", "pointer"), "ELEMENT_TYPES": ("types", "ELEMENT_TYPES"),
+    "kernel_signature": ("signatures", "kernel_signature"),
+    "export_kernel": ("export", "export_kernel"),
+    "toolchain": ("toolchain", None),
+    "Build": ("result", "Build"), "build": ("pipeline", "build"),
+    "__version__": ("pipeline", "__version__"), "PTXSyntaxError": ("ptx", "PTXSyntaxError"),
+}
 if TYPE_CHECKING:
+    from . import toolchain
+    from .asm_frontend import asm
+    from .export import export_kernel
+    from .externs import ExternFunction, Library, extern, library
+    from .pipeline import __version__, build
     from .ptx import PTXSyntaxError
     from .result import Build
+    from .signatures import kernel_signature
+    from .splice_kernel import SpliceKernel as kernel
+    from .types import ELEMENT_TYPES, Signature, parse_signature, pointer
 
 
 def __getattr__(name: str):
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
-    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    module, attr = _LAZY[name]
+    mod = importlib.import_module(f"{__name__}.{module}")
+    value = mod if attr is None else getattr(mod, attr)
     globals()[name] = value
     return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def compile(kernel, signature, arch: str = "sm_90") -> "Build":

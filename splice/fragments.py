@@ -474,7 +474,7 @@ class AsmSource(Fragment):
     PTX target and checked by ptxas on its own, so that a malformed snippet is reported at
     its call site with ptxas's message."""
 
-    spec: Any = None  # splice.asm.AsmSpec, always given
+    spec: Any = None  # splice.asm_frontend.AsmSpec, always given
     kind = "asm"
 
     def describe(self) -> str:

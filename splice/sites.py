@@ -52,7 +52,7 @@ class CallSite:
 
     Attributes:
         index: order of the call in the trace (0, 1, ...); names the marker global.
-        extern: the called :class:`splice.extern.ExternFunction`.
+        extern: the called :class:`splice.externs.ExternFunction`.
         shape: the tile shape of the marker (the call's shape, last axis maybe split).
         where: "file:line" of the call in the user's source.
         call_shape: the tile shape of the call (``()`` for a scalar call).

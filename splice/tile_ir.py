@@ -8,7 +8,7 @@ a ``TileAtomicCAS`` to cuTile's passes), and for pure calls with a result an ``f
 keyed by a load of the global (:class:`SplicePureCall`, ``docs/design.md#fma-marker``).
 
 The operations subclass cuTile's ``Operation``, so this module imports cuTile's compiler:
-it is imported on the first trace (by :mod:`splice.trace` and :mod:`splice.asm`), never by
+it is imported on the first trace (by :mod:`splice.trace` and :mod:`splice.asm_frontend`), never by
 ``import splice``, and takes every cuTile name from :mod:`splice._cutile`.
 """
 

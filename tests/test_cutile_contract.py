@@ -208,7 +208,7 @@ def test_only_the_contract_module_imports_cutile_private_names():
 
 
 def test_every_cutile_name_the_package_uses_is_in_the_contract():
-    # trace.py, asm.py, tile_ir.py... reach cuTile's names as `cu.<name>` / `_cutile.<name>`
+    # trace.py, asm_frontend.py, tile_ir.py... reach cuTile's names as `cu.<name>` / `_cutile.<name>`
     # or `from ._cutile import <name>`: each must be in the table that the first trace
     # imports and checks (a typo in a rarely traced path would otherwise fail only there)
     import ast

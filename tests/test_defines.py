@@ -4,7 +4,7 @@ and 0 (``-DFAST=True`` made ``#if FAST`` false: ``True`` is an unknown identifie
 
 import pytest
 
-from splice.extern import _check_options
+from splice.externs import _check_options
 from splice.fragments import CudaSource
 
 SRC = """extern "C" __device__ int pick() {

@@ -110,6 +110,41 @@ def test_the_checker_counts_function_level_imports():
                                                   "result", "__init__"}
 
 
+def test_import_splice_loads_only_its_errors_and_code_identity():
+    # every other public name is loaded on first use (splice.__getattr__): `import splice`
+    # within 1.2x of `import cuda.tile` (issue 11)
+    code = ("import sys, splice\n"
+            "print(sorted(m for m in sys.modules if m.startswith('splice')))")
+    env = dict(os.environ, PYTHONPATH=str(PKG.parent))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "['splice', 'splice.errors', 'splice.identity']"
+
+
+def test_no_lazy_public_name_is_a_submodule_name():
+    # importing splice/<name>.py sets the package attribute <name> to the module: a public
+    # function of that name, loaded lazily, would be replaced by it
+    for name, (module, attr) in splice._LAZY.items():
+        if attr is not None:
+            assert not (PKG / f"{name}.py").exists(), name
+        else:
+            assert module == name
+
+
+def test_every_public_name_resolves_after_every_submodule_is_imported():
+    import importlib
+    for p in sorted(PKG.glob("*.py")):
+        if p.stem not in ("__init__", "__main__", "jax"):
+            importlib.import_module(f"splice.{p.stem}")
+    for name in splice.__all__:
+        value = getattr(splice, name)
+        module, attr = splice._LAZY.get(name, (None, ""))
+        assert (type(value).__name__ == "module") == (attr is None), name
+    assert callable(splice.asm) and callable(splice.extern) and splice.asm.__module__ == "splice"
+    assert set(splice._LAZY) <= set(splice.__all__) and set(splice.__all__) <= set(dir(splice))
+
+
 def test_import_splice_leaves_cutiles_compiler_unloaded():
     # cuTile's compiler (cuda.tile._compile, its IR and passes) is imported by the first
     # trace (splice._cutile), not by `import splice`: it takes longer than cuda.tile itself

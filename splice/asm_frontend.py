@@ -293,7 +293,7 @@ def _packed_types(outputs, k: int, error) -> tuple[ElementType, ...]:
 def _snippet_extern(text, outputs, args, constraints, pure: bool, where, loc):
     """The extern calling the snippet, and each output's bit offset in its result
     (``constraints``: the Var of ``constraints=``)."""
-    from .extern import ExternFunction
+    from .externs import ExternFunction
     from .fragments import AsmSource
     inputs = []
     for i, var in enumerate(args):
@@ -410,3 +410,7 @@ Raises:
     SpliceCompileError: ptxas rejected the snippet (its message, the snippet and the call
         site).
 """
+
+
+#: The public ``splice.asm`` (``splice/__init__.py`` loads it on first use).
+asm = _public_asm()
