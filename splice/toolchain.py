@@ -218,26 +218,28 @@ def cuda_include_dir() -> Path | None:
 # tileiras overlay
 
 _CAPTURE_SCRIPT = """#!/bin/sh
-# splice: stands in for ptxas while tileiras runs; keeps what it would assemble.
+# splice: stands in for ptxas while tileiras runs; keeps what it would assemble. It runs on
+# every kernel's first compile: shell built-ins only, but for the copies of its two inputs.
 if [ "$1" = "--version" ]; then exec {real_ptxas} "$@"; fi
 d="$SPLICE_CAPTURE_DIR"
 if [ -z "$d" ] || [ ! -d "$d" ]; then
   echo "splice capture ptxas: SPLICE_CAPTURE_DIR is not set" >&2; exit 97
 fi
-n=$(ls "$d" | grep -c '^call')
-mkdir "$d/call$n" || exit 98
-for a in "$@"; do printf '%s\\n' "$a"; done > "$d/call$n/argv"
+set -C   # noclobber: creating call<n>.argv claims the number n, atomically
+n=0
+until {{ for a in "$@"; do printf '%s\\n' "$a"; done; }} 2>/dev/null >"$d/call$n.argv"; do
+  n=$((n + 1))
+  if [ "$n" -gt 99 ]; then echo "splice capture ptxas: cannot write to $d" >&2; exit 98; fi
+done
 prev=""
-out=""
 for a in "$@"; do
   case "$a" in
-    --nv-host=*) cp "${{a#--nv-host=}}" "$d/call$n/host.o" || exit 99 ;;
-    *.ptx) cp "$a" "$d/call$n/kernel.ptx" || exit 99 ;;
+    --nv-host=*) cp "${{a#--nv-host=}}" "$d/call$n.host.o" || exit 99 ;;
+    *.ptx) cp "$a" "$d/call$n.kernel.ptx" || exit 99 ;;
   esac
-  if [ "$prev" = "-o" ]; then out="$a"; fi
+  if [ "$prev" = "-o" ]; then : >| "$a"; fi
   prev="$a"
 done
-if [ -n "$out" ]; then : > "$out"; fi
 exit 0
 """
 
@@ -273,7 +275,7 @@ def overlay() -> Path:
     real = tileiras().resolve()
     real_root = real.parent.parent
     st = real.stat()
-    key = hashlib.sha256(f"{real}|{st.st_size}|{st.st_mtime_ns}|v2".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{real}|{st.st_size}|{st.st_mtime_ns}|v3".encode()).hexdigest()[:16]
     bases = _overlay_bases(real)
     for base in bases:
         root = base / f"overlay-{key}"
@@ -373,19 +375,19 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
             raise SpliceToolchainError(
                 f"tileiras failed (exit {proc.returncode}) on {what}; command: "
                 f"{shlex.join(argv[1:])}{_missing_libnvvm_hint()}", log)
-        calls = sorted(p for p in cap.iterdir() if p.name.startswith("call"))
+        calls = sorted(cap.glob("call*.argv"))
         if len(calls) != 1:
             raise SpliceToolchainError(
                 f"expected tileiras to run ptxas once for {what}, it ran it {len(calls)} "
                 f"times; this tileiras is not one splice supports", log)
-        c = calls[0]
-        ptx_path = c / "kernel.ptx"
+        call = calls[0].name[:-len(".argv")]
+        ptx_path = cap / f"{call}.kernel.ptx"
         if not ptx_path.is_file():
             raise SpliceToolchainError(f"tileiras passed ptxas no PTX file for {what}", log)
-        host = c / "host.o"
+        host = cap / f"{call}.host.o"
         return Capture(ptx_path.read_text(),
                        host.read_bytes() if host.is_file() else None,
-                       tuple((c / "argv").read_text().splitlines()))
+                       tuple(calls[0].read_text().splitlines()))
 
 
 def ptxas_flags(capture: Capture) -> list[str]:
