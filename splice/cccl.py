@@ -17,6 +17,7 @@ import glob
 import os
 import site
 import sys
+import threading
 from typing import Iterator
 
 from .errors import SpliceToolchainError
@@ -108,8 +109,23 @@ def include_dirs() -> list[str]:
     """The include directories of the CCCL splice compiles with: the first of
     :func:`installations`; empty when there is none. splice already puts them on NVRTC's
     include path (after the user's); passing them as ``include_dirs=`` of
-    :func:`splice.extern` puts them first."""
-    return next(_found(), [])
+    :func:`splice.extern` puts them first.
+
+    The one found is remembered for the process and checked to be still complete at each
+    call (two file tests): walking the layouts costs milliseconds, and every CUDA C
+    fragment's cache key asks. None found is not remembered: CCCL installed after a failed
+    compile is found by the next one."""
+    with _lock:
+        if _chosen and _complete(_chosen[0]):
+            return list(_chosen[0])
+    dirs = next(_found(), [])
+    with _lock:
+        _chosen[:] = [dirs] if dirs else []
+    return list(dirs)
+
+
+_lock = threading.Lock()
+_chosen: list[list[str]] = []    # include_dirs()'s answer, while complete
 
 
 def require(what: str, install: str = INSTALL_HINT) -> list[str]:

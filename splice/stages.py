@@ -159,10 +159,15 @@ def _compile_fragments(job: Job, traced, lowered: _Lowered) -> _Compiled:
     """Each fragment's PTX for the kernel's target (de-duplicated by content), checked
     against the kernel and each extern's declaration, prepared for merging; the call of
     every site."""
+    fkeys: dict[int, str] = {}     # id(fragment) -> its content key, taken once a build
+    for site in traced.sites:
+        frag = site.extern.fragment
+        if id(frag) not in fkeys:
+            fkeys[id(frag)] = frag.content_key(lowered.target)
     modules: dict[str, tuple[str, Module]] = {}
     for site in traced.sites:
         frag = site.extern.fragment
-        fkey = frag.content_key(lowered.target)
+        fkey = fkeys[id(frag)]
         if fkey not in modules:
             modules[fkey] = (frag.describe(), frag.module(lowered.target))
             job.dump(f".fragment{len(modules) - 1}.ptx", modules[fkey][1].text)
@@ -174,7 +179,7 @@ def _compile_fragments(job: Job, traced, lowered: _Lowered) -> _Compiled:
     calls: dict[int, rewrite.SiteCall] = {}
     not_inlined: dict[int, str] = {}
     for site in traced.sites:
-        fmod = modules[site.extern.fragment.content_key(lowered.target)][1]
+        fmod = modules[fkeys[id(site.extern.fragment)]][1]
         calls[site.index], why = _site_call(site, fmod, linked)
         if why is not None:
             not_inlined[site.index] = why

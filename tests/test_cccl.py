@@ -37,6 +37,7 @@ def nowhere(monkeypatch, tmp_path):
     monkeypatch.setattr(cuda.pathfinder, "find_nvidia_header_directory",
                         lambda name: steps["pathfinder"][0] if steps["pathfinder"] else None)
     monkeypatch.setattr(cccl, "_roots", lambda: steps["roots"])
+    monkeypatch.setattr(cccl, "_chosen", [])
     return steps
 
 
@@ -59,12 +60,36 @@ def test_beside_the_cuda_headers_then_the_roots_then_pathfinder(nowhere, tmp_pat
     nowhere["pathfinder"] = [str(pf)]
     assert cccl.include_dirs() == [str(pf)]
     nowhere["roots"] = [str(tmp_path / "tk")]
+    cccl._chosen.clear()     # include_dirs() remembers its answer (next test)
     assert cccl.include_dirs() == [str(tk)]
     nowhere["beside"] = [wheel]
+    cccl._chosen.clear()
     assert cccl.include_dirs() == [str(wheel / "cccl")]
     assert cccl.installations() == [[str(wheel / "cccl")], [str(tk)], [str(pf)]]
     nowhere["pathfinder"] = [str(tk)]   # found twice: listed once
     assert cccl.installations() == [[str(wheel / "cccl")], [str(tk)]]
+
+
+def test_the_found_cccl_is_remembered_while_complete_and_none_is_not(nowhere, tmp_path,
+                                                                     monkeypatch):
+    # every CUDA C fragment's cache key asks, several times a build: the layouts are walked
+    # again only when nothing was found (CCCL installed after a failed compile is found) or
+    # what was found is gone
+    walks = []
+    real_found = cccl._found
+
+    def counted():
+        walks.append(1)
+        yield from real_found()
+
+    monkeypatch.setattr(cccl, "_found", counted)
+    assert cccl.include_dirs() == [] and len(walks) == 1
+    tk = _fake_cccl(tmp_path / "tk" / "include" / "cccl", 1)
+    nowhere["roots"] = [str(tmp_path / "tk")]
+    assert cccl.include_dirs() == [str(tk)] and len(walks) == 2
+    assert cccl.include_dirs() == [str(tk)] and len(walks) == 2     # remembered
+    (tk / "cub" / "cub.cuh").unlink()                  # no longer complete: looked up again
+    assert cccl.include_dirs() == [] and len(walks) == 3
 
 
 def test_the_located_cccl_needs_no_cuda_pathfinder_when_a_layout_answers():
