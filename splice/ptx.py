@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Iterator, Sequence
+from typing import Iterator, NamedTuple, NoReturn, Sequence
 
 from .errors import SpliceError
 
@@ -35,9 +35,11 @@ _LINE_DIRECTIVES = frozenset({
     ".blocksareclusters", ".abi_preserve", ".abi_preserve_control",
 })
 
+#: One token after the whitespace before it (one match per token, not two).
 _TOKEN_RE = re.compile(r"""
-    (?P<ws>[ \t\r\f\v]+)
-  | (?P<nl>\n)
+  [ \t\r\f\v]*
+  (?:
+    (?P<nl>\n)
   | (?P<lcomment>//[^\n]*)
   | (?P<bcomment>/\*.*?\*/)
   | (?P<badcomment>/\*)
@@ -47,11 +49,14 @@ _TOKEN_RE = re.compile(r"""
   | (?P<number>0[fFdD][0-9a-fA-F]+|0[xX][0-9a-fA-F]+U?|[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|[0-9]+(?:[eE][+-]?[0-9]+)?U?)
   | (?P<ident>[A-Za-z_$][A-Za-z0-9_$]*(?:\.[A-Za-z0-9_:]+)*)
   | (?P<punct>::|[;:,{}()\[\]<>@!+\-*/=|&^~?])
+  | (?P<end>\Z)
+  )
 """, re.VERBOSE | re.DOTALL)
 
 
-@dataclasses.dataclass(frozen=True)
-class Token:
+class Token(NamedTuple):
+    """One token (a tuple: made for every token of every parse, see :func:`tokenize`)."""
+
     kind: str   # directive, reg, number, ident, punct, string
     text: str
     start: int
@@ -60,28 +65,40 @@ class Token:
 
 def tokenize(text: str, pos: int = 0) -> Iterator[Token | str]:
     """Yield tokens from offset ``pos``; a newline is yielded as the string ``"\\n"``.
-    Comments and whitespace are skipped."""
+    Comments and whitespace are skipped.
+
+    Raises:
+        PTXSyntaxError: a character no token starts with, an unterminated comment or
+            string.
+    """
     n = len(text)
     while pos < n:
         m = _TOKEN_RE.match(text, pos)
         if m is None:
-            if text.startswith("/*", pos):
-                raise PTXSyntaxError(f"unterminated /* comment at {_line_col(text, pos)}")
-            if text[pos] == '"':
-                raise PTXSyntaxError(f"unterminated string at {_line_col(text, pos)}")
-            raise PTXSyntaxError(f"unexpected character {text[pos]!r} at "
-                                 f"{_line_col(text, pos)}")
-        kind = m.lastgroup or ""
-        if kind == "badcomment":
-            raise PTXSyntaxError(f"unterminated /* comment at {_line_col(text, pos)}")
+            _untokenizable(text, pos)
+        kind = m.lastgroup
         if kind == "nl":
             yield "\n"
         elif kind == "bcomment":
-            if "\n" in m.group():
+            if "\n" in m.group(kind):
                 yield "\n"
-        elif kind not in ("ws", "lcomment"):
-            yield Token(kind, m.group(), m.start(), m.end())
+        elif kind == "badcomment":
+            _untokenizable(text, m.start(kind))
+        elif kind == "end":
+            return
+        elif kind != "lcomment":
+            yield Token(kind, m.group(kind), m.start(kind), m.end())  # type: ignore[arg-type]
         pos = m.end()
+
+
+def _untokenizable(text: str, pos: int) -> NoReturn:
+    while text[pos] in " \t\r\f\v":
+        pos += 1
+    if text.startswith("/*", pos):
+        raise PTXSyntaxError(f"unterminated /* comment at {_line_col(text, pos)}")
+    if text[pos] == '"':
+        raise PTXSyntaxError(f"unterminated string at {_line_col(text, pos)}")
+    raise PTXSyntaxError(f"unexpected character {text[pos]!r} at {_line_col(text, pos)}")
 
 
 def _line_col(text: str, pos: int) -> str:

@@ -373,6 +373,29 @@ def test_malformed_ptx(bad, needle):
         Module(HEADER + bad)
 
 
+@pytest.mark.parametrize("text, where", [
+    ("   \t/* open", "unterminated /* comment at line 1, column 5"),
+    ("\n  \"x", "unterminated string at line 2, column 3"),
+    ("  \u00e9", "unexpected character '\u00e9' at line 1, column 3"),
+    ("mov %r1, 1; \t #", "unexpected character '#' at line 1, column 15"),
+])
+def test_tokenizer_errors_point_past_the_whitespace(text, where):
+    # the token pattern takes the whitespace before a token in the same match
+    from splice.ptx import PTXSyntaxError, tokenize
+    with pytest.raises(PTXSyntaxError, match=re.escape(where)):
+        list(tokenize(text))
+
+
+def test_tokens_start_after_whitespace_and_comments():
+    from splice.ptx import tokenize
+    text = "  mov.b32 \t%r1, /* c */ 0f3F800000; // end\n\t \n"
+    toks = list(tokenize(text))
+    assert [t if isinstance(t, str) else (t.kind, t.text) for t in toks] == [
+        ("ident", "mov.b32"), ("reg", "%r1"), ("punct", ","), ("number", "0f3F800000"),
+        ("punct", ";"), "\n", "\n"]
+    assert all(text[t.start:t.end] == t.text for t in toks if not isinstance(t, str))
+
+
 def test_statements_keep_exact_spans():
     text = HEADER + _kernel("\t@!%p1 bra \t$L1;\n$L1:\n\tmov.b64 \t{%r1, %r2}, %rd1;\n")
     for s in split_statements(text):
