@@ -219,7 +219,8 @@ def cuda_include_dir() -> Path | None:
 
 _CAPTURE_SCRIPT = """#!/bin/sh
 # splice: stands in for ptxas while tileiras runs; keeps what it would assemble. It runs on
-# every kernel's first compile: shell built-ins only, but for the copies of its two inputs.
+# every kernel's first compile: shell built-ins only, but for one ln (or cp) of its inputs
+# (tileiras deletes them when ptxas returns) into the capture directory, under their names.
 if [ "$1" = "--version" ]; then exec {real_ptxas} "$@"; fi
 d="$SPLICE_CAPTURE_DIR"
 if [ -z "$d" ] || [ ! -d "$d" ]; then
@@ -231,15 +232,18 @@ until {{ for a in "$@"; do printf '%s\\n' "$a"; done; }} 2>/dev/null >"$d/call$n
   n=$((n + 1))
   if [ "$n" -gt 99 ]; then echo "splice capture ptxas: cannot write to $d" >&2; exit 98; fi
 done
-prev=""
+ptx=""; host=""; prev=""
 for a in "$@"; do
   case "$a" in
-    --nv-host=*) cp "${{a#--nv-host=}}" "$d/call$n.host.o" || exit 99 ;;
-    *.ptx) cp "$a" "$d/call$n.kernel.ptx" || exit 99 ;;
+    --nv-host=*) host="${{a#--nv-host=}}" ;;
+    *.ptx) ptx="$a" ;;
   esac
   if [ "$prev" = "-o" ]; then : >| "$a"; fi
   prev="$a"
 done
+if [ -z "$ptx" ]; then exit 0; fi
+if [ -n "$host" ]; then set -- "$ptx" "$host"; else set -- "$ptx"; fi
+ln -f -- "$@" "$d/" 2>/dev/null || cp -- "$@" "$d/" || exit 99
 exit 0
 """
 
@@ -275,7 +279,7 @@ def overlay() -> Path:
     real = tileiras().resolve()
     real_root = real.parent.parent
     st = real.stat()
-    key = hashlib.sha256(f"{real}|{st.st_size}|{st.st_mtime_ns}|v3".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{real}|{st.st_size}|{st.st_mtime_ns}|v4".encode()).hexdigest()[:16]
     bases = _overlay_bases(real)
     for base in bases:
         root = base / f"overlay-{key}"
@@ -380,14 +384,17 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
             raise SpliceToolchainError(
                 f"expected tileiras to run ptxas once for {what}, it ran it {len(calls)} "
                 f"times; this tileiras is not one splice supports", log)
-        call = calls[0].name[:-len(".argv")]
-        ptx_path = cap / f"{call}.kernel.ptx"
-        if not ptx_path.is_file():
+        ptxas_argv = tuple(calls[0].read_text().splitlines())
+        ptx_path = next((cap / Path(a).name for a in ptxas_argv if a.endswith(".ptx")), None)
+        if ptx_path is None or not ptx_path.is_file():
             raise SpliceToolchainError(f"tileiras passed ptxas no PTX file for {what}", log)
-        host = cap / f"{call}.host.o"
-        return Capture(ptx_path.read_text(),
-                       host.read_bytes() if host.is_file() else None,
-                       tuple(calls[0].read_text().splitlines()))
+        host = next((cap / Path(a[len("--nv-host="):]).name for a in ptxas_argv
+                     if a.startswith("--nv-host=")), None)
+        if host is not None and not host.is_file():   # its launch callbacks would be lost
+            raise SpliceToolchainError(f"the --nv-host object tileiras passed ptxas for "
+                                       f"{what} was not kept", log)
+        return Capture(ptx_path.read_text(), host.read_bytes() if host else None,
+                       ptxas_argv)
 
 
 def ptxas_flags(capture: Capture) -> list[str]:

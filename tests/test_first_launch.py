@@ -215,3 +215,34 @@ def test_a_cache_hit_in_a_new_process_loads_no_miss_stage(tmp_path):
     first, second = (r.stdout.strip().splitlines()[-1] for r in runs)
     assert first.startswith("False ['splice.stages'")   # the miss loads them
     assert second == "True []"
+
+
+def test_the_capturing_ptxas_keeps_argv_ptx_and_host_object(tmp_path):
+    # the script tileiras runs instead of ptxas (toolchain._CAPTURE_SCRIPT): built-ins but
+    # for one ln, which links tileiras's temporary inputs before tileiras deletes them
+    from splice.toolchain import _CAPTURE_SCRIPT
+    real = tmp_path / "real-ptxas"
+    real.write_text('#!/bin/sh\necho "real ptxas $*"\n')
+    script = tmp_path / "ptxas"
+    script.write_text(_CAPTURE_SCRIPT.format(real_ptxas=real))
+    for f in (real, script):
+        f.chmod(0o755)
+    tmp, cap = tmp_path / "tmp dir", tmp_path / "cap"
+    tmp.mkdir(), cap.mkdir()
+    (tmp / "k-1.ptx").write_text(".version 8.0\n")
+    (tmp / "tileir-1.o").write_bytes(b"\x7fELF\0host")
+    argv = [str(script), "-arch", "sm_90a", str(tmp / "k-1.ptx"), "-o", str(tmp / "k.bin"),
+            f"--nv-host={tmp / 'tileir-1.o'}", "-uumn"]
+    env = {"SPLICE_CAPTURE_DIR": str(cap), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    for _ in range(2):
+        assert subprocess.run(argv, env=env).returncode == 0
+    assert (tmp / "k.bin").read_bytes() == b""                # tileiras reads an output
+    assert (cap / "call0.argv").read_text().splitlines() == argv[1:]
+    assert (cap / "call1.argv").is_file()                     # a second call: call1
+    assert (cap / "k-1.ptx").read_text() == ".version 8.0\n"
+    assert (cap / "tileir-1.o").read_bytes() == b"\x7fELF\0host"
+    version = subprocess.run([str(script), "--version"], env=env, capture_output=True,
+                             text=True)
+    assert version.stdout.strip() == "real ptxas --version"   # the real ptxas answers
+    unset = subprocess.run(argv, env={"PATH": env["PATH"]}, capture_output=True, text=True)
+    assert unset.returncode == 97 and "SPLICE_CAPTURE_DIR is not set" in unset.stderr
