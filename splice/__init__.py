@@ -34,7 +34,8 @@ from .errors import (
 #: on first use (PEP 562): ``import splice`` costs little more than ``import cuda.tile``
 #: (issue 11), and a script pays for what it uses. No public name is also the name of a
 #: submodule (``splice.asm`` lives in ``asm_frontend``, ``splice.extern`` in ``externs``):
-#: importing a submodule would rebind the package attribute of that name.
+#: importing a submodule would rebind the package attribute of that name
+#: (``docs/design.md#first-launch``).
 _LAZY = {
     "kernel": ("splice_kernel", "SpliceKernel"),
     "extern": ("externs", "extern"), "library": ("externs", "library"),

@@ -21,7 +21,8 @@ times each
 stage (``Build.timings``, the ``splice`` logger at DEBUG) and writes each stage's output to
 ``$SPLICE_DUMP_DIR/<symbol>.<arch>/`` as it is made, so that a failed build leaves the
 stages before the failure. Linked cubins are cached on disk by content (:mod:`splice.cache`);
-fragments by their own content (:mod:`splice.fragments`).
+fragments by their own content (:mod:`splice.fragments`). What each stage costs against
+plain cuTile, and why: ``docs/design.md#first-launch``.
 """
 
 from __future__ import annotations
