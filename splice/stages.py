@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import os
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable, Protocol
 
 from . import collectives, diagnose, inline, link, nvshmem, rewrite, toolchain
 from .errors import SpliceLinkError, SpliceToolchainError
@@ -23,15 +23,29 @@ from .ptx import Module, parse_instruction
 from .result import Build
 from .sites import Marker, SiteInfo
 
-if TYPE_CHECKING:
-    from .pipeline import Job
-
-__all__ = ["Spliced", "assemble", "link_fragments", "lower_and_splice", "predicted_ptx_target",
-           "result"]
+__all__ = ["Driver", "Spliced", "assemble", "link_fragments", "lower_and_splice",
+           "predicted_ptx_target", "result"]
 log = logging.getLogger("splice")
 
 
-def lower_and_splice(job: Job, traced) -> Spliced:
+class Driver(Protocol):
+    """What the stages need of the build that runs them (:class:`splice.pipeline.Job`)."""
+
+    arch: str
+    name: str
+    what: str               # "kernel 'f' (file.py:12)", for messages
+    keep_stages: bool
+    lowerings: int
+    timings: dict[str, float]
+
+    def run(self, stage: str, fn: Callable, *args, **kwargs): ...
+
+    def dump(self, suffix: str, data: str | bytes | None) -> None: ...
+
+    def trace(self, atomic: frozenset[str]): ...
+
+
+def lower_and_splice(job: Driver, traced) -> Spliced:
     """lower, fragments, splice; while the proof refuses some fma markers, give those sites
     the atomic marker (which LLVM does not merge or fold), trace and lower again. Each round
     adds at least one site to the atomic set, so the loop ends."""
@@ -50,14 +64,14 @@ def lower_and_splice(job: Job, traced) -> Spliced:
         traced = job.trace(frozenset(atomic))
 
 
-def link_fragments(job: Job, sp: Spliced) -> link.Merged:
+def link_fragments(job: Driver, sp: Spliced) -> link.Merged:
     """The fragments merged into the rewritten PTX."""
     merged = link.insert(sp.module, sp.compiled.linked, job.name, sp.report.spans)
     job.dump(".spliced.ptx", merged.text)
     return merged
 
 
-def assemble(job: Job, sp: Spliced, merged: link.Merged) -> bytes:
+def assemble(job: Driver, sp: Spliced, merged: link.Merged) -> bytes:
     """ptxas with tileiras's flags and host object; with binary objects, ptxas -c and
     nvJitLink, then the SASS check of the sites that call into them."""
     flags = list(sp.lowered.ptxas_flags)
@@ -76,7 +90,7 @@ def assemble(job: Job, sp: Spliced, merged: link.Merged) -> bytes:
     return cubin
 
 
-def result(job: Job, sp: Spliced, merged: link.Merged, cubin: bytes) -> Build:
+def result(job: Driver, sp: Spliced, merged: link.Merged, cubin: bytes) -> Build:
     traced, report, capture = sp.traced, sp.report, sp.lowered.capture
     sites = [SiteInfo.of(s, instances=report.replaced.get(s.index, 0),
                          inlined=sp.compiled.calls[s.index].inline is not None,
@@ -136,7 +150,7 @@ class Spliced:
 # lower, fragments, the atomic-marker fallback
 
 
-def _lower(job: Job, traced) -> _Lowered:
+def _lower(job: Driver, traced) -> _Lowered:
     """tileiras on the bytecode, the fragments compiling ahead in threads meanwhile."""
     guess = predicted_ptx_target(_gpu_name(traced))
     with _fragments_compiled_ahead(traced, guess):
@@ -155,7 +169,7 @@ def _lower(job: Job, traced) -> _Lowered:
     return _Lowered(capture, module, target, tuple(toolchain.ptxas_flags(capture)))
 
 
-def _compile_fragments(job: Job, traced, lowered: _Lowered) -> _Compiled:
+def _compile_fragments(job: Driver, traced, lowered: _Lowered) -> _Compiled:
     """Each fragment's PTX for the kernel's target (de-duplicated by content), checked
     against the kernel and each extern's declaration, prepared for merging; the call of
     every site."""
@@ -234,7 +248,7 @@ def _site_call(site, fmod: Module, linked: link.Linked) -> tuple[rewrite.SiteCal
     return call, why
 
 
-def _give_atomic_markers(job: Job, traced, refused: rewrite.Refusal,
+def _give_atomic_markers(job: Driver, traced, refused: rewrite.Refusal,
                          atomic: dict[str, str]) -> dict[str, str]:
     """``atomic`` plus the pure sites the proof refused (all pure sites when it named
     none of them). Raises the refusal's error when no pure site is left to change."""
