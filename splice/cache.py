@@ -56,9 +56,12 @@ _NOT_ENTRIES = ("toolchain",)
 
 
 def cache_root() -> Path:
+    """``$SPLICE_CACHE_DIR`` (``~`` expanded: a value set from Python or a ``.env`` file
+    is not expanded by a shell), else ``$XDG_CACHE_HOME/splice``, else
+    ``~/.cache/splice``."""
     env = os.environ.get("SPLICE_CACHE_DIR")
     if env:
-        return Path(env)
+        return Path(env).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg) if xdg else Path.home() / ".cache"
     return base / "splice"

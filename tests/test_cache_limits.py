@@ -108,3 +108,14 @@ def test_max_bytes_outside_prune_is_refused(action, tmp_path, monkeypatch, capsy
     assert main(["cache", action, "--max-bytes", "5"]) == 2
     assert "--max-bytes is an option of 'cache prune'" in capsys.readouterr().err
     assert len(cache.entries()) == 1
+
+
+def test_a_cache_dir_with_a_tilde_is_under_home(tmp_path, monkeypatch):
+    # SPLICE_CACHE_DIR="~/x" set from Python (or a .env file) reaches splice unexpanded:
+    # it must not create a directory named "~" in the working directory
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("SPLICE_CACHE_DIR", "~/splice-cache")
+    monkeypatch.chdir(tmp_path)
+    assert cache.cache_root() == tmp_path / "splice-cache"
+    cache.store("kernel", "0" * 64, {"symbol": "k"}, b"cubin")
+    assert (tmp_path / "splice-cache").is_dir() and not (tmp_path / "~").exists()
