@@ -1,6 +1,7 @@
 """Attacks on issue 11's first-launch changes (lazy public names, the capturing ptxas script,
 the one-match tokenizer) that found bugs or pin what held up."""
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -13,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import splice
-from splice import toolchain
+from splice import pipeline, toolchain
 from splice.errors import SpliceToolchainError
 from splice.ptx import PTXSyntaxError, tokenize
 
@@ -102,6 +103,23 @@ def test_a_newline_in_the_temporary_directory_is_refused_clearly(tmp_path, monke
     monkeypatch.setattr(tempfile, "tempdir", str(odd))
     with pytest.raises(SpliceToolchainError, match="newline in its path; set TMPDIR"):
         toolchain.run_tileiras(b"", (), timeout=60, what="kernel 'k'")
+
+
+def test_a_cache_hit_has_the_fields_of_the_build_it_cached(tmp_path, monkeypatch):
+    # a hit said host_object_size 0 and no ptxas flags for a TMA kernel whose compile had
+    # both; every field but the timings and the stages (kept by no cached build) agree
+    import cuda.tile as ct
+    from support import kernels as K
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(tmp_path))
+    sig = K.signature(K.array(ct.float16, 2), K.array(ct.float16, 2), K.array(ct.float16, 2),
+                      128, 128, 64)
+    fresh, hit = (pipeline.build(K.matmul_gelu_kernel, sig, "sm_90") for _ in range(2))
+    assert (fresh.from_cache, hit.from_cache) == (False, True)
+    assert fresh.host_object_size > 0
+    skip = {"from_cache", "seconds", "timings"}
+    for f in dataclasses.fields(fresh):
+        if f.name not in skip:
+            assert getattr(hit, f.name) == getattr(fresh, f.name), f.name
 
 
 # --------------------------------------------------------------------------------------------
