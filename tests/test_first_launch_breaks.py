@@ -35,6 +35,11 @@ def k(x, y, TILE: ct.Constant[int]):
     ct.store(y, index=(ct.bid(0),), tile=f(ct.load(x, index=(ct.bid(0),), shape=(TILE,))))
 
 
+@splice.kernel(occupancy=2)   # ct.kernel's decorator-with-options form
+def k2(x, TILE: ct.Constant[int]):
+    pass
+
+
 g = extern(source="", name="g", signature="float32(float32)")
 h = splice.asm("add.f32 %0, %1, %2;", "float32(float32, float32)")
 root = splice.toolchain.overlay()
@@ -47,7 +52,8 @@ splice.kernal(k)
 
 def test_mypy_flags_a_misspelt_splice_name(tmp_path):
     # splice.__getattr__ (the lazily loaded names) is hidden from type checkers: a module
-    # __getattr__ makes every attribute of the module valid (typed Any) to mypy
+    # __getattr__ makes every attribute of the module valid (typed Any) to mypy; and
+    # @splice.kernel(occupancy=2) type-checks as @ct.kernel(occupancy=2) does
     pytest.importorskip("mypy")
     script = tmp_path / "user.py"
     script.write_text(USER_SCRIPT)
