@@ -4,6 +4,7 @@ the one-match tokenizer) that found bugs or pin what held up."""
 import dataclasses
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -126,6 +127,50 @@ def test_a_cache_hit_has_the_fields_of_the_build_it_cached(tmp_path, monkeypatch
     for f in dataclasses.fields(fresh):
         if f.name not in skip:
             assert getattr(hit, f.name) == getattr(fresh, f.name), f.name
+
+
+_MIXED = r"""
+import importlib.machinery, os, sys
+sys.path.insert(0, sys.argv[1])
+import splice
+
+
+class Editable:   # as setuptools' editable-install finder: splice.* from another checkout
+    def find_spec(self, fullname, path, target=None):
+        if fullname.startswith("splice."):
+            return importlib.machinery.PathFinder.find_spec(fullname, [sys.argv[2]], target)
+
+
+sys.meta_path.append(Editable())
+os.remove(os.path.join(sys.argv[1], "splice", "externs.py"))
+for name in ("splice.stages", "splice.externs", "splice.no_such_module"):
+    try:
+        __import__(name)
+        print(name, "loaded from", sys.modules[name].__file__)
+    except splice.SpliceToolchainError as e:
+        print(name, "refused:", e)
+    except ModuleNotFoundError as e:
+        print(name, "not found:", e)
+"""
+
+
+def test_a_submodule_is_never_loaded_from_another_copy_of_splice(tmp_path):
+    # with splice loaded on first use, a module missing from the imported copy (removed by
+    # an upgrade, or absent from this checkout) was found by a later finder -- an editable
+    # install of another checkout -- and its code ran mixed with this copy's
+    copy = tmp_path / "pkg"
+    shutil.copytree(Path(splice.__file__).parent, copy / "splice",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "splice" / "stages.py").unlink()          # not in this copy from the start
+    out = subprocess.run([sys.executable, "-c", _MIXED, str(copy),
+                          str(Path(splice.__file__).parent)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    stages, externs, missing = out.stdout.splitlines()
+    assert stages.startswith("splice.stages refused: splice.stages is not part of the splice")
+    assert "another copy of splice" in stages
+    assert externs.startswith("splice.externs refused: splice/externs.py changed on disk")
+    assert missing.startswith("splice.no_such_module not found")
 
 
 # --------------------------------------------------------------------------------------------
