@@ -62,15 +62,16 @@ if TYPE_CHECKING:
     from .types import ELEMENT_TYPES, Signature, parse_signature, pointer
 
 
-def __getattr__(name: str):
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-    module, attr = _LAZY[name]
-    mod = importlib.import_module(f"{__name__}.{module}")
-    value = mod if attr is None else getattr(mod, attr)
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:   # hidden from type checkers: they flag a misspelt name (splice.kernal)
+    def __getattr__(name: str):
+        if name not in _LAZY:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        import importlib
+        module, attr = _LAZY[name]
+        mod = importlib.import_module(f"{__name__}.{module}")
+        value = mod if attr is None else getattr(mod, attr)
+        globals()[name] = value
+        return value
 
 
 def __dir__():

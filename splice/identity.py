@@ -79,7 +79,29 @@ class _SameCode:
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
         if spec is not None and spec.origin and Path(spec.origin).resolve().parent == _PKG:
             check_unchanged(spec.origin)
+        elif spec is None and fullname.count(".") == 1:
+            _refuse_another_copy(self, fullname, path, target)
         return spec
+
+
+def _refuse_another_copy(finder, fullname: str, path, target) -> None:
+    """A submodule not in the package: removed since the import (a ``pip install -U``), or
+    one that a later finder (an editable install of another splice checkout) would load
+    from another copy of splice. Either way the process would mix two splices: raise
+    SpliceToolchainError. Nothing found anywhere stays a plain ModuleNotFoundError."""
+    rel = f"{fullname.partition('.')[2]}.py"
+    if rel in _FILES:
+        check_unchanged(_PKG / rel)    # raises: the file is gone
+    for other in sys.meta_path:
+        find = getattr(other, "find_spec", None)
+        if other is finder or isinstance(other, _SameCode) or find is None:
+            continue
+        spec = find(fullname, path, target)
+        if spec is not None:
+            raise SpliceToolchainError(
+                f"{fullname} is not part of the splice this process imported ({_PKG}); "
+                f"{spec.origin} belongs to another copy of splice (an editable install?), "
+                f"whose code would run mixed with this one's: import one splice only")
 
 
 if not any(isinstance(f, _SameCode) for f in sys.meta_path):

@@ -204,6 +204,8 @@ def _from_cache(job: Job, traced, key: str) -> Build | None:
                 traced.lifecycle_providers + nvshmem.lifecycle_providers(
                     job.what, frozenset(meta.get("host_filled", ()))),
                 entry_calls=meta.get("entry_calls", {}), from_cache=True,
+                ptxas_flags=tuple(meta.get("ptxas_flags", ())),
+                host_object_size=meta.get("host_object_size", 0),
                 symbols=traced.symbols, timings=job.timings)
     out.seconds = job.seconds
     log.info("%s for %s: cubin from the cache in %.3f s", job.what, job.arch, out.seconds)
@@ -226,6 +228,8 @@ def _finish(job: Job, out: Build, key: str, sp: Spliced) -> None:
     if not job.keep_stages:
         cache.store("kernel", key, {"symbol": out.symbol, "entry_calls": out.entry_calls,
                                     "host_filled": sorted(sp.compiled.linked.host_filled),
+                                    "ptxas_flags": list(out.ptxas_flags),
+                                    "host_object_size": out.host_object_size,
                                     "sites": [s.stored() for s in out.sites]}, out.cubin)
     if job.dump_root is not None:
         job.dump(".sass", out.sass)

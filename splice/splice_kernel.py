@@ -40,7 +40,7 @@ class SpliceKernel(ct.kernel):
                 f"function) with @splice.kernel")
         return super().__new__(cls, function, **kwargs)
 
-    def __init__(self, function, /, **options):
+    def __init__(self, function=None, /, **options):   # None: see __new__ (for type checkers)
         try:
             super().__init__(function, **options)
         except (TypeError, ValueError) as e:  # cuTile checks the options

@@ -243,7 +243,9 @@ for a in "$@"; do
 done
 if [ -z "$ptx" ]; then exit 0; fi
 if [ -n "$host" ]; then set -- "$ptx" "$host"; else set -- "$ptx"; fi
-ln -f -- "$@" "$d/" 2>/dev/null || cp -- "$@" "$d/" || exit 99
+ln -f -- "$@" "$d/" 2>/dev/null || {{
+  # cp will not copy onto a link ln made before failing on the other input
+  for f; do rm -f -- "$d/${{f##*/}}"; done; cp -- "$@" "$d/"; }} || exit 99
 exit 0
 """
 
@@ -279,7 +281,7 @@ def overlay() -> Path:
     real = tileiras().resolve()
     real_root = real.parent.parent
     st = real.stat()
-    key = hashlib.sha256(f"{real}|{st.st_size}|{st.st_mtime_ns}|v4".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{real}|{st.st_size}|{st.st_mtime_ns}|v5".encode()).hexdigest()[:16]
     bases = _overlay_bases(real)
     for base in bases:
         root = base / f"overlay-{key}"
@@ -358,6 +360,10 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
     ov = overlay()
     with tempfile.TemporaryDirectory(prefix="splice-tileiras-") as work:
         w = Path(work)
+        if "\n" in work:   # the capture's argv is one argument a line
+            raise SpliceToolchainError(
+                f"cannot run tileiras for {what}: the temporary directory {work!r} has a "
+                f"newline in its path; set TMPDIR to a directory without one")
         cap = w / "capture"
         cap.mkdir()
         tmpdir = w / "tmp"
