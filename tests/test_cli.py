@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from support.env import python_env
 
 ROOT = Path(__file__).resolve().parent.parent
 SAXPY = ROOT / "examples" / "ptx_import" / "saxpy_from_ptx.py"
@@ -11,8 +12,7 @@ SIG = "array(float32), array(float32), array(float32), scalar(float32), 1024"
 
 
 def _run(*args, env_extra=None):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+    env = python_env(ROOT)
     env.update(env_extra or {})
     return subprocess.run([sys.executable, "-m", "splice", *args], capture_output=True,
                           text=True, env=env, timeout=600, cwd=ROOT)
@@ -87,7 +87,7 @@ def test_cache_size_and_prune(tmp_path):
 
 def test_output_into_a_closed_pipe_exits_quietly(tmp_path):
     # `python -m splice cache list | head`: was "error: BrokenPipeError"
-    env = dict(os.environ, SPLICE_CACHE_DIR=str(tmp_path / "c"), PYTHONPATH=str(ROOT))
+    env = python_env(ROOT, SPLICE_CACHE_DIR=str(tmp_path / "c"))
     code = ("import sys; sys.path.insert(0, sys.argv[1]); from splice import cache\n"
             "for i in range(20): cache.store('kernel', str(i), {'what': 'k' * 60}, b'x')")
     subprocess.run([sys.executable, "-c", code, str(ROOT)], check=True, env=env)

@@ -9,6 +9,7 @@ import cuda.tile as ct
 import pytest
 
 from support import kernels as K
+from support.env import python_env
 import splice
 from splice import _cutile, tile_ir, trace
 
@@ -135,13 +136,11 @@ def test_pure_call_reaches_ptx_as_keyed_f64_fma(arch):
 # ------------------------------------------------------------------ the contract check is lazy
 
 def _run_python(code: str, tmp_path):
-    import os
     import subprocess
     import sys
     from pathlib import Path
     root = Path(__file__).resolve().parent.parent
-    env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{root / 'tests'}",
-               SPLICE_CACHE_DIR=str(tmp_path / "cache"))
+    env = python_env(root, root / "tests", SPLICE_CACHE_DIR=str(tmp_path / "cache"))
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, timeout=300)
 

@@ -1,11 +1,11 @@
 """The examples compile (without a GPU: --compile-only) and report their call sites."""
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support.env import python_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -14,8 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
                                     "examples/ptx_import/saxpy_from_ptx.py",
                                     "examples/block_reduce_rows.py"])
 def test_example_compiles(script):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+    env = python_env(ROOT)
     out = subprocess.run([sys.executable, str(ROOT / script), "--compile-only"],
                          capture_output=True, text=True, cwd=ROOT / "examples", timeout=600,
                          env=env)

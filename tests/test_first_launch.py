@@ -13,6 +13,7 @@ import cuda.tile as ct
 import pytest
 
 from support import kernels as K
+from support.env import python_env
 import splice
 from splice import stages, toolchain
 
@@ -206,9 +207,8 @@ def test_a_cache_hit_in_a_new_process_loads_no_miss_stage(tmp_path):
             "miss = ('splice.stages', 'splice.rewrite', 'splice.link', 'splice.ptx',\n"
             "        'splice.inline', 'splice.collectives', 'concurrent.futures')\n"
             "print(b.from_cache, [m for m in miss if m in sys.modules])\n")
-    env = dict(os.environ, SPLICE_CACHE_DIR=str(tmp_path),
-               PYTHONPATH=os.pathsep.join([str(Path(__file__).parent),
-                                           str(Path(splice.__file__).parent.parent)]))
+    env = python_env(Path(__file__).parent, Path(splice.__file__).parent.parent,
+                     SPLICE_CACHE_DIR=str(tmp_path))
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            env=env, timeout=300) for _ in range(2)]
     assert [r.returncode for r in runs] == [0, 0], runs[-1].stderr

@@ -8,12 +8,12 @@ Imports under ``if TYPE_CHECKING:`` are left out: they never run.
 """
 
 import ast
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import splice
+from support.env import python_env
 
 PKG = Path(splice.__file__).resolve().parent
 
@@ -114,7 +114,7 @@ def _loaded_by_import_splice(*prefixes: str) -> list[str]:
     """The modules of ``prefixes`` that ``import splice`` loads, in a new process."""
     code = (f"import sys, splice\n"
             f"print(sorted(m for m in sys.modules if m.startswith({prefixes!r})))")
-    env = dict(os.environ, PYTHONPATH=str(PKG.parent))
+    env = python_env(PKG.parent)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env=env, timeout=120)
     assert r.returncode == 0, r.stderr

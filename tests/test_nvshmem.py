@@ -16,6 +16,7 @@ import cuda.tile as ct
 import pytest
 
 from support import kernels as K
+from support.env import python_env
 import splice
 from splice import _cutile, cccl, link, nvshmem
 from splice.ptx import Module
@@ -169,13 +170,11 @@ def test_tma_matmul_with_nvshmem_epilogue_sm90():
 
 @needs_nvshmem
 def test_allgather_example_compiles():
-    import os
     import subprocess
     import sys
     from pathlib import Path
     root = Path(__file__).resolve().parent.parent
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(root)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+    env = python_env(root)
     out = subprocess.run([sys.executable, str(root / "examples" / "nvshmem_allgather.py"),
                           "--compile-only"], capture_output=True, text=True, timeout=900,
                          cwd=root / "examples", env=env)

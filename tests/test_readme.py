@@ -2,13 +2,13 @@
 "setup" snippet, in a fresh Python in a temporary directory. CPU ones run everywhere, GPU ones
 (PyTorch, CUDA graphs, torch.compile, JAX) on the GPU machine."""
 
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support.env import python_env
 
 ROOT = Path(__file__).resolve().parent.parent
 _SNIPPET = re.compile(r"<!-- readme-snippet: (\w+) -->\n```python\n(.*?)```", re.S)
@@ -20,8 +20,7 @@ def snippets() -> dict[str, str]:
 
 def _run(name: str, tmp_path: Path) -> subprocess.CompletedProcess:
     code = snippets()["setup"] + "\n" + snippets()[name]
-    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false", PYTHONPATH=os.pathsep.join(
-        [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+    env = python_env(ROOT, XLA_PYTHON_CLIENT_PREALLOCATE="false")
     script = tmp_path / f"readme_{name}.py"     # cuTile reads the kernel's source file
     script.write_text(code)
     return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
