@@ -2,15 +2,19 @@
 once, the fallback, failures during a miss, the key, the command line) that found bugs or
 pin what held up."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import cuda.tile as ct
 import pytest
 
 import splice
+from support import kernels as K
 from support.env import python_env
 
+SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 256)
 ROOT = Path(splice.__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
 
@@ -57,3 +61,38 @@ def test_a_compile_after_the_main_thread_ended_builds(tmp_path, how):
                               ROOT, TESTS, SPLICE_CACHE_DIR=str(tmp_path / "cache")))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("built "), proc.stdout + proc.stderr
+
+
+def _header_extern(inc: Path, include_line: str):
+    return splice.extern(
+        source=f'{include_line}\nextern "C" __device__ float hs(float x) {{ return x * SCALE; }}',
+        name="hs", signature="float32(float32)", include_dirs=[str(inc)])(lambda x: None)
+
+
+def _header_kernel(ext):
+    @splice.kernel
+    def k_hdr(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=ext(t))
+    return k_hdr
+
+
+def _scale_constants(b) -> set[str]:
+    return set(re.findall(r"0f[0-9A-F]{8}", b.spliced_ptx))
+
+
+@pytest.mark.parametrize("include_line", [
+    '#include "myscale.h"',
+    pytest.param('#define HDR_NAME "myscale.h"\n#include HDR_NAME', marks=pytest.mark.xfail(
+        strict=True, reason="a header named by a macro is not in the key: a stale hit")),
+])
+def test_an_edited_user_header_recompiles(fresh_cache, tmp_path, include_line):
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    kern = _header_kernel(_header_extern(inc, include_line))
+    got = []
+    for scale in ("3.0f", "5.0f"):
+        (inc / "myscale.h").write_text(f"#define SCALE {scale}\n")
+        b = splice.build(kern, SIG, "sm_90")
+        got.append((b.from_cache, _scale_constants(splice.compile(kern, SIG, "sm_90"))))
+    assert got == [(False, {"0f40400000"}), (False, {"0f40A00000"})]
