@@ -111,7 +111,7 @@ def tool_identity(*names: str) -> list:
     for name in names:
         if name == "tileiras":
             # the overlay's hard link (or copy) is the file that runs: same size and mtime
-            ran = overlay() / "bin" / "tileiras"
+            ran = _live_overlay() / "bin" / "tileiras"
             st = ran.stat()
             out.append([name, str(tileiras().resolve()), st.st_size, st.st_mtime_ns,
                         *[_file_identity(c) for c in _libnvvm_candidates() if c.exists()]])
@@ -295,6 +295,17 @@ def overlay() -> Path:
                                f"{', '.join(map(str, bases))}")
 
 
+def _live_overlay() -> Path:
+    """:func:`overlay`, built again when it was removed since this process built or found
+    it (the cache directory deleted beside a running process, a temporary-directory
+    cleaner): one file test per call."""
+    root = overlay()
+    if not (root / "bin" / "tileiras").is_file():
+        overlay.cache_clear()
+        root = overlay()
+    return root
+
+
 def _build_overlay(root: Path, real: Path, real_root: Path) -> Path:
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="overlay-tmp-", dir=root.parent))
@@ -357,7 +368,7 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
         SpliceToolchainError: tileiras failed or timed out, or did not call ptxas exactly
             once.
     """
-    ov = overlay()
+    ov = _live_overlay()
     with tempfile.TemporaryDirectory(prefix="splice-tileiras-") as work:
         w = Path(work)
         if "\n" in work:   # the capture's argv is one argument a line

@@ -3,6 +3,7 @@ once, the fallback, failures during a miss, the key, the command line) that foun
 pin what held up."""
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -96,3 +97,22 @@ def test_an_edited_user_header_recompiles(fresh_cache, tmp_path, include_line):
         b = splice.build(kern, SIG, "sm_90")
         got.append((b.from_cache, _scale_constants(splice.compile(kern, SIG, "sm_90"))))
     assert got == [(False, {"0f40400000"}), (False, {"0f40A00000"})]
+
+
+def test_a_cache_directory_removed_while_the_process_runs_is_made_again(fresh_cache,
+                                                                         monkeypatch):
+    # `rm -rf ~/.cache/splice` beside a running notebook, or a temp-directory cleaner: the
+    # overlay the process had built went with it, and every later build raised a bare
+    # FileNotFoundError until the process restarted
+    from splice import toolchain
+    monkeypatch.setattr(toolchain, "_overlay_bases", lambda real: [fresh_cache / "toolchain"])
+    toolchain.overlay.cache_clear()
+    try:
+        first = splice.build(K.ptx_kernel, SIG, "sm_90")
+        shutil.rmtree(fresh_cache)
+        again = splice.build(K.ptx_kernel, SIG, "sm_90")
+        assert not again.from_cache and again.cubin == first.cubin
+        assert (fresh_cache / "toolchain").is_dir()
+        assert splice.build(K.ptx_kernel, SIG, "sm_90").from_cache
+    finally:
+        toolchain.overlay.cache_clear()
