@@ -37,14 +37,16 @@ def _parse(text: str, what: str) -> Module:
     return Module(text, what)
 
 
-def _memoized(key: str, make) -> Module:
-    """The parsed fragment module for a content key, made once per process."""
+def _memoized(key: str, make, still=None) -> Module:
+    """The parsed fragment module for a content key, made once per process; not remembered
+    when ``still(key)`` says the inputs no longer have that key after ``make``."""
     with _memo_lock:
         hit = _memo.get(key)
     if hit is None:
         hit = make(key)
-        with _memo_lock:
-            _memo[key] = hit
+        if still is None or still(key):
+            with _memo_lock:
+                _memo[key] = hit
     return hit
 
 
@@ -270,7 +272,12 @@ class CudaSource(Fragment):
         return sorted(seen.items())
 
     def module(self, target: str) -> Module:
-        return _memoized(self.content_key(target), lambda key: self._compile(key, target))
+        """The PTX for ``target``, compiled once per content key. Not remembered nor cached
+        when the source or a header it includes changed while NVRTC ran (a file saved
+        during a compile): NVRTC may have read either version, so the PTX belongs to
+        neither key."""
+        return _memoized(self.content_key(target), lambda key: self._compile(key, target),
+                         lambda key: self.content_key(target) == key)
 
     def _compile(self, key: str, target: str) -> Module:
         stored = cache.load("fragment", key)
@@ -283,7 +290,8 @@ class CudaSource(Fragment):
             name = str(self.path) if self.path else f"extern_source@{self.where}"
             full = src if src.endswith("\n") else src + "\n"
             text = self._nvrtc(full, name, target)
-            cache.store("fragment", key, {"what": self.describe()}, text.encode())
+            if self.content_key(target) == key:
+                cache.store("fragment", key, {"what": self.describe()}, text.encode())
         return _parse(text, f"NVRTC output for {self.describe()}")
 
 

@@ -79,7 +79,10 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
         cubin = job.run("assemble", stages.assemble, job, sp, merged)
         job.dump(".cubin", cubin)
         out = stages.result(job, sp, merged, cubin)
-        _finish(job, out, key, sp)
+        # an extern's file or header saved while this compiled: its cubin is of either
+        # version, so it is cached under neither key
+        unchanged = job.keep_stages or job.run("key", _cache_key, job, traced) == key
+        _finish(job, out, key if unchanged else None, sp)
         return out
 
 
@@ -214,8 +217,9 @@ def _from_cache(job: Job, traced, key: str) -> Build | None:
     return out
 
 
-def _finish(job: Job, out: Build, key: str, sp: Spliced) -> None:
-    """Log, verify (``SPLICE_VERIFY=1``), cache, and dump the SASS and timings."""
+def _finish(job: Job, out: Build, key: str | None, sp: Spliced) -> None:
+    """Log, verify (``SPLICE_VERIFY=1``), cache (under ``key``; None: not cached), and
+    dump the SASS and timings."""
     out.seconds = job.seconds
     log.info("%s for %s: compiled in %.3f s, %d call site(s), %d bytes of cubin", job.what,
              job.arch, out.seconds, len(out.sites), len(out.cubin))
@@ -225,7 +229,7 @@ def _finish(job: Job, out: Build, key: str, sp: Spliced) -> None:
         log.debug("%s: %s", job.what, s)
     if verify.enabled():
         verify.verify_build(out)
-    if not job.keep_stages:
+    if not job.keep_stages and key is not None:
         cache.store("kernel", key, {"symbol": out.symbol, "entry_calls": out.entry_calls,
                                     "host_filled": sorted(sp.compiled.linked.host_filled),
                                     "ptxas_flags": list(out.ptxas_flags),

@@ -116,3 +116,62 @@ def test_a_cache_directory_removed_while_the_process_runs_is_made_again(fresh_ca
         assert splice.build(K.ptx_kernel, SIG, "sm_90").from_cache
     finally:
         toolchain.overlay.cache_clear()
+
+
+def _constants_kernel(tmp_path, name, text):
+    src = tmp_path / f"{name}.cu"
+    src.write_text(text)
+    ext = splice.extern(path=str(src), name=name, signature="float32(float32)",
+                        include_dirs=[str(tmp_path)])(lambda x: None)
+    return src, _header_kernel(ext)
+
+
+def test_a_source_saved_during_the_compile_is_not_cached_under_the_old_key(
+        fresh_cache, tmp_path, monkeypatch):
+    # the key is taken before tileiras runs; the fragment compiles from the file as it is
+    # then: a save during the compile stored the new version's cubin under the old key, and
+    # undoing the edit gave a stale hit
+    from splice import toolchain
+    body = 'extern "C" __device__ float tt(float x) {{ return x * {}f; }}\n'
+    src, kern = _constants_kernel(tmp_path, "tt", body.format("3.0"))
+    real = toolchain.run_tileiras
+
+    def saving(*args, **kwargs):
+        src.write_text(body.format("5.0"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(toolchain, "run_tileiras", saving)
+    splice.build(kern, SIG, "sm_90")
+    monkeypatch.setattr(toolchain, "run_tileiras", real)
+    src.write_text(body.format("3.0"))
+    b = splice.build(kern, SIG, "sm_90")
+    assert not b.from_cache
+    assert b.cubin == splice.build(kern, SIG, "sm_90").cubin
+    assert _scale_constants(splice.compile(kern, SIG, "sm_90")) == {"0f40400000"}
+
+
+def test_a_header_saved_while_nvrtc_runs_is_not_cached_under_the_old_key(
+        fresh_cache, tmp_path, monkeypatch):
+    # NVRTC reads the headers while it compiles: the PTX of a header saved meanwhile was
+    # remembered and cached under the key of the header before the save
+    from splice import toolchain
+    _, kern = _constants_kernel(tmp_path, "th", '#include "th_scale.h"\n'
+                                'extern "C" __device__ float th(float x) { return x * SCALE; }\n')
+    header = tmp_path / "th_scale.h"
+    header.write_text("#define SCALE 3.0f\n")
+    real = toolchain.nvrtc_compile
+    saved = []
+
+    def saving(*args, **kwargs):
+        if not saved:
+            header.write_text("#define SCALE 5.0f\n")
+            saved.append(True)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(toolchain, "nvrtc_compile", saving)
+    splice.build(kern, SIG, "sm_90")
+    header.write_text("#define SCALE 3.0f\n")
+    assert _scale_constants(splice.compile(kern, SIG, "sm_90")) == {"0f40400000"}
+    b = splice.build(kern, SIG, "sm_90")
+    assert _scale_constants(splice.compile(kern, SIG, "sm_90")) == {"0f40400000"}
+    assert not b.from_cache
