@@ -276,10 +276,11 @@ class CudaSource(Fragment):
         when the source or a header it includes changed while NVRTC ran (a file saved
         during a compile): NVRTC may have read either version, so the PTX belongs to
         neither key."""
-        return _memoized(self.content_key(target), lambda key: self._compile(key, target),
-                         lambda key: self.content_key(target) == key)
+        kept: list[bool] = []   # _compile: whether the key held while NVRTC ran
+        return _memoized(self.content_key(target), lambda key: self._compile(key, target, kept),
+                         lambda key: all(kept))
 
-    def _compile(self, key: str, target: str) -> Module:
+    def _compile(self, key: str, target: str, kept: list[bool]) -> Module:
         stored = cache.load("fragment", key)
         if stored is not None:
             text = stored[1].decode()
@@ -290,7 +291,8 @@ class CudaSource(Fragment):
             name = str(self.path) if self.path else f"extern_source@{self.where}"
             full = src if src.endswith("\n") else src + "\n"
             text = self._nvrtc(full, name, target)
-            if self.content_key(target) == key:
+            kept.append(self.content_key(target) == key)
+            if kept[-1]:
                 cache.store("fragment", key, {"what": self.describe()}, text.encode())
         return _parse(text, f"NVRTC output for {self.describe()}")
 
