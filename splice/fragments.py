@@ -12,6 +12,7 @@ the process runs is seen.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import stat
@@ -21,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from . import cache, cccl, nvshmem, toolchain
 from .errors import SpliceCompileError, SpliceDeclarationError, SpliceLinkError
+
+log = logging.getLogger("splice")
 
 if TYPE_CHECKING:
     from .ptx import Module
@@ -230,7 +233,10 @@ class CudaSource(Fragment):
         too (an edit to a CCCL header several includes deep must not hit a stale entry);
         NVSHMEM's, last on the path, are not searched: its version is in the key. An
         ``#include`` inside a disabled ``#if`` is still hashed: the key may change when it
-        need not, never the reverse."""
+        need not, never the reverse; so for ``#include MACRO`` in a user file, every
+        quoted or ``<>`` name the macro is defined to (in the files read, ``defines``
+        or ``-D``), directly or through other macros, is followed
+        (:class:`_Macros`)."""
         import hashlib
         toolkit = [str(d) for d in default_include_dirs()]
         dirs = [str(d) for d in self.include_dirs]
@@ -244,8 +250,14 @@ class CudaSource(Fragment):
         todo = [(pre + src, str(here), False)]
         mine = {os.path.normpath(d) for d in toolkit}   # splice's own (the user may name one)
         tagged = [(d, os.path.normpath(d) in mine) for d in dirs]
-        while todo:
+        macros = _Macros(self.defines, _option_values(self.options, ("-D", "--define-macro")))
+        while todo or macros.dirty:
+            if not todo:
+                todo = macros.follow()
+                continue
             text, here_, in_toolkit = todo.pop()
+            if not in_toolkit:
+                macros.read(text, here_)
             for m in _INCLUDE_RE.finditer(text):
                 quoted, name = m.group(1) == '"', m.group(2)
                 for d, own in ([(here_, in_toolkit)] if quoted else []) + tagged:
@@ -269,6 +281,7 @@ class CudaSource(Fragment):
                         todo.append((data.decode("utf-8", "replace"), os.path.dirname(path),
                                      False))
                     break
+        macros.warn_unresolved(self.describe())
         return sorted(seen.items())
 
     def module(self, target: str) -> Module:
@@ -295,6 +308,75 @@ class CudaSource(Fragment):
             if kept[-1]:
                 cache.store("fragment", key, {"what": self.describe()}, text.encode())
         return _parse(text, f"NVRTC output for {self.describe()}")
+
+
+#: ``#include MACRO`` (or an expression such as ``MACRO(x)``, which is not followed)
+_MACRO_INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+([A-Za-z_][^\n]*?)[ \t]*'
+                               r'(?:/[/*].*)?$', re.M)
+_DEFINE_RE = re.compile(r'^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+(\S.*?)[ \t]*$', re.M)
+_HEADER_NAME_RE = re.compile(r'"[^"\n]+"|<[^>\n]+>')
+
+
+class _Macros:
+    """The ``#include MACRO`` lines of the user's files, followed to every header name the
+    macro is defined to in any file read, ``defines`` or ``-D`` (conservative: a
+    definition under a disabled ``#if`` counts too). One defined to no header name (a
+    function-like macro, token pasting) stays out of the key, with a warning."""
+
+    def __init__(self, defines, options):
+        self.values: dict[str, set[str]] = {}
+        for name, value in defines:
+            self.values.setdefault(name, set()).add("1" if value is None else str(value))
+        for o in options:
+            name, _, value = o.partition("=")
+            self.values.setdefault(name, set()).add(value or "1")
+        self.sites: set[tuple[str, str]] = set()     # (macro, directory of the includer)
+        self.followed: set[tuple[str, str]] = set()  # (header name, directory)
+        self.dirty = False
+
+    def read(self, text: str, here: str) -> None:
+        """Learn ``text``'s definitions and its ``#include MACRO`` lines."""
+        for m in _DEFINE_RE.finditer(text):
+            self.values.setdefault(m.group(1), set()).add(m.group(2))
+        self.sites.update((m.group(1), here) for m in _MACRO_INCLUDE_RE.finditer(text))
+        self.dirty = True
+
+    def follow(self) -> list[tuple[str, str, bool]]:
+        """``#include <name>`` texts, for :meth:`CudaSource._headers`, of the header names
+        not followed before."""
+        self.dirty = False
+        out = []
+        for macro, here in sorted(self.sites):
+            for name in sorted(self._names(macro)):
+                if (name, here) not in self.followed:
+                    self.followed.add((name, here))
+                    out.append((f"#include {name}\n", here, False))
+        return out
+
+    def _names(self, macro: str) -> set[str]:
+        names, todo, seen = set(), [macro], set()
+        while todo:
+            m = todo.pop()
+            if m not in seen:
+                seen.add(m)
+                for v in self.values.get(m, ()):
+                    if _HEADER_NAME_RE.fullmatch(v):
+                        names.add(v)
+                    elif re.fullmatch(r"[A-Za-z_]\w*", v):
+                        todo.append(v)
+        return names
+
+    def warn_unresolved(self, what: str) -> None:
+        for macro in sorted({m for m, _ in self.sites if not self._names(m)}):
+            if (what, macro) not in _warned_macros:
+                _warned_macros.add((what, macro))
+                log.warning("%s: '#include %s' names a header splice cannot tell (the macro "
+                            "is not #define'd to a quoted or <> name), so an edit to that "
+                            "header does not change the cache key: write its name in the "
+                            "#include", what, macro)
+
+
+_warned_macros: set[tuple[str, str]] = set()
 
 
 #: How :meth:`CudaSource._headers` marks a toolkit header, keyed by its size and mtime.
