@@ -191,3 +191,50 @@ def test_a_header_no_macro_definition_names_is_warned_about(fresh_cache, tmp_pat
     with caplog.at_level("WARNING", logger="splice"):
         splice.build(_header_kernel(ext), SIG, "sm_90")
     assert "'#include HDR(myscale)' names a header splice cannot tell" in caplog.text
+
+
+_THREADS = '''
+import hashlib, json, sys, threading
+import cuda.tile as ct
+import splice                      # nothing of the compile path loaded yet
+from support import kernels as K
+names = ["float32", "int32", "float32", "int32", "float64", "float64"]
+barrier = threading.Barrier(len(names))
+got = {}
+
+def work(i):
+    kern = K.TYPE_KERNELS[(names[i], "never")]
+    barrier.wait()
+    try:
+        sig = K.signature(K.array(getattr(ct, names[i])), K.array(getattr(ct, names[i])), 256)
+        got[i] = hashlib.sha256(splice.build(kern, sig, "sm_90").cubin).hexdigest()
+    except BaseException as e:
+        got[i] = repr(e)
+
+threads = [threading.Thread(target=work, args=(i,)) for i in range(len(names))]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join(240)
+print(json.dumps({"alive": sum(t.is_alive() for t in threads), "got": got}))
+'''
+
+
+def test_threads_of_a_new_process_compile_at_once_as_one_thread_does(fresh_cache, tmp_path):
+    # a new process: the lazy names, splice.stages (imported by build() on a miss), the
+    # fragments' thread pools, the CCCL locator and the PTX-target memo all first used by
+    # six threads at once, two per kernel; each cubin is the one a lone build makes
+    import hashlib
+    import json
+    script = tmp_path / "threads.py"
+    script.write_text(_THREADS)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300, env=python_env(ROOT, TESTS, SPLICE_CACHE_DIR=str(
+                              tmp_path / "child-cache")))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["alive"] == 0
+    for i, name in enumerate(["float32", "int32", "float32", "int32", "float64", "float64"]):
+        sig = K.signature(K.array(getattr(ct, name)), K.array(getattr(ct, name)), 256)
+        alone = splice.build(K.TYPE_KERNELS[(name, "never")], sig, "sm_90").cubin
+        assert out["got"][str(i)] == hashlib.sha256(alone).hexdigest(), name
