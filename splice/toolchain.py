@@ -286,6 +286,7 @@ def overlay() -> Path:
     for base in bases:
         root = base / f"overlay-{key}"
         if (root / "bin" / "tileiras").is_file() and (root / "bin" / "ptxas").is_file():
+            _check_script(root / "bin" / "ptxas")
             return root
         try:
             return _build_overlay(root, real, real_root)
@@ -304,6 +305,22 @@ def _live_overlay() -> Path:
         overlay.cache_clear()
         root = overlay()
     return root
+
+
+def _check_script(script: Path) -> None:
+    """The capturing ptxas of an overlay found on disk, rewritten (atomically) when it is
+    not splice's: an edited or truncated script failed every tileiras run of every process
+    with "failed to compile Tile IR program", and nothing said to remove the overlay."""
+    text = _CAPTURE_SCRIPT.format(real_ptxas=shlex.quote(str(ptxas())))
+    try:
+        if script.read_text() == text:
+            return
+        tmp = script.with_name(f".ptxas-{os.getpid()}")
+        tmp.write_text(text)
+        tmp.chmod(0o755)
+        os.replace(tmp, script)
+    except (OSError, UnicodeDecodeError):
+        pass   # unreadable or read-only: tileiras's error says what went wrong
 
 
 def _build_overlay(root: Path, real: Path, real_root: Path) -> Path:

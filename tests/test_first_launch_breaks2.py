@@ -238,3 +238,19 @@ def test_threads_of_a_new_process_compile_at_once_as_one_thread_does(fresh_cache
         sig = K.signature(K.array(getattr(ct, name)), K.array(getattr(ct, name)), 256)
         alone = splice.build(K.TYPE_KERNELS[(name, "never")], sig, "sm_90").cubin
         assert out["got"][str(i)] == hashlib.sha256(alone).hexdigest(), name
+
+
+def test_an_overlay_with_a_broken_capture_script_is_repaired(fresh_cache, monkeypatch):
+    # an edited or truncated bin/ptxas of the overlay failed every tileiras run of every
+    # later process ("failed to compile Tile IR program"), with no word of the overlay
+    from splice import toolchain
+    monkeypatch.setattr(toolchain, "_overlay_bases", lambda real: [fresh_cache / "toolchain"])
+    toolchain.overlay.cache_clear()
+    try:
+        script = toolchain.overlay() / "bin" / "ptxas"
+        script.write_text("")
+        toolchain.overlay.cache_clear()     # a new process finds the overlay on disk
+        assert splice.build(K.ptx_kernel, SIG, "sm_90").cubin
+        assert script.read_text().startswith("#!/bin/sh")
+    finally:
+        toolchain.overlay.cache_clear()
