@@ -250,6 +250,7 @@ class CudaSource(Fragment):
         todo = [(pre + src, str(here), False)]
         mine = {os.path.normpath(d) for d in toolkit}   # splice's own (the user may name one)
         tagged = [(d, os.path.normpath(d) in mine) for d in dirs]
+        found: dict[tuple[str, bool, str], tuple[str, bool, os.stat_result] | None] = {}
         macros = _Macros(self.defines, _option_values(self.options, ("-D", "--define-macro")))
         while todo or macros.dirty:
             if not todo:
@@ -260,27 +261,26 @@ class CudaSource(Fragment):
                 macros.read(text, here_)
             for m in _INCLUDE_RE.finditer(text):
                 quoted, name = m.group(1) == '"', m.group(2)
-                for d, own in ([(here_, in_toolkit)] if quoted else []) + tagged:
-                    path = os.path.join(d, name)
-                    try:
-                        st = os.stat(path)
-                    except (OSError, ValueError):   # ValueError: a NUL in the name
-                        continue
-                    if not stat.S_ISREG(st.st_mode):
-                        continue
-                    if own:   # a wheel pip may upgrade apart from NVRTC's: size and mtime
-                        path = os.path.normpath(path)
-                        if path not in seen:
-                            seen[path] = f"{_STAT}{st.st_size} {st.st_mtime_ns}"
-                            todo.append((_toolkit_text(path, st), os.path.dirname(path), True))
-                        break
-                    key = str(Path(path).resolve())
-                    if key not in seen:
-                        data = Path(path).read_bytes()
-                        seen[key] = hashlib.sha256(data).hexdigest()
-                        todo.append((data.decode("utf-8", "replace"), os.path.dirname(path),
-                                     False))
-                    break
+                where = (here_, in_toolkit, name) if quoted else ("", False, name)
+                if where not in found:   # CUB's headers include each other hundreds of times
+                    found[where] = _find_header(
+                        name, ([(here_, in_toolkit)] if quoted else []) + tagged)
+                hit = found[where]
+                if hit is None:
+                    continue
+                path, own, st = hit
+                if own:   # a wheel pip may upgrade apart from NVRTC's: size and mtime
+                    path = os.path.normpath(path)
+                    if path not in seen:
+                        seen[path] = f"{_STAT}{st.st_size} {st.st_mtime_ns}"
+                        todo.append((_toolkit_text(path, st), os.path.dirname(path), True))
+                    continue
+                key = str(Path(path).resolve())
+                if key not in seen:
+                    data = Path(path).read_bytes()
+                    seen[key] = hashlib.sha256(data).hexdigest()
+                    todo.append((data.decode("utf-8", "replace"), os.path.dirname(path),
+                                 False))
         macros.warn_unresolved(self.describe())
         return sorted(seen.items())
 
@@ -308,6 +308,20 @@ class CudaSource(Fragment):
             if kept[-1]:
                 cache.store("fragment", key, {"what": self.describe()}, text.encode())
         return _parse(text, f"NVRTC output for {self.describe()}")
+
+
+def _find_header(name: str, dirs) -> tuple[str, bool, os.stat_result] | None:
+    """The first regular file ``name`` in ``dirs`` ((directory, splice's own) pairs): its
+    path, whether the directory is splice's own, its stat; None when none has it."""
+    for d, own in dirs:
+        path = os.path.join(d, name)
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):   # ValueError: a NUL in the name
+            continue
+        if stat.S_ISREG(st.st_mode):
+            return path, own, st
+    return None
 
 
 #: ``#include MACRO`` (or an expression such as ``MACRO(x)``, which is not followed)
