@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import cache, nvshmem, toolchain, trace, verify
-from .errors import SpliceLinkError, SpliceToolchainError
+from .errors import SpliceError, SpliceLinkError, SpliceToolchainError
 from .fragments import CudaSource
 from .result import Build, dump_dir
 from .sites import SiteInfo
@@ -79,11 +79,18 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
         cubin = job.run("assemble", stages.assemble, job, sp, merged)
         job.dump(".cubin", cubin)
         out = stages.result(job, sp, merged, cubin)
-        # an extern's file or header saved while this compiled: its cubin is of either
-        # version, so it is cached under neither key
-        unchanged = job.keep_stages or job.run("key", _cache_key, job, traced) == key
-        _finish(job, out, key if unchanged else None, sp)
+        _finish(job, out, key if job.keep_stages or _key_held(job, traced, key) else None, sp)
         return out
+
+
+def _key_held(job: Job, traced, key: str) -> bool:
+    """Whether the kernel's inputs still have ``key`` after compiling: an extern's file or
+    header saved (or removed) meanwhile makes a cubin of either version, cached under
+    neither key."""
+    try:
+        return job.run("key", _cache_key, job, traced) == key
+    except SpliceError:   # a file removed meanwhile: the build stands, uncached
+        return False
 
 
 # --------------------------------------------------------------------------------------------

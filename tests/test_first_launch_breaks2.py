@@ -254,3 +254,21 @@ def test_an_overlay_with_a_broken_capture_script_is_repaired(fresh_cache, monkey
         assert script.read_text().startswith("#!/bin/sh")
     finally:
         toolchain.overlay.cache_clear()
+
+
+def test_a_source_removed_during_the_compile_gives_the_build_uncached(fresh_cache, tmp_path,
+                                                                     monkeypatch):
+    # the key taken again before storing reads the extern's file: its removal while ptxas
+    # ran must not turn a finished build into an error
+    from splice import toolchain
+    src, kern = _constants_kernel(
+        tmp_path, "tr", 'extern "C" __device__ float tr(float x) { return x * 3.0f; }\n')
+    real = toolchain.run_ptxas
+
+    def removing(*args, **kwargs):
+        src.unlink()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(toolchain, "run_ptxas", removing)
+    assert splice.build(kern, SIG, "sm_90").cubin
+    assert not list((fresh_cache / "kernel").rglob("*.bin"))
