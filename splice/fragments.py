@@ -12,6 +12,7 @@ the process runs is seen.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import stat
@@ -21,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from . import cache, cccl, nvshmem, toolchain
 from .errors import SpliceCompileError, SpliceDeclarationError, SpliceLinkError
+
+log = logging.getLogger("splice")
 
 if TYPE_CHECKING:
     from .ptx import Module
@@ -37,14 +40,16 @@ def _parse(text: str, what: str) -> Module:
     return Module(text, what)
 
 
-def _memoized(key: str, make) -> Module:
-    """The parsed fragment module for a content key, made once per process."""
+def _memoized(key: str, make, still=None) -> Module:
+    """The parsed fragment module for a content key, made once per process; not remembered
+    when ``still(key)`` says the inputs no longer have that key after ``make``."""
     with _memo_lock:
         hit = _memo.get(key)
     if hit is None:
         hit = make(key)
-        with _memo_lock:
-            _memo[key] = hit
+        if still is None or still(key):
+            with _memo_lock:
+                _memo[key] = hit
     return hit
 
 
@@ -228,7 +233,10 @@ class CudaSource(Fragment):
         too (an edit to a CCCL header several includes deep must not hit a stale entry);
         NVSHMEM's, last on the path, are not searched: its version is in the key. An
         ``#include`` inside a disabled ``#if`` is still hashed: the key may change when it
-        need not, never the reverse."""
+        need not, never the reverse; so for ``#include MACRO`` in a user file, every
+        quoted or ``<>`` name the macro is defined to (in the files read, ``defines``
+        or ``-D``), directly or through other macros, is followed
+        (:class:`_Macros`)."""
         import hashlib
         toolkit = [str(d) for d in default_include_dirs()]
         dirs = [str(d) for d in self.include_dirs]
@@ -242,37 +250,50 @@ class CudaSource(Fragment):
         todo = [(pre + src, str(here), False)]
         mine = {os.path.normpath(d) for d in toolkit}   # splice's own (the user may name one)
         tagged = [(d, os.path.normpath(d) in mine) for d in dirs]
-        while todo:
+        found: dict[tuple[str, bool, str], tuple[str, bool, os.stat_result] | None] = {}
+        macros = _Macros(self.defines, _option_values(self.options, ("-D", "--define-macro")))
+        while todo or macros.dirty:
+            if not todo:
+                todo = macros.follow()
+                continue
             text, here_, in_toolkit = todo.pop()
+            if not in_toolkit:
+                macros.read(text, here_)
             for m in _INCLUDE_RE.finditer(text):
                 quoted, name = m.group(1) == '"', m.group(2)
-                for d, own in ([(here_, in_toolkit)] if quoted else []) + tagged:
-                    path = os.path.join(d, name)
-                    try:
-                        st = os.stat(path)
-                    except (OSError, ValueError):   # ValueError: a NUL in the name
-                        continue
-                    if not stat.S_ISREG(st.st_mode):
-                        continue
-                    if own:   # a wheel pip may upgrade apart from NVRTC's: size and mtime
-                        path = os.path.normpath(path)
-                        if path not in seen:
-                            seen[path] = f"{_STAT}{st.st_size} {st.st_mtime_ns}"
-                            todo.append((_toolkit_text(path, st), os.path.dirname(path), True))
-                        break
-                    key = str(Path(path).resolve())
-                    if key not in seen:
-                        data = Path(path).read_bytes()
-                        seen[key] = hashlib.sha256(data).hexdigest()
-                        todo.append((data.decode("utf-8", "replace"), os.path.dirname(path),
-                                     False))
-                    break
+                where = (here_, in_toolkit, name) if quoted else ("", False, name)
+                if where not in found:   # CUB's headers include each other hundreds of times
+                    found[where] = _find_header(
+                        name, ([(here_, in_toolkit)] if quoted else []) + tagged)
+                hit = found[where]
+                if hit is None:
+                    continue
+                path, own, st = hit
+                if own:   # a wheel pip may upgrade apart from NVRTC's: size and mtime
+                    path = os.path.normpath(path)
+                    if path not in seen:
+                        seen[path] = f"{_STAT}{st.st_size} {st.st_mtime_ns}"
+                        todo.append((_toolkit_text(path, st), os.path.dirname(path), True))
+                    continue
+                key = str(Path(path).resolve())
+                if key not in seen:
+                    data = Path(path).read_bytes()
+                    seen[key] = hashlib.sha256(data).hexdigest()
+                    todo.append((data.decode("utf-8", "replace"), os.path.dirname(path),
+                                 False))
+        macros.warn_unresolved(self.describe())
         return sorted(seen.items())
 
     def module(self, target: str) -> Module:
-        return _memoized(self.content_key(target), lambda key: self._compile(key, target))
+        """The PTX for ``target``, compiled once per content key. Not remembered nor cached
+        when the source or a header it includes changed while NVRTC ran (a file saved
+        during a compile): NVRTC may have read either version, so the PTX belongs to
+        neither key."""
+        kept: list[bool] = []   # _compile: whether the key held while NVRTC ran
+        return _memoized(self.content_key(target), lambda key: self._compile(key, target, kept),
+                         lambda key: all(kept))
 
-    def _compile(self, key: str, target: str) -> Module:
+    def _compile(self, key: str, target: str, kept: list[bool]) -> Module:
         stored = cache.load("fragment", key)
         if stored is not None:
             text = stored[1].decode()
@@ -283,8 +304,93 @@ class CudaSource(Fragment):
             name = str(self.path) if self.path else f"extern_source@{self.where}"
             full = src if src.endswith("\n") else src + "\n"
             text = self._nvrtc(full, name, target)
-            cache.store("fragment", key, {"what": self.describe()}, text.encode())
+            kept.append(self.content_key(target) == key)
+            if kept[-1]:
+                cache.store("fragment", key, {"what": self.describe()}, text.encode())
         return _parse(text, f"NVRTC output for {self.describe()}")
+
+
+def _find_header(name: str, dirs) -> tuple[str, bool, os.stat_result] | None:
+    """The first regular file ``name`` in ``dirs`` ((directory, splice's own) pairs): its
+    path, whether the directory is splice's own, its stat; None when none has it."""
+    for d, own in dirs:
+        path = os.path.join(d, name)
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):   # ValueError: a NUL in the name
+            continue
+        if stat.S_ISREG(st.st_mode):
+            return path, own, st
+    return None
+
+
+#: ``#include MACRO`` (or an expression such as ``MACRO(x)``, which is not followed)
+_MACRO_INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+([A-Za-z_][^\n]*?)[ \t]*'
+                               r'(?:/[/*].*)?$', re.M)
+_DEFINE_RE = re.compile(r'^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+(\S.*?)[ \t]*$', re.M)
+_HEADER_NAME_RE = re.compile(r'"[^"\n]+"|<[^>\n]+>')
+
+
+class _Macros:
+    """The ``#include MACRO`` lines of the user's files, followed to every header name the
+    macro is defined to in any file read, ``defines`` or ``-D`` (conservative: a
+    definition under a disabled ``#if`` counts too). One defined to no header name (a
+    function-like macro, token pasting) stays out of the key, with a warning."""
+
+    def __init__(self, defines, options):
+        self.values: dict[str, set[str]] = {}
+        for name, value in defines:
+            self.values.setdefault(name, set()).add("1" if value is None else str(value))
+        for o in options:
+            name, _, value = o.partition("=")
+            self.values.setdefault(name, set()).add(value or "1")
+        self.sites: set[tuple[str, str]] = set()     # (macro, directory of the includer)
+        self.followed: set[tuple[str, str]] = set()  # (header name, directory)
+        self.dirty = False
+
+    def read(self, text: str, here: str) -> None:
+        """Learn ``text``'s definitions and its ``#include MACRO`` lines."""
+        for m in _DEFINE_RE.finditer(text):
+            self.values.setdefault(m.group(1), set()).add(m.group(2))
+        self.sites.update((m.group(1), here) for m in _MACRO_INCLUDE_RE.finditer(text))
+        self.dirty = True
+
+    def follow(self) -> list[tuple[str, str, bool]]:
+        """``#include <name>`` texts, for :meth:`CudaSource._headers`, of the header names
+        not followed before."""
+        self.dirty = False
+        out = []
+        for macro, here in sorted(self.sites):
+            for name in sorted(self._names(macro)):
+                if (name, here) not in self.followed:
+                    self.followed.add((name, here))
+                    out.append((f"#include {name}\n", here, False))
+        return out
+
+    def _names(self, macro: str) -> set[str]:
+        names, todo, seen = set(), [macro], set()
+        while todo:
+            m = todo.pop()
+            if m not in seen:
+                seen.add(m)
+                for v in self.values.get(m, ()):
+                    if _HEADER_NAME_RE.fullmatch(v):
+                        names.add(v)
+                    elif re.fullmatch(r"[A-Za-z_]\w*", v):
+                        todo.append(v)
+        return names
+
+    def warn_unresolved(self, what: str) -> None:
+        for macro in sorted({m for m, _ in self.sites if not self._names(m)}):
+            if (what, macro) not in _warned_macros:
+                _warned_macros.add((what, macro))
+                log.warning("%s: '#include %s' names a header splice cannot tell (the macro "
+                            "is not #define'd to a quoted or <> name), so an edit to that "
+                            "header does not change the cache key: write its name in the "
+                            "#include", what, macro)
+
+
+_warned_macros: set[tuple[str, str]] = set()
 
 
 #: How :meth:`CudaSource._headers` marks a toolkit header, keyed by its size and mtime.

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import cache, nvshmem, toolchain, trace, verify
-from .errors import SpliceLinkError, SpliceToolchainError
+from .errors import SpliceError, SpliceLinkError, SpliceToolchainError
 from .fragments import CudaSource
 from .result import Build, dump_dir
 from .sites import SiteInfo
@@ -79,8 +79,18 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
         cubin = job.run("assemble", stages.assemble, job, sp, merged)
         job.dump(".cubin", cubin)
         out = stages.result(job, sp, merged, cubin)
-        _finish(job, out, key, sp)
+        _finish(job, out, key if job.keep_stages or _key_held(job, traced, key) else None, sp)
         return out
+
+
+def _key_held(job: Job, traced, key: str) -> bool:
+    """Whether the kernel's inputs still have ``key`` after compiling: an extern's file or
+    header saved (or removed) meanwhile makes a cubin of either version, cached under
+    neither key."""
+    try:
+        return job.run("key", _cache_key, job, traced) == key
+    except SpliceError:   # a file removed meanwhile: the build stands, uncached
+        return False
 
 
 # --------------------------------------------------------------------------------------------
@@ -214,8 +224,9 @@ def _from_cache(job: Job, traced, key: str) -> Build | None:
     return out
 
 
-def _finish(job: Job, out: Build, key: str, sp: Spliced) -> None:
-    """Log, verify (``SPLICE_VERIFY=1``), cache, and dump the SASS and timings."""
+def _finish(job: Job, out: Build, key: str | None, sp: Spliced) -> None:
+    """Log, verify (``SPLICE_VERIFY=1``), cache (under ``key``; None: not cached), and
+    dump the SASS and timings."""
     out.seconds = job.seconds
     log.info("%s for %s: compiled in %.3f s, %d call site(s), %d bytes of cubin", job.what,
              job.arch, out.seconds, len(out.sites), len(out.cubin))
@@ -225,7 +236,7 @@ def _finish(job: Job, out: Build, key: str, sp: Spliced) -> None:
         log.debug("%s: %s", job.what, s)
     if verify.enabled():
         verify.verify_build(out)
-    if not job.keep_stages:
+    if not job.keep_stages and key is not None:
         cache.store("kernel", key, {"symbol": out.symbol, "entry_calls": out.entry_calls,
                                     "host_filled": sorted(sp.compiled.linked.host_filled),
                                     "ptxas_flags": list(out.ptxas_flags),

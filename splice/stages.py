@@ -302,20 +302,36 @@ def _fragments_compiled_ahead(traced, target: str):
         frag = site.extern.fragment
         if not isinstance(frag, (PtxSource, BinarySource)):  # those compile nothing
             frags.setdefault(id(frag), frag)
-    if not frags:
+    pool = _started_pool(list(frags.values()), target) if frags else None
+    if pool is None:
         yield
         return
-    pool = concurrent.futures.ThreadPoolExecutor(
-        max_workers=min(len(frags), os.cpu_count() or 1),
-        thread_name_prefix="splice-fragment")
     try:
-        for frag in frags.values():
-            pool.submit(frag.module, target)
         yield
     except BaseException:
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
+
+
+def _started_pool(frags: list[Fragment], target: str):
+    """A thread pool compiling ``frags`` for ``target``; None where Python refuses new
+    threads: a compile after the main thread ended (in a thread that outlived it, or an
+    atexit handler), where concurrent.futures raises RuntimeError. The fragments then
+    compile after tileiras, as without the pool."""
+    try:
+        pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=min(len(frags), os.cpu_count() or 1),
+            thread_name_prefix="splice-fragment")
+    except RuntimeError:    # importing concurrent.futures.thread registers an exit hook
+        return None
+    try:
+        for frag in frags:
+            pool.submit(frag.module, target)
+    except RuntimeError:    # "cannot schedule new futures after interpreter shutdown"
+        pool.shutdown(wait=True, cancel_futures=True)
+        return None
+    return pool
 
 
 def _link_binaries(merged: str, flags, binaries, kernel_mod: Module, target: str, what: str,

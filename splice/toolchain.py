@@ -111,7 +111,7 @@ def tool_identity(*names: str) -> list:
     for name in names:
         if name == "tileiras":
             # the overlay's hard link (or copy) is the file that runs: same size and mtime
-            ran = overlay() / "bin" / "tileiras"
+            ran = _live_overlay() / "bin" / "tileiras"
             st = ran.stat()
             out.append([name, str(tileiras().resolve()), st.st_size, st.st_mtime_ns,
                         *[_file_identity(c) for c in _libnvvm_candidates() if c.exists()]])
@@ -286,6 +286,7 @@ def overlay() -> Path:
     for base in bases:
         root = base / f"overlay-{key}"
         if (root / "bin" / "tileiras").is_file() and (root / "bin" / "ptxas").is_file():
+            _check_script(root / "bin" / "ptxas")
             return root
         try:
             return _build_overlay(root, real, real_root)
@@ -293,6 +294,33 @@ def overlay() -> Path:
             continue  # not writable: try the next place
     raise SpliceToolchainError(f"cannot create the tileiras overlay in any of "
                                f"{', '.join(map(str, bases))}")
+
+
+def _live_overlay() -> Path:
+    """:func:`overlay`, built again when it was removed since this process built or found
+    it (the cache directory deleted beside a running process, a temporary-directory
+    cleaner): one file test per call."""
+    root = overlay()
+    if not (root / "bin" / "tileiras").is_file():
+        overlay.cache_clear()
+        root = overlay()
+    return root
+
+
+def _check_script(script: Path) -> None:
+    """The capturing ptxas of an overlay found on disk, rewritten (atomically) when it is
+    not splice's: an edited or truncated script failed every tileiras run of every process
+    with "failed to compile Tile IR program", and nothing said to remove the overlay."""
+    text = _CAPTURE_SCRIPT.format(real_ptxas=shlex.quote(str(ptxas())))
+    try:
+        if script.read_text() == text:
+            return
+        tmp = script.with_name(f".ptxas-{os.getpid()}")
+        tmp.write_text(text)
+        tmp.chmod(0o755)
+        os.replace(tmp, script)
+    except (OSError, UnicodeDecodeError):
+        pass   # unreadable or read-only: tileiras's error says what went wrong
 
 
 def _build_overlay(root: Path, real: Path, real_root: Path) -> Path:
@@ -357,7 +385,7 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
         SpliceToolchainError: tileiras failed or timed out, or did not call ptxas exactly
             once.
     """
-    ov = overlay()
+    ov = _live_overlay()
     with tempfile.TemporaryDirectory(prefix="splice-tileiras-") as work:
         w = Path(work)
         if "\n" in work:   # the capture's argv is one argument a line
