@@ -250,6 +250,11 @@ exit 0
 """
 
 
+def _capture_script() -> str:
+    """:data:`_CAPTURE_SCRIPT` for this process's real ptxas."""
+    return _CAPTURE_SCRIPT.format(real_ptxas=shlex.quote(str(ptxas())))
+
+
 def _overlay_bases(real: Path) -> list[Path]:
     """Where the overlay may live, best first: on tileiras's filesystem, so that tileiras
     is hard-linked rather than copied (about 100 MB). The cache directory when it is on
@@ -311,7 +316,7 @@ def _check_script(script: Path) -> None:
     """The capturing ptxas of an overlay found on disk, rewritten (atomically) when it is
     not splice's: an edited or truncated script failed every tileiras run of every process
     with "failed to compile Tile IR program", and nothing said to remove the overlay."""
-    text = _CAPTURE_SCRIPT.format(real_ptxas=shlex.quote(str(ptxas())))
+    text = _capture_script()
     try:
         if script.read_text() == text:
             return
@@ -339,7 +344,7 @@ def _build_overlay(root: Path, real: Path, real_root: Path) -> Path:
         except OSError:
             shutil.copy2(real, tmp / "bin" / "tileiras")
         script = tmp / "bin" / "ptxas"
-        script.write_text(_CAPTURE_SCRIPT.format(real_ptxas=shlex.quote(str(ptxas()))))
+        script.write_text(_capture_script())
         script.chmod(0o755)
         try:
             os.replace(tmp, root)
