@@ -81,7 +81,9 @@ class Fragment:
     def content_key(self, target: str) -> str:
         raise NotImplementedError
 
-    def module(self, target: str) -> Module:
+    def module(self, target: str, key: str | None = None) -> Module:
+        """The fragment's PTX for ``target``; ``key``: its :meth:`content_key` for
+        ``target``, when the caller has just taken it (a header walk, for CUDA C)."""
         raise NotImplementedError
 
 
@@ -107,7 +109,7 @@ class PtxSource(Fragment):
     def content_key(self, target: str) -> str:
         return cache.key_of("ptx", self.read())
 
-    def module(self, target: str) -> Module:
+    def module(self, target: str, key: str | None = None) -> Module:
         text = self.read()
         from .ptx import PTXSyntaxError
         try:
@@ -252,10 +254,7 @@ class CudaSource(Fragment):
         tagged = [(d, os.path.normpath(d) in mine) for d in dirs]
         found: dict[tuple[str, bool, str], tuple[str, bool, os.stat_result] | None] = {}
         macros = _Macros(self.defines, _option_values(self.options, ("-D", "--define-macro")))
-        while todo or macros.dirty:
-            if not todo:
-                todo = macros.follow()
-                continue
+        while todo or (todo := macros.follow()):
             text, here_, in_toolkit = todo.pop()
             if not in_toolkit:
                 macros.read(text, here_)
@@ -284,14 +283,14 @@ class CudaSource(Fragment):
         macros.warn_unresolved(self.describe())
         return sorted(seen.items())
 
-    def module(self, target: str) -> Module:
+    def module(self, target: str, key: str | None = None) -> Module:
         """The PTX for ``target``, compiled once per content key. Not remembered nor cached
         when the source or a header it includes changed while NVRTC ran (a file saved
         during a compile): NVRTC may have read either version, so the PTX belongs to
         neither key."""
         kept: list[bool] = []   # _compile: whether the key held while NVRTC ran
-        return _memoized(self.content_key(target), lambda key: self._compile(key, target, kept),
-                         lambda key: all(kept))
+        return _memoized(key or self.content_key(target),
+                         lambda key: self._compile(key, target, kept), lambda key: all(kept))
 
     def _compile(self, key: str, target: str, kept: list[bool]) -> Module:
         stored = cache.load("fragment", key)
@@ -346,19 +345,16 @@ class _Macros:
             self.values.setdefault(name, set()).add(value or "1")
         self.sites: set[tuple[str, str]] = set()     # (macro, directory of the includer)
         self.followed: set[tuple[str, str]] = set()  # (header name, directory)
-        self.dirty = False
 
     def read(self, text: str, here: str) -> None:
         """Learn ``text``'s definitions and its ``#include MACRO`` lines."""
         for m in _DEFINE_RE.finditer(text):
             self.values.setdefault(m.group(1), set()).add(m.group(2))
         self.sites.update((m.group(1), here) for m in _MACRO_INCLUDE_RE.finditer(text))
-        self.dirty = True
 
     def follow(self) -> list[tuple[str, str, bool]]:
         """``#include <name>`` texts, for :meth:`CudaSource._headers`, of the header names
         not followed before."""
-        self.dirty = False
         out = []
         for macro, here in sorted(self.sites):
             for name in sorted(self._names(macro)):
@@ -591,8 +587,9 @@ class AsmSource(Fragment):
         return cache.key_of("asm", s.template, [t.name for t in s.outputs],
                             [t.name for t in s.inputs], target, toolchain.tool_identity("ptxas"))
 
-    def module(self, target: str) -> Module:
-        return _memoized(self.content_key(target), lambda key: self._generate(key, target))
+    def module(self, target: str, key: str | None = None) -> Module:
+        return _memoized(key or self.content_key(target),
+                         lambda key: self._generate(key, target))
 
     def _generate(self, key: str, target: str) -> Module:
         num = int(re.sub(r"\D", "", target) or 0)
@@ -672,7 +669,7 @@ class LtoirSource(Fragment):
         return cache.key_of("ltoir", self.read(), [(s, str(g)) for s, g in self.roots], target,
                             toolchain.tool_identity("nvJitLink"))
 
-    def module(self, target: str) -> Module:
+    def module(self, target: str, key: str | None = None) -> Module:
         def link(key):
             try:
                 text = lto_link_to_ptx([(self.read(), self.path.name if self.path else "input")],
@@ -686,7 +683,7 @@ class LtoirSource(Fragment):
                     f"nvJitLink's (PTX goes to from_ptx, a cubin or object to from_object)",
                     e.log) from None
             return _parse(text, self.describe())
-        return _memoized(self.content_key(target), link)
+        return _memoized(key or self.content_key(target), link)
 
 
 #: File suffixes of binary device-code inputs and their nvJitLink input types.
@@ -752,7 +749,7 @@ class BinarySource(Fragment):
                             [(s, str(g)) for s, g in self.roots],
                             toolchain.tool_identity("nvJitLink"))
 
-    def module(self, target: str) -> Module:
+    def module(self, target: str, key: str | None = None) -> Module:
         """Declarations only: the code is linked by nvJitLink after ptxas."""
         num = int(re.sub(r"\D", "", target) or 0)
         text = (f".version {_PTX_VERSION_FOR.get(num, '9.0')}\n.target {target}\n"
