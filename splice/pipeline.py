@@ -17,10 +17,9 @@
 
 :func:`build` runs it for one kernel signature and architecture: trace, key and cache here,
 the stages of a miss in :mod:`splice.stages` (a cache hit does not load them). :class:`Job`
-times each
-stage (``Build.timings``, the ``splice`` logger at DEBUG) and writes each stage's output to
-``$SPLICE_DUMP_DIR/<symbol>.<arch>/`` as it is made, so that a failed build leaves the
-stages before the failure. Linked cubins are cached on disk by content (:mod:`splice.cache`);
+times each stage (``Build.timings``, the ``splice`` logger at DEBUG) and writes each stage's
+output to ``$SPLICE_DUMP_DIR/<symbol>.<arch>/`` as it is made, so that a failed build
+leaves the stages before the failure. Linked cubins are cached on disk by content (:mod:`splice.cache`);
 fragments by their own content (:mod:`splice.fragments`). What each stage costs against
 plain cuTile, and why: ``docs/design.md#first-launch``.
 """
@@ -79,7 +78,8 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
         cubin = job.run("assemble", stages.assemble, job, sp, merged)
         job.dump(".cubin", cubin)
         out = stages.result(job, sp, merged, cubin)
-        _finish(job, out, key if job.keep_stages or _key_held(job, traced, key) else None, sp)
+        held = not job.keep_stages and _key_held(job, traced, key)
+        _finish(job, out, key if held else None, sp)
         return out
 
 
@@ -225,8 +225,9 @@ def _from_cache(job: Job, traced, key: str) -> Build | None:
 
 
 def _finish(job: Job, out: Build, key: str | None, sp: Spliced) -> None:
-    """Log, verify (``SPLICE_VERIFY=1``), cache (under ``key``; None: not cached), and
-    dump the SASS and timings."""
+    """Log, verify (``SPLICE_VERIFY=1``), cache (under ``key``; None: not cached: the
+    stages are kept, or an input changed while compiling), and dump the SASS and
+    timings."""
     out.seconds = job.seconds
     log.info("%s for %s: compiled in %.3f s, %d call site(s), %d bytes of cubin", job.what,
              job.arch, out.seconds, len(out.sites), len(out.cubin))
@@ -236,7 +237,7 @@ def _finish(job: Job, out: Build, key: str | None, sp: Spliced) -> None:
         log.debug("%s: %s", job.what, s)
     if verify.enabled():
         verify.verify_build(out)
-    if not job.keep_stages and key is not None:
+    if key is not None:
         cache.store("kernel", key, {"symbol": out.symbol, "entry_calls": out.entry_calls,
                                     "host_filled": sorted(sp.compiled.linked.host_filled),
                                     "ptxas_flags": list(out.ptxas_flags),

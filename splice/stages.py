@@ -75,8 +75,7 @@ def assemble(job: Driver, sp: Spliced, merged: link.Merged) -> bytes:
     """ptxas with tileiras's flags and host object; with binary objects, ptxas -c and
     nvJitLink, then the SASS check of the sites that call into them."""
     flags = list(sp.lowered.ptxas_flags)
-    binaries = list({id(s.extern.fragment): s.extern.fragment for s in sp.traced.sites
-                     if isinstance(s.extern.fragment, BinarySource)}.values())
+    binaries = [f for f in _fragments(sp.traced) if isinstance(f, BinarySource)]
     timeout = sp.traced.timeout_sec
     try:
         if not binaries:
@@ -109,6 +108,7 @@ def result(job: Driver, sp: Spliced, merged: link.Merged, cubin: bytes) -> Build
                  entry_calls=_entry_calls(sp.module, {c.callee for c in
                                                           sp.compiled.calls.values()}),
                  symbols=traced.symbols, timings=job.timings, lowerings=job.lowerings)
+
 
 # --------------------------------------------------------------------------------------------
 # What the stages hand each other
@@ -173,17 +173,14 @@ def _compile_fragments(job: Driver, traced, lowered: _Lowered) -> _Compiled:
     """Each fragment's PTX for the kernel's target (de-duplicated by content), checked
     against the kernel and each extern's declaration, prepared for merging; the call of
     every site."""
-    fkeys: dict[int, str] = {}     # id(fragment) -> its content key, taken once a build
-    for site in traced.sites:
-        frag = site.extern.fragment
-        if id(frag) not in fkeys:
-            fkeys[id(frag)] = frag.content_key(lowered.target)
+    # id(fragment) -> its content key, taken once a build (for CUDA C, a header walk)
+    fkeys = {id(f): f.content_key(lowered.target) for f in _fragments(traced)}
     modules: dict[str, tuple[str, Module]] = {}
     for site in traced.sites:
         frag = site.extern.fragment
         fkey = fkeys[id(frag)]
         if fkey not in modules:
-            modules[fkey] = (frag.describe(), frag.module(lowered.target))
+            modules[fkey] = (frag.describe(), frag.module(lowered.target, fkey))
             job.dump(f".fragment{len(modules) - 1}.ptx", modules[fkey][1].text)
         _check_fragment(site, *modules[fkey], lowered)
     collectives.check_element_sites(traced.sites, modules, lowered.target)
@@ -274,6 +271,11 @@ def _tileir_text(ptx: str) -> str | None:
 _PTX_TARGETS: dict[str, str] = {}
 
 
+def _fragments(traced) -> list[Fragment]:
+    """The kernel's fragments, each once, in the order of its sites."""
+    return list({id(s.extern.fragment): s.extern.fragment for s in traced.sites}.values())
+
+
 def _gpu_name(traced) -> str:
     flags = traced.tileiras_flags
     return flags[flags.index("--gpu-name") + 1] if "--gpu-name" in flags else ""
@@ -297,12 +299,9 @@ def _fragments_compiled_ahead(traced, target: str):
     runs. Only fills the fragments' memo and cache: the pipeline then asks each fragment for
     the *actual* target and gets the result, or compiles anew after a wrong guess, and a
     fragment that failed here fails again there with the same error, in site order."""
-    frags: dict[int, Fragment] = {}
-    for site in traced.sites:
-        frag = site.extern.fragment
-        if not isinstance(frag, (PtxSource, BinarySource)):  # those compile nothing
-            frags.setdefault(id(frag), frag)
-    pool = _started_pool(list(frags.values()), target) if frags else None
+    frags = [f for f in _fragments(traced)
+             if not isinstance(f, (PtxSource, BinarySource))]   # those compile nothing
+    pool = _started_pool(frags, target) if frags else None
     if pool is None:
         yield
         return
