@@ -246,3 +246,25 @@ def test_the_capturing_ptxas_keeps_argv_ptx_and_host_object(tmp_path):
     assert version.stdout.strip() == "real ptxas --version"   # the real ptxas answers
     unset = subprocess.run(argv, env={"PATH": env["PATH"]}, capture_output=True, text=True)
     assert unset.returncode == 97 and "SPLICE_CAPTURE_DIR is not set" in unset.stderr
+
+
+def test_a_host_object_the_capture_did_not_keep_is_an_error(tmp_path, monkeypatch):
+    # tileiras passed ptxas an --nv-host object (a TMA kernel's launch callbacks) that the
+    # capture lacks: assembling without it would lose the callbacks, so no Capture is made
+    from splice.errors import SpliceToolchainError
+    fake = tmp_path / "overlay"
+    (fake / "bin").mkdir(parents=True)
+    tileiras = fake / "bin" / "tileiras"
+    tileiras.write_text('#!/bin/sh\nd="$SPLICE_CAPTURE_DIR"\n'
+                        'printf "%s\\n" -arch sm_90a "$TMPDIR/k.ptx" -o "$TMPDIR/k.bin" '
+                        '"--nv-host=$TMPDIR/tileir-1.o" > "$d/call0.argv"\n'
+                        'echo ".version 8.0" > "$d/k.ptx"\n')
+    tileiras.chmod(0o755)
+    monkeypatch.setattr(toolchain, "_live_overlay", lambda: fake)
+    with pytest.raises(SpliceToolchainError, match="--nv-host object tileiras passed ptxas "
+                                                   "for kernel 'k' .* was not kept"):
+        toolchain.run_tileiras(b"", (), timeout=60, what="kernel 'k' (k.py:1)")
+    (fake / "bin" / "tileiras").write_text(tileiras.read_text().replace(
+        "\"--nv-host=$TMPDIR/tileir-1.o\" ", ""))
+    capture = toolchain.run_tileiras(b"", (), timeout=60, what="kernel 'k' (k.py:1)")
+    assert capture.ptx == ".version 8.0\n" and capture.host_object is None
