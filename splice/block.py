@@ -15,7 +15,7 @@ A block-scope call is traced as a 0-d atomic marker (:mod:`splice.trace`,
         bar.sync         0;                             // B
         ld.shared.b64    %rd11, [smem];                 // tileiras's own broadcast
 
-and :mod:`splice.rewrite` (``_block_instance``, with the texts below) makes it::
+and :mod:`splice.forms.block` (``BlockForm.instance_edits``, with the texts below) makes it::
 
         @%p1 bra         $__splice_block_<i>_<k>;       // G, retargeted
         ...                                             // S2

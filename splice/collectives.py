@@ -491,7 +491,7 @@ def check_binary_sites(sites, cubin: bytes, target: str | None = None) -> None:
         SpliceToolchainError: nvdisasm is not installed, so the object cannot be checked.
     """
     from .fragments import BinarySource
-    element = [s for s in sites if getattr(s.extern, "scope", "element") == "element"]
+    element = [s for s in sites if not s.extern.form.runs_collectives]
     binary = [s for s in element if isinstance(s.extern.fragment, BinarySource)]
     reaches = _ptx_reaches([s for s in element if s not in binary], target)
     if not binary and not reaches:
@@ -575,8 +575,9 @@ def check_element_sites(sites, fragments: Mapping[str, tuple[str, Module]],
     a collective instruction, itself or in anything it calls.
 
     Args:
-        sites: the traced call sites (``.extern``, ``.where``); externs without a ``scope``
-            attribute are element scope.
+        sites: the traced call sites (``.extern``, ``.where``); those whose form runs
+            collectives (``extern.form.runs_collectives``, :mod:`splice.forms`) are not
+            checked.
         fragments: content key -> (description, PTX module) of every fragment of the
             kernel, compiled for ``target`` (the pipeline's de-duplicated fragments).
         target: the kernel's PTX target (``"sm_90a"``).
@@ -590,7 +591,7 @@ def check_element_sites(sites, fragments: Mapping[str, tuple[str, Module]],
     done: set[tuple[int, str]] = set()
     for site in sites:
         ext = site.extern
-        if ext.scope != "element":
+        if ext.form.runs_collectives:
             continue
         if isinstance(ext.fragment, BinarySource):
             continue  # no PTX: its SASS is checked by check_binary_sites

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
+from . import forms
 from .block import shared_memory_report
 from .errors import SpliceError, SpliceLinkError, SpliceToolchainError
 from .spans import Span, span_at
@@ -23,13 +24,8 @@ def describe(span: Span | None) -> str:
     """What wrote the lines of ``span`` (None: the kernel's own PTX), for a message."""
     if span is None:
         return KERNEL_OWNER
-    if span.kind == "call":
-        return (f"the call sequence splice generated for {span.owner} (site {span.site}, "
-                f"instance {span.instance})")
-    if span.kind == "block call":
-        return (f"the block-scope call sequence splice generated for {span.owner} (site "
-                f"{span.site}, instance {span.instance})")
-    return span.owner
+    form = forms.of_span(span)
+    return span.owner if form is None else form.describe(span)
 
 
 def owner_of_line(spans: Sequence[Span], line: int) -> str:

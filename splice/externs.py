@@ -11,6 +11,8 @@ from pathlib import Path
 
 from . import trace
 from .errors import SpliceDeclarationError
+from .forms import element, form_of
+from .forms.base import CallForm
 from .fragments import ENTRY_POINTS, FILE_KINDS, CudaSource, Fragment, PtxSource
 from .types import Signature, parse_signature, signature_from_annotations
 
@@ -29,9 +31,10 @@ class ExternFunction:
         fragment: the device code that defines ``symbol``.
         where: "file:line" of the declaration.
         inline: "auto", "always" or "never" (see :func:`extern`).
-        scope: "element" (one call per tile element, on the thread that owns it) or
-            "block" (every thread of the block calls it once per execution of the call
-            site, convergently; see :func:`extern`).
+        form: the call form of its ``scope=`` (:mod:`splice.forms`): element (one call
+            per tile element, on the thread that owns it) or block (every thread of the
+            block calls it once per execution of the call site, convergently; see
+            :func:`extern`). ``scope`` reads (and sets) it by name.
     """
 
     name: str
@@ -41,7 +44,15 @@ class ExternFunction:
     fragment: Fragment
     where: str
     inline: str = "auto"
-    scope: str = "element"
+    form: CallForm = element.ATOMIC
+
+    @property
+    def scope(self) -> str:
+        return self.form.scope
+
+    @scope.setter
+    def scope(self, scope: str) -> None:
+        self.form = form_of(scope, f"extern '{self.name}' at {self.where}")
 
     def __repr__(self) -> str:
         return (f"<splice extern {self.name}: {self.signature} = {self.symbol} from "
@@ -197,16 +208,11 @@ def _check_options(options, include_dirs, defines, what: str):
 from .checks import Declared, cxx_symbol, is_cxx_name
 
 
-SCOPES = ("element", "block")
-
-
 def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name,
              inline="auto", display_name=None, scope="element"):
     if not isinstance(pure, bool):
         raise SpliceDeclarationError(f"extern '{name}' at {where}: pure must be True or False")
-    if not isinstance(scope, str) or scope not in SCOPES:
-        raise SpliceDeclarationError(f"extern '{name}' at {where}: scope must be 'element' or "
-                                     f"'block', got {scope!r}")
+    form = form_of(scope, f"extern '{name}' at {where}")
     if inline not in ("auto", "always", "never"):
         raise SpliceDeclarationError(f"extern '{name}' at {where}: inline must be 'auto', "
                                      f"'always' or 'never', got {inline!r}")
@@ -225,19 +231,10 @@ def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name,
                 f"extern '{name}' at {where}: the stub takes {len(params)} parameter(s) but "
                 f"the signature {sig} has {len(sig.args)}")
     fragment = fragment_factory(symbol, sig)
-    if scope == "block":
-        _check_block_signature(sig, f"extern '{name}' at {where}")
-        pure = False   # a block-scope call is always kept, in place and in order
+    pure = form.declare(sig, pure, f"extern '{name}' at {where}")
     ext = ExternFunction(display_name or name, symbol, sig, pure, fragment, where, inline,
-                         scope)
+                         form)
     return trace.make_callable_stub(ext, stub)
-
-
-def _check_block_signature(sig: Signature, what: str) -> None:
-    """A block-scope extern's result is one scalar, taken from one thread: any element type
-    or void. (Its arguments are checked at the call: scalars and pointers.)"""
-    if sig.result is not None and sig.result.kind == "p":
-        raise SpliceDeclarationError(f"{what}: a block-scope extern cannot return a pointer")
 
 
 def extern(func=None, /, *, source: str | None = None, path=None, name: str | None = None,

@@ -145,7 +145,7 @@ def check_scope(ext, source: str) -> None:
     Raises:
         SpliceDeclarationError: naming the extern, the API and its source line.
     """
-    if getattr(ext, "scope", "element") != "element" or not uses_nvshmem(source):
+    if ext.form.runs_collectives or not uses_nvshmem(source):
         return
     calls = collective_calls(source)
     if calls:

@@ -196,7 +196,7 @@ def _cache_key(job: Job, traced) -> str:
     return cache.key_of(
         "kernel", traced.bytecode, traced.tileiras_flags, job.arch,
         [(e.symbol, str(e.signature), e.inline, e.fragment.kind, content[id(e.fragment)],
-          e.scope) for e in (site.extern for site in traced.sites)],
+          str(e.scope)) for e in (site.extern for site in traced.sites)],
         toolchain.tool_identity("tileiras", "ptxas"))
 
 

@@ -21,7 +21,7 @@ from .errors import SpliceLinkError, SpliceToolchainError
 from .fragments import BinarySource, Fragment, PtxSource
 from .ptx import Module, parse_instruction
 from .result import Build
-from .sites import Marker, SiteInfo
+from .sites import SiteInfo
 
 __all__ = ["Driver", "Spliced", "assemble", "link_fragments", "lower_and_splice",
            "predicted_ptx_target", "result"]
@@ -240,8 +240,8 @@ def _site_call(site, fmod: Module, linked: link.Linked) -> tuple[rewrite.SiteCal
                 f"'{ext.symbol}' cannot be inlined: {why}")
     call = rewrite.SiteCall(site.index, ext.symbol, fn.params,
                             fn.results[0] if fn.results else None, ext.signature,
-                            f"{ext.name} at {site.where}", body, site.marker,
-                            site.marker_bits, ext.scope, site.fma_rounding)
+                            f"{ext.name} at {site.where}", body, site.form,
+                            site.marker_bits, site.fma_rounding)
     return call, why
 
 
@@ -249,7 +249,7 @@ def _give_atomic_markers(job: Driver, traced, refused: rewrite.Refusal,
                          atomic: dict[str, str]) -> dict[str, str]:
     """``atomic`` plus the pure sites the proof refused (all pure sites when it named
     none of them). Raises the refusal's error when no pure site is left to change."""
-    pure = {s.index: s.key for s in traced.sites if s.marker is Marker.FMA}
+    pure = {s.index: s.key for s in traced.sites if s.form.per_function}
     named = (refused.sites & pure.keys()) or pure.keys()
     if not named:
         raise refused.error()

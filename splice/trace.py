@@ -25,7 +25,7 @@ import cuda.tile as ct
 
 from . import _cutile as cu
 from .errors import SpliceCallError, SpliceDeclarationError
-from .sites import CallSite, Marker
+from .sites import CallSite
 from .types import Signature
 
 # --------------------------------------------------------------------------------------------
@@ -55,10 +55,10 @@ class TraceSession:
         self._seen[where] = n + 1
         return f"{where}#{n}"
 
-    def new_site(self, extern, shape, where, call_shape, marker, marker_bits,
+    def new_site(self, extern, shape, where, call_shape, form, marker_bits,
                  key) -> CallSite:
         site = CallSite(len(self.sites), extern, tuple(shape), where, tuple(call_shape),
-                        marker, marker_bits, key)
+                        form, marker_bits, key)
         self.sites.append(site)
         return site
 
@@ -271,16 +271,18 @@ def emit_call(ext, args, loc):
                               f"got {len(args)}", loc)
     typed = [_typed_argument(ext, i, var, elem, loc)
              for i, (var, elem) in enumerate(zip(args, sig.args))]
-    if ext.scope == "block":
-        _check_block_arguments(ext, typed, loc)
+    wrong = ext.form.check_arguments(typed, describe)
+    if wrong is not None:
+        raise call_error(ext, wrong, loc)
     shape = _broadcast_shape(ext, typed, loc)
     key = session.site_key(loc)
-    if ext.pure and sig.result is not None and key not in session.atomic_sites:
-        site = session.new_site(ext, shape, loc_str(loc), shape, Marker.FMA,
-                                FMA_MARKER_BITS, key)
+    form = ext.form.for_call(ext.pure and sig.result is not None, key in session.atomic_sites)
+    if form.per_function:
+        assert sig.result is not None   # for_call gives a per-function form to a result only
+        site = session.new_site(ext, shape, loc_str(loc), shape, form, FMA_MARKER_BITS, key)
         return cu.add_operation(SplicePureCall, cu.TileTy(sig.result.dtype, shape), site=site,
                                 args=tuple(cu.broadcast_to(v, shape) for v in typed))
-    return _emit_atomic_call(session, ext, key, typed, shape, loc)
+    return _emit_atomic_call(session, ext, form, key, typed, shape, loc)
 
 
 def _typed_argument(ext, i, var, elem, loc):
@@ -324,7 +326,7 @@ def _broadcast_shape(ext, typed, loc) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _emit_atomic_call(session, ext, key, typed, call_shape, loc):
+def _emit_atomic_call(session, ext, form, key, typed, call_shape, loc):
     """The atomic marker of a call (impure, void, or a pure site in ``atomic_sites``), on
     the shape :func:`_marker_shape` gives; its result reshaped back to ``call_shape``."""
     from .tile_ir import SpliceImpureCall, SpliceMarkerPointer
@@ -333,8 +335,7 @@ def _emit_atomic_call(session, ext, key, typed, call_shape, loc):
     shape = _marker_shape(call_shape, typed)
     if shape != call_shape:
         typed = tuple(cu.reshape(v, shape) for v in typed)
-    site = session.new_site(ext, shape, loc_str(loc), call_shape, Marker.ATOMIC,
-                            sig.marker_bits, key)
+    site = session.new_site(ext, shape, loc_str(loc), call_shape, form, sig.marker_bits, key)
     marker_dtype = ct.uint64 if sig.marker_bits == 64 else ct.uint32
     ptr_ty = cu.TileTy(cu.pointer_dtype(marker_dtype, cu.MemorySpace.GLOBAL), shape)
     pointer = cu.add_operation(SpliceMarkerPointer, ptr_ty, site=site)
@@ -346,20 +347,6 @@ def _emit_atomic_call(session, ext, key, typed, call_shape, loc):
     if res is None:
         return None
     return value if shape == call_shape else cu.reshape(value, call_shape)
-
-
-def _check_block_arguments(ext, typed, loc) -> None:
-    """A block-scope call (``scope="block"``) takes scalars and pointers: every thread of
-    the block passes the same values. Its marker is then a 0-d atomic, which tileiras runs
-    on one thread behind a ``tid.x == 0`` guard (``docs/design.md#block-scope``; :mod:`splice.block`)."""
-    for i, var in enumerate(typed):
-        shape = var.get_type().shape
-        if shape != ():
-            raise call_error(
-                ext, f"argument {i + 1} is {describe(var)}; a block-scope extern "
-                     f"(scope=\"block\") takes scalars (0-d tiles, Python constants) and "
-                     f"pointers (arrays) for now: reduce the tile to a scalar, or pass the "
-                     f"array and index it inside the function", loc)
 
 
 #: Width of the fma marker of pure calls: f64, always. An f32 fma would serve signatures

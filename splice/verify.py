@@ -19,8 +19,9 @@ import struct
 from collections import Counter
 
 from .errors import SpliceRewriteError, SpliceToolchainError
+from .names import MARKER_PREFIX
 
-MARKER = "__splice_marker_"
+MARKER = MARKER_PREFIX
 
 
 def enabled() -> bool:

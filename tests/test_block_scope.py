@@ -13,8 +13,8 @@ from support import kernels as K
 import splice
 from splice import cccl
 from splice.errors import SpliceCallError, SpliceDeclarationError, SpliceRewriteError
+from splice.forms import FORMS
 from splice.ptx import Module, Param
-from splice.sites import Marker
 from splice.rewrite import SiteCall, splice_calls
 from splice.types import parse_signature
 
@@ -466,11 +466,12 @@ _BROKEN = {
 
 
 def _block_site(scope="block"):
+    form = FORMS[scope]
     sig = parse_signature("int32(int32*, int32)")
     return SiteCall(0, "callee0", (Param("p0", ".param .b64", None, ".b64", ".param"),
                                    Param("p1", ".param .b32", None, ".b32", ".param")),
                     Param("r", ".param .b32", None, ".b32", ".param"), sig,
-                    "callee0 at test:1", None, Marker.ATOMIC, 64, scope)
+                    "callee0 at test:1", None, form, 64)
 
 
 def test_hand_written_block_site():

@@ -464,7 +464,7 @@ def test_two_site_oracle_sees_a_swapped_callee():
 # Results and keys of two sites combined by xor, as LLVM reassociates them: a result counts
 # as holding its site's key (the Tile IR unblinds it by xor K), so a value is free when each
 # key in it is matched by that site's result, and a blinded value of a site when one key is
-# left over (rewrite._fma_derived_values).
+# left over (splice.forms.fma_proof._fma_derived_values).
 
 TWO_KEYS = ("\tld.global.b64 \t%rd1, [__splice_marker_0];\n"
             "\tld.global.b64 \t%rd2, [__splice_marker_1];\n"

@@ -4,8 +4,8 @@ PTX, and callee definitions matching them."""
 from __future__ import annotations
 
 from splice.ptx import Param
+from splice.forms import element
 from splice.rewrite import SiteCall
-from splice.sites import Marker
 from splice.types import parse_signature
 
 
@@ -24,7 +24,8 @@ def site_call(idx: int, sig_text: str, marker: str = "atomic") -> SiteCall:
     params = tuple(param_for(a, f"f{idx}_p{i}") for i, a in enumerate(sig.args))
     result = param_for(sig.result, "ret") if sig.result else None
     return SiteCall(idx, f"callee{idx}", params, result, sig, f"callee{idx} at test:{idx}",
-                    None, Marker(marker), 64 if marker == "fma" else 0)
+                    None, element.FMA if marker == "fma" else element.ATOMIC,
+                    64 if marker == "fma" else 0)
 
 
 def fma_sites(n: int = 1) -> dict[int, SiteCall]:

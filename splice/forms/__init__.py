@@ -1,0 +1,81 @@
+"""Call forms: one module for each way a call site runs.
+
+A form (:class:`~splice.forms.base.CallForm`) answers every question the pipeline asks of a
+call site, so that no stage tests a scope or a marker itself:
+
+=====================  ==========================================================
+declaration            :meth:`declare` (result rules; whether the call stays pure)
+arguments              :meth:`check_arguments` (while tracing)
+Tile IR marker         :meth:`for_call` / :attr:`marker` (which variant a call gets)
+PTX analysis           :meth:`global_edit`, :meth:`instance_edits` (per marker
+                       instance) or :meth:`key_load` + :meth:`function_edits` (per
+                       function, ``per_function``): edits, or a ``Refusal`` value
+collective policy      :attr:`runs_collectives`
+span kind, messages    :attr:`span_kind`, :meth:`describe`
+summary text           :meth:`summary` (``SiteInfo.__str__``)
+=====================  ==========================================================
+
+The forms: :mod:`.element` (``scope="element"``: :data:`element.ATOMIC` and
+:data:`element.FMA`, whose proof is :mod:`.fma_proof`) and :mod:`.block` (``scope="block"``).
+:data:`FORMS` maps a declaration's ``scope=`` to the form a declaration of that scope gets
+(:func:`form_of` validates it, once, when the extern is declared); each traced call then
+takes its marker variant (``form.for_call(...)``), which ``CallSite``, ``SiteCall`` and
+``SiteInfo`` carry.
+
+**Adding a form** (e.g. ``scope="warpgroup"``, a cooperative call joined at a named barrier
+in a warp-specialised kernel):
+
+1. Write ``splice/forms/<name>.py`` with a class that has every attribute and method of
+   :class:`~splice.forms.base.CallForm` and one instance of it. Copy :mod:`.block` for a
+   cooperative call: its ``instance_edits`` runs :func:`splice.block.prove_instance`
+   (thread 0's guard, straight-line code to the join) and emits
+   :func:`splice.block.thread0_block` / :func:`splice.block.all_threads_block`; a
+   warpgroup form reuses that proof with its own join barrier (the named ``bar.sync N,
+   128`` instead of ``bar.sync 0``) and, for :attr:`runs_collectives`, its own policy on the
+   callee's barriers.
+2. Add its scope to :class:`~splice.forms.base.Scope` and one line to :data:`FORMS`
+   (``Scope.WARPGROUP: warpgroup.WARPGROUP``). Nothing else dispatches on the scope: the
+   declaration (``splice.extern(scope=...)``), the trace, the rewriter, the collective
+   checks and the reports ask the form. (A form for a test only: :func:`register`.)
+3. Test it as ``tests/test_block_scope.py`` does block: declaration, the PTX a site
+   becomes, every refusal (CPU), a GPU check against NumPy.
+"""
+
+from __future__ import annotations
+
+from ..errors import SpliceDeclarationError
+from . import block, element
+from .base import CallForm, Marker, Refusal, Scope
+
+FORMS: dict[str, CallForm] = {
+    Scope.ELEMENT.value: element.ATOMIC,
+    Scope.BLOCK.value: block.BLOCK,
+}
+
+
+def form_of(scope, what: str) -> CallForm:
+    """The form of a declaration with ``scope`` (a :class:`Scope` or its string).
+
+    Raises:
+        SpliceDeclarationError: an unknown scope, naming ``what`` (the extern and where it
+            is declared).
+    """
+    if isinstance(scope, str) and scope in FORMS:
+        return FORMS[scope]
+    names = " or ".join(repr(str(s)) for s in FORMS)
+    raise SpliceDeclarationError(f"{what}: scope must be {names}, got {scope!r}")
+
+
+def of_span(span) -> CallForm | None:
+    """The form whose generated code ``span`` (a :class:`splice.spans.Span`) is, or None
+    (a fragment, or splice's own declarations)."""
+    return next((f for f in FORMS.values() if f.span_kind == span.kind), None)
+
+
+def register(scope: str, form: CallForm) -> None:
+    """Make ``form`` the form of declarations with ``scope`` (a form defined outside
+    ``splice/forms/``, e.g. in a test)."""
+    FORMS[scope] = form
+
+
+__all__ = ["FORMS", "CallForm", "Marker", "Refusal", "Scope", "form_of", "register"]

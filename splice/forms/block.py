@@ -1,0 +1,119 @@
+"""Block calls (``scope="block"``): every thread of the block calls the extern once per
+execution of the call site, convergently, with thread 0's arguments.
+
+Declaration: any result but a pointer; always kept in place and in order (never pure).
+Arguments: scalars and pointers (every thread passes the same values). Marker: a 0-d atomic,
+which tileiras runs on thread 0 behind a ``tid.x == 0`` guard; its global becomes the
+arguments' shared scratch. Each instance: thread 0 stores the arguments, the guard is
+retargeted so that every thread calls the extern, joined at tileiras's ``bar.sync 0``
+(:func:`splice.block.prove_instance` proves it; ``docs/design.md#block-scope``).
+Collectives: allowed in the callee.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .. import block
+from ..calls import call_block
+from ..errors import SpliceDeclarationError
+from ..spans import Generated
+from .base import Marker, Scope, no_function_edits, no_key_load, rewrite_error
+
+if TYPE_CHECKING:
+    from ..sites import SiteInfo
+    from ..spans import Span
+
+
+class BlockForm:
+    """A block call on its 0-d atomic marker."""
+
+    scope = Scope.BLOCK
+    marker = Marker.ATOMIC
+    span_kind = "block call"
+    runs_collectives = True
+    per_function = False
+
+    def declare(self, sig, pure: bool, what: str) -> bool:
+        """A block-scope extern's result is one scalar, taken from one thread: any element
+        type or void. (Its arguments are checked at the call: scalars and pointers.)"""
+        if sig.result is not None and sig.result.kind == "p":
+            raise SpliceDeclarationError(f"{what}: a block-scope extern cannot return a "
+                                         f"pointer")
+        return False   # a block-scope call is always kept, in place and in order
+
+    def check_arguments(self, typed, describe) -> str | None:
+        """Scalars and pointers: every thread of the block passes the same values. Its
+        marker is then a 0-d atomic, which tileiras runs on one thread behind a
+        ``tid.x == 0`` guard (``docs/design.md#block-scope``; :mod:`splice.block`)."""
+        for i, var in enumerate(typed):
+            if var.get_type().shape != ():
+                return (f"argument {i + 1} is {describe(var)}; a block-scope extern "
+                        f"(scope=\"block\") takes scalars (0-d tiles, Python constants) and "
+                        f"pointers (arrays) for now: reduce the tile to a scalar, or pass the "
+                        f"array and index it inside the function")
+        return None
+
+    def for_call(self, pure_with_result: bool, atomic: bool):
+        return self
+
+    def with_marker(self, marker: Marker):
+        return self
+
+    def global_edit(self, index: int) -> Generated:
+        return Generated(block.scratch_declaration(index), block.SCRATCH_OWNER, "splice",
+                         index)
+
+    def instance_edits(self, body, i, site, instance):
+        """The edits of one instance of the site's marker (statement ``i``): the guard
+        retargeted, the marker replaced by thread 0's store of the arguments and every
+        thread's call (see :mod:`splice.block`, which proves it)."""
+        module, parsed, kernel_name = body.module, body.parsed, body.kernel_name
+        s, ins = parsed[i]
+        what = f"block-scope call of {site.label} (site {site.index})"
+        ws = block.warp_specialisation(module, parsed)
+        if ws is not None:
+            raise rewrite_error(
+                kernel_name, f"{what}: tileiras warp-specialised this kernel ({ws!r}): its "
+                             f"scalar operations run in a subset of the block's warps, so "
+                             f"splice cannot make every thread of the block call the extern. "
+                             f"Block-scope calls need a kernel without warp specialisation "
+                             f"(e.g. no TMA pipeline: ct.load(..., allow_tma=False), no "
+                             f"ct.mma)")
+        if ins.guard is not None:
+            raise body.fail(f"{what}: the marker is predicated", i)
+        dest = ins.operands[0]
+        if dest != "_" and len(body.defs.get(dest, ())) != 1:
+            raise body.fail(f"{what}: the marker's result register {dest} has other "
+                            f"definitions", i)
+        try:
+            g, _j = block.prove_instance(module, body.fn, parsed, body.defs, i)
+        except ValueError as e:
+            raise body.fail(f"{what}: cannot prove that every thread of the block reaches "
+                            f"the call exactly once: {e}", i) from None
+        gs, gins = parsed[g]
+        join = gins.operands[0]
+        guard = f"@{gins.guard} {gins.opcode} \t{block.guard_label(site, instance)}; // " \
+                f"splice: was {join}"
+        text = block.thread0_block(site, instance, ins.operands[2:]) + "\n" + \
+            block.all_threads_block(site, instance, dest, join, call_block)
+        return [(gs.start, gs.end, guard),
+                (s.start, s.end, Generated(text, site.label, "block call", site.index,
+                                           instance))]
+
+    key_load = staticmethod(no_key_load)
+    function_edits = staticmethod(no_function_edits)
+
+    def describe(self, span: Span) -> str:
+        return (f"the block-scope call sequence splice generated for {span.owner} (site "
+                f"{span.site}, instance {span.instance})")
+
+    def summary(self, info: SiteInfo) -> str:
+        how = "inlined bod(ies)" if info.inlined else "call(s)"
+        why = f" (not inlined: {info.why_not_inlined})" if info.why_not_inlined else ""
+        return (f"site {info.index}: {info.extern} -> {info.symbol} at {info.where}, "
+                f"block scope: every thread of the block calls it once per execution, "
+                f"{info.instances} {how} in PTX{why}")
+
+
+BLOCK = BlockForm()

@@ -1,0 +1,91 @@
+"""Element calls (``scope="element"``, the default): the extern applies to every element of
+its tile arguments, each call on the thread that owns the element.
+
+Two marker variants: :data:`ATOMIC` (an atomic compare-and-swap on the site's marker global:
+impure and void calls, and pure calls whose fma marker LLVM changed) and :data:`FMA` (an
+``fma.rn.f64`` keyed by a load of the marker global: pure calls with a result, proven by
+:mod:`splice.forms.fma_proof`). Each instance becomes the call sequence of
+:func:`splice.calls.call_block`, predicated like its marker.
+
+Collectives: refused in the callee (:mod:`splice.collectives`): which threads of a warp or
+CTA reach one instance together is tileiras's layout.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..calls import call_block
+from . import fma_proof
+from .base import Marker, Scope, no_function_edits, no_key_load
+
+if TYPE_CHECKING:
+    from ..sites import SiteInfo
+    from ..spans import Span
+
+
+class ElementAtomic:
+    """An element call on an atomic marker."""
+
+    scope = Scope.ELEMENT
+    marker = Marker.ATOMIC
+    span_kind = "call"
+    runs_collectives = False
+    #: whether the form proves its markers per function (:meth:`key_load`)
+    per_function = False
+
+    def declare(self, sig, pure: bool, what: str) -> bool:
+        return pure
+
+    def check_arguments(self, typed, describe) -> str | None:
+        return None
+
+    def for_call(self, pure_with_result: bool, atomic: bool):
+        return FMA if pure_with_result and not atomic else ATOMIC
+
+    def with_marker(self, marker: Marker):
+        return FMA if marker is Marker.FMA else ATOMIC
+
+    def global_edit(self, index: int) -> str:
+        return f"// splice: marker global of site {index} removed"
+
+    def instance_edits(self, body, i, site, instance):
+        s, ins = body.parsed[i]
+        dest, _addr, cmp, swap = ins.operands
+        return [(s.start, s.end, call_block(site, ins.guard, dest, (cmp, swap), instance))]
+
+    key_load = staticmethod(no_key_load)
+    function_edits = staticmethod(no_function_edits)
+
+    def describe(self, span: Span) -> str:
+        return (f"the call sequence splice generated for {span.owner} (site {span.site}, "
+                f"instance {span.instance})")
+
+    def summary(self, info: SiteInfo) -> str:
+        how = "inlined bod(ies)" if info.inlined else "call(s)"
+        why = f" (not inlined: {info.why_not_inlined})" if info.why_not_inlined else ""
+        marker = f"{self.marker} marker"
+        if info.why_atomic:
+            marker += f" (its fma marker was changed by tileiras: {info.why_atomic})"
+        return (f"site {info.index}: {info.extern} -> {info.symbol} at {info.where}, tile "
+                f"shape {info.shape}, {info.instances} {how} in PTX{why}, {marker}")
+
+
+class ElementFma(ElementAtomic):
+    """A pure element call with a result on an fma marker: its markers are proven per
+    function (:mod:`splice.forms.fma_proof`); a statement naming one that is not a key
+    load, or a marker LLVM changed, is a :class:`~splice.forms.base.Refusal`."""
+
+    marker = Marker.FMA
+    per_function = True
+
+    def instance_edits(self, body, i, site, instance):
+        raise body.fail(f"site {site.index}: an atomic marker of a pure call on an fma "
+                        f"marker", i)
+
+    key_load = staticmethod(fma_proof.key_load)   # type: ignore[assignment]
+    function_edits = staticmethod(fma_proof.fma_edits)   # type: ignore[assignment]
+
+
+ATOMIC = ElementAtomic()
+FMA = ElementFma()
