@@ -35,34 +35,53 @@ def _imports(tree: ast.AST):
         yield from _imports(node)
 
 
-def module_imports(source: str, modules: set[str]) -> set[str]:
-    """The splice modules (of ``modules``; "__init__" for the package) that ``source``
-    imports, anywhere in it."""
+def module_imports(source: str, modules: set[str], package: tuple[str, ...] = ("splice",)
+                   ) -> set[str]:
+    """The splice modules (of ``modules``, a subpackage's as "forms" and "forms.base";
+    "__init__" for the package) that ``source``, a module of ``package``, imports, anywhere
+    in it."""
     deps: set[str] = set()
     for node in _imports(ast.parse(source)):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         else:
-            base = "splice" if node.level else ""
-            assert node.level <= 1, "a relative import above the package"
-            base = ".".join(p for p in (base, node.module) if p)
-            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+            assert node.level <= len(package), "a relative import above the package"
+            parts = list(package[:len(package) - node.level + 1]) if node.level else []
+            base = ".".join(parts + ([node.module] if node.module else []))
+            # ``from . import x`` is an edge to x only, not to the package it names
+            targets = ([] if node.level and not node.module else [base]) + \
+                [f"{base}.{a.name}" for a in node.names]
         for parts in (t.split(".") for t in targets):
             if parts[0] != "splice":
                 continue
-            if len(parts) > 1 and parts[1] in modules:
-                deps.add(parts[1])
-            elif len(parts) == 1 and not (isinstance(node, ast.ImportFrom) and node.level):
+            name = next((".".join(parts[1:k]) for k in (3, 2)
+                         if len(parts) >= k and ".".join(parts[1:k]) in modules), None)
+            if name is not None:
+                deps.add(name)
+            elif len(parts) == 1:
                 deps.add("__init__")      # "import splice" / "from splice import x"
     return deps
 
 
+def _sources() -> dict[str, tuple[Path, tuple[str, ...]]]:
+    """{module name: (file, package)}: splice/*.py, and each subpackage's modules as
+    "forms" (its __init__.py) and "forms.base"."""
+    out = {p.stem: (p, ("splice",)) for p in PKG.glob("*.py")}
+    for init in PKG.glob("*/__init__.py"):
+        sub = init.parent.name
+        for p in init.parent.glob("*.py"):
+            name = sub if p.stem == "__init__" else f"{sub}.{p.stem}"
+            out[name] = (p, ("splice", sub))
+    return out
+
+
 def import_graph() -> dict[str, set[str]]:
     """{module: the splice modules it imports}, modules named as in ``splice/`` ("pipeline",
-    "__init__" for the package itself)."""
-    modules = {p.stem for p in PKG.glob("*.py")}
-    return {m: module_imports((PKG / f"{m}.py").read_text(), modules) - {m}
-            for m in sorted(modules)}
+    "__init__" for the package itself, "forms.base" in a subpackage)."""
+    sources = _sources()
+    modules = set(sources)
+    return {m: module_imports(p.read_text(), modules, pkg) - {m}
+            for m, (p, pkg) in sorted(sources.items())}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -98,6 +117,15 @@ def test_splice_has_no_import_cycle():
 def test_the_checker_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_checker_resolves_a_subpackages_relative_imports():
+    source = ("from . import block\nfrom .base import Marker\nfrom .. import ptx\n"
+              "from ..calls import call_block\n")
+    assert module_imports(source, {"forms", "forms.block", "forms.base", "ptx", "calls",
+                                   "block"}, ("splice", "forms")) == {
+        "forms.block", "forms.base", "ptx", "calls"}
+    assert "forms.fma_proof" in import_graph()["forms.element"]
 
 
 def test_the_checker_counts_function_level_imports():
