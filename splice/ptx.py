@@ -625,3 +625,12 @@ def apply_edits(text: str, edits: Sequence[tuple[int, int, str]]) -> str:
         pos = end
     out.append(text[pos:])
     return "".join(out)
+
+
+def opcode_head(s: Statement) -> str:
+    """The first word of an instruction's opcode (``"call"`` for ``@%p1 call.uni``)."""
+    toks = s.tokens
+    k = 0
+    if toks and toks[0].text == "@":
+        k = 3 if len(toks) > 2 and toks[1].text == "!" else 2
+    return toks[k].text if k < len(toks) else ""

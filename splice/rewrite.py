@@ -1,33 +1,22 @@
 """The PTX rewriter: every call-site marker in a kernel's PTX becomes a call of its extern.
 
 A call site reaches PTX as one or more marker instructions, one per tile element the
-executing thread owns, in one of two forms (see :mod:`splice.tile_ir`):
+executing thread owns (``docs/design.md#markers``, :mod:`splice.tile_ir`): an atomic
+compare-and-swap on the site's marker global, the arguments packed into its compare and swap
+operands (impure, void and block calls)::
 
-- an impure (or void) call, an atomic compare-and-swap on the site's marker global
-  (``docs/design.md#markers``), the arguments packed into the compare and swap operands
-  (register or immediate), the result register receiving the return value's bits::
+    mov.b64              %rd15, __splice_marker_3;
+    atom.global.cas.b64  %rd16, [%rd15], %rd36, 1073741824;
 
-      mov.b64              %rd15, __splice_marker_3;
-      atom.global.cas.b64  %rd16, [%rd15], %rd36, 1073741824;
+or, for a pure call with a result, an ``fma.rn.f64`` keyed by a load of the marker global
+(``docs/design.md#fma-marker``), proven per function by :mod:`splice.forms.fma_proof`; a
+marker LLVM changed is a :class:`Refusal` naming the sites in the report, and the pipeline
+gives them atomic markers.
 
-- a pure call with a result, an ``fma.rn.f64`` with the *key* K -- loaded from the marker
-  global, which always holds 0 -- as a multiplicand, the packed arguments blinded by xor
-  with K (so that LLVM cannot fold a constant argument into the fma)::
-
-      ld.global.b64   %rd40, [__splice_marker_0];
-      xor.b64         %rd49, %rd40, %rd42;
-      fma.rn.f64      %rd50, %rd49, %rd40, %rd40;     // slot 0 = %rd49, slot 1 = %rd40
-
-  proven per function by :mod:`splice.forms.fma_proof`; a marker LLVM changed is a
-  :class:`Refusal` naming the sites in the report (the pipeline then gives them atomic
-  markers). Why pure calls get this marker, and the proof's invariants:
-  ``docs/design.md#fma-marker``, ``docs/design.md#fma-proof``.
-
-This module finds the markers and hands each to its site's call form
-(:mod:`splice.forms`), which gives the edits: a call sequence (:mod:`splice.calls`) for an
-element call, thread 0's argument store and every thread's call for a block call.
-
-It **proves** the rewrite instead of assuming it:
+This module finds the markers and hands each to its site's call form (:mod:`splice.forms`),
+which gives the edits: a call sequence (:mod:`splice.calls`) for an element call, thread 0's
+argument store and every thread's call for a block call. It **proves** the rewrite instead
+of assuming it:
 
 - every use of a marker symbol or of a register derived from one (through ``mov``/``cvta``)
   must be a marker's address; anything else -- a marker turned into a load, an address
@@ -43,21 +32,19 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import re
 from collections import defaultdict
 from typing import Mapping
 
-from .calls import call_block
 from .forms import element
-from .forms.base import ADDR_RE, CallForm, Edit, MarkedBody, Refusal, is_key_load, \
-    rewrite_error as _fail
+from .forms.base import ADDR_RE, PLAIN_REG, CallForm, Edit, MarkedBody, Refusal, \
+    is_key_load, rewrite_error as _fail
 from .names import MARKER_RE, RESERVED_PREFIXES
-from .ptx import Instruction, Module, Param, Statement, apply_edits, destinations, \
+from .ptx import Instruction, Module, Param, apply_edits, destinations, opcode_head, \
     parse_instruction, registers_in
 from .spans import Span, spans_of_edits
 from .types import Signature
 
-__all__ = ["MARKER_RE", "Refusal", "SiteCall", "SpliceReport", "call_block", "splice_calls"]
+__all__ = ["MARKER_RE", "Refusal", "SiteCall", "SpliceReport", "splice_calls"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +81,10 @@ class SiteCall:
     def width(self) -> int:
         return self.marker_bits or self.signature.marker_bits
 
+    @property
+    def marker(self):
+        return self.form.marker
+
 
 @dataclasses.dataclass(frozen=True)
 class SpliceReport:
@@ -117,11 +108,9 @@ class SpliceReport:
         return sum(self.replaced.values())
 
 
-
 def _is_marker_cas(ins: Instruction) -> bool:
     return ins.base == "atom" and "cas" in ins.modifiers and ins.modifiers[-1] in ("b32",
                                                                                      "b64")
-
 
 
 def splice_calls(module: Module, sites: Mapping[int, SiteCall], *,
@@ -268,16 +257,14 @@ def _find_marker_addresses(b: MarkedBody) -> None:
                          f"also written by other instructions", others[0])
 
 
-
 def _marker_instance_site(b: MarkedBody, i: int, sites) -> int:
     """The site of statement ``i``, which names a marker of an atomic site: it must be
     that site's marker (a compare-and-swap on the marker's address, of the marker's width,
     whose data operands are not marker addresses)."""
-    s, ins = b.parsed[i]
+    ins = b.parsed[i][1]
     assert ins is not None
-    text, kernel_name = b.module.text, b.kernel_name
     if is_key_load(ins):
-        idx = _marker_site(ins.operands[1], b.marker_reg, sites, kernel_name, s, text)
+        idx = _marker_site(b, ins.operands[1], sites, i)
         raise b.fail(f"site {idx}: a load of the marker of a call that is not pure "
                      f"(tileiras transformed the call site)", i)
     if not _is_marker_cas(ins) or len(ins.operands) != 4:
@@ -287,7 +274,7 @@ def _marker_instance_site(b: MarkedBody, i: int, sites) -> int:
     for op in (_dest, cmp, swap):
         if MARKER_RE.search(op) or any(r in b.marker_reg for r in registers_in(op)):
             raise b.fail("a marker address is used as a data operand", i)
-    idx = _marker_site(addr, b.marker_reg, sites, kernel_name, s, text)
+    idx = _marker_site(b, addr, sites, i)
     width = sites[idx].width
     if ins.modifiers[-1] != f"b{width}":
         raise b.fail(f"site {idx}: marker of type .{ins.modifiers[-1]}, expected "
@@ -295,27 +282,26 @@ def _marker_instance_site(b: MarkedBody, i: int, sites) -> int:
     return idx
 
 
-def _marker_site(addr: str, marker_reg, sites, kernel_name, s, text) -> int:
-    """The site index of a marker address operand ``[sym]`` or ``[%reg]``."""
+def _marker_site(b: MarkedBody, addr: str, sites, i: int) -> int:
+    """The site index of a marker address operand ``[sym]`` or ``[%reg]`` (statement ``i``)."""
     m = ADDR_RE.match(addr)
     if m is None:
-        raise _fail(kernel_name, f"unexpected marker address operand {addr!r}", s.text(text))
+        raise b.fail(f"unexpected marker address operand {addr!r}", i)
     base, offset = m.group(1), m.group(2)
     if offset not in (None, "0"):
-        raise _fail(kernel_name, f"marker address with offset {offset}", s.text(text))
+        raise b.fail(f"marker address with offset {offset}", i)
     if base.startswith("%"):
-        if base not in marker_reg:
-            raise _fail(kernel_name, "marker access through an unknown address", s.text(text))
-        idx = marker_reg[base]
+        if base not in b.marker_reg:
+            raise b.fail("marker access through an unknown address", i)
+        idx = b.marker_reg[base]
     else:
         mm = MARKER_RE.fullmatch(base)
         if mm is None:
-            raise _fail(kernel_name, f"unexpected marker address {base!r}", s.text(text))
+            raise b.fail(f"unexpected marker address {base!r}", i)
         idx = int(mm.group(1))
     if idx not in sites:
-        raise _fail(kernel_name, f"marker of unknown call site {idx}", s.text(text))
+        raise b.fail(f"marker of unknown call site {idx}", i)
     return idx
-
 
 
 def _address_copy_source(ins: Instruction, marker_reg: Mapping[str, int]) -> int | None:
@@ -324,7 +310,7 @@ def _address_copy_source(ins: Instruction, marker_reg: Mapping[str, int]) -> int
     if ins.base not in ("mov", "cvta") or len(ins.operands) != 2 or ins.guard is not None:
         return None
     dst, src = ins.operands
-    if not re.fullmatch(r"%[A-Za-z_$][A-Za-z0-9_$]*", dst):
+    if not PLAIN_REG.fullmatch(dst):
         return None
     m = MARKER_RE.fullmatch(src)
     if m:
@@ -346,15 +332,6 @@ def _count_calls(module: Module, sites: Mapping[int, SiteCall]) -> int:
                     any("__splice_" in op for op in ins.operands):
                 n += 1
     return n
-
-
-def opcode_head(s: Statement) -> str:
-    """The first word of an instruction's opcode (``"call"`` for ``@%p1 call.uni``)."""
-    toks = s.tokens
-    k = 0
-    if toks and toks[0].text == "@":
-        k = 3 if len(toks) > 2 and toks[1].text == "!" else 2
-    return toks[k].text if k < len(toks) else ""
 
 
 def _verify(new_text: str, sites, n_replaced: int, calls_before: int,

@@ -19,7 +19,7 @@ from typing import Any, Callable, Protocol
 from . import collectives, diagnose, inline, link, nvshmem, rewrite, toolchain
 from .errors import SpliceLinkError, SpliceToolchainError
 from .fragments import BinarySource, Fragment, PtxSource
-from .ptx import Module, parse_instruction
+from .ptx import Module, opcode_head, parse_instruction
 from .result import Build
 from .sites import SiteInfo
 
@@ -368,7 +368,7 @@ def _entry_calls(mod: Module, callees) -> dict[str, int]:
     out: dict[str, int] = {}
     for fn in mod.entries():
         for st in mod.body_statements(fn):
-            if st.kind == "instruction" and rewrite.opcode_head(st) == "call":
+            if st.kind == "instruction" and opcode_head(st) == "call":
                 target = parse_instruction(st, mod.text).call_target
                 if target is not None and target in callees:
                     out[target] = out.get(target, 0) + 1
