@@ -54,7 +54,9 @@ def parse_signature(text: str):
 
 def _check_arity(kern, sig, text):
     import inspect
-    n = len(inspect.signature(kern._pyfunc).parameters)
+
+    from . import _cutile
+    n = len(inspect.signature(_cutile.python_function(kern)).parameters)
     if len(sig.parameters) != n:
         raise SystemExit(f"--sig lists {len(sig.parameters)} parameter(s), the kernel takes "
                          f"{n}: {text!r}")

@@ -191,6 +191,11 @@ def lower_to_bytecode(kernel, signatures: tuple, arch: str, context=None) -> Low
                    context.config.compiler_timeout_sec)
 
 
+def python_function(kernel):
+    """The Python function ``kernel`` (a ``ct.kernel`` or ``splice.kernel``) was made from."""
+    return kernel._pyfunc
+
+
 def kernel_options(kernel) -> dict[str, Any]:
     """The options ``kernel`` (a ``ct.kernel``) was made with (``num_ctas=`` ...)."""
     return dataclasses.asdict(kernel._compiler_options)

@@ -43,7 +43,7 @@ import time
 import warnings
 from pathlib import Path
 
-from . import identity
+from . import identity, settings
 
 _MAGIC = b"splice-cache-v2\n"  # v2: the checksum covers the meta
 _warned_readonly = False
@@ -59,7 +59,7 @@ def cache_root() -> Path:
     """``$SPLICE_CACHE_DIR`` (``~`` expanded: a value set from Python or a ``.env`` file
     is not expanded by a shell), else ``$XDG_CACHE_HOME/splice``, else
     ``~/.cache/splice``."""
-    env = os.environ.get("SPLICE_CACHE_DIR")
+    env = settings.cache_dir()
     if env:
         return Path(env).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME")
@@ -70,7 +70,7 @@ def cache_root() -> Path:
 def max_bytes() -> int:
     """``$SPLICE_CACHE_MAX_BYTES`` (a byte count; default :data:`DEFAULT_MAX_BYTES`). A value
     that is not a non-negative integer gives one warning and the default."""
-    env = os.environ.get("SPLICE_CACHE_MAX_BYTES", "").strip()
+    env = settings.cache_max_bytes()
     if env.isdecimal():  # not isdigit: int() refuses "²"
         return int(env)
     if env:

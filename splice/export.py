@@ -43,6 +43,7 @@ def export_kernel(kernel, signatures: Sequence, output_file: IO | str | bytes | 
         SpliceCallError, SpliceCompileError, SpliceLinkError, SpliceRewriteError,
         SpliceToolchainError: as :func:`splice.compile`.
     """
+    from . import _cutile
     from .splice_kernel import SpliceKernel
     from .pipeline import build
 
@@ -50,7 +51,8 @@ def export_kernel(kernel, signatures: Sequence, output_file: IO | str | bytes | 
         raise SpliceDeclarationError(
             f"splice.export_kernel: {kernel!r} is not a @splice.kernel; export a plain "
             f"@ct.kernel with cuda.tile.compilation.export_kernel")
-    what = f"splice.export_kernel of kernel '{kernel._pyfunc.__name__}'"
+    name = _cutile.python_function(kernel).__name__
+    what = f"splice.export_kernel of kernel '{name}'"
     if output_format != "cubin":
         raise SpliceDeclarationError(
             f"{what}: output_format={output_format!r}: only 'cubin' can be exported, Tile IR "
@@ -82,8 +84,9 @@ def _signature_list(kernel, signatures, what: str) -> list:
         raise SpliceDeclarationError(
             f"{what}: signatures must be a non-empty list of KernelSignature "
             f"(splice.kernel_signature(...) makes one), got {signatures!r}")
-    symbols = [s.symbol or s.with_mangled_symbol(kernel._pyfunc.__name__).symbol
-               for s in signatures]
+    from . import _cutile
+    name = _cutile.python_function(kernel).__name__
+    symbols = [s.symbol or s.with_mangled_symbol(name).symbol for s in signatures]
     twice = sorted({x for x in symbols if symbols.count(x) > 1})
     if twice:
         raise SpliceDeclarationError(

@@ -136,7 +136,7 @@ class _SortedArgs:
             TypeError: an argument that does not fit its parameter (as cuTile's).
         """
         names, annotations = _cutile.parameter_annotations(kernel)
-        self = cls(kernel._pyfunc.__name__)
+        self = cls(_cutile.python_function(kernel).__name__)
         if len(args) != len(names):
             raise TypeError(f"{self.kernel_name} expects {len(names)} arguments, got "
                             f"{len(args)}")
@@ -301,7 +301,7 @@ def _compile(kernel, constraints) -> tuple[str, bytes, bytes]:
     if hit is not None:
         return hit[1:]
     signature = KernelSignature(constraints, _ct.calling_convention_for(constraints)) \
-        .with_mangled_symbol(kernel._pyfunc.__name__)
+        .with_mangled_symbol(_cutile.python_function(kernel).__name__)
     b = pipeline.build(kernel, signature, arch)
     log.info("splice.jax.cutile_call: %s for %s (%s)", b.kernel_name, arch,
              "cached" if b.from_cache else f"compiled in {b.seconds:.3f} s")

@@ -30,13 +30,12 @@ import contextlib
 import dataclasses
 import gc
 import logging
-import os
 import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import cache, nvshmem, toolchain, trace, verify
+from . import _cutile, cache, nvshmem, settings, toolchain, trace, verify
 from .errors import SpliceError, SpliceLinkError, SpliceToolchainError
 from .fragments import CudaSource
 from .result import Build, dump_dir
@@ -121,7 +120,7 @@ class Job:
         trace.check_build_args(kernel, signature)
         name, where = _kernel_desc(kernel)
         what = f"kernel '{name}' ({where})"
-        dump_root = os.environ.get("SPLICE_DUMP_DIR") or None
+        dump_root = settings.dump_dir()
         return cls(kernel, signature, normalize_arch(arch, what), context,
                    keep_stages or dump_root is not None, name, what, dump_root, t0)
 
@@ -266,7 +265,7 @@ def _gc_paused():
 
 
 def _kernel_desc(kernel) -> tuple[str, str]:
-    f = kernel._pyfunc
+    f = _cutile.python_function(kernel)
     code = f.__code__
     return f.__name__, f"{code.co_filename}:{code.co_firstlineno}"
 

@@ -120,7 +120,7 @@ def trace_kernel(kernel: ct.kernel, signature, arch: str, context=None,
         SpliceCallError: a bad extern call in the kernel."""
     cu.ensure_supported_cutile()
     signatures = tuple(signature) if isinstance(signature, (list, tuple)) else (signature,)
-    with trace_session(kernel._pyfunc.__name__, atomic_sites) as session:
+    with trace_session(cu.python_function(kernel).__name__, atomic_sites) as session:
         lowered = cu.lower_to_bytecode(kernel, signatures, arch, context)
     return TracedKernel(lowered.bytecode, lowered.symbols[0], tuple(session.sites),
                         lowered.lifecycle_providers, lowered.tileiras_flags,
@@ -144,9 +144,9 @@ def check_build_args(kernel, signature) -> None:
     for bad in signatures:   # (None is a bad signature too: no sentinel)
         if isinstance(bad, KernelSignature):
             continue
-        code = kernel._pyfunc.__code__
+        code = cu.python_function(kernel).__code__
         raise SpliceDeclarationError(
-            f"kernel '{kernel._pyfunc.__name__}' ({code.co_filename}:{code.co_firstlineno}): "
+            f"kernel '{cu.python_function(kernel).__name__}' ({code.co_filename}:{code.co_firstlineno}): "
             f"signature must be a cuda.tile.compilation.KernelSignature (or a non-empty list "
             f"of them), got {type(bad).__name__} {bad!r:.80}; make one with "
             f"splice.kernel_signature(\"array(float32)\", ...), or pass the launch "
@@ -159,13 +159,13 @@ def _check_parameter_count(kernel, signatures) -> None:
     "zip() argument 2 is longer than argument 1"), and entry symbols tileiras can emit."""
     import inspect
     from .signatures import check_symbol
-    want = len(inspect.signature(kernel._pyfunc).parameters)
+    want = len(inspect.signature(cu.python_function(kernel)).parameters)
     for s in signatures:
-        check_symbol(s.symbol, f"kernel '{kernel._pyfunc.__name__}'")
+        check_symbol(s.symbol, f"kernel '{cu.python_function(kernel).__name__}'")
         if len(s.parameters) != want:
-            code = kernel._pyfunc.__code__
+            code = cu.python_function(kernel).__code__
             raise SpliceDeclarationError(
-                f"kernel '{kernel._pyfunc.__name__}' ({code.co_filename}:"
+                f"kernel '{cu.python_function(kernel).__name__}' ({code.co_filename}:"
                 f"{code.co_firstlineno}) takes {want} parameters but its signature lists "
                 f"{len(s.parameters)}; give one constraint per parameter, in order")
 

@@ -14,10 +14,10 @@ Raises :class:`splice.errors.SpliceRewriteError` on any mismatch, and
 
 from __future__ import annotations
 
-import os
 import struct
 from collections import Counter
 
+from . import settings
 from .errors import SpliceRewriteError, SpliceToolchainError
 from .names import MARKER_PREFIX
 
@@ -25,7 +25,7 @@ MARKER = MARKER_PREFIX
 
 
 def enabled() -> bool:
-    return os.environ.get("SPLICE_VERIFY", "").strip() not in ("", "0", "false", "no")
+    return settings.verify()
 
 
 def elf_symbols(blob: bytes) -> list[str]:

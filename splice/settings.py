@@ -1,0 +1,34 @@
+"""The ``SPLICE_*`` environment variables, read in one place (each when it is needed, so
+that a value set from Python after ``import splice`` counts).
+
+=========================  ====================================================
+``SPLICE_CACHE_DIR``       the cubin cache's directory (:func:`splice.cache.cache_root`)
+``SPLICE_CACHE_MAX_BYTES`` the cache's size bound (:func:`splice.cache.max_bytes`)
+``SPLICE_DUMP_DIR``        write every build's stages there (:mod:`splice.pipeline`)
+``SPLICE_VERIFY``          check the linked cubin itself (:mod:`splice.verify`)
+=========================  ====================================================
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def cache_dir() -> str | None:
+    """``$SPLICE_CACHE_DIR``, or None when unset or empty."""
+    return os.environ.get("SPLICE_CACHE_DIR") or None
+
+
+def cache_max_bytes() -> str:
+    """``$SPLICE_CACHE_MAX_BYTES`` as written (stripped; "" when unset)."""
+    return os.environ.get("SPLICE_CACHE_MAX_BYTES", "").strip()
+
+
+def dump_dir() -> str | None:
+    """``$SPLICE_DUMP_DIR``, or None when unset or empty."""
+    return os.environ.get("SPLICE_DUMP_DIR") or None
+
+
+def verify() -> bool:
+    """Whether ``$SPLICE_VERIFY`` is set to anything but "", "0", "false" or "no"."""
+    return os.environ.get("SPLICE_VERIFY", "").strip() not in ("", "0", "false", "no")
