@@ -212,11 +212,10 @@ def _analysed(mod: Module, fn: Function):
         if hit is not None and hit[0] is fn and hit[1] is mod:
             _ANALYSED.move_to_end(id(fn))
             return hit[2]
-    body = mod.body_statements(fn)
-    parsed = [parse_instruction(s, mod.text) if s.kind == "instruction" else None
-              for s in body]
-    labels = {s.tokens[0].text for s in body if s.kind == "label"}
-    out = (body, parsed, _reg_types(mod, body), labels)
+    analysed = mod.body(fn)
+    body = list(analysed.statements)
+    parsed = [ins for _s, ins in analysed.parsed]
+    out = (body, parsed, _reg_types(mod, body), set(analysed.labels))
     with _ANALYSED_LOCK:
         _ANALYSED[id(fn)] = (fn, mod, out)
         if len(_ANALYSED) > 64:

@@ -15,6 +15,7 @@ not function bodies (``.section``, ``.nv_intermediate_source_section``) are kept
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import re
 from typing import Iterator, NamedTuple, NoReturn, Sequence
@@ -440,6 +441,40 @@ class Function:
         return " ".join(self.header.text(source).split())
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Body:
+    """One function's body, analysed once (:meth:`Module.body`, memoised per module).
+
+    Attributes:
+        module, fn: the module and the function definition.
+        statements: the body's statements (between its braces).
+        parsed: each statement with its parsed instruction (None for other statements).
+        defs: register -> the indices (into ``statements``) of the instructions writing it
+            (:func:`destinations`); a register no instruction writes gives ``[]``.
+        labels: label name -> its statement's index.
+    """
+
+    module: Module
+    fn: Function
+    statements: tuple[Statement, ...]
+    parsed: tuple[tuple[Statement, Instruction | None], ...]
+    defs: dict[str, list[int]]
+    labels: dict[str, int]
+
+    @classmethod
+    def of(cls, module: Module, fn: Function) -> Body:
+        statements = tuple(module.body_statements(fn))
+        parsed = tuple((s, parse_instruction(s, module.text) if s.kind == "instruction"
+                        else None) for s in statements)
+        defs: dict[str, list[int]] = collections.defaultdict(list)
+        for i, (_s, ins) in enumerate(parsed):
+            if ins is not None:
+                for r in destinations(ins):
+                    defs[r].append(i)
+        labels = {s.tokens[0].text: i for i, s in enumerate(statements) if s.kind == "label"}
+        return cls(module, fn, statements, parsed, defs, labels)
+
+
 class Module:
     """A parsed PTX module: text, statements, header directives and functions."""
 
@@ -457,6 +492,7 @@ class Module:
         self.address_size: int | None = None
         self.functions: dict[str, Function] = {}
         self.function_order: list[Function] = []
+        self._bodies: dict[int, Body] = {}
         self._parse_structure()
 
     # -- structure
@@ -571,6 +607,13 @@ class Module:
         assert fn.body is not None
         a, b = fn.body
         return self.statements[a + 1:b]
+
+    def body(self, fn: Function) -> Body:
+        """``fn``'s body analysed (:class:`Body`), once per module and function."""
+        hit = self._bodies.get(id(fn))
+        if hit is None or hit.fn is not fn:
+            hit = self._bodies[id(fn)] = Body.of(self, fn)
+        return hit
 
     def module_symbols(self) -> dict[str, str]:
         """Names defined at module level (functions and variables) -> kind."""

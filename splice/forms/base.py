@@ -7,13 +7,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
-from collections import defaultdict
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Union
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, Union
 
 from ..errors import SpliceRewriteError
 from ..names import MARKER_RE
-from ..ptx import Function, Instruction, Module, Statement, destinations, parse_instruction, \
-    registers_in
+from ..ptx import Function, Instruction, Module, Statement, registers_in
 
 if TYPE_CHECKING:
     from ..rewrite import SiteCall
@@ -94,22 +92,16 @@ class MarkedBody:
     module: Module
     fn: Function
     kernel_name: str
-    parsed: list[tuple[Statement, Instruction | None]]
+    parsed: Sequence[tuple[Statement, Instruction | None]]
     defs: dict[str, list[int]]
     marker_reg: dict[str, int] = dataclasses.field(default_factory=dict)
     address_defs: set[int] = dataclasses.field(default_factory=set)
 
     @classmethod
     def parse(cls, module: Module, fn: Function, kernel_name: str) -> MarkedBody:
-        parsed: list[tuple[Statement, Instruction | None]] = []
-        defs: dict[str, list[int]] = defaultdict(list)
-        for i, s in enumerate(module.body_statements(fn)):
-            ins = parse_instruction(s, module.text) if s.kind == "instruction" else None
-            parsed.append((s, ins))
-            if ins is not None:
-                for r in destinations(ins):
-                    defs[r].append(i)
-        return cls(module, fn, kernel_name, parsed, defs)
+        """The marked body of ``fn`` on its analysed :meth:`~splice.ptx.Module.body`."""
+        body = module.body(fn)
+        return cls(module, fn, kernel_name, body.parsed, body.defs)
 
     def fail(self, msg: str, i: int | None = None) -> SpliceRewriteError:
         """The error for statement ``i`` (or the function as a whole)."""
