@@ -196,6 +196,19 @@ class CallForm(Protocol):
         """The report line of one site (:meth:`splice.sites.SiteInfo.__str__`)."""
 
 
+def instances_text(info: SiteInfo) -> str:
+    """``"3 call(s) in PTX"`` (or inlined bodies, and why not inlined), for a summary."""
+    how = "inlined bod(ies)" if info.inlined else "call(s)"
+    why = f" (not inlined: {info.why_not_inlined})" if info.why_not_inlined else ""
+    return f"{info.instances} {how} in PTX{why}"
+
+
+def generated_text(span: Span, what: str) -> str:
+    """What wrote ``span`` (a call form's generated code): ``what`` for the site's owner."""
+    return f"the {what} splice generated for {span.owner} (site {span.site}, instance " \
+           f"{span.instance})"
+
+
 def no_function_edits(body, key_loads, sites, first) -> tuple[list[Edit], dict[int, int]]:
     """:meth:`CallForm.function_edits` of a form without per-function markers."""
     return [], {}

@@ -18,7 +18,8 @@ from .. import block
 from ..calls import call_block
 from ..errors import SpliceDeclarationError
 from ..spans import Generated
-from .base import Marker, Scope, no_function_edits, no_key_load, rewrite_error
+from .base import Marker, Scope, generated_text, instances_text, no_function_edits, \
+    no_key_load, rewrite_error
 
 if TYPE_CHECKING:
     from ..sites import SiteInfo
@@ -105,15 +106,12 @@ class BlockForm:
     function_edits = staticmethod(no_function_edits)
 
     def describe(self, span: Span) -> str:
-        return (f"the block-scope call sequence splice generated for {span.owner} (site "
-                f"{span.site}, instance {span.instance})")
+        return generated_text(span, "block-scope call sequence")
 
     def summary(self, info: SiteInfo) -> str:
-        how = "inlined bod(ies)" if info.inlined else "call(s)"
-        why = f" (not inlined: {info.why_not_inlined})" if info.why_not_inlined else ""
         return (f"site {info.index}: {info.extern} -> {info.symbol} at {info.where}, "
                 f"block scope: every thread of the block calls it once per execution, "
-                f"{info.instances} {how} in PTX{why}")
+                f"{instances_text(info)}")
 
 
 BLOCK = BlockForm()

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 from ..calls import call_block
 from . import fma_proof
-from .base import Marker, Scope, no_function_edits, no_key_load
+from .base import Marker, Scope, generated_text, instances_text, no_function_edits, \
+    no_key_load
 
 if TYPE_CHECKING:
     from ..sites import SiteInfo
@@ -58,17 +59,14 @@ class ElementAtomic:
     function_edits = staticmethod(no_function_edits)
 
     def describe(self, span: Span) -> str:
-        return (f"the call sequence splice generated for {span.owner} (site {span.site}, "
-                f"instance {span.instance})")
+        return generated_text(span, "call sequence")
 
     def summary(self, info: SiteInfo) -> str:
-        how = "inlined bod(ies)" if info.inlined else "call(s)"
-        why = f" (not inlined: {info.why_not_inlined})" if info.why_not_inlined else ""
         marker = f"{self.marker} marker"
         if info.why_atomic:
             marker += f" (its fma marker was changed by tileiras: {info.why_atomic})"
         return (f"site {info.index}: {info.extern} -> {info.symbol} at {info.where}, tile "
-                f"shape {info.shape}, {info.instances} {how} in PTX{why}, {marker}")
+                f"shape {info.shape}, {instances_text(info)}, {marker}")
 
 
 class ElementFma(ElementAtomic):
