@@ -36,8 +36,8 @@ from collections import defaultdict
 from typing import Mapping
 
 from .forms import element
-from .forms.base import ADDR_RE, PLAIN_REG, CallForm, Edit, MarkedBody, Refusal, \
-    is_key_load, rewrite_error as _fail
+from .forms.base import CallForm, Edit, Refusal
+from .forms.marked import ADDR_RE, PLAIN_REG, MarkedBody, is_key_load, rewrite_error as _fail
 from .names import MARKER_RE, RESERVED_PREFIXES
 from .ptx import Instruction, Module, Param, apply_edits, destinations, opcode_head, \
     parse_instruction, registers_in

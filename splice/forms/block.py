@@ -7,23 +7,21 @@ which tileiras runs on thread 0 behind a ``tid.x == 0`` guard; its global become
 arguments' shared scratch. Each instance: thread 0 stores the arguments, the guard is
 retargeted so that every thread calls the extern, joined at tileiras's ``bar.sync 0``
 (:func:`splice.block.prove_instance` proves it; ``docs/design.md#block-scope``).
-Collectives: allowed in the callee.
+Collectives: allowed in the callee. The PTX analysis is imported when it runs: a cache hit
+loads the forms, not the rewriter.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .. import block
-from ..calls import call_block
 from ..errors import SpliceDeclarationError
-from ..spans import Generated
 from .base import Marker, Scope, generated_text, instances_text, no_function_edits, \
-    no_key_load, rewrite_error
+    no_key_load
 
 if TYPE_CHECKING:
     from ..sites import SiteInfo
-    from ..spans import Span
+    from ..spans import Generated, Span
 
 
 class BlockForm:
@@ -62,6 +60,8 @@ class BlockForm:
         return self
 
     def global_edit(self, index: int) -> Generated:
+        from .. import block
+        from ..spans import Generated
         return Generated(block.scratch_declaration(index), block.SCRATCH_OWNER, "splice",
                          index)
 
@@ -69,6 +69,10 @@ class BlockForm:
         """The edits of one instance of the site's marker (statement ``i``): the guard
         retargeted, the marker replaced by thread 0's store of the arguments and every
         thread's call (see :mod:`splice.block`, which proves it)."""
+        from .. import block
+        from ..calls import call_block
+        from ..spans import Generated
+        from .marked import rewrite_error
         module, parsed, kernel_name = body.module, body.parsed, body.kernel_name
         s, ins = parsed[i]
         what = f"block-scope call of {site.label} (site {site.index})"

@@ -9,14 +9,14 @@ impure and void calls, and pure calls whose fma marker LLVM changed) and :data:`
 
 Collectives: refused in the callee (:mod:`splice.collectives`): which threads of a warp or
 CTA reach one instance together is tileiras's layout.
+
+The PTX analysis is imported when it runs: a cache hit loads the forms, not the rewriter.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..calls import call_block
-from . import fma_proof
 from .base import Marker, Scope, generated_text, instances_text, no_function_edits, \
     no_key_load
 
@@ -51,6 +51,7 @@ class ElementAtomic:
         return f"// splice: marker global of site {index} removed"
 
     def instance_edits(self, body, i, site, instance):
+        from ..calls import call_block
         s, ins = body.parsed[i]
         dest, _addr, cmp, swap = ins.operands
         return [(s.start, s.end, call_block(site, ins.guard, dest, (cmp, swap), instance))]
@@ -81,8 +82,13 @@ class ElementFma(ElementAtomic):
         raise body.fail(f"site {site.index}: an atomic marker of a pure call on an fma "
                         f"marker", i)
 
-    key_load = staticmethod(fma_proof.key_load)   # type: ignore[assignment]
-    function_edits = staticmethod(fma_proof.fma_edits)   # type: ignore[assignment]
+    def key_load(self, body, i, named, sites):
+        from . import fma_proof
+        return fma_proof.key_load(body, i, named, sites)
+
+    def function_edits(self, body, key_loads, sites, first):
+        from . import fma_proof
+        return fma_proof.fma_edits(body, key_loads, sites, first)
 
 
 ATOMIC = ElementAtomic()

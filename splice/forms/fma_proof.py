@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ..calls import call_block
 from ..ptx import Instruction, destinations, registers_in
-from .base import ADDR_RE as _ADDR_RE, PLAIN_REG as _PLAIN_REG, MarkedBody, Refusal, \
+from .base import Refusal
+from .marked import ADDR_RE as _ADDR_RE, PLAIN_REG as _PLAIN_REG, MarkedBody, \
     is_key_load as _is_key_load, rewrite_error
 
 if TYPE_CHECKING:
