@@ -77,7 +77,7 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from .ptx import Instruction, Module
+from .ptx import Body, Instruction, Module
 
 BARRIER_OPS = ("bar.sync", "bar.cta.sync", "barrier.sync.aligned", "barrier.cta.sync.aligned")
 _BRANCH_OPS = ("bra", "brx", "ret", "exit", "call", "trap")
@@ -97,9 +97,10 @@ def scratch_declaration(index: int) -> str:
             f"block-scope site {index}")
 
 
-def warp_specialisation(module: Module, parsed) -> str | None:
+def warp_specialisation(body: Body) -> str | None:
     """The instruction that shows tileiras warp-specialised the function, or None."""
-    for s, ins in parsed:
+    module = body.module
+    for s, ins in body.parsed:
         if ins is None:
             continue
         if ins.base == "setmaxnreg":
@@ -134,22 +135,26 @@ def _is_barrier0(ins: Instruction | None) -> bool:
         ins.operands == ("0",)
 
 
-def _tid_register(reg: str, parsed, defs) -> bool:
+def _tid_register(reg: str, body: Body) -> bool:
     """Whether ``reg``'s only definition is ``mov.{u32,b32} reg, %tid.x``."""
+    parsed, defs = body.parsed, body.defs
     if len(defs.get(reg, ())) != 1:
         return False
     ins = parsed[defs[reg][0]][1]
+    assert ins is not None   # a definition is an instruction
     return ins.base == "mov" and ins.guard is None and \
         ins.modifiers in (("u32",), ("b32",), ("s32",)) and ins.operands == (reg, "%tid.x")
 
 
-def _guard_is_not_thread0(guard: str, parsed, defs) -> bool:
+def _guard_is_not_thread0(guard: str, body: Body) -> bool:
     """Whether ``@guard`` is true exactly for threads with ``tid.x != 0``."""
+    parsed, defs = body.parsed, body.defs
     negated = guard.startswith("!")
     pred = guard.lstrip("!")
     if len(defs.get(pred, ())) != 1:
         return False
     ins = parsed[defs[pred][0]][1]
+    assert ins is not None   # a definition is an instruction
     # the predicate is setp's only destination (of "setp %q|%p", %p is the complement)
     if ins.base != "setp" or ins.guard is not None or len(ins.operands) != 3 or \
             ins.operands[0] != pred or \
@@ -160,7 +165,7 @@ def _guard_is_not_thread0(guard: str, parsed, defs) -> bool:
         return False
     _, a, b = ins.operands
     other = b if a == "0" else a if b == "0" else None
-    return other is not None and _tid_register(other, parsed, defs)
+    return other is not None and _tid_register(other, body)
 
 
 def _straight_line(parsed, lo: int, hi: int, what: str) -> str | None:
@@ -180,15 +185,15 @@ def _straight_line(parsed, lo: int, hi: int, what: str) -> str | None:
     return None
 
 
-def early_exit(module: Module, parsed) -> str | None:
+def early_exit(body: Body) -> str | None:
     """An ``exit`` or predicated ``ret`` in the function (a thread leaving early), or None."""
-    for s, ins in parsed:
+    for s, ins in body.parsed:
         if ins is not None and (ins.base == "exit" or (ins.base == "ret" and ins.guard)):
-            return s.text(module.text).strip()
+            return s.text(body.module.text).strip()
     return None
 
 
-def prove_instance(module: Module, fn, parsed, defs, i: int) -> tuple[int, int]:
+def prove_instance(body: Body, i: int) -> tuple[int, int]:
     """Check points 1-3 of the module docstring for the marker at statement ``i``.
 
     Returns:
@@ -197,17 +202,18 @@ def prove_instance(module: Module, fn, parsed, defs, i: int) -> tuple[int, int]:
     Raises:
         ValueError: the reason, for the caller's :class:`SpliceRewriteError`.
     """
-    dims = _check_kernel(module, fn, parsed)
-    g, target = _guard(module, parsed, defs, i)
-    j = _join(module, parsed, g, i, target)
-    _check_barrier_after_join(module, parsed, j, target, dims)
+    dims = _check_kernel(body)
+    g, target = _guard(body, i)
+    j = _join(body, g, i, target)
+    _check_barrier_after_join(body, j, target, dims)
     return g, j
 
 
-def _check_kernel(module: Module, fn, parsed) -> str:
+def _check_kernel(body: Body) -> str:
     """What the site's proof needs of the whole kernel: no thread exits early (3.), a
     fixed one-dimensional block (1.), no cluster of CTAs. Returns the ``.reqntid``."""
-    leave = early_exit(module, parsed)
+    module, fn = body.module, body.fn
+    leave = early_exit(body)
     if leave is not None:
         raise ValueError(f"threads of the kernel may exit early ({leave!r})")
     dims = block_dims(module, fn)
@@ -224,14 +230,15 @@ def _check_kernel(module: Module, fn, parsed) -> str:
     return dims
 
 
-def _guard(module: Module, parsed, defs, i: int) -> tuple[int, str]:
+def _guard(body: Body, i: int) -> tuple[int, str]:
     """Point 1: back from the marker at ``i``, through straight-line code with no other
     marker, to the guard G, a branch taken exactly by the threads with ``tid.x != 0``.
     Returns G's statement index and its target label."""
+    module, parsed = body.module, body.parsed
     g = i - 1
     while g >= 0 and (parsed[g][0].kind == "directive" or
-                      (parsed[g][1] is not None and parsed[g][1].base not in _BRANCH_OPS and
-                       parsed[g][1].base not in ("bar", "barrier", "atom"))):
+                      ((ins := parsed[g][1]) is not None and ins.base not in _BRANCH_OPS and
+                       ins.base not in ("bar", "barrier", "atom"))):
         g -= 1
     if g < 0:
         raise ValueError("no guard branch before the marker")
@@ -239,16 +246,17 @@ def _guard(module: Module, parsed, defs, i: int) -> tuple[int, str]:
     if gins is None or gins.base != "bra" or gins.guard is None or len(gins.operands) != 1:
         raise ValueError(f"the marker is not behind a branch on the thread index "
                          f"(found {gs.text(module.text).strip()!r} before it)")
-    if not _guard_is_not_thread0(gins.guard, parsed, defs):
+    if not _guard_is_not_thread0(gins.guard, body):
         raise ValueError(f"the branch before the marker ({gs.text(module.text).strip()!r}) "
                          f"does not skip exactly the threads with tid.x != 0")
     return g, gins.operands[0]
 
 
-def _join(module: Module, parsed, g: int, i: int, target: str) -> int:
+def _join(body: Body, g: int, i: int, target: str) -> int:
     """Point 2: the marker at ``i`` falls through straight-line code to the guard's
     ``target``, the join J, which nothing but the guard at ``g`` names. Returns J's
     statement index."""
+    module, parsed = body.module, body.parsed
     j = i + 1
     while j < len(parsed) and parsed[j][0].kind != "label":
         j += 1
@@ -270,13 +278,14 @@ def _join(module: Module, parsed, g: int, i: int, target: str) -> int:
     return j
 
 
-def _check_barrier_after_join(module: Module, parsed, j: int, target: str, dims: str) -> None:
+def _check_barrier_after_join(body: Body, j: int, target: str, dims: str) -> None:
     """Point 3: the join at ``j`` is followed, through straight-line code (no label,
     branch, exit or other barrier), by B, an unpredicated ``bar.sync 0``."""
+    module, parsed = body.module, body.parsed
     b = j + 1
     while b < len(parsed) and (parsed[b][0].kind == "directive" or (
-            parsed[b][1] is not None and parsed[b][1].base not in _BRANCH_OPS and
-            parsed[b][1].base not in ("bar", "barrier"))):
+            (ins := parsed[b][1]) is not None and ins.base not in _BRANCH_OPS and
+            ins.base not in ("bar", "barrier"))):
         b += 1
     if b < len(parsed) and _is_barrier0(parsed[b][1]):
         return

@@ -73,10 +73,10 @@ class BlockForm:
         from ..calls import call_block
         from ..spans import Generated
         from .marked import rewrite_error
-        module, parsed, kernel_name = body.module, body.parsed, body.kernel_name
+        parsed, kernel_name = body.parsed, body.kernel_name
         s, ins = parsed[i]
         what = f"block-scope call of {site.label} (site {site.index})"
-        ws = block.warp_specialisation(module, parsed)
+        ws = block.warp_specialisation(body.analysed)
         if ws is not None:
             raise rewrite_error(
                 kernel_name, f"{what}: tileiras warp-specialised this kernel ({ws!r}): its "
@@ -92,7 +92,7 @@ class BlockForm:
             raise body.fail(f"{what}: the marker's result register {dest} has other "
                             f"definitions", i)
         try:
-            g, _j = block.prove_instance(module, body.fn, parsed, body.defs, i)
+            g, _j = block.prove_instance(body.analysed, i)
         except ValueError as e:
             raise body.fail(f"{what}: cannot prove that every thread of the block reaches "
                             f"the call exactly once: {e}", i) from None

@@ -9,7 +9,7 @@ from typing import Sequence
 
 from ..errors import SpliceRewriteError
 from ..names import MARKER_RE
-from ..ptx import Function, Instruction, Module, Statement, registers_in
+from ..ptx import Body, Function, Instruction, Module, Statement, registers_in
 
 
 def rewrite_error(kernel_name: str, msg: str, stmt_text: str | None = None) -> SpliceRewriteError:
@@ -31,6 +31,7 @@ class MarkedBody:
     kernel_name: str
     parsed: Sequence[tuple[Statement, Instruction | None]]
     defs: dict[str, list[int]]
+    analysed: Body
     marker_reg: dict[str, int] = dataclasses.field(default_factory=dict)
     address_defs: set[int] = dataclasses.field(default_factory=set)
 
@@ -38,7 +39,7 @@ class MarkedBody:
     def parse(cls, module: Module, fn: Function, kernel_name: str) -> MarkedBody:
         """The marked body of ``fn`` on its analysed :meth:`~splice.ptx.Module.body`."""
         body = module.body(fn)
-        return cls(module, fn, kernel_name, body.parsed, body.defs)
+        return cls(module, fn, kernel_name, body.parsed, body.defs, body)
 
     def fail(self, msg: str, i: int | None = None) -> SpliceRewriteError:
         """The error for statement ``i`` (or the function as a whole)."""
