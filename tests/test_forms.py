@@ -126,3 +126,16 @@ def test_a_registered_form_compiles_through_the_pipeline(void_form):
     assert str(info) == f"site 0: tick, test_void, {info.instances} call(s)"
     assert info.instances > 0 and not info.inlined
     assert b.spliced_ptx.count("\tcall tick, (") == info.instances
+
+
+def test_no_stage_outside_the_forms_tests_a_scope_or_a_marker():
+    # the forms answer for themselves: a new form is one module and one registry line
+    import re
+    from pathlib import Path
+    tests = re.compile(r"""(scope\s*[!=]=|[!=]=\s*["'](?:block|element)["']|\bMarker\.|"""
+                       r"""getattr\([^)]*["']scope["']|\bis\s+Marker\b)""")
+    pkg = Path(splice.__file__).resolve().parent
+    found = [f"{p.name}:{n}: {line.strip()}" for p in sorted(pkg.glob("*.py"))
+             for n, line in enumerate(p.read_text().splitlines(), 1) if tests.search(line)]
+    assert found == []
+    assert tests.search('if ext.scope == "block":') and tests.search("s.marker is Marker.FMA")
