@@ -1,0 +1,30 @@
+"""A CPU executor of the PTX splice hands to ptxas: the end-to-end oracle without a GPU.
+
+Run a kernel::
+
+    from support import kernels as K
+    from support.ptx_exec import run_build
+    b = splice.compile(K.saxpy_kernel, sig, "sm_80")      # or "sm_90" (no TMA: allow_tma=False)
+    x, y, out = ...                                        # NumPy arrays
+    run_build(b, (n // 128,), x, y, out, np.float32(2.0))  # out now holds the result
+
+``run(ptx, entry, grid, *args)`` does the same for any PTX text (``build["ptx"]`` is
+tileiras's own output, the plain-kernel reference). Pass the runtime arguments in launch
+order, leaving out ``ct.Constant`` ones; arrays are bound as cuTile binds them (base,
+extents, strides in elements) and copied back after the launch; scalars as the entry's
+parameter types. The result's ``.approx`` names the approximate instructions that ran
+(bounds in ``ops.APPROX_BOUNDS``): compare exactly when it is empty.
+
+One CTA at a time, each thread interpreted on its own (decoded blocks of generated Python,
+:mod:`.decode`) and scheduled between barriers and warp collectives (:mod:`.machine`);
+memory in :mod:`.memory`, instruction semantics in :mod:`.ops` and :mod:`.values`. Errors
+(:class:`ExecError`): an instruction it does not implement (TMA, ``wgmma``, ``mbarrier``,
+``setmaxnreg`` are out of scope), an illegal address, a shared-memory race, a deadlocked
+barrier or collective, ``trap``.
+"""
+
+from .cutile import run, run_build
+from .memory import ExecError
+from .ops import APPROX_BOUNDS
+
+__all__ = ["run", "run_build", "ExecError", "APPROX_BOUNDS"]

@@ -1,0 +1,155 @@
+"""Memory of the executor: global (NumPy arrays and module variables in one address
+space), a CTA's shared memory, each thread's local memory, and the generic address space
+that maps windows onto them.
+
+Every access is bounds-checked against the allocation it falls in: an address outside every
+allocation is an :class:`ExecError` (on the GPU an illegal address or a silent corruption).
+Shared memory remembers, for each byte, which thread last wrote it and how far that thread's
+synchronisation had got: a read or write by another thread that no barrier (or warp
+synchronisation, within a warp) has ordered after it is a race, an :class:`ExecError`.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import numpy as np
+
+
+class ExecError(Exception):
+    """The executed kernel did something the GPU would not do reliably (an unknown or
+    unsupported instruction, an illegal address, a race, a deadlock, ``trap``)."""
+
+
+GLOBAL_BASE = 0x7f00_0000_0000
+SHARED_WINDOW = 0x7e00_0000_0000     # generic address of shared-space address 0
+LOCAL_WINDOW = 0x7d00_0000_0000      # generic address of local-space address 0
+WINDOW_SIZE = 1 << 40
+
+
+class GlobalMemory:
+    """Allocations in one flat address space, each a ``bytearray``, 256-byte aligned."""
+
+    def __init__(self):
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.bufs: list[bytearray] = []
+        self.names: list[str] = []
+        self._next = GLOBAL_BASE
+
+    def alloc(self, data: bytes | int, name: str, align: int = 256) -> int:
+        size = data if isinstance(data, int) else len(data)
+        base = (self._next + align - 1) // align * align
+        buf = bytearray(data if not isinstance(data, int) else size)
+        self.starts.append(base)
+        self.ends.append(base + size)
+        self.bufs.append(buf)
+        self.names.append(name)
+        self._next = base + max(size, 1) + 256    # a gap: an overrun is not a neighbour
+        return base
+
+    def buffer(self, base: int) -> bytearray:
+        return self.bufs[self.starts.index(base)]
+
+    def locate(self, addr: int, n: int) -> tuple[bytearray, int]:
+        i = bisect.bisect_right(self.starts, addr) - 1
+        if i < 0 or addr + n > self.ends[i]:
+            raise ExecError(f"illegal global address {addr:#x} ({n} bytes): "
+                            f"{self._describe(addr)}")
+        return self.bufs[i], addr - self.starts[i]
+
+    def _describe(self, addr: int) -> str:
+        i = bisect.bisect_right(self.starts, addr) - 1
+        if i < 0:
+            return "below every allocation"
+        off = addr - self.starts[i]
+        return f"{off} bytes from the start of {self.names[i]} " \
+               f"({self.ends[i] - self.starts[i]} bytes)"
+
+    def read(self, addr: int, n: int) -> int:
+        buf, off = self.locate(addr, n)
+        return int.from_bytes(buf[off:off + n], "little")
+
+    def write(self, addr: int, n: int, value: int) -> None:
+        buf, off = self.locate(addr, n)
+        buf[off:off + n] = (value & ((1 << (8 * n)) - 1)).to_bytes(n, "little")
+
+
+class SharedMemory:
+    """One CTA's shared memory, with the race shadow."""
+
+    def __init__(self, size: int):
+        self.buf = bytearray(size)
+        self.size = size
+        self.writer: dict[int, tuple[int, int, int]] = {}   # byte -> (tid, cta epoch, warp ep.)
+
+    def _check(self, addr: int, n: int) -> int:
+        if addr < 0 or addr + n > self.size:
+            raise ExecError(f"illegal shared address {addr:#x} ({n} bytes; the CTA has "
+                            f"{self.size} bytes of shared memory)")
+        return addr
+
+    def read(self, addr: int, n: int, t) -> int:
+        self._check(addr, n)
+        for a in range(addr, addr + n):
+            w = self.writer.get(a)
+            if w is not None and w[0] != t.linear:
+                self._race(a, w, t, "reads")
+        return int.from_bytes(self.buf[addr:addr + n], "little")
+
+    def write(self, addr: int, n: int, value: int, t, atomic: bool = False) -> None:
+        self._check(addr, n)
+        mark = (t.linear, t.cta_epoch, t.warp_epoch)
+        for a in range(addr, addr + n):
+            w = self.writer.get(a)
+            if w is not None and w[0] != t.linear and not atomic:
+                self._race(a, w, t, "writes")
+            self.writer[a] = mark
+        self.buf[addr:addr + n] = (value & ((1 << (8 * n)) - 1)).to_bytes(n, "little")
+
+    def _race(self, a: int, w: tuple[int, int, int], t, what: str) -> None:
+        other = t.cta.threads[w[0]]
+        if other.cta_epoch > w[1]:
+            return               # the writer has passed a barrier since
+        if other.warp == t.warp and other.warp_epoch > w[2]:
+            return               # ... or a synchronisation of its warp
+        raise ExecError(f"shared-memory race: thread {t.linear} {what} byte {a:#x} that "
+                        f"thread {w[0]} wrote with no barrier between them")
+
+    def forget_writers(self, linear_ids) -> None:
+        """After a barrier: the writes of these threads are ordered before what follows."""
+        if len(linear_ids) == len(self.writer) or not self.writer:
+            pass
+        # entries are judged lazily by the epochs (see _race); nothing to do here
+
+
+class LocalMemory:
+    """One thread's local memory: a stack of frames (``.local`` depots)."""
+
+    def __init__(self):
+        self.buf = bytearray(0)
+        self.top = 0
+
+    def push(self, size: int, align: int) -> int:
+        base = (self.top + align - 1) // align * align
+        self.top = base + size
+        if len(self.buf) < self.top:
+            self.buf.extend(bytes(self.top - len(self.buf)))
+        return base
+
+    def pop(self, base: int) -> None:
+        self.top = base
+
+    def read(self, addr: int, n: int) -> int:
+        if addr < 0 or addr + n > self.top:
+            raise ExecError(f"illegal local address {addr:#x} ({n} bytes; {self.top} in use)")
+        return int.from_bytes(self.buf[addr:addr + n], "little")
+
+    def write(self, addr: int, n: int, value: int) -> None:
+        if addr < 0 or addr + n > self.top:
+            raise ExecError(f"illegal local address {addr:#x} ({n} bytes; {self.top} in use)")
+        self.buf[addr:addr + n] = (value & ((1 << (8 * n)) - 1)).to_bytes(n, "little")
+
+
+def array_bytes(a: np.ndarray) -> bytes:
+    return np.ascontiguousarray(a).tobytes()

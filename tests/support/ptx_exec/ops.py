@@ -1,0 +1,1466 @@
+"""Instruction semantics: :class:`Gen` turns one PTX instruction into lines of Python (the
+block's source), calling the run-time helpers of this module (``runtime_env``) for what is
+not a one-liner. Semantics follow the PTX ISA 9.x chapter "Instruction Set", instruction by
+instruction; what is not here raises :class:`~.decode.Unsupported` at decode time, which the
+decoder compiles into an error raised when the instruction executes.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+from . import values as V
+from .memory import LOCAL_WINDOW, SHARED_WINDOW, WINDOW_SIZE, ExecError
+
+# Out of scope: they need the tensor memory accelerator, async proxies or warpgroup MMA.
+OUT_OF_SCOPE = {
+    "wgmma": "warpgroup MMA", "mbarrier": "mbarriers", "cp": "asynchronous copies (TMA, "
+    "cp.async)", "setmaxnreg": "register reallocation (warp specialisation)",
+    "tcgen05": "tensor memory", "tensormap": "tensor maps", "ldmatrix": "ldmatrix",
+    "stmatrix": "stmatrix", "mma": "warp MMA", "wmma": "warp MMA", "movmatrix": "movmatrix",
+    "multimem": "multimem", "griddepcontrol": None, "elect": None, "barrier.cluster": None,
+    "clusterlaunchcontrol": "cluster launch control", "st.async": "st.async",
+    "red.async": "red.async", "cp.async.bulk": "bulk copies",
+}
+
+# Documented maximum errors (PTX ISA 9.x) of the approximate instructions, relative unless
+# the name ends in "_abs"; results are the exact function rounded, and the launch records
+# which approximations ran (``Launch.approx``) so a comparison can allow for them.
+APPROX_BOUNDS = {
+    "ex2.f32": 2.0 ** -22, "lg2.f32_abs": 2.0 ** -22.6, "sin.f32_abs": 2.0 ** -20.5,
+    "cos.f32_abs": 2.0 ** -20.5, "tanh.f32": 2.0 ** -10.987, "rcp.f32": 2.0 ** -23,
+    "rsqrt.f32": 2.0 ** -22.9, "sqrt.f32": 2.0 ** -23, "div.f32": 2.0 ** -22,
+    "rcp.f64": 2.0 ** -22, "rsqrt.f64": 2.0 ** -22.9, "ex2.f16": 2.0 ** -9.9,
+    "tanh.f16": 2.0 ** -10.7, "tanh.bf16": 2.0 ** -8, "ex2.bf16": 2.0 ** -7,
+}
+
+
+def _unsup(why: str):
+    from .decode import Unsupported
+    raise Unsupported(why)
+
+
+def mask(bits: int) -> int:
+    return (1 << bits) - 1
+
+
+class Gen:
+    """Python lines for one instruction; ``generate()`` -> (lines, ends_block)."""
+
+    def __init__(self, dec, scope, ins, st, block):
+        self.dec = dec
+        self.scope = scope
+        self.ins = ins
+        self.st = st
+        self.block = block
+        self.mods = ins.modifiers
+        self.base = ins.base
+        self.ops = list(ins.operands)
+
+    # -- operands
+    def slot(self, name: str) -> int:
+        k = self.dec.resolve(self.scope, name)
+        if k is None:
+            _unsup(f"unknown register or name {name!r}")
+        return k
+
+    def width(self, name: str) -> int:
+        return self.dec.widths[self.slot(name)]
+
+    def src(self, op: str, bits: int) -> str:
+        """Expression for operand ``op`` as an unsigned ``bits``-wide int."""
+        from .decode import SPECIAL, imm_value, is_imm
+        op = op.strip()
+        if op.startswith("!"):
+            return f"(1 - {self.src(op[1:], 1)})"
+        if op.startswith("%"):
+            if op in SPECIAL:
+                return SPECIAL[op] if bits >= 32 else f"({SPECIAL[op]} & {mask(bits)})"
+            k = self.dec.resolve(self.scope, op)
+            if k is None:
+                if op.startswith("%envreg") or op.startswith("%pm") or \
+                        op.startswith("%reserved_smem"):
+                    return "0"
+                _unsup(f"unknown register {op!r}")
+            w = self.dec.widths[k]
+            return f"r[{k}]" if w <= bits else f"(r[{k}] & {mask(bits)})"
+        if is_imm(op):
+            return str(imm_value(op) & mask(bits))
+        if _is_decimal_float(op):
+            return str(V.f2b(float(op)) if bits == 32 else V.d2b(float(op)))
+        return self.symbol_address(op)
+
+    def symbol_address(self, name: str, off: int = 0) -> str:
+        """``mov.u64 %rd, name``: the address of a variable (in its own state space)."""
+        dec = self.dec
+        plus = f" + {off}" if off else ""
+        if name in dec.kparams:
+            return f"(t.kparams + {dec.kparams[name] + off})"
+        k = dec.resolve(self.scope, name)
+        if k is not None:
+            if any(s == k for s, _, _ in dec.depots):
+                return f"(r[{k}]{plus})"
+            _unsup(f"the address of parameter {name!r}")
+        prog = dec.prog
+        if name in prog.shared_layout:
+            return str(prog.shared_layout[name] + off)
+        if name in prog.vars:
+            return f"(t.sym[{name!r}]{plus})"
+        if name in prog.module.functions:
+            _unsup(f"the address of function {name!r} (indirect calls)")
+        _unsup(f"unknown symbol {name!r}")
+
+    def assign(self, op: str, expr: str, bits: int, signed: bool = False) -> str:
+        op = op.strip()
+        if op == "_":
+            return f"_ = {expr}"
+        k = self.slot(op)
+        w = self.dec.widths[k]
+        if w > bits and signed:
+            return f"r[{k}] = SX({expr}, {bits}) & {mask(w)}"
+        if w < bits:
+            return f"r[{k}] = ({expr}) & {mask(w)}"
+        return f"r[{k}] = {expr}"
+
+    def vector(self, op: str) -> list[str]:
+        op = op.strip()
+        if op.startswith("{"):
+            return [x.strip() for x in op[1:-1].split(",")]
+        return [op]
+
+    def address(self, op: str, space: str) -> str:
+        """Expression of a ``[...]`` operand's address."""
+        from .decode import imm_value, is_imm
+        inner = op.strip()[1:-1].strip()
+        base, off = inner, 0
+        for sep in ("+", "-"):
+            j = inner.rfind(sep)
+            if j > 0 and is_imm(inner[j + 1:].strip().lstrip("-")):
+                base = inner[:j].strip()
+                off = imm_value(inner[j + 1:].strip())
+                off = -off if sep == "-" else off
+                break
+        if base.startswith("%"):
+            return f"({self.src(base, 64)} + {off})" if off else self.src(base, 64)
+        if is_imm(base):
+            return str(imm_value(base) + off)
+        return self.symbol_address(base, off)
+
+    def param_buffer(self, op: str):
+        """(slot, offset) when ``[name+off]`` names a ``.param`` of this frame, else None."""
+        from .decode import imm_value
+        inner = op.strip()[1:-1].strip()
+        name, _, off = inner.partition("+")
+        k = self.dec.resolve(self.scope, name.strip())
+        if k is None or any(s == k for s, _, _ in self.dec.depots):
+            return None
+        return k, imm_value(off.strip()) if off.strip() else 0
+
+    # -- dispatch
+    def generate(self) -> tuple[list[str], bool]:
+        ins = self.ins
+        for prefix, why in OUT_OF_SCOPE.items():
+            if ins.opcode == prefix or ins.opcode.startswith(prefix + "."):
+                if why is None and self.base in ("griddepcontrol",):
+                    return [], False
+                if self.base == "elect":
+                    break
+                _unsup(f"{ins.opcode} is out of the executor's scope ({why or prefix})")
+        handler = getattr(self, "op_" + self.base, None)
+        if handler is None:
+            _unsup(f"unknown instruction {ins.opcode!r}")
+        out = handler()
+        lines, ends = out if isinstance(out, tuple) else (out, False)
+        if ins.guard:
+            neg = ins.guard.startswith("!")
+            g = self.src(ins.guard.lstrip("!"), 1)
+            lines = [f"if {'not ' if neg else ''}{g}:"] + ["    " + ln for ln in lines] \
+                if lines else []
+        return lines, ends
+
+    # -- type helpers
+    def ty(self, k: int = -1) -> str:
+        from .decode import TYPES
+        tys = [m for m in self.mods if m in TYPES]
+        if not tys:
+            _unsup(f"no type in {self.ins.opcode!r}")
+        return tys[k]
+
+    def tyinfo(self, k: int = -1) -> tuple[str, int, str]:
+        from .decode import TYPES
+        t = self.ty(k)
+        bits, kind = TYPES[t]
+        return t, bits, kind
+
+    def rounding(self, default: str = "rn") -> str:
+        for m in self.mods:
+            if m in ("rn", "rz", "rm", "rp", "rna"):
+                return m
+        return default
+
+    # ------------------------------------------------------------------------------------------
+    # Integer and bit arithmetic
+
+    def _int_binary(self, expr_u, expr_s=None):
+        t, bits, kind = self.tyinfo()
+        d, a, b = self.ops[:3]
+        A, B = self.src(a, bits), self.src(b, bits)
+        if kind == "s" and expr_s is not None:
+            e = expr_s(f"SX({A}, {bits})", f"SX({B}, {bits})")
+        else:
+            e = expr_u(A, B)
+        return [self.assign(d, f"({e}) & {mask(bits)}", bits, kind == "s")]
+
+    def op_add(self):
+        t, bits, kind = self.tyinfo()
+        if kind == "f":
+            return self._float_binary("add")
+        return self._carry_op("add")
+
+    def op_sub(self):
+        t, bits, kind = self.tyinfo()
+        if kind == "f":
+            return self._float_binary("sub")
+        return self._carry_op("sub")
+
+    def op_addc(self):
+        return self._carry_op("add", carry_in=True)
+
+    def op_subc(self):
+        return self._carry_op("sub", carry_in=True)
+
+    def _carry_op(self, op: str, carry_in: bool = False):
+        t, bits, kind = self.tyinfo()
+        d, a, b = self.ops[:3]
+        A, B = self.src(a, bits), self.src(b, bits)
+        cin = " + t.cc" if carry_in and op == "add" else (" - t.cc" if carry_in else "")
+        if "sat" in self.mods:
+            e = f"SAT_S(SX({A}, {bits}) {'+' if op == 'add' else '-'} SX({B}, {bits}), {bits})"
+            return [self.assign(d, f"{e} & {mask(bits)}", bits)]
+        sign = "+" if op == "add" else "-"
+        lines = [f"_v = {A} {sign} {B}{cin}"]
+        if "cc" in self.mods:
+            lines.append(f"t.cc = 1 if (_v >> {bits}) & 1 or _v < 0 else 0")
+        lines.append(self.assign(d, f"_v & {mask(bits)}", bits, kind == "s"))
+        return lines
+
+    def op_mul(self):
+        t, bits, kind = self.tyinfo()
+        if kind == "f":
+            return self._float_binary("mul")
+        return self._mul_like(self.ops[0], self.ops[1], self.ops[2], None)
+
+    def op_mad(self):
+        t, bits, kind = self.tyinfo()
+        if kind == "f":
+            return self._fma()
+        return self._mul_like(*self.ops[:4])
+
+    def op_madc(self):
+        return self._mul_like(*self.ops[:4], carry_in=True)
+
+    def _mul_like(self, d, a, b, c, carry_in=False):
+        t, bits, kind = self.tyinfo()
+        A, B = self.src(a, bits), self.src(b, bits)
+        if kind == "s":
+            A, B = f"SX({A}, {bits})", f"SX({B}, {bits})"
+        p = f"({A} * {B})"
+        part = next((m for m in self.mods if m in ("lo", "hi", "wide")), "lo")
+        outbits = 2 * bits if part == "wide" else bits
+        if part == "hi":
+            p = f"({p} >> {bits})"
+        if c is not None:
+            C = self.src(c, outbits)
+            if kind == "s":
+                C = f"SX({C}, {outbits})"
+            p = f"({p} + {C}{' + t.cc' if carry_in else ''})"
+        lines = []
+        if "sat" in self.mods:
+            return [self.assign(d, f"SAT_S({p}, {outbits}) & {mask(outbits)}", outbits)]
+        lines.append(f"_v = {p}")
+        if "cc" in self.mods:
+            lines.append(f"t.cc = (_v >> {outbits}) & 1")
+        lines.append(self.assign(d, f"_v & {mask(outbits)}", outbits, kind == "s"))
+        return lines
+
+    def op_mul24(self):
+        t, bits, kind = self.tyinfo()
+        d, a, b = self.ops[:3]
+        A, B = f"SX({self.src(a, 24)}, 24)" if kind == "s" else self.src(a, 24), \
+            f"SX({self.src(b, 24)}, 24)" if kind == "s" else self.src(b, 24)
+        sh = 16 if "hi" in self.mods else 0
+        return [self.assign(d, f"(({A} * {B}) >> {sh}) & {mask(32)}", 32)]
+
+    def op_mad24(self):
+        t, bits, kind = self.tyinfo()
+        d, a, b, c = self.ops[:4]
+        sx = (lambda e: f"SX({e}, 24)") if kind == "s" else (lambda e: e)
+        A, B = sx(self.src(a, 24)), sx(self.src(b, 24))
+        sh = 16 if "hi" in self.mods else 0
+        return [self.assign(d, f"((({A} * {B}) >> {sh}) + {self.src(c, 32)}) & {mask(32)}", 32)]
+
+    def op_div(self):
+        t, bits, kind = self.tyinfo()
+        if kind == "f":
+            return self._float_div()
+        return self._int_binary(lambda a, b: f"IDIV_U({a}, {b}, {bits})",
+                                lambda a, b: f"IDIV_S({a}, {b}, {bits})")
+
+    def op_rem(self):
+        t, bits, kind = self.tyinfo()
+        return self._int_binary(lambda a, b: f"IREM_U({a}, {b})",
+                                lambda a, b: f"IREM_S({a}, {b})")
+
+    def op_sad(self):
+        t, bits, kind = self.tyinfo()
+        d, a, b, c = self.ops[:4]
+        sx = (lambda e: f"SX({e}, {bits})") if kind == "s" else (lambda e: e)
+        A, B = sx(self.src(a, bits)), sx(self.src(b, bits))
+        return [self.assign(d, f"(abs({A} - {B}) + {self.src(c, bits)}) & {mask(bits)}", bits)]
+
+    def op_abs(self):
+        t, bits, kind = self.tyinfo()
+        d, a = self.ops[:2]
+        if kind == "f":
+            return self._float_unary_bits("abs")
+        return [self.assign(d, f"abs(SX({self.src(a, bits)}, {bits})) & {mask(bits)}", bits,
+                            True)]
+
+    def op_neg(self):
+        t, bits, kind = self.tyinfo()
+        d, a = self.ops[:2]
+        if kind == "f":
+            return self._float_unary_bits("neg")
+        return [self.assign(d, f"(-{self.src(a, bits)}) & {mask(bits)}", bits, kind == "s")]
+
+    def op_min(self):
+        return self._minmax("min")
+
+    def op_max(self):
+        return self._minmax("max")
+
+    def _minmax(self, op):
+        t, bits, kind = self.tyinfo()
+        if t in ("f32", "f64", "f16", "bf16", "f16x2", "bf16x2"):
+            return self._float_minmax(op)
+        if t in ("s16x2", "u16x2"):
+            _unsup(f"{self.ins.opcode}")
+        fn = "min" if op == "min" else "max"
+        e = lambda a, b: f"{fn}({a}, {b})"
+        lines = self._int_binary(e, e)
+        if "relu" in self.mods:
+            d = self.ops[0]
+            lines.append(self.assign(d, f"0 if SX({self.src(d, bits)}, {bits}) < 0 else "
+                                        f"{self.src(d, bits)}", bits))
+        return lines
+
+    def op_popc(self):
+        t, bits, _ = self.tyinfo()
+        return [self.assign(self.ops[0], f"bin({self.src(self.ops[1], bits)}).count('1')", 32)]
+
+    def op_clz(self):
+        t, bits, _ = self.tyinfo()
+        return [self.assign(self.ops[0], f"{bits} - {self.src(self.ops[1], bits)}.bit_length()",
+                            32)]
+
+    def op_brev(self):
+        t, bits, _ = self.tyinfo()
+        return [self.assign(self.ops[0], f"BREV({self.src(self.ops[1], bits)}, {bits})", bits)]
+
+    def op_bfind(self):
+        t, bits, kind = self.tyinfo()
+        sh = "shiftamt" in self.mods
+        return [self.assign(self.ops[0],
+                            f"BFIND({self.src(self.ops[1], bits)}, {bits}, {kind == 's'}, {sh})",
+                            32)]
+
+    def op_bfe(self):
+        t, bits, kind = self.tyinfo()
+        d, a, b, c = self.ops[:4]
+        return [self.assign(d, f"BFE({self.src(a, bits)}, {self.src(b, 32)}, {self.src(c, 32)},"
+                               f" {bits}, {kind == 's'})", bits)]
+
+    def op_bfi(self):
+        t, bits, _ = self.tyinfo()
+        d, a, b, c, e = self.ops[:5]
+        return [self.assign(d, f"BFI({self.src(a, bits)}, {self.src(b, bits)}, "
+                               f"{self.src(c, 32)}, {self.src(e, 32)}, {bits})", bits)]
+
+    def op_bmsk(self):
+        d, a, b = self.ops[:3]
+        wrap = "wrap" in self.mods
+        return [self.assign(d, f"BMSK({self.src(a, 32)}, {self.src(b, 32)}, {wrap})", 32)]
+
+    def op_szext(self):
+        t, bits, kind = self.tyinfo()
+        d, a, b = self.ops[:3]
+        wrap = "wrap" in self.mods
+        return [self.assign(d, f"SZEXT({self.src(a, 32)}, {self.src(b, 32)}, {wrap}, "
+                               f"{kind == 's'})", 32)]
+
+    def op_dp4a(self):
+        return self._dp("dp4a")
+
+    def op_dp2a(self):
+        return self._dp("dp2a")
+
+    def _dp(self, which):
+        d, a, b, c = self.ops[:4]
+        sa, sb = self.mods[-2] == "s32", self.mods[-1] == "s32"
+        hi = "hi" in self.mods
+        return [self.assign(d, f"DP({which!r}, {self.src(a, 32)}, {self.src(b, 32)}, "
+                               f"{self.src(c, 32)}, {sa}, {sb}, {hi})", 32)]
+
+    def _logic(self, op):
+        t, bits, _ = self.tyinfo()
+        d, a, b = self.ops[:3]
+        return [self.assign(d, f"{self.src(a, bits)} {op} {self.src(b, bits)}", bits)]
+
+    def op_and(self):
+        return self._logic("&")
+
+    def op_or(self):
+        return self._logic("|")
+
+    def op_xor(self):
+        return self._logic("^")
+
+    def op_not(self):
+        t, bits, _ = self.tyinfo()
+        return [self.assign(self.ops[0], f"{self.src(self.ops[1], bits)} ^ {mask(bits)}", bits)]
+
+    def op_cnot(self):
+        t, bits, _ = self.tyinfo()
+        return [self.assign(self.ops[0], f"1 if {self.src(self.ops[1], bits)} == 0 else 0", bits)]
+
+    def op_lop3(self):
+        if "|" in self.ops[0]:
+            _unsup("lop3 with a predicate result")
+        d, a, b, c, lut = self.ops[:5]
+        return [self.assign(d, f"LOP3({self.src(a, 32)}, {self.src(b, 32)}, {self.src(c, 32)}, "
+                               f"{self.src(lut, 8)})", 32)]
+
+    def op_shl(self):
+        t, bits, _ = self.tyinfo()
+        d, a, b = self.ops[:3]
+        return [self.assign(d, f"SHL({self.src(a, bits)}, {self.src(b, 32)}, {bits})", bits)]
+
+    def op_shr(self):
+        t, bits, kind = self.tyinfo()
+        d, a, b = self.ops[:3]
+        return [self.assign(d, f"SHR({self.src(a, bits)}, {self.src(b, 32)}, {bits}, "
+                               f"{kind == 's'})", bits)]
+
+    def op_shf(self):
+        d, a, b, c = self.ops[:4]
+        left = "l" in self.mods
+        wrap = "wrap" in self.mods
+        return [self.assign(d, f"SHF({self.src(a, 32)}, {self.src(b, 32)}, {self.src(c, 32)}, "
+                               f"{left}, {wrap})", 32)]
+
+    def op_prmt(self):
+        d, a, b, c = self.ops[:4]
+        mode = next((m for m in self.mods if m in ("f4e", "b4e", "rc8", "ecl", "ecr", "rc16")),
+                    "")
+        return [self.assign(d, f"PRMT({self.src(a, 32)}, {self.src(b, 32)}, {self.src(c, 32)}, "
+                               f"{mode!r})", 32)]
+
+    def op_selp(self):
+        t, bits, _ = self.tyinfo()
+        d, a, b, c = self.ops[:4]
+        return [self.assign(d, f"{self.src(a, bits)} if {self.src(c, 1)} else "
+                               f"{self.src(b, bits)}", bits)]
+
+    def op_slct(self):
+        t, bits, _ = self.tyinfo(-2)
+        ct_, cbits, ckind = self.tyinfo(-1)
+        d, a, b, c = self.ops[:4]
+        C = self.src(c, 32)
+        test = f"V.b2f({C}) >= 0" if ckind == "f" else f"SX({C}, 32) >= 0"
+        return [self.assign(d, f"{self.src(a, bits)} if {test} else {self.src(b, bits)}", bits)]
+
+    # -- comparisons
+    def op_setp(self):
+        t, bits, kind = self.tyinfo()
+        cmp = self.mods[0]
+        dests = [x.strip() for x in self.ops[0].split("|")]
+        a, b = self.ops[1:3]
+        ftz = "ftz" in self.mods
+        A, B = self.src(a, bits), self.src(b, bits)
+        e = self._compare(cmp, t, bits, kind, A, B, ftz)
+        bool_op = next((m for m in self.mods[1:] if m in ("and", "or", "xor")), None)
+        lines = [f"_c = 1 if {e} else 0"]
+        if bool_op:
+            C = self.src(self.ops[3], 1)
+            pyop = {"and": "&", "or": "|", "xor": "^"}[bool_op]
+            lines.append(f"_d = _c {pyop} {C}")
+            lines.append(f"_e = (1 - _c) {pyop} {C}")
+        else:
+            lines.append("_d = _c")
+            lines.append("_e = 1 - _c")
+        lines.append(self.assign(dests[0], "_d", 1))
+        if len(dests) > 1:
+            lines.append(self.assign(dests[1], "_e", 1))
+        return lines
+
+    def _compare(self, cmp, t, bits, kind, A, B, ftz):
+        if kind == "f":
+            return f"FCMP({cmp!r}, {t!r}, {A}, {B}, {ftz})"
+        if kind == "p":
+            return {"eq": f"{A} == {B}", "ne": f"{A} != {B}"}[cmp]
+        if kind == "s" and cmp in ("lt", "le", "gt", "ge"):
+            A, B = f"SX({A}, {bits})", f"SX({B}, {bits})"
+        pyop = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+                "lo": "<", "ls": "<=", "hi": ">", "hs": ">="}.get(cmp)
+        if pyop is None:
+            _unsup(f"comparison {cmp!r} on integers")
+        return f"{A} {pyop} {B}"
+
+    def op_set(self):
+        dt, dbits, dkind = self.tyinfo(-2)
+        t, bits, kind = self.tyinfo(-1)
+        cmp = self.mods[0]
+        d, a, b = self.ops[:3]
+        e = self._compare(cmp, t, bits, kind, self.src(a, bits), self.src(b, bits),
+                          "ftz" in self.mods)
+        lines = [f"_c = 1 if {e} else 0"]
+        bool_op = next((m for m in self.mods[1:] if m in ("and", "or", "xor")), None)
+        if bool_op:
+            lines.append(f"_c = _c {({'and': '&', 'or': '|', 'xor': '^'})[bool_op]} "
+                         f"{self.src(self.ops[3], 1)}")
+        one = "0x3f800000" if dkind == "f" else str(mask(dbits))
+        lines.append(self.assign(d, f"{one} if _c else 0", dbits))
+        return lines
+
+    def op_testp(self):
+        t, bits, _ = self.tyinfo()
+        return [self.assign(self.ops[0], f"TESTP({self.mods[0]!r}, {t!r}, "
+                                         f"{self.src(self.ops[1], bits)})", 1)]
+
+    def op_copysign(self):
+        t, bits, _ = self.tyinfo()
+        d, a, b = self.ops[:3]
+        s = 1 << (bits - 1)
+        return [self.assign(d, f"({self.src(b, bits)} & {s - 1}) | ({self.src(a, bits)} & {s})",
+                            bits)]
+
+    # -- moves and conversions
+    def op_mov(self):
+        t, bits, kind = self.tyinfo()
+        d, a = self.ops[:2]
+        if d.startswith("{"):
+            parts = self.vector(d)
+            pb = bits // len(parts)
+            lines = [f"_v = {self.src(a, bits)}"]
+            for i, p in enumerate(parts):
+                if p != "_":
+                    lines.append(self.assign(p, f"(_v >> {i * pb}) & {mask(pb)}", pb))
+            return lines
+        if a.startswith("{"):
+            parts = self.vector(a)
+            pb = bits // len(parts)
+            e = " | ".join(f"({self.src(p, pb)} << {i * pb})" for i, p in enumerate(parts))
+            return [self.assign(d, e, bits)]
+        return [self.assign(d, self.src(a, bits), bits)]
+
+    def op_cvt(self):
+        from .decode import TYPES
+        tys = [m for m in self.mods if m in TYPES]
+        if len(tys) != 2:
+            _unsup(f"cannot read conversion {self.ins.opcode!r}")
+        dt, st = tys
+        dbits, dkind = TYPES[dt]
+        sbits, skind = TYPES[st]
+        d = self.ops[0]
+        srcs = [self.src(o, sbits) for o in self.ops[1:]]
+        flags = tuple(m for m in self.mods if m not in TYPES)
+        e = f"CVT({dt!r}, {st!r}, {flags!r}, {', '.join(srcs)})"
+        return [self.assign(d, e, dbits, dkind == "s")]
+
+    def op_cvta(self):
+        t, bits, _ = self.tyinfo()
+        d, a = self.ops[:2]
+        to = "to" in self.mods
+        space = next((m for m in self.mods if m in ("shared", "local", "global", "const",
+                                                      "param")), None)
+        if space is None and "shared::cta" in self.mods:
+            space = "shared"
+        A = self.src(a, bits)
+        win = {"shared": SHARED_WINDOW, "local": LOCAL_WINDOW}.get(space, 0)
+        if not win:
+            return [self.assign(d, A, bits)]
+        if to:
+            return [self.assign(d, f"CVTA_TO({A}, {win}) & {mask(bits)}", bits)]
+        return [self.assign(d, f"({A} + {win}) & {mask(bits)}", bits)]
+
+    def op_isspacep(self):
+        d, a = self.ops[:2]
+        space = self.mods[0]
+        A = self.src(a, 64)
+        if space in ("shared", "shared::cta", "shared::cluster"):
+            e = f"{SHARED_WINDOW} <= {A} < {SHARED_WINDOW + WINDOW_SIZE}"
+        elif space == "local":
+            e = f"{LOCAL_WINDOW} <= {A} < {LOCAL_WINDOW + WINDOW_SIZE}"
+        elif space in ("global", "const", "param"):
+            e = f"not ({LOCAL_WINDOW} <= {A} < {SHARED_WINDOW + WINDOW_SIZE})"
+        else:
+            _unsup(f"isspacep.{space}")
+        return [self.assign(d, f"1 if {e} else 0", 1)]
+
+    # -- floats
+    def _float_binary(self, op):
+        t, bits, kind = self.tyinfo()
+        d, a, b = self.ops[:3]
+        A, B = self.src(a, bits), self.src(b, bits)
+        mode = self.rounding()
+        ftz, sat = "ftz" in self.mods, "sat" in self.mods
+        if t == "f32":
+            return [self.assign(d, f"V.f32_binary({op!r}, {A}, {B}, {mode!r}, {ftz}, {sat})", 32)]
+        if t == "f64":
+            return [self.assign(d, f"V.f64_binary({op!r}, {A}, {B}, {mode!r})", 64)]
+        return [self.assign(d, f"HALF({op!r}, {t!r}, {mode!r}, {ftz}, {sat}, "
+                               f"{'relu' in self.mods}, {A}, {B})", bits)]
+
+    def _fma(self):
+        t, bits, kind = self.tyinfo()
+        d, a, b, c = self.ops[:4]
+        A, B, C = self.src(a, bits), self.src(b, bits), self.src(c, bits)
+        mode = self.rounding()
+        ftz, sat = "ftz" in self.mods, "sat" in self.mods
+        if t == "f32":
+            return [self.assign(d, f"V.f32_fma({A}, {B}, {C}, {mode!r}, {ftz}, {sat})", 32)]
+        if t == "f64":
+            return [self.assign(d, f"V.f64_fma({A}, {B}, {C}, {mode!r})", 64)]
+        return [self.assign(d, f"HALF('fma', {t!r}, {mode!r}, {ftz}, {sat}, "
+                               f"{'relu' in self.mods}, {A}, {B}, {C})", bits)]
+
+    def op_fma(self):
+        return self._fma()
+
+    def _float_div(self):
+        t, bits, _ = self.tyinfo()
+        d, a, b = self.ops[:3]
+        A, B = self.src(a, bits), self.src(b, bits)
+        ftz = "ftz" in self.mods
+        if "approx" in self.mods or "full" in self.mods:
+            return [self.assign(d, f"APPROX(t, 'div', {t!r}, {ftz}, {A}, {B})", bits)]
+        return self._float_binary("div")
+
+    def _float_unary_bits(self, op):
+        t, bits, _ = self.tyinfo()
+        d, a = self.ops[:2]
+        A = self.src(a, bits)
+        ftz = "ftz" in self.mods
+        return [self.assign(d, f"FUNARY({op!r}, {t!r}, {ftz}, {A})", bits)]
+
+    def _float_minmax(self, op):
+        t, bits, _ = self.tyinfo()
+        d, a, b = self.ops[:3]
+        if len(self.ops) > 3:
+            _unsup(f"three-operand {self.ins.opcode}")
+        A, B = self.src(a, bits), self.src(b, bits)
+        ftz, nan = "ftz" in self.mods, "NaN" in self.mods
+        if "xorsign" in self.mods:
+            _unsup(self.ins.opcode)
+        return [self.assign(d, f"FMINMAX({op!r}, {t!r}, {ftz}, {nan}, {A}, {B})", bits)]
+
+    def _approx_unary(self, fname):
+        t, bits, _ = self.tyinfo()
+        d, a = self.ops[:2]
+        ftz = "ftz" in self.mods
+        return [self.assign(d, f"APPROX(t, {fname!r}, {t!r}, {ftz}, {self.src(a, bits)})", bits)]
+
+    def op_rcp(self):
+        t, bits, _ = self.tyinfo()
+        if "approx" in self.mods:
+            return self._approx_unary("rcp")
+        d, a = self.ops[:2]
+        mode, ftz = self.rounding(), "ftz" in self.mods
+        one = "0x3f800000" if t == "f32" else str(V.d2b(1.0))
+        if t == "f32":
+            return [self.assign(d, f"V.f32_binary('div', {one}, {self.src(a, 32)}, {mode!r}, "
+                                   f"{ftz})", 32)]
+        return [self.assign(d, f"V.f64_binary('div', {one}, {self.src(a, 64)}, {mode!r})", 64)]
+
+    def op_sqrt(self):
+        t, bits, _ = self.tyinfo()
+        if "approx" in self.mods:
+            return self._approx_unary("sqrt")
+        d, a = self.ops[:2]
+        mode, ftz = self.rounding(), "ftz" in self.mods
+        if t == "f32":
+            return [self.assign(d, f"V.f32_sqrt({self.src(a, 32)}, {mode!r}, {ftz})", 32)]
+        return [self.assign(d, f"V.f64_sqrt({self.src(a, 64)}, {mode!r})", 64)]
+
+    def op_rsqrt(self):
+        return self._approx_unary("rsqrt")
+
+    def op_ex2(self):
+        return self._approx_unary("ex2")
+
+    def op_lg2(self):
+        return self._approx_unary("lg2")
+
+    def op_sin(self):
+        return self._approx_unary("sin")
+
+    def op_cos(self):
+        return self._approx_unary("cos")
+
+    def op_tanh(self):
+        return self._approx_unary("tanh")
+
+    # -- memory
+    def _space(self) -> str:
+        for m in self.mods:
+            if m in ("global", "shared", "local", "param", "const"):
+                return m
+            if m.startswith("shared::"):
+                if m != "shared::cta":
+                    _unsup(f"{self.ins.opcode}: distributed shared memory")
+                return "shared"
+        return "generic"
+
+    def _access(self, space: str, addr_op: str, n: int, value: str | None) -> str:
+        """Read (value None) or write expression of ``n`` bytes at ``addr_op``."""
+        if space == "param":
+            pb = self.param_buffer(addr_op)
+            if pb is not None:
+                k, off = pb
+                if value is None:
+                    return f"PR(r[{k}], {off}, {n})"
+                return f"PW(r[{k}], {off}, {n}, {value})"
+        addr = self.address(addr_op, space)
+        if space in ("global", "const", "param"):
+            return f"t.G.read({addr}, {n})" if value is None else \
+                f"t.G.write({addr}, {n}, {value})"
+        if space == "shared":
+            return f"t.cta.S.read({addr}, {n}, t)" if value is None else \
+                f"t.cta.S.write({addr}, {n}, {value}, t)"
+        if space == "local":
+            return f"t.Lm.read({addr}, {n})" if value is None else \
+                f"t.Lm.write({addr}, {n}, {value})"
+        return f"GREAD(t, {addr}, {n})" if value is None else f"GWRITE(t, {addr}, {n}, {value})"
+
+    def _vec(self) -> int:
+        for m in self.mods:
+            if m in ("v2", "v4", "v8"):
+                return int(m[1])
+        return 1
+
+    def op_ld(self):
+        t, bits, kind = self.tyinfo()
+        d, a = self.ops[:2]
+        nv = self._vec()
+        n = max(bits // 8, 1) * nv
+        space = self._space()
+        lines = [f"_v = {self._access(space, a, n, None)}"]
+        dests = self.vector(d) if nv > 1 else [d]
+        eb = max(bits, 8)
+        for i, p in enumerate(dests):
+            if p == "_":
+                continue
+            e = f"(_v >> {i * eb}) & {mask(eb)}" if nv > 1 else "_v"
+            lines.append(self.assign(p, e, eb, kind == "s"))
+        return lines
+
+    op_ldu = op_ld
+
+    def op_st(self):
+        t, bits, kind = self.tyinfo()
+        a, v = self.ops[:2]
+        nv = self._vec()
+        eb = max(bits, 8)
+        n = eb // 8 * nv
+        srcs = self.vector(v) if nv > 1 else [v]
+        e = " | ".join(f"({self.src(s, eb)} << {i * eb})" for i, s in enumerate(srcs)) \
+            if nv > 1 else self.src(v, eb)
+        return [self._access(self._space(), a, n, e)]
+
+    def op_prefetch(self):
+        return []
+
+    op_prefetchu = op_prefetch
+
+    def op_membar(self):
+        return []
+
+    def op_fence(self):
+        if "proxy" in self.mods and "async" in "".join(self.mods):
+            _unsup(f"{self.ins.opcode} (async proxy)")
+        return []
+
+    def op_nanosleep(self):
+        return []
+
+    def op_pmevent(self):
+        return []
+
+    def op_discard(self):
+        return []
+
+    def op_applypriority(self):
+        return []
+
+    def op_createpolicy(self):
+        return [self.assign(self.ops[0], "0", 64)]
+
+    def _atomic(self, has_dest: bool):
+        from .decode import TYPES
+        tys = [m for m in self.mods if m in TYPES]
+        t = tys[-1]
+        bits, kind = TYPES[t]
+        op = next((m for m in self.mods if m in ("add", "min", "max", "inc", "dec", "and",
+                                                  "or", "xor", "exch", "cas")), None)
+        if op is None or self._vec() > 1:
+            _unsup(f"{self.ins.opcode}")
+        space = self._space()
+        if space not in ("global", "shared", "generic"):
+            _unsup(f"{self.ins.opcode} in {space} memory")
+        operands = self.ops[:] if has_dest else ["_"] + self.ops[:]
+        d, a = operands[:2]
+        vals = [self.src(o, bits) for o in operands[2:4]]
+        addr = self.address(a, space)
+        e = f"ATOM(t, {space!r}, {op!r}, {t!r}, {addr}, {', '.join(vals)})"
+        return [self.assign(d, e, bits)] if d != "_" else [e]
+
+    def op_atom(self):
+        return self._atomic(True)
+
+    def op_red(self):
+        return self._atomic(False)
+
+    # -- control flow
+    def op_bra(self):
+        return [f"return @L{{{self.ops[0].strip()}}}"], True
+
+    def op_ret(self):
+        return ["return t.ret()"], True
+
+    def op_exit(self):
+        return ["return t.exit()"], True
+
+    def op_trap(self):
+        return [f"t.trap({self.dec._where(self.st)!r})"], False
+
+    def op_brkpt(self):
+        return [f"t.trap({'brkpt at ' + self.dec._where(self.st)!r})"], False
+
+    def op_call(self):
+        ops_ = self.ops
+        rets: list[str] = []
+        i = 0
+        if ops_[0].startswith("(") and len(ops_) > 1:
+            rets = [x.strip() for x in ops_[0][1:-1].split(",") if x.strip()]
+            i = 1
+        target = ops_[i].strip()
+        args: list[str] = []
+        if len(ops_) > i + 1 and ops_[i + 1].startswith("("):
+            args = [x.strip() for x in ops_[i + 1][1:-1].split(",") if x.strip()]
+        if target.startswith("%"):
+            _unsup("an indirect call")
+        for x in rets + args:
+            if self.dec.resolve(self.scope, x) is None or self.width(x) != 0:
+                _unsup(f"call argument {x!r} is not a .param variable")
+        a = ", ".join(f"r[{self.slot(x)}]" for x in args)
+        rs = ", ".join(str(self.slot(x)) for x in rets)
+        return ["t.pc = @NEXT@", f"return t.call({target!r}, ({a}{',' if args else ''}), "
+                                  f"({rs}{',' if rets else ''}))"], True
+
+    # -- barriers and warp collectives (the thread waits: the block ends)
+    def _wait(self, ev: str) -> tuple[list[str], bool]:
+        return [f"t.ev = {ev}", "t.pc = @NEXT@", "return -1"], True
+
+    def op_bar(self):
+        mods = [m for m in self.mods if m not in ("cta", "aligned")]
+        if mods and mods[0] == "warp":
+            return self._wait(f"('warp', 'bar.warp.sync', {self.src(self.ops[0], 32)}, None, ())")
+        kind = mods[0] if mods else "sync"
+        if kind in ("sync", "arrive"):
+            a = self.src(self.ops[0], 32)
+            b = self.src(self.ops[1], 32) if len(self.ops) > 1 else "None"
+            if kind == "arrive":
+                return [f"t.cta.arrive(t, {a}, {b})"], False
+            return self._wait(f"('bar', 'sync', {a}, {b}, None, None)")
+        if kind == "red":
+            op = mods[1]
+            d = self.ops[0]
+            a = self.src(self.ops[1], 32)
+            b = self.src(self.ops[2], 32) if len(self.ops) > 3 else "None"
+            c = self.src(self.ops[-1], 1)
+            return self._wait(f"('bar', {op!r}, {a}, {b}, {c}, {self.slot(d)})")
+        _unsup(self.ins.opcode)
+
+    op_barrier = op_bar
+
+    def _members(self) -> str:
+        return self.src(self.ops[-1], 32)
+
+    def op_shfl(self):
+        if "sync" not in self.mods:
+            _unsup("shfl without .sync")
+        mode = next(m for m in self.mods if m in ("up", "down", "bfly", "idx"))
+        dests = [x.strip() for x in self.ops[0].split("|")]
+        a, b, c = (self.src(o, 32) for o in self.ops[1:4])
+        slots = tuple(self.slot(x) if x != "_" else -1 for x in dests)
+        return self._wait(f"('warp', 'shfl.{mode}', {self._members()}, ({a}, {b}, {c}), "
+                          f"{slots})")
+
+    def op_vote(self):
+        mode = next(m for m in self.mods if m in ("all", "any", "uni", "ballot"))
+        if "sync" not in self.mods:
+            _unsup("vote without .sync")
+        d, a = self.ops[:2]
+        return self._wait(f"('warp', 'vote.{mode}', {self._members()}, {self.src(a, 1)}, "
+                          f"({self.slot(d)},))")
+
+    def op_match(self):
+        mode = next(m for m in self.mods if m in ("any", "all"))
+        t, bits, _ = self.tyinfo()
+        dests = [x.strip() for x in self.ops[0].split("|")]
+        slots = tuple(self.slot(x) if x != "_" else -1 for x in dests)
+        return self._wait(f"('warp', 'match.{mode}', {self._members()}, "
+                          f"{self.src(self.ops[1], bits)}, {slots})")
+
+    def op_redux(self):
+        op = next(m for m in self.mods if m in ("add", "min", "max", "and", "or", "xor"))
+        t, bits, kind = self.tyinfo()
+        if kind == "f":
+            _unsup(self.ins.opcode)
+        return self._wait(f"('warp', 'redux.{op}.{kind}', {self._members()}, "
+                          f"{self.src(self.ops[1], 32)}, ({self.slot(self.ops[0])},))")
+
+    def op_activemask(self):
+        return self._wait(f"('warp', 'activemask', None, None, ({self.slot(self.ops[0])},))")
+
+    def op_elect(self):
+        dests = [x.strip() for x in self.ops[0].split("|")]
+        slots = tuple(self.slot(x) if x != "_" else -1 for x in dests)
+        return self._wait(f"('warp', 'elect', {self._members()}, None, {slots})")
+
+
+def _is_decimal_float(op: str) -> bool:
+    try:
+        float(op)
+    except ValueError:
+        return False
+    return "." in op or "e" in op.lower()
+
+
+# ---------------------------------------------------------------------------------------------
+# Run-time helpers (the generated code's globals)
+
+
+def SX(v: int, bits: int) -> int:
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if v >> (bits - 1) else v
+
+
+def SAT_S(v: int, bits: int) -> int:
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return min(max(v, lo), hi)
+
+
+def IDIV_U(a, b, bits):
+    return a // b if b else mask(bits)
+
+
+def IDIV_S(a, b, bits):
+    if b == 0:
+        return -1
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+def IREM_U(a, b):
+    return a % b if b else a
+
+
+def IREM_S(a, b):
+    if b == 0:
+        return a
+    r = abs(a) % abs(b)
+    return -r if a < 0 else r
+
+
+def BREV(v, bits):
+    return int(format(v, f"0{bits}b")[::-1], 2)
+
+
+def BFIND(v, bits, signed, shiftamt):
+    if signed and v >> (bits - 1):
+        v = ~v & mask(bits)
+    if v == 0:
+        return 0xffffffff
+    pos = v.bit_length() - 1
+    return bits - 1 - pos if shiftamt else pos
+
+
+def BFE(a, b, c, bits, signed):
+    pos, ln = b & 0xff, c & 0xff
+    msb = bits - 1
+    sbit = (a >> min(pos + ln - 1, msb)) & 1 if signed and ln else 0
+    d = 0
+    for i in range(bits):
+        bit = (a >> (pos + i)) & 1 if i < ln and pos + i <= msb else sbit
+        d |= bit << i
+    return d
+
+
+def BFI(a, b, c, d, bits):
+    pos, ln = c & 0xff, d & 0xff
+    f = b
+    for i in range(ln):
+        if pos + i > bits - 1:
+            break
+        f = (f & ~(1 << (pos + i))) | (((a >> i) & 1) << (pos + i))
+    return f & mask(bits)
+
+
+def BMSK(a, b, wrap):
+    pos, width = (a & 31, b & 31) if wrap else (min(a, 32), min(b, 32))
+    return (((1 << width) - 1) << pos) & 0xffffffff if pos < 32 else 0
+
+
+def SZEXT(a, b, wrap, signed):
+    pos = b & 31 if wrap else min(b, 32)
+    if pos == 0:
+        return 0 if not signed else 0
+    v = a & ((1 << pos) - 1)
+    if signed and v >> (pos - 1):
+        v -= 1 << pos
+    return v & 0xffffffff
+
+
+def DP(which, a, b, c, sa, sb, hi):
+    acc = SX(c, 32) if sa or sb else c
+    if which == "dp4a":
+        for i in range(4):
+            x, y = (a >> (8 * i)) & 0xff, (b >> (8 * i)) & 0xff
+            acc += (SX(x, 8) if sa else x) * (SX(y, 8) if sb else y)
+    else:
+        for i in range(2):
+            x = (a >> (16 * i)) & 0xffff
+            y = (b >> (8 * (i + (2 if hi else 0)))) & 0xff
+            acc += (SX(x, 16) if sa else x) * (SX(y, 8) if sb else y)
+    return acc & 0xffffffff
+
+
+def LOP3(a, b, c, lut):
+    r = 0
+    for m in range(8):
+        if (lut >> m) & 1:
+            r |= (a if m & 4 else ~a) & (b if m & 2 else ~b) & (c if m & 1 else ~c)
+    return r & 0xffffffff
+
+
+def SHL(a, b, bits):
+    return (a << b) & mask(bits) if b < bits else 0
+
+
+def SHR(a, b, bits, signed):
+    if signed:
+        return (SX(a, bits) >> min(b, bits)) & mask(bits)
+    return a >> b if b < bits else 0
+
+
+def SHF(a, b, c, left, wrap):
+    n = c & 31 if wrap else min(c, 32)
+    v = (b << 32) | a
+    return ((v << n) >> 32) & 0xffffffff if left else (v >> n) & 0xffffffff
+
+
+def PRMT(a, b, c, mode):
+    x = (b << 32) | a
+    byte = [(x >> (8 * i)) & 0xff for i in range(8)]
+    if mode == "":
+        r = 0
+        for i in range(4):
+            s = (c >> (4 * i)) & 0xf
+            v = byte[s & 7]
+            if s & 8:
+                v = 0xff if v & 0x80 else 0
+            r |= v << (8 * i)
+        return r
+    n = c & 3
+    sel = {"f4e": [(n + i) & 7 for i in range(4)],
+           "b4e": [(n - i) & 7 for i in range(4)],
+           "rc8": [n] * 4,
+           "ecl": [max(i, n) for i in range(4)],
+           "ecr": [min(i, n) for i in range(4)],
+           "rc16": [(n & 1) * 2, (n & 1) * 2 + 1] * 2}[mode]
+    return sum(byte[s] << (8 * i) for i, s in enumerate(sel))
+
+
+def TESTP(op, t, v):
+    x = V.b2f(v) if t == "f32" else V.b2d(v)
+    if op == "finite":
+        return 1 if math.isfinite(x) else 0
+    if op == "infinite":
+        return 1 if math.isinf(x) else 0
+    if op == "number":
+        return 1 if x == x else 0
+    if op == "notanumber":
+        return 1 if x != x else 0
+    tiny = 1.1754943508222875e-38 if t == "f32" else 2.2250738585072014e-308
+    if op == "normal":
+        return 1 if math.isfinite(x) and abs(x) >= tiny else 0
+    if op == "subnormal":
+        return 1 if x != 0 and abs(x) < tiny else 0
+    raise ExecError(f"testp.{op}")
+
+
+def _fval(t, v, ftz=False):
+    if t == "f32":
+        return V.b2f(V.ftz32(v) if ftz else v)
+    if t == "f64":
+        return V.b2d(v)
+    if t == "f16":
+        return V.b2h(v)
+    if t == "bf16":
+        return V.bf2f(v)
+    raise ExecError(f"no float value of type {t}")
+
+
+def _fbits(t, x, mode="rn"):
+    if t == "f32":
+        return V.f2b(x) if mode == "rn" else V.exact_to_f32(x, mode)
+    if t == "f64":
+        return V.d2b(x) if mode == "rn" else V.exact_to_f64(x, mode)
+    if t == "f16":
+        if x != x:
+            return V.F16_NAN
+        return V.h2b(x) if mode == "rn" or not math.isfinite(x) else \
+            V.round_to_format(x, 5, 10, mode)
+    if t == "bf16":
+        if x != x:
+            return V.BF16_NAN
+        return V.f2bf(x) if mode == "rn" or not math.isfinite(x) else \
+            V.round_to_format(x, 8, 7, mode)
+    raise ExecError(f"no float bits of type {t}")
+
+
+def FCMP(cmp, t, a, b, ftz):
+    if t in ("f16x2", "bf16x2"):
+        raise ExecError("setp on packed halves")
+    x, y = _fval(t, a, ftz), _fval(t, b, ftz)
+    unordered = x != x or y != y
+    base = cmp[:-1] if cmp.endswith("u") and cmp not in ("num",) else cmp
+    if cmp == "num":
+        return not unordered
+    if cmp == "nan":
+        return unordered
+    if unordered:
+        return cmp.endswith("u")
+    return {"eq": x == y, "ne": x != y, "lt": x < y, "le": x <= y, "gt": x > y,
+            "ge": x >= y}[base]
+
+
+def FUNARY(op, t, ftz, a):
+    bits = {"f32": 32, "f64": 64, "f16": 16, "bf16": 16, "f16x2": 32, "bf16x2": 32}[t]
+    if t in ("f16x2", "bf16x2"):
+        lo = FUNARY(op, t[:-2], ftz, a & 0xffff)
+        hi = FUNARY(op, t[:-2], ftz, a >> 16)
+        return lo | (hi << 16)
+    s = 1 << (bits - 1)
+    if ftz and t == "f32":
+        a = V.ftz32(a)
+    return a & (s - 1) if op == "abs" else a ^ s
+
+
+def FMINMAX(op, t, ftz, nan, a, b):
+    if t == "f32":
+        return V.f32_minmax(op, a, b, ftz, nan)
+    if t == "f64":
+        return V.f64_minmax(op, a, b)
+    if t in ("f16x2", "bf16x2"):
+        h = t[:-2]
+        return FMINMAX(op, h, ftz, nan, a & 0xffff, b & 0xffff) | \
+            (FMINMAX(op, h, ftz, nan, a >> 16, b >> 16) << 16)
+    x, y = _fval(t, a), _fval(t, b)
+    qnan = V.F16_NAN if t == "f16" else V.BF16_NAN
+    if x != x or y != y:
+        if nan or (x != x and y != y):
+            return qnan
+        return b if x != x else a
+    if x == y:
+        neg = (a >> 15) | (b >> 15) if op == "min" else (a >> 15) & (b >> 15)
+        return (a & 0x7fff) | (neg << 15)
+    return a if (x < y) == (op == "min") else b
+
+
+def HALF(op, t, mode, ftz, sat, relu, a, b, c=None):
+    """f16/bf16 (and packed x2) add/sub/mul/fma: the exact result rounded once."""
+    if t in ("f16x2", "bf16x2"):
+        h = t[:-2]
+        lo = HALF(op, h, mode, ftz, sat, relu, a & 0xffff, b & 0xffff,
+                  None if c is None else c & 0xffff)
+        hi = HALF(op, h, mode, ftz, sat, relu, a >> 16, b >> 16, None if c is None else c >> 16)
+        return lo | (hi << 16)
+    x, y = _fval(t, a), _fval(t, b)
+    z = _fval(t, c) if c is not None else 0.0
+    if not all(math.isfinite(v) for v in (x, y, z)):
+        v = {"add": x + y, "sub": x - y, "mul": x * y}.get(op) if op != "fma" else x * y + z
+    else:
+        ex = {"add": lambda: Fraction(x) + Fraction(y), "sub": lambda: Fraction(x) - Fraction(y),
+              "mul": lambda: Fraction(x) * Fraction(y),
+              "fma": lambda: Fraction(x) * Fraction(y) + Fraction(z)}[op]()
+        if ex == 0:
+            v = {"add": x + y, "sub": x - y, "mul": x * y}.get(op, x * y + z)
+        else:
+            e, m = (5, 10) if t == "f16" else (8, 7)
+            r = V.round_to_format(ex, e, m, mode if mode != "rna" else "rn")
+            v = _fval(t, r)
+            if math.isinf(v) or True:
+                out = r
+                return _half_finish(t, out, sat, relu)
+    return _half_finish(t, _fbits(t, v), sat, relu)
+
+
+def _half_finish(t, r, sat, relu):
+    v = _fval(t, r)
+    if v != v:
+        return V.F16_NAN if t == "f16" else V.BF16_NAN
+    if relu and (v < 0 or (v == 0 and r >> 15)):
+        return 0
+    if sat:
+        if v <= 0:
+            return 0
+        if v >= 1:
+            return _fbits(t, 1.0)
+    return r
+
+
+def CVT(dt, st, flags, a, b=None):
+    """cvt: every pairing of integer and float types, with rounding, .sat, .ftz, .relu,
+    .satfinite and the packed forms (f16x2/bf16x2/e4m3x2/e5m2x2)."""
+    from .decode import TYPES
+    dbits, dkind = TYPES[dt]
+    sbits, skind = TYPES[st]
+    mode = next((f for f in flags if f in ("rn", "rz", "rm", "rp", "rna", "rni", "rzi", "rmi",
+                                           "rpi")), None)
+    ftz, sat = "ftz" in flags, "sat" in flags
+    relu, satfinite = "relu" in flags, "satfinite" in flags
+    if dt in ("f16x2", "bf16x2", "e4m3x2", "e5m2x2") and b is not None:
+        h = dt[:-2]
+        lo = CVT(h if dt != "e4m3x2" and dt != "e5m2x2" else dt[:-2], st, flags, b)
+        hi = CVT(h if dt != "e4m3x2" and dt != "e5m2x2" else dt[:-2], st, flags, a)
+        w = 16 if dt in ("f16x2", "bf16x2") else 8
+        return lo | (hi << w)
+    if st in ("e4m3x2", "e5m2x2"):
+        h = st[:-2]
+        lo = CVT(dt[:-2] if dt.endswith("x2") else dt, h, flags, a & 0xff)
+        hi = CVT(dt[:-2] if dt.endswith("x2") else dt, h, flags, (a >> 8) & 0xff)
+        w = 16 if dt.endswith("x2") else 0
+        return lo | (hi << w)
+    # the source's value
+    if skind in ("u", "s"):
+        x = SX(a, sbits) if skind == "s" else a & mask(sbits)
+        if dkind in ("u", "s"):
+            return _int_to_int(x, dbits, dkind, sat)
+        return _exact_to_float(dt, Fraction(x), _rmode(mode), satfinite, relu)
+    if st == "e4m3":
+        xv = V.decode_minifloat(a, 4, 3, has_inf=False)
+    elif st == "e5m2":
+        xv = V.decode_minifloat(a, 5, 2)
+    else:
+        xv = _fval(st, a, ftz and st == "f32")
+    if dkind in ("u", "s"):
+        m = _rmode(mode or "rzi")
+        return V.float_to_int(xv, dbits, dkind == "s", m)
+    if mode in ("rni", "rzi", "rmi", "rpi"):
+        v = V.float_round_integral(xv, _rmode(mode))
+        r = _fbits(dt, v)
+    elif xv != xv:
+        r = {"f32": V.F32_NAN, "f64": V.F64_NAN, "f16": V.F16_NAN, "bf16": V.BF16_NAN,
+             "e4m3": 0x7f, "e5m2": 0x7f, "tf32": V.F32_NAN}[dt]
+    elif math.isinf(xv):
+        r = _exact_to_float(dt, xv, "rn", satfinite, relu)
+    else:
+        r = _exact_to_float(dt, Fraction(xv), _rmode(mode or "rn"), satfinite, relu)
+    if ftz and dt == "f32":
+        r = V.ftz32(r)
+    if sat and dkind == "f":
+        v = _fval(dt, r) if dt in ("f32", "f64", "f16", "bf16") else 0
+        if v != v or v <= 0:
+            r = 0
+        elif v >= 1:
+            r = _fbits(dt, 1.0)
+    return r
+
+
+def _rmode(mode):
+    return {"rni": "rn", "rzi": "rz", "rmi": "rm", "rpi": "rp", "rna": "rn", None: "rn"}.get(
+        mode, mode)
+
+
+def _int_to_int(x, dbits, dkind, sat):
+    if sat:
+        lo, hi = (-(1 << (dbits - 1)), (1 << (dbits - 1)) - 1) if dkind == "s" else \
+            (0, (1 << dbits) - 1)
+        x = min(max(x, lo), hi)
+    return x & mask(dbits)
+
+
+def _exact_to_float(dt, x, mode, satfinite, relu):
+    if relu and x < 0:
+        x = Fraction(0)
+    if isinstance(x, float):      # an infinity
+        if dt == "e4m3":
+            return 0x7e | (0x80 if x < 0 else 0) if satfinite else 0x7f
+        if dt == "e5m2":
+            return (0x7b if satfinite else 0x7c) | (0x80 if x < 0 else 0)
+        return _fbits(dt, x)
+    if x == 0:
+        return 0
+    if dt == "f32":
+        return V.exact_to_f32(x, mode)
+    if dt == "f64":
+        return V.exact_to_f64(x, mode)
+    if dt == "tf32":
+        return V.round_to_format(x, 8, 10, mode) << 13
+    fmt = {"f16": (5, 10, True), "bf16": (8, 7, True), "e4m3": (4, 3, False),
+           "e5m2": (5, 2, True)}[dt]
+    return V.round_to_format(x, fmt[0], fmt[1], mode, satfinite=satfinite, has_inf=fmt[2])
+
+
+def CVTA_TO(a, win):
+    if not win <= a < win + WINDOW_SIZE:
+        raise ExecError(f"cvta.to of generic address {a:#x}, which is not in that state space")
+    return a - win
+
+
+def PR(buf, off, n):
+    if off + n > len(buf):
+        raise ExecError(f"read past a .param variable ({off}+{n} > {len(buf)} bytes)")
+    return int.from_bytes(buf[off:off + n], "little")
+
+
+def PW(buf, off, n, v):
+    if off + n > len(buf):
+        raise ExecError(f"write past a .param variable ({off}+{n} > {len(buf)} bytes)")
+    buf[off:off + n] = (v & mask(8 * n)).to_bytes(n, "little")
+
+
+def GREAD(t, a, n):
+    if SHARED_WINDOW <= a < SHARED_WINDOW + WINDOW_SIZE:
+        return t.cta.S.read(a - SHARED_WINDOW, n, t)
+    if LOCAL_WINDOW <= a < LOCAL_WINDOW + WINDOW_SIZE:
+        return t.Lm.read(a - LOCAL_WINDOW, n)
+    return t.G.read(a, n)
+
+
+def GWRITE(t, a, n, v):
+    if SHARED_WINDOW <= a < SHARED_WINDOW + WINDOW_SIZE:
+        return t.cta.S.write(a - SHARED_WINDOW, n, v, t)
+    if LOCAL_WINDOW <= a < LOCAL_WINDOW + WINDOW_SIZE:
+        return t.Lm.write(a - LOCAL_WINDOW, n, v)
+    return t.G.write(a, n, v)
+
+
+def ATOM(t, space, op, ty, addr, b, c=None):
+    """An atomic read-modify-write; returns the old value."""
+    from .decode import TYPES
+    bits, kind = TYPES[ty]
+    n = bits // 8
+    if space == "generic":
+        if SHARED_WINDOW <= addr < SHARED_WINDOW + WINDOW_SIZE:
+            space, addr = "shared", addr - SHARED_WINDOW
+        elif LOCAL_WINDOW <= addr < LOCAL_WINDOW + WINDOW_SIZE:
+            raise ExecError("atomic on local memory")
+        else:
+            space = "global"
+    if space == "shared":
+        sh = t.cta.S
+        sh._check(addr, n)
+        old = int.from_bytes(sh.buf[addr:addr + n], "little")
+    else:
+        old = t.G.read(addr, n)
+    new = _atom_value(op, ty, bits, kind, old, b, c)
+    if space == "shared":
+        t.cta.S.write(addr, n, new, t, atomic=True)
+    else:
+        t.G.write(addr, n, new)
+    return old
+
+
+def _atom_value(op, ty, bits, kind, old, b, c):
+    m = mask(bits)
+    if op == "cas":
+        return c if old == b else old
+    if op == "exch":
+        return b
+    if op in ("and", "or", "xor"):
+        return {"and": old & b, "or": old | b, "xor": old ^ b}[op]
+    if kind == "f":
+        if op == "add":
+            if ty == "f32":
+                return V.f32_binary("add", old, b, "rn", False)
+            if ty == "f64":
+                return V.f64_binary("add", old, b)
+            return HALF("add", ty, "rn", False, False, False, old, b)
+        if op in ("min", "max"):
+            return FMINMAX(op, ty, False, False, old, b)
+        raise ExecError(f"atom.{op}.{ty}")
+    if op == "add":
+        return (old + b) & m
+    if op == "inc":
+        return 0 if old >= b else old + 1
+    if op == "dec":
+        return b if old == 0 or old > b else old - 1
+    x, y = (SX(old, bits), SX(b, bits)) if kind == "s" else (old, b)
+    return (min(x, y) if op == "min" else max(x, y)) & m
+
+
+def APPROX(t, fname, ty, ftz, a, b=None):
+    """An approximate instruction: the exact function, rounded; the launch records that it
+    ran (``Launch.approx``) with its documented bound (``APPROX_BOUNDS``)."""
+    t.L.approx[f"{fname}.{ty}"] = t.L.approx.get(f"{fname}.{ty}", 0) + 1
+    if ty in ("f16x2", "bf16x2"):
+        h = ty[:-2]
+        return APPROX(t, fname, h, ftz, a & 0xffff) | (APPROX(t, fname, h, ftz, a >> 16) << 16)
+    x = _fval(ty, a, ftz)
+    y = _fval(ty, b, ftz) if b is not None else None
+    try:
+        v = _APPROX_FN[fname](x, y)
+    except (ValueError, ZeroDivisionError, OverflowError):
+        v = _approx_special(fname, x, y)
+    r = _fbits(ty, v)
+    if ftz and ty == "f32":
+        r = V.ftz32(r)
+    return r
+
+
+def _approx_special(fname, x, y):
+    if fname == "div":
+        if y == 0:
+            return math.nan if x == 0 or x != x else math.copysign(math.inf, x) * \
+                math.copysign(1, y)
+        return x / y
+    if fname in ("rcp",):
+        return math.copysign(math.inf, x)
+    if fname == "rsqrt":
+        return math.copysign(math.inf, x) if x == 0 else math.nan
+    if fname == "lg2":
+        return -math.inf if x == 0 else math.nan
+    if fname == "ex2":
+        return math.inf if x > 0 else 0.0
+    if fname == "sqrt":
+        return math.nan
+    return math.nan
+
+
+_APPROX_FN = {
+    "ex2": lambda x, _: 2.0 ** x, "lg2": lambda x, _: math.log2(x),
+    "sin": lambda x, _: math.sin(x), "cos": lambda x, _: math.cos(x),
+    "tanh": lambda x, _: math.tanh(x), "rcp": lambda x, _: 1.0 / x,
+    "rsqrt": lambda x, _: 1.0 / math.sqrt(x), "sqrt": lambda x, _: math.sqrt(x),
+    "div": lambda x, y: x / y,
+}
+
+
+def runtime_env() -> dict:
+    env = {k: v for k, v in globals().items() if k.isupper() and callable(v)}
+    env.update(V=V, ExecError=ExecError)
+    return env
