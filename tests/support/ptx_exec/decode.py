@@ -62,6 +62,9 @@ _IMM_RE = re.compile(r"^-?(0[xX][0-9a-fA-F]+|[0-9]+)U?$")
 _FIMM_RE = re.compile(r"^0[fF][0-9a-fA-F]{8}$|^0[dD][0-9a-fA-F]{16}$")
 _DECL_RE = re.compile(r"^(%[A-Za-z_$][\w$]*)<(\d+)>$")
 
+#: What a register holds before it is written (an f32/f64 NaN with a payload).
+GARBAGE = 0x7ff8dead7fc0dead
+
 
 class Unsupported(Exception):
     """An instruction the executor does not implement (compiled into a raise)."""
@@ -82,6 +85,10 @@ class Func:
         depots: ``.local`` variables of the frame: (slot, size, align).
         source: block index -> the PTX line of its first instruction (for errors).
         is_entry: a ``.entry``.
+        init: the registers of a new frame: every register holds :data:`GARBAGE` (its low
+            bits) until written, predicates 0. LLVM reads registers that are dead on a path
+            (a load's value merged where the load did not run), so reading one is no error;
+            a value computed from one shows as NaN-like garbage in the results.
     """
 
     name: str
@@ -93,6 +100,7 @@ class Func:
     depots: list[tuple[int, int, int]]
     source: list[str]
     is_entry: bool
+    init: list
 
 
 @dataclasses.dataclass
@@ -326,8 +334,9 @@ class _Decoder:
                 raise AssertionError(f"executor generated bad Python for {fn.name} "
                                      f"block {i}:\n{src}") from e
             funcs.append(ns[f"_b{i}"])
+        init = [GARBAGE & ((1 << w) - 1) if w > 1 else 0 for w in self.widths]
         return Func(fn.name, funcs, len(self.widths), self.params, self.results,
-                    self.buffers, self.depots, source, fn.kind == ".entry")
+                    self.buffers, self.depots, source, fn.kind == ".entry", init)
 
     def _labels_resolved(self, line: str) -> str:
         def sub(m):

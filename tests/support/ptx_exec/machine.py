@@ -316,7 +316,7 @@ class Thread:
         return self.L._clock
 
     def enter(self, fn: Func, args) -> None:
-        regs: list = [None] * fn.nslots
+        regs: list = list(fn.init)
         if len(args) != len(fn.params):
             raise ExecError(f"call of {fn.name} with {len(args)} arguments; it has "
                             f"{len(fn.params)} parameters")
@@ -410,7 +410,6 @@ class Thread:
             raise ExecError(f"thread {self.linear} of CTA {self.cta.ctaid} failed in "
                             f"{self.func.name}, at or after PTX "
                             f"{self.func.source[pc] if 0 <= pc < len(self.func.source) else pc}:"
-                            f" {type(e).__name__}: {e} (a register read before it was "
-                            f"written?)") from e
+                            f" {type(e).__name__}: {e}") from e
         finally:
             self.L.blocks_run += n

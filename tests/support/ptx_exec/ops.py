@@ -1278,7 +1278,8 @@ def CVT(dt, st, flags, a, b=None):
     elif math.isinf(xv):
         r = _exact_to_float(dt, xv, "rn", satfinite, relu)
     else:
-        r = _exact_to_float(dt, Fraction(xv), _rmode(mode or "rn"), satfinite, relu)
+        r = _exact_to_float(dt, Fraction(xv), _rmode(mode or "rn"), satfinite, relu,
+                            math.copysign(1, xv) < 0 and not relu)
     if ftz and dt == "f32":
         r = V.ftz32(r)
     if sat and dkind == "f":
@@ -1303,7 +1304,7 @@ def _int_to_int(x, dbits, dkind, sat):
     return x & mask(dbits)
 
 
-def _exact_to_float(dt, x, mode, satfinite, relu):
+def _exact_to_float(dt, x, mode, satfinite, relu, neg_zero=False):
     if relu and x < 0:
         x = Fraction(0)
     if isinstance(x, float):      # an infinity
@@ -1313,7 +1314,8 @@ def _exact_to_float(dt, x, mode, satfinite, relu):
             return (0x7b if satfinite else 0x7c) | (0x80 if x < 0 else 0)
         return _fbits(dt, x)
     if x == 0:
-        return 0
+        return 0 if not neg_zero else {"f32": 1 << 31, "f64": 1 << 63, "tf32": 1 << 31}.get(
+            dt, 0x8000 if dt in ("f16", "bf16") else 0x80)
     if dt == "f32":
         return V.exact_to_f32(x, mode)
     if dt == "f64":
