@@ -7,14 +7,13 @@ specialisation)."""
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import cuda.tile as ct
 import numpy as np
 import pytest
 
 from support import kernels as K
-from support.ptx_exec import ExecError, run
+from support.exact import bf16, fma
+from support.ptx_exec import run
 import splice
 
 ConstInt = ct.Constant[int]
@@ -32,29 +31,6 @@ def f32_arith(x, y, out, TILE: ConstInt):
     i = ct.bid(0)
     a, b = _load(x, i, TILE), _load(y, i, TILE)
     ct.store(out, index=(i,), tile=(a * b + a) / (b + 3.0) - ct.maximum(a, b))
-
-
-def fma(a, b, c):
-    """a * b + c rounded once, elementwise, in a's dtype (float32 or float64): tileiras
-    contracts a multiply and an add into fma.rn."""
-    exact = np.frompyfunc(lambda p, q, r: float(Fraction(float(p)) * Fraction(float(q))
-                                               + Fraction(float(r))), 3, 1)
-    a, b, c = np.broadcast_arrays(a, b, c)
-    if a.dtype == np.float64:
-        return exact(a, b, c).astype(np.float64)
-    return np.array([np.float32(_round_f32(Fraction(float(p)) * Fraction(float(q))
-                                           + Fraction(float(r))))
-                     for p, q, r in zip(a.ravel(), b.ravel(), c.ravel())],
-                    np.float32).reshape(a.shape)
-
-
-def _round_f32(x: Fraction) -> float:
-    """The float32 nearest to the exact ``x`` (ties to even), as a float."""
-    f = np.float32(float(x))
-    lo, hi = np.nextafter(f, np.float32(-np.inf)), np.nextafter(f, np.float32(np.inf))
-    best = min((abs(Fraction(float(c)) - x), int(np.asarray(c).view(np.uint32)) & 1, float(c))
-               for c in (lo, f, hi))
-    return best[2]
 
 
 def f32_arith_ref(x, y):
@@ -93,12 +69,6 @@ def conversions(x, o16, obf, oi, ou8, TILE: ConstInt):
     ct.store(obf, index=(i,), tile=ct.astype(a, ct.bfloat16))
     ct.store(oi, index=(i,), tile=ct.astype(a * 100.0, i32))
     ct.store(ou8, index=(i,), tile=ct.astype(ct.astype(a * 10.0, i32), ct.uint8))
-
-
-def bf16_bits(x):
-    """float32 -> bfloat16 bits, round to nearest even (NaN-free input)."""
-    b = x.astype(np.float32).view(np.uint32).astype(np.uint64)
-    return ((b + 0x7fff + ((b >> 16) & 1)) >> 16).astype(np.uint16)
 
 
 @ct.kernel
@@ -212,7 +182,7 @@ def test_conversions(arch, rng):
     with np.errstate(over="ignore"):
         want16 = x.astype(np.float16)
     np.testing.assert_array_equal(o16.view(np.uint16), want16.view(np.uint16))
-    np.testing.assert_array_equal(obf, bf16_bits(x))
+    np.testing.assert_array_equal(obf, bf16(x))
     np.testing.assert_array_equal(oi, (x * np.float32(100)).astype(np.int32))
     np.testing.assert_array_equal(ou8, (x * np.float32(10)).astype(np.int32).astype(np.uint8))
 

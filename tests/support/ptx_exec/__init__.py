@@ -12,7 +12,7 @@ Run a kernel::
 tileiras's own output, the plain-kernel reference). Pass the runtime arguments in launch
 order, leaving out ``ct.Constant`` ones; arrays are bound as cuTile binds them (base,
 extents, strides in elements) and copied back after the launch; scalars as the entry's
-parameter types. The result's ``.approx`` names the approximate instructions that ran
+parameter types (``Pointer(array)`` for an address passed as a scalar). The result's ``.approx`` names the approximate instructions that ran
 (bounds in ``ops.APPROX_BOUNDS``): compare exactly when it is empty.
 
 One CTA at a time, each thread interpreted on its own (decoded blocks of generated Python,
@@ -23,8 +23,8 @@ memory in :mod:`.memory`, instruction semantics in :mod:`.ops` and :mod:`.values
 barrier or collective, ``trap``.
 """
 
-from .cutile import run, run_build
+from .cutile import Pointer, run, run_build
 from .memory import ExecError
 from .ops import APPROX_BOUNDS
 
-__all__ = ["run", "run_build", "ExecError", "APPROX_BOUNDS"]
+__all__ = ["run", "run_build", "Pointer", "ExecError", "APPROX_BOUNDS"]

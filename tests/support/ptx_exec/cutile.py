@@ -26,6 +26,16 @@ from .memory import GlobalMemory
 _PROGRAMS: dict[str, Program] = {}
 
 
+class Pointer:
+    """An array passed by its address, as a 64-bit scalar (``ct.ScalarInt64``, a pointer
+    parameter of a ``splice.asm`` snippet): copied in, and back after the launch."""
+
+    def __init__(self, array: np.ndarray):
+        if not array.flags.c_contiguous:
+            raise TypeError("Pointer: pass a C-contiguous array")
+        self.array = array
+
+
 def program(ptx: str) -> Program:
     """The decoded program of a PTX text (memoised: one decode per text per process)."""
     p = _PROGRAMS.get(ptx)
@@ -85,7 +95,14 @@ def bind(fn: Function, args, memory: GlobalMemory) -> tuple[bytes, list]:
     arrays = []
     k = 0
     for i, a in enumerate(args):
-        if isinstance(a, np.ndarray):
+        if isinstance(a, Pointer):
+            if k >= len(params):
+                raise TypeError(_count_error(fn, args))
+            base = memory.alloc(a.array.tobytes(), f"argument {i} (a pointer)")
+            arrays.append((base, a.array))
+            _put(buf, offs[params[k].name], params[k].type, base)
+            k += 1
+        elif isinstance(a, np.ndarray):
             need = 1 + 2 * a.ndim
             if k + need > len(params):
                 raise TypeError(_count_error(fn, args))

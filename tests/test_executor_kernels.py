@@ -1,0 +1,165 @@
+"""The test kernels of ``support.kernels`` run on the CPU executor: the spliced PTX (what
+ptxas assembles) against NumPy, as ``test_gpu.py`` checks them on a GPU. Compiled for sm_80:
+their 1-D loads are TMA loads on sm_90 (warp-specialised, out of the executor's scope)."""
+
+from __future__ import annotations
+
+import cuda.tile as ct
+import numpy as np
+import pytest
+
+from support import kernels as K
+from support.exact import bf16, bf16_value, fma
+from support.ptx_exec import Pointer, run_build
+import splice
+
+ARCH = "sm_80"
+f32, f64 = ct.float32, ct.float64
+
+_CT = {"bool": ct.bool_}
+_NP = {"bfloat16": np.uint16}
+
+
+def _ct(name):
+    return _CT.get(name) or getattr(ct, name)
+
+
+def _random(name, n, rng):
+    if name == "bool":
+        return rng.random(n) < 0.5
+    if name.startswith(("int", "uint")):
+        info = np.iinfo(name)
+        return rng.integers(info.min, info.max, n, dtype=name, endpoint=True)
+    if name == "bfloat16":
+        return bf16(rng.standard_normal(n).astype(np.float32))
+    return (rng.standard_normal(n) * 10).astype(name)
+
+
+@pytest.mark.parametrize("inline", ["auto", "never"])
+@pytest.mark.parametrize("name", sorted(K.TYPE_EXTERNS))
+def test_every_element_type(name, inline):
+    rng = np.random.default_rng(1)
+    n, tile = 512, 256
+    x = _random(name, n, rng)
+    y = np.zeros_like(x)
+    b = splice.compile(K.TYPE_KERNELS[name, inline],
+                       K.signature(K.array(_ct(name)), K.array(_ct(name)), tile), ARCH)
+    launch = run_build(b, (n // tile,), x, y)
+    assert not launch.approx
+    if name == "bfloat16":
+        ref = bf16(bf16_value(x) * np.float32(2) + np.float32(1))
+    else:
+        ref = K.TYPE_EXTERNS[name][1](x)
+    np.testing.assert_array_equal(y, ref)
+
+
+@pytest.mark.parametrize("kernel", ["saxpy_kernel", "saxpy_call_kernel"])
+@pytest.mark.parametrize("tile", [1, 2, 16, 32, 64, 128, 256, 1024])
+def test_tile_sizes_including_replicated_layouts(tile, kernel):
+    n = max(tile * 2, 256)
+    rng = np.random.default_rng(tile)
+    x = rng.standard_normal(n).astype(np.float32)
+    y = rng.standard_normal(n).astype(np.float32)
+    out = np.zeros(n, np.float32)
+    b = splice.compile(getattr(K, kernel), K.signature(K.array(f32), K.array(f32), K.array(f32),
+                                                       K.scalar(f32), tile), ARCH)
+    run_build(b, (n // tile,), x, y, out, 1.5)
+    # saxpy is a * x + y with one rounding (NVRTC contracts it to fma.rn.f32)
+    np.testing.assert_array_equal(out, fma(np.float32(1.5), x, y))
+
+
+def test_mixed_argument_types():
+    rng = np.random.default_rng(7)
+    n, tile = 256, 128
+    a = rng.integers(-128, 127, n, dtype=np.int8)
+    bb = rng.standard_normal(n).astype(np.float16)
+    c = rng.random(n) < 0.5
+    d = rng.integers(-1000, 1000, n, dtype=np.int32)
+    e = rng.standard_normal(n).astype(np.float32)
+    y = np.zeros(n)
+    b = splice.compile(K.mixed_kernel, K.signature(
+        K.array(ct.int8), K.array(ct.float16), K.array(ct.bool_), K.array(ct.int32),
+        K.array(f32), K.array(f64), tile), ARCH)
+    run_build(b, (n // tile,), a, bb, c, d, e, y)
+    np.testing.assert_array_equal(y, K.mixed_ref(a, bb, c, d, e))
+
+
+def test_same_value_in_both_payload_slots():
+    x = np.random.default_rng(3).standard_normal(512)
+    y = np.zeros(512)
+    b = splice.compile(K.same_arg_kernel, K.signature(K.array(f64), K.array(f64), 256), ARCH)
+    run_build(b, (2,), x, y)
+    np.testing.assert_array_equal(y, x * x + 0.25)
+
+
+def test_broadcast_2d_scalar_and_constant():
+    M, N, TM, TN = 64, 128, 32, 64
+    rng = np.random.default_rng(5)
+    col = rng.standard_normal((M, 1)).astype(np.float32)
+    row = rng.standard_normal((1, N)).astype(np.float32)
+    out = np.zeros((M, N), np.float32)
+    b = splice.compile(K.broadcast_kernel, K.signature(K.array(f32, 2), K.array(f32, 2),
+                                                       K.array(f32, 2), K.scalar(f32), TM, TN),
+                       ARCH)
+    run_build(b, (M // TM, N // TN), col, row, out, 2.0)
+    ref = fma(np.float32(2), col, row) + fma(np.float32(2), np.float32(0.5), row)
+    np.testing.assert_array_equal(out, ref)
+
+
+def test_scalar_call():
+    out = np.zeros(16, np.float32)
+    b = splice.compile(K.scalar_kernel, K.signature(K.array(f32), K.scalar(f32), K.scalar(f32)),
+                       ARCH)
+    run_build(b, (1,), out, 3.0, 4.0)
+    assert out[0] == np.float32(13.0)
+
+
+def test_loops_branches_helpers_several_sites():
+    n, tile, iters = 1024, 256, 5
+    x = np.random.default_rng(11).standard_normal(n).astype(np.float32)
+    y = np.zeros(n, np.float32)
+    b = splice.compile(K.control_kernel, K.signature(K.array(f32), K.array(f32), iters, tile),
+                       ARCH)
+    run_build(b, (n // tile,), x, y)
+    np.testing.assert_allclose(y, K.control_ref(x, iters, tile), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("tile", [1, 32, 128, 1024])
+def test_void_impure_extern_runs_once_per_element(tile):
+    n = max(tile * 2, 512)
+    x = np.random.default_rng(tile).integers(0, 1000, n, dtype=np.uint32)
+    counter = np.zeros(2, np.int64)
+    b = splice.compile(K.count_kernel, K.signature(K.array(ct.uint32), K.scalar(ct.int64), tile),
+                       ARCH)
+    run_build(b, (n // tile,), x, Pointer(counter))
+    calls, total = counter
+    assert calls == n, f"{calls} calls for {n} elements"
+    assert total == int(x.astype(np.uint64).sum())
+
+
+def test_void_impure_extern_2d_replicated():
+    TM, TN, blocks = 4, 8, 4   # 32 elements on 128 threads: replicated 4x
+    x = np.random.default_rng(2).integers(0, 100, (TM * blocks, TN), dtype=np.uint32)
+    counter = np.zeros(2, np.int64)
+    b = splice.compile(K.count_2d_kernel, K.signature(K.array(ct.uint32, 2), K.scalar(ct.int64),
+                                                      TM, TN), ARCH)
+    run_build(b, (blocks,), x, Pointer(counter))
+    calls, total = counter
+    assert calls == x.size and total == int(x.astype(np.uint64).sum())
+
+
+def test_prebuilt_ptx():
+    x = np.random.default_rng(4).standard_normal(1024).astype(np.float32)
+    y = np.zeros(1024, np.float32)
+    b = splice.compile(K.ptx_kernel, K.signature(K.array(f32), K.array(f32), 512), ARCH)
+    run_build(b, (2,), x, y)
+    np.testing.assert_array_equal(y, fma(x, np.float32(3), np.float32(1)))
+
+
+def test_approximate_tanh_snippet_within_its_bound():
+    x = np.random.default_rng(9).standard_normal(256).astype(np.float32)
+    y = np.zeros(256, np.float32)
+    b = splice.compile(K.asm_tanh_kernel, K.signature(K.array(f32), K.array(f32), 128), ARCH)
+    launch = run_build(b, (2,), x, y)
+    assert set(launch.approx) == {"tanh.f32"}
+    np.testing.assert_allclose(y, np.tanh(x.astype(np.float64)), rtol=2.0 ** -10.9, atol=0)
