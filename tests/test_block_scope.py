@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from support import kernels as K
+from support.ptx_exec import run_build
 import splice
 from splice import cccl
 from splice.errors import SpliceCallError, SpliceDeclarationError, SpliceRewriteError
@@ -646,3 +647,69 @@ def test_cluster_kernel_refused_with_num_ctas_in_the_message():
         ct.store(y, index=(bid,), tile=t + block_count(bid))
     with pytest.raises(SpliceRewriteError, match=r"cluster of CTAs .*num_ctas=1"):
         splice.compile(cluster_kernel, _vec_sig(), "sm_90")
+
+
+# ---------------------------------------------------------------------------------------------
+# CPU executor: the GPU tests' kernels run on support.ptx_exec (the spliced PTX for sm_90)
+
+
+def _exec(kernel, sig, grid, *args):
+    return run_build(splice.compile(kernel, sig, "sm_90"), grid, *args)
+
+
+def test_exec_block_reduce_row_sum():
+    fn = _block_reduce_extern()
+    rows, n = 3, 512
+    x = np.random.default_rng(0).integers(-50, 50, (rows, n)).astype(np.float32)  # exact sums
+    y = np.zeros(rows, np.float32)
+    sig = K.signature(K.array(f32, 2), K.array(f32), K.scalar(i32), 256)
+    _exec(make_row_sum_kernel(fn), sig, (rows,), x, y, n)
+    np.testing.assert_array_equal(y, x.sum(axis=1))
+
+
+def test_exec_histogram():
+    blocks = 3
+    xn = np.random.default_rng(0).integers(0, 256, blocks * 256).astype(np.int32)
+    buf = np.concatenate([np.zeros(256, np.int32), xn])
+    out = np.zeros(blocks * 256, np.int32)
+    _exec(histogram_kernel, K.signature(K.array(i32), K.array(i32), 256), (blocks,), buf, out)
+    np.testing.assert_array_equal(buf[:256], np.bincount(xn, minlength=256))
+    np.testing.assert_array_equal(out, xn)
+
+
+def test_exec_warp_scan():
+    blocks = 2
+    x = np.random.default_rng(1).integers(-9, 9, blocks * 128).astype(np.float32)
+    ref = x.reshape(-1, 32).cumsum(axis=1)
+    totals = np.zeros(blocks * 128, np.float32)
+    _exec(scan_kernel, _vec_sig(f32), (blocks,), x, totals)
+    np.testing.assert_array_equal(x.reshape(-1, 32), ref)
+    np.testing.assert_array_equal(totals.reshape(blocks, 128),
+                                  np.repeat(ref.reshape(blocks, 4, 32)[:, 0, 31:], 128, axis=1))
+
+
+@pytest.mark.parametrize("kernel", [count_kernel, count_kernel_called])
+@pytest.mark.parametrize("reps,flag", [(0, 0), (1, 1), (3, 0)])
+def test_exec_loop_and_uniform_branch(kernel, reps, flag):
+    x = np.arange(2 * 128, dtype=np.int32)
+    y = np.zeros_like(x)
+    _exec(kernel, COUNT_SIG, (2,), x, y, reps, flag)
+    np.testing.assert_array_equal(y, x + count_ref(reps, flag))
+
+
+def test_exec_ordering_store_call_load():
+    blocks = 2
+    y = np.random.default_rng(2).standard_normal(blocks * 128).astype(np.float32)
+    x = np.zeros_like(y)
+    want = y * np.float32(2) + np.float32(1)
+    _exec(order_kernel, _vec_sig(f32), (blocks,), x, y)
+    np.testing.assert_array_equal(y, want)
+    np.testing.assert_array_equal(x, want)
+
+
+def test_exec_two_sites():
+    x = np.arange(2 * 128, dtype=np.int32)
+    y = np.zeros_like(x)
+    _exec(two_sites_kernel, _vec_sig(), (2,), x, y)
+    a = 32 * 4
+    np.testing.assert_array_equal(y, x + a * 1000 + 2 * a)

@@ -194,7 +194,8 @@ def parse_var(s: Statement, text: str) -> Var | None:
             i += 3
             continue
         elif tk == "=":
-            init = _initialiser(toks[i + 1:], ty or "b8", count)
+            raw = s.text(text)
+            init = _initialiser(raw[raw.index("=") + 1:], ty or "b8", count)
             break
         elif tk.startswith("%") or (not tk.startswith(".") and tk not in (";", "{", "}", ",")
                                      and name is None):
@@ -206,9 +207,12 @@ def parse_var(s: Statement, text: str) -> Var | None:
     return Var(name, space, width * count, align or width, init, extern)
 
 
-def _initialiser(toks: list[str], ty: str, count: int) -> bytes:
+def _initialiser(raw: str, ty: str, count: int) -> bytes:
     width = max(TYPES[ty][0] // 8, 1)
-    vals = [t for t in toks if t not in ("{", "}", ",", ";")]
+    vals = [v.strip() for v in re.sub(r"[{};]", " ", raw).split(",") if v.strip()]
+    if any(not is_imm(v) for v in vals):
+        raise ExecError(f"an initialiser the executor cannot read: {raw.strip()[:80]!r} "
+                        f"(addresses of symbols, generic() are not modelled)")
     out = bytearray()
     for v in vals:
         out += (imm_value(v) & ((1 << (8 * width)) - 1)).to_bytes(width, "little")

@@ -74,7 +74,7 @@ class Gen:
         op = op.strip()
         if op.startswith("!"):
             return f"(1 - {self.src(op[1:], 1)})"
-        if op.startswith("%"):
+        if op.startswith("%") or self._is_reg(op):
             if op in SPECIAL:
                 return SPECIAL[op] if bits >= 32 else f"({SPECIAL[op]} & {mask(bits)})"
             k = self.dec.resolve(self.scope, op)
@@ -90,6 +90,12 @@ class Gen:
         if _is_decimal_float(op):
             return str(V.f2b(float(op)) if bits == 32 else V.d2b(float(op)))
         return self.symbol_address(op)
+
+    def _is_reg(self, name: str) -> bool:
+        """A register named without ``%`` (``.reg .f32 r0;`` in inline asm), or a ``.local``
+        depot (whose slot holds its address)."""
+        k = self.dec.resolve(self.scope, name)
+        return k is not None and self.dec.widths[k] > 0
 
     def symbol_address(self, name: str, off: int = 0) -> str:
         """``mov.u64 %rd, name``: the address of a variable (in its own state space)."""
@@ -141,7 +147,7 @@ class Gen:
                 off = imm_value(inner[j + 1:].strip())
                 off = -off if sep == "-" else off
                 break
-        if base.startswith("%"):
+        if base.startswith("%") or self._is_reg(base):
             return f"({self.src(base, 64)} + {off})" if off else self.src(base, 64)
         if is_imm(base):
             return str(imm_value(base) + off)
