@@ -163,3 +163,50 @@ def test_approximate_tanh_snippet_within_its_bound():
     launch = run_build(b, (2,), x, y)
     assert set(launch.approx) == {"tanh.f32"}
     np.testing.assert_allclose(y, np.tanh(x.astype(np.float64)), rtol=2.0 ** -10.9, atol=0)
+
+
+# A PTX extern with a guarded early return (inlined: the guard must survive as a guarded
+# jump to the body's end) and a signed 16-bit argument (sign-extended into its .param).
+PTX_EARLY = r"""
+.version 8.0
+.target sm_80
+.address_size 64
+
+.visible .func (.param .b32 r) early(.param .b32 x, .param .b32 k)
+{
+	.reg .f32 	%f<3>;
+	.reg .b32 	%r<2>;
+	.reg .pred 	%p;
+	ld.param.f32 	%f1, [x];
+	ld.param.s32 	%r1, [k];
+	cvt.rn.f32.s32 	%f2, %r1;
+	st.param.f32 	[r], %f2;
+	setp.lt.f32 	%p, %f1, 0f00000000;
+	@%p ret;
+	add.rn.f32 	%f2, %f1, %f2;
+	st.param.f32 	[r], %f2;
+	ret;
+}
+"""
+
+
+@pytest.mark.parametrize("inline", ["always", "never"])
+def test_ptx_extern_with_a_guarded_early_return(inline):
+    early = splice.extern.from_ptx(ptx=PTX_EARLY, name="early", inline=inline,
+                                   signature="float32(float32, int16)")
+
+    @splice.kernel
+    def early_kernel(x, k, y, TILE: ct.Constant[int]):
+        i = ct.bid(0)
+        t = ct.load(x, index=(i,), shape=(TILE,))
+        ct.store(y, index=(i,), tile=early(t, ct.load(k, index=(i,), shape=(TILE,))))
+
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal(256).astype(np.float32)
+    k = rng.integers(-300, 300, 256).astype(np.int16)
+    y = np.zeros(256, np.float32)
+    b = splice.compile(early_kernel, K.signature(K.array(f32), K.array(ct.int16), K.array(f32),
+                                                 128), ARCH)
+    run_build(b, (2,), x, k, y)
+    kf = k.astype(np.float32)
+    np.testing.assert_array_equal(y, np.where(x < 0, kf, x + kf))

@@ -92,14 +92,23 @@ def bind(fn: Function, args, memory: GlobalMemory) -> tuple[bytes, list]:
     offs, size = entry_param_offsets(fn)
     buf = bytearray(size)
     params = list(fn.params)
-    arrays = []
+    arrays: list[tuple[int, np.ndarray]] = []
+    bases: dict[int, int] = {}
+
+    def placed(a: np.ndarray, what: str) -> int:
+        """The array's address: one allocation per array object (an array passed twice
+        is one buffer, as on the GPU)."""
+        if id(a) not in bases:
+            bases[id(a)] = memory.alloc(a.tobytes(), what)
+            arrays.append((bases[id(a)], a))
+        return bases[id(a)]
+
     k = 0
     for i, a in enumerate(args):
         if isinstance(a, Pointer):
             if k >= len(params):
                 raise TypeError(_count_error(fn, args))
-            base = memory.alloc(a.array.tobytes(), f"argument {i} (a pointer)")
-            arrays.append((base, a.array))
+            base = placed(a.array, f"argument {i} (a pointer)")
             _put(buf, offs[params[k].name], params[k].type, base)
             k += 1
         elif isinstance(a, np.ndarray):
@@ -109,8 +118,7 @@ def bind(fn: Function, args, memory: GlobalMemory) -> tuple[bytes, list]:
             if not a.flags.c_contiguous:
                 raise TypeError(f"argument {i}: pass a C-contiguous array (a strided view "
                                 f"is bound by its base array's extents: not modelled)")
-            base = memory.alloc(a.tobytes(), f"argument {i} ({a.dtype}{list(a.shape)})")
-            arrays.append((base, a))
+            base = placed(a, f"argument {i} ({a.dtype}{list(a.shape)})")
             strides = [s // a.itemsize for s in a.strides]
             vals = [base, *a.shape, *strides]
             for v, p in zip(vals, params[k:k + need]):

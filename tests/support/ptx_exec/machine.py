@@ -16,7 +16,7 @@ waiting at the same ``activemask`` (the largest set of lanes a GPU could have co
 from __future__ import annotations
 
 from .decode import Func, Program
-from .memory import ExecError, GlobalMemory, LocalMemory, SharedMemory
+from .memory import ExecError, GlobalMemory, LocalMemory, Shadow, SharedMemory
 
 RUN, WAIT, EXIT = 0, 1, 2
 MAX_BLOCKS_PER_THREAD = 20_000_000
@@ -68,6 +68,7 @@ class CTA:
         self.nwarps = (n + 31) // 32
         self.smem_size = launch.prog.static_shared + launch.dynamic_smem
         self.S = SharedMemory(self.smem_size)
+        self.gshadow = Shadow("global")
         self.threads = [Thread(self, i, (i % bx, i // bx % by, i // (bx * by)))
                         for i in range(n)]
         self.arrived: dict[int, int] = {}

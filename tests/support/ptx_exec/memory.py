@@ -4,9 +4,11 @@ that maps windows onto them.
 
 Every access is bounds-checked against the allocation it falls in: an address outside every
 allocation is an :class:`ExecError` (on the GPU an illegal address or a silent corruption).
-Shared memory remembers, for each byte, which thread last wrote it and how far that thread's
-synchronisation had got: a read or write by another thread that no barrier (or warp
-synchronisation, within a warp) has ordered after it is a race, an :class:`ExecError`.
+Shared and global memory remember, for each byte a thread of the running CTA wrote, which
+thread wrote it and how far that thread's synchronisation had got: a read or write by
+another thread of the CTA that no barrier (or warp synchronisation, within a warp) has
+ordered after it is a race, an :class:`ExecError` (:class:`Shadow`). CTAs run one after
+another; races between CTAs are not seen.
 """
 
 from __future__ import annotations
@@ -66,22 +68,77 @@ class GlobalMemory:
         return f"{off} bytes from the start of {self.names[i]} " \
                f"({self.ends[i] - self.starts[i]} bytes)"
 
-    def read(self, addr: int, n: int) -> int:
+    def read(self, addr: int, n: int, t=None, atomic: bool = False) -> int:
+        """``n`` bytes at ``addr``; with the reading thread ``t``, checked for a race with
+        the writes of the other threads of its CTA."""
         buf, off = self.locate(addr, n)
+        if t is not None and not atomic:
+            t.cta.gshadow.read(addr, n, t)
         return int.from_bytes(buf[off:off + n], "little")
 
-    def write(self, addr: int, n: int, value: int) -> None:
+    def write(self, addr: int, n: int, value: int, t=None, atomic: bool = False) -> None:
         buf, off = self.locate(addr, n)
-        buf[off:off + n] = (value & ((1 << (8 * n)) - 1)).to_bytes(n, "little")
+        new = (value & ((1 << (8 * n)) - 1)).to_bytes(n, "little")
+        if t is not None:
+            t.cta.gshadow.write(addr, n, t, buf[off:off + n], new, atomic)
+        buf[off:off + n] = new
+
+
+class Shadow:
+    """Which thread of the CTA last wrote, and last read, each byte, and how far its
+    synchronisation had got then (its CTA-barrier and warp-synchronisation counts): a read of
+    a byte another thread wrote, or a write of a byte another thread wrote or read, with no
+    barrier between them, is a race. Writing the value the byte already holds is not
+    (replicated tile elements store the same value twice); atomics never race with each
+    other."""
+
+    def __init__(self, space: str):
+        self.space = space
+        self.writer: dict[int, tuple[int, int, int]] = {}
+        self.reader: dict[int, tuple[int, int, int]] = {}
+
+    def read(self, addr: int, n: int, t) -> None:
+        w = self.writer
+        me = t.linear
+        mark = (me, t.cta_epoch, t.warp_epoch)
+        for a in range(addr, addr + n):
+            m = w.get(a)
+            if m is not None and m[0] != me:
+                self._check(a, m, t, "reads", "wrote")
+            self.reader[a] = mark
+
+    def write(self, addr: int, n: int, t, old: bytes, new: bytes, atomic: bool) -> None:
+        w = self.writer
+        me = t.linear
+        mark = (me, t.cta_epoch, t.warp_epoch)
+        for i, a in enumerate(range(addr, addr + n)):
+            if not atomic and old[i] != new[i]:
+                m = w.get(a)
+                if m is not None and m[0] != me:
+                    self._check(a, m, t, "writes", "wrote")
+                m = self.reader.get(a)
+                if m is not None and m[0] != me:
+                    self._check(a, m, t, "writes", "read")
+            w[a] = mark
+
+    def _check(self, a: int, m: tuple[int, int, int], t, what: str, did: str) -> None:
+        other = t.cta.threads[m[0]]
+        if other.cta_epoch > m[1]:
+            return               # the other thread has passed a barrier since
+        if other.warp == t.warp and other.warp_epoch > m[2]:
+            return               # ... or a synchronisation of its warp
+        raise ExecError(f"{self.space}-memory race in CTA {t.cta.ctaid}: thread {t.linear} "
+                        f"{what} byte {a:#x} that thread {m[0]} {did}, with no barrier "
+                        f"between them")
 
 
 class SharedMemory:
-    """One CTA's shared memory, with the race shadow."""
+    """One CTA's shared memory, with its race :class:`Shadow`."""
 
     def __init__(self, size: int):
         self.buf = bytearray(size)
         self.size = size
-        self.writer: dict[int, tuple[int, int, int]] = {}   # byte -> (tid, cta epoch, warp ep.)
+        self.shadow = Shadow("shared")
 
     def _check(self, addr: int, n: int) -> int:
         if addr < 0 or addr + n > self.size:
@@ -89,38 +146,17 @@ class SharedMemory:
                             f"{self.size} bytes of shared memory)")
         return addr
 
-    def read(self, addr: int, n: int, t) -> int:
+    def read(self, addr: int, n: int, t, atomic: bool = False) -> int:
         self._check(addr, n)
-        for a in range(addr, addr + n):
-            w = self.writer.get(a)
-            if w is not None and w[0] != t.linear:
-                self._race(a, w, t, "reads")
+        if not atomic:
+            self.shadow.read(addr, n, t)
         return int.from_bytes(self.buf[addr:addr + n], "little")
 
     def write(self, addr: int, n: int, value: int, t, atomic: bool = False) -> None:
         self._check(addr, n)
-        mark = (t.linear, t.cta_epoch, t.warp_epoch)
-        for a in range(addr, addr + n):
-            w = self.writer.get(a)
-            if w is not None and w[0] != t.linear and not atomic:
-                self._race(a, w, t, "writes")
-            self.writer[a] = mark
-        self.buf[addr:addr + n] = (value & ((1 << (8 * n)) - 1)).to_bytes(n, "little")
-
-    def _race(self, a: int, w: tuple[int, int, int], t, what: str) -> None:
-        other = t.cta.threads[w[0]]
-        if other.cta_epoch > w[1]:
-            return               # the writer has passed a barrier since
-        if other.warp == t.warp and other.warp_epoch > w[2]:
-            return               # ... or a synchronisation of its warp
-        raise ExecError(f"shared-memory race: thread {t.linear} {what} byte {a:#x} that "
-                        f"thread {w[0]} wrote with no barrier between them")
-
-    def forget_writers(self, linear_ids) -> None:
-        """After a barrier: the writes of these threads are ordered before what follows."""
-        if len(linear_ids) == len(self.writer) or not self.writer:
-            pass
-        # entries are judged lazily by the epochs (see _race); nothing to do here
+        new = (value & ((1 << (8 * n)) - 1)).to_bytes(n, "little")
+        self.shadow.write(addr, n, t, self.buf[addr:addr + n], new, atomic)
+        self.buf[addr:addr + n] = new
 
 
 class LocalMemory:

@@ -165,6 +165,22 @@ class Gen:
 
     # -- dispatch
     def generate(self) -> tuple[list[str], bool]:
+        """The instruction's lines (under its guard) and whether it ends its block; one the
+        executor does not implement becomes a ``raise`` under the same guard."""
+        from .decode import Unsupported
+        ins = self.ins
+        try:
+            lines, ends = self._lines()
+        except Unsupported as e:
+            lines, ends = [f"raise ExecError({self.dec._msg(self.st, str(e))!r})"], False
+        if ins.guard:
+            neg = ins.guard.startswith("!")
+            g = self.src(ins.guard.lstrip("!"), 1)
+            lines = [f"if {'not ' if neg else ''}{g}:"] + ["    " + ln for ln in lines] \
+                if lines else []
+        return lines, ends
+
+    def _lines(self) -> tuple[list[str], bool]:
         ins = self.ins
         for prefix, why in OUT_OF_SCOPE.items():
             if ins.opcode == prefix or ins.opcode.startswith(prefix + "."):
@@ -177,14 +193,7 @@ class Gen:
         if handler is None:
             _unsup(f"unknown instruction {ins.opcode!r}")
         out = handler()
-        lines, ends = out if isinstance(out, tuple) else (out, False)
-        if ins.guard:
-            neg = ins.guard.startswith("!")
-            g = self.src(ins.guard.lstrip("!"), 1)
-            lines = [f"if {'not ' if neg else ''}{g}:"] + ["    " + ln for ln in lines] \
-                if lines else []
-        return lines, ends
-
+        return out if isinstance(out, tuple) else (out, False)
     # -- type helpers
     def ty(self, k: int = -1) -> str:
         from .decode import TYPES
@@ -739,8 +748,8 @@ class Gen:
                 return f"PW(r[{k}], {off}, {n}, {value})"
         addr = self.address(addr_op, space)
         if space in ("global", "const", "param"):
-            return f"t.G.read({addr}, {n})" if value is None else \
-                f"t.G.write({addr}, {n}, {value})"
+            return f"t.G.read({addr}, {n}, t)" if value is None else \
+                f"t.G.write({addr}, {n}, {value}, t)"
         if space == "shared":
             return f"t.cta.S.read({addr}, {n}, t)" if value is None else \
                 f"t.cta.S.write({addr}, {n}, {value}, t)"
@@ -1356,7 +1365,7 @@ def GREAD(t, a, n):
         return t.cta.S.read(a - SHARED_WINDOW, n, t)
     if LOCAL_WINDOW <= a < LOCAL_WINDOW + WINDOW_SIZE:
         return t.Lm.read(a - LOCAL_WINDOW, n)
-    return t.G.read(a, n)
+    return t.G.read(a, n, t)
 
 
 def GWRITE(t, a, n, v):
@@ -1364,7 +1373,7 @@ def GWRITE(t, a, n, v):
         return t.cta.S.write(a - SHARED_WINDOW, n, v, t)
     if LOCAL_WINDOW <= a < LOCAL_WINDOW + WINDOW_SIZE:
         return t.Lm.write(a - LOCAL_WINDOW, n, v)
-    return t.G.write(a, n, v)
+    return t.G.write(a, n, v, t)
 
 
 def ATOM(t, space, op, ty, addr, b, c=None):
@@ -1380,16 +1389,14 @@ def ATOM(t, space, op, ty, addr, b, c=None):
         else:
             space = "global"
     if space == "shared":
-        sh = t.cta.S
-        sh._check(addr, n)
-        old = int.from_bytes(sh.buf[addr:addr + n], "little")
+        old = t.cta.S.read(addr, n, t, atomic=True)
     else:
-        old = t.G.read(addr, n)
+        old = t.G.read(addr, n, t, atomic=True)
     new = _atom_value(op, ty, bits, kind, old, b, c)
     if space == "shared":
         t.cta.S.write(addr, n, new, t, atomic=True)
     else:
-        t.G.write(addr, n, new)
+        t.G.write(addr, n, new, t, atomic=True)
     return old
 
 

@@ -1,0 +1,347 @@
+"""The executor's own semantics, on hand-written PTX: IEEE rounding against NumPy and exact
+bounds, bit instructions against the PTX ISA's definitions, conversions, warp collectives,
+calls with a stack frame, and the errors it owes the tests: races, deadlocks, illegal
+addresses, traps, instructions it does not implement."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from support.ptx_exec import ExecError, Pointer, run
+
+HEAD = ".version 8.0\n.target sm_90\n.address_size 64\n"
+
+
+def kernel(body: str, params: str = ".param .u64 out, .param .u64 a, .param .u64 b",
+           regs: str = "", extra: str = "") -> str:
+    """An entry ``k`` whose body may use %rd_out/%rd_a/%rd_b (the three pointers, global) and
+    %idx (tid.x * 4 in a 64-bit register, added to each)."""
+    return HEAD + extra + f"""
+.visible .entry k({params})
+{{
+    .reg .b64 %rd_out, %rd_a, %rd_b, %idx, %rd<16>;
+    .reg .b32 %r<32>;
+    .reg .b16 %h<8>;
+    .reg .f32 %f<16>;
+    .reg .f64 %fd<8>;
+    .reg .pred %p<8>;
+    {regs}
+    ld.param.u64 %rd_out, [out];
+    ld.param.u64 %rd_a, [a];
+    ld.param.u64 %rd_b, [b];
+    mov.u32 %r0, %tid.x;
+    mul.wide.u32 %idx, %r0, 4;
+    add.s64 %rd_out, %rd_out, %idx;
+    add.s64 %rd_a, %rd_a, %idx;
+    add.s64 %rd_b, %rd_b, %idx;
+{body}
+    ret;
+}}
+"""
+
+
+def elementwise(op: str, a: np.ndarray, b: np.ndarray, out_dtype=None) -> np.ndarray:
+    """Run ``op`` (PTX using %r1 = a[i], %r2 = b[i] as bits, writing %r3) on each element."""
+    out = np.zeros(a.shape, out_dtype or a.dtype)
+    body = f"""
+    ld.global.b32 %r1, [%rd_a];
+    ld.global.b32 %r2, [%rd_b];
+    {op}
+    st.global.b32 [%rd_out], %r3;"""
+    run(kernel(body), "k", (1,), Pointer(out), Pointer(a), Pointer(b), block=(a.size,))
+    return out
+
+
+def _special_f32(rng, n):
+    x = rng.standard_normal(n).astype(np.float32) * np.float32(2.0) ** rng.integers(
+        -30, 30, n).astype(np.float32)
+    x[:8] = [0.0, -0.0, np.inf, -np.inf, 1e-40, -1e-40, 3.4e38, 1.0]
+    return x
+
+
+@pytest.mark.parametrize("op,ref", [
+    ("add.rn.f32", np.add), ("sub.rn.f32", np.subtract), ("mul.rn.f32", np.multiply),
+    ("div.rn.f32", np.divide)])
+def test_f32_round_to_nearest_matches_numpy(op, ref):
+    rng = np.random.default_rng(0)
+    a, b = _special_f32(rng, 128), _special_f32(rng, 128)[::-1].copy()
+    got = elementwise(f"{op} %r3, %r1, %r2;", a.view(np.uint32), b.view(np.uint32))
+    with np.errstate(all="ignore"):
+        want = ref(a, b)
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(got[~nan], want.view(np.uint32)[~nan])
+    assert (got[nan] == 0x7fffffff).all()     # the canonical NaN
+
+
+@pytest.mark.parametrize("mode", ["rz", "rm", "rp"])
+@pytest.mark.parametrize("op", ["add", "mul", "div"])
+def test_f32_directed_rounding_brackets_the_exact_value(op, mode):
+    rng = np.random.default_rng(1)
+    a = (rng.standard_normal(128) * 100).astype(np.float32)
+    b = (rng.standard_normal(128) * 7).astype(np.float32)
+    got = elementwise(f"{op}.{mode}.f32 %r3, %r1, %r2;", a.view(np.uint32), b.view(np.uint32))
+    for x, y, g in zip(a, b, got.view(np.float32)):
+        fx, fy = Fraction(float(x)), Fraction(float(y))
+        exact = {"add": fx + fy, "mul": fx * fy, "div": fx / fy}[op]
+        gq = Fraction(float(g))
+        lo, hi = (np.nextafter(g, np.float32(-np.inf)), np.nextafter(g, np.float32(np.inf)))
+        if mode == "rm" or (mode == "rz" and exact > 0):
+            assert gq <= exact < Fraction(float(hi)), (x, y, g)
+        else:
+            assert Fraction(float(lo)) < exact <= gq, (x, y, g)
+
+
+def test_f32_fma_rounds_once():
+    # a * b + c whose float64 rounding is an exact float32 midpoint: rounding twice is wrong
+    a = np.array([1 + 2.0 ** -12] * 32, np.float32)
+    b = np.array([1 + 2.0 ** -12] * 32, np.float32)
+    c = np.array([2.0 ** -60] * 32, np.float32)
+    out = np.zeros(32, np.float32)
+    body = """
+    ld.global.f32 %f1, [%rd_a];
+    ld.global.f32 %f2, [%rd_b];
+    mov.f32 %f3, 0f21800000;
+    fma.rn.f32 %f4, %f1, %f2, %f3;
+    st.global.f32 [%rd_out], %f4;"""
+    run(kernel(body), "k", (1,), Pointer(out), Pointer(a), Pointer(b), block=(32,))
+    exact = Fraction(float(a[0])) ** 2 + Fraction(float(c[0]))
+    # (1 + 2^-12)^2 = 1 + 2^-11 + 2^-24: a midpoint, pushed up by c
+    assert Fraction(float(out[0])) == 1 + Fraction(1, 2 ** 11) + Fraction(1, 2 ** 23)
+    assert Fraction(float(out[0])) > exact - Fraction(1, 2 ** 24)
+
+
+def test_ftz_flushes_subnormal_inputs_and_results():
+    a = np.array([1e-40, 1e-20, -1e-40, 2.0] * 8, np.float32)
+    b = np.array([1.0, 1e-20, 1.0, 3.0] * 8, np.float32)
+    got = elementwise("mul.rn.ftz.f32 %r3, %r1, %r2;", a.view(np.uint32), b.view(np.uint32))
+    assert list(got[:4].view(np.float32)) == [0.0, 0.0, -0.0, 6.0]
+    assert got[2] == 0x80000000
+
+
+def test_bit_instructions_as_the_isa_defines_them():
+    rng = np.random.default_rng(2)
+    a = rng.integers(0, 2 ** 32, 64, dtype=np.uint64).astype(np.uint32)
+    b = rng.integers(0, 2 ** 32, 64, dtype=np.uint64).astype(np.uint32)
+    cases = {
+        "lop3.b32 %r3, %r1, %r2, 0x0f0f0f0f, 0x96;": a ^ b ^ np.uint32(0x0f0f0f0f),
+        "lop3.b32 %r3, %r1, %r2, %r1, 0xe8;": (a & b) | (a & a) | (b & a),   # majority
+        "shf.l.wrap.b32 %r3, %r1, %r2, 8;": (b << np.uint32(8)) | (a >> np.uint32(24)),
+        "shf.r.clamp.b32 %r3, %r1, %r2, 40;": b,
+        "prmt.b32 %r3, %r1, %r2, 0x3210;": a,
+        "prmt.b32 %r3, %r1, %r2, 0x7654;": b,
+        "prmt.b32 %r3, %r1, %r2, 0x0123;": a.byteswap(),
+        "brev.b32 %r3, %r1;": np.array([int(f"{int(v):032b}"[::-1], 2) for v in a], np.uint32),
+        "popc.b32 %r3, %r1;": np.array([bin(int(v)).count("1") for v in a], np.uint32),
+        "clz.b32 %r3, %r1;": np.array([32 - int(v).bit_length() for v in a], np.uint32),
+        "bfe.u32 %r3, %r1, 4, 12;": (a >> np.uint32(4)) & np.uint32(0xfff),
+        "bfi.b32 %r3, %r1, %r2, 8, 4;": (b & ~np.uint32(0xf00)) | ((a & np.uint32(15)) << 8),
+        "mul.hi.u32 %r3, %r1, %r2;": ((a.astype(np.uint64) * b) >> np.uint64(32)).astype(
+            np.uint32),
+    }
+    for op, want in cases.items():
+        np.testing.assert_array_equal(elementwise(op, a, b), want, err_msg=op)
+    # signed forms
+    sa = a.view(np.int32)
+    np.testing.assert_array_equal(elementwise("bfe.s32 %r3, %r1, 28, 4;", a, b).view(np.int32),
+                                  sa >> 28, err_msg="bfe.s32")
+    np.testing.assert_array_equal(elementwise("shr.s32 %r3, %r1, 7;", a, b).view(np.int32),
+                                  sa >> 7, err_msg="shr.s32")
+    np.testing.assert_array_equal(
+        elementwise("prmt.b32 %r3, %r1, %r2, 0x8888;", a, b),
+        np.where((a & 0x80) != 0, np.uint32(0xffffffff), np.uint32(0)), err_msg="prmt sign")
+
+
+def test_conversions_against_numpy():
+    rng = np.random.default_rng(3)
+    x = _special_f32(rng, 128)
+    with np.errstate(all="ignore"):
+        f16 = x.astype(np.float16)
+        rzi = np.clip(np.nan_to_num(np.trunc(x.astype(np.float64)), posinf=2 ** 31 - 1,
+                                    neginf=-2 ** 31), -2 ** 31, 2 ** 31 - 1).astype(np.int32)
+    got = elementwise("cvt.rn.f16.f32 %h1, %r1;\n    cvt.u32.u16 %r3, %h1;", x.view(np.uint32),
+                      x.view(np.uint32))
+    np.testing.assert_array_equal(got.astype(np.uint16), f16.view(np.uint16))
+    got = elementwise("cvt.rzi.s32.f32 %r3, %r1;", x.view(np.uint32), x.view(np.uint32))
+    np.testing.assert_array_equal(got.view(np.int32), rzi)
+    back = elementwise("cvt.u16.u32 %h1, %r1;\n    cvt.f32.f16 %f1, %h1;\n"
+                       "    mov.b32 %r3, %f1;", f16.view(np.uint16).astype(np.uint32),
+                       x.view(np.uint32))
+    np.testing.assert_array_equal(back.view(np.float32), f16.astype(np.float32))
+    big = rng.integers(-2 ** 62, 2 ** 62, 64, dtype=np.int64)
+    out = np.zeros(64, np.float32)
+    body = """
+    mul.wide.u32 %rd1, %r0, 8;
+    ld.param.u64 %rd2, [a];
+    add.s64 %rd2, %rd2, %rd1;
+    ld.global.s64 %rd3, [%rd2];
+    cvt.rn.f32.s64 %f1, %rd3;
+    st.global.f32 [%rd_out], %f1;"""
+    run(kernel(body), "k", (1,), Pointer(out), Pointer(big), Pointer(out), block=(64,))
+    np.testing.assert_array_equal(out, big.astype(np.float32))
+
+
+def test_warp_collectives():
+    out = np.zeros(64 * 6, np.uint32)
+    body = """
+    and.b32 %r1, %r0, 31;
+    shfl.sync.bfly.b32 %r2, %r0, 1, 31, -1;
+    shfl.sync.up.b32 %r3|%p1, %r0, 3, 0, -1;
+    setp.lt.u32 %p2, %r1, 5;
+    vote.sync.ballot.b32 %r4, %p2, -1;
+    and.b32 %r5, %r0, 3;
+    match.any.sync.b32 %r6, %r5, -1;
+    redux.sync.add.u32 %r7, %r0, -1;
+    mul.wide.u32 %rd1, %r0, 24;
+    ld.param.u64 %rd2, [out];
+    add.s64 %rd2, %rd2, %rd1;
+    st.global.v2.b32 [%rd2], {%r2, %r3};
+    st.global.v2.b32 [%rd2+8], {%r4, %r6};
+    selp.b32 %r8, 1, 0, %p1;
+    st.global.v2.b32 [%rd2+16], {%r7, %r8};"""
+    run(kernel(body), "k", (1,), Pointer(out), Pointer(out), Pointer(out), block=(64,))
+    o = out.reshape(64, 6)
+    t = np.arange(64, dtype=np.uint32)
+    lane = t % 32
+    np.testing.assert_array_equal(o[:, 0], t ^ 1)
+    np.testing.assert_array_equal(o[:, 1], np.where(lane >= 3, t - 3, t))
+    np.testing.assert_array_equal(o[:, 5], (lane >= 3).astype(np.uint32))
+    assert (o[:, 2] == 0x1f).all()
+    np.testing.assert_array_equal(o[:, 3], np.uint32(0x11111111) << (lane & 3))
+    np.testing.assert_array_equal(o[:, 4], np.where(t < 32, sum(range(32)),
+                                                    sum(range(32, 64))))
+
+
+def test_activemask_is_the_lanes_that_arrive_together():
+    out = np.zeros(32, np.uint32)
+    body = """
+    setp.lt.u32 %p1, %r0, 5;
+    @!%p1 bra DONE;
+    activemask.b32 %r3;
+    st.global.b32 [%rd_out], %r3;
+DONE:"""
+    run(kernel(body), "k", (1,), Pointer(out), Pointer(out), Pointer(out), block=(32,))
+    assert list(out[:5]) == [0x1f] * 5 and not out[5:].any()
+
+
+def test_call_with_params_and_a_stack_frame():
+    extra = """
+.func (.param .b32 ret) pick(.param .b32 x, .param .b32 i)
+{
+    .local .align 4 .b8 depot[32];
+    .reg .b64 %sp, %q;
+    .reg .b32 %v<4>;
+    mov.u64 %sp, depot;
+    ld.param.b32 %v1, [x];
+    ld.param.b32 %v2, [i];
+    st.local.b32 [%sp], %v1;
+    add.s32 %v3, %v1, 100;
+    st.local.b32 [%sp+4], %v3;
+    and.b32 %v2, %v2, 1;
+    mul.wide.u32 %q, %v2, 4;
+    add.s64 %q, %sp, %q;
+    cvta.local.u64 %q, %q;
+    ld.b32 %v1, [%q];
+    st.param.b32 [ret], %v1;
+    ret;
+}
+"""
+    out = np.zeros(64, np.int32)
+    body = """
+    {
+    .param .b32 p0;
+    .param .b32 p1;
+    .param .b32 r;
+    st.param.b32 [p0], %r0;
+    st.param.b32 [p1], %r0;
+    call.uni (r), pick, (p0, p1);
+    ld.param.b32 %r3, [r];
+    }
+    st.global.b32 [%rd_out], %r3;"""
+    run(kernel(body, extra=extra), "k", (1,), Pointer(out), Pointer(out), Pointer(out),
+        block=(64,))
+    t = np.arange(64)
+    np.testing.assert_array_equal(out, np.where(t % 2, t + 100, t))
+
+
+def test_shared_memory_race_is_an_error_and_a_barrier_orders_it():
+    extra = ".shared .align 4 .b32 cell;\n"
+    racy = """
+    st.shared.b32 [cell], %r0;
+    ld.shared.b32 %r3, [cell];
+    st.global.b32 [%rd_out], %r3;"""
+    out = np.zeros(64, np.uint32)
+    with pytest.raises(ExecError, match="shared-memory race"):
+        run(kernel(racy, extra=extra), "k", (1,), Pointer(out), Pointer(out), Pointer(out),
+            block=(64,))
+    ordered = """
+    setp.eq.u32 %p1, %r0, 7;
+    @%p1 st.shared.b32 [cell], %r0;
+    bar.sync 0;
+    ld.shared.b32 %r3, [cell];
+    st.global.b32 [%rd_out], %r3;"""
+    run(kernel(ordered, extra=extra), "k", (1,), Pointer(out), Pointer(out), Pointer(out),
+        block=(64,))
+    assert (out == 7).all()
+
+
+def test_global_memory_race_within_a_cta_is_an_error():
+    # thread i reads what thread i + 1 stored, with no barrier between
+    body = """
+    st.global.b32 [%rd_out], %r0;
+    ld.global.b32 %r3, [%rd_out+4];
+    st.global.b32 [%rd_a], %r3;"""
+    out = np.zeros(65, np.uint32)
+    a = np.zeros(64, np.uint32)
+    with pytest.raises(ExecError, match="global-memory race"):
+        run(kernel(body), "k", (1,), Pointer(out), Pointer(a), Pointer(a), block=(64,))
+
+
+def test_barrier_that_not_every_counted_thread_reaches_deadlocks():
+    body = """
+    setp.lt.u32 %p1, %r0, 64;
+    @%p1 bra LOW;
+    bar.sync 1, 128;
+    bra.uni DONE;
+LOW:
+    bar.sync 2, 128;
+DONE:"""
+    out = np.zeros(1, np.uint32)
+    with pytest.raises(ExecError, match="deadlock"):
+        run(kernel(body), "k", (1,), Pointer(out), Pointer(out), Pointer(out), block=(128,))
+
+
+def test_exited_threads_are_excused_from_a_barrier():
+    body = """
+    setp.ge.u32 %p1, %r0, 64;
+    @%p1 exit;
+    bar.sync 0;
+    bar.red.popc.u32 %r3, 0, %p1;
+    st.global.b32 [%rd_out], %r3;"""
+    out = np.ones(128, np.uint32)
+    run(kernel(body), "k", (1,), Pointer(out), Pointer(out), Pointer(out), block=(128,))
+    assert (out[:64] == 0).all() and (out[64:] == 1).all()
+
+
+@pytest.mark.parametrize("body,match", [
+    ("ld.global.b32 %r3, [%rd_out+4096];", "illegal global address"),
+    ("trap;", "trap in thread 0"),
+    ("wgmma.fence.sync.aligned;", "out of the executor's scope"),
+    ("frobnicate.b32 %r3, %r1;", "unknown instruction 'frobnicate.b32'"),
+])
+def test_errors(body, match):
+    out = np.zeros(32, np.uint32)
+    with pytest.raises(ExecError, match=match):
+        run(kernel(body), "k", (1,), Pointer(out), Pointer(out), Pointer(out), block=(32,))
+
+
+def test_an_unknown_instruction_that_never_runs_is_no_error():
+    body = """
+    setp.eq.u32 %p1, %r0, 1000;
+    @%p1 frobnicate.b32 %r3, %r1;
+    st.global.b32 [%rd_out], %r0;"""
+    out = np.zeros(32, np.uint32)
+    run(kernel(body), "k", (1,), Pointer(out), Pointer(out), Pointer(out), block=(32,))
+    np.testing.assert_array_equal(out, np.arange(32))
