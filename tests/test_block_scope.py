@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from support import kernels as K
-from support.ptx_exec import run_build
+from support.ptx_exec import ExecError, run, run_build
 import splice
 from splice import cccl
 from splice.errors import SpliceCallError, SpliceDeclarationError, SpliceRewriteError
@@ -713,3 +713,21 @@ def test_exec_two_sites():
     _exec(two_sites_kernel, _vec_sig(), (2,), x, y)
     a = 32 * 4
     np.testing.assert_array_equal(y, x + a * 1000 + 2 * a)
+
+
+def test_exec_block_call_with_threads_missing_traps():
+    """Threads that exit before a block call are excused from tileiras's barriers, but the
+    call's first barrier counts who is there and traps: a partial call is a launch failure,
+    never a wrong result. (The early exit is planted in the PTX: splice refuses kernels
+    whose threads can exit before the site.)"""
+    b = splice.compile(order_kernel, _vec_sig(f32), "sm_90")
+    ptx = b["spliced_ptx"]
+    entry = ptx.index(".entry")
+    first = ptx.index("ld.param", entry)
+    early = ("{ .reg .b32 %__t; .reg .pred %__q; mov.u32 %__t, %tid.x; "
+             "setp.ge.u32 %__q, %__t, 64; @%__q exit; }\n\t")
+    x = np.zeros(128, np.float32)
+    y = np.ones(128, np.float32)
+    run(ptx, b.symbol, (1,), x, y)          # the kernel as splice built it runs
+    with pytest.raises(ExecError, match="trap in thread 0"):
+        run(ptx[:first] + early + ptx[first:], b.symbol, (1,), x, y)

@@ -72,8 +72,8 @@ class GlobalMemory:
         """``n`` bytes at ``addr``; with the reading thread ``t``, checked for a race with
         the writes of the other threads of its CTA."""
         buf, off = self.locate(addr, n)
-        if t is not None and not atomic:
-            t.cta.gshadow.read(addr, n, t)
+        if t is not None:
+            t.cta.gshadow.read(addr, n, t, atomic)
         return int.from_bytes(buf[off:off + n], "little")
 
     def write(self, addr: int, n: int, value: int, t=None, atomic: bool = False) -> None:
@@ -89,39 +89,39 @@ class Shadow:
     synchronisation had got then (its CTA-barrier and warp-synchronisation counts): a read of
     a byte another thread wrote, or a write of a byte another thread wrote or read, with no
     barrier between them, is a race. Writing the value the byte already holds is not
-    (replicated tile elements store the same value twice); atomics never race with each
-    other."""
+    (replicated tile elements store the same value twice); atomics race only with plain
+    accesses."""
 
     def __init__(self, space: str):
         self.space = space
-        self.writer: dict[int, tuple[int, int, int]] = {}
-        self.reader: dict[int, tuple[int, int, int]] = {}
+        self.writer: dict[int, tuple[int, int, int, bool]] = {}
+        self.reader: dict[int, tuple[int, int, int, bool]] = {}
 
-    def read(self, addr: int, n: int, t) -> None:
+    def read(self, addr: int, n: int, t, atomic: bool = False) -> None:
         w = self.writer
         me = t.linear
-        mark = (me, t.cta_epoch, t.warp_epoch)
+        mark = (me, t.cta_epoch, t.warp_epoch, atomic)
         for a in range(addr, addr + n):
             m = w.get(a)
-            if m is not None and m[0] != me:
+            if m is not None and m[0] != me and not (atomic and m[3]):
                 self._check(a, m, t, "reads", "wrote")
             self.reader[a] = mark
 
     def write(self, addr: int, n: int, t, old: bytes, new: bytes, atomic: bool) -> None:
         w = self.writer
         me = t.linear
-        mark = (me, t.cta_epoch, t.warp_epoch)
+        mark = (me, t.cta_epoch, t.warp_epoch, atomic)
         for i, a in enumerate(range(addr, addr + n)):
-            if not atomic and old[i] != new[i]:
+            if old[i] != new[i]:
                 m = w.get(a)
-                if m is not None and m[0] != me:
+                if m is not None and m[0] != me and not (atomic and m[3]):
                     self._check(a, m, t, "writes", "wrote")
                 m = self.reader.get(a)
-                if m is not None and m[0] != me:
+                if m is not None and m[0] != me and not (atomic and m[3]):
                     self._check(a, m, t, "writes", "read")
             w[a] = mark
 
-    def _check(self, a: int, m: tuple[int, int, int], t, what: str, did: str) -> None:
+    def _check(self, a: int, m: tuple, t, what: str, did: str) -> None:
         other = t.cta.threads[m[0]]
         if other.cta_epoch > m[1]:
             return               # the other thread has passed a barrier since
@@ -148,8 +148,7 @@ class SharedMemory:
 
     def read(self, addr: int, n: int, t, atomic: bool = False) -> int:
         self._check(addr, n)
-        if not atomic:
-            self.shadow.read(addr, n, t)
+        self.shadow.read(addr, n, t, atomic)
         return int.from_bytes(self.buf[addr:addr + n], "little")
 
     def write(self, addr: int, n: int, value: int, t, atomic: bool = False) -> None:
