@@ -306,3 +306,79 @@ def test_pack_refuses_bool_outputs_and_array_inputs():
                                                          pack=2))
     with pytest.raises(splice.SpliceCallError, match="input 1 is a value of type"):
         splice.build(kern2, I32, "sm_90")
+
+
+# ----------------------------------------------------------------------------- CPU executor
+# The GPU tests' kernels run on support.ptx_exec (sm_80: their 1-D loads are TMA on sm_90)
+
+from support.ptx_exec import Pointer, run_build
+
+
+def _exec(kernel, sig, grid, *args):
+    return run_build(splice.compile(kernel, sig, "sm_80"), grid, *args)
+
+
+def test_exec_bit_tricks_match_numpy():
+    n, tile = 512, 256
+    x = np.random.default_rng(0).integers(-2 ** 31, 2 ** 31 - 1, n, dtype=np.int32)
+    outs = [np.zeros(n, np.uint32) for _ in range(4)]
+    sig = K.signature(*[K.array(ct.int32)] + [K.array(ct.uint32)] * 4, tile)
+    _exec(bits_kernel, sig, (n // tile,), x, *outs)
+    u = x.view(np.uint32)
+    brev = np.array([int(f"{v:032b}"[::-1], 2) for v in u], dtype=np.uint32)
+    bfind = np.array([v.bit_length() - 1 if v else 0xFFFFFFFF for v in map(int, u)],
+                     dtype=np.uint32)
+    popc = np.array([bin(int(v)).count("1") for v in u], dtype=np.uint32)
+    for got, ref in zip(outs, (brev, bfind, popc, u.byteswap())):
+        np.testing.assert_array_equal(got, ref)
+
+
+def test_exec_mad_and_multiple_outputs():
+    n, tile = 512, 256
+    x = np.random.default_rng(1).integers(-1000, 1000, n, dtype=np.int32)
+    y = np.zeros(n, np.int32)
+    _exec(mad_kernel, I32, (n // tile,), x, y)
+    np.testing.assert_array_equal(y, x * x + 7)
+    v = np.random.default_rng(2).integers(0, 2 ** 63, n, dtype=np.uint64)
+    hi, lo = np.zeros(n, np.uint32), np.zeros(n, np.uint32)
+    _exec(split_kernel, K.signature(K.array(ct.uint64), K.array(ct.uint32), K.array(ct.uint32),
+                                    tile), (n // tile,), v, hi, lo)
+    np.testing.assert_array_equal(hi, (v >> np.uint64(32)).astype(np.uint32))
+    np.testing.assert_array_equal(lo, (v & np.uint64(0xFFFFFFFF)).astype(np.uint32))
+
+
+def test_exec_special_registers_and_ordering():
+    tile, blocks = 128, 2
+    times = np.zeros((blocks, 2 * tile), np.uint64)
+    smids = np.zeros(blocks * tile, np.uint32)
+    _exec(sreg_kernel, K.signature(K.array(ct.uint64, 2), K.array(ct.uint32), tile), (blocks,),
+          times, smids)
+    t = times.reshape(blocks, 2, tile)
+    assert np.all(t[:, 1, :] > t[:, 0, :]) and np.all(t > 0)
+
+
+@pytest.mark.parametrize("tile", [1, 32, 1024])
+def test_exec_side_effect_asm_runs_once_per_element(tile):
+    n = max(tile * 2, 64)
+    x = np.random.default_rng(tile).integers(0, 1000, n, dtype=np.uint32)
+    counter = np.zeros(2, np.int64)
+    _exec(red_kernel, K.signature(K.array(ct.uint32), K.scalar(ct.int64), tile), (n // tile,),
+          x, Pointer(counter))
+    calls, total = counter
+    assert calls == n and total == int(x.astype(np.uint64).sum())
+
+
+@pytest.mark.parametrize("tile", [1, 2, 64, 1024])
+def test_exec_f16x2_pack(tile):
+    n = max(2 * tile, 64)
+    rng = np.random.default_rng(tile)
+    a = rng.standard_normal(n).astype(np.float16)
+    b = rng.standard_normal(n).astype(np.float16)
+    y = np.zeros(n, np.float16)
+    sig = K.signature(K.array(ct.float16), K.array(ct.float16), K.array(ct.float16), tile)
+    _exec(hadd2_kernel, sig, (n // tile,), a, b, y)
+    np.testing.assert_array_equal(y, a + b)
+    y2 = np.zeros(n, np.float16)
+    _exec(hadd2_scalar_kernel, K.signature(K.array(ct.float16), K.array(ct.float16),
+                                           K.scalar(ct.float32), tile), (n // tile,), a, y2, 1.5)
+    np.testing.assert_array_equal(y2, a + np.float16(3.0))
