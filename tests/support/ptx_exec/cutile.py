@@ -21,7 +21,7 @@ from splice.ptx import Function
 from . import values as V
 from .decode import TYPES, Program, entry_param_offsets
 from .machine import Launch
-from .memory import GlobalMemory
+from .memory import ExecError, GlobalMemory
 
 _PROGRAMS: dict[str, Program] = {}
 
@@ -130,6 +130,10 @@ def bind(fn: Function, args, memory: GlobalMemory) -> tuple[bytes, list]:
             p = params[k]
             _put(buf, offs[p.name], p.type, _scalar_bits(a, p.type, i))
             k += 1
+    rest = params[k:]
+    if rest and all(p.type == ".b8" and p.array for p in rest):
+        raise ExecError(f"{fn.name} takes {len(rest)} tensor maps (TMA descriptors, filled by "
+                        f"cuTile's host callback): TMA is out of the executor's scope")
     if k != len(params):
         raise TypeError(_count_error(fn, args))
     return bytes(buf), arrays

@@ -1,0 +1,129 @@
+"""The examples' and the README's kernels run on the CPU executor and checked as their GPU
+runs check them (examples' ``run_on_gpu``, README's asserts). Kernels with TMA loads by
+default are compiled for sm_80 (on sm_90 tileiras warp-specialises them)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import cuda.tile as ct
+import numpy as np
+import pytest
+
+from support import kernels as K
+from support.exact import fma
+from support.ptx_exec import ExecError, run_build
+import splice
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _module(path: Path, name: str, monkeypatch):
+    """Import a file as a module (cuTile reads a kernel's source from its file); relative
+    paths in it resolve from its directory."""
+    monkeypatch.chdir(path.parent)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, mod)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_layernorm_gelu_example(monkeypatch):
+    ex = _module(ROOT / "examples" / "layernorm_gelu.py", "ex_layernorm_gelu", monkeypatch)
+    M, N, eps = 2, 256, 1e-5
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((M, N)).astype(np.float32)
+    w = rng.standard_normal(N).astype(np.float32)
+    b = rng.standard_normal(N).astype(np.float32)
+    y = np.zeros_like(x)
+    sig = K.signature(K.array(ct.float32, 2), K.array(ct.float32), K.array(ct.float32),
+                      K.array(ct.float32, 2), K.scalar(ct.float32), N)
+    launch = run_build(splice.compile(ex.layernorm_gelu, sig, "sm_80"), (M,), x, w, b, y, eps)
+    assert set(launch.approx) <= {"rsqrt.f32", "ex2.f32", "rcp.f32", "lg2.f32", "div.f32"}
+    assert np.abs(y - ex.reference(x, w, b, eps)).max() < 1e-4     # run_on_gpu's bound
+
+
+def test_block_reduce_rows_example(monkeypatch):
+    ex = _module(ROOT / "examples" / "block_reduce_rows.py", "ex_block_reduce_rows",
+                 monkeypatch)
+    M, N = 2, 256
+    x = np.random.default_rng(0).uniform(0.5, 1.5, (M, N)).astype(np.float32)
+    y = np.zeros_like(x)
+    sig = K.signature(K.array(ct.float32, 2), K.array(ct.float32, 2), K.scalar(ct.int32), N)
+    run_build(splice.compile(ex.normalise_rows, sig, "sm_90"), (M,), x, y, N)
+    ref = x / x.astype(np.float64).sum(axis=1, keepdims=True)
+    assert np.abs(y - ref).max() < 1e-6
+
+
+def test_saxpy_from_ptx_example(monkeypatch):
+    ex = _module(ROOT / "examples" / "ptx_import" / "saxpy_from_ptx.py", "ex_saxpy_from_ptx",
+                 monkeypatch)
+    n, tile, a = 512, 256, 2.5
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(n).astype(np.float32)
+    y = rng.standard_normal(n).astype(np.float32)
+    out = np.zeros(n, np.float32)
+    sig = K.signature(K.array(ct.float32), K.array(ct.float32), K.array(ct.float32),
+                      K.scalar(ct.float32), tile)
+    run_build(splice.compile(ex.saxpy_kernel, sig, "sm_80"), (n // tile,), x, y, out, a)
+    np.testing.assert_array_equal(out, fma(np.float32(a), x, y))
+
+
+def _readme_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+
+
+def test_readme_first_example(tmp_path, monkeypatch):
+    """The README's opening kernel, ``saxpy(a, fast_gelu(t), 1.0)``: a scalar and a tile
+    element in one 64-bit argument slot, a CUDA C extern feeding a PTX extern."""
+    code = _readme_blocks()[0]
+    code = code[:code.index("ct.launch")]
+    code = code.replace('"kernels/saxpy.ptx"',
+                        repr(str(ROOT / "examples" / "ptx_import" / "saxpy.ptx")))
+    path = tmp_path / "readme_first.py"
+    path.write_text(code)
+    mod = _module(path, "readme_first", monkeypatch)
+    n, tile, a = 2048, 1024, 2.0
+    x = np.random.default_rng(1).standard_normal(n).astype(np.float32)
+    y = np.zeros(n, np.float32)
+    sig = K.signature(K.array(ct.float32), K.array(ct.float32), K.scalar(ct.float32), tile)
+    launch = run_build(splice.compile(mod.k, sig, "sm_80"), (n // tile,), x, y, a)
+    assert set(launch.approx) <= {"ex2.f32", "rcp.f32", "div.f32"}
+    x64 = x.astype(np.float64)
+    gelu = x64 / (1.0 + np.exp(-1.702 * x64))
+    np.testing.assert_allclose(y, a * gelu + 1.0, rtol=1e-5, atol=1e-6)
+
+
+def _setup_snippet(tmp_path, monkeypatch):
+    code = dict(re.findall(r"<!-- readme-snippet: (\w+) -->\n```python\n(.*?)```",
+                           (ROOT / "README.md").read_text(), re.S))["setup"]
+    path = tmp_path / "readme_setup.py"
+    path.write_text(code)
+    return _module(path, "readme_setup", monkeypatch).scale
+
+
+SCALE_SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 1024)
+
+
+def test_readme_setup_snippet(tmp_path, monkeypatch):
+    scale = _setup_snippet(tmp_path, monkeypatch)
+    x = np.random.default_rng(2).standard_normal(2048).astype(np.float32)
+    y = np.zeros_like(x)
+    run_build(splice.compile(scale, SCALE_SIG, "sm_80"), (2,), x, y)
+    np.testing.assert_array_equal(y, 2 * x)         # the torch snippet's assert
+
+
+def test_a_tma_kernel_is_out_of_scope():
+    """tileiras's TMA + wgmma matmul (warp-specialised, sm_90): a clear error, never a wrong
+    result."""
+    f16 = ct.float16
+    sig = K.signature(K.array(f16, 2), K.array(f16, 2), K.array(f16, 2), 128, 128, 64)
+    b = splice.compile(K.matmul_plain_kernel, sig, "sm_90")
+    a = np.zeros((128, 128), np.float16)
+    with pytest.raises(ExecError, match="out of the executor's scope"):
+        run_build(b, (1, 1), a, a.copy(), a.copy())
