@@ -1,0 +1,127 @@
+"""The GPU against the CPU executor (marker gpu): the same cubin's PTX, the same inputs, the
+results bit for bit where no approximate instruction ran (within the documented bounds
+where one did). Kernels: the plain cuTile kernels of ``support.plain_kernels`` and the
+spliced kernels of ``support.kernels`` (compiled for the GPU's architecture; those that are
+warp-specialised there run on the executor from their sm_80 build, whose results are exact
+too)."""
+
+from __future__ import annotations
+
+import cuda.tile as ct
+import numpy as np
+import pytest
+
+from support import kernels as K
+from support import plain_kernels as P
+from support.ptx_exec import APPROX_BOUNDS, ExecError, Pointer, run_build
+import splice
+
+pytestmark = pytest.mark.gpu
+f16, f32, f64, i32 = ct.float16, ct.float32, ct.float64, ct.int32
+
+
+def _arch() -> str:
+    return splice.toolchain.gpu_arch()
+
+
+def _executor(kernel, params, grid, args):
+    """The executor's run of ``kernel`` for the GPU's architecture, or of its sm_80 build
+    when tileiras warp-specialises it there."""
+    sig = K.signature(*params)
+    try:
+        return run_build(splice.compile(kernel, sig, _arch()), grid, *args)
+    except ExecError as e:
+        if "out of the executor's scope" not in str(e):
+            raise
+        return run_build(splice.compile(kernel, sig, "sm_80"), grid, *args)
+
+
+def _compare(dev, kernel, params, grid, inputs, outputs, launch_args=None):
+    """Launch on the GPU and on the executor; compare every output array."""
+    gpu_in = [dev.arr(a) if isinstance(a, np.ndarray) else a for a in inputs]
+    gpu_out = [dev.arr(np.zeros_like(o)) for o in outputs]
+    consts = [p for p in params if isinstance(p, int)]
+    dev.launch(grid, kernel, tuple(gpu_in + gpu_out + consts))
+    cpu_out = [np.zeros_like(o) for o in outputs]
+    launch = _executor(kernel, params, grid, list(inputs) + cpu_out)
+    for g, c in zip(gpu_out, cpu_out):
+        g = dev.host(g)
+        if not launch.approx:
+            np.testing.assert_array_equal(g.view(f"u{g.itemsize}"), c.view(f"u{c.itemsize}"))
+        else:
+            rtol = 8 * max(APPROX_BOUNDS.get(k, APPROX_BOUNDS.get(k + "_abs", 0))
+                           for k in launch.approx)
+            np.testing.assert_allclose(g, c, rtol=rtol, atol=rtol)
+
+
+def _f32(n, seed=0):
+    return np.random.default_rng(seed).standard_normal(n).astype(np.float32)
+
+
+@pytest.mark.parametrize("case", ["f32_arith", "f64_arith", "int_arith", "where_compare",
+                                  "cumsum_kernel", "exp_kernel"])
+def test_plain_elementwise(dev, case):
+    n = 1024
+    rng = np.random.default_rng(3)
+    x32, y32 = _f32(n, 1), _f32(n, 2)
+    inputs, dtype = {
+        "f32_arith": ([x32, y32], f32), "f64_arith": ([x32.astype(np.float64),
+                                                       y32.astype(np.float64)], f64),
+        "int_arith": ([rng.integers(-1000, 1000, n).astype(np.int32),
+                       rng.integers(1, 50, n).astype(np.int32)], i32),
+        "where_compare": ([rng.integers(-5, 5, n), rng.integers(-5, 5, n)], ct.int64),
+        "cumsum_kernel": ([rng.integers(-100, 100, n).astype(np.int32)], i32),
+        "exp_kernel": ([x32], f32)}[case]
+    params = [K.array(dtype)] * (len(inputs) + 1) + [128]
+    _compare(dev, getattr(P, case), params, (n // 128,), inputs, [np.zeros(n, inputs[0].dtype)])
+
+
+def test_plain_conversions(dev):
+    x = _f32(1024) * np.float32(3)
+    outs = [np.zeros(1024, t) for t in (np.float16, np.uint16, np.int32, np.uint8)]
+    params = [K.array(f32), K.array(f16), K.array(ct.bfloat16), K.array(i32),
+              K.array(ct.uint8), 128]
+    _compare(dev, P.conversions, params, (8,), [x], outs)
+
+
+def test_plain_row_reduction(dev):
+    x = np.random.default_rng(4).standard_normal((4, 512)).astype(np.float32)
+    params = [K.array(f32, 2), K.array(f32), K.array(f32), 512]
+    _compare(dev, P.row_reduce, params, (4,), [x], [np.zeros(4, np.float32)] * 2)
+
+
+@pytest.mark.parametrize("name", sorted(set(K.TYPE_EXTERNS) - {"bfloat16"}))
+def test_every_element_type(dev, name):
+    t = ct.bool_ if name == "bool" else getattr(ct, name)
+    rng = np.random.default_rng(1)
+    x = (rng.random(512) < 0.5) if name == "bool" else (
+        rng.standard_normal(512) * 10).astype(name) if name.startswith("float") else \
+        rng.integers(0, 100, 512).astype(name)
+    _compare(dev, K.TYPE_KERNELS[name, "auto"], [K.array(t), K.array(t), 256], (2,), [x],
+             [np.zeros_like(x)])
+
+
+def test_mixed_and_control(dev):
+    rng = np.random.default_rng(7)
+    n = 512
+    a = rng.integers(-128, 127, n, dtype=np.int8)
+    b = rng.standard_normal(n).astype(np.float16)
+    c = rng.random(n) < 0.5
+    d = rng.integers(-1000, 1000, n, dtype=np.int32)
+    e = rng.standard_normal(n).astype(np.float32)
+    _compare(dev, K.mixed_kernel, [K.array(ct.int8), K.array(f16), K.array(ct.bool_),
+                                   K.array(i32), K.array(f32), K.array(f64), 128], (4,),
+             [a, b, c, d, e], [np.zeros(n)])
+    _compare(dev, K.control_kernel, [K.array(f32), K.array(f32), 5, 256], (2,), [e],
+             [np.zeros(n, np.float32)])
+
+
+def test_executor_runs_what_the_gpu_runs_for_a_counter(dev):
+    """A void impure extern's atomics: same counts from the GPU and from the executor."""
+    x = np.random.default_rng(2).integers(0, 1000, 1024, dtype=np.uint32)
+    counter = dev.torch.zeros(2, dtype=dev.torch.int64, device="cuda")
+    dev.launch((8,), K.count_kernel, (dev.arr(x), counter.data_ptr(), 128))
+    cpu = np.zeros(2, np.int64)
+    sig = [K.array(ct.uint32), K.scalar(ct.int64), 128]
+    _executor(K.count_kernel, sig, (8,), [x, Pointer(cpu)])
+    np.testing.assert_array_equal(dev.host(counter), cpu)
