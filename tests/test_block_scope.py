@@ -81,10 +81,16 @@ extern "C" __device__ int block_count(int a) {
 
 def _block_reduce_extern():
     """The CUB row sum, or a skip when no CCCL headers are found."""
+    return _cub_extern(BLOCK_REDUCE_SRC, "row_sum", "float32(float32*, int32, int32)")
+
+
+def _cub_extern(source: str, name: str, signature: str):
+    """A block-scope extern of CUDA C that includes CUB, or a skip when no CCCL headers are
+    found."""
     for incs in ([], *cccl.installations()):
-        ext = splice.extern(source=BLOCK_REDUCE_SRC, name="row_sum", scope="block",
+        ext = splice.extern(source=source, name=name, scope="block",
                             include_dirs=incs, options=["-std=c++17"],
-                            signature="float32(float32*, int32, int32)")(lambda *a: None)
+                            signature=signature)(lambda *a: None)
         try:
             ext._splice_extern.fragment.module("sm_90")
             return ext
@@ -665,6 +671,44 @@ def test_exec_block_reduce_row_sum():
     sig = K.signature(K.array(f32, 2), K.array(f32), K.scalar(i32), 256)
     _exec(make_row_sum_kernel(fn), sig, (rows,), x, y, n)
     np.testing.assert_array_equal(y, x.sum(axis=1))
+
+
+# CUB BlockRadixSort and BlockScan over a block's 512 elements (128 threads x 4), in place;
+# returns the block's total (BlockScan's aggregate, the same in every thread).
+SORT_SCAN_SRC = r'''
+#include <cub/block/block_radix_sort.cuh>
+#include <cub/block/block_scan.cuh>
+extern "C" __device__ int sort_scan(int* x, int start) {
+    using S = cub::BlockRadixSort<int, 128, 4>;
+    using C = cub::BlockScan<int, 128>;
+    __shared__ union { typename S::TempStorage s; typename C::TempStorage c; } tmp;
+    int k[4];
+    for (int i = 0; i < 4; ++i) k[i] = x[start + threadIdx.x * 4 + i];
+    S(tmp.s).Sort(k);
+    __syncthreads();
+    int ex, total;
+    C(tmp.c).ExclusiveSum(k[0] + k[1] + k[2] + k[3], ex, total);
+    for (int i = 0; i < 4; ++i) x[start + threadIdx.x * 4 + i] = k[i];
+    return total;
+}'''
+
+
+def test_exec_cub_radix_sort_and_scan():
+    fn = _cub_extern(SORT_SCAN_SRC, "sort_scan", "int32(int32*, int32)")
+
+    @splice.kernel
+    def sort_kernel(x, y, TILE: ConstInt):
+        bid = ct.bid(0)
+        t = ct.load(y, index=(bid,), shape=(TILE,), allow_tma=False)
+        ct.store(y, index=(bid,), tile=t + fn(x, bid * 512))
+
+    x = np.random.default_rng(0).integers(-1000, 1000, 1024).astype(np.int32)
+    want = np.sort(x.reshape(2, 512), axis=1)
+    y = np.zeros(256, np.int32)
+    _exec(sort_kernel, _vec_sig(), (2,), x, y)
+    np.testing.assert_array_equal(x.reshape(2, 512), want)
+    np.testing.assert_array_equal(y.reshape(2, 128), np.repeat(want.sum(axis=1)[:, None], 128,
+                                                                axis=1))
 
 
 def test_exec_histogram():
