@@ -15,24 +15,13 @@ _TORCH_DTYPES = {
 }
 
 
-def _random(name, n, rng):
-    if name == "bool":
-        return rng.random(n) < 0.5
-    if name.startswith(("int", "uint")):
-        info = np.iinfo(name)
-        return rng.integers(info.min, info.max, n, dtype=name, endpoint=True)
-    if name == "bfloat16":
-        return rng.standard_normal(n).astype(np.float32)
-    return (rng.standard_normal(n) * 10).astype(name)
-
-
 @pytest.mark.parametrize("inline", ["auto", "never"])
 @pytest.mark.parametrize("name", sorted(K.TYPE_EXTERNS))
 def test_every_element_type(dev, name, inline):
     torch = dev.torch
     rng = np.random.default_rng(1)
     n, tile = 4096, 256
-    x = _random(name, n, rng)
+    x = K.random_values(name, n, rng)
     tdt = getattr(torch, _TORCH_DTYPES[name])
     if name == "bfloat16":
         xt = torch.from_numpy(x).cuda().to(torch.bfloat16)

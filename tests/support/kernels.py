@@ -67,6 +67,19 @@ def make_type_kernel(name: str, inline: str = "auto"):
 TYPE_KERNELS = {(name, inline): make_type_kernel(name, inline)
                 for name in _OPS for inline in ("auto", "never")}
 
+
+def random_values(name: str, n: int, rng) -> np.ndarray:
+    """``n`` values of element type ``name`` for the type kernels: integers over their whole
+    range, floats ``N(0, 10)``, bfloat16 as float32 ``N(0, 1)``."""
+    if name == "bool":
+        return rng.random(n) < 0.5
+    if name.startswith(("int", "uint")):
+        info = np.iinfo(name)
+        return rng.integers(info.min, info.max, n, dtype=name, endpoint=True)
+    if name == "bfloat16":
+        return rng.standard_normal(n).astype(np.float32)
+    return (rng.standard_normal(n) * 10).astype(name)
+
 # ---------------------------------------------------------------------------------------------
 # Several arguments of mixed types, packed into the 128-bit payload.
 

@@ -1193,16 +1193,8 @@ def FMINMAX(op, t, ftz, nan, a, b):
         h = t[:-2]
         return FMINMAX(op, h, ftz, nan, a & 0xffff, b & 0xffff) | \
             (FMINMAX(op, h, ftz, nan, a >> 16, b >> 16) << 16)
-    x, y = _fval(t, a), _fval(t, b)
     qnan = V.F16_NAN if t == "f16" else V.BF16_NAN
-    if x != x or y != y:
-        if nan or (x != x and y != y):
-            return qnan
-        return b if x != x else a
-    if x == y:
-        neg = (a >> 15) | (b >> 15) if op == "min" else (a >> 15) & (b >> 15)
-        return (a & 0x7fff) | (neg << 15)
-    return a if (x < y) == (op == "min") else b
+    return V.minmax(op, a, b, 16, lambda v: _fval(t, v), qnan, nan)
 
 
 def HALF(op, t, mode, ftz, sat, relu, a, b, c=None):

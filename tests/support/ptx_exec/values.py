@@ -357,31 +357,29 @@ def f32_rcp(a: int, mode: str = "rn", ftz: bool = False) -> int:
     return f32_binary("div", 0x3f800000, a, mode, ftz)
 
 
-def f32_minmax(op: str, a: int, b: int, ftz: bool = False, nan: bool = False) -> int:
-    """min/max: a NaN operand is ignored (``.NaN``: propagated); -0 < +0."""
-    if ftz:
-        a, b = ftz32(a), ftz32(b)
-    x, y = b2f(a), b2f(b)
+def minmax(op: str, a: int, b: int, bits: int, value, qnan: int, nan: bool = False) -> int:
+    """min/max of two floats' bits (``value`` decodes them): a NaN operand is ignored unless
+    both are (``nan``: ``.NaN``, propagated) and gives the canonical ``qnan``; -0 < +0."""
+    x, y = value(a), value(b)
     if x != x or y != y:
         if nan or (x != x and y != y):
-            return F32_NAN
+            return qnan
         return b if x != x else a
     if x == y:
-        neg = (a >> 31) | (b >> 31) if op == "min" else (a >> 31) & (b >> 31)
-        return (a & 0x7fffffff) | (neg << 31)
+        s = bits - 1
+        neg = (a >> s) | (b >> s) if op == "min" else (a >> s) & (b >> s)
+        return (a & ((1 << s) - 1)) | (neg << s)
     return a if (x < y) == (op == "min") else b
+
+
+def f32_minmax(op: str, a: int, b: int, ftz: bool = False, nan: bool = False) -> int:
+    if ftz:
+        a, b = ftz32(a), ftz32(b)
+    return minmax(op, a, b, 32, b2f, F32_NAN, nan)
 
 
 def f64_minmax(op: str, a: int, b: int) -> int:
-    x, y = b2d(a), b2d(b)
-    if x != x or y != y:
-        if x != x and y != y:
-            return F64_NAN
-        return b if x != x else a
-    if x == y:
-        neg = (a >> 63) | (b >> 63) if op == "min" else (a >> 63) & (b >> 63)
-        return (a & ~(1 << 63) & M64) | (neg << 63)
-    return a if (x < y) == (op == "min") else b
+    return minmax(op, a, b, 64, b2d, F64_NAN)
 
 
 def float_to_int(x: float, bits: int, signed: bool, mode: str, sat_always: bool = True) -> int:
