@@ -12,8 +12,6 @@ for 64-bit indices binds too.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from splice.ptx import Function
@@ -174,8 +172,3 @@ def run_build(build, grid, *args, **kw) -> Launch:
     """:func:`run` on what splice hands to ptxas: ``build["spliced_ptx"]`` (a
     :class:`splice.Build` from ``splice.compile``), entry ``build.symbol``."""
     return run(build["spliced_ptx"], build.symbol, grid, *args, **kw)
-
-
-def reqntid(ptx: str) -> int:
-    m = re.search(r"\.reqntid\s+(\d+)", ptx)
-    return int(m.group(1)) if m else 0

@@ -241,9 +241,6 @@ class _Scope:
         self.names: dict[str, int] = {}
 
 
-_TERMINATORS = {"bra", "brx", "ret", "exit", "call"}
-
-
 class _Decoder:
     """One function: scopes and slots, then blocks of generated Python."""
 
@@ -292,13 +289,6 @@ class _Decoder:
         # pass 2: blocks
         blocks_src: list[list[str]] = [[]]
         source: list[str] = [self._where(items[0][3]) if items else fn.name]
-        pending_labels: list[str] = []
-
-        def new_block(st):
-            if blocks_src[-1] or pending_labels:
-                blocks_src.append([])
-                source.append(self._where(st))
-
         for kind, what, sc, st in items:
             if kind == "label":
                 if blocks_src[-1]:
@@ -308,11 +298,7 @@ class _Decoder:
                 continue
             ins = what
             assert isinstance(ins, Instruction)
-            gen = ops.Gen(self, sc, ins, st, len(blocks_src) - 1)
-            try:
-                lines, ends = gen.generate()
-            except Unsupported as e:
-                lines, ends = [f"raise ExecError({self._msg(st, str(e))!r})"], False
+            lines, ends = ops.Gen(self, sc, ins, st).generate()
             if not blocks_src[-1]:
                 source[-1] = self._where(st)
             blocks_src[-1].extend(lines)

@@ -13,15 +13,16 @@ from fractions import Fraction
 from . import values as V
 from .memory import LOCAL_WINDOW, SHARED_WINDOW, WINDOW_SIZE, ExecError
 
-# Out of scope: they need the tensor memory accelerator, async proxies or warpgroup MMA.
+# Out of scope: they need the tensor memory accelerator, async proxies, warpgroup or warp
+# MMA, or other CTAs of a cluster (opcode prefix -> what).
 OUT_OF_SCOPE = {
-    "wgmma": "warpgroup MMA", "mbarrier": "mbarriers", "cp": "asynchronous copies (TMA, "
+    "wgmma": "warpgroup MMA", "mbarrier": "mbarriers", "cp.async": "asynchronous copies (TMA, "
     "cp.async)", "setmaxnreg": "register reallocation (warp specialisation)",
     "tcgen05": "tensor memory", "tensormap": "tensor maps", "ldmatrix": "ldmatrix",
     "stmatrix": "stmatrix", "mma": "warp MMA", "wmma": "warp MMA", "movmatrix": "movmatrix",
-    "multimem": "multimem", "griddepcontrol": None, "elect": None, "barrier.cluster": None,
+    "multimem": "multimem", "barrier.cluster": "cluster barriers",
     "clusterlaunchcontrol": "cluster launch control", "st.async": "st.async",
-    "red.async": "red.async", "cp.async.bulk": "bulk copies",
+    "red.async": "red.async", "prefetch.tensormap": "tensor maps",
 }
 
 # Documented maximum errors (PTX ISA 9.x) of the approximate instructions, relative unless
@@ -48,12 +49,11 @@ def mask(bits: int) -> int:
 class Gen:
     """Python lines for one instruction; ``generate()`` -> (lines, ends_block)."""
 
-    def __init__(self, dec, scope, ins, st, block):
+    def __init__(self, dec, scope, ins, st):
         self.dec = dec
         self.scope = scope
         self.ins = ins
         self.st = st
-        self.block = block
         self.mods = ins.modifiers
         self.base = ins.base
         self.ops = list(ins.operands)
@@ -184,11 +184,7 @@ class Gen:
         ins = self.ins
         for prefix, why in OUT_OF_SCOPE.items():
             if ins.opcode == prefix or ins.opcode.startswith(prefix + "."):
-                if why is None and self.base in ("griddepcontrol",):
-                    return [], False
-                if self.base == "elect":
-                    break
-                _unsup(f"{ins.opcode} is out of the executor's scope ({why or prefix})")
+                _unsup(f"{ins.opcode} is out of the executor's scope ({why})")
         handler = getattr(self, "op_" + self.base, None)
         if handler is None:
             _unsup(f"unknown instruction {ins.opcode!r}")
@@ -818,6 +814,9 @@ class Gen:
     def op_applypriority(self):
         return []
 
+    def op_griddepcontrol(self):
+        return []      # one launch at a time: nothing to wait for, nobody to launch early
+
     def op_createpolicy(self):
         return [self.assign(self.ops[0], "0", 64)]
 
@@ -1209,20 +1208,15 @@ def HALF(op, t, mode, ftz, sat, relu, a, b, c=None):
     z = _fval(t, c) if c is not None else 0.0
     if not all(math.isfinite(v) for v in (x, y, z)):
         v = {"add": x + y, "sub": x - y, "mul": x * y}.get(op) if op != "fma" else x * y + z
-    else:
-        ex = {"add": lambda: Fraction(x) + Fraction(y), "sub": lambda: Fraction(x) - Fraction(y),
-              "mul": lambda: Fraction(x) * Fraction(y),
-              "fma": lambda: Fraction(x) * Fraction(y) + Fraction(z)}[op]()
-        if ex == 0:
-            v = {"add": x + y, "sub": x - y, "mul": x * y}.get(op, x * y + z)
-        else:
-            e, m = (5, 10) if t == "f16" else (8, 7)
-            r = V.round_to_format(ex, e, m, mode if mode != "rna" else "rn")
-            v = _fval(t, r)
-            if math.isinf(v) or True:
-                out = r
-                return _half_finish(t, out, sat, relu)
-    return _half_finish(t, _fbits(t, v), sat, relu)
+        return _half_finish(t, _fbits(t, v), sat, relu)
+    fx, fy, fz = Fraction(x), Fraction(y), Fraction(z)
+    exact = {"add": fx + fy, "sub": fx - fy, "mul": fx * fy, "fma": fx * fy + fz}[op]
+    if exact == 0:      # IEEE's sign of an exact zero: the float64 operation gives it
+        v = {"add": x + y, "sub": x - y, "mul": x * y}.get(op, x * y + z)
+        return _half_finish(t, _fbits(t, v), sat, relu)
+    e, m = (5, 10) if t == "f16" else (8, 7)
+    return _half_finish(t, V.round_to_format(exact, e, m, "rn" if mode == "rna" else mode),
+                        sat, relu)
 
 
 def _half_finish(t, r, sat, relu):
