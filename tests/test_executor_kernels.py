@@ -4,6 +4,8 @@ their 1-D loads are TMA loads on sm_90 (warp-specialised, out of the executor's 
 
 from __future__ import annotations
 
+import math
+
 import cuda.tile as ct
 import numpy as np
 import pytest
@@ -200,3 +202,42 @@ def test_ptx_extern_with_a_guarded_early_return(inline):
     run_build(b, (2,), x, k, y)
     kf = k.astype(np.float32)
     np.testing.assert_array_equal(y, np.where(x < 0, kf, x + kf))
+
+
+# NVRTC's math library and intrinsics (libdevice code: range reductions, polynomials, bit
+# tricks, approximate instructions refined by Newton steps) against float64 NumPy.
+_MATH = {
+    "expf(x)": np.exp, "logf(fabsf(x) + 0.5f)": lambda x: np.log(_f32(np.abs(x) + 0.5)),
+    "sinf(x * 20.0f)": lambda x: np.sin(_f32(x * 20)), "cosf(x)": np.cos,
+    "tanhf(x)": np.tanh, "powf(fabsf(x), 1.7f)": lambda x: np.abs(x) ** 1.7,
+    "erff(x)": np.vectorize(math.erf), "atan2f(x, 0.7f)": lambda x: np.arctan2(x, 0.7),
+    "fmodf(x, 0.3f)": lambda x: np.fmod(x, np.float32(0.3)), "cbrtf(x)": np.cbrt,
+    "(float)log(fabs((double)x) + 1.0)": lambda x: np.log(np.abs(x) + 1),
+    "(float)sin((double)x * 10.0)": lambda x: np.sin(x * 10),
+    "(float)((int)(x * 1000) % 7)": lambda x: np.fmod(np.trunc(x * np.float32(1000)), 7),
+    "(float)__double2int_rn((double)x * 7.5)": lambda x: np.rint(x * 7.5),
+    "(float)(__byte_perm(__float_as_int(x), 0, 0x0123) & 0xffff)":
+        lambda x: (x.view(np.uint32).byteswap() & 0xffff).astype(np.float64),
+}
+
+
+def _f32(v):
+    """A float64 intermediate rounded as the float32 C expression rounds it."""
+    return v.astype(np.float32).astype(np.float64)
+
+
+@pytest.mark.parametrize("expr", sorted(_MATH))
+def test_nvrtc_math(expr):
+    src = f'extern "C" __device__ float m(float x) {{ return {expr}; }}'
+    fn = splice.extern(source=src, name="m", signature="float32(float32)")(lambda x: None)
+
+    @splice.kernel
+    def math_kernel(a, y, TILE: ct.Constant[int]):
+        ct.store(y, index=(ct.bid(0),), tile=fn(ct.load(a, index=(ct.bid(0),), shape=(TILE,))))
+
+    x = np.random.default_rng(0).standard_normal(128).astype(np.float32)
+    y = np.zeros(128, np.float32)
+    run_build(splice.compile(math_kernel, K.signature(K.array(f32), K.array(f32), 128), ARCH),
+              (1,), x, y)
+    want = _MATH[expr](x.astype(np.float64) if "__byte_perm" not in expr else x)
+    np.testing.assert_allclose(y, want, rtol=4 * 2.0 ** -23, atol=2.0 ** -30)
