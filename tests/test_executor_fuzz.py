@@ -172,3 +172,57 @@ def test_scalar_and_tile_share_one_slot(types):
     case = (types, ["a0", "a1"], "(a0 - a1)", lambda env: env["a0"] - env["a1"],
             UNSIGNED.get(types[0], types[0]), types[0], types[0], True, 128, "auto", 5)
     test_generated_externs_compute_what_numpy_computes.hypothesis.inner_test(case)
+
+
+@st.composite
+def control_cases(draw):
+    """An extern ``T f(T a0, T a1)`` called in a loop (its result carried) and in both arms
+    of a branch on the block index."""
+    t = draw(st.sampled_from(COMPUTE))
+    work = UNSIGNED.get(t, t)
+    text, fn = draw(expressions(["a0", "a1"], work))
+    return t, work, text, fn, draw(st.integers(0, 4)), draw(st.sampled_from(["auto", "never"])), \
+        draw(st.integers(0, 2 ** 32 - 1))
+
+
+def _control_kernel(fn):
+    @splice.kernel
+    def control(x0, x1, y, ITERS: ct.Constant[int], TILE: ct.Constant[int]):
+        i = ct.bid(0)
+        a = ct.load(x0, index=(i,), shape=(TILE,))
+        b = ct.load(x1, index=(i,), shape=(TILE,))
+        for _ in range(ITERS):
+            a = fn(a, b)
+        if i % 2 == 0:
+            r = fn(a, b)
+        else:
+            r = fn(b, a)
+        ct.store(y, index=(i,), tile=r)
+    return control
+
+
+@settings(max_examples=int(os.environ.get("SPLICE_EXEC_FUZZ_EXAMPLES", "4")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(control_cases())
+def test_generated_externs_in_loops_and_branches(case):
+    t, work, text, fn, iters, inline, seed = case
+    src = _source([t, t], ["a0", "a1"], text, work, t, t)
+    ext = splice.extern(source=src, name="gen", signature=f"{t}({t}, {t})", inline=inline,
+                        options=["-fmad=false"])(lambda *a: None)
+    tile, n = 128, 512
+    rng = np.random.default_rng(seed)
+    x0, x1 = _data(t, n, rng), _data(t, n, rng)
+    y = np.zeros(n, t)
+    sig = K.signature(K.array(_ct(t)), K.array(_ct(t)), K.array(_ct(t)), iters, tile)
+    run_build(splice.compile(_control_kernel(ext), sig, "sm_80"), (n // tile,), x0, x1, y)
+
+    def f(a, b):
+        with np.errstate(all="ignore"):
+            return np.asarray(fn({"a0": a.astype(work), "a1": b.astype(work),
+                                  "_like": a.astype(work)})).astype(work).astype(t)
+    a = x0
+    for _ in range(iters):
+        a = f(a, x1)
+    even = (np.arange(n) // tile) % 2 == 0
+    want = np.where(even, f(a, x1), f(x1, a))
+    np.testing.assert_array_equal(y, want, err_msg=f"{iters} iterations\n{src}")
