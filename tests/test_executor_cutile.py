@@ -164,3 +164,21 @@ def test_wrong_arguments_are_refused():
     x = np.zeros(N, np.float32)
     with pytest.raises(TypeError, match="leave out ct.Constant"):
         _run(b, (2,), x, x, 128)
+
+
+def test_64_bit_index_parameters_bind():
+    """index_dtype=int64: extents and strides are .u64 entry parameters."""
+    from cuda.tile.compilation import ArrayConstraint
+
+    def arr64(dtype, ndim):
+        return ArrayConstraint(dtype, ndim, index_dtype=ct.int64, stride_lower_bound_incl=0,
+                               alias_groups=(), may_alias_internally=False,
+                               stride_constant=(None,) * (ndim - 1) + (1,))
+    tm, tn = 16, 32
+    x = np.random.default_rng(3).standard_normal((2 * tm, 3 * tn)).astype(np.float32)
+    out = np.zeros((3 * tn, 2 * tm), np.float32)
+    b = _compile(P.tile_2d, (arr64(f32, 2), arr64(f32, 2), K.scalar(f32), tm, tn), "sm_80")
+    entry = b["ptx"][b["ptx"].index(".entry"):]
+    assert ".param .u64" in entry[:entry.index(")")].replace(".u64 .ptr", "")
+    _run(b, (2, 3), x, out, 1.5)
+    np.testing.assert_array_equal(out, fma(x, np.float32(1.5), np.float32(1)).T)
