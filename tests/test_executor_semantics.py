@@ -345,3 +345,63 @@ def test_an_unknown_instruction_that_never_runs_is_no_error():
     out = np.zeros(32, np.uint32)
     run(kernel(body), "k", (1,), Pointer(out), Pointer(out), Pointer(out), block=(32,))
     np.testing.assert_array_equal(out, np.arange(32))
+
+
+@pytest.mark.parametrize("trans", [False, True])
+def test_ldmatrix_and_stmatrix(trans):
+    """Two 8x8 b16 matrices (x2) in shared memory, element (r, c) of matrix j = 256j + 8r + c:
+    lane i gets (i/4, 2(i%4)) and the next column (transposed with .trans); stmatrix writes
+    them back to the rows another set of addresses names."""
+    t = ".trans" if trans else ""
+    extra = ".shared .align 16 .b8 m[1024];\n"
+    body = f"""
+    and.b32 %r1, %r0, 7;
+    shr.u32 %r2, %r0, 3;
+    and.b32 %r2, %r2, 1;
+    mov.u32 %r3, m;
+    shl.b32 %r4, %r0, 4;
+    add.s32 %r4, %r3, %r4;
+    // every thread writes its row: 8 elements 256j + 8r + c (row t of matrix t / 8 % 2)
+    shl.b32 %r5, %r2, 8;
+    shl.b32 %r6, %r1, 3;
+    add.s32 %r5, %r5, %r6;
+    setp.lt.u32 %p1, %r0, 16;
+    @!%p1 bra SKIP;
+    add.s32 %r7, %r5, 1;
+    shl.b32 %r7, %r7, 16;
+    or.b32 %r7, %r7, %r5;
+    add.s32 %r8, %r7, 0x20002;
+    add.s32 %r9, %r7, 0x40004;
+    add.s32 %r10, %r7, 0x60006;
+    st.shared.v4.b32 [%r4], {{%r7, %r8, %r9, %r10}};
+SKIP:
+    bar.sync 0;
+    ldmatrix.sync.aligned.m8n8.x2{t}.shared.b16 {{%r11, %r12}}, [%r4];
+    mul.wide.u32 %rd1, %r0, 8;
+    ld.param.u64 %rd2, [out];
+    add.s64 %rd2, %rd2, %rd1;
+    st.global.v2.b32 [%rd2], {{%r11, %r12}};
+    add.s32 %r13, %r4, 256;
+    stmatrix.sync.aligned.m8n8.x2{t}.shared.b16 [%r13], {{%r11, %r12}};
+    bar.sync 0;
+    ld.shared.v4.b32 {{%r7, %r8, %r9, %r10}}, [%r13];
+    mul.wide.u32 %rd1, %r0, 16;
+    ld.param.u64 %rd3, [a];
+    add.s64 %rd3, %rd3, %rd1;
+    @%p1 st.global.v4.b32 [%rd3], {{%r7, %r8, %r9, %r10}};"""
+    out = np.zeros(64, np.uint32)
+    back = np.zeros(64, np.uint32)
+    run(kernel(body, extra=extra), "k", (1,), Pointer(out), Pointer(back), Pointer(out),
+        block=(32,))
+    lane = np.arange(32)
+    r, c = lane // 4, 2 * (lane % 4)
+    for j in range(2):
+        if trans:
+            lo, hi = 256 * j + 8 * c + r, 256 * j + 8 * (c + 1) + r
+        else:
+            lo, hi = 256 * j + 8 * r + c, 256 * j + 8 * r + c + 1
+        np.testing.assert_array_equal(out.reshape(32, 2)[:, j], lo | (hi << 16))
+    # stmatrix of what ldmatrix loaded restores the rows (the transpose twice is identity)
+    rows = back.view(np.uint16).reshape(16, 8)
+    want = np.array([[256 * (t // 8) + 8 * (t % 8) + k for k in range(8)] for t in range(16)])
+    np.testing.assert_array_equal(rows, want)

@@ -8,6 +8,7 @@ import pytest
 
 from support.fma import (
     CONST_4F, CONST_DD, CONST_FF, CONST_LL, CONTROL, FULL_DD, INF, MASK_CASES, NAN, NAN_PATTERNS,
+    f32_inputs, f64_inputs,
     all_const_kernel, asm_const_kernel, asm_impure_kernel, asm_pack_kernel, hash4f_kernel,
     neg_args_kernel, no_args_kernel, np_bits64, pack120_kernel, pack16_const_kernel,
     pack16_kernel, pack_small_kernel, reduce_kernel, ref_control, ref_hash_4f, ref_hash_dd,
@@ -17,24 +18,6 @@ from support.fma import (
 
 INT64_MAX = 0x7FFFFFFFFFFFFFFF
 
-def _f64_inputs(n, seed, specials=True):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal(n) * 10.0 ** rng.integers(-5, 6, n)
-    sp = np.array([NAN, INF, -INF, 0.0, -0.0, 1.0, -1.0, 5e-324, -5e-324,
-                   1.7976931348623157e+308, -NAN])
-    if specials and n >= 3 * len(sp):
-        x[:len(sp)] = sp
-        x[len(sp):2 * len(sp)] = sp[::-1]
-        x[-len(sp):] = sp
-    return x
-
-
-def _f32_inputs(n, seed):
-    x = _f64_inputs(n, seed).astype(np.float32)
-    x[np.abs(x) > 3e38] = np.float32(INF)
-    return x
-
-
 N, TILE = 1024, 128
 
 
@@ -42,7 +25,7 @@ N, TILE = 1024, 128
 @pytest.mark.parametrize("key", sorted(CONST_DD))
 def test_gpu_special_constants_f64(dev, key):
     (c0, c1), kern = CONST_DD[key]
-    x = _f64_inputs(N, 1)
+    x = f64_inputs(N, 1)
     y = dev.empty(N, np.uint64)
     dev.launch((N // TILE,), kern, (dev.arr(x), y, TILE))
     a = x if c0 is None else np.full(N, c0)
@@ -70,7 +53,7 @@ def test_gpu_special_integer_constants(dev, key):
 @pytest.mark.parametrize("key", sorted(FULL_DD))
 def test_gpu_full_tiles_of_special_constants(dev, key):
     (c0, c1), kern = FULL_DD[key]
-    x = _f64_inputs(N, 3)
+    x = f64_inputs(N, 3)
     y = dev.empty(N, np.uint64)
     dev.launch((N // TILE,), kern, (dev.arr(x), y, TILE))
     np.testing.assert_array_equal(dev.host(y), ref_hash_dd(np.full(N, c0), np.full(N, c1)))
@@ -80,7 +63,7 @@ def test_gpu_full_tiles_of_special_constants(dev, key):
 @pytest.mark.parametrize("key", sorted(CONST_FF))
 def test_gpu_special_constants_f32(dev, key):
     (c0, c1), kern = CONST_FF[key]
-    x = _f32_inputs(N, 4)
+    x = f32_inputs(N, 4)
     y = dev.empty(N, np.uint32)
     dev.launch((N // TILE,), kern, (dev.arr(x), y, TILE))
     a = x if c0 is None else np.full(N, c0, dtype=np.float32)
@@ -92,7 +75,7 @@ def test_gpu_special_constants_f32(dev, key):
 @pytest.mark.parametrize("key", sorted(CONST_4F))
 def test_gpu_four_float32_arguments_with_constants(dev, key):
     c, kern = CONST_4F[key]
-    x = _f32_inputs(N, 5)
+    x = f32_inputs(N, 5)
     y = dev.empty(N, np.uint32)
     dev.launch((N // TILE,), kern, (dev.arr(x), y, TILE))
     cc = np.full(N, c, dtype=np.float32)
@@ -118,8 +101,8 @@ _LOOP_TRIPS = [0, 1, 2, 3, 4, 5, 8, 26, 27, 50, 51, 53, 77]
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(CONTROL))
 def test_gpu_control_flow(dev, name):
-    x = _f64_inputs(N, 6)
-    zz = _f64_inputs(N, 7)[::-1].copy()
+    x = f64_inputs(N, 6)
+    zz = f64_inputs(N, 7)[::-1].copy()
     if name in ("loop_carried_from_zero_f64", "loop_carried_f32"):
         # float arithmetic in the callee: NaN payloads and the rounding of subnormals (the
         # callee's a * 0.5 + b is contracted to an fma) are not what is tested here
@@ -164,7 +147,7 @@ def test_gpu_packing_16bit_arguments_bit_exact(dev):
 @pytest.mark.gpu
 def test_gpu_packing_120_bits_and_small_types(dev):
     rng = np.random.default_rng(9)
-    a = _f64_inputs(N, 10)
+    a = f64_inputs(N, 10)
     b = rng.integers(-2 ** 31, 2 ** 31 - 1, N, dtype=np.int32, endpoint=True)
     c = rng.integers(-2 ** 15, 2 ** 15 - 1, N, dtype=np.int16, endpoint=True)
     d = rng.integers(-128, 127, N, dtype=np.int8, endpoint=True)
@@ -185,7 +168,7 @@ def test_gpu_packing_120_bits_and_small_types(dev):
         (bo.astype(np.uint64) << np.uint64(16)) | \
         (b.view(np.uint32).astype(np.uint64) << np.uint64(32))
     np.testing.assert_array_equal(dev.host(y), ref)
-    f = [_f32_inputs(N, s) for s in (11, 12, 13, 14)]
+    f = [f32_inputs(N, s) for s in (11, 12, 13, 14)]
     r = dev.empty(N, np.uint32)
     dev.launch((N // TILE,), hash4f_kernel, tuple(dev.arr(v) for v in f) + (r, TILE))
     np.testing.assert_array_equal(dev.host(r), ref_hash_4f(*f))
@@ -216,8 +199,8 @@ def test_gpu_results_narrower_than_the_marker(dev):
 @pytest.mark.gpu
 def test_gpu_2d_broadcast_and_reduction(dev):
     M, Nn, TM, TN = 64, 128, 16, 32
-    col = _f64_inputs(M, 16).reshape(M, 1)
-    row = _f64_inputs(Nn, 17).reshape(1, Nn)
+    col = f64_inputs(M, 16).reshape(M, 1)
+    row = f64_inputs(Nn, 17).reshape(1, Nn)
     y = dev.empty((M, Nn), np.uint64)
     dev.launch((M // TM, Nn // TN), shapes_2d_kernel, (dev.arr(col), dev.arr(row), y, TM, TN))
     c, r = np.broadcast_arrays(col, row)
@@ -239,8 +222,8 @@ def test_gpu_masked_tiles(dev, tile):
     # as xor(0, K) = K on their path
     n = 3 * tile + max(tile // 2, 1) if tile > 1 else 37
     grid = -(-n // tile)
-    x = _f64_inputs(n, 19)
-    zz = _f64_inputs(n, 20)
+    x = f64_inputs(n, 19)
+    zz = f64_inputs(n, 20)
     y = dev.empty(n, np.uint64)
     dev.launch((grid,), tile_sizes_kernel, (dev.arr(x), dev.arr(zz), y, tile))
     want = ref_hash_dd(x, zz) ^ ref_hash_dd(zz, np.ones(n))
@@ -251,8 +234,8 @@ def test_gpu_masked_tiles(dev, tile):
 
 @pytest.mark.gpu
 def test_gpu_sign_flips_around_the_marker(dev):
-    x = _f64_inputs(N, 21, specials=False)
-    zz = _f64_inputs(N, 22, specials=False)
+    x = f64_inputs(N, 21, specials=False)
+    zz = f64_inputs(N, 22, specials=False)
     x[:4] = [0.0, -0.0, INF, -INF]
     zz[:4] = [-0.0, 0.0, 1.0, 2.0]
     y = dev.empty(N, np.uint64)

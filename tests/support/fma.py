@@ -92,6 +92,28 @@ f_bf16 = cuda_extern("bfloat16(bfloat16)",
 no_args = cuda_extern("float32()", "return 42.5f;", "fm_no_args")
 
 
+def f64_inputs(n, seed, specials=True):
+    """float64 inputs over many magnitudes, with NaN, infinities, zeros, subnormals and the
+    largest value at both ends and reversed after them."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(n) * 10.0 ** rng.integers(-5, 6, n)
+    sp = np.array([NAN, INF, -INF, 0.0, -0.0, 1.0, -1.0, 5e-324, -5e-324,
+                   1.7976931348623157e+308, -NAN])
+    if specials and n >= 3 * len(sp):
+        x[:len(sp)] = sp
+        x[len(sp):2 * len(sp)] = sp[::-1]
+        x[-len(sp):] = sp
+    return x
+
+
+def f32_inputs(n, seed):
+    """:func:`f64_inputs` as float32 (out of range: infinity)."""
+    with np.errstate(over="ignore"):
+        x = f64_inputs(n, seed).astype(np.float32)
+    x[np.abs(x) > 3e38] = np.float32(INF)
+    return x
+
+
 def np_bits64(x):
     x = np.asarray(x, dtype=np.float64)
     b = x.view(np.uint64).copy()

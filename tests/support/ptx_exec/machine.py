@@ -230,6 +230,8 @@ class CTA:
             leader = min(u.lane for u in group)
             for u in group:
                 results[u.lane] = (leader, int(u.lane == leader))
+        elif name.startswith(("ldmatrix.", "stmatrix.")):
+            results = self._matrix(name, group, by_lane)
         elif name == "bar.warp.sync":
             pass
         else:
@@ -241,6 +243,35 @@ class CTA:
             u.warp_epoch += 1
             u.state = RUN
             u.ev = None
+
+    def _matrix(self, name: str, group, by_lane) -> dict[int, tuple]:
+        """ldmatrix / stmatrix of m8n8 .b16 matrices (PTX ISA, "Warp-level matrix load
+        instruction: ldmatrix"): element (r, c) of matrix j is at the row address lane
+        8j + r gives, + 2c; lane i holds (i/4, 2(i%4)) and (i/4, 2(i%4) + 1), transposed
+        with ``.trans``."""
+        op, num, trans = name.split(".")
+        if len(group) != 32:
+            raise ExecError(f"{op}: {32 - len(group)} lanes of warp {group[0].warp} exited "
+                            f"before this warp-wide instruction")
+        S = self.S
+        out: dict[int, tuple] = {}
+        for i in range(32):
+            r, c = i // 4, 2 * (i % 4)
+            elems = [(c, r), (c + 1, r)] if trans == "True" else [(r, c), (r, c + 1)]
+            regs = []
+            for j in range(int(num)):
+                vals = by_lane[i].ev[3][1][j] if op == "stmatrix" else 0
+                word = 0
+                for k, (row, col) in enumerate(elems):
+                    src = by_lane[8 * j + row]
+                    base = src.ev[3][0] if op == "stmatrix" else src.ev[3]
+                    if op == "ldmatrix":
+                        word |= S.read(base + 2 * col, 2, src) << (16 * k)
+                    else:
+                        S.write(base + 2 * col, 2, vals >> (16 * k), by_lane[i])
+                regs.append(word)
+            out[i] = tuple(regs) if op == "ldmatrix" else ()
+        return out
 
     @staticmethod
     def _shfl(u, mode, b, c, by_lane, members) -> tuple[int, int]:

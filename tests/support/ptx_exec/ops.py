@@ -18,8 +18,7 @@ from .memory import LOCAL_WINDOW, SHARED_WINDOW, WINDOW_SIZE, ExecError
 OUT_OF_SCOPE = {
     "wgmma": "warpgroup MMA", "mbarrier": "mbarriers", "cp.async": "asynchronous copies (TMA, "
     "cp.async)", "setmaxnreg": "register reallocation (warp specialisation)",
-    "tcgen05": "tensor memory", "tensormap": "tensor maps", "ldmatrix": "ldmatrix",
-    "stmatrix": "stmatrix", "mma": "warp MMA", "wmma": "warp MMA", "movmatrix": "movmatrix",
+    "tcgen05": "tensor memory", "tensormap": "tensor maps", "mma": "warp MMA", "wmma": "warp MMA", "movmatrix": "movmatrix",
     "multimem": "multimem", "barrier.cluster": "cluster barriers",
     "clusterlaunchcontrol": "cluster launch control", "st.async": "st.async",
     "red.async": "red.async", "prefetch.tensormap": "tensor maps",
@@ -947,6 +946,29 @@ class Gen:
 
     def op_activemask(self):
         return self._wait(f"('warp', 'activemask', None, None, ({self.slot(self.ops[0])},))")
+
+    def _matrix(self) -> tuple[int, bool]:
+        if "m8n8" not in self.mods or "b16" not in self.mods:
+            _unsup(f"{self.ins.opcode}: only the m8n8 .b16 shapes")
+        num = next(int(m[1]) for m in self.mods if m in ("x1", "x2", "x4"))
+        return num, "trans" in self.mods
+
+    def op_ldmatrix(self):
+        """``ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16``: a warp-wide load of
+        8x8 matrices whose rows' addresses lanes 8j..8j+7 give; lane i gets row i/4, columns
+        2(i%4) and 2(i%4)+1 of matrix j in register j (``.trans``: the transpose's)."""
+        num, trans = self._matrix()
+        dests = tuple(self.slot(x) for x in self.vector(self.ops[0]))
+        addr = self.address(self.ops[1], "shared")
+        return self._wait(f"('warp', 'ldmatrix.{num}.{trans}', 0xffffffff, {addr}, {dests})")
+
+    def op_stmatrix(self):
+        """``stmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16``: ldmatrix's inverse."""
+        num, trans = self._matrix()
+        addr = self.address(self.ops[0], "shared")
+        vals = ", ".join(self.src(v, 32) for v in self.vector(self.ops[1]))
+        return self._wait(f"('warp', 'stmatrix.{num}.{trans}', 0xffffffff, ({addr}, ({vals},)), "
+                          f"())")
 
     def op_elect(self):
         dests = [x.strip() for x in self.ops[0].split("|")]
