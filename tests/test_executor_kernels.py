@@ -241,3 +241,24 @@ def test_nvrtc_math(expr):
               (1,), x, y)
     want = _MATH[expr](x.astype(np.float64) if "__byte_perm" not in expr else x)
     np.testing.assert_allclose(y, want, rtol=4 * 2.0 ** -23, atol=2.0 ** -30)
+
+
+def test_lto_ir_extern():
+    """NVRTC -dlto: LTO-IR linked by nvJitLink into PTX, merged, executed."""
+    lto = splice.extern(source='extern "C" __device__ int lto_mix(int a, int b) '
+                               '{ return (a ^ (b << 3)) - (a >> 2); }',
+                        name="lto_mix", signature="int32(int32, int32)",
+                        options=["-dlto"])(lambda a, b: None)
+
+    @splice.kernel
+    def lto_kernel(x, y, out, TILE: ct.Constant[int]):
+        i = ct.bid(0)
+        ct.store(out, index=(i,), tile=lto(ct.load(x, index=(i,), shape=(TILE,)),
+                                           ct.load(y, index=(i,), shape=(TILE,))))
+
+    rng = np.random.default_rng(13)
+    x, y = rng.integers(-2 ** 31, 2 ** 31 - 1, (2, 256), dtype=np.int32)
+    out = np.zeros(256, np.int32)
+    sig = K.signature(K.array(ct.int32), K.array(ct.int32), K.array(ct.int32), 128)
+    run_build(splice.compile(lto_kernel, sig, ARCH), (2,), x, y, out)
+    np.testing.assert_array_equal(out, (x ^ (y << 3)) - (x >> 2))
