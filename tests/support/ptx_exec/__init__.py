@@ -12,15 +12,19 @@ Run a kernel::
 tileiras's own output, the plain-kernel reference). Pass the runtime arguments in launch
 order, leaving out ``ct.Constant`` ones; arrays are bound as cuTile binds them (base,
 extents, strides in elements) and copied back after the launch; scalars as the entry's
-parameter types (``Pointer(array)`` for an address passed as a scalar). The result's ``.approx`` names the approximate instructions that ran
-(bounds in ``ops.APPROX_BOUNDS``): compare exactly when it is empty.
+parameter types (``Pointer(array)`` for an address passed as a scalar). The result's
+``.approx`` names the approximate instructions that ran (bounds in ``ops.APPROX_BOUNDS``)
+and ``.unrounded`` counts float add/sub/mul without a rounding modifier (ptxas may fuse such
+a pair into an fma): compare bit for bit with a GPU when both are empty.
 
 One CTA at a time, each thread interpreted on its own (decoded blocks of generated Python,
 :mod:`.decode`) and scheduled between barriers and warp collectives (:mod:`.machine`);
 memory in :mod:`.memory`, instruction semantics in :mod:`.ops` and :mod:`.values`. Errors
 (:class:`ExecError`): an instruction it does not implement (TMA, ``wgmma``, ``mbarrier``,
 ``setmaxnreg`` are out of scope), an illegal address, a shared-memory race, a deadlocked
-barrier or collective, ``trap``.
+barrier or collective, ``trap``. Not modelled: calls into binary objects (``from_object``:
+no PTX to run), races between CTAs (they run one after another), memory ordering beyond
+barriers (every access is seen at once by every thread).
 """
 
 from .cutile import Pointer, run, run_build

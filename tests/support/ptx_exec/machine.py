@@ -28,6 +28,9 @@ class Launch:
     Attributes:
         approx: approximate instructions executed: ``"ex2.f32"`` -> count (their bounds are
             in :data:`.ops.APPROX_BOUNDS`).
+        unrounded: f32/f64 ``add``/``sub``/``mul`` without a rounding modifier executed
+            (each rounded here; ptxas may contract a mul and an add of them into an fma, so
+            a GPU's result can differ in the last place).
         blocks_run: basic blocks executed, all threads together.
     """
 
@@ -46,6 +49,7 @@ class Launch:
                                                 max(v.align, 16))
         self.dynamic_smem = dynamic_smem
         self.approx: dict[str, int] = {}
+        self.unrounded = 0
         self.blocks_run = 0
         self._clock = 0
 

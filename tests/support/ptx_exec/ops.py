@@ -625,10 +625,14 @@ class Gen:
         A, B = self.src(a, bits), self.src(b, bits)
         mode = self.rounding()
         ftz, sat = "ftz" in self.mods, "sat" in self.mods
+        # without a rounding modifier ptxas may contract a mul and an add into one fma:
+        # computed here rounded twice, and counted (Launch.unrounded)
+        note = ["t.L.unrounded += 1"] if self.rounding("") == "" and op != "div" else []
         if t == "f32":
-            return [self.assign(d, f"V.f32_binary({op!r}, {A}, {B}, {mode!r}, {ftz}, {sat})", 32)]
+            return note + [self.assign(d, f"V.f32_binary({op!r}, {A}, {B}, {mode!r}, {ftz}, "
+                                          f"{sat})", 32)]
         if t == "f64":
-            return [self.assign(d, f"V.f64_binary({op!r}, {A}, {B}, {mode!r})", 64)]
+            return note + [self.assign(d, f"V.f64_binary({op!r}, {A}, {B}, {mode!r})", 64)]
         return [self.assign(d, f"HALF({op!r}, {t!r}, {mode!r}, {ftz}, {sat}, "
                                f"{'relu' in self.mods}, {A}, {B})", bits)]
 
