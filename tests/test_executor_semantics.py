@@ -405,3 +405,34 @@ SKIP:
     rows = back.view(np.uint16).reshape(16, 8)
     want = np.array([[256 * (t // 8) + 8 * (t % 8) + k for k in range(8)] for t in range(16)])
     np.testing.assert_array_equal(rows, want)
+
+
+def test_param_space_through_a_register_and_a_struct_parameter():
+    """``ld.param`` of an entry's aggregate parameter at an offset, and through its generic
+    address (``cvta.param``)."""
+    ptx = HEAD + """
+.visible .entry k(.param .u64 out, .param .align 8 .b8 s[16])
+{
+    .reg .b64 %rd<8>;
+    .reg .b32 %r<4>;
+    ld.param.u64 %rd1, [out];
+    ld.param.b32 %r1, [s+8];
+    mov.b64 %rd2, s;
+    cvta.param.u64 %rd3, %rd2;
+    ld.u32 %r2, [%rd3+12];
+    st.global.v2.b32 [%rd1], {%r1, %r2};
+    ret;
+}
+"""
+    out = np.zeros(2, np.uint32)
+    from support.ptx_exec.cutile import program
+    from support.ptx_exec.machine import Launch
+    from support.ptx_exec.memory import GlobalMemory
+    mem = GlobalMemory()
+    base = mem.alloc(out.tobytes(), "out")
+    # out at offset 0; s (aligned to 8) at 8: s+8 holds 7, s+12 holds 9
+    params = base.to_bytes(8, "little") + bytes(8) + (7).to_bytes(4, "little") + \
+        (9).to_bytes(4, "little")
+    Launch(program(ptx), "k", (1,), (1,), params, mem).run()
+    got = np.frombuffer(bytes(mem.buffer(base)), np.uint32)
+    assert list(got) == [7, 9]

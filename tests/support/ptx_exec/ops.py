@@ -158,7 +158,7 @@ class Gen:
         inner = op.strip()[1:-1].strip()
         name, _, off = inner.partition("+")
         k = self.dec.resolve(self.scope, name.strip())
-        if k is None or any(s == k for s, _, _ in self.dec.depots):
+        if k is None or self.dec.widths[k] != 0:     # a register (or a depot's address)
             return None
         return k, imm_value(off.strip()) if off.strip() else 0
 
