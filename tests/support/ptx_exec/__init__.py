@@ -13,13 +13,14 @@ tileiras's own output, the plain-kernel reference). Pass the runtime arguments i
 order, leaving out ``ct.Constant`` ones; arrays are bound as cuTile binds them (base,
 extents, strides in elements) and copied back after the launch; scalars as the entry's
 parameter types (``Pointer(array)`` for an address passed as a scalar). The result's
-``.approx`` names the approximate instructions that ran (bounds in ``ops.APPROX_BOUNDS``)
+``.approx`` names the approximate instructions that ran (bounds in ``runtime.APPROX_BOUNDS``)
 and ``.unrounded`` counts float add/sub/mul without a rounding modifier (ptxas may fuse such
 a pair into an fma): compare bit for bit with a GPU when both are empty.
 
 One CTA at a time, each thread interpreted on its own (decoded blocks of generated Python,
 :mod:`.decode`) and scheduled between barriers and warp collectives (:mod:`.machine`);
-memory in :mod:`.memory`, instruction semantics in :mod:`.ops` and :mod:`.values`. Errors
+memory in :mod:`.memory`, instructions to Python in :mod:`.ops`, their semantics in :mod:`.runtime` and
+:mod:`.values`. Errors
 (:class:`ExecError`): an instruction it does not implement (TMA, ``wgmma``, ``mbarrier``,
 ``setmaxnreg`` are out of scope), an illegal address, a shared-memory race, a deadlocked
 barrier or collective, ``trap``. Not modelled: calls into binary objects (``from_object``:
@@ -29,6 +30,6 @@ barriers (every access is seen at once by every thread).
 
 from .cutile import Pointer, run, run_build
 from .memory import ExecError
-from .ops import APPROX_BOUNDS
+from .runtime import APPROX_BOUNDS
 
 __all__ = ["run", "run_build", "Pointer", "ExecError", "APPROX_BOUNDS"]

@@ -17,7 +17,8 @@ import numpy as np
 from splice.ptx import Function
 
 from . import values as V
-from .decode import TYPES, Program, entry_param_offsets
+from .values import TYPES
+from .decode import Program, entry_param_offsets
 from .machine import Launch
 from .memory import ExecError, GlobalMemory
 

@@ -18,56 +18,19 @@ import re
 
 from splice.ptx import Instruction, Module, Statement, parse_instruction
 
-from . import ops
+from . import ops, runtime
+from .values import TYPES, imm_value, is_imm
 from .memory import ExecError
-
-# type name -> (bits, kind): kind "u" unsigned/bits, "s" signed, "f" float, "p" predicate
-TYPES = {
-    "pred": (1, "p"), "b8": (8, "u"), "u8": (8, "u"), "s8": (8, "s"),
-    "b16": (16, "u"), "u16": (16, "u"), "s16": (16, "s"), "f16": (16, "f"), "bf16": (16, "f"),
-    "b32": (32, "u"), "u32": (32, "u"), "s32": (32, "s"), "f32": (32, "f"),
-    "f16x2": (32, "f"), "bf16x2": (32, "f"), "tf32": (32, "f"),
-    "b64": (64, "u"), "u64": (64, "u"), "s64": (64, "s"), "f64": (64, "f"),
-    "b128": (128, "u"), "e4m3x2": (16, "f"), "e5m2x2": (16, "f"), "e4m3": (8, "f"),
-    "e5m2": (8, "f"), "s16x2": (32, "s"), "u16x2": (32, "u"),
-}
-
-SPECIAL = {
-    "%tid.x": "t.tid[0]", "%tid.y": "t.tid[1]", "%tid.z": "t.tid[2]",
-    "%ntid.x": "t.cta.ntid[0]", "%ntid.y": "t.cta.ntid[1]", "%ntid.z": "t.cta.ntid[2]",
-    "%ctaid.x": "t.cta.ctaid[0]", "%ctaid.y": "t.cta.ctaid[1]", "%ctaid.z": "t.cta.ctaid[2]",
-    "%nctaid.x": "t.L.grid[0]", "%nctaid.y": "t.L.grid[1]", "%nctaid.z": "t.L.grid[2]",
-    "%laneid": "t.lane", "%warpid": "t.warp", "%nwarpid": "t.cta.nwarps",
-    "%lanemask_eq": "(1 << t.lane)", "%lanemask_lt": "((1 << t.lane) - 1)",
-    "%lanemask_le": "((2 << t.lane) - 1)", "%lanemask_gt": "(0xffffffff ^ ((2 << t.lane) - 1))",
-    "%lanemask_ge": "(0xffffffff ^ ((1 << t.lane) - 1))",
-    "%smid": "0", "%nsmid": "132", "%gridid": "0", "%clock": "(t.clock() & 0xffffffff)",
-    "%clock_hi": "0", "%clock64": "t.clock()", "%globaltimer": "t.clock()",
-    "%globaltimer_lo": "(t.clock() & 0xffffffff)", "%globaltimer_hi": "0",
-    "%dynamic_smem_size": "t.L.dynamic_smem", "%total_smem_size": "t.cta.smem_size",
-    "%cluster_ctarank": "0", "%cluster_nctarank": "1", "%is_explicit_cluster": "0",
-    "%cluster_ctaid.x": "0", "%cluster_ctaid.y": "0", "%cluster_ctaid.z": "0",
-    "%cluster_nctaid.x": "1", "%cluster_nctaid.y": "1", "%cluster_nctaid.z": "1",
-    "%clusterid.x": "t.cta.ctaid[0]", "%clusterid.y": "t.cta.ctaid[1]",
-    "%clusterid.z": "t.cta.ctaid[2]", "%nclusterid.x": "t.L.grid[0]",
-    "%nclusterid.y": "t.L.grid[1]", "%nclusterid.z": "t.L.grid[2]",
-}
 
 # PTX directives inside a body that carry nothing to execute
 _QUIET_DIRECTIVES = {".loc", ".loc_intermediate", ".pragma", ".file", ".section", ".maxnreg",
                      ".reqntid", ".maxntid", ".minnctapersm", ".noreturn", ".abi_preserve",
                      ".abi_preserve_control"}
 
-_IMM_RE = re.compile(r"^-?(0[xX][0-9a-fA-F]+|[0-9]+)U?$")
-_FIMM_RE = re.compile(r"^0[fF][0-9a-fA-F]{8}$|^0[dD][0-9a-fA-F]{16}$")
 _DECL_RE = re.compile(r"^(%[A-Za-z_$][\w$]*)<(\d+)>$")
 
 #: What a register holds before it is written (an f32/f64 NaN with a payload).
 GARBAGE = 0x7ff8dead7fc0dead
-
-
-class Unsupported(Exception):
-    """An instruction the executor does not implement (compiled into a raise)."""
 
 
 @dataclasses.dataclass
@@ -220,18 +183,6 @@ def _initialiser(raw: str, ty: str, count: int) -> bytes:
     return bytes(out)
 
 
-def imm_value(op: str) -> int:
-    """An integer or float immediate's bits (floats as ``0f``/``0d`` hex)."""
-    if _FIMM_RE.match(op):
-        return int(op[2:], 16)
-    s = op.rstrip("U")
-    return int(s, 0) if not s.startswith("-") else -int(s[1:], 0)
-
-
-def is_imm(op: str) -> bool:
-    return bool(_IMM_RE.match(op) or _FIMM_RE.match(op))
-
-
 # ---------------------------------------------------------------------------------------------
 
 
@@ -308,7 +259,7 @@ class _Decoder:
         # close: each block falls through to the next; the last returns
         nblocks = len(blocks_src)
         funcs = []
-        env = ops.runtime_env()
+        env = runtime.runtime_env()
         for i, lines in enumerate(blocks_src):
             body = [ln.replace("@NEXT@", str(i + 1)) for ln in lines]
             body = [self._labels_resolved(ln) for ln in body]

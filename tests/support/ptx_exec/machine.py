@@ -27,7 +27,7 @@ class Launch:
 
     Attributes:
         approx: approximate instructions executed: ``"ex2.f32"`` -> count (their bounds are
-            in :data:`.ops.APPROX_BOUNDS`).
+            in :data:`.runtime.APPROX_BOUNDS`).
         unrounded: f32/f64 ``add``/``sub``/``mul`` without a rounding modifier executed
             (each rounded here; ptxas may contract a mul and an add of them into an fma, so
             a GPU's result can differ in the last place).

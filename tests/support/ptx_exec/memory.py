@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import bisect
 
-import numpy as np
-
 
 class ExecError(Exception):
     """The executed kernel did something the GPU would not do reliably (an unknown or
@@ -184,7 +182,3 @@ class LocalMemory:
         if addr < 0 or addr + n > self.top:
             raise ExecError(f"illegal local address {addr:#x} ({n} bytes; {self.top} in use)")
         self.buf[addr:addr + n] = (value & ((1 << (8 * n)) - 1)).to_bytes(n, "little")
-
-
-def array_bytes(a: np.ndarray) -> bytes:
-    return np.ascontiguousarray(a).tobytes()

@@ -11,6 +11,7 @@ through :class:`fractions.Fraction`, which Python rounds correctly to float64.
 from __future__ import annotations
 
 import math
+import re
 import struct
 from fractions import Fraction
 
@@ -409,3 +410,33 @@ def float_round_integral(x: float, mode: str) -> float:
         return x
     v = {"rn": _round_half_even, "rz": math.trunc, "rm": math.floor, "rp": math.ceil}[mode](x)
     return math.copysign(float(v), x) if v == 0 else float(v)
+
+
+# ---------------------------------------------------------------------------------------------
+# PTX types and literals
+
+# type name -> (bits, kind): kind "u" unsigned/bits, "s" signed, "f" float, "p" predicate
+TYPES = {
+    "pred": (1, "p"), "b8": (8, "u"), "u8": (8, "u"), "s8": (8, "s"),
+    "b16": (16, "u"), "u16": (16, "u"), "s16": (16, "s"), "f16": (16, "f"), "bf16": (16, "f"),
+    "b32": (32, "u"), "u32": (32, "u"), "s32": (32, "s"), "f32": (32, "f"),
+    "f16x2": (32, "f"), "bf16x2": (32, "f"), "tf32": (32, "f"),
+    "b64": (64, "u"), "u64": (64, "u"), "s64": (64, "s"), "f64": (64, "f"),
+    "b128": (128, "u"), "e4m3x2": (16, "f"), "e5m2x2": (16, "f"), "e4m3": (8, "f"),
+    "e5m2": (8, "f"), "s16x2": (32, "s"), "u16x2": (32, "u"),
+}
+
+_IMM_RE = re.compile(r"^-?(0[xX][0-9a-fA-F]+|[0-9]+)U?$")
+_FIMM_RE = re.compile(r"^0[fF][0-9a-fA-F]{8}$|^0[dD][0-9a-fA-F]{16}$")
+
+
+def imm_value(op: str) -> int:
+    """An integer or float immediate's bits (floats as ``0f``/``0d`` hex)."""
+    if _FIMM_RE.match(op):
+        return int(op[2:], 16)
+    s = op.rstrip("U")
+    return int(s, 0) if not s.startswith("-") else -int(s[1:], 0)
+
+
+def is_imm(op: str) -> bool:
+    return bool(_IMM_RE.match(op) or _FIMM_RE.match(op))
