@@ -775,3 +775,36 @@ def test_exec_block_call_with_threads_missing_traps():
     run(ptx, b.symbol, (1,), x, y)          # the kernel as splice built it runs
     with pytest.raises(ExecError, match="trap in thread 0"):
         run(ptx[:first] + early + ptx[first:], b.symbol, (1,), x, y)
+
+
+_BLOCK_TYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                "float32", "float64"]
+
+
+@pytest.mark.parametrize("name", _BLOCK_TYPES)
+def test_exec_block_call_arguments_of_every_type(name):
+    """A block call's two scalar arguments (thread 0's values staged in shared memory) and
+    result, for each element type: the kernel's scalar and the block index."""
+    t = splice.ELEMENT_TYPES[name]
+    fn = splice.extern(source=f'extern "C" __device__ {t.c_type} mix({t.c_type} a, '
+                              f'{t.c_type} b) {{ return ({t.c_type})(a * ({t.c_type})3 - b); }}',
+                       name="mix", scope="block", signature=f"{name}({name}, {name})")(
+                           lambda a, b: None)
+    dt = getattr(ct, name)
+
+    @splice.kernel
+    def block_mix(x, y, s, TILE: ConstInt):
+        bid = ct.bid(0)
+        tl = ct.load(x, index=(bid,), shape=(TILE,), allow_tma=False)
+        v = fn(s, ct.astype(bid, dt))
+        ct.store(y, index=(bid,), tile=tl + v)
+
+    x = np.zeros(2 * 128, name)
+    y = np.zeros_like(x)
+    s = np.dtype(name).type(-5 if name[0] in "if" else 200)
+    sig = K.signature(K.array(dt), K.array(dt), K.scalar(dt), 128)
+    _exec(block_mix, sig, (2,), x, y, s)
+    with np.errstate(over="ignore"):
+        want = np.repeat(np.array([s * np.dtype(name).type(3) - np.dtype(name).type(b)
+                                   for b in (0, 1)], name), 128)
+    np.testing.assert_array_equal(y, want)
