@@ -262,3 +262,52 @@ def test_lto_ir_extern():
     sig = K.signature(K.array(ct.int32), K.array(ct.int32), K.array(ct.int32), 128)
     run_build(splice.compile(lto_kernel, sig, ARCH), (2,), x, y, out)
     np.testing.assert_array_equal(out, (x ^ (y << 3)) - (x >> 2))
+
+
+SWITCH_SRC = r'''
+extern "C" __device__ int sw(int x, int i) {
+    int a[16];
+    for (int k = 0; k < 16; ++k) a[k] = x * k + (k ^ i);
+    int r;
+    switch (i & 15) {
+      case 0: r = a[i & 7] + 1; break; case 1: r = a[3] * 2; break; case 2: r = x - 7; break;
+      case 3: r = a[(i >> 2) & 15]; break; case 4: r = 11; break; case 5: r = x ^ 0x55; break;
+      case 6: r = a[15] - a[0]; break; case 7: r = x * x; break; case 8: r = -x; break;
+      default: r = a[i & 15] + a[(i + 1) & 15];
+    }
+    if (x < -1000) return 0;
+    return r;
+}'''
+
+
+def _switch_ref(x: int, i: int) -> int:
+    a = [x * k + (k ^ i) for k in range(16)]
+    r = {0: lambda: a[i & 7] + 1, 1: lambda: a[3] * 2, 2: lambda: x - 7,
+         3: lambda: a[(i >> 2) & 15], 4: lambda: 11, 5: lambda: x ^ 0x55,
+         6: lambda: a[15] - a[0], 7: lambda: x * x, 8: lambda: -x}.get(
+             i & 15, lambda: a[i & 15] + a[(i + 1) & 15])()
+    return 0 if x < -1000 else r
+
+
+def test_called_extern_with_a_stack_frame_and_a_switch():
+    """A local array indexed at run time keeps the extern a real call with a .local frame
+    (the executor gives each frame its own depot); a switch and an early return."""
+    fn = splice.extern(source=SWITCH_SRC, name="sw", signature="int32(int32, int32)")(
+        lambda a, b: None)
+
+    @splice.kernel
+    def switch_kernel(x, y, out, TILE: ct.Constant[int]):
+        i = ct.bid(0)
+        ct.store(out, index=(i,), tile=fn(ct.load(x, index=(i,), shape=(TILE,)),
+                                          ct.load(y, index=(i,), shape=(TILE,))))
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(-2000, 2000, 256).astype(np.int32)
+    i = rng.integers(0, 64, 256).astype(np.int32)
+    out = np.zeros(256, np.int32)
+    sig = K.signature(K.array(ct.int32), K.array(ct.int32), K.array(ct.int32), 128)
+    b = splice.compile(switch_kernel, sig, ARCH)
+    assert not b.sites[0].inlined and ".local" in b["spliced_ptx"]
+    run_build(b, (2,), x, i, out)
+    want = np.array([_switch_ref(int(a), int(c)) for a, c in zip(x, i)], np.int64)
+    np.testing.assert_array_equal(out, want.astype(np.int32))
