@@ -436,3 +436,26 @@ def test_param_space_through_a_register_and_a_struct_parameter():
     Launch(program(ptx), "k", (1,), (1,), params, mem).run()
     got = np.frombuffer(bytes(mem.buffer(base)), np.uint32)
     assert list(got) == [7, 9]
+
+
+def test_brx_idx_jumps_through_a_table():
+    body = """
+    and.b32 %r1, %r0, 3;
+    brx.idx %r1, TABLE;
+TABLE: .branchtargets L0, L1, L2, L3;
+L0:
+    mov.u32 %r3, 100;
+    bra.uni DONE;
+L1:
+    mov.u32 %r3, 101;
+    bra.uni DONE;
+L2:
+    mov.u32 %r3, 102;
+    bra.uni DONE;
+L3:
+    mov.u32 %r3, 103;
+DONE:
+    st.global.b32 [%rd_out], %r3;"""
+    out = np.zeros(32, np.uint32)
+    run(kernel(body), "k", (1,), Pointer(out), Pointer(out), Pointer(out), block=(32,))
+    np.testing.assert_array_equal(out, 100 + np.arange(32) % 4)

@@ -206,6 +206,7 @@ class _Decoder:
         self.depots: list[tuple[int, int, int]] = []
         self.kparams: dict[str, int] = {}        # entry parameter -> offset in the buffer
         self.labels: dict[str, int] = {}
+        self.branch_tables: dict[str, list[str]] = {}   # a .branchtargets list's labels
 
     def slot(self, scope: _Scope, name: str, width: int) -> int:
         k = len(self.widths)
@@ -233,6 +234,12 @@ class _Decoder:
                 scope = scope.parent
             elif st.kind == "label":
                 items.append(("label", st.tokens[0].text, scope, st))
+            elif st.kind == "directive" and st.head == ".branchtargets" and items and \
+                    items[-1][0] == "label":
+                name = items.pop()[1]
+                assert isinstance(name, str)
+                self.branch_tables[name] = [t.text for t in st.tokens[1:]
+                                            if t.kind == "ident"]
             elif st.kind == "directive":
                 self._declare(st, scope)
             elif st.kind == "instruction":

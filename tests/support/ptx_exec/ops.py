@@ -853,6 +853,15 @@ class Gen:
     def op_bra(self):
         return [f"return @L{{{self.ops[0].strip()}}}"], True
 
+    def op_brx(self):
+        """``brx.idx index, tlist``: a jump through a ``.branchtargets`` table (an index out
+        of the table is undefined behaviour: an error)."""
+        table = self.dec.branch_tables.get(self.ops[1].strip())
+        if table is None:
+            _unsup(f"brx.idx through {self.ops[1]!r}, which is not a .branchtargets list")
+        targets = ", ".join(f"@L{{{lab}}}" for lab in table)
+        return [f"return BRX(({targets},), {self.src(self.ops[0], 32)})"], True
+
     def op_ret(self):
         return ["return t.ret()"], True
 

@@ -390,6 +390,12 @@ def _exact_to_float(dt, x, mode, satfinite, relu, neg_zero=False):
     return V.round_to_format(x, fmt[0], fmt[1], mode, satfinite=satfinite, has_inf=fmt[2])
 
 
+def BRX(targets, i):
+    if i >= len(targets):
+        raise ExecError(f"brx.idx with index {i} into a table of {len(targets)} targets")
+    return targets[i]
+
+
 def CVTA_TO(a, win):
     if not win <= a < win + WINDOW_SIZE:
         raise ExecError(f"cvta.to of generic address {a:#x}, which is not in that state space")
