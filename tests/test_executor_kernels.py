@@ -311,3 +311,31 @@ def test_called_extern_with_a_stack_frame_and_a_switch():
     run_build(b, (2,), x, i, out)
     want = np.array([_switch_ref(int(a), int(c)) for a, c in zip(x, i)], np.int64)
     np.testing.assert_array_equal(out, want.astype(np.int32))
+
+
+# ct.mma on sm_80: cp.async tiles into shared memory, ldmatrix (.trans for B), mma.sync
+# m16n8k16; the extern's epilogue runs on the accumulator fragments' layout.
+MM_SIG = K.signature(K.array(ct.float16, 2), K.array(ct.float16, 2), K.array(ct.float16, 2),
+                     64, 64, 32)
+
+
+def test_mma_matmul_exact_on_small_integers():
+    rng = np.random.default_rng(0)
+    A = rng.integers(-2, 3, (128, 96)).astype(np.float16)
+    B = rng.integers(-2, 3, (96, 64)).astype(np.float16)
+    C = np.zeros((128, 64), np.float16)
+    launch = run_build(splice.compile(K.matmul_plain_kernel, MM_SIG, ARCH), (2, 1), A, B, C)
+    assert set(launch.approx) == {"mma.f32"}
+    # every product and partial sum is an integer below 2^11: exact in any order
+    np.testing.assert_array_equal(C, (A.astype(np.int64) @ B.astype(np.int64)).astype(
+        np.float16))
+
+
+def test_mma_matmul_with_an_extern_epilogue():
+    rng = np.random.default_rng(1)
+    A = (rng.standard_normal((64, 64)) / 4).astype(np.float16)
+    B = (rng.standard_normal((64, 128)) / 4).astype(np.float16)
+    C = np.zeros((64, 128), np.float16)
+    run_build(splice.compile(K.matmul_gelu_kernel, MM_SIG, ARCH), (1, 2), A, B, C)
+    ref = K.gelu_tanh_ref(A.astype(np.float64) @ B.astype(np.float64))
+    np.testing.assert_allclose(C, ref, rtol=2.0 ** -10, atol=2.0 ** -12)

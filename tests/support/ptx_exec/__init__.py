@@ -22,7 +22,8 @@ One CTA at a time, each thread interpreted on its own (decoded blocks of generat
 memory in :mod:`.memory`, instructions to Python in :mod:`.ops`, their semantics in :mod:`.runtime` and
 :mod:`.values`. Errors
 (:class:`ExecError`): an instruction it does not implement (TMA, ``wgmma``, ``mbarrier``,
-``setmaxnreg`` are out of scope), an illegal address, a shared-memory race, a deadlocked
+``setmaxnreg`` are out of scope; ``cp.async``, ``ldmatrix`` and ``mma.sync`` m16n8k16, which
+``ct.mma`` on sm_80 uses, are in), an illegal address, a shared-memory race, a deadlocked
 barrier or collective, ``trap``. Not modelled: calls into binary objects (``from_object``:
 no PTX to run), races between CTAs (they run one after another), memory ordering beyond
 barriers (every access is seen at once by every thread).

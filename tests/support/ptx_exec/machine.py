@@ -15,6 +15,9 @@ waiting at the same ``activemask`` (the largest set of lanes a GPU could have co
 
 from __future__ import annotations
 
+import math
+
+from . import values as V
 from .decode import Func, Program
 from .memory import ExecError, GlobalMemory, LocalMemory, Shadow, SharedMemory
 
@@ -234,6 +237,8 @@ class CTA:
             leader = min(u.lane for u in group)
             for u in group:
                 results[u.lane] = (leader, int(u.lane == leader))
+        elif name.startswith("mma."):
+            results = self._mma(name, group, by_lane)
         elif name.startswith(("ldmatrix.", "stmatrix.")):
             results = self._matrix(name, group, by_lane)
         elif name == "bar.warp.sync":
@@ -275,6 +280,45 @@ class CTA:
                         S.write(base + 2 * col, 2, vals >> (16 * k), by_lane[i])
                 regs.append(word)
             out[i] = tuple(regs) if op == "ldmatrix" else ()
+        return out
+
+    def _mma(self, name: str, group, by_lane) -> dict[int, tuple]:
+        """mma.sync m16n8k{8,16}, f16/bf16 inputs, f32 accumulators (PTX ISA, "Matrix
+        Fragments for mma.m16n8k16 with floating point type"): lane i (group g = i/4, t = i%4)
+        holds A[g (+8)][2t + (0, 1) (+8)], B[2t + (0, 1) (+8)][g] and C[g (+8)][2t + (0, 1)],
+        two 16-bit elements per register, the lower index in the low half. The dot products
+        are exact (float64 sums of exact products, then rounded once): the GPU's order and
+        rounding of the sum are not specified, so the launch counts it as approximate."""
+        _, shape, ty = name.split(".")
+        k = 16 if shape == "m16n8k16" else 8
+        if len(group) != 32:
+            raise ExecError(f"mma.sync: {32 - len(group)} lanes of warp {group[0].warp} exited")
+        half = (lambda b: V.b2h(b)) if ty == "f16" else V.bf2f
+        A = [[0.0] * k for _ in range(16)]
+        B = [[0.0] * 8 for _ in range(k)]
+        C = [[0.0] * 8 for _ in range(16)]
+        for i in range(32):
+            g, t = i // 4, i % 4
+            a, b, c = by_lane[i].ev[3]
+            elems = [(r >> (16 * h)) & 0xffff for r in a for h in (0, 1)]
+            for j, e in enumerate(elems):
+                row = g + 8 * ((j >> 1) & 1)
+                col = 2 * t + (j & 1) + 8 * (j >> 2)
+                A[row][col] = half(e)
+            for j, e in enumerate((r >> (16 * h)) & 0xffff for r in b for h in (0, 1)):
+                B[2 * t + (j & 1) + 8 * (j >> 1)][g] = half(e)
+            for j, v in enumerate(c):
+                C[g + 8 * (j >> 1)][2 * t + (j & 1)] = V.b2f(v)
+        self.L.approx["mma.f32"] = self.L.approx.get("mma.f32", 0) + 1
+        out: dict[int, tuple] = {}
+        for i in range(32):
+            g, t = i // 4, i % 4
+            d = []
+            for j in range(4):
+                row, col = g + 8 * (j >> 1), 2 * t + (j & 1)
+                acc = math.fsum([A[row][x] * B[x][col] for x in range(k)] + [C[row][col]])
+                d.append(V.f2b(acc))
+            out[i] = tuple(d)
         return out
 
     @staticmethod

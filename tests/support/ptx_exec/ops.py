@@ -36,14 +36,15 @@ SPECIAL = {
 # Out of scope: they need the tensor memory accelerator, async proxies, warpgroup or warp
 # MMA, or other CTAs of a cluster (opcode prefix -> what).
 OUT_OF_SCOPE = {
-    "wgmma": "warpgroup MMA", "mbarrier": "mbarriers", "cp.async": "asynchronous copies (TMA, "
-    "cp.async)", "setmaxnreg": "register reallocation (warp specialisation)",
-    "tcgen05": "tensor memory", "tensormap": "tensor maps", "mma": "warp MMA", "wmma": "warp MMA", "movmatrix": "movmatrix",
-    "multimem": "multimem", "barrier.cluster": "cluster barriers",
+    "wgmma": "warpgroup MMA", "mbarrier": "mbarriers",
+    "cp.async.bulk": "bulk asynchronous copies (TMA)", "cp.async.mbarrier": "mbarriers",
+    "cp.reduce.async": "bulk asynchronous reductions (TMA)",
+    "setmaxnreg": "register reallocation (warp specialisation)",
+    "tcgen05": "tensor memory", "tensormap": "tensor maps", "wmma": "wmma fragments",
+    "movmatrix": "movmatrix", "multimem": "multimem", "barrier.cluster": "cluster barriers",
     "clusterlaunchcontrol": "cluster launch control", "st.async": "st.async",
     "red.async": "red.async", "prefetch.tensormap": "tensor maps",
 }
-
 
 
 class Unsupported(Exception):
@@ -983,6 +984,43 @@ class Gen:
         vals = ", ".join(self.src(v, 32) for v in self.vector(self.ops[1]))
         return self._wait(f"('warp', 'stmatrix.{num}.{trans}', 0xffffffff, ({addr}, ({vals},)), "
                           f"())")
+
+    def op_mma(self):
+        """``mma.sync.aligned.m16n8k{8,16}.row.col.f32.{f16,bf16}.{f16,bf16}.f32``: a warp's
+        16x8 f32 tile D = A B + C, from the fragments each lane holds (resolved when the warp
+        has arrived, :meth:`.machine.CTA._mma`)."""
+        shape = next((m for m in self.mods if m in ("m16n8k16", "m16n8k8")), None)
+        tys = [m for m in self.mods if m in TYPES]
+        if shape is None or tys[0] != "f32" or tys[-1] != "f32" or \
+                tys[1] not in ("f16", "bf16") or tys[1] != tys[2] or "row" not in self.mods:
+            _unsup(f"{self.ins.opcode}: only m16n8k8/m16n8k16 .row.col f32 += f16/bf16")
+        d, a, b, c = (self.vector(o) for o in self.ops[:4])
+        regs = ", ".join("(" + ", ".join(self.src(x, 32) for x in v) + ",)" for v in (a, b, c))
+        return self._wait(f"('warp', 'mma.{shape}.{tys[1]}', 0xffffffff, ({regs}), "
+                          f"{tuple(self.slot(x) for x in d)})")
+
+    def op_cp(self):
+        """``cp.async.{ca,cg}.shared.global [dst], [src], size{, src-size | ignore-src}``:
+        done at once (the copy completes before any later instruction), so
+        ``commit_group``/``wait_group``/``wait_all`` have nothing to wait for."""
+        mods = self.mods
+        if mods[0] != "async":
+            _unsup(self.ins.opcode)
+        if mods[1] in ("commit_group", "wait_group", "wait_all"):
+            return []
+        if mods[1] not in ("ca", "cg") or not any(m.startswith("shared") for m in mods):
+            _unsup(self.ins.opcode)
+        dst = self.address(self.ops[0], "shared")
+        src = self.address(self.ops[1], "global")
+        size = self.src(self.ops[2], 32)
+        keep = size
+        if len(self.ops) > 3 and not self.ops[3].startswith("%rd") and \
+                self.dec.resolve(self.scope, self.ops[3].lstrip("!")) is not None and \
+                self.width(self.ops[3].lstrip("!")) == 1:
+            keep = f"(0 if {self.src(self.ops[3], 1)} else {size})"      # ignore-src
+        elif len(self.ops) > 3 and "L2::cache_hint" not in "".join(mods):
+            keep = self.src(self.ops[3], 32)                              # src-size
+        return [f"CP_ASYNC(t, {dst}, {src}, {size}, {keep})"]
 
     def op_elect(self):
         dests = [x.strip() for x in self.ops[0].split("|")]

@@ -24,7 +24,7 @@ APPROX_BOUNDS = {
     "cos.f32_abs": 2.0 ** -20.5, "tanh.f32": 2.0 ** -10.987, "rcp.f32": 2.0 ** -23,
     "rsqrt.f32": 2.0 ** -22.9, "sqrt.f32": 2.0 ** -23, "div.f32": 2.0 ** -22,
     "rcp.f64": 2.0 ** -22, "rsqrt.f64": 2.0 ** -22.9, "ex2.f16": 2.0 ** -9.9,
-    "tanh.f16": 2.0 ** -10.7, "tanh.bf16": 2.0 ** -8, "ex2.bf16": 2.0 ** -7,
+    "tanh.f16": 2.0 ** -10.7, "mma.f32": 2.0 ** -22, "tanh.bf16": 2.0 ** -8, "ex2.bf16": 2.0 ** -7,
 }
 
 
@@ -388,6 +388,14 @@ def _exact_to_float(dt, x, mode, satfinite, relu, neg_zero=False):
     fmt = {"f16": (5, 10, True), "bf16": (8, 7, True), "e4m3": (4, 3, False),
            "e5m2": (5, 2, True)}[dt]
     return V.round_to_format(x, fmt[0], fmt[1], mode, satfinite=satfinite, has_inf=fmt[2])
+
+
+def CP_ASYNC(t, dst, src, size, keep):
+    """cp.async: ``keep`` bytes from global ``src``, the rest of ``size`` zero-filled."""
+    if keep > size:
+        raise ExecError(f"cp.async with src-size {keep} > cp-size {size}")
+    v = t.G.read(src, keep, t) if keep else 0
+    t.cta.S.write(dst, size, v, t)
 
 
 def BRX(targets, i):
