@@ -125,3 +125,17 @@ def test_executor_runs_what_the_gpu_runs_for_a_counter(dev):
     sig = [K.array(ct.uint32), K.scalar(ct.int64), 128]
     _executor(K.count_kernel, sig, (8,), [x, Pointer(cpu)])
     np.testing.assert_array_equal(dev.host(counter), cpu)
+
+
+def test_matmul_exact_on_small_integers(dev):
+    """ct.mma: the GPU's TMA/wgmma build and the executor's run of its sm_80 build (mma.sync),
+    bit for bit where every partial sum is exact."""
+    rng = np.random.default_rng(0)
+    A = rng.integers(-2, 3, (128, 96)).astype(np.float16)
+    B = rng.integers(-2, 3, (96, 128)).astype(np.float16)
+    params = [K.array(f16, 2), K.array(f16, 2), K.array(f16, 2), 64, 64, 32]
+    gpu = dev.arr(np.zeros((128, 128), np.float16))
+    dev.launch((2, 2), K.matmul_plain_kernel, (dev.arr(A), dev.arr(B), gpu, 64, 64, 32))
+    cpu = np.zeros((128, 128), np.float16)
+    _executor(K.matmul_plain_kernel, params, (2, 2), [A, B, cpu])
+    np.testing.assert_array_equal(dev.host(gpu), cpu)
