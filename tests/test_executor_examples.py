@@ -33,7 +33,8 @@ def _module(path: Path, name: str, monkeypatch):
     return mod
 
 
-def test_layernorm_gelu_example(monkeypatch):
+@pytest.mark.parametrize("approx", ["exact", "bound"])
+def test_layernorm_gelu_example(monkeypatch, approx):
     ex = _module(ROOT / "examples" / "layernorm_gelu.py", "ex_layernorm_gelu", monkeypatch)
     M, N, eps = 2, 256, 1e-5
     rng = np.random.default_rng(0)
@@ -43,7 +44,8 @@ def test_layernorm_gelu_example(monkeypatch):
     y = np.zeros_like(x)
     sig = K.signature(K.array(ct.float32, 2), K.array(ct.float32), K.array(ct.float32),
                       K.array(ct.float32, 2), K.scalar(ct.float32), N)
-    launch = run_build(splice.compile(ex.layernorm_gelu, sig, "sm_80"), (M,), x, w, b, y, eps)
+    launch = run_build(splice.compile(ex.layernorm_gelu, sig, "sm_80"), (M,), x, w, b, y, eps,
+                       approx=approx)
     assert set(launch.approx) <= {"rsqrt.f32", "ex2.f32", "rcp.f32", "lg2.f32", "div.f32"}
     assert np.abs(y - ex.reference(x, w, b, eps)).max() < 1e-4     # run_on_gpu's bound
 
@@ -78,7 +80,8 @@ def _readme_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
 
 
-def test_readme_first_example(tmp_path, monkeypatch):
+@pytest.mark.parametrize("approx", ["exact", "bound"])
+def test_readme_first_example(tmp_path, monkeypatch, approx):
     """The README's opening kernel, ``saxpy(a, fast_gelu(t), 1.0)``: a scalar and a tile
     element in one 64-bit argument slot, a CUDA C extern feeding a PTX extern."""
     code = _readme_blocks()[0]
@@ -92,7 +95,8 @@ def test_readme_first_example(tmp_path, monkeypatch):
     x = np.random.default_rng(1).standard_normal(n).astype(np.float32)
     y = np.zeros(n, np.float32)
     sig = K.signature(K.array(ct.float32), K.array(ct.float32), K.scalar(ct.float32), tile)
-    launch = run_build(splice.compile(mod.k, sig, "sm_80"), (n // tile,), x, y, a)
+    launch = run_build(splice.compile(mod.k, sig, "sm_80"), (n // tile,), x, y, a,
+                       approx=approx)
     assert set(launch.approx) <= {"ex2.f32", "rcp.f32", "div.f32"}
     x64 = x.astype(np.float64)
     gelu = x64 / (1.0 + np.exp(-1.702 * x64))

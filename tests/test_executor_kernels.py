@@ -148,11 +148,12 @@ def test_prebuilt_ptx():
     np.testing.assert_array_equal(y, fma(x, np.float32(3), np.float32(1)))
 
 
-def test_approximate_tanh_snippet_within_its_bound():
+@pytest.mark.parametrize("approx", ["exact", "bound"])
+def test_approximate_tanh_snippet_within_its_bound(approx):
     x = np.random.default_rng(9).standard_normal(256).astype(np.float32)
     y = np.zeros(256, np.float32)
     b = splice.compile(K.asm_tanh_kernel, K.signature(K.array(f32), K.array(f32), 128), ARCH)
-    launch = run_build(b, (2,), x, y)
+    launch = run_build(b, (2,), x, y, approx=approx)
     assert set(launch.approx) == {"tanh.f32"}
     np.testing.assert_allclose(y, np.tanh(x.astype(np.float64)), rtol=2.0 ** -10.9, atol=0)
 

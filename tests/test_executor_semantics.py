@@ -459,3 +459,22 @@ DONE:
     out = np.zeros(32, np.uint32)
     run(kernel(body), "k", (1,), Pointer(out), Pointer(out), Pointer(out), block=(32,))
     np.testing.assert_array_equal(out, 100 + np.arange(32) % 4)
+
+
+def test_approximate_instructions_exact_or_at_their_bound():
+    x = np.linspace(-3, 3, 32).astype(np.float32)
+    body = """
+    ld.global.f32 %f1, [%rd_a];
+    ex2.approx.f32 %f2, %f1;
+    st.global.f32 [%rd_out], %f2;"""
+    got = {}
+    for mode in ("exact", "bound"):
+        out = np.zeros(32, np.float32)
+        launch = run(kernel(body), "k", (1,), Pointer(out), Pointer(x), Pointer(x), block=(32,),
+                     approx=mode)
+        assert launch.approx == {"ex2.f32": 32}
+        got[mode] = out
+    exact = np.exp2(x.astype(np.float64))
+    np.testing.assert_array_equal(got["exact"], exact.astype(np.float32))
+    rel = np.abs(got["bound"] - exact) / exact
+    assert (rel <= 2.0 ** -22 + 2.0 ** -24).all() and (rel >= 2.0 ** -22 - 2.0 ** -24).all()

@@ -59,11 +59,14 @@ def block_dims(fn: Function) -> tuple[int, int, int]:
     return tuple(dims + [1] * (3 - len(dims)))   # type: ignore[return-value]
 
 
-def run(ptx: str, kernel: str, grid, *args, block=None, dynamic_smem: int = 0) -> Launch:
+def run(ptx: str, kernel: str, grid, *args, block=None, dynamic_smem: int = 0,
+        approx: str = "exact") -> Launch:
     """Run entry ``kernel`` of the PTX module ``ptx`` over ``grid`` (CTA after CTA) with
     cuTile-bound arguments: NumPy arrays (copied in, and copied back into the same arrays
     after the launch) and scalars (Python or NumPy numbers). Pass the kernel's runtime
-    arguments in order, without its ``ct.Constant`` ones.
+    arguments in order, without its ``ct.Constant`` ones. ``approx="bound"`` returns every
+    approximate instruction's result off by its whole documented error (a comparison's
+    tolerance is then checked too).
 
     Returns:
         Launch: ``.approx`` (approximate instructions that ran), ``.blocks_run``.
@@ -78,7 +81,8 @@ def run(ptx: str, kernel: str, grid, *args, block=None, dynamic_smem: int = 0) -
         raise TypeError(f"no entry {kernel!r} in the PTX")
     memory = GlobalMemory()
     params, arrays = bind(fn, args, memory)
-    launch = Launch(prog, kernel, grid, block or block_dims(fn), params, memory, dynamic_smem)
+    launch = Launch(prog, kernel, grid, block or block_dims(fn), params, memory, dynamic_smem,
+                    approx)
     launch.run()
     for base, a in arrays:
         buf = memory.buffer(base)

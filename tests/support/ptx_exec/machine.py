@@ -31,6 +31,8 @@ class Launch:
     Attributes:
         approx: approximate instructions executed: ``"ex2.f32"`` -> count (their bounds are
             in :data:`.runtime.APPROX_BOUNDS`).
+        approx_mode: ``"exact"`` (an approximate instruction returns the exact function,
+            rounded) or ``"bound"`` (off by its whole documented error, up or down).
         unrounded: f32/f64 ``add``/``sub``/``mul`` without a rounding modifier executed
             (each rounded here; ptxas may contract a mul and an add of them into an fma, so
             a GPU's result can differ in the last place).
@@ -38,8 +40,9 @@ class Launch:
     """
 
     def __init__(self, prog: Program, kernel: str, grid, block, params: bytes,
-                 memory: GlobalMemory, dynamic_smem: int = 0):
+                 memory: GlobalMemory, dynamic_smem: int = 0, approx_mode: str = "exact"):
         self.prog = prog
+        self.approx_mode = approx_mode
         self.kernel = kernel
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.block = tuple(block) + (1,) * (3 - len(block))
