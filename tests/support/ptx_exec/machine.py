@@ -252,7 +252,8 @@ class CTA:
             for slot, v in zip(u.ev[4], results.get(u.lane, ())):
                 if slot >= 0:
                     u.regs[slot] = v
-            u.warp_epoch += 1
+            if name == "bar.warp.sync":     # the one warp collective that orders memory
+                u.warp_epoch += 1
             u.state = RUN
             u.ev = None
 
