@@ -478,3 +478,27 @@ def test_approximate_instructions_exact_or_at_their_bound():
     np.testing.assert_array_equal(got["exact"], exact.astype(np.float32))
     rel = np.abs(got["bound"] - exact) / exact
     assert (rel <= 2.0 ** -22 + 2.0 ** -24).all() and (rel >= 2.0 ** -22 - 2.0 ** -24).all()
+
+
+@pytest.mark.parametrize("sync,ok", [("bar.warp.sync -1;", True),
+                                     ("shfl.sync.idx.b32 %r5, %r0, 0, 31, -1;", False)])
+def test_within_a_warp_only_bar_warp_sync_orders_shared_memory(sync, ok):
+    extra = ".shared .align 4 .b8 cells[128];\n"
+    body = f"""
+    mov.u32 %r1, cells;
+    shl.b32 %r2, %r0, 2;
+    add.s32 %r3, %r1, %r2;
+    st.shared.b32 [%r3], %r0;
+    {sync}
+    xor.b32 %r4, %r2, 4;
+    add.s32 %r4, %r1, %r4;
+    ld.shared.b32 %r3, [%r4];
+    st.global.b32 [%rd_out], %r3;"""
+    out = np.zeros(32, np.uint32)
+    args = (kernel(body, extra=extra), "k", (1,), Pointer(out), Pointer(out), Pointer(out))
+    if ok:
+        run(*args, block=(32,))
+        np.testing.assert_array_equal(out, np.arange(32) ^ 1)
+    else:
+        with pytest.raises(ExecError, match="shared-memory race"):
+            run(*args, block=(32,))
