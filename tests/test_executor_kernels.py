@@ -158,8 +158,9 @@ def test_approximate_tanh_snippet_within_its_bound(approx):
     np.testing.assert_allclose(y, np.tanh(x.astype(np.float64)), rtol=2.0 ** -10.9, atol=0)
 
 
-# A PTX extern with a guarded early return (inlined: the guard must survive as a guarded
-# jump to the body's end) and a signed 16-bit argument (sign-extended into its .param).
+# PTX externs with guarded early returns (inlined: each guard must survive, as a guarded
+# jump to the body's end), a guarded result store, and a signed 16-bit argument
+# (sign-extended into its .param).
 PTX_EARLY = r"""
 .version 8.0
 .target sm_80
@@ -180,6 +181,20 @@ PTX_EARLY = r"""
 	st.param.f32 	[r], %f2;
 	ret;
 }
+
+.visible .func (.param .b32 r) pick(.param .b32 x)
+{
+	.reg .f32 	%f<3>;
+	.reg .pred 	%p;
+	ld.param.f32 	%f1, [x];
+	mov.f32 	%f2, 0f3F800000;
+	setp.gt.f32 	%p, %f1, 0f00000000;
+	st.param.f32 	[r], %f2;
+	@%p st.param.f32 	[r], %f1;
+	@!%p ret;
+	st.param.f32 	[r], %f1;
+	ret;
+}
 """
 
 
@@ -187,12 +202,15 @@ PTX_EARLY = r"""
 def test_ptx_extern_with_a_guarded_early_return(inline):
     early = splice.extern.from_ptx(ptx=PTX_EARLY, name="early", inline=inline,
                                    signature="float32(float32, int16)")
+    pick = splice.extern.from_ptx(ptx=PTX_EARLY, name="pick", inline=inline,
+                                  signature="float32(float32)")
 
     @splice.kernel
     def early_kernel(x, k, y, TILE: ct.Constant[int]):
         i = ct.bid(0)
         t = ct.load(x, index=(i,), shape=(TILE,))
-        ct.store(y, index=(i,), tile=early(t, ct.load(k, index=(i,), shape=(TILE,))))
+        ct.store(y, index=(i,), tile=early(t, ct.load(k, index=(i,), shape=(TILE,))) +
+                 pick(t) * 1000.0)
 
     rng = np.random.default_rng(12)
     x = rng.standard_normal(256).astype(np.float32)
@@ -202,7 +220,8 @@ def test_ptx_extern_with_a_guarded_early_return(inline):
                                                  128), ARCH)
     run_build(b, (2,), x, k, y)
     kf = k.astype(np.float32)
-    np.testing.assert_array_equal(y, np.where(x < 0, kf, x + kf))
+    np.testing.assert_array_equal(y, fma(np.where(x > 0, x, np.float32(1)), np.float32(1000),
+                                         np.where(x < 0, kf, x + kf)))
 
 
 # NVRTC's math library and intrinsics (libdevice code: range reductions, polynomials, bit
