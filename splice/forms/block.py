@@ -49,8 +49,9 @@ class BlockForm:
             if var.get_type().shape != ():
                 return (f"argument {i + 1} is {describe(var)}; a block-scope extern "
                         f"(scope=\"block\") takes scalars (0-d tiles, Python constants) and "
-                        f"pointers (arrays) for now: reduce the tile to a scalar, or pass the "
-                        f"array and index it inside the function")
+                        f"pointers (arrays) where its signature names them: declare the "
+                        f"parameter splice.tile({var.get_type().dtype}) to pass the whole "
+                        f"tile (staged in shared memory), or reduce the tile to a scalar")
         return None
 
     def for_call(self, pure_with_result: bool, atomic: bool):

@@ -1,0 +1,134 @@
+"""The trace side of tile calls (:mod:`splice.tiles`): a call of a block-scope extern
+with tile parameters or a tile result becomes its staging sites -- a store site per tile
+argument, the block site, a load site for the result -- each an extern of the call's
+:class:`~splice.tiles.TileFragment`, emitted by :func:`splice.trace.emit_call`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import cuda.tile as ct
+
+from . import _cutile as cu
+from .tiles import TileFragment, Staging, callee_fragment
+from .trace import call_error, current_session, describe, emit_call, loc_str
+from .types import ELEMENT_TYPES, ElementType, Signature, TileType, pointer
+
+_INT32 = ELEMENT_TYPES["int32"]
+
+
+def emit_tile_call(ext, args, loc):
+    """The IR of one call of ``ext`` (a block-scope extern with tile parameters or result)
+    with argument Vars ``args``: the store sites, the block site, the load site. Returns the
+    result Var (None for void).
+
+    Raises:
+        SpliceCallError: an argument that does not fit the signature (a tile of another
+            dtype or shape, a tile where a scalar goes)."""
+    session = current_session()
+    if session is None:
+        return emit_call(ext, args, loc)    # its "only inside @splice.kernel" error
+    sig: Signature = ext.signature
+    if len(args) != len(sig.args):
+        raise call_error(ext, f"expected {len(sig.args)} argument(s) for signature {sig}, "
+                              f"got {len(args)}", loc)
+    tiles, scalars = [], []
+    for i, (var, t) in enumerate(zip(args, sig.args)):
+        if isinstance(t, TileType):
+            tiles.append((i, var, t, _tile_shape(ext, i, var, t, loc)))
+        else:
+            scalars.append(var)
+    rshape = _result_shape(ext, sig.result, tiles, loc)
+    where = loc_str(loc)
+    group = session.next_tile_group()
+    frag, stores, call, load = _staging_externs(ext, tiles, rshape, group, where)
+    for (_i, var, _t, shape), store in zip(tiles, stores):
+        emit_call(store, (var, _row_major_index(shape)), loc)
+    out = emit_call(call, tuple(scalars), loc)
+    if load is None:
+        return out
+    return emit_call(load, (_row_major_index(rshape),), loc)
+
+
+def _tile_shape(ext, i, var, t: TileType, loc) -> tuple[int, ...]:
+    ty = var.get_type()
+    if not isinstance(ty, cu.TileTy) or ty.shape == ():
+        raise call_error(ext, f"argument {i + 1} is {describe(var)}, but the signature "
+                              f"{ext.signature} takes a tile ({t}) there", loc)
+    if ty.dtype != t.elem.dtype:
+        raise call_error(ext, f"argument {i + 1} is {describe(var)}, but the signature "
+                              f"{ext.signature} takes {t}; convert it with "
+                              f".astype(ct.{t.elem.name}) first", loc)
+    shape = tuple(ty.shape)
+    if t.shape is not None and shape != t.shape:
+        raise call_error(ext, f"argument {i + 1} is {describe(var)}, but the signature "
+                              f"{ext.signature} takes exactly the shape {t.shape}", loc)
+    return shape
+
+
+def _result_shape(ext, result, tiles, loc) -> tuple[int, ...] | None:
+    if not isinstance(result, TileType):
+        return None
+    if result.shape is not None:
+        return result.shape
+    return tiles[0][3]
+
+
+def _row_major_index(shape):
+    """The int32 tile of ``shape`` whose element at (i0, i1...) is its row-major index."""
+    idx = cu.arange(math.prod(shape), ct.int32)
+    return idx if len(shape) == 1 else cu.reshape(idx, tuple(shape))
+
+
+def _staging_externs(ext, tiles, rshape, group: int, where: str):
+    """The fragment of one tile call and its externs: (fragment, store externs, the call
+    extern, the load extern or None)."""
+    sig: Signature = ext.signature
+    abi_args: list[ElementType] = []
+    shapes: list[tuple[int, ...] | None] = []
+    buffers: list[tuple[ElementType, int]] = []
+    positions: list[int] = []
+    tile_shapes = {i: shape for i, _var, _t, shape in tiles}
+    for i, t in enumerate(sig.args):
+        if isinstance(t, TileType):
+            positions.append(len(abi_args))
+            abi_args.append(pointer(t.elem))
+            shapes.append(tile_shapes[i])
+            buffers.append((t.elem, math.prod(tile_shapes[i])))
+        else:
+            abi_args.append(t)
+            shapes.append(None)
+    result = sig.result
+    if isinstance(result, TileType):
+        assert rshape is not None
+        positions.append(len(abi_args))
+        abi_args.append(pointer(result.elem))
+        shapes.append(rshape)
+        buffers.append((result.elem, math.prod(rshape)))
+        result = None
+    abi = Signature(tuple(abi_args), result)
+    base, callee = callee_fragment(ext, abi, tuple(shapes), where)
+    frag = TileFragment(base=base, callee=callee, abi=abi, group=group,
+                        buffers=tuple(buffers), tile_positions=tuple(positions), where=where,
+                        has_tile_result=rshape is not None)
+    label = f"'{ext.name}' at {where}"
+
+    def derived(role, name, dsig, elements, what, scope="element"):
+        return dataclasses.replace(
+            ext, name=f"{ext.name} ({name})", symbol=frag.symbol(role), signature=dsig,
+            pure=False, fragment=frag, inline="auto" if scope == "element" else ext.inline,
+            scope=scope, cxx_name=None, staging=Staging(role, group, elements, what))
+    stores = [derived(f"store{k}", f"tile argument {i + 1} into shared memory",
+                      Signature((t.elem, _INT32), None), math.prod(shape),
+                      f"tile argument {i + 1} of {label}")
+              for k, (i, _var, t, shape) in enumerate(tiles)]
+    call = derived("call", "block call on the staged tiles",
+                   Signature(sig.scalar_args, result), 0, f"the call of {label}", "block")
+    load = None
+    if isinstance(sig.result, TileType):
+        load = derived("load", "tile result from shared memory",
+                       Signature((_INT32,), sig.result.elem), math.prod(rshape),
+                       f"the tile result of {label}")
+    return frag, stores, call, load
