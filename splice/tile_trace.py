@@ -12,7 +12,7 @@ import math
 import cuda.tile as ct
 
 from . import _cutile as cu
-from .tiles import TileFragment, Staging, callee_fragment
+from .tiles import MAX_SHARED_BYTES, Staging, TileFragment, byte_size, callee_fragment
 from .trace import call_error, current_session, describe, emit_call, loc_str
 from .types import ELEMENT_TYPES, ElementType, Signature, TileType, pointer
 
@@ -43,7 +43,7 @@ def emit_tile_call(ext, args, loc):
     rshape = _result_shape(ext, sig.result, tiles, loc)
     where = loc_str(loc)
     group = session.next_tile_group()
-    frag, stores, call, load = _staging_externs(ext, tiles, rshape, group, where)
+    frag, stores, call, load = _staging_externs(ext, tiles, rshape, group, where, loc)
     for (_i, var, _t, shape), store in zip(tiles, stores):
         emit_call(store, (var, _row_major_index(shape)), loc)
     out = emit_call(call, tuple(scalars), loc)
@@ -82,7 +82,7 @@ def _row_major_index(shape):
     return idx if len(shape) == 1 else cu.reshape(idx, tuple(shape))
 
 
-def _staging_externs(ext, tiles, rshape, group: int, where: str):
+def _staging_externs(ext, tiles, rshape, group: int, where: str, loc):
     """The fragment of one tile call and its externs: (fragment, store externs, the call
     extern, the load extern or None)."""
     sig: Signature = ext.signature
@@ -108,6 +108,13 @@ def _staging_externs(ext, tiles, rshape, group: int, where: str):
         shapes.append(rshape)
         buffers.append((result.elem, math.prod(rshape)))
         result = None
+    need = sum(n * byte_size(elem) for elem, n in buffers)
+    if need > MAX_SHARED_BYTES:
+        raise call_error(ext, f"its tiles need {need} bytes of shared memory (an in buffer "
+                              f"per tile argument, an out buffer for the result: "
+                              f"{', '.join(f'{n} x {e}' for e, n in buffers)}), more than "
+                              f"any GPU gives a block ({MAX_SHARED_BYTES} on sm_90); use "
+                              f"smaller tiles", loc)
     abi = Signature(tuple(abi_args), result)
     base, callee = callee_fragment(ext, abi, tuple(shapes), where)
     frag = TileFragment(base=base, callee=callee, abi=abi, group=group,

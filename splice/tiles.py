@@ -50,10 +50,12 @@ from .errors import SpliceLinkError
 from .fragments import BinarySource, CudaSource, Fragment, _memoized, _parse
 from .types import ElementType, Signature, TileType, pointer
 
-#: The prefix of every symbol the staging defines (users cannot declare ``__splice`` names).
+#: The prefix of every symbol the staging defines (users cannot declare ``__splice`` names);
+#: shared-memory reports know the buffers by it (:data:`splice.block.TILE_BUFFER_OWNER`).
 PREFIX = "__splice_tile_"
-#: What the staging buffers are called in shared-memory reports (:mod:`splice.block`).
-BUFFER_OWNER = "splice's tile staging buffers"
+#: The most static shared memory a block may have on any GPU splice targets (sm_90 and
+#: sm_100: 227 KB); the buffers of one call beyond it are refused before tileiras runs.
+MAX_SHARED_BYTES = 227 * 1024
 
 
 @dataclasses.dataclass(frozen=True)
