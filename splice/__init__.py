@@ -46,12 +46,12 @@ _LAZY = {
     "ELEMENT_TYPES": ("types", "ELEMENT_TYPES"),
     "kernel_signature": ("signatures", "kernel_signature"),
     "export_kernel": ("export", "export_kernel"),
-    "toolchain": ("toolchain", None),
+    "toolchain": ("toolchain", None), "cub": ("cub", None),
     "Build": ("result", "Build"), "build": ("pipeline", "build"),
     "__version__": ("pipeline", "__version__"), "PTXSyntaxError": ("ptx", "PTXSyntaxError"),
 }
 if TYPE_CHECKING:
-    from . import toolchain
+    from . import cub, toolchain
     from .asm_frontend import asm
     from .export import export_kernel
     from .externs import ExternFunction, Library, extern, library
@@ -101,5 +101,5 @@ __all__ = [
     "ExternFunction", "Signature", "parse_signature", "pointer", "tile", "ELEMENT_TYPES",
     "SpliceError", "SpliceCallError", "SpliceCompileError", "SpliceDeclarationError",
     "SpliceLaunchError", "SpliceLinkError", "SpliceRewriteError", "SpliceToolchainError",
-    "PTXSyntaxError", "toolchain", "__version__", "kernel_signature", "export_kernel",
+    "PTXSyntaxError", "toolchain", "cub", "__version__", "kernel_signature", "export_kernel",
 ]

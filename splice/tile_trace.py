@@ -14,7 +14,7 @@ import cuda.tile as ct
 from . import _cutile as cu
 from .tiles import MAX_SHARED_BYTES, Staging, TileFragment, byte_size, callee_fragment
 from .trace import call_error, current_session, describe, emit_call, loc_str
-from .types import ELEMENT_TYPES, ElementType, Signature, TileType, pointer
+from .types import ELEMENT_TYPES, ElementType, Signature, TileType, pointer, result_tiles
 
 _INT32 = ELEMENT_TYPES["int32"]
 
@@ -40,16 +40,18 @@ def emit_tile_call(ext, args, loc):
             tiles.append((i, var, t, _tile_shape(ext, i, var, t, loc)))
         else:
             scalars.append(var)
-    rshape = _result_shape(ext, sig.result, tiles, loc)
+    results = [(r, r.shape or tiles[0][3]) for r in result_tiles(sig)]
     where = loc_str(loc)
     group = session.next_tile_group()
-    frag, stores, call, load = _staging_externs(ext, tiles, rshape, group, where, loc)
+    stores, call, loads = _staging_externs(ext, tiles, results, group, where, loc)
     for (_i, var, _t, shape), store in zip(tiles, stores):
         emit_call(store, (var, _row_major_index(shape)), loc)
     out = emit_call(call, tuple(scalars), loc)
-    if load is None:
+    if not loads:
         return out
-    return emit_call(load, (_row_major_index(rshape),), loc)
+    outs = tuple(emit_call(load, (_row_major_index(shape),), loc)
+                 for load, (_r, shape) in zip(loads, results))
+    return outs[0] if isinstance(sig.result, TileType) else cu.build_tuple(outs)
 
 
 def _tile_shape(ext, i, var, t: TileType, loc) -> tuple[int, ...]:
@@ -68,23 +70,16 @@ def _tile_shape(ext, i, var, t: TileType, loc) -> tuple[int, ...]:
     return shape
 
 
-def _result_shape(ext, result, tiles, loc) -> tuple[int, ...] | None:
-    if not isinstance(result, TileType):
-        return None
-    if result.shape is not None:
-        return result.shape
-    return tiles[0][3]
-
-
 def _row_major_index(shape):
     """The int32 tile of ``shape`` whose element at (i0, i1...) is its row-major index."""
     idx = cu.arange(math.prod(shape), ct.int32)
     return idx if len(shape) == 1 else cu.reshape(idx, tuple(shape))
 
 
-def _staging_externs(ext, tiles, rshape, group: int, where: str, loc):
-    """The fragment of one tile call and its externs: (fragment, store externs, the call
-    extern, the load extern or None)."""
+def _staging_externs(ext, tiles, results, group: int, where: str, loc):
+    """The externs of one tile call, all of one :class:`~splice.tiles.TileFragment`: (the
+    store externs, the call extern, the load externs). ``tiles``: (argument position, Var,
+    type, shape) of each tile argument; ``results``: (type, shape) of each tile result."""
     sig: Signature = ext.signature
     abi_args: list[ElementType] = []
     shapes: list[tuple[int, ...] | None] = []
@@ -100,18 +95,16 @@ def _staging_externs(ext, tiles, rshape, group: int, where: str, loc):
         else:
             abi_args.append(t)
             shapes.append(None)
-    result = sig.result
-    if isinstance(result, TileType):
-        assert rshape is not None
+    for r, shape in results:
         positions.append(len(abi_args))
-        abi_args.append(pointer(result.elem))
-        shapes.append(rshape)
-        buffers.append((result.elem, math.prod(rshape)))
-        result = None
+        abi_args.append(pointer(r.elem))
+        shapes.append(shape)
+        buffers.append((r.elem, math.prod(shape)))
+    result = None if results else sig.result
     need = sum(n * byte_size(elem) for elem, n in buffers)
     if need > MAX_SHARED_BYTES:
         raise call_error(ext, f"its tiles need {need} bytes of shared memory (an in buffer "
-                              f"per tile argument, an out buffer for the result: "
+                              f"per tile argument, an out buffer per result: "
                               f"{', '.join(f'{n} x {e}' for e, n in buffers)}), more than "
                               f"any GPU gives a block ({MAX_SHARED_BYTES} on sm_90); use "
                               f"smaller tiles", loc)
@@ -119,7 +112,7 @@ def _staging_externs(ext, tiles, rshape, group: int, where: str, loc):
     base, callee = callee_fragment(ext, abi, tuple(shapes), where)
     frag = TileFragment(base=base, callee=callee, abi=abi, group=group,
                         buffers=tuple(buffers), tile_positions=tuple(positions), where=where,
-                        has_tile_result=rshape is not None)
+                        results=len(results))
     label = f"'{ext.name}' at {where}"
 
     def derived(role, name, dsig, elements, what, scope="element"):
@@ -133,9 +126,9 @@ def _staging_externs(ext, tiles, rshape, group: int, where: str, loc):
               for k, (i, _var, t, shape) in enumerate(tiles)]
     call = derived("call", "block call on the staged tiles",
                    Signature(sig.scalar_args, result), 0, f"the call of {label}", "block")
-    load = None
-    if isinstance(sig.result, TileType):
-        load = derived("load", "tile result from shared memory",
-                       Signature((_INT32,), sig.result.elem), math.prod(rshape),
-                       f"the tile result of {label}")
-    return frag, stores, call, load
+    several = len(results) > 1
+    loads = [derived(f"load{j}", f"tile result{f' {j + 1}' if several else ''} from shared "
+                                 f"memory", Signature((_INT32,), r.elem), math.prod(shape),
+                     f"the tile result{f' {j + 1}' if several else ''} of {label}")
+             for j, (r, shape) in enumerate(results)]
+    return stores, call, loads

@@ -48,7 +48,7 @@ from typing import Any, Mapping
 from . import cache
 from .errors import SpliceLinkError
 from .fragments import BinarySource, CudaSource, Fragment, _memoized, _parse
-from .types import ElementType, Signature, TileType, pointer
+from .types import ElementType, Signature, TileType, pointer, result_tiles
 
 #: The prefix of every symbol the staging defines (users cannot declare ``__splice`` names);
 #: shared-memory reports know the buffers by it (:data:`splice.block.TILE_BUFFER_OWNER`).
@@ -107,7 +107,7 @@ class TileFragment(Fragment):
     group: int = 0
     buffers: tuple = ()
     tile_positions: tuple = ()   # the parameters of ``abi`` that are tiles
-    has_tile_result: bool = False   # the last of ``buffers`` is the result's
+    results: int = 0            # the last ``results`` of ``buffers`` are the results
     where: str = ""
     kind = "tile"
 
@@ -148,14 +148,13 @@ class TileFragment(Fragment):
         lines = [f"// splice: tile staging of the call at {self.where}"]
         for k, (elem, n) in enumerate(self.buffers):
             lines.append(f".shared .align 16 .b8 {self.buffer(k)}[{n * byte_size(elem)}];")
-        result_buffer = len(self.buffers) - 1 if self.has_tile_result else None
-        for k, (elem, _n) in enumerate(self.buffers):
-            if k != result_buffer:
-                lines.append(_store_function(self.symbol(f"store{k}"), elem, self.buffer(k)))
+        first_result = len(self.buffers) - self.results
+        for k, (elem, _n) in enumerate(self.buffers[:first_result]):
+            lines.append(_store_function(self.symbol(f"store{k}"), elem, self.buffer(k)))
         lines.append(self._call_function())
-        if result_buffer is not None:
-            elem = self.buffers[result_buffer][0]
-            lines.append(_load_function(self.symbol("load"), elem, self.buffer(result_buffer)))
+        for j, (elem, _n) in enumerate(self.buffers[first_result:]):
+            lines.append(_load_function(self.symbol(f"load{j}"), elem,
+                                        self.buffer(first_result + j)))
         return "\n".join(lines) + "\n"
 
     def _call_function(self) -> str:
@@ -258,8 +257,8 @@ def abi_signature(sig: Signature) -> Signature:
     if not sig.has_tiles:
         return sig
     args = tuple(pointer(a.elem) if isinstance(a, TileType) else a for a in sig.args)
-    if isinstance(sig.result, TileType):
-        return Signature((*args, pointer(sig.result.elem)), None)
+    if sig.tile_result:
+        return Signature((*args, *(pointer(r.elem) for r in result_tiles(sig))), None)
     return Signature(args, sig.result)
 
 
@@ -285,7 +284,7 @@ def check_declaration(sig: Signature, scope: str, fragment: Fragment, what: str)
             f"{what}: tile parameters need device code splice can merge its shared-memory "
             f"staging with (CUDA C, PTX or LTO-IR); a binary object is linked after ptxas. "
             f"Ship PTX (from_ptx) or LTO-IR (from_ltoir)")
-    if isinstance(sig.result, TileType) and sig.result.shape is None and \
+    if any(r.shape is None for r in result_tiles(sig)) and \
             not any(isinstance(a, TileType) for a in sig.args):
         raise SpliceDeclarationError(
             f"{what}: the tile result has no shape and there is no tile argument to take it "

@@ -154,6 +154,32 @@ class TileType(ElementType):
         return cls(name, elem.dtype, 64, f"{elem.c_type}*", elem.c_header, "t", elem, shape)
 
 
+@dataclasses.dataclass(frozen=True)
+class TileTuple(ElementType):
+    """Several tile results of a block-scope extern (``-> (splice.tile(ct.float32),
+    splice.tile(ct.int32))``, ``"(tile(float32), tile(int32))(...)"`` in a signature
+    string): the function takes one last pointer per result, in order, and returns void;
+    the call returns a tuple of tiles.
+
+    Attributes:
+        tiles: the results.
+    """
+
+    tiles: tuple[TileType, ...] = ()
+
+    @classmethod
+    def of(cls, tiles) -> TileTuple:
+        tiles = tuple(tiles)
+        name = f"({', '.join(t.name for t in tiles)})"
+        return cls(name, None, 0, "void", None, "r", None, tiles)
+
+
+def result_tiles(sig: Signature) -> tuple[TileType, ...]:
+    """The tile results of ``sig``, in order (none for a scalar or void result)."""
+    r = sig.result
+    return r.tiles if isinstance(r, TileTuple) else (r,) if isinstance(r, TileType) else ()
+
+
 def tile(dtype, shape=None) -> TileType:
     """A tile parameter or result of a block-scope extern: ``x: splice.tile(ct.float32)``
     (any shape), ``splice.tile(ct.float32, (16, 16))``, ``-> splice.tile(ct.int32, (8,))``.
@@ -185,7 +211,7 @@ def tile(dtype, shape=None) -> TileType:
 
 
 def _is_tile(t) -> bool:
-    return isinstance(t, TileType)
+    return isinstance(t, (TileType, TileTuple))
 
 
 def element_type(spec) -> ElementType:
@@ -242,6 +268,11 @@ class Signature:
         """Whether a tile is passed or returned (a block-scope call staged through shared
         memory: :mod:`splice.tiles`)."""
         return any(map(_is_tile, (*self.args, self.result)))
+
+    @property
+    def tile_result(self) -> bool:
+        """Whether the result is one or several tiles (the function returns void)."""
+        return isinstance(self.result, (TileType, TileTuple))
 
     @property
     def scalar_args(self) -> tuple[ElementType, ...]:
@@ -328,7 +359,7 @@ _TILE_RE = re.compile(r"^tile\s*\((.*)\)$", re.S)
 def _split_signature(text: str) -> tuple[str, str] | None:
     """(the result type's text, the arguments' text) of a signature string, or None. The
     result may be ``tile(...)``, whose parentheses are matched."""
-    m = re.match(r"^\s*tile\s*\(", text)
+    m = re.match(r"^\s*(?:tile\s*)?\(", text)
     if m is None:
         m2 = _SIG_RE.match(text)
         return None if m2 is None else (m2.group(1), m2.group(2))
@@ -359,7 +390,18 @@ def _grammar_type(text: str, signature: str):
     """One type of a signature string: a dtype name, ``T*``, ``tile(T)`` or
     ``tile(T, (d0, d1...))``."""
     import ast
-    m = _TILE_RE.match(text.strip())
+    text = text.strip()
+    if text.startswith("("):
+        if not text.endswith(")"):
+            raise SpliceDeclarationError(f"malformed signature {signature!r}: {text!r}")
+        parts = _split_top_level(text[1:-1])
+        results = [_grammar_type(p, signature) for p in parts]
+        if len(results) < 2 or not all(isinstance(r, TileType) for r in results):
+            raise SpliceDeclarationError(
+                f"malformed signature {signature!r}: a tuple of results {text!r} must hold "
+                f"two or more tiles, e.g. (tile(float32), tile(int32))")
+        return TileTuple.of(results)
+    m = _TILE_RE.match(text)
     if m is None:
         return element_type(text)
     parts = _split_top_level(m.group(1))
@@ -406,6 +448,8 @@ def signature_from_annotations(func) -> Signature:
         raise SpliceDeclarationError(
             f"{func.__qualname__}: missing return annotation; write '-> ct.float32' or "
             f"'-> None' for a void extern")
+    if isinstance(ret, tuple) and len(ret) > 1 and all(isinstance(r, TileType) for r in ret):
+        ret = TileTuple.of(ret)
     result = None if ret is None or ret is type(None) else \
         ret if _is_tile(ret) else element_type(ret)
     if result is not None and result.kind == "p":
