@@ -46,7 +46,7 @@ import hashlib
 from typing import Any, Mapping
 
 from . import cache
-from .errors import SpliceLinkError
+from .errors import SpliceCompileError, SpliceLinkError
 from .fragments import BinarySource, CudaSource, Fragment, _memoized, _parse
 from .types import ElementType, Signature, TileType, pointer, result_tiles
 
@@ -119,11 +119,25 @@ class TileFragment(Fragment):
 
     def module(self, target: str, key: str | None = None):
         def make(key):
-            base = self.base.module(target)
+            try:
+                base = self.base.module(target)
+            except SpliceCompileError as e:   # inside the function, for these shapes
+                raise SpliceCompileError(f"{e.message}\n    instantiated for "
+                                         f"{self.instance}", e.log) from None
             self._check_callee(base)
             return _parse(base.text.rstrip("\n") + "\n\n" + self.staging_ptx(),
                           self.describe())
         return _memoized(key or self.content_key(target), make)
+
+    @property
+    def instance(self) -> str:
+        """What the call instantiates, for messages: the function, its declaration, the
+        call site and the tiles' C types (``float[1024]``)."""
+        from .checks import TileDeclared
+        declared = getattr(self.base, "declared", ())
+        if declared and isinstance(declared[0], TileDeclared):
+            return declared[0].label
+        return f"the tile call at {self.where}"
 
     def _check_callee(self, base) -> None:
         from .link import check_prototype
