@@ -209,3 +209,18 @@ def test_gpu_histogram(torch):
     ref = torch.stack([torch.bincount(r[(r >= 0) & (r < bins)], minlength=bins)
                        for r in x.view(rows, n)])
     assert torch.equal(h.view(rows, bins).long(), ref)
+
+
+def test_benchmark_compiles_and_reports_without_a_gpu():
+    import subprocess
+    import sys
+    from pathlib import Path
+    from support.env import python_env
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "bench_block_tiles.py", "--compile-only"],
+                         capture_output=True, text=True, cwd=root / "benchmarks",
+                         timeout=900, env=python_env(root))
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = {ln.split()[0]: ln.split()[1:] for ln in out.stdout.splitlines()[2:]}
+    assert set(rows) == {"sort", "scan", "top_k", "histogram"}
+    assert rows["sort"][:3] == ["3", "8", "8"] and rows["top_k"][:3] == ["4", "8", "2"]
