@@ -617,3 +617,98 @@ def test_gpu_every_dtype_round_trips(torch, dtype):
     # compared as integers of the same size (torch has few operations on uint16/uint64)
     iv = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]
     assert torch.equal(y.view(iv), x.view(iv).view(16, 256).flip(1).reshape(-1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Other declaration forms, compiled: library + C++ name, LTO-IR; a partial tile
+
+_lib = splice.library(source="namespace ns {" + REVERSE_SRC + "}")
+ns_reverse = _lib.extern("ns::reverse_tile", signature="tile(float32)(tile(float32))",
+                         scope="block")
+
+
+@splice.kernel
+def ns_reverse_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+    ct.store(y, index=(ct.bid(0),), tile=ns_reverse(t))
+
+
+def test_library_cxx_name_compiles():
+    b = splice.compile(ns_reverse_kernel, _vec_sig(256), "sm_90")
+    assert [s.instances for s in b.sites] == [2, 1, 2]
+    assert re.search(r"call \tsplice_tile_\w+, \(q0, q1\);", _entry(b))   # the trampoline
+
+
+def _ltoir_reverse():
+    from splice import toolchain
+    src = REVERSE_SRC + r'''
+extern "C" __device__ void reverse128(float* x, float* y) {
+    reverse_tile(*reinterpret_cast<float (*)[128]>(x), *reinterpret_cast<float (*)[128]>(y));
+}'''
+    inc = toolchain.cuda_include_dir()
+    return toolchain.nvrtc_compile_ltoir(src.encode(), "rev.cu", [
+        "-arch=sm_90a", "-rdc=true", "-dlto", *([f"-I{inc}"] if inc else [])])
+
+
+def test_ltoir_input_compiles():
+    rev = splice.extern.from_ltoir(data=_ltoir_reverse(), name="reverse128", scope="block",
+                                   signature="tile(float32, (128,))(tile(float32, (128,)))")
+
+    @splice.kernel
+    def ltoir_kernel(x, y, TILE: ConstInt):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+        ct.store(y, index=(ct.bid(0),), tile=rev(t))
+    b = splice.compile(ltoir_kernel, _vec_sig(128), "sm_90")
+    assert [s.instances for s in b.sites] == [1, 1, 1]
+    # nvJitLink's function is internal to its fragment: renamed with it, called by that name
+    assert re.search(r"call \t(__splice_\w+_)?reverse128, \(q0, q1\);", _entry(b))
+
+
+@splice.kernel
+def tma_tile_kernel(A, B, C, tm: ConstInt, tn: ConstInt, tk: ConstInt):
+    acc = K.matmul_tile(A, B, tm, tn, tk)             # a TMA + wgmma pipeline on sm_90
+    s = tile_sum(ct.full((128,), 1.0, f32))
+    ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=ct.astype(acc + s, C.dtype))
+
+
+def test_warp_specialised_kernel_refused():
+    sig = K.signature(K.array(ct.float16, 2), K.array(ct.float16, 2), K.array(ct.float16, 2),
+                      128, 128, 64)
+    with pytest.raises(SpliceRewriteError, match="warp-specialised"):
+        splice.compile(tma_tile_kernel, sig, "sm_90")
+
+
+# the sum of the first n elements: the padding of a partial tile is passed too
+valid_sum = splice.extern(source=r'''
+template <int N> __device__ float valid_sum(const float (&x)[N], int n) {
+    __shared__ float total;
+    if (threadIdx.x == 0) { float s = 0; for (int i = 0; i < n && i < N; ++i) s += x[i]; total = s; }
+    __syncthreads();
+    return total;
+}''', name="valid_sum", scope="block", signature="float32(tile(float32), int32)")
+
+
+@splice.kernel
+def partial_kernel(x, y, n: int, TILE: ConstInt):
+    bid = ct.bid(0)
+    t = ct.load(x, index=(bid,), shape=(TILE,), allow_tma=False,
+                padding_mode=ct.PaddingMode.NAN)                # NaN past the end of x
+    s = valid_sum(t, ct.minimum(n - bid * TILE, TILE))
+    ct.store(y, index=(bid,), tile=ct.full((1,), s, f32))
+
+
+def test_partial_tile_compiles():
+    b = splice.compile(partial_kernel, K.signature(K.array(f32), K.array(f32), K.scalar(i32),
+                                                   256), "sm_90")
+    assert [s.instances for s in b.sites] == [2, 1]
+
+
+@pytest.mark.gpu
+def test_gpu_partial_tile_with_an_element_count(torch):
+    from support.gpu import launch
+    n = 1000                       # 3 full tiles of 256 and one of 232 (+ 24 NaN padding)
+    x = torch.randn(n, device="cuda")
+    y = torch.empty(4, device="cuda")
+    launch(torch, (4,), partial_kernel, (x, y, n, 256))
+    ref = torch.stack([x[i * 256:(i + 1) * 256].sum() for i in range(4)])
+    torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-4)
