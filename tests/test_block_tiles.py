@@ -95,6 +95,15 @@ def _vec_sig(n):
     return K.signature(K.array(f32), K.array(f32), n)
 
 
+def _tile_kernel(fn):
+    """A kernel storing ``fn(t)`` for each block's 1-D tile ``t`` of ``x``."""
+    @splice.kernel
+    def tile_kernel(x, y, TILE: ConstInt):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+        ct.store(y, index=(ct.bid(0),), tile=fn(t))
+    return tile_kernel
+
+
 def _entry(b) -> str:
     ptx = b.spliced_ptx.split(".nv_intermediate_source_section")[0]
     return ptx[ptx.index(".entry"):]
@@ -281,10 +290,7 @@ reverse_ptx = splice.extern.from_ptx(ptx=REVERSE_PTX, name="reverse_ptx", scope=
                                      signature="tile(float32, (128,))(tile(float32, (128,)))")
 
 
-@splice.kernel
-def reverse_ptx_kernel(x, y, TILE: ConstInt):
-    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
-    ct.store(y, index=(ct.bid(0),), tile=reverse_ptx(t))
+reverse_ptx_kernel = _tile_kernel(reverse_ptx)
 
 
 def test_ptx_input_takes_generic_pointers():
@@ -337,10 +343,7 @@ template <int N> __device__ int returns_int(const float (&x)[N]) { return 1; }''
                             signature="float32(tile(float32))")
 
 
-@splice.kernel
-def fixed_kernel(x, y, TILE: ConstInt):
-    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
-    ct.store(y, index=(ct.bid(0),), tile=fixed_256(t))
+fixed_kernel = _tile_kernel(fixed_256)
 
 
 @splice.kernel
@@ -370,10 +373,7 @@ template <int N> __device__ void big_scratch(float (&x)[N], float (&y)[N]) {
 }''', name="big_scratch", scope="block", signature="tile(float32)(tile(float32))")
 
 
-@splice.kernel
-def big_kernel(x, y, TILE: ConstInt):
-    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
-    ct.store(y, index=(ct.bid(0),), tile=big_scratch(t))
+big_kernel = _tile_kernel(big_scratch)
 
 
 def test_shared_memory_limit_names_the_owners():
@@ -577,13 +577,7 @@ _REVERSE_ANY = {
 
 
 def _reverse_any_kernel(dtype):
-    fn = _REVERSE_ANY[dtype]
-
-    @splice.kernel
-    def reverse_any_kernel(x, y, TILE: ConstInt):
-        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
-        ct.store(y, index=(ct.bid(0),), tile=fn(t))
-    return reverse_any_kernel
+    return _tile_kernel(_REVERSE_ANY[dtype])
 
 
 @pytest.mark.parametrize("dtype", _DTYPES)
@@ -627,10 +621,7 @@ ns_reverse = _lib.extern("ns::reverse_tile", signature="tile(float32)(tile(float
                          scope="block")
 
 
-@splice.kernel
-def ns_reverse_kernel(x, y, TILE: ConstInt):
-    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
-    ct.store(y, index=(ct.bid(0),), tile=ns_reverse(t))
+ns_reverse_kernel = _tile_kernel(ns_reverse)
 
 
 def test_library_cxx_name_compiles():
@@ -653,12 +644,7 @@ extern "C" __device__ void reverse128(float* x, float* y) {
 def test_ltoir_input_compiles():
     rev = splice.extern.from_ltoir(data=_ltoir_reverse(), name="reverse128", scope="block",
                                    signature="tile(float32, (128,))(tile(float32, (128,)))")
-
-    @splice.kernel
-    def ltoir_kernel(x, y, TILE: ConstInt):
-        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
-        ct.store(y, index=(ct.bid(0),), tile=rev(t))
-    b = splice.compile(ltoir_kernel, _vec_sig(128), "sm_90")
+    b = splice.compile(_tile_kernel(rev), _vec_sig(128), "sm_90")
     assert [s.instances for s in b.sites] == [1, 1, 1]
     # nvJitLink's function is internal to its fragment: renamed with it, called by that name
     assert re.search(r"call \t(__splice_\w+_)?reverse128, \(q0, q1\);", _entry(b))
