@@ -115,11 +115,12 @@ def _staging_externs(ext, tiles, results, group: int, where: str, loc):
                         results=len(results))
     label = f"'{ext.name}' at {where}"
 
-    def derived(role, name, dsig, elements, what, scope="element"):
+    def derived(symbol, name, dsig, elements, what, scope="element"):
         return dataclasses.replace(
-            ext, name=f"{ext.name} ({name})", symbol=frag.symbol(role), signature=dsig,
+            ext, name=f"{ext.name} ({name})", symbol=frag.symbol(symbol), signature=dsig,
             pure=False, fragment=frag, inline="auto" if scope == "element" else ext.inline,
-            scope=scope, cxx_name=None, staging=Staging(role, group, elements, what))
+            scope=scope, cxx_name=None,
+            staging=Staging(symbol.rstrip("0123456789"), group, elements, what))
     stores = [derived(f"store{k}", f"tile argument {i + 1} into shared memory",
                       Signature((t.elem, _INT32), None), math.prod(shape),
                       f"tile argument {i + 1} of {label}")

@@ -27,10 +27,13 @@ the step):
    (the stores) before the call, its last barrier the call's stores before what follows;
 2. *stores*: the instances of each store site lie in the straight-line stretch that ends at
    the block site's guard (no label, branch, call, exit before it up to the stretch's start:
-   tileiras's barriers are allowed), so a thread that reaches the call executed all of its
-   stores of this execution just before; their number per stretch is the tile's elements
-   per thread (``ceil(elements / threads)``) and every instance of the site lies in such a
-   stretch;
+   tileiras's barriers are allowed, and so are forward skips -- a predicated ``bra`` over
+   straight-line code to a label nothing else names, which tileiras puts around the
+   element operations of a tile smaller than the block: a thread runs them or not and
+   goes on once either way; another block site's guard ends the stretch), so a thread that
+   reaches the call executed all of its stores of this execution just before; their
+   number per stretch is the tile's elements per thread (``ceil(elements / threads)``)
+   and every instance of the site lies in such a stretch;
 3. *loads*: the same for the load site, in the straight-line stretch after the block site's
    join.
 
@@ -56,6 +59,10 @@ PREFIX = "__splice_tile_"
 #: The most static shared memory a block may have on any GPU splice targets (sm_90 and
 #: sm_100: 227 KB); the buffers of one call beyond it are refused before tileiras runs.
 MAX_SHARED_BYTES = 227 * 1024
+
+
+#: The parts of a tile call (:attr:`Staging.role`).
+ROLES = ("store", "call", "load")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -326,21 +333,22 @@ def callee_fragment(ext, abi: Signature, shapes, where: str) -> tuple[Fragment, 
 _STOP = ("bra", "brx", "ret", "exit", "call", "trap")
 
 
-def check_staging(body, sites, at: Mapping[int, list[int]]) -> str | None:
-    """Points 2 and 3 of the module docstring for every tile call of the function ``body``
-    (a :class:`splice.ptx.Body`): ``at`` holds the statement indices of each atomic site's
-    marker instances, ``sites`` the sites (``.staging``). Returns why the staging is not
-    proven, naming the step, or None."""
-    parsed = body.parsed
+def check_staging(module, fn, parsed, defs, sites, at: Mapping[int, list[int]]) -> str | None:
+    """Points 2 and 3 of the module docstring for every tile call of ``fn``: ``at`` holds
+    the statement indices of each atomic site's marker instances, ``sites`` the sites
+    (``.staging``). Returns why the staging is not proven, naming the step, or None."""
     from . import block
     groups: dict[int, dict[str, list[tuple[Any, list[int]]]]] = {}
     for idx, positions in at.items():
         st = sites[idx].staging
         if st is not None:
+            assert st.role in ROLES, st
             groups.setdefault(st.group, {}).setdefault(st.role, []).append(
                 (sites[idx], positions))
-    dims = block.block_dims(body.module, body.fn)
+    dims = block.block_dims(module, fn)
     threads = int(dims.split(",")[0]) if dims else 0
+    refs = _label_refs(parsed)
+    guards = _block_guards(module, fn, parsed, defs, sites, at)
     for roles in groups.values():
         calls = roles.get("call", [])
         if len(calls) != 1:
@@ -348,11 +356,11 @@ def check_staging(body, sites, at: Mapping[int, list[int]]) -> str | None:
         call_site, call_at = calls[0]
         counted: dict[int, int] = {}
         for i in call_at:
-            try:
-                g, j = block.prove_instance(body, i)
-            except ValueError:
+            if i not in guards:
                 continue    # the block site's own proof reports it
-            lo, hi = _stretch_before(parsed, g), _stretch_after(parsed, j)
+            g, j = guards[i]
+            skips = _Skips(parsed, refs, frozenset(gj[0] for gj in guards.values()))
+            lo, hi = skips.stretch_before(g), skips.stretch_after(j)
             for role, window in (("store", range(lo, g)), ("load", range(j + 1, hi))):
                 for site, positions in roles.get(role, []):
                     n = sum(1 for p in positions if p in window)
@@ -375,21 +383,93 @@ def check_staging(body, sites, at: Mapping[int, list[int]]) -> str | None:
     return None
 
 
-def _stretch_before(parsed, g: int) -> int:
-    """The first statement of the straight-line code that ends at statement ``g``: no
-    label, branch, call or exit in ``[result, g)`` (barriers and other instructions are)."""
-    k = g
-    while k > 0 and _straight(parsed[k - 1]):
-        k -= 1
-    return k
+def _label_refs(parsed) -> dict[str, int]:
+    """How often each label name appears in ``parsed`` (its definition included)."""
+    refs: dict[str, int] = {}
+    for s, _ins in parsed:
+        for t in s.tokens:
+            if t.text.startswith("$"):
+                refs[t.text] = refs.get(t.text, 0) + 1
+    return refs
 
 
-def _stretch_after(parsed, j: int) -> int:
-    """One past the last statement of the straight-line code that starts after ``j``."""
-    k = j + 1
-    while k < len(parsed) and _straight(parsed[k]):
-        k += 1
-    return k
+def _block_guards(module, fn, parsed, defs, sites, at) -> dict[int, tuple[int, int]]:
+    """Every proven block-site instance of ``fn``: marker statement -> (guard, join)."""
+    from . import block
+    out = {}
+    for idx, positions in at.items():
+        if sites[idx].scope != "block":
+            continue
+        for i in positions:
+            try:
+                out[i] = block.prove_instance(module, fn, parsed, defs, i)
+            except ValueError:
+                pass    # the block site's own proof reports it
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _Skips:
+    """Straight-line stretches of one function, with forward skips: ``parsed`` its
+    statements, ``refs`` :func:`_label_refs`, ``guards`` the guards of its block sites
+    (which end a stretch: another call)."""
+
+    parsed: list
+    refs: dict
+    guards: frozenset
+
+    def skip(self, k: int) -> tuple[int, int] | None:
+        """``(k, j)`` when statement ``k`` is a forward skip: a predicated ``bra`` (not a
+        block site's guard) to the label at ``j`` over straight-line code, the label named
+        by nothing else. A thread runs the code between them or not, and reaches ``j``
+        once either way (tileiras guards the element operations of a tile smaller than
+        the block so: only the owner threads run them)."""
+        parsed = self.parsed
+        s, ins = parsed[k]
+        if k in self.guards or ins is None or ins.base != "bra" or ins.guard is None or \
+                len(ins.operands) != 1:
+            return None
+        target = ins.operands[0]
+        j = k + 1
+        while j < len(parsed) and _straight(parsed[j]):
+            j += 1
+        if j < len(parsed) and parsed[j][0].kind == "label" and \
+                parsed[j][0].tokens[0].text == target and self.refs.get(target) == 2:
+            return k, j
+        return None
+
+    def stretch_before(self, g: int) -> int:
+        """The first statement of the straight-line code that ends at statement ``g``: no
+        label, branch, call or exit in ``[result, g)`` (barriers and other instructions
+        are), but for forward skips."""
+        parsed, k = self.parsed, g
+        while k > 0:
+            if _straight(parsed[k - 1]):
+                k -= 1
+                continue
+            if parsed[k - 1][0].kind == "label":
+                b = k - 2
+                while b >= 0 and _straight(parsed[b]):
+                    b -= 1
+                if b >= 0 and self.skip(b) == (b, k - 1):
+                    k = b
+                    continue
+            break
+        return k
+
+    def stretch_after(self, j: int) -> int:
+        """One past the last statement of the straight-line code that starts after ``j``,
+        but for forward skips."""
+        parsed, k = self.parsed, j + 1
+        while k < len(parsed):
+            if _straight(parsed[k]):
+                k += 1
+                continue
+            hop = self.skip(k)
+            if hop is None:
+                break
+            k = hop[1] + 1
+        return k
 
 
 def _straight(entry) -> bool:

@@ -211,6 +211,16 @@ def test_vector_tile_ptx(n, per_thread):
     assert b.summary().count("block scope: every thread of the block calls it") == 1
 
 
+@pytest.mark.parametrize("n", [32, 64])
+def test_tile_smaller_than_the_block(n):
+    # tileiras runs the stores and loads on the owner threads only, behind a branch
+    b = splice.compile(reverse_kernel, _vec_sig(n), "sm_90")
+    assert [s.instances for s in b.sites] == [1, 1, 1]
+    entry = _entry(b)
+    assert entry.index("st.shared.b32 \t[%r2], %r3;") < entry.index("bar.red.popc") < \
+        entry.index("ld.shared.b32 \t%r3, [%r2];")
+
+
 def test_2d_tile_ptx():
     b = splice.compile(transpose_kernel, K.signature(K.array(f32, 2), K.array(f32, 2),
                                                      K.scalar(i32), 16), "sm_90")
@@ -462,13 +472,14 @@ _LOAD = "\tmov.b64 \t%rd3, __splice_marker_2;\n\tatom.global.acq_rel.cas.b32 \t%
 _TILE_BROKEN = {
     "a label between the stores and the call": (
         "\tbar.sync \t0;\n\tsetp.ne", "$L__X:\n\tbar.sync \t0;\n\tsetp.ne", "stores before"),
-    "a branch between the stores and the call": (
-        "\tbar.sync \t0;\n\tsetp.ne", "\t@%p2 bra \t$L__X;\n$L__X:\n\tbar.sync \t0;\n\tsetp.ne",
-        "stores before"),
+    # a label both a skip and another branch reach: a thread may get there twice
+    "a branch between the stores and the call, its label reached twice": (
+        "\tbar.sync \t0;\n\tsetp.ne", "\t@%p2 bra \t$L__X;\n$L__X:\n\tbar.sync \t0;\n"
+                                       "\t@%p3 bra \t$L__X;\n\tsetp.ne", "stores before"),
     "a store after the call": (_STORE, "", "stores before"),
-    "a branch between the call and the loads": (
+    "a branch between the call and the loads, its label reached twice": (
         "$L__BB0_2:\n\tbar.sync \t0;\n", "$L__BB0_2:\n\tbar.sync \t0;\n\t@%p2 bra \t$L__Y;\n"
-                                         "$L__Y:\n", "loads after"),
+                                         "\t@%p3 bra \t$L__Y;\n$L__Y:\n", "loads after"),
     "two stores for one element per thread": (_STORE, _STORE + _STORE.replace("%r3", "%r6"),
                                               "2 store instance"),
     "a load in a loop after the stretch": (
@@ -489,6 +500,15 @@ def test_hand_written_staging_refusals(case):
         splice_calls(Module(text), _tile_sites(), kernel_name="k")
 
 
+def test_hand_written_forward_skips_are_straight_line():
+    # tileiras guards the element operations of a tile smaller than the block by a branch
+    # over them: the owner threads run them, the others skip to a label nothing else names
+    text = _TILE_GOOD.replace(_STORE, "\t@%p2 bra \t$L__S;\n" + _STORE + "$L__S:\n", 1)
+    text = text.replace(_LOAD, "\t@%p2 bra \t$L__T;\n" + _LOAD + "$L__T:\n", 1)
+    rep = splice_calls(Module(text), _tile_sites(), kernel_name="k")
+    assert rep.replaced == {0: 1, 1: 1, 2: 1}
+
+
 def test_hand_written_element_count_mismatch():
     # 256 elements on 128 threads are two stores per thread: one is missing
     with pytest.raises(SpliceRewriteError, match=r"1 store instance\(s\) per thread .* not 2"):
@@ -507,7 +527,7 @@ def test_hand_written_call_missing():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("n", [128, 1024])
+@pytest.mark.parametrize("n", [32, 64, 128, 1024])
 def test_gpu_reverse(torch, n):
     from support.gpu import launch
     x = torch.randn(64 * n, device="cuda")
