@@ -718,3 +718,44 @@ def test_gpu_partial_tile_with_an_element_count(torch):
     launch(torch, (4,), partial_kernel, (x, y, n, 256))
     ref = torch.stack([x[i * 256:(i + 1) * 256].sum() for i in range(4)])
     torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-4)
+
+
+def _staging_of(ptx: str, roles, elements):
+    """check_staging on tileiras's PTX of a one-tile-call kernel: sites by marker index
+    (``roles``: index -> role), each atomic marker instance found by its global."""
+    from types import SimpleNamespace
+    from splice import tiles
+    from splice.rewrite import MARKER_RE, _Body
+    mod = Module(ptx)
+    [fn] = [f for f in mod.function_order if f.kind == ".entry"]
+    b = _Body.parse(mod, fn, "k")
+    regs: dict[str, int] = {}
+    at: dict[int, list[int]] = {}
+    for i, (s, ins) in enumerate(b.parsed):
+        if ins is None:
+            continue
+        m = next((MARKER_RE.search(op) for op in ins.operands if MARKER_RE.search(op)), None)
+        if m and ins.base == "mov":
+            regs[ins.operands[0]] = int(m.group(1))
+        elif ins.base == "atom" and ins.operands[1].strip("[]") in regs:
+            at.setdefault(regs[ins.operands[1].strip("[]")], []).append(i)
+    sites = {k: SimpleNamespace(index=k, scope="block" if r == "call" else "element",
+                                staging=Staging(r, 0, 0 if r == "call" else elements, r))
+             for k, r in roles.items()}
+    return tiles.check_staging(mod, fn, b.parsed, b.defs, sites, at), at
+
+
+def test_staging_proof_on_real_ptx_counts_and_refuses():
+    b = splice.compile(reverse_kernel, _vec_sig(1024), "sm_90")
+    roles = {0: "store", 1: "call", 2: "load"}
+    why, at = _staging_of(b.ptx, roles, 1024)
+    assert why is None and [len(at[k]) for k in (0, 1, 2)] == [8, 1, 8]
+    # a label before the third store's marker: the first two are cut off from the call
+    lines = b.ptx.split("\n")
+    third = [i for i, ln in enumerate(lines) if "atom.global" in ln][2]   # stores come first
+    broken = "\n".join(lines[:third] + ["$L__cut:"] + lines[third:])
+    why, _ = _staging_of(broken, roles, 1024)
+    assert why is not None and "step 'stores before the call'" in why and "has 6 store" in why
+    # told the tile had 2048 elements, it finds 8 stores per thread, not 16
+    why, _ = _staging_of(b.ptx, roles, 2048)
+    assert why is not None and "not 16" in why
