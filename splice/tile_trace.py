@@ -126,7 +126,7 @@ def _staging_externs(ext, tiles, results, group: int, where: str, loc):
                       f"tile argument {i + 1} of {label}")
               for k, (i, _var, t, shape) in enumerate(tiles)]
     call = derived("call", "block call on the staged tiles",
-                   Signature(sig.scalar_args, result), 0, f"the call of {label}", "block")
+                   Signature(sig.scalar_args, result), 0, f"the call of {label}", ext.scope)
     several = len(results) > 1
     loads = [derived(f"load{j}", f"tile result{f' {j + 1}' if several else ''} from shared "
                                  f"memory", Signature((_INT32,), r.elem), math.prod(shape),

@@ -64,6 +64,17 @@ MAX_SHARED_BYTES = 227 * 1024
 #: The parts of a tile call (:attr:`Staging.role`).
 ROLES = ("store", "call", "load")
 
+def _block_call_ends(module, fn, parsed, defs, i):
+    from . import block
+    return block.prove_instance(module, fn, parsed, defs, i)
+
+
+#: The scopes whose calls take tiles, each with the proof that gives a call site's
+#: instance its straight-line ends -- ``(guard, join)`` statement indices, or ValueError --
+#: (the seam for other cooperative scopes: the staging around the call is the same).
+CALL_ENDS = {"block": _block_call_ends}
+TILE_SCOPES = tuple(CALL_ENDS)
+
 
 @dataclasses.dataclass(frozen=True)
 class Staging:
@@ -294,7 +305,7 @@ def check_declaration(sig: Signature, scope: str, fragment: Fragment, what: str)
     from .errors import SpliceDeclarationError
     if not sig.has_tiles:
         return
-    if scope != "block":
+    if scope not in TILE_SCOPES:
         raise SpliceDeclarationError(
             f"{what}: tile parameters and results (splice.tile) are for scope=\"block\" "
             f"externs, where every thread of the block calls the function on the whole "
@@ -395,14 +406,14 @@ def _label_refs(parsed) -> dict[str, int]:
 
 def _block_guards(module, fn, parsed, defs, sites, at) -> dict[int, tuple[int, int]]:
     """Every proven block-site instance of ``fn``: marker statement -> (guard, join)."""
-    from . import block
     out = {}
     for idx, positions in at.items():
-        if sites[idx].scope != "block":
+        ends = CALL_ENDS.get(sites[idx].scope)
+        if ends is None:
             continue
         for i in positions:
             try:
-                out[i] = block.prove_instance(module, fn, parsed, defs, i)
+                out[i] = ends(module, fn, parsed, defs, i)
             except ValueError:
                 pass    # the block site's own proof reports it
     return out
