@@ -16,8 +16,9 @@ tile shape and dtype (cached on disk). What they need:
   :mod:`splice.cccl`).
 - **A kernel tileiras does not warp-specialise** (``allow_tma=False`` on its loads, no
   ``ct.mma``), as any block-scope call; its block is tileiras's 128 threads
-  (``.reqntid 128``), which the CUB code is compiled for: another block size traps at
-  launch.
+  (``.reqntid 128``), which the CUB code is compiled for: another block size is a
+  ``SpliceRewriteError`` when the kernel compiles (and traps at launch, should it get
+  through).
 - **Tiles**: 1-D, of 128 x 2**j elements (128, 256 ... 2048; CUB's items per thread are
   ``n / 128``), dtypes int8 ... int64, uint8 ... uint64, float16, bfloat16, float32,
   float64 for ``sort``/``sort_pairs``/``top_k`` keys (radix sort: -0.0 sorts before
@@ -128,6 +129,10 @@ __device__ void histogram(const T (&x)[N], int (&h)[BINS]) {
 }  // namespace splice_cub
 '''
 
+#: The block size the CUB code is compiled for (``THREADS`` in it): tileiras's for kernels
+#: that are not warp-specialised; another is refused when the kernel compiles.
+THREADS = 128
+
 _SORTABLE = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
              "float16", "bfloat16", "float32", "float64")
 _SUMMABLE = ("int32", "int64", "uint32", "uint64", "float32", "float64")
@@ -157,6 +162,7 @@ def _extern(cxx_name: str, signature: str):
         hit = _externs.get(key)
     if hit is None:
         hit = _lib().extern(cxx_name, signature=signature, scope="block")._splice_extern
+        hit.block_threads = THREADS
         with _lock:
             _externs[key] = hit
     return hit

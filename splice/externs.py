@@ -58,6 +58,9 @@ class ExternFunction:
     cxx_name: str | None = None
     #: the part this extern plays in a tile call (:class:`splice.tiles.Staging`), or None
     staging: Any = None
+    #: the block size a block-scope function was compiled for (``splice.cub``: 128), or
+    #: None: a tile call in a kernel with another ``.reqntid`` is refused at compile time
+    block_threads: int | None = None
 
     def __repr__(self) -> str:
         return (f"<splice extern {self.name}: {self.signature} = {self.symbol} from "

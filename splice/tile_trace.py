@@ -120,7 +120,8 @@ def _staging_externs(ext, tiles, results, group: int, where: str, loc):
             ext, name=f"{ext.name} ({name})", symbol=frag.symbol(symbol), signature=dsig,
             pure=False, fragment=frag, inline="auto" if scope == "element" else ext.inline,
             scope=scope, cxx_name=None,
-            staging=Staging(symbol.rstrip("0123456789"), group, elements, what))
+            staging=Staging(symbol.rstrip("0123456789"), group, elements, what,
+                            ext.block_threads if scope != "element" else None))
     stores = [derived(f"store{k}", f"tile argument {i + 1} into shared memory",
                       Signature((t.elem, _INT32), None), math.prod(shape),
                       f"tile argument {i + 1} of {label}")

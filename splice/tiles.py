@@ -86,12 +86,14 @@ class Staging:
         group: the tile call's number in its trace.
         elements: the elements of the tile the site stores or loads (0 for ``"call"``).
         what: the tile in messages ("tile argument 1 of 'sort' at k.py:12").
+        threads: for ``"call"``, the block size the function needs, or None: any.
     """
 
     role: str
     group: int
     elements: int = 0
     what: str = ""
+    threads: int | None = None
 
 
 def byte_size(elem: ElementType) -> int:
@@ -365,6 +367,11 @@ def check_staging(module, fn, parsed, defs, sites, at: Mapping[int, list[int]]) 
         if len(calls) != 1:
             return "the block call of a staged tile is not in the kernel's PTX"
         call_site, call_at = calls[0]
+        need = call_site.staging.threads
+        if need is not None and need != threads:
+            return (f"step 'block size': {call_site.staging.what} is compiled for blocks of "
+                    f"{need} threads, and tileiras gave this kernel {dims or 'no fixed size'}"
+                    f" (.reqntid)")
         counted: dict[int, int] = {}
         for i in call_at:
             if i not in guards:

@@ -4,6 +4,7 @@ hand-written PTX, and kernels checked against PyTorch (GPU)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import cuda.tile as ct
@@ -513,6 +514,16 @@ def test_hand_written_element_count_mismatch():
     # 256 elements on 128 threads are two stores per thread: one is missing
     with pytest.raises(SpliceRewriteError, match=r"1 store instance\(s\) per thread .* not 2"):
         splice_calls(Module(_TILE_GOOD), _tile_sites(256), kernel_name="k")
+
+
+def test_hand_written_block_size_the_function_needs():
+    sites = _tile_sites()
+    sites[1] = dataclasses.replace(sites[1], staging=Staging("call", 0, 0, "the call", 256))
+    with pytest.raises(SpliceRewriteError, match=r"step 'block size': the call is compiled "
+                                                 r"for blocks of 256 threads.*\.reqntid"):
+        splice_calls(Module(_TILE_GOOD), sites, kernel_name="k")
+    sites[1] = dataclasses.replace(sites[1], staging=Staging("call", 0, 0, "the call", 128))
+    assert splice_calls(Module(_TILE_GOOD), sites, kernel_name="k").replaced[1] == 1
 
 
 def test_hand_written_call_missing():

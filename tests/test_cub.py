@@ -67,6 +67,9 @@ def test_sort_compiles_with_one_call_per_block():
     store, call, load = b.sites
     assert (store.instances, call.instances, load.instances) == (8, 1, 8)
     assert "splice_cub::sort_keys<float, false>" in call.extern
+    # the CUB code is compiled for 128 threads, and the proof holds the kernel to it
+    assert splice.cub._extern("splice_cub::sort_keys<float, false>",
+                              "tile(float32)(tile(float32))").block_threads == 128
     assert "_ZN3cub" in b.spliced_ptx                            # CUB's code is in it
 
 
