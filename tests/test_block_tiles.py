@@ -770,3 +770,14 @@ def test_staging_proof_on_real_ptx_counts_and_refuses():
     # told the tile had 2048 elements, it finds 8 stores per thread, not 16
     why, _ = _staging_of(b.ptx, roles, 2048)
     assert why is not None and "not 16" in why
+
+
+def test_cache_hit_and_the_shape_in_the_key(fresh_cache):
+    """A tile call's instantiation is part of the kernel's key: the same kernel at another
+    tile size is not served the first one's cubin; the same one again is."""
+    first = splice.build(reverse_kernel, _vec_sig(128), "sm_90")
+    other = splice.build(reverse_kernel, _vec_sig(256), "sm_90")
+    again = splice.build(reverse_kernel, _vec_sig(128), "sm_90")
+    assert not first.from_cache and not other.from_cache and other.cubin != first.cubin
+    assert again.from_cache and again.cubin == first.cubin
+    assert [s.instances for s in again.sites] == [1, 1, 1]
