@@ -145,7 +145,7 @@ class TileFragment(Fragment):
                 raise SpliceCompileError(f"{e.message}\n    instantiated for "
                                          f"{self.instance}", e.log) from None
             self._check_callee(base)
-            return _parse(base.text.rstrip("\n") + "\n\n" + self.staging_ptx(),
+            return _parse(base.text.rstrip("\n") + "\n\n" + self.staging_ptx(base),
                           self.describe())
         return _memoized(key or self.content_key(target), make)
 
@@ -178,40 +178,51 @@ class TileFragment(Fragment):
     def buffer(self, k: int) -> str:
         return f"{PREFIX}{self.group}_buf{k}"
 
-    def staging_ptx(self) -> str:
+    def staging_ptx(self, base=None) -> str:
+        """The staging functions and buffers; with ``base`` (the compiled base module), the
+        callee's body pasted into the call function where it can be (no ``CALL`` in SASS):
+        a function of ``base`` and of the text without it, which the content key holds."""
         lines = [f"// splice: tile staging of the call at {self.where}"]
         for k, (elem, n) in enumerate(self.buffers):
             lines.append(f".shared .align 16 .b8 {self.buffer(k)}[{n * byte_size(elem)}];")
         first_result = len(self.buffers) - self.results
         for k, (elem, _n) in enumerate(self.buffers[:first_result]):
             lines.append(_store_function(self.symbol(f"store{k}"), elem, self.buffer(k)))
-        lines.append(self._call_function())
+        lines.append(self._call_function(base))
         for j, (elem, _n) in enumerate(self.buffers[first_result:]):
             lines.append(_load_function(self.symbol(f"load{j}"), elem,
                                         self.buffer(first_result + j)))
         return "\n".join(lines) + "\n"
 
-    def _call_function(self) -> str:
+    def _call_function(self, base=None) -> str:
         """The block site's callee: the scalars from its parameters, each tile's generic
-        address, the call of ``callee``; a scalar result passed back."""
+        address, the call of ``callee`` (its body, where ``base`` has one to inline); a
+        scalar result passed back."""
         scalars = [t for k, t in enumerate(self.abi.args) if k not in self.tile_positions]
         res = self.abi.result
         head = f"({_param(res, 'func_retval0')}) " if res is not None else ""
         params = ", ".join(_param(t, f"p{i}") for i, t in enumerate(scalars))
+        n = len(self.abi.args) + 1
         body = [f".visible .func {head}{self.symbol('call')}({params})", "{",
-                "\t.reg .b64 \t%rd<32>;", "\t.reg .b32 \t%r<16>;", "\t.reg .b16 \t%h<16>;"]
+                f"\t.reg .b64 \t{_REG[64]}<{n}>;", f"\t.reg .b32 \t{_REG[32]}<{n}>;",
+                f"\t.reg .b16 \t{_REG[16]}<{n}>;"]
         values, s = [], 0
         for k, t in enumerate(self.abi.args):
             if k in self.tile_positions:
                 b = self.tile_positions.index(k)
-                body.append(f"\tmov.u64 \t%rd{b}, {self.buffer(b)};")
-                body.append(f"\tcvta.shared.u64 \t%rd{b}, %rd{b};")
-                values.append((f"%rd{b}", 64))
+                reg = f"{_REG[64]}{k}"
+                body.append(f"\tmov.u64 \t{reg}, {self.buffer(b)};")
+                body.append(f"\tcvta.shared.u64 \t{reg}, {reg};")
+                values.append((reg, 64))
             else:
-                reg, bits = _param_register(t, s)
+                bits = _param_bits(t)
+                reg = f"{_REG[bits]}{k}"
                 body.append(f"\tld.param.b{bits} \t{reg}, [p{s}];")
                 values.append((reg, bits))
                 s += 1
+        inlined = self._inlined_callee(base, values, res)
+        if inlined is not None:
+            return "\n".join(body + inlined + ["\tret;", "}"])
         body.append("\t{")
         for k, t in enumerate(self.abi.args):
             body.append(f"\t{_param(t, f'q{k}')};")
@@ -223,12 +234,48 @@ class TileFragment(Fragment):
         if res is None:
             body.append(f"\tcall \t{self.callee}, ({args});")
         else:
-            reg, bits = _param_register(res, 15)
+            bits = _param_bits(res)
+            reg = f"{_REG[bits]}{n - 1}"
             body.append(f"\tcall \t(q_ret), {self.callee}, ({args});")
             body.append(f"\tld.param.b{bits} \t{reg}, [q_ret];")
             body.append(f"\tst.param.b{bits} \t[func_retval0], {reg};")
         body += ["\t}", "\tret;", "}"]
         return "\n".join(body)
+
+
+    def _inlined_callee(self, base, values, res) -> list[str] | None:
+        """The callee's body with ``values`` as its arguments and its result stored to
+        ``func_retval0`` (:mod:`splice.inline`), or None where it cannot be inlined."""
+        from .inline import inline_body, why_not_inlinable
+        if base is None:
+            return None
+        functions = {f.name: (base, f) for f in base.function_order if f.is_definition}
+        fn = base.functions[self.callee]
+        if why_not_inlinable(base, fn, functions) is not None:
+            return None
+        # the pasted body declares its registers in a scope of its own: one named like an
+        # argument's register would hide it (the argument moves would read the callee's)
+        if any(t.text.startswith(_REG_PREFIX) for st in base.body_statements(fn)
+               for t in st.tokens):
+            return None
+        result = None if res is None else (f"{_REG[_param_bits(res)]}{len(values)}",
+                                           _param_bits(res))
+        lines = inline_body(base, fn, list(values), result, f"tile{self.group}")
+        if result is not None:
+            lines.append(f"\tst.param.b{result[1]} \t[func_retval0], {result[0]};")
+        return lines
+
+
+#: The call function's registers, by width: a prefix no compiler emits (a callee that
+#: names one is called, not inlined); not splice's reserved ``%__splice``, which would keep
+#: the call function itself from being inlined at the block site.
+_REG_PREFIX = "%splice_tile_"
+_REG = {64: f"{_REG_PREFIX}d", 32: f"{_REG_PREFIX}w", 16: f"{_REG_PREFIX}h"}
+
+
+def _param_bits(t) -> int:
+    """The width of the ``.param`` access that passes ``t`` (16 for ``__half``)."""
+    return 16 if t.kind == "f" and t.bits == 16 else 64 if t.bits == 64 else 32
 
 
 def _param(t, name: str) -> str:

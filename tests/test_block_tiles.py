@@ -206,9 +206,15 @@ def test_vector_tile_ptx(n, per_thread):
     # each thread stores its elements at their row-major index, all before the call ...
     stores = [m.start() for m in re.finditer(r"st\.shared\.b32 \t\[%r2\], %r3;", entry)]
     loads = [m.start() for m in re.finditer(r"ld\.shared\.b32 \t%r3, \[%r2\];", entry)]
-    call_at = entry.index("call \tsplice_tile_")
+    # ... the function's body pasted into the block call (no SASS CALL left) ...
+    call_at = re.search(r"mov\.b64 \t%rd\d+, %splice_tile_d0;", entry).start()
     assert len(stores) == len(loads) == per_thread
     assert max(stores) < entry.index("bar.red.popc.u32") < call_at < min(loads)
+    assert b.sass_call_count() == 0
+    # the pasted body takes each buffer's address from the call function's own register,
+    # which its scope cannot hide (a callee's %rd1 shadowing the call's %rd1 passed x as y)
+    assert re.search(r"mov\.b64 \t%rd\d+, %splice_tile_d0;", entry)
+    assert re.search(r"mov\.b64 \t%rd\d+, %splice_tile_d1;", entry)
     assert b.summary().count("block scope: every thread of the block calls it") == 1
 
 
@@ -233,7 +239,7 @@ def test_2d_tile_ptx():
     # both buffers' generic addresses
     entry = _entry(b)
     assert entry.count("cvta.shared.u64") == 2
-    assert re.search(r"call \tsplice_tile_\w+, \(q0, q1, q2\);", entry)
+    assert not re.search(r"^\s*call", entry, re.M) and b.sass_call_count() == 0
 
 
 def test_ptx_counts_per_shape():
@@ -307,7 +313,7 @@ reverse_ptx_kernel = _tile_kernel(reverse_ptx)
 def test_ptx_input_takes_generic_pointers():
     b = splice.compile(reverse_ptx_kernel, _vec_sig(128), "sm_90")
     assert [s.instances for s in b.sites] == [1, 1, 1]
-    assert re.search(r"call \treverse_ptx, \(q0, q1\);", _entry(b))
+    assert not re.search(r"^\s*call", _entry(b), re.M) and b.sass_call_count() == 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -658,7 +664,7 @@ ns_reverse_kernel = _tile_kernel(ns_reverse)
 def test_library_cxx_name_compiles():
     b = splice.compile(ns_reverse_kernel, _vec_sig(256), "sm_90")
     assert [s.instances for s in b.sites] == [2, 1, 2]
-    assert re.search(r"call \tsplice_tile_\w+, \(q0, q1\);", _entry(b))   # the trampoline
+    assert not re.search(r"^\s*call", _entry(b), re.M)   # the trampoline, inlined
 
 
 def _ltoir_reverse():
@@ -677,8 +683,7 @@ def test_ltoir_input_compiles():
                                    signature="tile(float32, (128,))(tile(float32, (128,)))")
     b = splice.compile(_tile_kernel(rev), _vec_sig(128), "sm_90")
     assert [s.instances for s in b.sites] == [1, 1, 1]
-    # nvJitLink's function is internal to its fragment: renamed with it, called by that name
-    assert re.search(r"call \t(__splice_\w+_)?reverse128, \(q0, q1\);", _entry(b))
+    assert not re.search(r"^\s*call", _entry(b), re.M) and b.sass_call_count() == 0
 
 
 @splice.kernel
@@ -781,3 +786,33 @@ def test_cache_hit_and_the_shape_in_the_key(fresh_cache):
     assert not first.from_cache and not other.from_cache and other.cubin != first.cubin
     assert again.from_cache and again.cubin == first.cubin
     assert [s.instances for s in again.sites] == [1, 1, 1]
+
+
+def _ptx_reverse(name: str, extra: str) -> str:
+    return REVERSE_PTX.replace("reverse_ptx", name).replace("\t.reg .f32 \t%f<2>;",
+                                                            "\t.reg .f32 \t%f<2>;\n" + extra)
+
+
+@pytest.mark.parametrize("why,extra", [
+    ("a .local buffer", "\t.local .align 4 .b8 scratch[16];"),
+    ("a register named like the call function's", "\t.reg .b32 \t%splice_tile_w<2>;"),
+])
+def test_a_callee_that_cannot_be_inlined_stays_a_call(why, extra):
+    name = "rev_" + str(abs(hash(why)))[:8]
+    fn = splice.extern.from_ptx(ptx=_ptx_reverse(name, extra), name=name, scope="block",
+                                signature="tile(float32, (128,))(tile(float32, (128,)))")
+    b = splice.compile(_tile_kernel(fn), _vec_sig(128), "sm_90")
+    assert re.search(rf"call \t{name}, \(q0, q1\);", _entry(b)), why
+    assert b.sass_call_count() == 1
+
+
+@pytest.mark.gpu
+def test_gpu_called_not_inlined(torch):
+    from support.gpu import launch
+    fn = splice.extern.from_ptx(ptx=_ptx_reverse("rev_called", "\t.local .align 4 .b8 s[16];"),
+                                name="rev_called", scope="block",
+                                signature="tile(float32, (128,))(tile(float32, (128,)))")
+    x = torch.randn(8 * 128, device="cuda")
+    y = torch.empty_like(x)
+    launch(torch, (8,), _tile_kernel(fn), (x, y, 128))
+    torch.testing.assert_close(y, x.view(8, 128).flip(1).reshape(-1), rtol=0, atol=0)
