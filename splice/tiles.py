@@ -409,7 +409,12 @@ def check_staging(module, fn, parsed, defs, sites, at: Mapping[int, list[int]]) 
     threads = int(dims.split(",")[0]) if dims else 0
     refs = _label_refs(parsed)
     guards = _block_guards(module, fn, parsed, defs, sites, at)
-    for roles in groups.values():
+    for group, roles in groups.items():
+        missing = [sc for idx, sc in sites.items() if idx not in at and
+                   sc.staging is not None and sc.staging.group == group]
+        if missing:
+            return (f"step 'every part in the function': {missing[0].staging.what} has no "
+                    f"marker instance in it (tileiras removed or moved it)")
         calls = roles.get("call", [])
         if len(calls) != 1:
             return "the block call of a staged tile is not in the kernel's PTX"

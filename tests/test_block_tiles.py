@@ -532,10 +532,18 @@ def test_hand_written_block_size_the_function_needs():
     assert splice_calls(Module(_TILE_GOOD), sites, kernel_name="k").replaced[1] == 1
 
 
+def test_hand_written_load_missing():
+    text = _TILE_GOOD.replace(_LOAD, "")
+    with pytest.raises(SpliceRewriteError, match="step 'every part in the function': the "
+                                                 "tile result has no marker instance"):
+        splice_calls(Module(text), _tile_sites(), kernel_name="k")
+
+
 def test_hand_written_call_missing():
     text = _TILE_GOOD.replace("\tmov.b64 \t%rd2, __splice_marker_1;\n"
                               "\tatom.global.acq_rel.cas.b32 \t%r4, [%rd2], 0, 0;\n", "")
-    with pytest.raises(SpliceRewriteError, match="block call of a staged tile is not"):
+    with pytest.raises(SpliceRewriteError, match="step 'every part in the function': the "
+                                                 "call has no marker instance"):
         splice_calls(Module(text), _tile_sites(), kernel_name="k")
 
 
