@@ -415,10 +415,7 @@ def check_staging(module, fn, parsed, defs, sites, at: Mapping[int, list[int]]) 
         if missing:
             return (f"step 'every part in the function': {missing[0].staging.what} has no "
                     f"marker instance in it (tileiras removed or moved it)")
-        calls = roles.get("call", [])
-        if len(calls) != 1:
-            return "the block call of a staged tile is not in the kernel's PTX"
-        call_site, call_at = calls[0]
+        [(call_site, call_at)] = roles["call"]     # present: every part is (above)
         need = call_site.staging.threads
         if need is not None and need != threads:
             return (f"step 'block size': {call_site.staging.what} is compiled for blocks of "
