@@ -12,6 +12,7 @@ import math
 import cuda.tile as ct
 
 from . import _cutile as cu
+from .forms import element
 from .tiles import MAX_SHARED_BYTES, Staging, TileFragment, byte_size, callee_fragment
 from .trace import call_error, current_session, describe, emit_call, loc_str
 from .types import ELEMENT_TYPES, ElementType, Signature, TileType, pointer, result_tiles
@@ -115,19 +116,20 @@ def _staging_externs(ext, tiles, results, group: int, where: str, loc):
                         results=len(results))
     label = f"'{ext.name}' at {where}"
 
-    def derived(symbol, name, dsig, elements, what, scope="element"):
+    def derived(symbol, name, dsig, elements, what, form=element.ATOMIC):
+        own = form is ext.form      # the call itself: the extern's form (its scope)
         return dataclasses.replace(
             ext, name=f"{ext.name} ({name})", symbol=frag.symbol(symbol), signature=dsig,
-            pure=False, fragment=frag, inline="auto" if scope == "element" else ext.inline,
-            scope=scope, cxx_name=None,
+            pure=False, fragment=frag, inline=ext.inline if own else "auto", form=form,
+            cxx_name=None,
             staging=Staging(symbol.rstrip("0123456789"), group, elements, what,
-                            ext.block_threads if scope != "element" else None))
+                            ext.block_threads if own else None))
     stores = [derived(f"store{k}", f"tile argument {i + 1} into shared memory",
                       Signature((t.elem, _INT32), None), math.prod(shape),
                       f"tile argument {i + 1} of {label}")
               for k, (i, _var, t, shape) in enumerate(tiles)]
     call = derived("call", "block call on the staged tiles",
-                   Signature(sig.scalar_args, result), 0, f"the call of {label}", ext.scope)
+                   Signature(sig.scalar_args, result), 0, f"the call of {label}", ext.form)
     several = len(results) > 1
     loads = [derived(f"load{j}", f"tile result{f' {j + 1}' if several else ''} from shared "
                                  f"memory", Signature((_INT32,), r.elem), math.prod(shape),

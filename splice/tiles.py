@@ -64,9 +64,9 @@ MAX_SHARED_BYTES = 227 * 1024
 #: The parts of a tile call (:attr:`Staging.role`).
 ROLES = ("store", "call", "load")
 
-def _block_call_ends(module, fn, parsed, defs, i):
+def _block_call_ends(body, i):
     from . import block
-    return block.prove_instance(module, fn, parsed, defs, i)
+    return block.prove_instance(body, i)
 
 
 #: The scopes whose calls take tiles, each with the proof that gives a call site's
@@ -393,10 +393,11 @@ def callee_fragment(ext, abi: Signature, shapes, where: str) -> tuple[Fragment, 
 _STOP = ("bra", "brx", "ret", "exit", "call", "trap")
 
 
-def check_staging(module, fn, parsed, defs, sites, at: Mapping[int, list[int]]) -> str | None:
-    """Points 2 and 3 of the module docstring for every tile call of ``fn``: ``at`` holds
-    the statement indices of each atomic site's marker instances, ``sites`` the sites
-    (``.staging``). Returns why the staging is not proven, naming the step, or None."""
+def check_staging(body, sites, at: Mapping[int, list[int]]) -> str | None:
+    """Points 2 and 3 of the module docstring for every tile call of the function ``body``
+    (a :class:`splice.ptx.Body`): ``at`` holds the statement indices of each atomic site's
+    marker instances, ``sites`` the sites (``.staging``, ``.form``). Returns why the
+    staging is not proven, naming the step, or None."""
     from . import block
     groups: dict[int, dict[str, list[tuple[Any, list[int]]]]] = {}
     for idx, positions in at.items():
@@ -405,10 +406,11 @@ def check_staging(module, fn, parsed, defs, sites, at: Mapping[int, list[int]]) 
             assert st.role in ROLES, st
             groups.setdefault(st.group, {}).setdefault(st.role, []).append(
                 (sites[idx], positions))
-    dims = block.block_dims(module, fn)
+    parsed = body.parsed
+    dims = block.block_dims(body.module, body.fn)
     threads = int(dims.split(",")[0]) if dims else 0
     refs = _label_refs(parsed)
-    guards = _block_guards(module, fn, parsed, defs, sites, at)
+    guards = _block_guards(body, sites, at)
     for group, roles in groups.items():
         missing = [sc for idx, sc in sites.items() if idx not in at and
                    sc.staging is not None and sc.staging.group == group]
@@ -460,16 +462,16 @@ def _label_refs(parsed) -> dict[str, int]:
     return refs
 
 
-def _block_guards(module, fn, parsed, defs, sites, at) -> dict[int, tuple[int, int]]:
+def _block_guards(body, sites, at) -> dict[int, tuple[int, int]]:
     """Every proven block-site instance of ``fn``: marker statement -> (guard, join)."""
     out = {}
     for idx, positions in at.items():
-        ends = CALL_ENDS.get(sites[idx].scope)
+        ends = CALL_ENDS.get(sites[idx].form.scope)
         if ends is None:
             continue
         for i in positions:
             try:
-                out[i] = ends(module, fn, parsed, defs, i)
+                out[i] = ends(body, i)
             except ValueError:
                 pass    # the block site's own proof reports it
     return out

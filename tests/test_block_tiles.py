@@ -16,7 +16,7 @@ from splice.errors import (SpliceCallError, SpliceCompileError, SpliceDeclaratio
                            SpliceLinkError, SpliceRewriteError)
 from splice.ptx import Module, Param
 from splice.rewrite import SiteCall, splice_calls
-from splice.sites import Marker
+from splice.forms import FORMS
 from splice.tiles import Staging
 from splice.types import TileType, parse_signature
 
@@ -453,11 +453,11 @@ def _tile_sites(elements=128):
     return {
         0: SiteCall(0, "st0", (_b32("p0"), _b32("p1")), None,
                     parse_signature("void(float32, int32)"), "store at test:1", None,
-                    Marker.ATOMIC, 32, "element", staging=Staging("store", 0, elements, what)),
+                    FORMS["element"], 32, staging=Staging("store", 0, elements, what)),
         1: SiteCall(1, "call0", (), None, parse_signature("void()"), "call at test:1", None,
-                    Marker.ATOMIC, 32, "block", staging=Staging("call", 0, 0, "the call")),
+                    FORMS["block"], 32, staging=Staging("call", 0, 0, "the call")),
         2: SiteCall(2, "ld0", (_b32("p0"),), _b32("r"), parse_signature("float32(int32)"),
-                    "load at test:1", None, Marker.ATOMIC, 32, "element",
+                    "load at test:1", None, FORMS["element"], 32,
                     staging=Staging("load", 0, elements, "the tile result")),
     }
 
@@ -749,10 +749,10 @@ def _staging_of(ptx: str, roles, elements):
     (``roles``: index -> role), each atomic marker instance found by its global."""
     from types import SimpleNamespace
     from splice import tiles
-    from splice.rewrite import MARKER_RE, _Body
+    from splice.rewrite import MARKER_RE
     mod = Module(ptx)
     [fn] = [f for f in mod.function_order if f.kind == ".entry"]
-    b = _Body.parse(mod, fn, "k")
+    b = mod.body(fn)
     regs: dict[str, int] = {}
     at: dict[int, list[int]] = {}
     for i, (s, ins) in enumerate(b.parsed):
@@ -763,10 +763,10 @@ def _staging_of(ptx: str, roles, elements):
             regs[ins.operands[0]] = int(m.group(1))
         elif ins.base == "atom" and ins.operands[1].strip("[]") in regs:
             at.setdefault(regs[ins.operands[1].strip("[]")], []).append(i)
-    sites = {k: SimpleNamespace(index=k, scope="block" if r == "call" else "element",
+    sites = {k: SimpleNamespace(index=k, form=FORMS["block" if r == "call" else "element"],
                                 staging=Staging(r, 0, 0 if r == "call" else elements, r))
              for k, r in roles.items()}
-    return tiles.check_staging(mod, fn, b.parsed, b.defs, sites, at), at
+    return tiles.check_staging(mod.body(fn), sites, at), at
 
 
 def test_staging_proof_on_real_ptx_counts_and_refuses():
