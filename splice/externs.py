@@ -239,7 +239,7 @@ def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name,
                 f"extern '{name}' at {where}: the stub takes {len(params)} parameter(s) but "
                 f"the signature {sig} has {len(sig.args)}")
     fragment = fragment_factory(symbol, sig)
-    tiles.check_declaration(sig, form.scope, fragment, f"extern '{name}' at {where}")
+    tiles.check_declaration(sig, form, fragment, f"extern '{name}' at {where}")
     pure = form.declare(sig, pure, f"extern '{name}' at {where}")
     ext = ExternFunction(display_name or name, symbol, sig, pure, fragment, where, inline,
                          form, cxx_name)

@@ -64,16 +64,6 @@ MAX_SHARED_BYTES = 227 * 1024
 #: The parts of a tile call (:attr:`Staging.role`).
 ROLES = ("store", "call", "load")
 
-def _block_call_ends(body, i):
-    from . import block
-    return block.prove_instance(body, i)
-
-
-#: The scopes whose calls take tiles, each with the proof that gives a call site's
-#: instance its straight-line ends -- ``(guard, join)`` statement indices, or ValueError --
-#: (the seam for other cooperative scopes: the staging around the call is the same).
-CALL_ENDS = {"block": _block_call_ends}
-TILE_SCOPES = tuple(CALL_ENDS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -343,10 +333,11 @@ def abi_signature(sig: Signature) -> Signature:
     return Signature(args, sig.result)
 
 
-def check_declaration(sig: Signature, scope: str, fragment: Fragment, what: str) -> None:
-    """A tile parameter or result needs ``scope="block"`` and device code splice can call
-    with pointers into its shared memory (not a binary object: its link runs after
-    ptxas, where the staging cannot be merged).
+def check_declaration(sig: Signature, form, fragment: Fragment, what: str) -> None:
+    """A tile parameter or result needs a call form that takes tiles (``form.takes_tiles``:
+    ``scope="block"``) and device code splice can call with pointers into its shared
+    memory (not a binary object: its link runs after ptxas, where the staging cannot be
+    merged).
 
     Raises:
         SpliceDeclarationError: naming ``what``.
@@ -354,7 +345,7 @@ def check_declaration(sig: Signature, scope: str, fragment: Fragment, what: str)
     from .errors import SpliceDeclarationError
     if not sig.has_tiles:
         return
-    if scope not in TILE_SCOPES:
+    if not form.takes_tiles:
         raise SpliceDeclarationError(
             f"{what}: tile parameters and results (splice.tile) are for scope=\"block\" "
             f"externs, where every thread of the block calls the function on the whole "
@@ -466,12 +457,12 @@ def _block_guards(body, sites, at) -> dict[int, tuple[int, int]]:
     """Every proven block-site instance of ``fn``: marker statement -> (guard, join)."""
     out = {}
     for idx, positions in at.items():
-        ends = CALL_ENDS.get(sites[idx].form.scope)
-        if ends is None:
+        form = sites[idx].form
+        if not form.takes_tiles:
             continue
         for i in positions:
             try:
-                out[i] = ends(body, i)
+                out[i] = form.call_ends(body, i)
             except ValueError:
                 pass    # the block site's own proof reports it
     return out

@@ -32,6 +32,7 @@ class BlockForm:
     span_kind = "block call"
     runs_collectives = True
     per_function = False
+    takes_tiles = True
 
     def declare(self, sig, pure: bool, what: str) -> bool:
         """A block-scope extern's result is one scalar, taken from one thread: any element
@@ -106,6 +107,12 @@ class BlockForm:
         return [(gs.start, gs.end, guard),
                 (s.start, s.end, Generated(text, site.label, "block call", site.index,
                                            instance))]
+
+    def call_ends(self, body, i):
+        """Thread 0's guard and the join at tileiras's ``bar.sync 0``
+        (:func:`splice.block.prove_instance`)."""
+        from .. import block
+        return block.prove_instance(body, i)
 
     key_load = staticmethod(no_key_load)
     function_edits = staticmethod(no_function_edits)
