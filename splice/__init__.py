@@ -42,15 +42,16 @@ _LAZY = {
     "Library": ("externs", "Library"), "ExternFunction": ("externs", "ExternFunction"),
     "asm": ("asm_frontend", "asm"),
     "Signature": ("types", "Signature"), "parse_signature": ("types", "parse_signature"),
-    "pointer": ("types", "pointer"), "ELEMENT_TYPES": ("types", "ELEMENT_TYPES"),
+    "pointer": ("types", "pointer"), "tile": ("types", "tile"),
+    "ELEMENT_TYPES": ("types", "ELEMENT_TYPES"),
     "kernel_signature": ("signatures", "kernel_signature"),
     "export_kernel": ("export", "export_kernel"),
-    "toolchain": ("toolchain", None),
+    "toolchain": ("toolchain", None), "cub": ("cub", None),
     "Build": ("result", "Build"), "build": ("pipeline", "build"),
     "__version__": ("pipeline", "__version__"), "PTXSyntaxError": ("ptx", "PTXSyntaxError"),
 }
 if TYPE_CHECKING:
-    from . import toolchain
+    from . import cub, toolchain
     from .asm_frontend import asm
     from .export import export_kernel
     from .externs import ExternFunction, Library, extern, library
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
     from .result import Build
     from .signatures import kernel_signature
     from .splice_kernel import SpliceKernel as kernel
-    from .types import ELEMENT_TYPES, Signature, parse_signature, pointer
+    from .types import ELEMENT_TYPES, Signature, parse_signature, pointer, tile
 
 
 if not TYPE_CHECKING:   # hidden from type checkers: they flag a misspelt name (splice.kernal)
@@ -97,8 +98,8 @@ def compile(kernel, signature, arch: str = "sm_90") -> "Build":
 
 __all__ = [
     "kernel", "extern", "asm", "library", "Library", "compile", "build", "Build",
-    "ExternFunction", "Signature", "parse_signature", "pointer", "ELEMENT_TYPES",
+    "ExternFunction", "Signature", "parse_signature", "pointer", "tile", "ELEMENT_TYPES",
     "SpliceError", "SpliceCallError", "SpliceCompileError", "SpliceDeclarationError",
     "SpliceLaunchError", "SpliceLinkError", "SpliceRewriteError", "SpliceToolchainError",
-    "PTXSyntaxError", "toolchain", "__version__", "kernel_signature", "export_kernel",
+    "PTXSyntaxError", "toolchain", "cub", "__version__", "kernel_signature", "export_kernel",
 ]

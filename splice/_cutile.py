@@ -66,7 +66,7 @@ _PRIVATE: dict[str, tuple[str, str | None]] = {
     **{n: ("cuda.tile._ir.ir", n) for n in (
         "Operation", "Var", "add_operation", "add_operation_variadic", "attribute",
         "operand")},
-    **{n: ("cuda.tile._ir.ops", n) for n in ("TileAtomicCAS", "cat", "extract")},
+    **{n: ("cuda.tile._ir.ops", n) for n in ("TileAtomicCAS", "arange", "cat", "extract")},
     **{n: ("cuda.tile._ir.ops_utils", n) for n in (
         "broadcast_shapes2", "memory_order_to_bytecode", "memory_scope_to_bytecode")},
     **{n: ("cuda.tile._ir.type", n) for n in (

@@ -85,6 +85,10 @@ _BRANCH_OPS = ("bra", "brx", "ret", "exit", "call", "trap")
 
 #: What a block site's argument scratch is called in messages (its span's owner).
 SCRATCH_OWNER = "splice's block-call argument scratch"
+#: The tile calls' staging buffers (:mod:`splice.tiles`): their names hold this, and
+#: shared-memory reports name them so.
+TILE_BUFFER_MARK = "__splice_tile_"
+TILE_BUFFER_OWNER = "splice's tile staging buffers"
 
 
 def scratch_symbol(index: int) -> str:
@@ -354,7 +358,9 @@ def guard_label(site, instance: int) -> str:
 
 _SMEM_RE = re.compile(r"uses too much shared data \((0x[0-9a-fA-F]+) bytes, (0x[0-9a-fA-F]+) "
                       r"max\)")
-_SHARED_DECL_RE = re.compile(r"^\s*\.shared\b[^;]*?\.[bfsu](\d+)\s+([\w$]+)(?:\[(\d+)\])?\s*;")
+# (a template's static __shared__ variable is ``.weak .shared``: CUB's TempStorage)
+_SHARED_DECL_RE = re.compile(r"^\s*(?:\.(?:weak|visible)\s+)?\.shared\b[^;]*?\.[bfsu](\d+)\s+"
+                             r"([\w$]+)(?:\[(\d+)\])?\s*;")
 
 
 def shared_memory_report(merged: str, log: str, owner_of_line: Callable[[int], str],
@@ -372,7 +378,8 @@ def shared_memory_report(merged: str, log: str, owner_of_line: Callable[[int], s
         d = _SHARED_DECL_RE.match(line)
         if d:
             size = int(d.group(1)) // 8 * int(d.group(3) or 1)
-            owner = owner_of_line(i + 1)
+            owner = TILE_BUFFER_OWNER if TILE_BUFFER_MARK in d.group(2) else \
+                owner_of_line(i + 1)
             owners[owner] = owners.get(owner, 0) + size
     parts = "; ".join(f"{o}: {n} bytes" for o, n in sorted(owners.items(), key=lambda x: -x[1]))
     return (f"{what} needs {used} bytes of shared memory per block, more than the {limit} "

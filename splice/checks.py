@@ -51,6 +51,62 @@ class Declared:
         return f"'{self.cxx_name or self.symbol}' (declared at {self.where})"
 
 
+@dataclasses.dataclass(frozen=True)
+class TileDeclared:
+    """One call site's instantiation of a block-scope extern taking or returning tiles
+    (:mod:`splice.tiles`): an ``extern "C"`` trampoline ``symbol`` taking the tiles as
+    pointers (``sig``, the call's ABI: tiles as ``T*``, a tile result as a last ``T*``)
+    and calling ``cxx_name`` with each pointer cast to a reference to an array of its
+    tile's shape, so that a template is instantiated for the call's shapes.
+
+    Attributes:
+        symbol: the trampoline's C symbol.
+        cxx_name: the C or C++ name of the function called.
+        sig: the ABI signature (pointers for tiles).
+        shapes: per parameter of ``sig``, the tile shape its pointer points to, or None.
+        where: "file:line" of the declaration.
+        site: "file:line" of the call.
+    """
+
+    symbol: str
+    cxx_name: str
+    sig: Signature
+    shapes: tuple
+    where: str
+    site: str
+
+    @property
+    def label(self) -> str:
+        tiles = ", ".join(f"{t.pointee}{''.join(f'[{d}]' for d in shape)}"
+                          for t, shape in zip(self.sig.args, self.shapes) if shape)
+        return (f"'{self.cxx_name}' (declared at {self.where}) called at {self.site} with "
+                f"tiles {tiles}")
+
+
+def tile_trampoline(d: TileDeclared) -> str:
+    """The trampoline of a :class:`TileDeclared`: each tile pointer cast to a reference to
+    its array type (a template's extents deduced from it); the result type checked
+    exactly (a scalar result converted silently would be a wrong value)."""
+    ret = "void" if d.sig.result is None else d.sig.result.c_type
+    params = ", ".join(f"{t.c_type} a{i}" for i, t in enumerate(d.sig.args))
+
+    def arg(i, t, shape):
+        if not shape:
+            return f"a{i}"
+        dims = "".join(f"[{n}]" for n in shape)
+        return f"*reinterpret_cast<{t.pointee.c_type} (*){dims}>(a{i})"
+    call = f"{d.cxx_name}({', '.join(arg(i, t, s) for i, (t, s) in enumerate(zip(d.sig.args, d.shapes)))})"
+    ns = f"__splice_check_{d.symbol}"
+    return (f"// tiles in shared memory, by reference: {d.label}\n"
+            f"namespace {ns} {{ template <class A, class B> struct same "
+            f"{{ enum {{ value = 0 }}; }};\n"
+            f"template <class A> struct same<A, A> {{ enum {{ value = 1 }}; }}; }}\n"
+            f"extern \"C\" __device__ {ret} {d.symbol}({params}) {{\n"
+            f"    static_assert({ns}::same<decltype({call}), {ret}>::value, \"splice: "
+            f"'{d.cxx_name}' must return {ret} to match its signature\");\n"
+            f"    {'' if d.sig.result is None else 'return '}{call};\n}}\n")
+
+
 def is_cxx_name(name) -> bool:
     """A C++ name (``my_ns::scale<float>``, ``m::operator+``) rather than a C identifier."""
     return isinstance(name, str) and not _C_IDENT.fullmatch(name) and \
@@ -69,7 +125,9 @@ def generated_blocks(declared, redeclare=frozenset()) -> list[tuple[str | None, 
     docstring)."""
     out: list[tuple[str | None, str]] = [(None, include_headers(d.sig for d in declared))]
     for d in declared:
-        if d.cxx_name is not None:
+        if isinstance(d, TileDeclared):
+            code = tile_trampoline(d)
+        elif d.cxx_name is not None:
             code = _trampoline(d)
         elif d.symbol in redeclare:
             code = _redeclaration(d)

@@ -8,8 +8,9 @@ import inspect
 import os
 import re
 from pathlib import Path
+from typing import Any
 
-from . import trace
+from . import tiles, trace
 from .errors import SpliceDeclarationError
 from .forms import element, form_of
 from .forms.base import CallForm
@@ -53,6 +54,13 @@ class ExternFunction:
     @scope.setter
     def scope(self, scope: str) -> None:
         self.form = form_of(scope, f"extern '{self.name}' at {self.where}")
+    #: the C++ name called through a trampoline (None: ``symbol`` is the C name)
+    cxx_name: str | None = None
+    #: the part this extern plays in a tile call (:class:`splice.tiles.Staging`), or None
+    staging: Any = None
+    #: the block size a block-scope function was compiled for (``splice.cub``: 128), or
+    #: None: a tile call in a kernel with another ``.reqntid`` is refused at compile time
+    block_threads: int | None = None
 
     def __repr__(self) -> str:
         return (f"<splice extern {self.name}: {self.signature} = {self.symbol} from "
@@ -209,7 +217,7 @@ from .checks import Declared, cxx_symbol, is_cxx_name
 
 
 def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name,
-             inline="auto", display_name=None, scope="element"):
+             inline="auto", display_name=None, scope="element", cxx_name=None):
     if not isinstance(pure, bool):
         raise SpliceDeclarationError(f"extern '{name}' at {where}: pure must be True or False")
     form = form_of(scope, f"extern '{name}' at {where}")
@@ -231,9 +239,13 @@ def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name,
                 f"extern '{name}' at {where}: the stub takes {len(params)} parameter(s) but "
                 f"the signature {sig} has {len(sig.args)}")
     fragment = fragment_factory(symbol, sig)
+    tiles.check_declaration(sig, form, fragment, f"extern '{name}' at {where}")
     pure = form.declare(sig, pure, f"extern '{name}' at {where}")
     ext = ExternFunction(display_name or name, symbol, sig, pure, fragment, where, inline,
-                         form)
+                         form, cxx_name)
+    if sig.has_tiles:
+        from .tile_trace import emit_tile_call
+        return trace.make_callable_stub(ext, stub, emit_tile_call)
     return trace.make_callable_stub(ext, stub)
 
 
@@ -341,10 +353,12 @@ def _declare_cuda(stub, where: str, base: Path | None, *, source, path, name, si
             where=where), scope=scope)
 
     def make(symbol, sig):
+        # a tile extern is checked and instantiated per call site (splice.tiles)
         return CudaSource(text=source, path=file, options=opts, include_dirs=incs,
                           defines=defs, where=where,
-                          declared=(Declared(symbol, None, sig, where),),
-                          roots=((symbol, sig),))
+                          declared=() if sig.has_tiles else (Declared(symbol, None, sig,
+                                                                      where),),
+                          roots=() if sig.has_tiles else ((symbol, sig),))
     return _declare(stub, symbol=name or ext_name, signature=signature, pure=pure,
                     fragment_factory=make, where=where, name=ext_name, inline=inline,
                     scope=scope)
@@ -455,7 +469,8 @@ def from_ltoir(path=None, /, *, data: bytes | None = None, name: str, signature:
     return _declare(None, symbol=name, signature=signature, pure=pure,
                     fragment_factory=lambda s, g: LtoirSource(
                         data=None if data is None else bytes(data), path=file, where=where,
-                        roots=((s, g),)), where=where, name=name, inline=inline,
+                        roots=((s, tiles.abi_signature(g)),)), where=where, name=name,
+                    inline=inline,
                     scope=scope)
 
 
@@ -499,14 +514,16 @@ def _declare_cxx(stub, cxx_name, signature, pure, inline, where, fragment, libra
         raise SpliceDeclarationError(f"{what}: {e.message}") from None
     symbol = cxx_symbol(cxx_name, sig)
     decl = Declared(symbol, cxx_name, sig, where)
-    if library is not None:
+    if sig.has_tiles:
+        pass    # checked and instantiated per call site (splice.tiles)
+    elif library is not None:
         library._add(decl)
     else:
         fragment.declared = (decl,)
         fragment.roots = ((symbol, sig),)
     return _declare(stub, symbol=symbol, signature=sig, pure=pure,
                     fragment_factory=lambda s, g: fragment, where=where, name=cxx_name,
-                    inline=inline, display_name=cxx_name, scope=scope)
+                    inline=inline, display_name=cxx_name, scope=scope, cxx_name=cxx_name)
 
 
 class Library:
@@ -552,7 +569,8 @@ class Library:
                                     library=self, scope=scope)
 
             def make(symbol, sig):
-                self._add(Declared(symbol, None, sig, where))
+                if not sig.has_tiles:   # a tile extern: per call site (splice.tiles)
+                    self._add(Declared(symbol, None, sig, where))
                 return self.fragment
             return _declare(stub, symbol=sym, signature=signature, pure=pure,
                             fragment_factory=make, where=where, name=sym, inline=inline,

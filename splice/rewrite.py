@@ -76,6 +76,8 @@ class SiteCall:
     form: CallForm = element.ATOMIC
     marker_bits: int = 0
     fma_rounding: str = "rn"
+    #: the part the site plays in a tile call (:class:`splice.tiles.Staging`), or None
+    staging: object = None
 
     @property
     def width(self) -> int:
@@ -190,6 +192,7 @@ def _splice_function(b: MarkedBody, sites: Mapping[int, SiteCall], before: Mappi
     found: dict[int, int] = defaultdict(int)
     replaced: dict[int, int] = defaultdict(int)
     loads: dict[CallForm, list[tuple[int, str, int]]] = {}
+    at: dict[int, list[int]] = defaultdict(list)  # atomic site -> its instances' statements
     for i, (_s, ins) in enumerate(b.parsed):
         if ins is None or i in b.address_defs:
             continue
@@ -208,7 +211,9 @@ def _splice_function(b: MarkedBody, sites: Mapping[int, SiteCall], before: Mappi
         found[idx] += 1
         edits += sites[idx].form.instance_edits(b, i, sites[idx], before.get(idx, 0) +
                                                 replaced[idx])
+        at[idx].append(i)
         replaced[idx] += 1
+    _check_tile_staging(b, sites, at)
     for form, form_loads in loads.items():
         first = defaultdict(int, {k: before.get(k, 0) + replaced.get(k, 0) for k in sites})
         out = form.function_edits(b, form_loads, sites, first)
@@ -224,6 +229,17 @@ def _splice_function(b: MarkedBody, sites: Mapping[int, SiteCall], before: Mappi
         s = b.parsed[i][0]
         edits.append((s.start, s.end, "// splice: marker address removed"))
     return edits, found, replaced
+
+
+def _check_tile_staging(b: MarkedBody, sites, at: Mapping[int, list[int]]) -> None:
+    """The proof that every tile call's stores precede its block call and its loads
+    follow it (:func:`splice.tiles.check_staging`)."""
+    if not any(sites[idx].staging is not None for idx in at):
+        return
+    from .tiles import check_staging
+    why = check_staging(b.analysed, sites, at)
+    if why is not None:
+        raise b.fail(f"cannot prove the shared-memory staging of a tile call: {why}")
 
 
 def _find_marker_addresses(b: MarkedBody) -> None:

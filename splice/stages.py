@@ -241,7 +241,7 @@ def _site_call(site, fmod: Module, linked: link.Linked) -> tuple[rewrite.SiteCal
     call = rewrite.SiteCall(site.index, ext.symbol, fn.params,
                             fn.results[0] if fn.results else None, ext.signature,
                             f"{ext.name} at {site.where}", body, site.form,
-                            site.marker_bits, site.fma_rounding)
+                            site.marker_bits, site.fma_rounding, ext.staging)
     return call, why
 
 

@@ -42,6 +42,12 @@ class TraceSession:
         #: keys (:attr:`CallSite.key`) of pure call sites that get the atomic marker
         self.atomic_sites = atomic_sites
         self._seen: dict[str, int] = {}
+        self._tile_groups = 0
+
+    def next_tile_group(self) -> int:
+        """The number of the next tile call (:mod:`splice.tiles`) of this trace."""
+        self._tile_groups += 1
+        return self._tile_groups - 1
 
     def site_key(self, loc) -> str:
         """The stable key of the next call at ``loc``: its location, the locations it was
@@ -245,7 +251,7 @@ def _handle_extern_call(callee, *args):
         if kwargs:
             raise call_error(ext, f"keyword argument(s) {', '.join(kwargs)}: pass extern "
                                   f"arguments by position", loc)
-    return emit_call(ext, args, loc)
+    return getattr(callee, "_splice_emit", emit_call)(ext, args, loc)
 
 
 def emit_call(ext, args, loc):
@@ -266,6 +272,7 @@ def emit_call(ext, args, loc):
                  "splice.export_kernel and splice.jax.cutile_call (same arguments) instead",
             loc)
     sig: Signature = ext.signature
+    assert not sig.has_tiles, "tile calls are emitted by splice.tile_trace"
     if len(args) != len(sig.args):
         raise call_error(ext, f"expected {len(sig.args)} argument(s) for signature {sig}, "
                               f"got {len(args)}", loc)
@@ -399,9 +406,10 @@ def python_caller() -> str:
     return f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
-def make_callable_stub(ext, pyfunc):
+def make_callable_stub(ext, pyfunc, emit=None):
     """A plain Python function standing for ``ext`` in kernels (cuTile resolves it to
-    :func:`_handle_extern_call`); called from host code it raises."""
+    :func:`_handle_extern_call`, which calls ``emit(ext, args, loc)``: :func:`emit_call`
+    unless given); called from host code it raises."""
     import functools
     import inspect
 
@@ -422,6 +430,8 @@ def make_callable_stub(ext, pyfunc):
          inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)])
     cu.resolve_calls(stub, _handle_extern_call)
     stub._splice_extern = ext  # type: ignore[attr-defined]
+    if emit is not None:
+        stub._splice_emit = emit  # type: ignore[attr-defined]
     return stub
 
 

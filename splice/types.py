@@ -115,8 +115,103 @@ def pointer(elem) -> ElementType:
     elem = element_type(elem)
     if elem.kind == "p":
         raise SpliceDeclarationError("pointers to pointers are not supported")
+    if elem.kind == "t":
+        raise SpliceDeclarationError("pointers to tiles are not supported: pass the tile "
+                                     "(splice.tile) itself")
     return ElementType(f"{elem.name}*", ct.uint64, 64, f"{elem.c_type}*", elem.c_header, "p",
                        elem)
+
+
+@dataclasses.dataclass(frozen=True)
+class TileType(ElementType):
+    """A whole tile passed to or returned from a block-scope extern (``splice.tile``): an
+    :class:`ElementType` of kind ``"t"`` whose ``pointee`` is the tile's element type and
+    whose ABI (``bits``, ``c_type``) is the pointer it travels as.
+
+    ABI: splice stages the tile in shared memory it owns, row-major, and the C++ function
+    receives it as a reference to an array of the tile's shape (``const float (&x)[N]``,
+    ``float (&y)[16][16]``); a PTX or LTO-IR function receives the generic address of the
+    buffer's first element (``.param .b64``; it lies in the shared window:
+    ``isspacep.shared`` holds and ``cvta.to.shared.u64`` gives its shared address). A tile
+    result is the function's last parameter (the function returns void, or a scalar).
+
+    Attributes:
+        shape: the tile's shape, or None: the call site's (for a result: the shape of the
+            call's first tile argument).
+    """
+
+    shape: tuple[int, ...] | None = None
+
+    @property
+    def elem(self) -> ElementType:
+        """The tile's element type."""
+        assert self.pointee is not None
+        return self.pointee
+
+    @classmethod
+    def of(cls, elem: ElementType, shape: tuple[int, ...] | None) -> TileType:
+        name = f"tile({elem.name})" if shape is None else f"tile({elem.name}, {shape})"
+        return cls(name, elem.dtype, 64, f"{elem.c_type}*", elem.c_header, "t", elem, shape)
+
+
+@dataclasses.dataclass(frozen=True)
+class TileTuple(ElementType):
+    """Several tile results of a block-scope extern (``-> (splice.tile(ct.float32),
+    splice.tile(ct.int32))``, ``"(tile(float32), tile(int32))(...)"`` in a signature
+    string): the function takes one last pointer per result, in order, and returns void;
+    the call returns a tuple of tiles.
+
+    Attributes:
+        tiles: the results.
+    """
+
+    tiles: tuple[TileType, ...] = ()
+
+    @classmethod
+    def of(cls, tiles) -> TileTuple:
+        tiles = tuple(tiles)
+        name = f"({', '.join(t.name for t in tiles)})"
+        return cls(name, None, 0, "void", None, "r", None, tiles)
+
+
+def result_tiles(sig: Signature) -> tuple[TileType, ...]:
+    """The tile results of ``sig``, in order (none for a scalar or void result)."""
+    r = sig.result
+    return r.tiles if isinstance(r, TileTuple) else (r,) if isinstance(r, TileType) else ()
+
+
+def tile(dtype, shape=None) -> TileType:
+    """A tile parameter or result of a block-scope extern: ``x: splice.tile(ct.float32)``
+    (any shape), ``splice.tile(ct.float32, (16, 16))``, ``-> splice.tile(ct.int32, (8,))``.
+    See :class:`TileType` for what the function receives, README "Block-scope calls".
+
+    Args:
+        dtype: a cuTile dtype (or its name) other than a pointer.
+        shape (tuple[int, ...] | None): the exact shape (each dimension a power of two, as
+            cuTile's tiles), or None: the call site's.
+
+    Raises:
+        SpliceDeclarationError: a pointer dtype or a bad shape.
+    """
+    elem = element_type(dtype)
+    if elem.kind in ("p", "t"):
+        raise SpliceDeclarationError(f"splice.tile({elem}): the elements of a tile are "
+                                     f"scalars (a dtype such as ct.float32)")
+    if shape is not None:
+        if isinstance(shape, int) and not isinstance(shape, bool):
+            shape = (shape,)
+        if not isinstance(shape, (tuple, list)) or not shape or not all(
+                isinstance(d, int) and not isinstance(d, bool) and d > 0 and d & (d - 1) == 0
+                for d in shape):
+            raise SpliceDeclarationError(
+                f"splice.tile({elem}, {shape!r}): the shape must be a non-empty tuple of "
+                f"powers of two, e.g. (128,) or (16, 16), or None for the call's shape")
+        shape = tuple(shape)
+    return TileType.of(elem, shape)
+
+
+def _is_tile(t) -> bool:
+    return isinstance(t, (TileType, TileTuple))
 
 
 def element_type(spec) -> ElementType:
@@ -161,7 +256,7 @@ class ArgSlot:
 class Signature:
     """An extern's typed signature: argument element types and result (None: void)."""
 
-    args: tuple[ElementType, ...]
+    args: tuple[ElementType, ...]      # TileType among them: a tile call (splice.tiles)
     result: ElementType | None
 
     def __str__(self) -> str:
@@ -169,13 +264,29 @@ class Signature:
         return f"{ret}({', '.join(a.name for a in self.args)})"
 
     @property
+    def has_tiles(self) -> bool:
+        """Whether a tile is passed or returned (a block-scope call staged through shared
+        memory: :mod:`splice.tiles`)."""
+        return any(map(_is_tile, (*self.args, self.result)))
+
+    @property
+    def tile_result(self) -> bool:
+        """Whether the result is one or several tiles (the function returns void)."""
+        return isinstance(self.result, (TileType, TileTuple))
+
+    @property
+    def scalar_args(self) -> tuple[ElementType, ...]:
+        """The arguments that travel in the call's marker: all but the tiles."""
+        return tuple(a for a in self.args if not _is_tile(a))
+
+    @property
     def marker_bits(self) -> int:
         """Width of the marker's operands and result: 32 when the arguments fit in two
         32-bit operands and the result in one, else 64."""
-        if self.result is not None and self.result.bits > 32:
+        if self.result is not None and not _is_tile(self.result) and self.result.bits > 32:
             return 64
         try:
-            pack_arguments(self.args, 32)
+            pack_arguments(self.scalar_args, 32)
         except SpliceDeclarationError:
             return 64
         return 32
@@ -187,7 +298,7 @@ class Signature:
         Raises:
             SpliceDeclarationError: the arguments need more than 128 bits together.
         """
-        return pack_arguments(self.args, self.marker_bits)
+        return pack_arguments(self.scalar_args, self.marker_bits)
 
 
 def pack_arguments(args: Sequence[ElementType], slot_bits: int = 64) -> tuple[ArgSlot, ...]:
@@ -225,21 +336,88 @@ def parse_signature(text: str) -> Signature:
     """
     if not isinstance(text, str):
         raise SpliceDeclarationError(f"signature must be a string, got {type(text).__name__}")
-    m = _SIG_RE.match(text)
-    if m is None:
+    parts = _split_signature(text)
+    if parts is None:
         raise SpliceDeclarationError(
-            f"malformed signature {text!r}; expected e.g. 'float32(float32, int32)' or "
-            f"'void(uint64)'")
-    ret_name, args_text = m.groups()
-    result = None if ret_name in ("void", "None") else element_type(ret_name)
+            f"malformed signature {text!r}; expected e.g. 'float32(float32, int32)', "
+            f"'void(uint64)' or 'void(tile(float32), tile(int32, (8,)))'")
+    ret_name, args_text = parts
+    result = None if ret_name in ("void", "None") else _grammar_type(ret_name, text)
     if result is not None and result.kind == "p":
         raise SpliceDeclarationError(f"signature {text!r}: an extern cannot return a pointer")
-    arg_names = [a.strip() for a in args_text.split(",")] if args_text.strip() else []
+    arg_names = _split_top_level(args_text) if args_text.strip() else []
     if any(not a for a in arg_names):
         raise SpliceDeclarationError(f"malformed signature {text!r}: empty argument type")
-    sig = Signature(tuple(element_type(a) for a in arg_names), result)
+    sig = Signature(tuple(_grammar_type(a, text) for a in arg_names), result)
     sig.packing()
     return sig
+
+
+_TILE_RE = re.compile(r"^tile\s*\((.*)\)$", re.S)
+
+
+def _split_signature(text: str) -> tuple[str, str] | None:
+    """(the result type's text, the arguments' text) of a signature string, or None. The
+    result may be ``tile(...)``, whose parentheses are matched."""
+    m = re.match(r"^\s*(?:tile\s*)?\(", text)
+    if m is None:
+        m2 = _SIG_RE.match(text)
+        return None if m2 is None else (m2.group(1), m2.group(2))
+    depth, i = 0, m.end() - 1
+    for i in range(m.end() - 1, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            break
+    rest = re.match(r"^\s*\((.*)\)\s*$", text[i + 1:], re.S)
+    return None if depth or rest is None else (text[:i + 1].strip(), rest.group(1))
+
+
+def _split_top_level(text: str) -> list[str]:
+    """``text`` split at the commas outside parentheses, each part stripped."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur.strip())
+    return out
+
+
+def _grammar_type(text: str, signature: str):
+    """One type of a signature string: a dtype name, ``T*``, ``tile(T)`` or
+    ``tile(T, (d0, d1...))``."""
+    import ast
+    text = text.strip()
+    if text.startswith("("):
+        if not text.endswith(")"):
+            raise SpliceDeclarationError(f"malformed signature {signature!r}: {text!r}")
+        parts = _split_top_level(text[1:-1])
+        results = [_grammar_type(p, signature) for p in parts]
+        if len(results) < 2 or not all(isinstance(r, TileType) for r in results):
+            raise SpliceDeclarationError(
+                f"malformed signature {signature!r}: a tuple of results {text!r} must hold "
+                f"two or more tiles, e.g. (tile(float32), tile(int32))")
+        return TileTuple.of(results)
+    m = _TILE_RE.match(text)
+    if m is None:
+        return element_type(text)
+    parts = _split_top_level(m.group(1))
+    if len(parts) not in (1, 2) or not parts[0]:
+        raise SpliceDeclarationError(
+            f"malformed signature {signature!r}: {text!r}; write tile(float32) or "
+            f"tile(float32, (16, 16))")
+    shape = None
+    if len(parts) == 2:
+        try:
+            shape = ast.literal_eval(parts[1])
+        except (ValueError, SyntaxError):
+            raise SpliceDeclarationError(
+                f"malformed signature {signature!r}: the shape {parts[1]!r} of {text!r} is "
+                f"not a tuple of integers such as (16, 16)") from None
+    return tile(parts[0], shape)
 
 
 def signature_from_annotations(func) -> Signature:
@@ -264,13 +442,16 @@ def signature_from_annotations(func) -> Signature:
             raise SpliceDeclarationError(
                 f"{func.__qualname__}: parameter {p.name!r} has no dtype annotation; write "
                 f"e.g. '{p.name}: ct.float32' or pass signature='float32(float32)'")
-        args.append(element_type(p.annotation))
+        args.append(p.annotation if _is_tile(p.annotation) else element_type(p.annotation))
     ret = sig.return_annotation
     if ret is inspect.Signature.empty:
         raise SpliceDeclarationError(
             f"{func.__qualname__}: missing return annotation; write '-> ct.float32' or "
             f"'-> None' for a void extern")
-    result = None if ret is None or ret is type(None) else element_type(ret)
+    if isinstance(ret, tuple) and len(ret) > 1 and all(isinstance(r, TileType) for r in ret):
+        ret = TileTuple.of(ret)
+    result = None if ret is None or ret is type(None) else \
+        ret if _is_tile(ret) else element_type(ret)
     if result is not None and result.kind == "p":
         raise SpliceDeclarationError(f"{func.__qualname__}: an extern cannot return a pointer")
     out = Signature(tuple(args), result)

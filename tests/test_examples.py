@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.parametrize("script", ["examples/layernorm_gelu.py",
                                     "examples/ptx_import/saxpy_from_ptx.py",
-                                    "examples/block_reduce_rows.py"])
+                                    "examples/block_reduce_rows.py",
+                                    "examples/row_sort.py", "examples/row_top_k.py"])
 def test_example_compiles(script):
     env = python_env(ROOT)
     out = subprocess.run([sys.executable, str(ROOT / script), "--compile-only"],
@@ -35,3 +36,13 @@ def test_committed_ptx_matches_its_source():
         return [ln for ln in text.splitlines()
                 if not ln.startswith("//") and not ln.startswith(".version")]
     assert body(ptx) == body((d / "saxpy.ptx").read_text())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("script", ["examples/row_sort.py", "examples/row_top_k.py"])
+def test_gpu_tile_example_checks_against_torch(script):
+    env = python_env(ROOT)
+    out = subprocess.run([sys.executable, str(ROOT / script)], capture_output=True,
+                         text=True, cwd=ROOT / "examples", timeout=600, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "equal to torch." in out.stdout and "OK" in out.stdout

@@ -32,7 +32,8 @@ in a warp-specialised kernel):
    :func:`splice.block.thread0_block` / :func:`splice.block.all_threads_block`; a
    warpgroup form reuses that proof with its own join barrier (the named ``bar.sync N,
    128`` instead of ``bar.sync 0``) and, for :attr:`runs_collectives`, its own policy on the
-   callee's barriers.
+   callee's barriers; with ``takes_tiles`` and :meth:`~base.CallForm.call_ends` (the guard
+   and join of a proven instance) its calls take tiles, staged by :mod:`splice.tiles`.
 2. Add its scope to :class:`~splice.forms.base.Scope` and one line to :data:`FORMS`
    (``Scope.WARPGROUP: warpgroup.WARPGROUP``). Nothing else dispatches on the scope: the
    declaration (``splice.extern(scope=...)``), the trace, the rewriter, the collective

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Union
 from ..errors import SpliceRewriteError
 
 if TYPE_CHECKING:
+    from ..ptx import Body
     from ..rewrite import SiteCall
     from .marked import MarkedBody
     from ..sites import SiteInfo
@@ -87,6 +88,9 @@ class CallForm(Protocol):
         runs_collectives: whether the callee may execute collective instructions (warp or
             CTA barriers, shuffles, votes, NVSHMEM collectives): False for a form whose
             call runs on a divergent subset of threads (:mod:`splice.collectives`).
+        takes_tiles: whether its calls may take and return whole tiles (``splice.tile``,
+            staged in shared memory around the call: :mod:`splice.tiles`), which needs
+            :meth:`call_ends`.
     """
 
     scope: Scope
@@ -94,6 +98,7 @@ class CallForm(Protocol):
     span_kind: str
     runs_collectives: bool
     per_function: bool
+    takes_tiles: bool
 
     def declare(self, sig: Signature, pure: bool, what: str) -> bool:
         """Check a declaration of this form; the ``pure`` the extern gets.
@@ -137,6 +142,16 @@ class CallForm(Protocol):
         key loads ``key_loads``, instances numbered from ``first[site]``) with the number
         of instances per site, or a :class:`Refusal`."""
 
+    def call_ends(self, body: Body, i: int) -> tuple[int, int]:
+        """Only for a form with ``takes_tiles``: the statements (guard, join) around the
+        call of the marker instance at statement ``i`` of ``body``, between which every
+        thread of the call runs it once; a tile call's stores are proven to lie in the
+        straight-line code before the guard, its loads after the join.
+
+        Raises:
+            ValueError: the instance's call is not proven (its own proof says why).
+        """
+
     def describe(self, span: Span) -> str:
         """What wrote ``span`` (of this form's :attr:`span_kind`), for a message."""
 
@@ -160,6 +175,12 @@ def generated_text(span: Span, what: str) -> str:
 def no_function_edits(body, key_loads, sites, first) -> tuple[list[Edit], dict[int, int]]:
     """:meth:`CallForm.function_edits` of a form without per-function markers."""
     return [], {}
+
+
+def no_call_ends(body, i) -> tuple[int, int]:
+    """:meth:`CallForm.call_ends` of a form that takes no tiles (never called: the staging
+    is built only for forms with ``takes_tiles``)."""
+    raise AssertionError("call_ends of a form that takes no tiles")
 
 
 def no_key_load(body, i, named, sites) -> Refusal:

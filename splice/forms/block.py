@@ -32,6 +32,7 @@ class BlockForm:
     span_kind = "block call"
     runs_collectives = True
     per_function = False
+    takes_tiles = True
 
     def declare(self, sig, pure: bool, what: str) -> bool:
         """A block-scope extern's result is one scalar, taken from one thread: any element
@@ -49,8 +50,9 @@ class BlockForm:
             if var.get_type().shape != ():
                 return (f"argument {i + 1} is {describe(var)}; a block-scope extern "
                         f"(scope=\"block\") takes scalars (0-d tiles, Python constants) and "
-                        f"pointers (arrays) for now: reduce the tile to a scalar, or pass the "
-                        f"array and index it inside the function")
+                        f"pointers (arrays) where its signature names them: declare the "
+                        f"parameter splice.tile({var.get_type().dtype}) to pass the whole "
+                        f"tile (staged in shared memory), or reduce the tile to a scalar")
         return None
 
     def for_call(self, pure_with_result: bool, atomic: bool):
@@ -105,6 +107,12 @@ class BlockForm:
         return [(gs.start, gs.end, guard),
                 (s.start, s.end, Generated(text, site.label, "block call", site.index,
                                            instance))]
+
+    def call_ends(self, body, i):
+        """Thread 0's guard and the join at tileiras's ``bar.sync 0``
+        (:func:`splice.block.prove_instance`)."""
+        from .. import block
+        return block.prove_instance(body, i)
 
     key_load = staticmethod(no_key_load)
     function_edits = staticmethod(no_function_edits)

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .base import Marker, Scope, generated_text, instances_text, no_function_edits, \
-    no_key_load
+from .base import Marker, Scope, generated_text, instances_text, no_call_ends, \
+    no_function_edits, no_key_load
 
 if TYPE_CHECKING:
     from ..sites import SiteInfo
@@ -34,6 +34,7 @@ class ElementAtomic:
     runs_collectives = False
     #: whether the form proves its markers per function (:meth:`key_load`)
     per_function = False
+    takes_tiles = False
 
     def declare(self, sig, pure: bool, what: str) -> bool:
         return pure
@@ -57,6 +58,7 @@ class ElementAtomic:
         return [(s.start, s.end, call_block(site, ins.guard, dest, (cmp, swap), instance))]
 
     key_load = staticmethod(no_key_load)
+    call_ends = staticmethod(no_call_ends)
     function_edits = staticmethod(no_function_edits)
 
     def describe(self, span: Span) -> str:

@@ -1,0 +1,198 @@
+"""Tiles into and out of block calls: the staging's cost, side by side in one process.
+
+    (a) row sort of (M, 1024) float32: splice.cub.sort vs torch.sort(dim=-1) vs the same CUB
+        BlockRadixSort as a whole CUDA C kernel (CuPy RawKernel; target splice <= 1.10 x it)
+    (b) row inclusive scan: splice.cub.inclusive_sum (CUB BlockScan) vs ct.cumsum (<= 1.05)
+    (c) top-k, k = 8 of 1024 per row: splice.cub.top_k vs torch.topk
+    (d) 256-bin histogram per row of int32 values: splice.cub.histogram vs torch.bincount
+        (all rows in one call, each row's values offset by row * 256)
+
+One block per row, M = 16384 by default; medians of interleaved launches (CUDA events).
+Also the first launch (trace, compile, splice, link, load; empty caches) of each spliced
+kernel against a plain cuTile kernel of the same shape (a row copy).
+
+Without a GPU the script compiles each spliced kernel for sm_90 and reports its call
+sites, staging instances per thread, static shared memory and compile time.
+
+    python benchmarks/bench_block_tiles.py [--reps 50] [--rows 16384] [--compile-only]
+"""
+
+import argparse
+import os
+import re
+import sys
+import tempfile
+import time
+
+# Empty caches, so that the first launch measures the whole compile (compiling only, the
+# caller's cache serves: it measures nothing).
+if "--compile-only" not in sys.argv:
+    os.environ["SPLICE_CACHE_DIR"] = tempfile.mkdtemp(prefix="splice-bench-")
+os.environ["CUDA_TILE_CACHE_DIR"] = "off"
+
+import cuda.tile as ct
+
+import splice
+
+N, K, BINS = 1024, 8, 256
+
+
+@splice.kernel
+def sort_rows(x, y, N: ct.Constant[int]):
+    t = ct.load(x, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    ct.store(y, index=(ct.bid(0),), tile=splice.cub.sort(t))
+
+
+@splice.kernel
+def scan_rows(x, y, N: ct.Constant[int]):
+    t = ct.load(x, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    ct.store(y, index=(ct.bid(0),), tile=splice.cub.inclusive_sum(t))
+
+
+@splice.kernel
+def top_k_rows(x, v, i, N: ct.Constant[int], K: ct.Constant[int]):
+    t = ct.load(x, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    a, b = splice.cub.top_k(t, K)
+    ct.store(v, index=(ct.bid(0),), tile=a)
+    ct.store(i, index=(ct.bid(0),), tile=b)
+
+
+@splice.kernel
+def histogram_rows(x, h, N: ct.Constant[int], BINS: ct.Constant[int]):
+    t = ct.load(x, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    ct.store(h, index=(ct.bid(0),), tile=splice.cub.histogram(t, BINS))
+
+
+@ct.kernel
+def cumsum_rows(x, y, N: ct.Constant[int]):
+    t = ct.load(x, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    ct.store(y, index=(ct.bid(0),), tile=ct.cumsum(t, axis=0))
+
+
+@ct.kernel
+def copy_rows(x, y, N: ct.Constant[int]):
+    t = ct.load(x, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    ct.store(y, index=(ct.bid(0),), tile=t)
+
+
+CUB_SORT_KERNEL = r'''
+#include <cub/block/block_radix_sort.cuh>
+extern "C" __global__ void __launch_bounds__(128) cub_sort_rows(const float* x, float* y) {
+    using Sort = cub::BlockRadixSort<float, 128, 8>;
+    __shared__ typename Sort::TempStorage tmp;
+    const float* r = x + (long long)blockIdx.x * 1024;
+    float v[8];
+    for (int i = 0; i < 8; ++i) v[i] = r[threadIdx.x * 8 + i];
+    Sort(tmp).Sort(v);
+    float* o = y + (long long)blockIdx.x * 1024;
+    for (int i = 0; i < 8; ++i) o[threadIdx.x * 8 + i] = v[i];
+}'''
+
+CASES = {   # name: (kernel, parameters of its signature)
+    "sort": (sort_rows, ("array(float32)", "array(float32)", N)),
+    "scan": (scan_rows, ("array(float32)", "array(float32)", N)),
+    "top_k": (top_k_rows, ("array(float32)", "array(float32)", "array(int32)", N, K)),
+    "histogram": (histogram_rows, ("array(int32)", "array(int32)", N, BINS)),
+}
+
+
+def compile_only():
+    print(f"no GPU: each kernel compiled for sm_90 (rows of {N} elements, one block per row)")
+    print(f"{'kernel':<10} {'sites':>5} {'stores/thr':>10} {'loads/thr':>9} "
+          f"{'static smem B':>13} {'compile s':>9}")
+    for name, (kernel, params) in CASES.items():
+        t0 = time.perf_counter()
+        b = splice.compile(kernel, splice.kernel_signature(*params), "sm_90")
+        dt = time.perf_counter() - t0
+        stores = sum(s.instances for s in b.sites if "into shared memory" in s.extern)
+        loads = sum(s.instances for s in b.sites if "from shared memory" in s.extern)
+        ptx = b.spliced_ptx.split(".nv_intermediate_source_section")[0]
+        smem = sum(int(m.group(1)) * int(m.group(2)) // 8 for m in re.finditer(
+            r"^\s*(?:\.weak\s+)?\.shared\s[^;]*?\.b(\d+)\s+[\w$]+\[(\d+)\];", ptx, re.M))
+        print(f"{name:<10} {len(b.sites):>5} {stores:>10} {loads:>9} {smem:>13} {dt:>9.2f}")
+
+
+def _cub_kernel():
+    """The whole-kernel CUB sort (CuPy RawKernel on NVRTC), or None without CuPy."""
+    try:
+        import cupy
+    except ImportError:
+        return None
+    from splice.cccl import include_dirs
+    opts = ("-std=c++17",) + tuple(f"-I{d}" for d in include_dirs())
+    return cupy.RawKernel(CUB_SORT_KERNEL, "cub_sort_rows", options=opts, backend="nvrtc")
+
+
+def run_on_gpu(reps: int, m: int):
+    import torch
+    from _timing import first_launch, time_callable_side_by_side
+    stream = torch.cuda.current_stream()
+
+    def launcher(kernel, args):
+        return lambda: ct.launch(stream, (m,), kernel, args)
+    x = torch.randn(m * N, device="cuda")
+    y, y2 = torch.empty_like(x), torch.empty_like(x)
+    v = torch.empty(m * K, device="cuda")
+    i = torch.empty(m * K, device="cuda", dtype=torch.int32)
+    xi = torch.randint(0, BINS, (m * N,), device="cuda", dtype=torch.int32)
+    h = torch.empty(m * BINS, device="cuda", dtype=torch.int32)
+    first = {
+        "sort": first_launch(torch, sort_rows, (x, y, N), (m,)),
+        "scan": first_launch(torch, scan_rows, (x, y, N), (m,)),
+        "top_k": first_launch(torch, top_k_rows, (x, v, i, N, K), (m,)),
+        "histogram": first_launch(torch, histogram_rows, (xi, h, N, BINS), (m,)),
+        "plain copy": first_launch(torch, copy_rows, (x, y2, N), (m,)),
+    }
+    rows = x.view(m, N)
+    # correctness first: every timed kernel against torch
+    launcher(sort_rows, (x, y, N))()
+    assert torch.equal(y.view(m, N), torch.sort(rows, dim=-1).values)
+    launcher(top_k_rows, (x, v, i, N, K))()
+    assert torch.equal(v.view(m, K), torch.topk(rows, K, dim=-1).values)
+    launcher(histogram_rows, (xi, h, N, BINS))()
+    offs = (xi.view(m, N) + torch.arange(m, device="cuda")[:, None] * BINS).reshape(-1)
+    assert torch.equal(h.long(), torch.bincount(offs, minlength=m * BINS))
+    cub = _cub_kernel()
+    sort_cases = {"splice.cub.sort": launcher(sort_rows, (x, y, N)),
+                  "torch.sort": lambda: torch.sort(rows, dim=-1)}
+    if cub is not None:
+        import cupy
+        xc, yc = cupy.asarray(x), cupy.empty(m * N, dtype=cupy.float32)
+        sort_cases["CUB kernel (CuPy)"] = lambda: cub((m,), (128,), (xc, yc))
+    tables = {
+        f"(a) row sort of ({m}, {N}) float32": sort_cases,
+        f"(b) row inclusive scan of ({m}, {N}) float32": {
+            "splice.cub.inclusive_sum": launcher(scan_rows, (x, y, N)),
+            "ct.cumsum": launcher(cumsum_rows, (x, y2, N))},
+        f"(c) top-{K} of each row of ({m}, {N}) float32": {
+            "splice.cub.top_k": launcher(top_k_rows, (x, v, i, N, K)),
+            "torch.topk": lambda: torch.topk(rows, K, dim=-1)},
+        f"(d) {BINS}-bin histogram of each row of ({m}, {N}) int32": {
+            "splice.cub.histogram": launcher(histogram_rows, (xi, h, N, BINS)),
+            "torch.bincount": lambda: torch.bincount(offs, minlength=m * BINS)},
+    }
+    print(f"{torch.cuda.get_device_name()}, {reps} reps, medians; one block per row")
+    for title, fns in tables.items():
+        med = time_callable_side_by_side(torch, fns, reps=reps)
+        base = next(iter(med.values()))
+        print(f"\n{title}\n{'':<4}{'kernel':<26} {'median ms':>10} {'splice / this':>14}")
+        for name, t in med.items():
+            print(f"{'':<4}{name:<26} {t * 1e3:>10.4f} {base / t:>14.3f}")
+    print("\nfirst launch (s), empty caches: " +
+          ", ".join(f"{k} {t:.2f}" for k, t in first.items()))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--reps", type=int, default=50)
+    p.add_argument("--rows", type=int, default=16384)
+    p.add_argument("--compile-only", action="store_true")
+    a = p.parse_args(argv)
+    if a.compile_only or splice.toolchain.gpu_arch() is None:
+        compile_only()
+    else:
+        run_on_gpu(a.reps, a.rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,229 @@
+"""splice.cub: sort, sort_pairs, top_k, inclusive_sum and histogram of a tile -- each
+compiled for sm_90 (CPU), each refusal, and each against PyTorch (GPU)."""
+
+from __future__ import annotations
+
+import cuda.tile as ct
+import pytest
+
+from support import kernels as K
+import splice
+from splice import cccl
+from splice.errors import SpliceCallError, SpliceCompileError
+
+f32, i32 = ct.float32, ct.int32
+ConstInt = ct.Constant[int]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cub_headers():
+    if not cccl.include_dirs():
+        pytest.skip(f"CUB headers not found: {cccl.INSTALL_HINT}")
+
+
+# one row of a flat array per block: allow_tma=False keeps tileiras from warp-specialising
+
+@splice.kernel
+def sort_kernel(x, y, N: ConstInt, DESC: ct.Constant[bool]):
+    t = ct.load(x, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    ct.store(y, index=(ct.bid(0),), tile=splice.cub.sort(t, descending=DESC))
+
+
+@splice.kernel
+def sort_pairs_kernel(k, v, ks, vs, N: ConstInt):
+    a = ct.load(k, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    b = ct.load(v, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    sa, sb = splice.cub.sort_pairs(a, b)
+    ct.store(ks, index=(ct.bid(0),), tile=sa)
+    ct.store(vs, index=(ct.bid(0),), tile=sb)
+
+
+@splice.kernel
+def top_k_kernel(x, vals, idx, N: ConstInt, KK: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    v, i = splice.cub.top_k(t, KK)
+    ct.store(vals, index=(ct.bid(0),), tile=v)
+    ct.store(idx, index=(ct.bid(0),), tile=i)
+
+
+@splice.kernel
+def scan_kernel(x, y, N: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    ct.store(y, index=(ct.bid(0),), tile=splice.cub.inclusive_sum(t))
+
+
+@splice.kernel
+def histogram_kernel(x, h, N: ConstInt, BINS: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    ct.store(h, index=(ct.bid(0),), tile=splice.cub.histogram(t, BINS))
+
+
+def _sig(*arrays, consts=()):
+    return K.signature(*(K.array(d) for d in arrays), *consts)
+
+
+def test_sort_compiles_with_one_call_per_block():
+    b = splice.compile(sort_kernel, _sig(f32, f32, consts=(1024, False)), "sm_90")
+    store, call, load = b.sites
+    assert (store.instances, call.instances, load.instances) == (8, 1, 8)
+    assert "splice_cub::sort_keys<float, false>" in call.extern
+    # the CUB code is compiled for 128 threads, and the proof holds the kernel to it
+    assert splice.cub._extern("splice_cub::sort_keys<float, false>",
+                              "tile(float32)(tile(float32))").block_threads == 128
+    assert "_ZN3cub" in b.spliced_ptx                            # CUB's code is in it
+
+
+def test_each_operation_compiles():
+    cases = [
+        (sort_kernel, _sig(i32, i32, consts=(256, True)), [2, 1, 2]),
+        (sort_pairs_kernel, _sig(f32, i32, f32, i32, consts=(512,)), [4, 4, 1, 4, 4]),
+        (top_k_kernel, _sig(f32, f32, i32, consts=(1024, 8)), [8, 1, 1, 1]),
+        (scan_kernel, _sig(f32, f32, consts=(1024,)), [8, 1, 8]),
+        (histogram_kernel, _sig(i32, i32, consts=(1024, 256)), [8, 1, 2]),
+    ]
+    builds = {}
+    for kernel, sig, instances in cases:
+        builds[kernel] = b = splice.compile(kernel, sig, "sm_90")
+        assert [s.instances for s in b.sites] == instances, kernel
+    # top_k's results have the shape (k,)
+    assert [s.shape for s in builds[top_k_kernel].sites] == [(1024,), (), (8,), (8,)]
+
+
+@splice.kernel
+def sort_2d_kernel(x, y, N: ConstInt):
+    t = ct.load(x, index=(ct.bid(0), 0), shape=(N, N), allow_tma=False)
+    ct.store(y, index=(ct.bid(0), 0), tile=splice.cub.sort(t))
+
+
+@splice.kernel
+def sort_bool_kernel(x, y, N: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    ct.store(y, index=(ct.bid(0),), tile=splice.cub.sort(t > 0.0).astype(f32))
+
+
+@splice.kernel
+def top_k_bad_kernel(x, vals, idx, N: ConstInt, KK: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    v, i = splice.cub.top_k(t, KK)
+    ct.store(vals, index=(ct.bid(0),), tile=v)
+
+
+@splice.kernel
+def histogram_float_kernel(x, h, N: ConstInt, BINS: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    ct.store(h, index=(ct.bid(0),), tile=splice.cub.histogram(t, BINS))
+
+
+def test_refusals():
+    with pytest.raises(SpliceCallError, match="takes a 1-D tile"):
+        splice.compile(sort_2d_kernel, K.signature(K.array(f32, 2), K.array(f32, 2), 16),
+                       "sm_90")
+    with pytest.raises(SpliceCallError, match="bool tiles are not supported"):
+        splice.compile(sort_bool_kernel, _sig(f32, f32, consts=(256,)), "sm_90")
+    with pytest.raises(SpliceCallError, match="k must be a power of two"):
+        splice.compile(top_k_bad_kernel, _sig(f32, f32, i32, consts=(256, 6)), "sm_90")
+    with pytest.raises(SpliceCallError, match="k must be a power of two from 1 to the tile's"):
+        splice.compile(top_k_bad_kernel, _sig(f32, f32, i32, consts=(256, 512)), "sm_90")
+    with pytest.raises(SpliceCallError, match="float32 tiles are not supported"):
+        splice.compile(histogram_float_kernel, _sig(f32, i32, consts=(256, 16)), "sm_90")
+    with pytest.raises(SpliceCallError, match="bins must be a power of two"):
+        splice.compile(histogram_kernel, _sig(i32, i32, consts=(256, 100)), "sm_90")
+    with pytest.raises(SpliceCallError, match="device code"):
+        splice.cub.sort(None)
+
+
+def test_tile_smaller_than_the_block_is_a_compile_error_naming_the_shape():
+    with pytest.raises(SpliceCompileError) as e:
+        splice.compile(sort_kernel, _sig(f32, f32, consts=(64, False)), "sm_90")
+    msg = e.value.message
+    assert "multiple of 128" in msg and "with tiles float32[64]" in msg
+    assert "called at" in msg and "test_cub.py:" in msg
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU: against PyTorch
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n,desc", [(128, False), (1024, False), (2048, True)])
+def test_gpu_sort(torch, n, desc):
+    from support.gpu import launch
+    rows = 256
+    x = torch.randn(rows * n, device="cuda")
+    y = torch.empty_like(x)
+    launch(torch, (rows,), sort_kernel, (x, y, n, desc))
+    ref = torch.sort(x.view(rows, n), dim=-1, descending=desc).values.reshape(-1)
+    torch.testing.assert_close(y, ref, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+def test_gpu_sort_int32(torch):
+    from support.gpu import launch
+    rows, n = 64, 256
+    x = torch.randint(-1000, 1000, (rows * n,), device="cuda", dtype=torch.int32)
+    y = torch.empty_like(x)
+    launch(torch, (rows,), sort_kernel, (x, y, n, False))
+    assert torch.equal(y, torch.sort(x.view(rows, n), dim=-1).values.reshape(-1))
+
+
+@pytest.mark.gpu
+def test_gpu_sort_pairs(torch):
+    from support.gpu import launch
+    rows, n = 64, 512
+    k = torch.randint(0, 50, (rows * n,), device="cuda").float()    # ties: stability
+    v = torch.arange(rows * n, device="cuda", dtype=torch.int32)
+    ks, vs = torch.empty_like(k), torch.empty_like(v)
+    launch(torch, (rows,), sort_pairs_kernel, (k, v, ks, vs, n))
+    ref = torch.sort(k.view(rows, n), dim=-1, stable=True)
+    assert torch.equal(ks, ref.values.reshape(-1))
+    assert torch.equal(vs.view(rows, n), v.view(rows, n).gather(1, ref.indices).int())
+
+
+@pytest.mark.gpu
+def test_gpu_top_k(torch):
+    from support.gpu import launch
+    rows, n, k = 128, 1024, 8
+    x = torch.randperm(rows * n, device="cuda").float()              # distinct values
+    vals = torch.empty(rows * k, device="cuda")
+    idx = torch.empty(rows * k, device="cuda", dtype=torch.int32)
+    launch(torch, (rows,), top_k_kernel, (x, vals, idx, n, k))
+    ref = torch.topk(x.view(rows, n), k, dim=-1)
+    assert torch.equal(vals.view(rows, k), ref.values)
+    assert torch.equal(idx.view(rows, k).long(), ref.indices)
+
+
+@pytest.mark.gpu
+def test_gpu_inclusive_sum(torch):
+    from support.gpu import launch
+    rows, n = 128, 1024
+    x = torch.randint(-8, 8, (rows * n,), device="cuda").float()     # exact in float32
+    y = torch.empty_like(x)
+    launch(torch, (rows,), scan_kernel, (x, y, n))
+    assert torch.equal(y.view(rows, n), torch.cumsum(x.view(rows, n), dim=-1))
+
+
+@pytest.mark.gpu
+def test_gpu_histogram(torch):
+    from support.gpu import launch
+    rows, n, bins = 64, 1024, 256
+    x = torch.randint(-20, bins + 20, (rows * n,), device="cuda", dtype=torch.int32)
+    h = torch.empty(rows * bins, device="cuda", dtype=torch.int32)
+    launch(torch, (rows,), histogram_kernel, (x, h, n, bins))
+    ref = torch.stack([torch.bincount(r[(r >= 0) & (r < bins)], minlength=bins)
+                       for r in x.view(rows, n)])
+    assert torch.equal(h.view(rows, bins).long(), ref)
+
+
+def test_benchmark_compiles_and_reports_without_a_gpu():
+    import subprocess
+    import sys
+    from pathlib import Path
+    from support.env import python_env
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "bench_block_tiles.py", "--compile-only"],
+                         capture_output=True, text=True, cwd=root / "benchmarks",
+                         timeout=900, env=python_env(root))
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = {ln.split()[0]: ln.split()[1:] for ln in out.stdout.splitlines()[2:]}
+    assert set(rows) == {"sort", "scan", "top_k", "histogram"}
+    assert rows["sort"][:3] == ["3", "8", "8"] and rows["top_k"][:3] == ["4", "8", "2"]
