@@ -306,6 +306,18 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
             it and its stores to the kernel after it. A kernel in which splice cannot prove
             that every thread reaches the call (e.g. tileiras warp-specialised it) is a
             :class:`~splice.errors.SpliceRewriteError`. See the README, "Block-scope calls".
+            "warpgroup": each time the call site executes, every thread of the **warpgroup**
+            (128 threads) that tileiras runs it on calls the function once, convergently,
+            with the arguments of the thread tileiras ran the 0-d operation on: the consumer
+            warpgroup of a warp-specialised kernel (TMA, ``ct.mma``, reductions on sm_90),
+            the whole block of a 128-thread kernel that is not. Arguments and result as for
+            "block". The function may use warp shuffles and votes, ``__shared__`` memory
+            and ``splice_group_rank()``/``splice_group_size()``/``splice_group_sync()``
+            (``#include <splice_group.h>``, on the include path); CTA barriers
+            (``__syncthreads()``), other barriers, ``threadIdx`` and ``blockDim`` are a
+            :class:`~splice.errors.SpliceLinkError`. A site splice cannot prove is a
+            :class:`~splice.errors.SpliceRewriteError` naming the failed step. See the
+            README, "Warpgroup-scope calls".
 
     The C function must have exactly the C types of the signature (``float`` for float32,
     ``int`` for int32, ``__half`` for float16, ...); this is checked when it compiles.
@@ -416,7 +428,7 @@ def from_ptx(path=None, /, *, ptx: str | None = None, name: str, signature: str,
             parameter sizes when linking.
         pure (bool): as for :func:`extern`.
         inline (str): as for :func:`extern`.
-        scope (str): "element" or "block", as for :func:`extern`.
+        scope (str): "element", "block" or "warpgroup", as for :func:`extern`.
 
     Returns:
         A function to call inside ``@splice.kernel`` functions.

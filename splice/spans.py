@@ -20,10 +20,11 @@ from typing import Iterable, Literal, Sequence
 #: ``"fragment"``: a fragment's PTX, as the linker inserted it. ``"call"``: the call
 #: sequence (or inlined body) that replaced one marker instance. ``"block call"``: the
 #: whole sequence of one instance of a block-scope site (thread 0's argument store, every
-#: thread's call and the barriers around it). ``"splice"``:
+#: thread's call and the barriers around it); ``"warpgroup call"``: the same for a
+#: warpgroup-scope site. ``"splice"``:
 #: other declarations splice wrote (the fragments' prototypes, host-filled variables,
 #: block-call argument scratch). Lines in no span are the kernel's own PTX (tileiras's).
-Kind = Literal["fragment", "call", "block call", "splice"]
+Kind = Literal["fragment", "call", "block call", "warpgroup call", "splice"]
 
 
 @dataclasses.dataclass(frozen=True)

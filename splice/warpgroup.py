@@ -1,0 +1,672 @@
+"""Warpgroup-scope call sites (``scope="warpgroup"``): every thread of the warpgroup that
+tileiras runs the call site on calls the extern once per execution, convergently, with the
+arguments tileiras computed for the site.
+
+On sm_90 tileiras warp-specialises most kernels with a TMA load or store, a ``ct.mma`` or a
+reduction (``docs/design.md#warpgroup-scope``): warps 0-3 (one *warpgroup*, threads
+0-127) run the tile code, warp 4 issues the TMA loads, warp 5 the TMA stores. A 0-d
+operation in the tile code runs on one thread of the warpgroup and rejoins it at tileiras's
+named barrier::
+
+        mov.u32      %r1, %tid.x;  shr.u32 %r2, %r1, 5;
+        shfl.sync.idx.b32  %r3, %r2, 0, 31, -1;          // the warp id, per warp
+        setp.gt.u32  %p2, %r3, 3;
+        @%p2 bra     $L__BB0_15;                           // R: warps 4.. skip the group's code
+        ...
+        setp.ne.b32  %p1, %r1, 0;
+        @%p1 bra     $L__BB0_14;                           // G: the site's guard
+        atom.global.acq_rel.cas.b32 %r32, [%rd17], %r7, 0; // M: the marker, on thread 0
+        st.shared.b32 [smem+1024], %r32;
+    $L__BB0_14:                                            // J: the join
+        barrier.sync 1, 128;                               // B: tileiras's group barrier
+        ...
+    $L__BB0_15:
+
+:func:`prove_site` proves, for the marker at M, which threads reach it, that they form
+one warpgroup, and that splice's barriers around the call are correct; each failed step is
+a :class:`WarpgroupRefusal` naming the step (the rewriter's
+:class:`~splice.errors.SpliceRewriteError`):
+
+1. **kernel**: a fixed one-dimensional block (``.reqntid``), no cluster, no thread that
+   exits early (no ``exit``, no predicated ``ret``).
+2. **barrier ids**: every ``bar``/``barrier`` of the kernel names its barrier (and its
+   thread count) with an immediate, and none uses :data:`GROUP_BARRIER`, the id splice
+   keeps for its own barriers and the callee's ``splice_group_sync()``. So the only
+   barriers with that id are splice's.
+3. **site shape**: the guard G is a branch taken exactly by the threads with
+   ``tid.x != c`` (a single thread ``c``), the guarded code is straight-line and falls
+   through to the join J, which nothing but G names (as for block scope, :mod:`splice.block`).
+4. **join barrier**: J is followed, through straight-line code, by an unpredicated
+   ``barrier.sync``/``bar.sync`` with immediate id and count (the warp-specialised case), or
+   by ``bar.sync 0`` (a kernel that is not warp-specialised).
+5. **threads**: which warps can reach G, by a forward analysis over the control-flow graph
+   from the kernel's entry in which every branch on a *per-warp-uniform* value -- the warp
+   id ``tid.x >> 5`` (or its ``shfl.sync.idx`` from lane 0, or that plus a constant)
+   compared with a constant -- sends each warp its own way, and every other branch both
+   ways. The warps that can reach G must be exactly one warpgroup (4 consecutive warps, the
+   first a multiple of 4: 128 threads), they must number the join barrier's count, and the
+   region the warp branch R opens must be entered only through R (no branch from outside it
+   to a label inside it: no loop entered partway). In a kernel that is not warp-specialised
+   the group is the block, which must be 128 threads.
+6. **wgmma**: no path from a ``wgmma.mma_async`` or ``wgmma.commit_group`` reaches M
+   without a ``wgmma.wait_group 0`` (the call does not sit inside an open wgmma group,
+   whose accumulator registers the asynchronous MMA still writes).
+7. **registers**: no path from a ``setmaxnreg.dec`` reaches M (a warp whose register
+   budget was cut, tileiras's producer warps, cannot be given a callee).
+
+**Why every thread of the group calls the extern once per execution.** Only the group's
+threads reach G (5.), and splice's code sits between G and J: thread ``c`` stores the
+arguments and a tag naming the site instance into shared memory, every thread of the group
+meets at the entry barrier (``barrier.red.popc`` with :data:`GROUP_BARRIER` and count 128;
+only splice uses that id, 2.), so the barrier completes only when 128 threads have arrived,
+all of them the group's. It counts them (a thread that exited is excused from a barrier and
+would be missing from the call: then the count is short and the entry traps), and each
+thread checks the tag (a thread at another site's barrier traps). Then every thread calls the
+extern, meets the others at the exit barrier (same id and count: the callee's stores are
+visible to the group after it, and thread ``c`` does not overwrite the arguments of the next
+execution before every thread has read them), and thread ``c`` goes on with tileiras's code
+after the marker, the others to J. A partial or mixed call is a trap, never a wrong result.
+
+**The callee** (:func:`check_callee`): the group is 128 threads of a larger block, so a
+CTA-wide barrier (``__syncthreads``, ``bar.sync 0``, ``barrier.sync 0``, ``bar.red.* 0``,
+CUB's ``CTA_SYNC``) would wait for warps that never come (the TMA warps wait on an mbarrier
+the group arrives at only after the call): refused, with the chain of functions. So is any
+other barrier than the group's, and any read of ``%ntid`` (``blockDim``: 256 in the TMA
+matmul where the group is 128) or of ``%tid`` (``threadIdx``: not the rank in a group that
+does not start at thread 0). The header ``splice_group.h`` gives ``splice_group_rank()``,
+``splice_group_size()`` and ``splice_group_sync()``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Callable, Sequence
+
+from . import block, collectives
+from .errors import SpliceLinkError
+from .ptx import Instruction, Module, parse_instruction
+
+#: The named barrier id of splice's entry and exit barriers and of ``splice_group_sync()``.
+GROUP_BARRIER = 15
+#: Threads in a warpgroup.
+GROUP_SIZE = 128
+#: The register the header's ``splice_group_rank()`` reads ``%tid.x`` into: the one raw
+#: ``%tid`` read :func:`check_callee` accepts (the header masks it to the rank).
+RANK_REGISTER = "%splice_group_tid"
+
+_WGMMA_OPEN = ("wgmma.mma_async", "wgmma.commit_group")
+
+
+class WarpgroupRefusal(ValueError):
+    """A step of the proof that failed: ``step`` (e.g. "threads") and ``reason``."""
+
+    def __init__(self, step: str, reason: str):
+        super().__init__(f"{step}: {reason}")
+        self.step = step
+        self.reason = reason
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """The threads a warpgroup site runs on.
+
+    Attributes:
+        first_thread: ``tid.x`` of the group's rank 0 (a multiple of 128).
+        leader: ``tid.x`` of the thread tileiras runs the 0-d operation on (it computes the
+            arguments; splice passes its values to every thread).
+        join_barrier: tileiras's join barrier, as text (``"barrier.sync 1, 128;"``).
+        warp_specialised: whether the group is a subset of the block.
+    """
+
+    first_thread: int
+    leader: int
+    join_barrier: str
+    warp_specialised: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class SiteProof:
+    """What :func:`prove_site` established for one marker instance: ``guard`` and ``join``
+    (statement indices of G and J) and the :class:`Group`."""
+
+    guard: int
+    join: int
+    group: Group
+
+
+def prove_site(module: Module, fn, parsed, defs, i: int) -> SiteProof:
+    """Prove steps 1-7 of the module docstring for the marker at statement ``i`` of ``fn``
+    (``parsed``: the body's (statement, instruction or None); ``defs``: register ->
+    statements defining it).
+
+    Raises:
+        WarpgroupRefusal: the first step that fails, with its reason.
+    """
+    ntid = _check_kernel(module, fn, parsed)
+    _check_barrier_ids(module, parsed)
+    g, c = _guard(module, parsed, defs, i)
+    try:
+        j = block._join(module, parsed, g, i, parsed[g][1].operands[0])
+    except ValueError as e:
+        raise WarpgroupRefusal("site shape", str(e)) from None
+    b, bins = _join_barrier(module, parsed, j)
+    group = _group(module, parsed, defs, g, b, bins, c, ntid)
+    _check_reaching(parsed, i, lambda ins: ins.opcode.startswith(_WGMMA_OPEN),
+                    lambda ins: ins.opcode.startswith("wgmma.wait_group") and
+                    ins.operands == ("0",), "wgmma",
+                    "the call site is inside an open wgmma group: a wgmma.mma_async may "
+                    "still be running when it is reached (no wgmma.wait_group 0 between)")
+    _check_reaching(parsed, i, lambda ins: ins.opcode.startswith("setmaxnreg.dec"),
+                    lambda ins: False, "registers",
+                    "the call site is reached after a setmaxnreg.dec (a warp whose register "
+                    "budget tileiras cut, e.g. a TMA producer warp)")
+    return SiteProof(g, j, group)
+
+
+# ---------------------------------------------------------------------------------------------
+# Steps 1-4
+
+
+def _check_kernel(module: Module, fn, parsed) -> int:
+    try:
+        dims = block._check_kernel(module, fn, parsed)
+    except ValueError as e:
+        raise WarpgroupRefusal("kernel", str(e)) from None
+    ntid = int(dims.split(",")[0])
+    if ntid % 32:
+        raise WarpgroupRefusal("kernel", f"the block ({ntid} threads) is not whole warps")
+    return ntid
+
+
+def barrier_operands(ins: Instruction) -> tuple[str, str | None] | None:
+    """(id, thread count or None) of a ``bar``/``barrier`` instruction of the CTA (not
+    ``.warp``, not ``.cluster``), else None."""
+    if ins.base not in ("bar", "barrier") or ins.modifiers[:1] in (("warp",), ("cluster",)):
+        return None
+    ops = ins.operands
+    if "red" in ins.modifiers:          # bar.red.op.type d, a{, b}, {!}c
+        return ops[1], (ops[2] if len(ops) == 4 else None)
+    return ops[0], (ops[1] if len(ops) > 1 else None)
+
+
+def _check_barrier_ids(module: Module, parsed) -> None:
+    for s, ins in parsed:
+        if ins is None:
+            continue
+        ids = barrier_operands(ins)
+        if ids is None:
+            continue
+        text = s.text(module.text).strip()
+        if any(x is not None and _immediate(x) is None for x in ids):
+            raise WarpgroupRefusal("barrier ids", f"the barrier {text!r} names its id or "
+                                   f"thread count with a register, so splice cannot prove "
+                                   f"which barriers its own barrier id {GROUP_BARRIER} meets")
+        if _immediate(ids[0]) == GROUP_BARRIER:
+            raise WarpgroupRefusal("barrier ids", f"the kernel already uses barrier id "
+                                   f"{GROUP_BARRIER}, splice's group barrier ({text!r})")
+
+
+def _immediate(op: str) -> int | None:
+    try:
+        return int(op, 0)
+    except ValueError:
+        return None
+
+
+def guard_thread(guard: str, parsed, defs) -> int | None:
+    """The thread ``c`` when ``@guard`` is true exactly for the threads with ``tid.x != c``
+    (the guard predicate is a ``setp`` comparing a register that only ``mov %tid.x``
+    defines with an immediate); else None."""
+    negated = guard.startswith("!")
+    pred = guard.lstrip("!")
+    if len(defs.get(pred, ())) != 1:
+        return None
+    ins = parsed[defs[pred][0]][1]
+    if ins.base != "setp" or ins.guard is not None or len(ins.operands) != 3 or \
+            ins.operands[0] != pred or \
+            len(ins.modifiers) != 2 or ins.modifiers[1] not in ("b32", "u32", "s32"):
+        return None
+    if (ins.modifiers[0], negated) not in (("ne", False), ("eq", True)):
+        return None
+    _, a, b = ins.operands
+    reg, imm = (a, _immediate(b)) if _immediate(a) is None else (b, _immediate(a))
+    if imm is None or not block._tid_register(reg, parsed, defs):
+        return None
+    return imm
+
+
+def _guard(module: Module, parsed, defs, i: int) -> tuple[int, int]:
+    """Step 3: back from the marker at ``i`` through straight-line code to the guard G.
+    Returns G's statement index and the thread ``c`` that falls through it."""
+    g = i - 1
+    while g >= 0 and (parsed[g][0].kind == "directive" or
+                      (parsed[g][1] is not None and parsed[g][1].base not in block._BRANCH_OPS
+                       and parsed[g][1].base not in ("bar", "barrier", "atom"))):
+        g -= 1
+    gins = parsed[g][1] if g >= 0 else None
+    if gins is None or gins.base != "bra" or gins.guard is None or len(gins.operands) != 1:
+        found = parsed[g][0].text(module.text).strip() if g >= 0 else "the entry"
+        raise WarpgroupRefusal("site shape", f"the marker is not behind a branch on the "
+                               f"thread index (found {found!r} before it)")
+    c = guard_thread(gins.guard, parsed, defs)
+    if c is None:
+        raise WarpgroupRefusal("site shape", f"the branch before the marker "
+                               f"({parsed[g][0].text(module.text).strip()!r}) does not skip "
+                               f"exactly the threads with tid.x != c for one thread c")
+    return g, c
+
+
+def _join_barrier(module: Module, parsed, j: int) -> tuple[int, Instruction]:
+    """Step 4: the barrier B after the join at ``j``, through straight-line code."""
+    b = j + 1
+    while b < len(parsed) and (parsed[b][0].kind == "directive" or (
+            parsed[b][1] is not None and parsed[b][1].base not in block._BRANCH_OPS and
+            parsed[b][1].base not in ("bar", "barrier"))):
+        b += 1
+    ins = parsed[b][1] if b < len(parsed) else None
+    found = parsed[b][0].text(module.text).strip() if b < len(parsed) else "the end"
+    if ins is not None and ins.opcode == "bar.warp.sync":
+        raise WarpgroupRefusal(
+            "join barrier", f"tileiras runs this site in a single warp, joined by {found!r}: "
+            f"in a warp-specialised kernel that is its TMA warp, where tileiras puts scalar "
+            f"code whose result no tile operation of the consumer warps needs at once. Use "
+            f"the call's result in the tile code where it is computed (e.g. t = t * f(s) "
+            f"inside the branch), so that it runs in the consumer warpgroup")
+    if ins is None or ins.guard is not None or ins.opcode not in block.BARRIER_OPS + (
+            "barrier.sync", "barrier.cta.sync"):
+        raise WarpgroupRefusal("join barrier", f"the join label is not followed by an "
+                               f"unpredicated barrier of the CTA but by {found!r}")
+    return b, ins
+
+
+# ---------------------------------------------------------------------------------------------
+# Step 5: the threads
+
+
+def _group(module: Module, parsed, defs, g: int, b: int, bins: Instruction, c: int,
+           ntid: int) -> Group:
+    bid, count = barrier_operands(bins) or ("", None)
+    text = " ".join(parsed[b][0].text(module.text).split())
+    if count is None:
+        # bar.sync 0: the whole block joins -- a kernel that is not warp-specialised
+        ws = block.warp_specialisation(module, parsed)
+        if ws is not None:
+            raise WarpgroupRefusal("join barrier", f"the site joins at {text!r}, a barrier "
+                                   f"of the whole block, in a kernel tileiras "
+                                   f"warp-specialised ({ws!r})")
+        if ntid != GROUP_SIZE:
+            raise WarpgroupRefusal(
+                "threads", f"in a kernel that is not warp-specialised a warpgroup call runs "
+                f"on the whole block, which must then be one warpgroup ({GROUP_SIZE} "
+                f"threads); this block has {ntid} (.reqntid). Declare the extern "
+                f"scope=\"block\" to call it on every thread of the block")
+        return Group(0, c, text, False)
+    nwarps = ntid // 32
+    reach = warps_reaching(parsed, defs, nwarps)
+    warps = sorted(reach[g])
+    if int(count, 0) != GROUP_SIZE or len(warps) * 32 != GROUP_SIZE or \
+            warps != list(range(warps[0], warps[0] + 4)) or warps[0] % 4:
+        raise WarpgroupRefusal(
+            "threads", f"the threads that can reach the site are warp(s) {_ranges(warps)} "
+            f"({32 * len(warps)} threads) and its join barrier is {text!r}: not one "
+            f"warpgroup of {GROUP_SIZE} threads (4 consecutive warps, the first a multiple "
+            f"of 4) joined by a barrier over exactly them")
+    if sorted(reach[b]) != warps:
+        raise WarpgroupRefusal("threads", f"the join barrier {text!r} is reached by warps "
+                               f"{_ranges(sorted(reach[b]))}, not only the site's "
+                               f"{_ranges(warps)}")
+    first = 32 * warps[0]
+    if not first <= c < first + GROUP_SIZE:
+        raise WarpgroupRefusal("threads", f"the site runs on thread {c}, outside the "
+                               f"warpgroup of threads {first}-{first + GROUP_SIZE - 1}")
+    _check_region_entry(module, parsed, defs, g, nwarps)
+    return Group(first, c, text, True)
+
+
+def _ranges(warps: Sequence[int]) -> str:
+    if not warps:
+        return "none"
+    return f"{warps[0]}-{warps[-1]}" if warps == list(range(warps[0], warps[-1] + 1)) \
+        else ", ".join(map(str, warps))
+
+
+def _labels(parsed) -> dict[str, int]:
+    return {s.tokens[0].text: k for k, (s, _) in enumerate(parsed) if s.kind == "label"}
+
+
+def successors(parsed, labels: dict[str, int], k: int) -> list[int]:
+    """The statements control can reach right after statement ``k`` (of one thread)."""
+    ins = parsed[k][1]
+    nxt = [k + 1] if k + 1 < len(parsed) else []
+    if ins is None:
+        return nxt
+    if ins.base in ("ret", "exit", "trap"):
+        return nxt if ins.guard is not None else []
+    if ins.base == "bra":
+        target = [labels[ins.operands[0]]] if ins.operands[0] in labels else []
+        return target + (nxt if ins.guard is not None else [])
+    if ins.base == "brx":
+        return list(labels.values())
+    return nxt
+
+
+_WARP_ID_SHFL = ("0", "31", "-1")
+
+
+def _warp_expr(reg: str, parsed, defs, depth: int = 0) -> int | None:
+    """The constant ``k`` when ``reg`` holds ``warp id + k`` in every thread: its only
+    definition is ``shr.u32 reg, tid, 5`` (tid: only ``mov %tid.x``), ``shfl.sync.idx.b32
+    reg, w, 0, 31, -1`` of such a register (lane 0's value: the same in the whole warp) or
+    ``add.s32``/``add.u32`` of one and an immediate; else None."""
+    if depth > 8 or len(defs.get(reg, ())) != 1:
+        return None
+    ins = parsed[defs[reg][0]][1]
+    if ins.guard is not None or not ins.operands or ins.operands[0] != reg:
+        return None
+    ops = ins.operands
+    if ins.opcode in ("shr.u32", "shr.b32") and ops[2:] == ("5",) and \
+            block._tid_register(ops[1], parsed, defs):
+        return 0
+    if ins.opcode == "shfl.sync.idx.b32" and ops[2:] == _WARP_ID_SHFL:
+        return _warp_expr(ops[1], parsed, defs, depth + 1)
+    add = _immediate(ops[2]) if ins.opcode in ("add.s32", "add.u32") and len(ops) == 3 \
+        else None
+    if add is not None:
+        inner = _warp_expr(ops[1], parsed, defs, depth + 1)
+        return None if inner is None else inner + add
+    return None
+
+
+_CMP: dict[str, Callable[[int, int], bool]] = {
+    "eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
+    "lo": lambda a, b: a < b, "ls": lambda a, b: a <= b, "hi": lambda a, b: a > b,
+    "hs": lambda a, b: a >= b}
+
+
+def warp_predicate(guard: str, parsed, defs) -> Callable[[int], bool] | None:
+    """For ``@guard`` on a per-warp-uniform value (a ``setp`` comparing ``warp id + k``
+    with an immediate, the predicate's only definition): warp -> whether the guard holds.
+    None for any other guard."""
+    negated = guard.startswith("!")
+    pred = guard.lstrip("!")
+    if len(defs.get(pred, ())) != 1:
+        return None
+    ins = parsed[defs[pred][0]][1]
+    if ins.base != "setp" or ins.guard is not None or len(ins.operands) != 3 or \
+            ins.operands[0] != pred or len(ins.modifiers) != 2 or \
+            ins.modifiers[0] not in _CMP or ins.modifiers[1] not in ("u32", "s32", "b32"):
+        return None
+    cmp, ty = ins.modifiers
+    if ty == "b32" and cmp not in ("eq", "ne"):
+        return None
+    a, b = ins.operands[1:]
+    swap = _immediate(a) is not None
+    reg, imm = (b, _immediate(a)) if swap else (a, _immediate(b))
+    k = _warp_expr(reg, parsed, defs)
+    if imm is None or k is None:
+        return None
+
+    def norm(v: int) -> int:
+        v &= 0xFFFFFFFF
+        return v - (1 << 32) if ty == "s32" and v >= 1 << 31 else v
+
+    def holds(w: int) -> bool:
+        x, y = norm(w + k), norm(imm)
+        return _CMP[cmp](*((y, x) if swap else (x, y))) != negated
+    return holds
+
+
+def warps_reaching(parsed, defs, nwarps: int) -> list[frozenset[int]]:
+    """For each statement, the warps whose threads can reach it from the function's entry
+    (step 5): a branch on a per-warp-uniform predicate (:func:`warp_predicate`) sends each
+    warp its own way, every other branch both ways."""
+    labels = _labels(parsed)
+    reach: list[set[int]] = [set() for _ in parsed]
+    if not parsed:
+        return []
+    reach[0] = set(range(nwarps))
+    work = [0]
+    preds: dict[int, Callable[[int], bool] | None] = {}
+    while work:
+        k = work.pop()
+        here = reach[k]
+        ins = parsed[k][1]
+        outs: list[tuple[int, set[int]]]
+        if ins is not None and ins.base == "bra" and ins.guard is not None:
+            if k not in preds:
+                preds[k] = warp_predicate(ins.guard, parsed, defs)
+            p = preds[k]
+            taken = {w for w in here if p(w)} if p is not None else here
+            fall = {w for w in here if not p(w)} if p is not None else here
+            target = labels.get(ins.operands[0])
+            outs = ([(target, taken)] if target is not None else []) + \
+                ([(k + 1, fall)] if k + 1 < len(parsed) else [])
+        else:
+            outs = [(n, here) for n in successors(parsed, labels, k)]
+        for n, ws in outs:
+            if not ws <= reach[n]:
+                reach[n] |= ws
+                work.append(n)
+    return [frozenset(r) for r in reach]
+
+
+def _check_region_entry(module: Module, parsed, defs, g: int, nwarps: int) -> None:
+    """Step 5, the region: the nearest branch R before G on a per-warp-uniform predicate
+    whose target T comes after G opens the group's region (R+1 .. T); no branch from outside
+    it names a label inside it."""
+    labels = _labels(parsed)
+    for r in range(g - 1, -1, -1):
+        ins = parsed[r][1]
+        if ins is None or ins.base != "bra" or ins.guard is None or \
+                labels.get(ins.operands[0], -1) <= g or \
+                warp_predicate(ins.guard, parsed, defs) is None:
+            continue
+        end = labels[ins.operands[0]]
+        inside = {name for name, k in labels.items() if r < k < end}
+        for k, (s, other) in enumerate(parsed):
+            if r < k < end or other is None or other.base not in ("bra", "brx"):
+                continue
+            hit = [op for op in other.operands if op in inside]
+            if hit:
+                raise WarpgroupRefusal(
+                    "threads", f"the group's region (from {parsed[r][0].text(module.text).strip()!r}"
+                    f" to {ins.operands[0]}) is entered partway, at {hit[0]}, by "
+                    f"{s.text(module.text).strip()!r} from outside it")
+        return
+    raise WarpgroupRefusal("threads", "no branch on the warp id opens a region around the "
+                           "site (tileiras's warp-specialised kernels open one per role)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Steps 6-7
+
+
+def _check_reaching(parsed, i: int, source: Callable[[Instruction], bool],
+                    kill: Callable[[Instruction], bool], step: str, reason: str) -> None:
+    """Refuse when some path from an instruction matching ``source`` reaches statement ``i``
+    without passing one matching ``kill``."""
+    labels = _labels(parsed)
+    starts = [k for k, (_, ins) in enumerate(parsed) if ins is not None and source(ins)]
+    seen = set(starts)
+    work = list(starts)
+    while work:
+        k = work.pop()
+        for n in successors(parsed, labels, k):
+            if n == i:
+                raise WarpgroupRefusal(step, reason)
+            ins = parsed[n][1]
+            if n not in seen and not (ins is not None and kill(ins)):
+                seen.add(n)
+                work.append(n)
+
+
+# ---------------------------------------------------------------------------------------------
+# The callee
+
+
+def include_dir() -> Path:
+    """The directory of ``splice_group.h`` (on NVRTC's include path for warpgroup externs)."""
+    return Path(__file__).parent / "include"
+
+
+_RANK_READ = re.compile(r"^mov\.u32\s+" + re.escape(RANK_REGISTER) + r"\s*,\s*%tid\.x\s*;$")
+
+
+def callee_refusal(ins: Instruction, text: str) -> tuple[str, str] | None:
+    """(what is wrong, the fix) when the instruction ``text`` (parsed: ``ins``) cannot run
+    in a warpgroup-scope callee; None when it can."""
+    header = "from #include <splice_group.h>"
+    ids = barrier_operands(ins)
+    if ids is not None:
+        bid, count = ids
+        if _immediate(bid) == 0:
+            return (f"a barrier of the whole CTA ('{text}': __syncthreads(), CUB's CTA_SYNC), "
+                    f"which the block's other warps (tileiras's TMA warps) never reach: a "
+                    f"deadlock", f"Synchronise the group with splice_group_sync() {header}")
+        if _immediate(bid) != GROUP_BARRIER or _immediate(count or "") != GROUP_SIZE or \
+                "arrive" in ins.modifiers or "red" in ins.modifiers:
+            return (f"a barrier ('{text}') other than the group's (barrier.sync "
+                    f"{GROUP_BARRIER}, {GROUP_SIZE})", f"Use splice_group_sync() {header}")
+        return None
+    for op in ins.operands:
+        if re.search(r"%ntid\b", op):
+            return (f"a read of the block size ('{text}': blockDim), which is not the "
+                    f"group's size", f"Use splice_group_size() {header}")
+        if re.search(r"%tid\b", op) and not _RANK_READ.match(text):
+            return (f"a read of the thread index ('{text}': threadIdx), which is not the "
+                    f"rank in a group that does not start at thread 0",
+                    f"Use splice_group_rank() {header}")
+    return None
+
+# ---------------------------------------------------------------------------------------------
+# The PTX of a site
+
+
+def tag_symbol() -> str:
+    return "__splice_group_tag"
+
+
+def tag_declaration() -> str:
+    """The module-level shared word in which the leader names the site instance it calls."""
+    return (f".shared .align 4 .b32 {tag_symbol()}; // splice: the warpgroup call in "
+            f"progress (site * 65536 + instance + 1)")
+
+
+def tag_of(site, instance: int) -> int:
+    return site.index * 65536 + instance + 1
+
+
+def leader_block(site, instance: int, operands) -> str:
+    """Replaces the marker: the leader stores the marker's operands into the site's scratch
+    and the site instance into the tag."""
+    body = block.thread0_block(site, instance, operands)
+    head, end = body.rsplit("\n", 1)
+    head = head.replace("block call", "warpgroup call").replace("thread 0 passes",
+                                                               "the group's leader passes")
+    return "\n".join([head,
+                       f"\tst.shared.b32 \t[{tag_symbol()}], {tag_of(site, instance)};", end])
+
+
+def group_label(site, instance: int) -> str:
+    return f"$__splice_group_{site.index}_{instance}"
+
+
+def all_threads_block(site, instance: int, dest: str, join: str, group: Group,
+                      call_block) -> str:
+    """After the leader's store: every thread of the group calls the extern; the leader
+    then goes on with tileiras's code after the marker, the others to the join. The entry
+    barrier counts its threads and traps unless all :data:`GROUP_SIZE` are there, and each
+    thread traps unless the tag names its own site instance."""
+    w = site.width
+    sym = block.scratch_symbol(site.index)
+    call = call_block(site, None, dest, ("%__splice_a0", "%__splice_a1"), instance)
+    bar = f"{GROUP_BARRIER}, {GROUP_SIZE}"
+    return "\n".join([
+        f"{group_label(site, instance)}: // splice: every thread of the warpgroup calls "
+        f"{site.label}",
+        "{",
+        f"\t.reg .b{w} \t%__splice_a<2>;",
+        "\t.reg .b32 \t%__splice_tid, %__splice_n, %__splice_tag;",
+        "\t.reg .pred \t%__splice_q, %__splice_true;",
+        "\tmov.u32 \t%__splice_tid, %tid.x;",
+        "\tsetp.ge.u32 \t%__splice_true, %__splice_tid, 0;",
+        f"\tbarrier.red.popc.aligned.u32 \t%__splice_n, {bar}, %__splice_true; // splice: "
+        f"the group's memory accesses before the call, and the arguments, visible to it",
+        f"\tsetp.ne.u32 \t%__splice_q, %__splice_n, {GROUP_SIZE};",
+        "\t@%__splice_q trap; // splice: not every thread of the warpgroup is here",
+        f"\tld.shared.b32 \t%__splice_tag, [{tag_symbol()}];",
+        f"\tsetp.ne.u32 \t%__splice_q, %__splice_tag, {tag_of(site, instance)};",
+        "\t@%__splice_q trap; // splice: threads of the warpgroup at different call sites",
+        f"\tld.shared.b{w} \t%__splice_a0, [{sym}];",
+        f"\tld.shared.b{w} \t%__splice_a1, [{sym}+8];",
+        call,
+        f"\tbarrier.sync.aligned \t{bar}; // splice: the call's memory accesses visible to "
+        f"the group after it",
+        f"\tsetp.ne.u32 \t%__splice_q, %__splice_tid, {group.leader};",
+        f"\t@%__splice_q bra \t{join};",
+        "\t} // splice: end warpgroup call"])
+
+
+#: Functions a callee may call that no fragment defines: the CUDA system calls.
+_SYSTEM_CALLS = frozenset({"vprintf", "malloc", "free", "__assertfail"})
+
+
+def check_sites(sites, fragments, target: str) -> None:
+    """Refuse every warpgroup-scope call site whose extern, or anything it calls, executes
+    an instruction :func:`callee_refusal` refuses.
+
+    Args:
+        sites: the traced call sites (``.extern``, ``.where``).
+        fragments: content key -> (description, PTX module) of every fragment of the kernel,
+            compiled for ``target``.
+        target: the kernel's PTX target.
+
+    Raises:
+        SpliceLinkError: naming the extern, its declaration, the instruction, the chain of
+            functions that reaches it, the call site and the fix.
+    """
+    from .fragments import BinarySource
+    modules = [m for _, m in fragments.values()]
+    for site in sites:
+        ext = site.extern
+        if ext.scope != "warpgroup":
+            continue
+        what = f"warpgroup-scope extern '{ext.name}' (declared at {ext.where}), called at " \
+               f"{site.where}"
+        if isinstance(ext.fragment, BinarySource):
+            raise SpliceLinkError(
+                f"{what}: comes from a binary object ({ext.fragment.describe()}), whose "
+                f"barriers and reads of blockDim splice cannot check in machine code; ship "
+                f"it as CUDA C, PTX or LTO-IR")
+        mod = fragments[ext.fragment.content_key(target)][1]
+        reach = collectives.outside_ptx(mod, ext.symbol, modules)
+        outside = sorted(set(reach.undefined) - _SYSTEM_CALLS)
+        if outside:
+            raise SpliceLinkError(
+                f"{what}: calls '{outside[0]}' (through {' -> '.join(reach.undefined[outside[0]])}), "
+                f"which no PTX of the kernel defines, so splice cannot check it for "
+                f"barriers; ship it as CUDA C, PTX or LTO-IR")
+        mods = [mod, *[m for m in modules if m is not mod]]
+        for (mi, name), chain in reach.reached:
+            hit = _first_refused(mods[mi], name)
+            if hit is not None:
+                problem, fix = hit
+                where = "in its own body" if len(chain) == 1 else \
+                    f"in '{name}', reached through {' -> '.join(chain)}"
+                raise SpliceLinkError(f"{what}, executes {problem}, {where}. A warpgroup "
+                                      f"call runs on the {GROUP_SIZE} threads of one "
+                                      f"warpgroup, not on the whole block. {fix}")
+
+
+def _first_refused(mod: Module, name: str) -> tuple[str, str] | None:
+    """:func:`callee_refusal` of the first instruction of function ``name`` it refuses."""
+    fn = next(f for f in mod.function_order if f.name == name and f.is_definition)
+    for st in mod.body_statements(fn):
+        if st.kind == "instruction":
+            why = callee_refusal(parse_instruction(st, mod.text), " ".join(st.text(mod.text).split()))
+            if why is not None:
+                return why
+    return None
