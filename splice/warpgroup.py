@@ -169,6 +169,25 @@ def prove_site(module: Module, fn, parsed, defs, i: int) -> SiteProof:
 # Steps 1-4
 
 
+_TMA_LOAD = re.compile(r"\bcp\.async\.bulk\.tensor\.\dd\.shared")
+_TMA_STORE = re.compile(r"\bcp\.async\.bulk\.tensor\.\dd\.global")
+
+
+def tma_hint(module: Module) -> str:
+    """What the message refusing a block call in a warp-specialised kernel adds about TMA:
+    which copies the kernel has (``allow_tma=False`` on those ct.load/ct.store calls makes
+    the kernels measured in ``docs/design.md#warpgroup-scope`` plain), or that it has none
+    (then ``allow_tma=False`` changes nothing: ct.mma, or tileiras's own choice)."""
+    code = module.text.split(".nv_intermediate_source_section")[0]
+    kinds = [k for k, r in (("ct.load", _TMA_LOAD), ("ct.store", _TMA_STORE)) if r.search(code)]
+    if not kinds:
+        return (" (the kernel has no TMA copies, so allow_tma=False would not change it; "
+                "a block call needs a kernel without ct.mma, or one that tileiras does not "
+                "warp-specialise)")
+    return (f", or pass allow_tma=False to its {' and '.join(kinds)} calls (its TMA copies) "
+            f"for a kernel without warp specialisation, where a block call works")
+
+
 def _check_kernel(module: Module, fn, parsed) -> int:
     try:
         dims = block._check_kernel(module, fn, parsed)
@@ -198,7 +217,7 @@ def _check_barrier_ids(module: Module, parsed) -> None:
         ids = barrier_operands(ins)
         if ids is None:
             continue
-        text = s.text(module.text).strip()
+        text = " ".join(s.text(module.text).split())
         if any(x is not None and _immediate(x) is None for x in ids):
             raise WarpgroupRefusal("barrier ids", f"the barrier {text!r} names its id or "
                                    f"thread count with a register, so splice cannot prove "
@@ -304,6 +323,7 @@ def _group(module: Module, parsed, defs, g: int, b: int, bins: Instruction, c: i
                 f"scope=\"block\" to call it on every thread of the block")
         return Group(0, c, text, False)
     nwarps = ntid // 32
+    _check_region_entry(module, parsed, defs, g, nwarps)
     reach = warps_reaching(parsed, defs, nwarps)
     warps = sorted(reach[g])
     if int(count, 0) != GROUP_SIZE or len(warps) * 32 != GROUP_SIZE or \
@@ -321,13 +341,12 @@ def _group(module: Module, parsed, defs, g: int, b: int, bins: Instruction, c: i
     if not first <= c < first + GROUP_SIZE:
         raise WarpgroupRefusal("threads", f"the site runs on thread {c}, outside the "
                                f"warpgroup of threads {first}-{first + GROUP_SIZE - 1}")
-    _check_region_entry(module, parsed, defs, g, nwarps)
     return Group(first, c, text, True)
 
 
 def _ranges(warps: Sequence[int]) -> str:
-    if not warps:
-        return "none"
+    if len(warps) < 2:
+        return str(warps[0]) if warps else "none"
     return f"{warps[0]}-{warps[-1]}" if warps == list(range(warps[0], warps[-1] + 1)) \
         else ", ".join(map(str, warps))
 

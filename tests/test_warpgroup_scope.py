@@ -1,0 +1,537 @@
+"""Warpgroup-scope calls (scope="warpgroup"): declaration, the proof on tileiras's PTX of
+warp-specialised kernels (TMA matmul fp16/bf16 at two tile shapes, two reduction kernels)
+and of a kernel that is not, each broken variant of it, the callee policy (CPU), and
+kernels checked against PyTorch (GPU)."""
+
+from __future__ import annotations
+
+import re
+
+import cuda.tile as ct
+import pytest
+
+from support import kernels as K
+import splice
+from splice import cccl
+from splice.errors import SpliceDeclarationError, SpliceLinkError, SpliceRewriteError
+from splice.ptx import Module, Param
+from splice.rewrite import SiteCall, splice_calls
+from splice.sites import Marker
+from splice.types import parse_signature
+
+f16, bf16, f32, i32 = ct.float16, ct.bfloat16, ct.float32, ct.int32
+ConstInt = ct.Constant[int]
+
+# ---------------------------------------------------------------------------------------------
+# Externs
+
+# Every thread of the group adds its share through shuffles and shared memory: the result
+# is a + the group's size, counted, in every thread.
+GROUP_COUNT_SRC = r'''
+#include <splice_group.h>
+extern "C" __device__ int group_count(int a) {
+    __shared__ int per_warp[4];
+    int v = 1;
+    for (int d = 16; d > 0; d /= 2) v += __shfl_xor_sync(0xffffffffu, v, d);
+    if ((splice_group_rank() & 31) == 0) per_warp[splice_group_rank() / 32] = v;
+    splice_group_sync();
+    int total = per_warp[0] + per_warp[1] + per_warp[2] + per_warp[3];
+    splice_group_sync();
+    return a + total;
+}'''
+
+group_count = splice.extern(source=GROUP_COUNT_SRC, name="group_count", scope="warpgroup",
+                            signature="int32(int32)")(lambda a: None)
+group_countf = splice.extern(source=GROUP_COUNT_SRC.replace("int group_count(int a)",
+                                                            "float group_countf(float a)")
+                             .replace("int total", "float total"),
+                             name="group_countf", scope="warpgroup",
+                             signature="float32(float32)")(lambda a: None)
+
+# s + the group's sum of x[base + rank] by warp shuffles, then across the 4 warps.
+GROUP_SUM_SRC = r'''
+#include <splice_group.h>
+extern "C" __device__ float group_sum(const float* x, int base, float s) {
+    __shared__ float per_warp[4];
+    float v = x[base + (int)splice_group_rank()];
+    for (int d = 16; d > 0; d /= 2) v += __shfl_xor_sync(0xffffffffu, v, d);
+    if ((splice_group_rank() & 31) == 0) per_warp[splice_group_rank() / 32] = v;
+    splice_group_sync();
+    float total = (per_warp[0] + per_warp[1]) + (per_warp[2] + per_warp[3]);
+    splice_group_sync();
+    return s + total;
+}'''
+group_sum = splice.extern(source=GROUP_SUM_SRC, name="group_sum", scope="warpgroup",
+                          signature="float32(float32*, int32, float32)")(lambda x, b, s: None)
+
+# The group barrier: each rank writes its slot, meets the group, reads its neighbour's;
+# returns s.
+GROUP_ROTATE_SRC = r'''
+#include <splice_group.h>
+extern "C" __device__ float group_rotate(int* out, int base, float s) {
+    __shared__ int slot[128];
+    unsigned r = splice_group_rank();
+    slot[r] = base + (int)r;
+    splice_group_sync();
+    out[base + (int)r] = slot[(r + 1) % splice_group_size()];
+    splice_group_sync();
+    return s;
+}'''
+group_rotate = splice.extern(source=GROUP_ROTATE_SRC, name="group_rotate", scope="warpgroup",
+                             signature="float32(int32*, int32, float32)")(lambda o, b, s: None)
+
+
+def _refused_callee(body: str, name: str):
+    return splice.extern(source='#include <splice_group.h>\n' + body, name=name,
+                         scope="warpgroup", signature="int32(int32)")(lambda a: None)
+
+
+CALLEE_REFUSALS = {
+    "__syncthreads": (_refused_callee(r'''
+extern "C" __device__ int sync_all(int a) { __syncthreads(); return a; }''', "sync_all"),
+                      r"a barrier of the whole CTA \('bar.sync 0;'.*in its own body.*"
+                      r"splice_group_sync\(\)"),
+    "__syncthreads in a callee of the callee": (_refused_callee(r'''
+__device__ __noinline__ void helper_sync() { __syncthreads(); }
+extern "C" __device__ int sync_deep(int a) { helper_sync(); return a; }''', "sync_deep"),
+                      r"barrier of the whole CTA.*reached through sync_deep -> "
+                      r"_Z11helper_syncv|barrier of the whole CTA.*reached through sync_deep"),
+    "bar.red.popc 0": (_refused_callee(r'''
+extern "C" __device__ int red_all(int a) { return __syncthreads_count(a); }''', "red_all"),
+                       r"a barrier of the whole CTA \('bar.red.popc"),
+    "another named barrier": (_refused_callee(r'''
+extern "C" __device__ int named3(int a) { asm volatile("bar.sync 3, 128;"); return a; }''',
+                                              "named3"),
+                              r"a barrier \('bar.sync 3, 128;'\) other than the group's"),
+    "blockDim": (_refused_callee(r'''
+extern "C" __device__ int bdim(int a) { return a + blockDim.x; }''', "bdim"),
+                 r"a read of the block size \('mov.u32 %r\d+, %ntid.x;': blockDim\).*"
+                 r"splice_group_size\(\)"),
+    "threadIdx": (_refused_callee(r'''
+extern "C" __device__ int tidx(int a) { return a + threadIdx.x; }''', "tidx"),
+                  r"a read of the thread index .*threadIdx.*splice_group_rank\(\)"),
+}
+
+# ---------------------------------------------------------------------------------------------
+# Kernels
+
+
+def make_matmul_kernel(fn):
+    @splice.kernel
+    def matmul_wg(A, B, C, tm: ConstInt, tn: ConstInt, tk: ConstInt):
+        acc = K.matmul_tile(A, B, tm, tn, tk)
+        s = fn(ct.bid(0))
+        ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=ct.astype(acc + s, C.dtype))
+    return matmul_wg
+
+
+matmul_count_kernel = make_matmul_kernel(group_count)
+
+
+def _mm_sig(dtype, tm, tn, tk):
+    return K.signature(K.array(dtype, 2), K.array(dtype, 2), K.array(dtype, 2), tm, tn, tk)
+
+
+MATMULS = {"fp16 128x128x64": _mm_sig(f16, 128, 128, 64),
+           "bf16 128x128x64": _mm_sig(bf16, 128, 128, 64),
+           "fp16 256x128x64": _mm_sig(f16, 256, 128, 64),
+           "bf16 256x128x64": _mm_sig(bf16, 256, 128, 64)}
+
+
+@splice.kernel
+def sum_call_kernel(x, y, TILE: ConstInt):
+    # t * f(ct.sum(t)) on a (256,) tile: TMA load and store, warp-specialised
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=t * group_countf(ct.sum(t)))
+
+
+@splice.kernel
+def flag_kernel(x, flag, y, TILE: ConstInt):
+    # a call under `if ct.sum(flag) > 0`, its result used by the tile code there
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+    fl = ct.load(flag, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+    if ct.sum(fl) > 0:
+        t = t * group_countf(ct.sum(t))
+    ct.store(y, index=(ct.bid(0),), tile=t)
+
+
+@splice.kernel
+def flag_scalar_kernel(x, flag, y, TILE: ConstInt):
+    # the same call whose result only a scalar takes: tileiras runs it on its TMA warp
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+    fl = ct.load(flag, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+    s = 0.0
+    if ct.sum(fl) > 0:
+        s = group_countf(1.0)
+    ct.store(y, index=(ct.bid(0),), tile=t + s)
+
+
+@splice.kernel
+def plain_sum_call_kernel(x, y, TILE: ConstInt):
+    # no TMA at all: not warp-specialised, a 128-thread block: the group is the block
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+    ct.store(y, index=(ct.bid(0),), tile=t * group_countf(ct.sum(t)), allow_tma=False)
+
+
+@splice.kernel
+def sum_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=t + group_sum(x, ct.bid(0) * TILE, ct.sum(t)))
+
+
+@splice.kernel
+def rotate_kernel(x, out, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=t * group_rotate(out, ct.bid(0) * 128, ct.sum(t)))
+
+
+block_twice = splice.extern(source='extern "C" __device__ float block_twice(float a) '
+                                   '{ return 2 * a; }', name="block_twice", scope="block",
+                            signature="float32(float32)")(lambda a: None)
+
+
+@splice.kernel
+def sum_block_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+    ct.store(y, index=(ct.bid(0),), tile=t * block_twice(ct.sum(t)))
+
+
+VEC_SIG = K.signature(K.array(f32), K.array(f32), 256)
+FLAG_SIG = K.signature(K.array(f32), K.array(i32), K.array(f32), 256)
+
+# ---------------------------------------------------------------------------------------------
+# Declarations
+
+
+def test_scope_is_recorded_on_every_declaration_form():
+    assert group_count._splice_extern.scope == "warpgroup"
+    assert not group_count._splice_extern.pure          # a cooperative call is impure
+    lib = splice.library(source=GROUP_COUNT_SRC)
+    assert lib.extern("group_count", signature="int32(int32)",
+                      scope="warpgroup")._splice_extern.scope == "warpgroup"
+    p = splice.extern.from_ptx(ptx=".version 8.0\n", name="f", signature="int32(int32)",
+                               scope="warpgroup")
+    assert p._splice_extern.scope == "warpgroup"
+    lt = splice.extern.from_ltoir(data=b"\x00", name="f", signature="int32(int32)",
+                                  scope="warpgroup")
+    assert lt._splice_extern.scope == "warpgroup"
+    with pytest.raises(SpliceDeclarationError, match="cannot return a pointer"):
+        splice.extern.from_ptx(ptx=".version 8.0\n", name="g", signature="float32*(int32)",
+                               scope="warpgroup")
+
+
+# ---------------------------------------------------------------------------------------------
+# The proof accepts tileiras's sites
+
+
+def _group_calls(b) -> list[str]:
+    return [span.text(b.spliced_ptx) for span in b.spans if span.kind == "warpgroup call"]
+
+
+def _check_group_call(b, leader: int = 0) -> None:
+    [text] = _group_calls(b)
+    ptx = b.spliced_ptx
+    leader_part, rest = text.split("\n$__splice_group_0_0:", 1)
+    assert "st.shared.b32 \t[__splice_group_tag], 1;" in leader_part
+    order = [rest.index(s) for s in (
+        "barrier.red.popc.aligned.u32 \t%__splice_n, 15, 128, %__splice_true;",
+        "setp.ne.u32 \t%__splice_q, %__splice_n, 128;", "@%__splice_q trap;",
+        "ld.shared.b32 \t%__splice_tag, [__splice_group_tag];",
+        "ld.shared.b32 \t%__splice_a0, [__splice_block_0];",
+        "barrier.sync.aligned \t15, 128;",
+        f"setp.ne.u32 \t%__splice_q, %__splice_tid, {leader};")]
+    assert order == sorted(order)
+    # the guard leads every other thread of the group to splice's label; its old target
+    # (the join) is still followed by tileiras's barrier
+    m = re.search(r"bra \t\$__splice_group_0_0; // splice: was (\$L__BB\d+_\d+)", ptx)
+    assert m and ptx.count("$__splice_group_0_0:") == 1
+    assert re.search(re.escape(m.group(1)) + r":\n(\s*\.loc[^\n]*\n)*\s*(barrier.sync \t1, "
+                                             r"128;|bar.sync \t0;)", ptx)
+    assert ".shared .align 4 .b32 __splice_group_tag;" in ptx
+    assert "__splice_marker" not in ptx.split(".nv_intermediate_source_section")[0]
+
+
+@pytest.mark.parametrize("case", sorted(MATMULS))
+def test_tma_matmul_epilogue_site(case):
+    b = splice.compile(matmul_count_kernel, MATMULS[case], "sm_90")
+    assert "setmaxnreg.dec" in b.ptx and "wgmma.mma_async" in b.ptx    # warp-specialised
+    assert "warpgroup scope: every thread of the warpgroup" in b.summary()
+    _check_group_call(b)
+
+
+@pytest.mark.parametrize("kernel,sig", [(sum_call_kernel, VEC_SIG), (flag_kernel, FLAG_SIG)],
+                         ids=["t * f(ct.sum(t))", "if ct.sum(flag) > 0"])
+def test_reduction_kernel_sites(kernel, sig):
+    b = splice.compile(kernel, sig, "sm_90")
+    assert ".reqntid 256" in b.ptx and "barrier.sync \t1, 128;" in b.ptx
+    _check_group_call(b)
+
+
+def test_kernel_without_warp_specialisation_calls_on_the_block():
+    b = splice.compile(plain_sum_call_kernel, VEC_SIG, "sm_90")
+    assert ".reqntid 128" in b.ptx and "setmaxnreg" not in b.ptx
+    _check_group_call(b)
+
+
+def test_scalar_only_branch_on_the_tma_warp_is_refused():
+    with pytest.raises(SpliceRewriteError, match=r"step 'join barrier': tileiras runs this "
+                                                 r"site in a single warp.*t = t \* f\(s\)"):
+        splice.compile(flag_scalar_kernel, FLAG_SIG, "sm_90")
+
+
+def test_block_call_in_warp_specialised_kernel_names_warpgroup_scope():
+    with pytest.raises(SpliceRewriteError) as e:
+        splice.compile(sum_block_kernel, VEC_SIG, "sm_90")
+    msg = str(e.value)
+    assert 'scope="warpgroup"' in msg
+    # the loads already have allow_tma=False: the message names the TMA store only
+    assert "allow_tma=False to its ct.store calls" in msg and "ct.load and" not in msg
+
+
+# ---------------------------------------------------------------------------------------------
+# Broken variants, made from tileiras's PTX
+
+
+def _site(width: int = 32) -> SiteCall:
+    sig = parse_signature("float32(float32)")
+    return SiteCall(0, "callee0", (Param("p0", f".param .b{width}", None, f".b{width}",
+                                         ".param"),),
+                    Param("r", f".param .b{width}", None, f".b{width}", ".param"), sig,
+                    "callee0 at test:1", None, Marker.ATOMIC, width, "warpgroup")
+
+
+@pytest.fixture(scope="module")
+def matmul_ptx() -> str:
+    return splice.compile(matmul_count_kernel, MATMULS["fp16 128x128x64"], "sm_90").ptx
+
+
+@pytest.fixture(scope="module")
+def plain_ptx() -> str:
+    return splice.compile(plain_sum_call_kernel, VEC_SIG, "sm_90").ptx
+
+
+def _marker_at(ptx: str) -> int:
+    return ptx.index("atom.global.acq_rel.cas")
+
+
+def _warp_guard(ptx: str) -> re.Match:
+    m = re.search(r"setp.gt.u32 \t(%p\d+), (%r\d+), 3;\n\s*@(%p\d+) bra \t(\$L__BB\d+_\d+);",
+                  ptx)
+    assert m and m.group(1) == m.group(3)
+    return m
+
+
+def _site_guard(ptx: str) -> re.Match:
+    m = list(re.finditer(r"setp.ne.b32 \t(%p\d+), (%r\d+), 0;", ptx[:_marker_at(ptx)]))[-1]
+    return m
+
+
+def _producer_branch(ptx):
+    # the warp branch lets only warp 4 (the TMA producer) into the epilogue's code
+    m = _warp_guard(ptx)
+    return ptx.replace(m.group(0), m.group(0).replace(f"setp.gt.u32 \t{m.group(1)}, "
+                                                      f"{m.group(2)}, 3;",
+                                                      f"setp.ne.u32 \t{m.group(1)}, "
+                                                      f"{m.group(2)}, 4;"), 1)
+
+
+def _loop_entered_partway(ptx):
+    # a branch from the producer warps' code back to the label before the site
+    label = re.findall(r"(\$L__BB\d+_\d+):", ptx[:_marker_at(ptx)])[-1]
+    end = _warp_guard(ptx).group(4)
+    pred = _site_guard(ptx).group(1)
+    return ptx.replace(f"{end}:\n", f"{end}:\n\t@{pred} bra \t{label};\n", 1)
+
+
+def _register_barrier_id(ptx):
+    i = _marker_at(ptx)
+    j = ptx.index("barrier.sync \t1, 128;", i)
+    return ptx[:j] + "barrier.sync \t%r1, 128;" + ptx[j + len("barrier.sync \t1, 128;"):]
+
+
+def _open_wgmma_group(ptx):
+    return ptx.replace("wgmma.wait_group.sync.aligned \t0;", "wgmma.wait_group.sync.aligned \t1;")
+
+
+def _after_setmaxnreg(ptx):
+    m = _site_guard(ptx)
+    return ptx.replace(m.group(0), "setmaxnreg.dec.sync.aligned.u32 \t32;\n\t" + m.group(0), 1)
+
+
+def _barrier_15_in_use(ptx):
+    return ptx.replace("\tret;\n", "\tbarrier.sync \t15, 128;\n\tret;\n", 1)
+
+
+def _exit(ptx):
+    return ptx.replace("\tret;\n", "\texit;\n", 1)
+
+
+def _join_count(ptx):
+    i = _marker_at(ptx)
+    j = ptx.index("barrier.sync \t1, 128;", i)
+    return ptx[:j] + "barrier.sync \t1, 256;" + ptx[j + len("barrier.sync \t1, 128;"):]
+
+
+def _leader_outside(ptx):
+    m = _site_guard(ptx)
+    return ptx.replace(m.group(0), m.group(0).replace(", 0;", ", 200;"), 1)
+
+
+BROKEN = {
+    "site in the producer branch": (_producer_branch,
+                                    r"step 'threads': the threads that can reach the site are "
+                                    r"warp\(s\) 4 \(32 threads\)"),
+    "loop entered partway": (_loop_entered_partway, r"step 'threads': the group's region .* "
+                                                    r"is entered partway"),
+    "register barrier id": (_register_barrier_id, r"step 'barrier ids': the barrier "
+                                                  r"'barrier.sync %r1, 128;' names its id"),
+    "inside an open wgmma group": (_open_wgmma_group, r"step 'wgmma': the call site is inside "
+                                                      r"an open wgmma group"),
+    "after setmaxnreg.dec": (_after_setmaxnreg, r"step 'registers'"),
+    "barrier id 15 in use": (_barrier_15_in_use, r"step 'barrier ids': the kernel already "
+                                                 r"uses barrier id 15"),
+    "exit": (_exit, r"step 'kernel': threads of the kernel may exit early"),
+    "join barrier counts other threads": (_join_count, r"step 'threads'.*'barrier.sync 1, 256;'"),
+    "leader outside the group": (_leader_outside, r"step 'threads': the site runs on thread "
+                                                  r"200, outside the warpgroup"),
+}
+
+
+def test_unedited_ptx_is_accepted(matmul_ptx, plain_ptx):
+    for ptx in (matmul_ptx, plain_ptx):
+        rep = splice_calls(Module(ptx), {0: _site()}, kernel_name="k")
+        assert rep.replaced == {0: 1}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_broken_variant_refused(matmul_ptx, case):
+    edit, msg = BROKEN[case]
+    text = edit(matmul_ptx)
+    assert text != matmul_ptx
+    with pytest.raises(SpliceRewriteError, match=msg):
+        splice_calls(Module(text), {0: _site()}, kernel_name="k")
+
+
+def test_block_of_256_threads_without_warp_specialisation_refused(plain_ptx):
+    text = plain_ptx.replace(".reqntid 128", ".reqntid 256", 1)
+    with pytest.raises(SpliceRewriteError, match=r"step 'threads': in a kernel that is not "
+                                                 r"warp-specialised a warpgroup call runs on "
+                                                 r"the whole block.*has 256.*scope=\"block\""):
+        splice_calls(Module(text), {0: _site()}, kernel_name="k")
+
+
+# ---------------------------------------------------------------------------------------------
+# The callee
+
+
+@pytest.mark.parametrize("case", sorted(CALLEE_REFUSALS))
+def test_callee_refused(case):
+    fn, msg = CALLEE_REFUSALS[case]
+    with pytest.raises(SpliceLinkError, match=msg) as e:
+        splice.compile(make_matmul_kernel(fn), MATMULS["fp16 128x128x64"], "sm_90")
+    assert f"warpgroup-scope extern '{fn._splice_extern.name}'" in str(e.value)
+    assert "128 threads of one warpgroup" in str(e.value)
+
+
+def test_cub_block_reduce_refused():
+    src = r'''
+#include <cub/block/block_reduce.cuh>
+extern "C" __device__ int cub_sum(int a) {
+    using R = cub::BlockReduce<int, 128>;
+    __shared__ typename R::TempStorage tmp;
+    return R(tmp).Sum(a);
+}'''
+    for incs in ([], *cccl.installations()):
+        fn = splice.extern(source=src, name="cub_sum", scope="warpgroup", include_dirs=incs,
+                           options=["-std=c++17"], signature="int32(int32)")(lambda a: None)
+        try:
+            fn._splice_extern.fragment.module("sm_90")
+            break
+        except splice.SpliceError:
+            continue
+    else:
+        pytest.skip("CUB headers not found")
+    with pytest.raises(SpliceLinkError, match=r"warpgroup-scope extern 'cub_sum'.*(barrier of "
+                                              r"the whole CTA|read of the thread index)"):
+        splice.compile(make_matmul_kernel(fn), MATMULS["fp16 128x128x64"], "sm_90")
+
+
+def test_header_functions_are_accepted():
+    b = splice.compile(sum_kernel, VEC_SIG, "sm_90")
+    [site] = b.sites
+    assert site.instances == 1
+    b = splice.compile(rotate_kernel, K.signature(K.array(f32), K.array(i32), K.array(f32),
+                                                  256), "sm_90")
+    assert len(_group_calls(b)) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU: each against PyTorch
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_gpu_matmul_with_group_count(torch, dtype):
+    from support.gpu import launch
+    dt = getattr(torch, dtype)
+    A = torch.randn(256, 128, device="cuda", dtype=dt)
+    B = torch.randn(128, 256, device="cuda", dtype=dt)
+    C = torch.empty(256, 256, device="cuda", dtype=dt)
+    launch(torch, (2, 2, 1), matmul_count_kernel, (A, B, C, 128, 128, 64))
+    want = (A.float() @ B.float() + torch.tensor([[0.0], [1.0]], device="cuda")
+            .repeat_interleave(128, 0) + 128.0).to(dt)
+    torch.testing.assert_close(C, want, rtol=2e-2, atol=2e-1)
+
+
+@pytest.mark.gpu
+def test_gpu_shuffle_reduction(torch):
+    from support.gpu import launch
+    blocks = 16
+    x = torch.randn(blocks * 256, device="cuda")
+    y = torch.empty_like(x)
+    launch(torch, (blocks,), sum_kernel, (x, y, 256))
+    xv = x.view(blocks, 256)
+    first128 = torch.stack([x[b * 256:b * 256 + 128].sum() for b in range(blocks)])[:, None]
+    torch.testing.assert_close(y.view(blocks, 256), xv + first128 + xv.sum(1, keepdim=True),
+                               rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.gpu
+def test_gpu_group_barrier(torch):
+    from support.gpu import launch
+    blocks = 8
+    x = torch.randn(blocks * 256, device="cuda")
+    out = torch.full((blocks * 128,), -1, dtype=torch.int32, device="cuda")
+    y = torch.empty_like(x)
+    launch(torch, (blocks,), rotate_kernel, (x, out, y, 256))
+    idx = torch.arange(blocks * 128, dtype=torch.int32, device="cuda").view(blocks, 128)
+    assert torch.equal(out.view(blocks, 128), torch.roll(idx, -1, dims=1))
+    xv = x.view(blocks, 256)
+    torch.testing.assert_close(y.view(blocks, 256), xv * xv.sum(1, keepdim=True), rtol=1e-4,
+                               atol=1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", [sum_call_kernel, plain_sum_call_kernel])
+def test_gpu_reduction_then_call(torch, kernel):
+    from support.gpu import launch
+    x = torch.randn(8 * 256, device="cuda")
+    y = torch.empty_like(x)
+    launch(torch, (8,), kernel, (x, y, 256))
+    s = x.view(8, 256).sum(dim=1, keepdim=True)
+    torch.testing.assert_close(y.view(8, 256), x.view(8, 256) * (s + 128.0), rtol=1e-4,
+                               atol=1e-3)
+
+
+@pytest.mark.gpu
+def test_gpu_flag_kernel(torch):
+    from support.gpu import launch
+    x = torch.randn(4 * 256, device="cuda")
+    flag = torch.tensor([1, 0, 0, 3], dtype=torch.int32, device="cuda").repeat_interleave(256)
+    y = torch.empty_like(x)
+    launch(torch, (4,), flag_kernel, (x, flag, y, 256))
+    xv = x.view(4, 256)
+    s = xv.sum(dim=1, keepdim=True)
+    on = (flag.view(4, 256).sum(dim=1, keepdim=True) > 0)
+    torch.testing.assert_close(y.view(4, 256), torch.where(on, xv * (s + 128.0), xv),
+                               rtol=1e-4, atol=1e-3)
