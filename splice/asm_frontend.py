@@ -218,14 +218,14 @@ def _to_b64(t: ElementType, k: int) -> list[str]:
 
 def make_asm_function():
     """``splice.asm``: a plain function cuTile resolves to :func:`_handle_asm`."""
-    def asm(template, *args, dtype=None, constraints=None, pure=True, pack=1):
+    def asm(template, *args, dtype=None, constraints=None, pure=True, pack=1, scope=None):
         raise SpliceCallError(f"splice.asm called from Python at {python_caller()}: it is "
                               f"device code; use it inside a @splice.kernel function")
     cu.resolve_calls(asm, _handle_asm)
     return asm
 
 
-def _handle_asm(callee, template, args, dtype, constraints, pure, pack):
+def _handle_asm(callee, template, args, dtype, constraints, pure, pack, scope):
     loc = cu.current_loc()
     where = loc_str(loc)
 
@@ -243,6 +243,11 @@ def _handle_asm(callee, template, args, dtype, constraints, pure, pack):
     k = _constant(pack, "pack", where)
     if not isinstance(k, int) or k not in (1, 2, 4, 8):
         raise error(f"pack must be 1, 2, 4 or 8, got {k!r}")
+    sc = _constant(scope, "scope", where) or "element"
+    if sc not in ("element", "block", "warpgroup"):
+        raise error(f"scope must be 'element', 'block' or 'warpgroup', got {sc!r}")
+    if sc != "element":
+        _check_cooperative_template(text, sc, k, error)
     for i, var in enumerate(args):
         if not isinstance(var.get_type(), cu.TileTy):
             raise error(f"input {i + 1} is {describe(var)}; inputs are tiles or scalars")
@@ -254,7 +259,7 @@ def _handle_asm(callee, template, args, dtype, constraints, pure, pack):
             raise error(f"pack={k} cannot pack bool outputs")
         args, shape, padded = _pack_inputs(args, k, pure_v and bool(outputs), where, loc)
         outputs = _packed_types(outputs, k, error)
-    ext, offsets = _snippet_extern(text, outputs, args, constraints, pure_v, where, loc)
+    ext, offsets = _snippet_extern(text, outputs, args, constraints, pure_v, where, loc, sc)
     raw = emit_call(ext, tuple(args), loc)
     if not outputs:
         return None
@@ -290,7 +295,30 @@ def _packed_types(outputs, k: int, error) -> tuple[ElementType, ...]:
         raise error(f"pack={k} outputs must be {16 // k}/{32 // k}/{64 // k}-bit") from None
 
 
-def _snippet_extern(text, outputs, args, constraints, pure: bool, where, loc):
+_CONTROL = re.compile(r"^\s*(?:@!?%?\w+\s+)?(bra|brx|call|ret|exit)\b")
+_LABEL = re.compile(r"(?:^|[;{}])\s*[$%\w]+\s*:", re.M)
+
+
+def _check_cooperative_template(text: str, scope: str, pack: int, error) -> None:
+    """A block- or warpgroup-scope snippet runs once per execution on every thread of its
+    group, with scalar inputs: it must be straight-line (a branch, label, call or exit in
+    it could send threads of the group different ways around its barriers)."""
+    if pack != 1:
+        raise error(f"pack={pack} packs tile elements; a {scope}-scope snippet takes scalars")
+    body = re.sub(r"//[^\n]*|/\*.*?\*/", "", text, flags=re.S)
+    for stmt in re.split(r"[;{}]", body):
+        m = _CONTROL.match(stmt)
+        if m:
+            raise error(f"a {scope}-scope snippet must be straight-line PTX, and this one has "
+                        f"'{m.group(1)}': move the control flow into the kernel (an if on a "
+                        f"scalar) or into a CUDA C extern")
+    if _LABEL.search(body):
+        raise error(f"a {scope}-scope snippet must be straight-line PTX, and this one has a "
+                    f"label")
+
+
+def _snippet_extern(text, outputs, args, constraints, pure: bool, where, loc,
+                    scope: str = "element"):
     """The extern calling the snippet, and each output's bit offset in its result
     (``constraints``: the Var of ``constraints=``)."""
     from .externs import ExternFunction
@@ -311,8 +339,9 @@ def _snippet_extern(text, outputs, args, constraints, pure: bool, where, loc):
     except SpliceError as e:
         raise SpliceCallError(e.message, loc) from None
     # inline="auto": a snippet that declares .local/.shared scratch stays a call
-    return ExternFunction(f"asm@{where}", spec.symbol, sig, pure and bool(outputs),
-                          AsmSource(spec=spec), where, inline="auto"), offsets
+    return ExternFunction(f"asm@{where}", spec.symbol, sig,
+                          pure and bool(outputs) and scope == "element",
+                          AsmSource(spec=spec), where, inline="auto", scope=scope), offsets
 
 
 def _split_outputs(raw, outputs, offsets) -> tuple:
@@ -401,12 +430,17 @@ Args:
     pure (bool): False: never removed, never duplicated, runs exactly once per element and
         keeps its order against the kernel's memory operations (``asm volatile`` with a
         "memory" clobber). A snippet without outputs is always impure.
+    scope (str): "element" (default), or "block" / "warpgroup": the snippet runs once per
+        execution on every thread of the block / of the warpgroup tileiras runs the site on
+        (as for ``splice.extern(scope=...)``): scalar inputs, always impure, no ``pack``,
+        straight-line PTX only (no branch, label, call or exit).
 
 Returns:
     A tile (or tuple of tiles) of the broadcast shape, or None.
 
 Raises:
-    SpliceCallError: operand count/type mismatches, before tileiras runs.
+    SpliceCallError: operand count/type mismatches, a cooperative snippet with control flow
+        or tile inputs, before tileiras runs.
     SpliceCompileError: ptxas rejected the snippet (its message, the snippet and the call
         site).
 """

@@ -535,3 +535,57 @@ def test_gpu_flag_kernel(torch):
     on = (flag.view(4, 256).sum(dim=1, keepdim=True) > 0)
     torch.testing.assert_close(y.view(4, 256), torch.where(on, xv * (s + 128.0), xv),
                                rtol=1e-4, atol=1e-3)
+
+
+# ---------------------------------------------------------------------------------------------
+# splice.asm at block and warpgroup scope
+
+
+@splice.kernel
+def asm_matmul_kernel(A, B, C, tm: ConstInt, tn: ConstInt, tk: ConstInt):
+    acc = K.matmul_tile(A, B, tm, tn, tk)
+    # lane 0's value of the block index, every thread of the warpgroup
+    s = splice.asm("shfl.sync.idx.b32 $0, $1, 0, 31, -1;", ct.bid(0), dtype=i32,
+                   scope="warpgroup")
+    ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=ct.astype(acc + s, C.dtype))
+
+
+@splice.kernel
+def asm_block_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+    s = splice.asm("shfl.sync.idx.b32 $0, $1, 0, 31, -1;", ct.bid(0), dtype=i32, scope="block")
+    ct.store(y, index=(ct.bid(0),), tile=t + s)
+
+
+@splice.kernel
+def asm_branch_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+    s = splice.asm("{ .reg .pred p; setp.eq.s32 p, $1, 0; mov.b32 $0, $1; @p bra DONE; "
+                   "add.s32 $0, $1, 1; DONE: }", ct.bid(0), dtype=i32, scope="block")
+    ct.store(y, index=(ct.bid(0),), tile=t + s)
+
+
+@splice.kernel
+def asm_tile_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+    ct.store(y, index=(ct.bid(0),), tile=splice.asm("mov.b32 $0, $1;", t, dtype=i32,
+                                                    scope="warpgroup"))
+
+
+def test_asm_at_warpgroup_and_block_scope():
+    b = splice.compile(asm_matmul_kernel, MATMULS["fp16 128x128x64"], "sm_90")
+    _check_group_call(b)
+    assert "shfl.sync.idx.b32" in _group_calls(b)[0]
+    b = splice.compile(asm_block_kernel, K.signature(K.array(i32), K.array(i32), 128), "sm_90")
+    [text] = [s.text(b.spliced_ptx) for s in b.spans if s.kind == "block call"]
+    assert "shfl.sync.idx.b32" in text and "bar.red.popc.u32" in text
+
+
+def test_asm_cooperative_refusals():
+    sig = K.signature(K.array(i32), K.array(i32), 128)
+    with pytest.raises(splice.SpliceCallError, match=r"block-scope snippet must be "
+                                                     r"straight-line PTX.*'bra'"):
+        splice.compile(asm_branch_kernel, sig, "sm_90")
+    with pytest.raises(splice.SpliceCallError, match=r"argument 1 is a int32 tile of shape "
+                                                     r"\(128,\); a warpgroup-scope extern"):
+        splice.compile(asm_tile_kernel, sig, "sm_90")
