@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.parametrize("script", ["examples/layernorm_gelu.py",
                                     "examples/ptx_import/saxpy_from_ptx.py",
                                     "examples/block_reduce_rows.py",
-                                    "examples/row_sort.py", "examples/row_top_k.py"])
+                                    "examples/row_sort.py", "examples/row_top_k.py",
+                                    "examples/matmul_rowmax_fp8.py"])
 def test_example_compiles(script):
     env = python_env(ROOT)
     out = subprocess.run([sys.executable, str(ROOT / script), "--compile-only"],

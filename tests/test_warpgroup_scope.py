@@ -589,3 +589,19 @@ def test_asm_cooperative_refusals():
     with pytest.raises(splice.SpliceCallError, match=r"argument 1 is a int32 tile of shape "
                                                      r"\(128,\); a warpgroup-scope extern"):
         splice.compile(asm_tile_kernel, sig, "sm_90")
+
+
+@pytest.mark.gpu
+def test_gpu_example_matmul_fp8_scales():
+    """examples/matmul_rowmax_fp8.py on the GPU: C and its per-row FP8 scales against
+    PyTorch (the example asserts both)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    from support.env import python_env
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, str(root / "examples" / "matmul_rowmax_fp8.py")],
+                         capture_output=True, text=True, cwd=root / "examples", timeout=600,
+                         env=python_env(root))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "OK" in out.stdout
