@@ -310,6 +310,9 @@ def _group(module: Module, parsed, defs, g: int, b: int, bins: Instruction, c: i
     text = " ".join(parsed[b][0].text(module.text).split())
     if count is None:
         # bar.sync 0: the whole block joins -- a kernel that is not warp-specialised
+        if _immediate(bid) != 0:
+            raise WarpgroupRefusal("join barrier", f"the site joins at {text!r}, a named "
+                                   f"barrier without a thread count")
         ws = block.warp_specialisation(module, parsed)
         if ws is not None:
             raise WarpgroupRefusal("join barrier", f"the site joins at {text!r}, a barrier "
@@ -321,6 +324,9 @@ def _group(module: Module, parsed, defs, g: int, b: int, bins: Instruction, c: i
                 f"on the whole block, which must then be one warpgroup ({GROUP_SIZE} "
                 f"threads); this block has {ntid} (.reqntid). Declare the extern "
                 f"scope=\"block\" to call it on every thread of the block")
+        if not 0 <= c < ntid:
+            raise WarpgroupRefusal("threads", f"the site runs on thread {c}, outside the "
+                                   f"block of {ntid} threads")
         return Group(0, c, text, False)
     nwarps = ntid // 32
     _check_region_entry(module, parsed, defs, g, nwarps)

@@ -605,3 +605,31 @@ def test_gpu_example_matmul_fp8_scales():
                          env=python_env(root))
     assert out.returncode == 0, out.stdout + out.stderr
     assert "OK" in out.stdout
+
+
+@splice.kernel
+def two_sites_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    a = group_countf(ct.sum(t))
+    ct.store(y, index=(ct.bid(0),), tile=t * a + group_countf(a))
+
+
+def test_two_sites_share_one_tag_and_check_their_own():
+    b = splice.compile(two_sites_kernel, VEC_SIG, "sm_90")
+    calls = _group_calls(b)
+    assert len(calls) == 2
+    assert b.spliced_ptx.count(".shared .align 4 .b32 __splice_group_tag;") == 1
+    tags = sorted(int(re.search(r"setp.ne.u32 \t%__splice_q, %__splice_tag, (\d+);", c)
+                      .group(1)) for c in calls)
+    assert tags == [1, 65537]      # site * 65536 + instance + 1
+
+
+@pytest.mark.gpu
+def test_gpu_two_sites(torch):
+    from support.gpu import launch
+    x = torch.randn(4 * 256, device="cuda")
+    y = torch.empty_like(x)
+    launch(torch, (4,), two_sites_kernel, (x, y, 256))
+    xv = x.view(4, 256)
+    a = xv.sum(dim=1, keepdim=True) + 128.0
+    torch.testing.assert_close(y.view(4, 256), xv * a + (a + 128.0), rtol=1e-4, atol=1e-3)
