@@ -47,18 +47,22 @@ extern "C" __device__ void row_scales(const __half* C, float* scales) {
 }''')
 
 
+def matmul_acc(A, B, tm, tn, tk):
+    """The (tm, tn) float32 accumulator of A @ B for this block: TMA loads, ct.mma."""
+    num_k = ct.num_tiles(A, axis=1, shape=(tm, tk))
+    acc = ct.full((tm, tn), 0, dtype=ct.float32)
+    for k in range(num_k):
+        a = ct.load(A, index=(ct.bid(0), k), shape=(tm, tk), padding_mode=ct.PaddingMode.ZERO)
+        b = ct.load(B, index=(k, ct.bid(1)), shape=(tk, tn), padding_mode=ct.PaddingMode.ZERO)
+        acc = ct.mma(a, b, acc)
+    return acc
+
+
 def make_kernel(row_scales):
     @splice.kernel
     def matmul_fp8_scales(A, B, C, scales, tm: ct.Constant[int], tn: ct.Constant[int],
                           tk: ct.Constant[int]):
-        num_k = ct.num_tiles(A, axis=1, shape=(tm, tk))
-        acc = ct.full((tm, tn), 0, dtype=ct.float32)
-        for k in range(num_k):
-            a = ct.load(A, index=(ct.bid(0), k), shape=(tm, tk),
-                        padding_mode=ct.PaddingMode.ZERO)
-            b = ct.load(B, index=(k, ct.bid(1)), shape=(tk, tn),
-                        padding_mode=ct.PaddingMode.ZERO)
-            acc = ct.mma(a, b, acc)
+        acc = matmul_acc(A, B, tm, tn, tk)
         # stored by the warpgroup's own threads (not the TMA store warp), so that the
         # call's entry barrier makes the tile visible to every thread of the group
         ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=ct.astype(acc, C.dtype),

@@ -234,19 +234,29 @@ def _immediate(op: str) -> int | None:
         return None
 
 
-def guard_thread(guard: str, parsed, defs) -> int | None:
-    """The thread ``c`` when ``@guard`` is true exactly for the threads with ``tid.x != c``
-    (the guard predicate is a ``setp`` comparing a register that only ``mov %tid.x``
-    defines with an immediate); else None."""
-    negated = guard.startswith("!")
+def _setp_of(guard: str, parsed, defs) -> tuple[Instruction, bool] | None:
+    """(the ``setp`` that is the only definition of ``@guard``'s predicate, and whether the
+    guard negates it) for a 32-bit comparison whose only destination is that predicate;
+    else None."""
     pred = guard.lstrip("!")
     if len(defs.get(pred, ())) != 1:
         return None
     ins = parsed[defs[pred][0]][1]
     if ins.base != "setp" or ins.guard is not None or len(ins.operands) != 3 or \
-            ins.operands[0] != pred or \
-            len(ins.modifiers) != 2 or ins.modifiers[1] not in ("b32", "u32", "s32"):
+            ins.operands[0] != pred or len(ins.modifiers) != 2 or \
+            ins.modifiers[1] not in ("b32", "u32", "s32"):
         return None
+    return ins, guard.startswith("!")
+
+
+def guard_thread(guard: str, parsed, defs) -> int | None:
+    """The thread ``c`` when ``@guard`` is true exactly for the threads with ``tid.x != c``
+    (the guard predicate is a ``setp`` comparing a register that only ``mov %tid.x``
+    defines with an immediate); else None."""
+    found = _setp_of(guard, parsed, defs)
+    if found is None:
+        return None
+    ins, negated = found
     if (ins.modifiers[0], negated) not in (("ne", False), ("eq", True)):
         return None
     _, a, b = ins.operands
@@ -415,15 +425,10 @@ def warp_predicate(guard: str, parsed, defs) -> Callable[[int], bool] | None:
     """For ``@guard`` on a per-warp-uniform value (a ``setp`` comparing ``warp id + k``
     with an immediate, the predicate's only definition): warp -> whether the guard holds.
     None for any other guard."""
-    negated = guard.startswith("!")
-    pred = guard.lstrip("!")
-    if len(defs.get(pred, ())) != 1:
+    found = _setp_of(guard, parsed, defs)
+    if found is None or found[0].modifiers[0] not in _CMP:
         return None
-    ins = parsed[defs[pred][0]][1]
-    if ins.base != "setp" or ins.guard is not None or len(ins.operands) != 3 or \
-            ins.operands[0] != pred or len(ins.modifiers) != 2 or \
-            ins.modifiers[0] not in _CMP or ins.modifiers[1] not in ("u32", "s32", "b32"):
-        return None
+    ins, negated = found
     cmp, ty = ins.modifiers
     if ty == "b32" and cmp not in ("eq", "ne"):
         return None
