@@ -41,8 +41,8 @@ a :class:`WarpgroupRefusal` naming the step (the rewriter's
    by ``bar.sync 0`` (a kernel that is not warp-specialised).
 5. **threads**: which warps can reach G, by a forward analysis over the control-flow graph
    from the kernel's entry in which every branch on a *per-warp-uniform* value -- the warp
-   id ``tid.x >> 5`` (or its ``shfl.sync.idx`` from lane 0, or that plus a constant)
-   compared with a constant -- sends each warp its own way, and every other branch both
+   id ``tid.x >> 5`` (or its ``shfl.sync.idx`` from lane 0, or that and a constant through
+   ``add``, ``and``, ...) compared with a constant -- sends each warp its own way, and every other branch both
    ways. The warps that can reach G must be exactly one warpgroup (4 consecutive warps, the
    first a multiple of 4: 128 threads), they must number the join barrier's count, and the
    region the warp branch R opens must be entered only through R (no branch from outside it
@@ -390,11 +390,18 @@ def successors(parsed, labels: dict[str, int], k: int) -> list[int]:
 _WARP_ID_SHFL = ("0", "31", "-1")
 
 
-def _warp_expr(reg: str, parsed, defs, depth: int = 0) -> int | None:
-    """The constant ``k`` when ``reg`` holds ``warp id + k`` in every thread: its only
+_WARP_OPS: dict[str, Callable[[int, int], int]] = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "and": lambda a, b: a & b,
+    "or": lambda a, b: a | b, "xor": lambda a, b: a ^ b, "shl": lambda a, b: a << b,
+    "shr": lambda a, b: a >> b}
+
+
+def _warp_expr(reg: str, parsed, defs, depth: int = 0) -> Callable[[int], int] | None:
+    """``f`` with ``reg == f(warp id)`` (32 bits) in every thread, when ``reg``'s only
     definition is ``shr.u32 reg, tid, 5`` (tid: only ``mov %tid.x``), ``shfl.sync.idx.b32
-    reg, w, 0, 31, -1`` of such a register (lane 0's value: the same in the whole warp) or
-    ``add.s32``/``add.u32`` of one and an immediate; else None."""
+    reg, w, 0, 31, -1`` of such a register (lane 0's value: the same in the whole warp), or
+    an ``add``/``sub``/``and``/``or``/``xor``/``shl``/``shr`` (32-bit, unsigned ``shr``) of one
+    and an immediate; else None."""
     if depth > 8 or len(defs.get(reg, ())) != 1:
         return None
     ins = parsed[defs[reg][0]][1]
@@ -403,15 +410,18 @@ def _warp_expr(reg: str, parsed, defs, depth: int = 0) -> int | None:
     ops = ins.operands
     if ins.opcode in ("shr.u32", "shr.b32") and ops[2:] == ("5",) and \
             block._tid_register(ops[1], parsed, defs):
-        return 0
+        return lambda w: w
     if ins.opcode == "shfl.sync.idx.b32" and ops[2:] == _WARP_ID_SHFL:
         return _warp_expr(ops[1], parsed, defs, depth + 1)
-    add = _immediate(ops[2]) if ins.opcode in ("add.s32", "add.u32") and len(ops) == 3 \
-        else None
-    if add is not None:
-        inner = _warp_expr(ops[1], parsed, defs, depth + 1)
-        return None if inner is None else inner + add
-    return None
+    op = _WARP_OPS.get(ins.base)
+    imm = _immediate(ops[2]) if len(ops) == 3 else None
+    if op is None or imm is None or ins.modifiers not in (("s32",), ("u32",), ("b32",)) or \
+            ins.opcode == "shr.s32":
+        return None
+    inner = _warp_expr(ops[1], parsed, defs, depth + 1)
+    if inner is None:
+        return None
+    return lambda w: op(inner(w), imm) & 0xFFFFFFFF
 
 
 _CMP: dict[str, Callable[[int, int], bool]] = {
@@ -422,8 +432,8 @@ _CMP: dict[str, Callable[[int, int], bool]] = {
 
 
 def warp_predicate(guard: str, parsed, defs) -> Callable[[int], bool] | None:
-    """For ``@guard`` on a per-warp-uniform value (a ``setp`` comparing ``warp id + k``
-    with an immediate, the predicate's only definition): warp -> whether the guard holds.
+    """For ``@guard`` on a per-warp-uniform value (a ``setp`` comparing a function of the
+    warp id (:func:`_warp_expr`) with an immediate, the predicate's only definition): warp -> whether the guard holds.
     None for any other guard."""
     found = _setp_of(guard, parsed, defs)
     if found is None or found[0].modifiers[0] not in _CMP:
@@ -435,8 +445,8 @@ def warp_predicate(guard: str, parsed, defs) -> Callable[[int], bool] | None:
     a, b = ins.operands[1:]
     swap = _immediate(a) is not None
     reg, imm = (b, _immediate(a)) if swap else (a, _immediate(b))
-    k = _warp_expr(reg, parsed, defs)
-    if imm is None or k is None:
+    f = _warp_expr(reg, parsed, defs)
+    if imm is None or f is None:
         return None
 
     def norm(v: int) -> int:
@@ -444,7 +454,7 @@ def warp_predicate(guard: str, parsed, defs) -> Callable[[int], bool] | None:
         return v - (1 << 32) if ty == "s32" and v >= 1 << 31 else v
 
     def holds(w: int) -> bool:
-        x, y = norm(w + k), norm(imm)
+        x, y = norm(f(w)), norm(imm)
         return _CMP[cmp](*((y, x) if swap else (x, y))) != negated
     return holds
 

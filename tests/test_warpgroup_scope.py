@@ -633,3 +633,23 @@ def test_gpu_two_sites(torch):
     xv = x.view(4, 256)
     a = xv.sum(dim=1, keepdim=True) + 128.0
     torch.testing.assert_close(y.view(4, 256), xv * a + (a + 128.0), rtol=1e-4, atol=1e-3)
+
+
+def test_warp_analysis_finds_the_roles_of_the_tma_matmul(matmul_ptx):
+    """The analysis of which warps reach each statement finds tileiras's roles (design.md,
+    warpgroup-scope): warps 0-3 at the epilogue's site, warp 4 (TMA loads) and warp 5 (TMA
+    store) at their setmaxnreg.dec, warps 6-7 at theirs."""
+    from splice import warpgroup
+    from splice.rewrite import _Body
+    m = Module(matmul_ptx)
+    [fn] = [f for f in m.function_order if f.is_definition]
+    b = _Body.parse(m, fn, "k")
+    reach = warpgroup.warps_reaching(b.parsed, b.defs, 8)
+    [site] = [k for k, (_, ins) in enumerate(b.parsed) if ins is not None and ins.base == "atom"]
+    assert reach[site] == frozenset(range(4))
+    dec = [reach[k] for k, (_, ins) in enumerate(b.parsed)
+           if ins is not None and ins.opcode.startswith("setmaxnreg.dec")]
+    assert sorted(map(sorted, dec)) == [[4], [5], [6, 7]]
+    tma = {w for k, (_, ins) in enumerate(b.parsed)
+           if ins is not None and ins.opcode.startswith("cp.async.bulk.tensor") for w in reach[k]}
+    assert tma == {4, 5}
