@@ -62,7 +62,8 @@ only splice uses that id, 2.), so the barrier completes only when 128 threads ha
 all of them the group's. It counts them (a thread that exited is excused from a barrier and
 would be missing from the call: then the count is short and the entry traps), and each
 thread checks the tag (a thread at another site's barrier traps). Then every thread calls the
-extern, meets the others at the exit barrier (same id and count: the callee's stores are
+extern, meets the others at the exit barrier (same id and count; both barriers are the non-aligned
+form, correct also where the leader's path has not reconverged with its warp's: the callee's stores are
 visible to the group after it, and thread ``c`` does not overwrite the arguments of the next
 execution before every thread has read them), and thread ``c`` goes on with tileiras's code
 after the marker, the others to J. A partial or mixed call is a trap, never a wrong result.
@@ -75,6 +76,13 @@ other barrier than the group's, and any read of ``%ntid`` (``blockDim``: 256 in 
 matmul where the group is 128) or of ``%tid`` (``threadIdx``: not the rank in a group that
 does not start at thread 0). The header ``splice_group.h`` gives ``splice_group_rank()``,
 ``splice_group_size()`` and ``splice_group_sync()``.
+
+**Tiles (not yet).** Arguments are scalars and pointers, as at block scope
+(:func:`splice.trace._check_block_arguments` refuses a tile for both scopes). Tile arguments
+will be staged in splice-owned shared memory around the call as for block scope (issue 22:
+stores by the owner threads before G, loads after J); at this scope they then sit between
+:func:`leader_block` and :func:`all_threads_block`, and the limit is the shared memory
+tileiras leaves (about 35 KB next to the 128x128x64 TMA matmul's 196,760 B).
 """
 
 from __future__ import annotations
@@ -633,7 +641,7 @@ def all_threads_block(site, instance: int, dest: str, join: str, group: Group,
         "\t.reg .pred \t%__splice_q, %__splice_true;",
         "\tmov.u32 \t%__splice_tid, %tid.x;",
         "\tsetp.ge.u32 \t%__splice_true, %__splice_tid, 0;",
-        f"\tbarrier.red.popc.aligned.u32 \t%__splice_n, {bar}, %__splice_true; // splice: "
+        f"\tbarrier.red.popc.u32 \t%__splice_n, {bar}, %__splice_true; // splice: "
         f"the group's memory accesses before the call, and the arguments, visible to it",
         f"\tsetp.ne.u32 \t%__splice_q, %__splice_n, {GROUP_SIZE};",
         "\t@%__splice_q trap; // splice: not every thread of the warpgroup is here",
@@ -643,7 +651,7 @@ def all_threads_block(site, instance: int, dest: str, join: str, group: Group,
         f"\tld.shared.b{w} \t%__splice_a0, [{sym}];",
         f"\tld.shared.b{w} \t%__splice_a1, [{sym}+8];",
         call,
-        f"\tbarrier.sync.aligned \t{bar}; // splice: the call's memory accesses visible to "
+        f"\tbarrier.sync \t{bar}; // splice: the call's memory accesses visible to "
         f"the group after it",
         f"\tsetp.ne.u32 \t%__splice_q, %__splice_tid, {group.leader};",
         f"\t@%__splice_q bra \t{join};",

@@ -234,11 +234,11 @@ def _check_group_call(b, leader: int = 0) -> None:
     leader_part, rest = text.split("\n$__splice_group_0_0:", 1)
     assert "st.shared.b32 \t[__splice_group_tag], 1;" in leader_part
     order = [rest.index(s) for s in (
-        "barrier.red.popc.aligned.u32 \t%__splice_n, 15, 128, %__splice_true;",
+        "barrier.red.popc.u32 \t%__splice_n, 15, 128, %__splice_true;",
         "setp.ne.u32 \t%__splice_q, %__splice_n, 128;", "@%__splice_q trap;",
         "ld.shared.b32 \t%__splice_tag, [__splice_group_tag];",
         "ld.shared.b32 \t%__splice_a0, [__splice_block_0];",
-        "barrier.sync.aligned \t15, 128;",
+        "barrier.sync \t15, 128;",
         f"setp.ne.u32 \t%__splice_q, %__splice_tid, {leader};")]
     assert order == sorted(order)
     # the guard leads every other thread of the group to splice's label; its old target

@@ -21,6 +21,8 @@ static __device__ __forceinline__ unsigned splice_group_rank() {
 
 // A barrier over the group, with the memory ordering of __syncthreads() among its threads
 // (named barrier 15 with 128 threads: splice proves the kernel uses that id nowhere else).
+// Every thread of the group must reach it, as for __syncthreads(); it is the non-aligned
+// barrier, so the threads of a warp need not be converged there.
 static __device__ __forceinline__ void splice_group_sync() {
-    asm volatile("barrier.sync.aligned 15, 128;" ::: "memory");
+    asm volatile("barrier.sync 15, 128;" ::: "memory");
 }
