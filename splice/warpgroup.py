@@ -101,7 +101,7 @@ GROUP_BARRIER = 15
 #: Threads in a warpgroup.
 GROUP_SIZE = 128
 #: The register the header's ``splice_group_rank()`` reads ``%tid.x`` into: the one raw
-#: ``%tid`` read :func:`check_callee` accepts (the header masks it to the rank).
+#: ``%tid`` read :func:`callee_refusal` accepts (the header masks it to the rank).
 RANK_REGISTER = "%splice_group_tid"
 
 _WGMMA_OPEN = ("wgmma.mma_async", "wgmma.commit_group")
@@ -189,9 +189,7 @@ def tma_hint(module: Module) -> str:
     code = module.text.split(".nv_intermediate_source_section")[0]
     kinds = [k for k, r in (("ct.load", _TMA_LOAD), ("ct.store", _TMA_STORE)) if r.search(code)]
     if not kinds:
-        return (" (the kernel has no TMA copies, so allow_tma=False would not change it; "
-                "a block call needs a kernel without ct.mma, or one that tileiras does not "
-                "warp-specialise)")
+        return " (the kernel has no TMA copies, so allow_tma=False would not change it)"
     return (f", or pass allow_tma=False to its {' and '.join(kinds)} calls (its TMA copies) "
             f"for a kernel without warp specialisation, where a block call works")
 
