@@ -653,3 +653,18 @@ def test_warp_analysis_finds_the_roles_of_the_tma_matmul(matmul_ptx):
     tma = {w for k, (_, ins) in enumerate(b.parsed)
            if ins is not None and ins.opcode.startswith("cp.async.bulk.tensor") for w in reach[k]}
     assert tma == {4, 5}
+
+
+def test_binary_object_refused_at_warpgroup_scope(tmp_path):
+    from support.fragments import rdc_cubin
+    obj = splice.extern.from_object(rdc_cubin(tmp_path), name="obj_f", scope="warpgroup",
+                                    signature="float32(float32)")
+
+    @splice.kernel
+    def obj_kernel(x, y, TILE: ConstInt):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+        ct.store(y, index=(ct.bid(0),), tile=t * obj(ct.sum(t)), allow_tma=False)
+    with pytest.raises(SpliceLinkError, match=r"warpgroup-scope extern 'obj_f'.*comes from a "
+                                              r"binary object.*ship it as CUDA C, PTX or "
+                                              r"LTO-IR"):
+        splice.compile(obj_kernel, VEC_SIG, "sm_90")
