@@ -56,12 +56,13 @@ a :class:`WarpgroupRefusal` naming the step (the rewriter's
 
 **Why every thread of the group calls the extern once per execution.** Only the group's
 threads reach G (5.), and splice's code sits between G and J: thread ``c`` stores the
-arguments and a tag naming the site instance into shared memory, every thread of the group
-meets at the entry barrier (``barrier.red.popc`` with :data:`GROUP_BARRIER` and count 128;
-only splice uses that id, 2.), so the barrier completes only when 128 threads have arrived,
-all of them the group's. It counts them (a thread that exited is excused from a barrier and
-would be missing from the call: then the count is short and the entry traps), and each
-thread checks the tag (a thread at another site's barrier traps). Then every thread calls the
+arguments into shared memory, every thread of the group meets at the entry barrier
+(``barrier.red.popc`` with :data:`GROUP_BARRIER` and count 128; only splice uses that id,
+2.), so the barrier completes only when 128 threads have arrived, all of them the group's.
+It counts them (a thread that exited is excused from a barrier and would be missing from the
+call: then the count is short and the entry traps), and a second one counts the threads of
+rank below the site's identity (:func:`site_identity`), which is that identity only when
+every thread is at this site (else the threads of one site or the other trap). Then every thread calls the
 extern, meets the others at the exit barrier (same id and count; both barriers are the non-aligned
 form, correct also where the leader's path has not reconverged with its warp's: the callee's stores are
 visible to the group after it, and thread ``c`` does not overwrite the arguments of the next
@@ -591,29 +592,22 @@ def callee_refusal(ins: Instruction, text: str) -> tuple[str, str] | None:
 # The PTX of a site
 
 
-def tag_symbol() -> str:
-    return "__splice_group_tag"
+#: Warpgroup sites a kernel may have: each one's identity is a count of threads (1..127).
+MAX_SITES = 127
 
 
-def tag_declaration() -> str:
-    """The module-level shared word in which the leader names the site instance it calls."""
-    return (f".shared .align 4 .b32 {tag_symbol()}; // splice: the warpgroup call in "
-            f"progress (site * 65536 + instance + 1)")
-
-
-def tag_of(site, instance: int) -> int:
-    return site.index * 65536 + instance + 1
+def site_identity(site) -> int:
+    """The number of the group's threads (by rank) that the second entry barrier counts at
+    ``site``: different for every site of the kernel (site indices < :data:`MAX_SITES`)."""
+    return 1 + site.index % MAX_SITES
 
 
 def leader_block(site, instance: int, operands) -> str:
-    """Replaces the marker: the leader stores the marker's operands into the site's scratch
-    and the site instance into the tag."""
-    body = block.thread0_block(site, instance, operands)
-    head, end = body.rsplit("\n", 1)
-    head = head.replace("block call", "warpgroup call").replace("thread 0 passes",
-                                                               "the group's leader passes")
-    return "\n".join([head,
-                       f"\tst.shared.b32 \t[{tag_symbol()}], {tag_of(site, instance)};", end])
+    """Replaces the marker: the leader stores the marker's operands into the site's
+    scratch."""
+    head, rest = block.thread0_block(site, instance, operands).split("\n", 1)
+    return head.replace("block call", "warpgroup call").replace(
+        "thread 0 passes", "the group's leader passes") + "\n" + rest
 
 
 def group_label(site, instance: int) -> str:
@@ -623,34 +617,41 @@ def group_label(site, instance: int) -> str:
 def all_threads_block(site, instance: int, dest: str, join: str, group: Group,
                       call_block) -> str:
     """After the leader's store: every thread of the group calls the extern; the leader
-    then goes on with tileiras's code after the marker, the others to the join. The entry
-    barrier counts its threads and traps unless all :data:`GROUP_SIZE` are there, and each
-    thread traps unless the tag names its own site instance."""
+    then goes on with tileiras's code after the marker, the others to the join.
+
+    Two entry barriers: the first counts the threads there and traps unless all
+    :data:`GROUP_SIZE` are (a thread that exited is excused from barriers); the second
+    counts those of rank below :func:`site_identity` and traps unless that is the count
+    (barriers pair by id, not by instruction: threads at another site's barrier would make
+    it that site's count, so that either these or those trap)."""
     w = site.width
     sym = block.scratch_symbol(site.index)
     call = call_block(site, None, dest, ("%__splice_a0", "%__splice_a1"), instance)
     bar = f"{GROUP_BARRIER}, {GROUP_SIZE}"
+    ident = site_identity(site)
     return "\n".join([
         f"{group_label(site, instance)}: // splice: every thread of the warpgroup calls "
         f"{site.label}",
         "{",
         f"\t.reg .b{w} \t%__splice_a<2>;",
-        "\t.reg .b32 \t%__splice_tid, %__splice_n, %__splice_tag;",
-        "\t.reg .pred \t%__splice_q, %__splice_true;",
+        "\t.reg .b32 \t%__splice_tid, %__splice_n, %__splice_rank;",
+        "\t.reg .pred \t%__splice_q, %__splice_p;",
         "\tmov.u32 \t%__splice_tid, %tid.x;",
-        "\tsetp.ge.u32 \t%__splice_true, %__splice_tid, 0;",
-        f"\tbarrier.red.popc.u32 \t%__splice_n, {bar}, %__splice_true; // splice: "
-        f"the group's memory accesses before the call, and the arguments, visible to it",
+        "\tsetp.ge.u32 \t%__splice_p, %__splice_tid, 0;",
+        f"\tbarrier.red.popc.u32 \t%__splice_n, {bar}, %__splice_p; // splice: the group's "
+        f"memory accesses before the call, and the arguments, visible to it",
         f"\tsetp.ne.u32 \t%__splice_q, %__splice_n, {GROUP_SIZE};",
         "\t@%__splice_q trap; // splice: not every thread of the warpgroup is here",
-        f"\tld.shared.b32 \t%__splice_tag, [{tag_symbol()}];",
-        f"\tsetp.ne.u32 \t%__splice_q, %__splice_tag, {tag_of(site, instance)};",
+        f"\tsub.u32 \t%__splice_rank, %__splice_tid, {group.first_thread};",
+        f"\tsetp.lt.u32 \t%__splice_p, %__splice_rank, {ident};",
+        f"\tbarrier.red.popc.u32 \t%__splice_n, {bar}, %__splice_p;",
+        f"\tsetp.ne.u32 \t%__splice_q, %__splice_n, {ident};",
         "\t@%__splice_q trap; // splice: threads of the warpgroup at different call sites",
         f"\tld.shared.b{w} \t%__splice_a0, [{sym}];",
         f"\tld.shared.b{w} \t%__splice_a1, [{sym}+8];",
         call,
-        f"\tbarrier.sync \t{bar}; // splice: the call's memory accesses visible to "
-        f"the group after it",
+        f"\tbarrier.sync \t{bar}; // splice: the call's memory accesses visible to the group "
+        f"after it",
         f"\tsetp.ne.u32 \t%__splice_q, %__splice_tid, {group.leader};",
         f"\t@%__splice_q bra \t{join};",
         "\t} // splice: end warpgroup call"])

@@ -232,11 +232,12 @@ def _check_group_call(b, leader: int = 0) -> None:
     [text] = _group_calls(b)
     ptx = b.spliced_ptx
     leader_part, rest = text.split("\n$__splice_group_0_0:", 1)
-    assert "st.shared.b32 \t[__splice_group_tag], 1;" in leader_part
+    assert "st.shared.b32 \t[__splice_block_0+0]" in leader_part
     order = [rest.index(s) for s in (
-        "barrier.red.popc.u32 \t%__splice_n, 15, 128, %__splice_true;",
+        "barrier.red.popc.u32 \t%__splice_n, 15, 128, %__splice_p;",
         "setp.ne.u32 \t%__splice_q, %__splice_n, 128;", "@%__splice_q trap;",
-        "ld.shared.b32 \t%__splice_tag, [__splice_group_tag];",
+        "setp.lt.u32 \t%__splice_p, %__splice_rank, 1;",
+        "setp.ne.u32 \t%__splice_q, %__splice_n, 1;",
         "ld.shared.b32 \t%__splice_a0, [__splice_block_0];",
         "barrier.sync \t15, 128;",
         f"setp.ne.u32 \t%__splice_q, %__splice_tid, {leader};")]
@@ -247,7 +248,6 @@ def _check_group_call(b, leader: int = 0) -> None:
     assert m and ptx.count("$__splice_group_0_0:") == 1
     assert re.search(re.escape(m.group(1)) + r":\n(\s*\.loc[^\n]*\n)*\s*(barrier.sync \t1, "
                                              r"128;|bar.sync \t0;)", ptx)
-    assert ".shared .align 4 .b32 __splice_group_tag;" in ptx
     assert "__splice_marker" not in ptx.split(".nv_intermediate_source_section")[0]
 
 
@@ -614,14 +614,16 @@ def two_sites_kernel(x, y, TILE: ConstInt):
     ct.store(y, index=(ct.bid(0),), tile=t * a + group_countf(a))
 
 
-def test_two_sites_share_one_tag_and_check_their_own():
+def test_two_sites_check_their_own_identity():
     b = splice.compile(two_sites_kernel, VEC_SIG, "sm_90")
     calls = _group_calls(b)
     assert len(calls) == 2
-    assert b.spliced_ptx.count(".shared .align 4 .b32 __splice_group_tag;") == 1
-    tags = sorted(int(re.search(r"setp.ne.u32 \t%__splice_q, %__splice_tag, (\d+);", c)
-                      .group(1)) for c in calls)
-    assert tags == [1, 65537]      # site * 65536 + instance + 1
+    # the second entry barrier counts the ranks below site + 1: 1 at site 0, 2 at site 1
+    ids = sorted(int(re.search(r"setp.lt.u32 \t%__splice_p, %__splice_rank, (\d+);\n\t"
+                               r"barrier.red.popc.u32 \t%__splice_n, 15, 128, %__splice_p;\n\t"
+                               r"setp.ne.u32 \t%__splice_q, %__splice_n, \1;", c).group(1))
+                 for c in calls)
+    assert ids == [1, 2]
 
 
 @pytest.mark.gpu
