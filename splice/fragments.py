@@ -436,7 +436,8 @@ def default_include_dirs(*texts: str) -> list[Path]:
     headers it includes), after the user's: the CUDA headers
     (:func:`splice.toolchain.cuda_include_dir`), CCCL's (:func:`splice.cccl.include_dirs`),
     NVSHMEM's for a source that includes it (:func:`splice.nvshmem.include_dirs_for`), and
-    splice's own headers (``splice_group.h``: :func:`splice.warpgroup.include_dir`).
+    splice's own for a source that includes ``splice_group.h``
+    (:func:`splice.warpgroup.include_dir`).
 
     Raises:
         SpliceToolchainError: the source includes NVSHMEM, which (or CCCL) is not installed.
@@ -444,7 +445,8 @@ def default_include_dirs(*texts: str) -> list[Path]:
     inc = toolchain.cuda_include_dir()
     found = ([inc] if inc is not None else []) + [Path(d) for d in cccl.include_dirs()]
     found += nvshmem.include_dirs_for(*texts)
-    found.append(Path(__file__).parent / "include")
+    if any("splice_group.h" in t for t in texts):
+        found.append(Path(__file__).parent / "include")
     return list(dict.fromkeys(found))
 
 

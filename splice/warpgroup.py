@@ -566,6 +566,16 @@ def callee_refusal(ins: Instruction, text: str) -> tuple[str, str] | None:
     """(what is wrong, the fix) when the instruction ``text`` (parsed: ``ins``) cannot run
     in a warpgroup-scope callee; None when it can."""
     header = "from #include <splice_group.h>"
+    if ins.base in ("bar", "barrier") and ins.modifiers[:1] == ("cluster",):
+        return (f"a barrier of the whole cluster ('{text}'), which the block's other warps "
+                f"never reach: a deadlock", f"Synchronise the group with splice_group_sync() "
+                f"{header}")
+    if ins.base == "setmaxnreg":
+        return (f"'{text}', which changes the register budget tileiras gave the warpgroup "
+                f"for the rest of the kernel", "Remove it")
+    if ins.base == "exit":
+        return (f"'{text}': a thread that exits inside the call leaves the group (and is "
+                f"excused from its barriers)", "Return from the function instead")
     ids = barrier_operands(ins)
     if ids is not None:
         bid, count = ids

@@ -103,6 +103,14 @@ extern "C" __device__ int red_all(int a) { return __syncthreads_count(a); }''', 
 extern "C" __device__ int named3(int a) { asm volatile("bar.sync 3, 128;"); return a; }''',
                                               "named3"),
                               r"a barrier \('bar.sync 3, 128;'\) other than the group's"),
+    "cluster barrier": (_refused_callee(r'''
+extern "C" __device__ int cl(int a) {
+    asm volatile("barrier.cluster.arrive;"); asm volatile("barrier.cluster.wait;"); return a; }''',
+                                        "cl"),
+                        r"a barrier of the whole cluster \('barrier.cluster.arrive;'"),
+    "exit": (_refused_callee(r'''
+extern "C" __device__ int ex(int a) { if (a < 0) asm volatile("exit;"); return a; }''', "ex"),
+             r"'exit;': a thread that exits inside the call leaves the group"),
     "blockDim": (_refused_callee(r'''
 extern "C" __device__ int bdim(int a) { return a + blockDim.x; }''', "bdim"),
                  r"a read of the block size \('mov.u32 %r\d+, %ntid.x;': blockDim\).*"
