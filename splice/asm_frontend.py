@@ -24,7 +24,8 @@ import re
 import cuda.tile as ct
 
 from . import _cutile as cu
-from .errors import SpliceCallError, SpliceError
+from .errors import SpliceCallError, SpliceDeclarationError, SpliceError
+from .forms import form_of
 from .trace import describe, emit_call, loc_str, python_caller
 from .types import ElementType, Signature, element_type
 
@@ -243,11 +244,12 @@ def _handle_asm(callee, template, args, dtype, constraints, pure, pack, scope):
     k = _constant(pack, "pack", where)
     if not isinstance(k, int) or k not in (1, 2, 4, 8):
         raise error(f"pack must be 1, 2, 4 or 8, got {k!r}")
-    sc = _constant(scope, "scope", where) or "element"
-    if sc not in ("element", "block", "warpgroup"):
-        raise error(f"scope must be 'element', 'block' or 'warpgroup', got {sc!r}")
-    if sc != "element":
-        _check_cooperative_template(text, sc, k, error)
+    try:
+        form = form_of(_constant(scope, "scope", where) or "element", "scope=")
+    except SpliceDeclarationError as e:
+        raise error(e.message) from None
+    if form.runs_collectives:    # a cooperative form: the whole group runs the snippet
+        _check_cooperative_template(text, form.scope, k, error)
     for i, var in enumerate(args):
         if not isinstance(var.get_type(), cu.TileTy):
             raise error(f"input {i + 1} is {describe(var)}; inputs are tiles or scalars")
@@ -259,7 +261,7 @@ def _handle_asm(callee, template, args, dtype, constraints, pure, pack, scope):
             raise error(f"pack={k} cannot pack bool outputs")
         args, shape, padded = _pack_inputs(args, k, pure_v and bool(outputs), where, loc)
         outputs = _packed_types(outputs, k, error)
-    ext, offsets = _snippet_extern(text, outputs, args, constraints, pure_v, where, loc, sc)
+    ext, offsets = _snippet_extern(text, outputs, args, constraints, pure_v, where, loc, form)
     raw = emit_call(ext, tuple(args), loc)
     if not outputs:
         return None
@@ -317,8 +319,7 @@ def _check_cooperative_template(text: str, scope: str, pack: int, error) -> None
                     f"label")
 
 
-def _snippet_extern(text, outputs, args, constraints, pure: bool, where, loc,
-                    scope: str = "element"):
+def _snippet_extern(text, outputs, args, constraints, pure: bool, where, loc, form):
     """The extern calling the snippet, and each output's bit offset in its result
     (``constraints``: the Var of ``constraints=``)."""
     from .externs import ExternFunction
@@ -338,10 +339,10 @@ def _snippet_extern(text, outputs, args, constraints, pure: bool, where, loc,
         sig.packing()
     except SpliceError as e:
         raise SpliceCallError(e.message, loc) from None
+    pure = form.declare(sig, pure and bool(outputs), f"inline PTX at {where}")
     # inline="auto": a snippet that declares .local/.shared scratch stays a call
-    return ExternFunction(f"asm@{where}", spec.symbol, sig,
-                          pure and bool(outputs) and scope == "element",
-                          AsmSource(spec=spec), where, inline="auto", scope=scope), offsets
+    return ExternFunction(f"asm@{where}", spec.symbol, sig, pure, AsmSource(spec=spec), where,
+                          inline="auto", form=form), offsets
 
 
 def _split_outputs(raw, outputs, offsets) -> tuple:

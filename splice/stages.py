@@ -16,7 +16,8 @@ import os
 import re
 from typing import Any, Callable, Protocol
 
-from . import collectives, diagnose, inline, link, nvshmem, rewrite, toolchain, warpgroup
+from . import collectives, diagnose, inline, link, nvshmem, rewrite, toolchain
+from .forms import warpgroup as warpgroup_form
 from .errors import SpliceLinkError, SpliceToolchainError
 from .fragments import BinarySource, Fragment, PtxSource
 from .ptx import Module, opcode_head, parse_instruction
@@ -184,7 +185,7 @@ def _compile_fragments(job: Driver, traced, lowered: _Lowered) -> _Compiled:
             job.dump(f".fragment{len(modules) - 1}.ptx", modules[fkey][1].text)
         _check_fragment(site, *modules[fkey], lowered)
     collectives.check_element_sites(traced.sites, modules, lowered.target)
-    warpgroup.check_sites(traced.sites, modules, lowered.target)
+    warpgroup_form.check_callees(traced.sites, modules, lowered.target)
     linked = link.prepare(lowered.module, list(modules.values()), job.name,
                           frozenset(s.extern.symbol for s in traced.sites),
                           host_filled=nvshmem.HOST_FILLED)

@@ -95,7 +95,7 @@ from typing import Callable, Sequence
 
 from . import block, collectives
 from .errors import SpliceLinkError
-from .ptx import Instruction, Module, parse_instruction
+from .ptx import Body, Instruction, Module, parse_instruction
 
 #: The named barrier id of splice's entry and exit barriers and of ``splice_group_sync()``.
 GROUP_BARRIER = 15
@@ -145,29 +145,28 @@ class SiteProof:
     group: Group
 
 
-def prove_site(module: Module, fn, parsed, defs, i: int) -> SiteProof:
-    """Prove steps 1-7 of the module docstring for the marker at statement ``i`` of ``fn``
-    (``parsed``: the body's (statement, instruction or None); ``defs``: register ->
-    statements defining it).
+def prove_site(body: Body, i: int) -> SiteProof:
+    """Prove steps 1-7 of the module docstring for the marker at statement ``i`` of the
+    analysed function ``body``.
 
     Raises:
         WarpgroupRefusal: the first step that fails, with its reason.
     """
-    ntid = _check_kernel(module, fn, parsed)
-    _check_barrier_ids(module, parsed)
-    g, c = _guard(module, parsed, defs, i)
+    ntid = _check_kernel(body)
+    _check_barrier_ids(body)
+    g, c, target = _guard(body, i)
     try:
-        j = block._join(module, parsed, g, i, parsed[g][1].operands[0])
+        j = block._join(body, g, i, target)
     except ValueError as e:
         raise WarpgroupRefusal("site shape", str(e)) from None
-    b, bins = _join_barrier(module, parsed, j)
-    group = _group(module, parsed, defs, g, b, bins, c, ntid)
-    _check_reaching(parsed, i, lambda ins: ins.opcode.startswith(_WGMMA_OPEN),
+    b, bins = _join_barrier(body, j)
+    group = _group(body, g, b, bins, c, ntid)
+    _check_reaching(body, i, lambda ins: ins.opcode.startswith(_WGMMA_OPEN),
                     lambda ins: ins.opcode.startswith("wgmma.wait_group") and
                     ins.operands == ("0",), "wgmma",
                     "the call site is inside an open wgmma group: a wgmma.mma_async may "
                     "still be running when it is reached (no wgmma.wait_group 0 between)")
-    _check_reaching(parsed, i, lambda ins: ins.opcode.startswith("setmaxnreg.dec"),
+    _check_reaching(body, i, lambda ins: ins.opcode.startswith("setmaxnreg.dec"),
                     lambda ins: False, "registers",
                     "the call site is reached after a setmaxnreg.dec (a warp whose register "
                     "budget tileiras cut, e.g. a TMA producer warp)")
@@ -195,9 +194,9 @@ def tma_hint(module: Module) -> str:
             f"for a kernel without warp specialisation, where a block call works")
 
 
-def _check_kernel(module: Module, fn, parsed) -> int:
+def _check_kernel(body: Body) -> int:
     try:
-        dims = block._check_kernel(module, fn, parsed)
+        dims = block._check_kernel(body)
     except ValueError as e:
         raise WarpgroupRefusal("kernel", str(e)) from None
     ntid = int(dims.split(",")[0])
@@ -217,8 +216,9 @@ def barrier_operands(ins: Instruction) -> tuple[str, str | None] | None:
     return ops[0], (ops[1] if len(ops) > 1 else None)
 
 
-def _check_barrier_ids(module: Module, parsed) -> None:
-    for s, ins in parsed:
+def _check_barrier_ids(body: Body) -> None:
+    module = body.module
+    for s, ins in body.parsed:
         if ins is None:
             continue
         ids = barrier_operands(ins)
@@ -241,26 +241,26 @@ def _immediate(op: str) -> int | None:
         return None
 
 
-def _setp_of(guard: str, parsed, defs) -> tuple[Instruction, bool] | None:
+def _setp_of(guard: str, body: Body) -> tuple[Instruction, bool] | None:
     """(the ``setp`` that is the only definition of ``@guard``'s predicate, and whether the
     guard negates it) for a 32-bit comparison whose only destination is that predicate;
     else None."""
     pred = guard.lstrip("!")
-    if len(defs.get(pred, ())) != 1:
+    if len(body.defs.get(pred, ())) != 1:
         return None
-    ins = parsed[defs[pred][0]][1]
-    if ins.base != "setp" or ins.guard is not None or len(ins.operands) != 3 or \
+    ins = body.parsed[body.defs[pred][0]][1]
+    if ins is None or ins.base != "setp" or ins.guard is not None or len(ins.operands) != 3 or \
             ins.operands[0] != pred or len(ins.modifiers) != 2 or \
             ins.modifiers[1] not in ("b32", "u32", "s32"):
         return None
     return ins, guard.startswith("!")
 
 
-def guard_thread(guard: str, parsed, defs) -> int | None:
+def guard_thread(guard: str, body: Body) -> int | None:
     """The thread ``c`` when ``@guard`` is true exactly for the threads with ``tid.x != c``
     (the guard predicate is a ``setp`` comparing a register that only ``mov %tid.x``
     defines with an immediate); else None."""
-    found = _setp_of(guard, parsed, defs)
+    found = _setp_of(guard, body)
     if found is None:
         return None
     ins, negated = found
@@ -268,38 +268,40 @@ def guard_thread(guard: str, parsed, defs) -> int | None:
         return None
     _, a, b = ins.operands
     reg, imm = (a, _immediate(b)) if _immediate(a) is None else (b, _immediate(a))
-    if imm is None or not block._tid_register(reg, parsed, defs):
+    if imm is None or not block._tid_register(reg, body):
         return None
     return imm
 
 
-def _guard(module: Module, parsed, defs, i: int) -> tuple[int, int]:
+def _guard(body: Body, i: int) -> tuple[int, int, str]:
     """Step 3: back from the marker at ``i`` through straight-line code to the guard G.
-    Returns G's statement index and the thread ``c`` that falls through it."""
+    Returns G's statement index, the thread ``c`` that falls through it and its target."""
+    module, parsed = body.module, body.parsed
     g = i - 1
     while g >= 0 and (parsed[g][0].kind == "directive" or
-                      (parsed[g][1] is not None and parsed[g][1].base not in block._BRANCH_OPS
-                       and parsed[g][1].base not in ("bar", "barrier", "atom"))):
+                      ((ins := parsed[g][1]) is not None and ins.base not in block._BRANCH_OPS
+                       and ins.base not in ("bar", "barrier", "atom"))):
         g -= 1
     gins = parsed[g][1] if g >= 0 else None
     if gins is None or gins.base != "bra" or gins.guard is None or len(gins.operands) != 1:
         found = parsed[g][0].text(module.text).strip() if g >= 0 else "the entry"
         raise WarpgroupRefusal("site shape", f"the marker is not behind a branch on the "
                                f"thread index (found {found!r} before it)")
-    c = guard_thread(gins.guard, parsed, defs)
+    c = guard_thread(gins.guard, body)
     if c is None:
         raise WarpgroupRefusal("site shape", f"the branch before the marker "
                                f"({parsed[g][0].text(module.text).strip()!r}) does not skip "
                                f"exactly the threads with tid.x != c for one thread c")
-    return g, c
+    return g, c, gins.operands[0]
 
 
-def _join_barrier(module: Module, parsed, j: int) -> tuple[int, Instruction]:
+def _join_barrier(body: Body, j: int) -> tuple[int, Instruction]:
     """Step 4: the barrier B after the join at ``j``, through straight-line code."""
+    module, parsed = body.module, body.parsed
     b = j + 1
     while b < len(parsed) and (parsed[b][0].kind == "directive" or (
-            parsed[b][1] is not None and parsed[b][1].base not in block._BRANCH_OPS and
-            parsed[b][1].base not in ("bar", "barrier"))):
+            (nxt := parsed[b][1]) is not None and nxt.base not in block._BRANCH_OPS and
+            nxt.base not in ("bar", "barrier"))):
         b += 1
     ins = parsed[b][1] if b < len(parsed) else None
     found = parsed[b][0].text(module.text).strip() if b < len(parsed) else "the end"
@@ -321,16 +323,15 @@ def _join_barrier(module: Module, parsed, j: int) -> tuple[int, Instruction]:
 # Step 5: the threads
 
 
-def _group(module: Module, parsed, defs, g: int, b: int, bins: Instruction, c: int,
-           ntid: int) -> Group:
+def _group(body: Body, g: int, b: int, bins: Instruction, c: int, ntid: int) -> Group:
     bid, count = barrier_operands(bins) or ("", None)
-    text = " ".join(parsed[b][0].text(module.text).split())
+    text = " ".join(body.parsed[b][0].text(body.module.text).split())
     if count is None:
         # bar.sync 0: the whole block joins -- a kernel that is not warp-specialised
         if _immediate(bid) != 0:
             raise WarpgroupRefusal("join barrier", f"the site joins at {text!r}, a named "
                                    f"barrier without a thread count")
-        ws = block.warp_specialisation(module, parsed)
+        ws = block.warp_specialisation(body)
         if ws is not None:
             raise WarpgroupRefusal("join barrier", f"the site joins at {text!r}, a barrier "
                                    f"of the whole block, in a kernel tileiras "
@@ -346,8 +347,8 @@ def _group(module: Module, parsed, defs, g: int, b: int, bins: Instruction, c: i
                                    f"block of {ntid} threads")
         return Group(0, c, text, False)
     nwarps = ntid // 32
-    _check_region_entry(module, parsed, defs, g, nwarps)
-    reach = warps_reaching(parsed, defs, nwarps)
+    _check_region_entry(body, g)
+    reach = warps_reaching(body, nwarps)
     warps = sorted(reach[g])
     if int(count, 0) != GROUP_SIZE or len(warps) * 32 != GROUP_SIZE or \
             warps != list(range(warps[0], warps[0] + 4)) or warps[0] % 4:
@@ -372,10 +373,6 @@ def _ranges(warps: Sequence[int]) -> str:
         return str(warps[0]) if warps else "none"
     return f"{warps[0]}-{warps[-1]}" if warps == list(range(warps[0], warps[-1] + 1)) \
         else ", ".join(map(str, warps))
-
-
-def _labels(parsed) -> dict[str, int]:
-    return {s.tokens[0].text: k for k, (s, _) in enumerate(parsed) if s.kind == "label"}
 
 
 def successors(parsed, labels: dict[str, int], k: int) -> list[int]:
@@ -403,29 +400,29 @@ _WARP_OPS: dict[str, Callable[[int, int], int]] = {
     "shr": lambda a, b: a >> b}
 
 
-def _warp_expr(reg: str, parsed, defs, depth: int = 0) -> Callable[[int], int] | None:
+def _warp_expr(reg: str, body: Body, depth: int = 0) -> Callable[[int], int] | None:
     """``f`` with ``reg == f(warp id)`` (32 bits) in every thread, when ``reg``'s only
     definition is ``shr.u32 reg, tid, 5`` (tid: only ``mov %tid.x``), ``shfl.sync.idx.b32
     reg, w, 0, 31, -1`` of such a register (lane 0's value: the same in the whole warp), or
     an ``add``/``sub``/``and``/``or``/``xor``/``shl``/``shr`` (32-bit, unsigned ``shr``) of one
     and an immediate; else None."""
-    if depth > 8 or len(defs.get(reg, ())) != 1:
+    if depth > 8 or len(body.defs.get(reg, ())) != 1:
         return None
-    ins = parsed[defs[reg][0]][1]
-    if ins.guard is not None or not ins.operands or ins.operands[0] != reg:
+    ins = body.parsed[body.defs[reg][0]][1]
+    if ins is None or ins.guard is not None or not ins.operands or ins.operands[0] != reg:
         return None
     ops = ins.operands
     if ins.opcode in ("shr.u32", "shr.b32") and ops[2:] == ("5",) and \
-            block._tid_register(ops[1], parsed, defs):
+            block._tid_register(ops[1], body):
         return lambda w: w
     if ins.opcode == "shfl.sync.idx.b32" and ops[2:] == _WARP_ID_SHFL:
-        return _warp_expr(ops[1], parsed, defs, depth + 1)
+        return _warp_expr(ops[1], body, depth + 1)
     op = _WARP_OPS.get(ins.base)
     imm = _immediate(ops[2]) if len(ops) == 3 else None
     if op is None or imm is None or ins.modifiers not in (("s32",), ("u32",), ("b32",)) or \
             ins.opcode == "shr.s32":
         return None
-    inner = _warp_expr(ops[1], parsed, defs, depth + 1)
+    inner = _warp_expr(ops[1], body, depth + 1)
     if inner is None:
         return None
     return lambda w: op(inner(w), imm) & 0xFFFFFFFF
@@ -438,11 +435,11 @@ _CMP: dict[str, Callable[[int, int], bool]] = {
     "hs": lambda a, b: a >= b}
 
 
-def warp_predicate(guard: str, parsed, defs) -> Callable[[int], bool] | None:
+def warp_predicate(guard: str, body: Body) -> Callable[[int], bool] | None:
     """For ``@guard`` on a per-warp-uniform value (a ``setp`` comparing a function of the
     warp id (:func:`_warp_expr`) with an immediate, the predicate's only definition): warp -> whether the guard holds.
     None for any other guard."""
-    found = _setp_of(guard, parsed, defs)
+    found = _setp_of(guard, body)
     if found is None or found[0].modifiers[0] not in _CMP:
         return None
     ins, negated = found
@@ -452,7 +449,7 @@ def warp_predicate(guard: str, parsed, defs) -> Callable[[int], bool] | None:
     a, b = ins.operands[1:]
     swap = _immediate(a) is not None
     reg, imm = (b, _immediate(a)) if swap else (a, _immediate(b))
-    f = _warp_expr(reg, parsed, defs)
+    f = _warp_expr(reg, body)
     if imm is None or f is None:
         return None
 
@@ -466,11 +463,11 @@ def warp_predicate(guard: str, parsed, defs) -> Callable[[int], bool] | None:
     return holds
 
 
-def warps_reaching(parsed, defs, nwarps: int) -> list[frozenset[int]]:
+def warps_reaching(body: Body, nwarps: int) -> list[frozenset[int]]:
     """For each statement, the warps whose threads can reach it from the function's entry
     (step 5): a branch on a per-warp-uniform predicate (:func:`warp_predicate`) sends each
     warp its own way, every other branch both ways."""
-    labels = _labels(parsed)
+    parsed, labels = body.parsed, body.labels
     reach: list[set[int]] = [set() for _ in parsed]
     if not parsed:
         return []
@@ -484,7 +481,7 @@ def warps_reaching(parsed, defs, nwarps: int) -> list[frozenset[int]]:
         outs: list[tuple[int, set[int]]]
         if ins is not None and ins.base == "bra" and ins.guard is not None:
             if k not in preds:
-                preds[k] = warp_predicate(ins.guard, parsed, defs)
+                preds[k] = warp_predicate(ins.guard, body)
             p = preds[k]
             taken = {w for w in here if p(w)} if p is not None else here
             fall = {w for w in here if not p(w)} if p is not None else here
@@ -500,16 +497,16 @@ def warps_reaching(parsed, defs, nwarps: int) -> list[frozenset[int]]:
     return [frozenset(r) for r in reach]
 
 
-def _check_region_entry(module: Module, parsed, defs, g: int, nwarps: int) -> None:
+def _check_region_entry(body: Body, g: int) -> None:
     """Step 5, the region: the nearest branch R before G on a per-warp-uniform predicate
     whose target T comes after G opens the group's region (R+1 .. T); no branch from outside
     it names a label inside it."""
-    labels = _labels(parsed)
+    module, parsed, labels = body.module, body.parsed, body.labels
     for r in range(g - 1, -1, -1):
         ins = parsed[r][1]
         if ins is None or ins.base != "bra" or ins.guard is None or \
                 labels.get(ins.operands[0], -1) <= g or \
-                warp_predicate(ins.guard, parsed, defs) is None:
+                warp_predicate(ins.guard, body) is None:
             continue
         end = labels[ins.operands[0]]
         inside = {name for name, k in labels.items() if r < k < end}
@@ -531,11 +528,11 @@ def _check_region_entry(module: Module, parsed, defs, g: int, nwarps: int) -> No
 # Steps 6-7
 
 
-def _check_reaching(parsed, i: int, source: Callable[[Instruction], bool],
+def _check_reaching(body: Body, i: int, source: Callable[[Instruction], bool],
                     kill: Callable[[Instruction], bool], step: str, reason: str) -> None:
     """Refuse when some path from an instruction matching ``source`` reaches statement ``i``
     without passing one matching ``kill``."""
-    labels = _labels(parsed)
+    parsed, labels = body.parsed, body.labels
     starts = [k for k, (_, ins) in enumerate(parsed) if ins is not None and source(ins)]
     seen = set(starts)
     work = list(starts)
@@ -672,11 +669,12 @@ _SYSTEM_CALLS = frozenset({"vprintf", "malloc", "free", "__assertfail"})
 
 
 def check_sites(sites, fragments, target: str) -> None:
-    """Refuse every warpgroup-scope call site whose extern, or anything it calls, executes
-    an instruction :func:`callee_refusal` refuses.
+    """Refuse every one of ``sites`` (warpgroup-scope call sites:
+    :func:`splice.forms.warpgroup.check_callees` picks them) whose extern, or anything it
+    calls, executes an instruction :func:`callee_refusal` refuses.
 
     Args:
-        sites: the traced call sites (``.extern``, ``.where``).
+        sites: warpgroup-scope call sites (``.extern``, ``.where``).
         fragments: content key -> (description, PTX module) of every fragment of the kernel,
             compiled for ``target``.
         target: the kernel's PTX target.
@@ -689,8 +687,6 @@ def check_sites(sites, fragments, target: str) -> None:
     modules = [m for _, m in fragments.values()]
     for site in sites:
         ext = site.extern
-        if ext.scope != "warpgroup":
-            continue
         what = f"warpgroup-scope extern '{ext.name}' (declared at {ext.where}), called at " \
                f"{site.where}"
         if isinstance(ext.fragment, BinarySource):

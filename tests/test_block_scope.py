@@ -236,7 +236,7 @@ COUNT_SIG = K.signature(K.array(i32), K.array(i32), K.scalar(i32), K.scalar(i32)
 
 
 def test_scope_is_validated_and_recorded():
-    with pytest.raises(SpliceDeclarationError, match="scope must be 'element', 'block' or 'warpgroup'"):
+    with pytest.raises(SpliceDeclarationError, match="scope must be 'element' or 'block'"):
         splice.extern(source="", name="f", signature="int32(int32)", scope="warp")(
             lambda a: None)
     assert block_count._splice_extern.scope == "block"

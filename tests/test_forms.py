@@ -69,7 +69,8 @@ def test_scope_is_validated_against_the_registry(void_form):
     del forms.FORMS["test_void"]
     try:
         with pytest.raises(SpliceDeclarationError,
-                           match="scope must be 'element' or 'block', got 'test_void'"):
+                           match="scope must be 'element' or 'block' or 'warpgroup', "
+                                 "got 'test_void'"):
             splice.extern(source=TICK_SRC, name="tick", signature="void(int32*, int32)",
                           scope="test_void")(lambda c, v: None)
     finally:

@@ -16,7 +16,7 @@ from splice import cccl
 from splice.errors import SpliceDeclarationError, SpliceLinkError, SpliceRewriteError
 from splice.ptx import Module, Param
 from splice.rewrite import SiteCall, splice_calls
-from splice.sites import Marker
+from splice.forms import form_of
 from splice.types import parse_signature
 
 f16, bf16, f32, i32 = ct.float16, ct.bfloat16, ct.float32, ct.int32
@@ -305,7 +305,7 @@ def _site(width: int = 32) -> SiteCall:
     return SiteCall(0, "callee0", (Param("p0", f".param .b{width}", None, f".b{width}",
                                          ".param"),),
                     Param("r", f".param .b{width}", None, f".b{width}", ".param"), sig,
-                    "callee0 at test:1", None, Marker.ATOMIC, width, "warpgroup")
+                    "callee0 at test:1", None, form_of("warpgroup", "test"), width)
 
 
 @pytest.fixture(scope="module")
@@ -650,11 +650,10 @@ def test_warp_analysis_finds_the_roles_of_the_tma_matmul(matmul_ptx):
     warpgroup-scope): warps 0-3 at the epilogue's site, warp 4 (TMA loads) and warp 5 (TMA
     store) at their setmaxnreg.dec, warps 6-7 at theirs."""
     from splice import warpgroup
-    from splice.rewrite import _Body
     m = Module(matmul_ptx)
     [fn] = [f for f in m.function_order if f.is_definition]
-    b = _Body.parse(m, fn, "k")
-    reach = warpgroup.warps_reaching(b.parsed, b.defs, 8)
+    b = m.body(fn)
+    reach = warpgroup.warps_reaching(b, 8)
     [site] = [k for k, (_, ins) in enumerate(b.parsed) if ins is not None and ins.base == "atom"]
     assert reach[site] == frozenset(range(4))
     dec = [reach[k] for k, (_, ins) in enumerate(b.parsed)

@@ -45,12 +45,13 @@ in a warp-specialised kernel):
 from __future__ import annotations
 
 from ..errors import SpliceDeclarationError
-from . import block, element
+from . import block, element, warpgroup
 from .base import CallForm, Marker, Refusal, Scope
 
 FORMS: dict[str, CallForm] = {
     Scope.ELEMENT.value: element.ATOMIC,
     Scope.BLOCK.value: block.BLOCK,
+    Scope.WARPGROUP.value: warpgroup.WARPGROUP,
 }
 
 

@@ -26,6 +26,7 @@ class Scope(str, enum.Enum):
 
     ELEMENT = "element"
     BLOCK = "block"
+    WARPGROUP = "warpgroup"
 
     def __str__(self) -> str:
         return self.value

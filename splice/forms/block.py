@@ -71,7 +71,7 @@ class BlockForm:
         """The edits of one instance of the site's marker (statement ``i``): the guard
         retargeted, the marker replaced by thread 0's store of the arguments and every
         thread's call (see :mod:`splice.block`, which proves it)."""
-        from .. import block
+        from .. import block, warpgroup
         from ..calls import call_block
         from ..spans import Generated
         from .marked import rewrite_error
@@ -84,9 +84,8 @@ class BlockForm:
                 kernel_name, f"{what}: tileiras warp-specialised this kernel ({ws!r}): its "
                              f"scalar operations run in a subset of the block's warps, so "
                              f"splice cannot make every thread of the block call the extern. "
-                             f"Block-scope calls need a kernel without warp specialisation "
-                             f"(e.g. no TMA pipeline: ct.load(..., allow_tma=False), no "
-                             f"ct.mma)")
+                             f"Declare the extern scope=\"warpgroup\" to call it on the "
+                             f"warpgroup that runs the site{warpgroup.tma_hint(body.module)}")
         if ins.guard is not None:
             raise body.fail(f"{what}: the marker is predicated", i)
         dest = ins.operands[0]

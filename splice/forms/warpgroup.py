@@ -1,0 +1,126 @@
+"""Warpgroup calls (``scope="warpgroup"``): every thread of the warpgroup that tileiras runs
+the call site on calls the extern once per execution, convergently, with the arguments of
+the thread tileiras ran the 0-d operation on.
+
+Declaration: any result but a pointer; always kept in place and in order (never pure).
+Arguments: scalars and pointers, as for block calls (tiles: not yet, see
+:mod:`splice.warpgroup`). Marker: a 0-d atomic, which tileiras runs on one thread of the
+consumer warpgroup behind a ``tid.x != c`` guard, joined at its named barrier
+(``barrier.sync 1, 128``) in a warp-specialised kernel, at ``bar.sync 0`` in a 128-thread
+kernel that is not; its global becomes the arguments' shared scratch. Each instance:
+:func:`splice.warpgroup.prove_site` proves which threads reach it (one warpgroup), the
+leader stores the arguments, the guard is retargeted so that every thread of the group calls
+the extern between splice's own counting barriers (``docs/design.md#warpgroup-scope``).
+Collectives: warp-level ones and the group's barrier in the callee; CTA barriers, other
+barriers and raw ``blockDim``/``threadIdx`` reads are refused (:func:`check_callees`, which
+:mod:`splice.stages` runs beside the element-scope collective check). The PTX analysis is imported when it runs: a cache
+hit loads the forms, not the rewriter.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import SpliceDeclarationError
+from .base import Marker, Scope, generated_text, instances_text, no_function_edits, \
+    no_key_load
+
+if TYPE_CHECKING:
+    from ..sites import SiteInfo
+    from ..spans import Generated, Span
+
+
+class WarpgroupForm:
+    """A warpgroup call on its 0-d atomic marker."""
+
+    scope = Scope.WARPGROUP
+    marker = Marker.ATOMIC
+    span_kind = "warpgroup call"
+    runs_collectives = True
+    per_function = False
+
+    def declare(self, sig, pure: bool, what: str) -> bool:
+        """A warpgroup-scope extern's result is one scalar, taken from the leader: any
+        element type or void."""
+        if sig.result is not None and sig.result.kind == "p":
+            raise SpliceDeclarationError(f"{what}: a warpgroup-scope extern cannot return a "
+                                         f"pointer")
+        return False   # always kept, in place and in order
+
+    def check_arguments(self, typed, describe) -> str | None:
+        """Scalars and pointers: every thread of the group passes the leader's values."""
+        for i, var in enumerate(typed):
+            if var.get_type().shape != ():
+                return (f"argument {i + 1} is {describe(var)}; a warpgroup-scope extern "
+                        f"(scope=\"warpgroup\") takes scalars (0-d tiles, Python constants) "
+                        f"and pointers (arrays) for now: reduce the tile to a scalar, or pass "
+                        f"the array and index it inside the function")
+        return None
+
+    def for_call(self, pure_with_result: bool, atomic: bool):
+        return self
+
+    def with_marker(self, marker: Marker):
+        return self
+
+    def global_edit(self, index: int) -> Generated:
+        from .. import block
+        from ..spans import Generated
+        return Generated(block.scratch_declaration(index), block.SCRATCH_OWNER, "splice",
+                         index)
+
+    def instance_edits(self, body, i, site, instance):
+        """The edits of one instance of the site's marker (statement ``i``): the guard
+        retargeted, the marker replaced by the leader's store of the arguments and the
+        group's call (see :mod:`splice.warpgroup`, which proves it)."""
+        from .. import warpgroup
+        from ..calls import call_block
+        from ..spans import Generated
+        parsed = body.parsed
+        s, ins = parsed[i]
+        what = f"warpgroup-scope call of {site.label} (site {site.index})"
+        if ins.guard is not None:
+            raise body.fail(f"{what}: the marker is predicated", i)
+        dest = ins.operands[0]
+        if dest != "_" and len(body.defs.get(dest, ())) != 1:
+            raise body.fail(f"{what}: the marker's result register {dest} has other "
+                            f"definitions", i)
+        if site.index >= warpgroup.MAX_SITES:
+            raise body.fail(f"{what}: a kernel's warpgroup calls must be among its first "
+                            f"{warpgroup.MAX_SITES} call sites", i)
+        try:
+            proof = warpgroup.prove_site(body.analysed, i)
+        except warpgroup.WarpgroupRefusal as e:
+            raise body.fail(f"{what}: cannot prove that every thread of a warpgroup reaches "
+                            f"the call exactly once, at step '{e.step}': {e.reason}",
+                            i) from None
+        gs, gins = parsed[proof.guard]
+        join = gins.operands[0]
+        guard = f"@{gins.guard} {gins.opcode} \t{warpgroup.group_label(site, instance)}; " \
+                f"// splice: was {join}"
+        text = warpgroup.leader_block(site, instance, ins.operands[2:]) + "\n" + \
+            warpgroup.all_threads_block(site, instance, dest, join, proof.group, call_block)
+        return [(gs.start, gs.end, guard),
+                (s.start, s.end, Generated(text, site.label, "warpgroup call", site.index,
+                                           instance))]
+
+    key_load = staticmethod(no_key_load)
+    function_edits = staticmethod(no_function_edits)
+
+    def describe(self, span: Span) -> str:
+        return generated_text(span, "warpgroup-scope call sequence")
+
+    def summary(self, info: SiteInfo) -> str:
+        return (f"site {info.index}: {info.extern} -> {info.symbol} at {info.where}, "
+                f"warpgroup scope: every thread of the warpgroup tileiras runs it on calls "
+                f"it once per execution, {instances_text(info)}")
+
+
+WARPGROUP = WarpgroupForm()
+
+
+def check_callees(sites, fragments, target: str) -> None:
+    """Refuse the warpgroup-scope sites among ``sites`` whose extern runs what the group
+    cannot (:func:`splice.warpgroup.check_sites`: same arguments)."""
+    from .. import warpgroup
+    warpgroup.check_sites([s for s in sites if s.extern.form is WARPGROUP], fragments, target)
