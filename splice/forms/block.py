@@ -38,9 +38,9 @@ class BlockForm:
         """A block-scope extern's result is one scalar, taken from one thread: any element
         type or void. (Its arguments are checked at the call: scalars and pointers.)"""
         if sig.result is not None and sig.result.kind == "p":
-            raise SpliceDeclarationError(f"{what}: a block-scope extern cannot return a "
-                                         f"pointer")
-        return False   # a block-scope call is always kept, in place and in order
+            raise SpliceDeclarationError(f"{what}: a {self.scope}-scope extern cannot return "
+                                         f"a pointer")
+        return False   # a cooperative call is always kept, in place and in order
 
     def check_arguments(self, typed, describe) -> str | None:
         """Scalars and pointers: every thread of the block passes the same values. Its
@@ -86,12 +86,7 @@ class BlockForm:
                              f"splice cannot make every thread of the block call the extern. "
                              f"Declare the extern scope=\"warpgroup\" to call it on the "
                              f"warpgroup that runs the site{warpgroup.tma_hint(body.module)}")
-        if ins.guard is not None:
-            raise body.fail(f"{what}: the marker is predicated", i)
-        dest = ins.operands[0]
-        if dest != "_" and len(body.defs.get(dest, ())) != 1:
-            raise body.fail(f"{what}: the marker's result register {dest} has other "
-                            f"definitions", i)
+        dest = marker_result(body, i, what)
         try:
             g, _j = block.prove_instance(body.analysed, i)
         except ValueError as e:
@@ -123,6 +118,19 @@ class BlockForm:
         return (f"site {info.index}: {info.extern} -> {info.symbol} at {info.where}, "
                 f"block scope: every thread of the block calls it once per execution, "
                 f"{instances_text(info)}")
+
+
+def marker_result(body, i: int, what: str) -> str:
+    """The result register of a cooperative site's marker at statement ``i``, which must be
+    unpredicated and the register's only definition."""
+    ins = body.parsed[i][1]
+    if ins.guard is not None:
+        raise body.fail(f"{what}: the marker is predicated", i)
+    dest = ins.operands[0]
+    if dest != "_" and len(body.defs.get(dest, ())) != 1:
+        raise body.fail(f"{what}: the marker's result register {dest} has other "
+                        f"definitions", i)
+    return dest
 
 
 BLOCK = BlockForm()

@@ -21,53 +21,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import SpliceDeclarationError
-from .base import Marker, Scope, generated_text, instances_text, no_function_edits, \
-    no_key_load
+from .base import Scope, generated_text, instances_text
+from .block import BlockForm, marker_result
 
 if TYPE_CHECKING:
     from ..sites import SiteInfo
-    from ..spans import Generated, Span
+    from ..spans import Span
 
 
-class WarpgroupForm:
-    """A warpgroup call on its 0-d atomic marker."""
+class WarpgroupForm(BlockForm):
+    """A warpgroup call on its 0-d atomic marker: a block call's declaration, argument
+    rules and scratch (:class:`~splice.forms.block.BlockForm`), its own proof and code."""
 
     scope = Scope.WARPGROUP
-    marker = Marker.ATOMIC
     span_kind = "warpgroup call"
-    runs_collectives = True
-    per_function = False
-
-    def declare(self, sig, pure: bool, what: str) -> bool:
-        """A warpgroup-scope extern's result is one scalar, taken from the leader: any
-        element type or void."""
-        if sig.result is not None and sig.result.kind == "p":
-            raise SpliceDeclarationError(f"{what}: a warpgroup-scope extern cannot return a "
-                                         f"pointer")
-        return False   # always kept, in place and in order
-
-    def check_arguments(self, typed, describe) -> str | None:
-        """Scalars and pointers: every thread of the group passes the leader's values."""
-        for i, var in enumerate(typed):
-            if var.get_type().shape != ():
-                return (f"argument {i + 1} is {describe(var)}; a warpgroup-scope extern "
-                        f"(scope=\"warpgroup\") takes scalars (0-d tiles, Python constants) "
-                        f"and pointers (arrays) for now: reduce the tile to a scalar, or pass "
-                        f"the array and index it inside the function")
-        return None
-
-    def for_call(self, pure_with_result: bool, atomic: bool):
-        return self
-
-    def with_marker(self, marker: Marker):
-        return self
-
-    def global_edit(self, index: int) -> Generated:
-        from .. import block
-        from ..spans import Generated
-        return Generated(block.scratch_declaration(index), block.SCRATCH_OWNER, "splice",
-                         index)
 
     def instance_edits(self, body, i, site, instance):
         """The edits of one instance of the site's marker (statement ``i``): the guard
@@ -79,12 +46,7 @@ class WarpgroupForm:
         parsed = body.parsed
         s, ins = parsed[i]
         what = f"warpgroup-scope call of {site.label} (site {site.index})"
-        if ins.guard is not None:
-            raise body.fail(f"{what}: the marker is predicated", i)
-        dest = ins.operands[0]
-        if dest != "_" and len(body.defs.get(dest, ())) != 1:
-            raise body.fail(f"{what}: the marker's result register {dest} has other "
-                            f"definitions", i)
+        dest = marker_result(body, i, what)
         if site.index >= warpgroup.MAX_SITES:
             raise body.fail(f"{what}: a kernel's warpgroup calls must be among its first "
                             f"{warpgroup.MAX_SITES} call sites", i)
@@ -103,9 +65,6 @@ class WarpgroupForm:
         return [(gs.start, gs.end, guard),
                 (s.start, s.end, Generated(text, site.label, "warpgroup call", site.index,
                                            instance))]
-
-    key_load = staticmethod(no_key_load)
-    function_edits = staticmethod(no_function_edits)
 
     def describe(self, span: Span) -> str:
         return generated_text(span, "warpgroup-scope call sequence")
