@@ -349,8 +349,10 @@ def check_declaration(sig: Signature, form, fragment: Fragment, what: str) -> No
         raise SpliceDeclarationError(
             f"{what}: tile parameters and results (splice.tile) are for scope=\"block\" "
             f"externs, where every thread of the block calls the function on the whole "
-            f"tile; an element-scope extern takes one element (write its dtype, e.g. "
-            f"ct.float32)")
+            f"tile; a {form.scope}-scope extern takes " +
+            ("scalars and pointers (tiles at this scope are not built yet)"
+             if form.runs_collectives else
+             "one element (write its dtype, e.g. ct.float32)"))
     if isinstance(fragment, BinarySource):
         raise SpliceDeclarationError(
             f"{what}: tile parameters need device code splice can merge its shared-memory "
