@@ -62,7 +62,9 @@ arguments into shared memory, every thread of the group meets at the entry barri
 It counts them (a thread that exited is excused from a barrier and would be missing from the
 call: then the count is short and the entry traps), and a second one counts the threads of
 rank below the site's identity (:func:`site_identity`), which is that identity only when
-every thread is at this site (else the threads of one site or the other trap). Then every thread calls the
+every thread is at this site (else the threads of one site or the other trap). With a whole
+warp exited the first never completes (it waits for 128 arrivals): a hang, still never a
+partial call (``tests/test_warpgroup_scope.py`` runs both on the CPU executor). Then every thread calls the
 extern, meets the others at the exit barrier (same id and count; both barriers are the non-aligned
 form, correct also where the leader's path has not reconverged with its warp's: the callee's stores are
 visible to the group after it, and thread ``c`` does not overwrite the arguments of the next

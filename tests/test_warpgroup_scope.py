@@ -686,3 +686,75 @@ def test_tile_parameter_refused_at_warpgroup_scope():
                                                      r"not built yet\)"):
         splice.extern(source=GROUP_COUNT_SRC, name="group_count", scope="warpgroup",
                       signature="void(tile(float32))")(lambda t: None)
+
+
+# ---------------------------------------------------------------------------------------------
+# CPU executor (support.ptx_exec): kernels without warp specialisation, where the group is
+# the 128-thread block (the executor does not run TMA, mbarrier or setmaxnreg)
+
+
+@splice.kernel
+def plain_sum_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+    ct.store(y, index=(ct.bid(0),), tile=t + group_sum(x, ct.bid(0) * TILE, ct.sum(t)),
+             allow_tma=False)
+
+
+@splice.kernel
+def plain_rotate_kernel(x, out, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+    ct.store(y, index=(ct.bid(0),), tile=t * group_rotate(out, ct.bid(0) * 128, ct.sum(t)),
+             allow_tma=False)
+
+
+def _exec(kernel, sig, grid, *args):
+    from support.ptx_exec import run_build
+    b = splice.compile(kernel, sig, "sm_90")
+    assert len(_group_calls(b)) == 1
+    return run_build(b, grid, *args)
+
+
+def test_exec_group_count_shuffle_sum_and_barrier():
+    import numpy as np
+    rng = np.random.default_rng(0)
+    x = rng.integers(-20, 20, 2 * 256).astype(np.float32)      # exact sums
+    xv = x.reshape(2, 256)
+    y = np.zeros_like(x)
+    _exec(plain_sum_call_kernel, VEC_SIG, (2,), x, y)
+    np.testing.assert_array_equal(y.reshape(2, 256), xv * (xv.sum(1, keepdims=True) + 128))
+    y = np.zeros_like(x)
+    _exec(plain_sum_kernel, VEC_SIG, (2,), x, y)
+    first128 = xv[:, :128].sum(1, keepdims=True)
+    np.testing.assert_array_equal(y.reshape(2, 256), xv + first128 + xv.sum(1, keepdims=True))
+    out = np.full(2 * 128, -1, np.int32)
+    y = np.zeros_like(x)
+    _exec(plain_rotate_kernel, K.signature(K.array(f32), K.array(i32), K.array(f32), 256),
+          (2,), x, out, y)
+    idx = np.arange(2 * 128, dtype=np.int32).reshape(2, 128)
+    np.testing.assert_array_equal(out.reshape(2, 128), np.roll(idx, -1, axis=1))
+    np.testing.assert_array_equal(y.reshape(2, 256), xv * xv.sum(1, keepdims=True))
+
+
+def test_exec_group_call_with_threads_missing_traps():
+    """Threads that exit before the call never make it a partial call: the entry barrier
+    waits for 128 arrivals, so with a whole warp gone it never completes (a deadlock, not
+    a wrong result), and with part of a warp gone its count is short and it traps. (The
+    exits are planted at splice's label: splice refuses kernels whose threads can exit
+    early.)"""
+    import numpy as np
+    from support.ptx_exec import ExecError, run
+    b = splice.compile(plain_sum_call_kernel, VEC_SIG, "sm_90")
+    ptx = b["spliced_ptx"]
+    at = ptx.index("{", ptx.index("$__splice_group_0_0:")) + 1
+
+    def leave(first):
+        return (ptx[:at] + "\n\t{ .reg .b32 %__t; .reg .pred %__e; mov.u32 %__t, %tid.x; "
+                f"setp.ge.u32 %__e, %__t, {first}; @%__e exit; }}" + ptx[at:])
+    x = np.ones(256, np.float32)
+    y = np.zeros(256, np.float32)
+    run(ptx, b.symbol, (1,), x, y)
+    np.testing.assert_array_equal(y, np.full(256, 256.0 + 128.0, np.float32))
+    with pytest.raises(ExecError, match="(?s)deadlock.*waits at barrier 15 \\(count 128\\)"):
+        run(leave(96), b.symbol, (1,), x, y)
+    with pytest.raises(ExecError, match="trap|deadlock"):
+        run(leave(100), b.symbol, (1,), x, y)
