@@ -24,6 +24,7 @@ import re
 import cuda.tile as ct
 
 from . import _cutile as cu
+from .asm_check import SnippetFault, check_snippet
 from .errors import SpliceCallError, SpliceError
 from .trace import describe, emit_call, loc_str, python_caller
 from .types import ElementType, Signature, element_type
@@ -40,6 +41,9 @@ REG = {
 }
 
 _OPERAND_RE = re.compile(r"\$(\$|\d+)")
+
+#: The wrapper's scratch registers, besides the operands' ``%a<k>``.
+_SCRATCH = ("%t32", "%t64", "%c64")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +110,28 @@ class AsmSpec:
                     f"${k} of dtype {t} (register {REG[t.name][0]}, constraint "
                     f"'{'=' if is_out else ''}{REG[t.name][1]}')")
 
+    def body(self) -> str:
+        """The template with its operands replaced by the wrapper's registers (``$k``:
+        ``%a<k>``)."""
+        return _OPERAND_RE.sub(lambda m: "$" if m.group(1) == "$" else f"%a{m.group(1)}",
+                               self.template)
+
+    def check_control(self) -> None:
+        """Refuse a snippet control can leave or that leaves an output unwritten
+        (:mod:`splice.asm_check`).
+
+        Raises:
+            SpliceCallError: naming the rule, the snippet and the call site.
+        """
+        n = len(self.outputs) + len(self.inputs)
+        try:
+            check_snippet(self.body(), [f"%a{k}" for k in range(len(self.outputs))],
+                          [f"%a{k}" for k in range(n)] + list(_SCRATCH))
+        except SnippetFault as e:
+            raise SpliceCallError(f"inline PTX at {self.where}: {e}\n    snippet: "
+                                  f"{self.template.strip()}\n    operands: "
+                                  f"{self.operands_text()}") from None
+
     def operands_text(self) -> str:
         """``$0 .b32 (int32 output), $1 .f32 (float32)...`` for error messages."""
         n_out = len(self.outputs)
@@ -144,9 +170,7 @@ class AsmSpec:
         lines.append(",\n".join(params))
         lines.append(")")
         lines.append("{")
-        regs = {}
         for k, t in enumerate((*self.outputs, *self.inputs)):
-            regs[k] = f"%a{k}"
             lines.append(f"\t.reg {REG[t.name][0]} \t%a{k};")
         lines.append("\t.reg .b32 \t%t32;")
         lines.append("\t.reg .b64 \t%t64, %c64;")
@@ -159,9 +183,7 @@ class AsmSpec:
                 lines.append(f"\tsetp.ne.b32 \t%a{k}, %t32, 0;")
             else:
                 lines.append(f"\tld.param.b{int(reg_t[2:])} \t%a{k}, [p{i}];")
-        body = _OPERAND_RE.sub(lambda m: "$" if m.group(1) == "$" else regs[int(m.group(1))],
-                               self.template)
-        lines.append("\t" + body.strip())
+        lines.append("\t" + self.body().strip())
         if carrier is not None:
             cbits = _param_bits(carrier)
             if len(self.outputs) == 1:
@@ -305,6 +327,7 @@ def _snippet_extern(text, outputs, args, constraints, pure: bool, where, loc):
     spec = AsmSpec(text, outputs, tuple(inputs), where)
     try:
         spec.check(_constant(constraints, "constraints", where))
+        spec.check_control()
         carrier, offsets = spec.result_layout()
         sig = Signature(tuple(inputs), carrier)
         sig.packing()

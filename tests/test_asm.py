@@ -111,6 +111,23 @@ def test_snippet_errors_before_tileiras(template, constraints, needle):
     assert needle in str(e.value) and "test_asm.py" in str(e.value)
 
 
+@pytest.mark.parametrize("template, needle", [
+    ("mov.b32 $0, $1; ret;", "'ret' leaves the snippet"),
+    ("{ .reg .pred p; setp.eq.s32 p, $1, 0; mov.b32 $0, $1; @p ret; }", "'@p ret' leaves"),
+    ("mov.b32 $0, $1; exit;", "'exit' leaves the snippet"),
+    ("mov.b32 $0, $1; bra $$L_after;", "branches to a label the snippet does not define"),
+    ("", "$0 are not written"),
+    ("add.s32 $1, $1, 1;", "$0 are not written"),
+    ("{ .reg .pred p; setp.eq.s32 p, $1, 0; @p mov.b32 $0, $1; }", "$0 are not written"),
+])
+def test_snippet_leaving_or_not_writing_is_refused_at_the_call(template, needle):
+    with pytest.raises(splice.SpliceCallError) as e:
+        splice.build(_asm_kernel(template), I32, "sm_90")
+    msg = str(e.value)
+    assert needle in msg and "test_asm.py" in msg
+    assert f"snippet: {template.strip()}" in msg and "operands: $0 .b32 (int32 output)" in msg
+
+
 def test_malformed_snippet_reports_ptxas_and_the_call_site():
     with pytest.raises(splice.SpliceCompileError) as e:
         splice.build(_asm_kernel("add.bogus.s32 $0, $1, $1;"), I32, "sm_90")
