@@ -111,7 +111,7 @@ def _check_directive(s: Statement, body: str, reserved: set[str]) -> None:
 
 def _declared_registers(text: str) -> list[str]:
     """The registers a ``.reg`` declaration declares (``%r<4>``: ``%r0``..``%r3``)."""
-    out = []
+    out: list[str] = []
     for m in re.finditer(r"(%[A-Za-z_$][A-Za-z0-9_$]*)(?:<(\d+)>)?", text):
         name, count = m.group(1), m.group(2)
         out += [name] if count is None else [f"{name}{i}" for i in range(int(count))]
