@@ -25,9 +25,9 @@ import cuda.tile as ct
 
 from . import _cutile as cu
 from .asm_check import SnippetFault, check_snippet
-from .errors import SpliceCallError, SpliceError
-from .trace import describe, emit_call, loc_str, python_caller
-from .types import ElementType, Signature, element_type
+from .errors import SpliceCallError, SpliceDeclarationError, SpliceError
+from .trace import describe, emit_call, loc_str, python_caller, split_results
+from .types import ElementType, Signature, element_type, results_layout
 
 #: Register type and constraint letter of each element type (CUDA C / Triton constraint
 #: letters: h = 16-bit, r = 32-bit, l = 64-bit, f = f32, d = f64, b = predicate; 8-bit
@@ -140,23 +140,20 @@ class AsmSpec:
 
     def result_layout(self) -> tuple[ElementType | None, tuple[int, ...]]:
         """The carrier of the outputs (one element type, None for no output) and each
-        output's bit offset in it."""
-        from .types import ELEMENT_TYPES
+        output's bit offset in it (:func:`splice.types.results_layout`).
+
+        Raises:
+            SpliceCallError: more than 64 bits of outputs.
+        """
         if not self.outputs:
             return None, ()
         if len(self.outputs) == 1:
             return self.outputs[0], (0,)
-        offsets, pos = [], 0
-        for t in self.outputs:
-            pos = -(-pos // t.bits) * t.bits
-            offsets.append(pos)
-            pos += t.bits
-        if pos > 64:
-            raise SpliceCallError(
-                f"inline PTX at {self.where}: the outputs "
-                f"({', '.join(t.name for t in self.outputs)}) need {pos} bits; at most 64 "
-                f"bits of outputs are supported")
-        return ELEMENT_TYPES["uint32" if pos <= 32 else "uint64"], tuple(offsets)
+        try:
+            return results_layout(self.outputs)
+        except SpliceDeclarationError as e:
+            raise SpliceCallError(f"inline PTX at {self.where}: "
+                                  f"{e.message.replace('results', 'outputs')}") from None
 
     def ptx(self, target: str = "sm_80", version: str = "8.0") -> str:
         """The ``.func`` wrapping the snippet."""
@@ -280,7 +277,7 @@ def _handle_asm(callee, template, args, dtype, constraints, pure, pack):
     raw = emit_call(ext, tuple(args), loc)
     if not outputs:
         return None
-    outs = _split_outputs(raw, outputs, offsets)
+    outs = (raw,) if len(outputs) == 1 else split_results(raw, outputs, offsets)
     if k > 1:
         outs = tuple(_unpack_output(v, t, k, shape, padded) for v, t in zip(outs, elem_out))
     return cu.build_tuple(tuple(outs)) if isinstance(dt, tuple) else outs[0]
@@ -336,17 +333,6 @@ def _snippet_extern(text, outputs, args, constraints, pure: bool, where, loc):
     # inline="auto": a snippet that declares .local/.shared scratch stays a call
     return ExternFunction(f"asm@{where}", spec.symbol, sig, pure and bool(outputs),
                           AsmSource(spec=spec), where, inline="auto"), offsets
-
-
-def _split_outputs(raw, outputs, offsets) -> tuple:
-    """The outputs (Vars) of the snippet from the call's result ``raw``."""
-    from .tile_ir import SpliceUnpack
-    if len(outputs) == 1:
-        return (raw,)
-    rshape = raw.get_type().shape
-    return tuple(cu.add_operation_variadic(SpliceUnpack, tuple(cu.TileTy(t.dtype, rshape)
-                                                               for t in outputs),
-                                           carrier=raw, offsets=offsets))
 
 
 def _unpack_output(var, t: ElementType, k: int, shape, padded):

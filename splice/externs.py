@@ -335,10 +335,11 @@ def _declare_cuda(stub, where: str, base: Path | None, *, source, path, name, si
     file, opts, incs, defs = _cuda_inputs(source, path, options, include_dirs, defines, what,
                                           base)
 
-    if name is not None and is_cxx_name(name):
-        return _declare_cxx(stub, name, signature, pure, inline, where, CudaSource(
-            text=source, path=file, options=opts, include_dirs=incs, defines=defs,
-            where=where), scope=scope)
+    if name is not None and is_cxx_name(name) or _several_results(stub, signature):
+        return _declare_cxx(stub, name or ext_name, signature, pure, inline, where,
+                            CudaSource(text=source, path=file, options=opts,
+                                       include_dirs=incs, defines=defs, where=where),
+                            scope=scope)
 
     def make(symbol, sig):
         return CudaSource(text=source, path=file, options=opts, include_dirs=incs,
@@ -487,10 +488,23 @@ def from_object(path, /, *, name: str, signature: str, pure: bool = True,
                     where=where, name=name, inline="never", scope=scope)
 
 
+def _several_results(stub, signature) -> bool:
+    """Whether the declaration names several results (a C function of several results is
+    called through a trampoline, as a C++ name is). A signature that does not parse is
+    reported by the declaration itself."""
+    try:
+        sig = signature_from_annotations(stub) if signature is None else \
+            signature if isinstance(signature, Signature) else parse_signature(signature)
+    except SpliceDeclarationError:
+        return False
+    return bool(sig.results)
+
+
 def _declare_cxx(stub, cxx_name, signature, pure, inline, where, fragment, library=None,
                  scope="element"):
-    """An extern calling the C++ function ``cxx_name`` through a generated extern "C"
-    trampoline appended to ``fragment`` (or registered with ``library``)."""
+    """An extern calling the C++ function ``cxx_name`` (or a C function of several
+    results) through a generated extern "C" trampoline appended to ``fragment`` (or
+    registered with ``library``)."""
     what = f"extern '{cxx_name}' at {where}"
     try:
         sig = signature_from_annotations(stub) if signature is None else \
@@ -547,7 +561,7 @@ class Library:
         where, _ = _caller_where(2)
 
         def declare(stub, sym):
-            if is_cxx_name(sym):
+            if is_cxx_name(sym) or _several_results(stub, signature):
                 return _declare_cxx(stub, sym, signature, pure, inline, where, self.fragment,
                                     library=self, scope=scope)
 

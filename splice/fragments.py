@@ -191,7 +191,7 @@ class CudaSource(Fragment):
         """NVRTC (and nvJitLink for -dlto) on the source plus the generated checks. A C
         symbol the type check cannot see at global scope is checked by redeclaration
         instead (never dropped: see :mod:`splice.checks`)."""
-        from .checks import generated_blocks, lookup_failures
+        from .checks import generated_blocks, lookup_failures, results_hint
         redeclare: frozenset = frozenset()
         c_symbols = {d.symbol for d in self.declared if d.cxx_name is None}
         while True:
@@ -213,7 +213,8 @@ class CudaSource(Fragment):
                 raise SpliceCompileError(
                     f"{self.describe()} does not compile for {target}: "
                     f"{_first_error(e.log, full, name, blocks)}"
-                    f"{_overload_hint(e.log, self.declared)}{header_hint(e.log)}"
+                    f"{_overload_hint(e.log, self.declared)}"
+                    f"{results_hint(e.log, self.declared)}{header_hint(e.log)}"
                     f"{nvshmem.explain_compile_failure(e.log)}", e.log) from None
 
     def content_key(self, target: str) -> str:

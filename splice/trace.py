@@ -280,9 +280,23 @@ def emit_call(ext, args, loc):
     if form.per_function:
         assert sig.result is not None   # for_call gives a per-function form to a result only
         site = session.new_site(ext, shape, loc_str(loc), shape, form, FMA_MARKER_BITS, key)
-        return cu.add_operation(SplicePureCall, cu.TileTy(sig.result.dtype, shape), site=site,
-                                args=tuple(cu.broadcast_to(v, shape) for v in typed))
-    return _emit_atomic_call(session, ext, form, key, typed, shape, loc)
+        raw = cu.add_operation(SplicePureCall, cu.TileTy(sig.result.dtype, shape), site=site,
+                               args=tuple(cu.broadcast_to(v, shape) for v in typed))
+    else:
+        raw = _emit_atomic_call(session, ext, form, key, typed, shape, loc)
+    if not sig.results:
+        return raw
+    return cu.build_tuple(split_results(raw, sig.results, sig.offsets))
+
+
+def split_results(raw, types, offsets) -> tuple:
+    """The results (Vars of element types ``types``) packed at bit ``offsets`` into the
+    carrier tile ``raw`` (several results of an extern, the outputs of a snippet)."""
+    from .tile_ir import SpliceUnpack
+    rshape = raw.get_type().shape
+    return tuple(cu.add_operation_variadic(SpliceUnpack, tuple(cu.TileTy(t.dtype, rshape)
+                                                               for t in types),
+                                           carrier=raw, offsets=offsets))
 
 
 def _typed_argument(ext, i, var, elem, loc):

@@ -159,14 +159,30 @@ class ArgSlot:
 
 @dataclasses.dataclass(frozen=True)
 class Signature:
-    """An extern's typed signature: argument element types and result (None: void)."""
+    """An extern's typed signature.
+
+    Attributes:
+        args: the argument element types.
+        result: the result's element type (None: void). For several results, the
+            unsigned integer *carrier* of them all (uint32, or uint64 past 32 bits:
+            :func:`results_layout`).
+        results: for several results, their element types in order (else empty).
+    """
 
     args: tuple[ElementType, ...]
     result: ElementType | None
+    results: tuple[ElementType, ...] = ()
 
     def __str__(self) -> str:
         ret = "void" if self.result is None else self.result.name
+        if self.results:
+            ret = f"({', '.join(t.name for t in self.results)})"
         return f"{ret}({', '.join(a.name for a in self.args)})"
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        """Each result's bit offset in the carrier (several results only)."""
+        return results_layout(self.results)[1] if self.results else ()
 
     @property
     def marker_bits(self) -> int:
@@ -188,6 +204,52 @@ class Signature:
             SpliceDeclarationError: the arguments need more than 128 bits together.
         """
         return pack_arguments(self.args, self.marker_bits)
+
+
+#: How many bits of several results one call returns: one 64-bit carrier register (the
+#: marker's widest operand, ``docs/design.md#markers``).
+RESULT_BITS = 64
+
+
+def results_layout(types: Sequence[ElementType]) -> tuple[ElementType, tuple[int, ...]]:
+    """The carrier of several results and each one's bit offset in it: C struct layout
+    (each at the next multiple of its own size, in order), so that the carrier's
+    little-endian bytes are the struct's; uint32 when they end within 32 bits, else uint64.
+
+    Raises:
+        SpliceDeclarationError: a pointer among them, or more than :data:`RESULT_BITS`
+            bits (padding included).
+    """
+    offsets, pos = [], 0
+    for t in types:
+        if t.kind == "p":
+            raise SpliceDeclarationError("a result cannot be a pointer")
+        pos = -(-pos // t.bits) * t.bits
+        offsets.append(pos)
+        pos += t.bits
+    if pos > RESULT_BITS:
+        raise SpliceDeclarationError(
+            f"the results ({', '.join(t.name for t in types)}) need {pos} bits (each aligned "
+            f"to its size); at most {RESULT_BITS} bits of results are supported, since they "
+            f"travel in one 64-bit register of the call-site marker. Return fewer or "
+            f"narrower results, or write the rest through a pointer argument")
+    return ELEMENT_TYPES["uint32" if pos <= 32 else "uint64"], tuple(offsets)
+
+
+def several_results(types: Sequence, what: str) -> Signature:
+    """A void-argument :class:`Signature` holding ``types`` (dtypes or names, at least two)
+    as several results; ``what`` names them in errors.
+
+    Raises:
+        SpliceDeclarationError: fewer than two, or :func:`results_layout`'s errors.
+    """
+    elems = tuple(element_type(t) for t in types)
+    if len(elems) < 2:
+        raise SpliceDeclarationError(
+            f"{what}: a tuple of results needs at least two dtypes; write one dtype "
+            f"(float32, not (float32,)) for a single result")
+    carrier, _ = results_layout(elems)
+    return Signature((), carrier, elems)
 
 
 def pack_arguments(args: Sequence[ElementType], slot_bits: int = 64) -> tuple[ArgSlot, ...]:
@@ -214,7 +276,7 @@ def pack_arguments(args: Sequence[ElementType], slot_bits: int = 64) -> tuple[Ar
     return tuple(placed[i] for i in range(len(args)))
 
 
-_SIG_RE = re.compile(r"^\s*(\w+\s*\*?)\s*\((.*)\)\s*$")
+_SIG_RE = re.compile(r"^\s*(\w+\s*\*?|\([^()]*\))\s*\((.*)\)\s*$")
 
 
 def parse_signature(text: str) -> Signature:
@@ -231,13 +293,22 @@ def parse_signature(text: str) -> Signature:
             f"malformed signature {text!r}; expected e.g. 'float32(float32, int32)' or "
             f"'void(uint64)'")
     ret_name, args_text = m.groups()
-    result = None if ret_name in ("void", "None") else element_type(ret_name)
+    results: tuple[ElementType, ...] = ()
+    if ret_name.startswith("("):
+        names = [a.strip() for a in ret_name[1:-1].split(",")]
+        names = names[:-1] if len(names) > 1 and not names[-1] else names
+        if any(not a for a in names):
+            raise SpliceDeclarationError(f"malformed signature {text!r}: empty result type")
+        several = several_results(names, f"signature {text!r}")
+        result, results = several.result, several.results
+    else:
+        result = None if ret_name in ("void", "None") else element_type(ret_name)
     if result is not None and result.kind == "p":
         raise SpliceDeclarationError(f"signature {text!r}: an extern cannot return a pointer")
     arg_names = [a.strip() for a in args_text.split(",")] if args_text.strip() else []
     if any(not a for a in arg_names):
         raise SpliceDeclarationError(f"malformed signature {text!r}: empty argument type")
-    sig = Signature(tuple(element_type(a) for a in arg_names), result)
+    sig = Signature(tuple(element_type(a) for a in arg_names), result, results)
     sig.packing()
     return sig
 
@@ -270,9 +341,14 @@ def signature_from_annotations(func) -> Signature:
         raise SpliceDeclarationError(
             f"{func.__qualname__}: missing return annotation; write '-> ct.float32' or "
             f"'-> None' for a void extern")
-    result = None if ret is None or ret is type(None) else element_type(ret)
+    results: tuple[ElementType, ...] = ()
+    if isinstance(ret, tuple):    # -> (ct.float32, ct.float32): several results
+        several = several_results(ret, f"{func.__qualname__}: the return annotation")
+        result, results = several.result, several.results
+    else:
+        result = None if ret is None or ret is type(None) else element_type(ret)
     if result is not None and result.kind == "p":
         raise SpliceDeclarationError(f"{func.__qualname__}: an extern cannot return a pointer")
-    out = Signature(tuple(args), result)
+    out = Signature(tuple(args), result, results)
     out.packing()
     return out

@@ -1,7 +1,7 @@
 """Block calls (``scope="block"``): every thread of the block calls the extern once per
 execution of the call site, convergently, with thread 0's arguments.
 
-Declaration: any result but a pointer; always kept in place and in order (never pure).
+Declaration: one result (any type but a pointer) or void; always kept in place and in order (never pure).
 Arguments: scalars and pointers (every thread passes the same values). Marker: a 0-d atomic,
 which tileiras runs on thread 0 behind a ``tid.x == 0`` guard; its global becomes the
 arguments' shared scratch. Each instance: thread 0 stores the arguments, the guard is
@@ -39,6 +39,10 @@ class BlockForm:
         if sig.result is not None and sig.result.kind == "p":
             raise SpliceDeclarationError(f"{what}: a block-scope extern cannot return a "
                                          f"pointer")
+        if sig.results:
+            raise SpliceDeclarationError(f"{what}: a block-scope extern returns one scalar; "
+                                         f"several results are for element-scope externs "
+                                         f"(return them through a pointer argument)")
         return False   # a block-scope call is always kept, in place and in order
 
     def check_arguments(self, typed, describe) -> str | None:
