@@ -324,8 +324,8 @@ def _snippet_extern(text, outputs, args, constraints, pure: bool, where, loc):
     spec = AsmSpec(text, outputs, tuple(inputs), where)
     try:
         spec.check(_constant(constraints, "constraints", where))
-        spec.check_control()
         carrier, offsets = spec.result_layout()
+        spec.check_control()
         sig = Signature(tuple(inputs), carrier)
         sig.packing()
     except SpliceError as e:

@@ -482,6 +482,11 @@ def from_object(path, /, *, name: str, signature: str, pure: bool = True,
         raise SpliceDeclarationError(
             f"{what}: {file.name}: a binary object must end in "
             f"{', '.join(BINARY_SUFFIXES)} (PTX: from_ptx, LTO-IR: from_ltoir)")
+    if _several_results(None, signature):
+        raise SpliceDeclarationError(
+            f"{what}: several results need a prototype splice can check (the struct's size "
+            f"and alignment), which a binary object does not carry: ship the function as "
+            f"PTX, LTO-IR or CUDA C, or return the results packed in one uint64")
     return _declare(None, symbol=name, signature=signature, pure=pure,
                     fragment_factory=lambda s, g: BinarySource(path=file, where=where,
                                                                roots=((s, g),)),

@@ -236,6 +236,15 @@ def results_layout(types: Sequence[ElementType]) -> tuple[ElementType, tuple[int
     return ELEMENT_TYPES["uint32" if pos <= 32 else "uint64"], tuple(offsets)
 
 
+def results_struct(types: Sequence[ElementType]) -> tuple[int, int]:
+    """(size, alignment) in bytes of the C struct whose members are ``types`` in order
+    (each aligned to its size, the struct to its widest member)."""
+    _, offsets = results_layout(types)
+    align = max(t.bits for t in types) // 8
+    end = (offsets[-1] + types[-1].bits) // 8
+    return -(-end // align) * align, align
+
+
 def several_results(types: Sequence, what: str) -> Signature:
     """A void-argument :class:`Signature` holding ``types`` (dtypes or names, at least two)
     as several results; ``what`` names them in errors.

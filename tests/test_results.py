@@ -225,6 +225,88 @@ def test_library_extern_with_results():
 
 
 # ---------------------------------------------------------------------------------------------
+# PTX and LTO-IR: the .func returns the struct as an aggregate .param
+
+
+def _sincos_ptx(ret: str, stores: str) -> str:
+    return f"""
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .func (.param {ret}) sc(.param .b32 x)
+{{
+    .reg .f32 %f<4>;
+    .reg .b64 %rd<4>;
+    ld.param.f32 %f1, [x];
+    sin.approx.f32 %f2, %f1;
+    cos.approx.f32 %f3, %f1;
+    {stores}
+    ret;
+}}
+"""
+
+
+AGGREGATE = _sincos_ptx(".align 4 .b8 func_retval0[8]", "st.param.f32 [func_retval0+0], %f2; "
+                        "st.param.f32 [func_retval0+4], %f3;")
+PACKED = _sincos_ptx(".b64 func_retval0", "mov.b64 %rd1, {%f2, %f3}; "
+                     "st.param.b64 [func_retval0], %rd1;")
+PAIR = "(float32, float32)(float32)"
+ptx_sincos = splice.extern.from_ptx(ptx=AGGREGATE, name="sc", signature=PAIR)
+ptx_sincos_packed = splice.extern.from_ptx(ptx=PACKED, name="sc", signature=PAIR)
+KERNELS["ptx_aggregate"] = (_pair_kernel(ptx_sincos), f32)
+KERNELS["ptx_packed"] = (_pair_kernel(ptx_sincos_packed), f32)
+
+
+def test_ptx_aggregate_result_is_loaded_in_aligned_pieces():
+    b = splice.compile(_pair_kernel(ptx_sincos), PAIR_SIG, "sm_90")
+    [site] = b.sites
+    assert not site.inlined        # its st.param at +4 is not a whole-result store
+    calls = b.spliced_ptx.count("call (__splice_r), sc,")
+    assert calls == site.instances
+    assert b.spliced_ptx.count("[__splice_r+0];") == calls
+    assert b.spliced_ptx.count("[__splice_r+4];") == calls
+    assert "ld.param.b64" not in b.spliced_ptx.split("call (__splice_r), sc,")[1][:400]
+
+
+def test_ptx_packed_result_is_inlined():
+    b = splice.compile(_pair_kernel(ptx_sincos_packed), PAIR_SIG, "sm_90")
+    assert b.sites[0].inlined
+    if b.sass is not None:
+        assert b.sass_call_count() == 0
+
+
+@pytest.mark.parametrize("ret, needle", [
+    (".align 4 .b8 func_retval0[12]", "12 bytes, aligned to 4"),
+    (".align 2 .b8 func_retval0[8]", "8 bytes, aligned to 2"),
+    (".b32 func_retval0", "packed in one .b64"),
+    (".f64 func_retval0", "packed in one .b64"),
+])
+def test_ptx_result_not_the_struct_is_refused(ret, needle):
+    ext = splice.extern.from_ptx(ptx=_sincos_ptx(ret, ""), name="sc", signature=PAIR)
+    with pytest.raises(splice.SpliceLinkError) as e:
+        splice.compile(_pair_kernel(ext), PAIR_SIG, "sm_90")
+    msg = str(e.value)
+    assert needle in msg and ".param .align 4 .b8 func_retval0[8]" in msg
+    assert "test_results.py" in msg
+
+
+def test_ltoir_struct_result():
+    from splice import toolchain
+    src = SINCOS.replace("sincos_pair", "lto_sincos").encode()
+    ltoir = toolchain.nvrtc_compile_ltoir(src, "lto.cu", ["-arch=sm_90", "-rdc=true", "-dlto"])
+    ext = splice.extern.from_ltoir(data=ltoir, name="lto_sincos", signature=PAIR)
+    b = splice.compile(_pair_kernel(ext), PAIR_SIG, "sm_90")
+    assert b.sites[0].instances >= 1
+
+
+def test_binary_object_results_are_refused(tmp_path):
+    obj = tmp_path / "f.cubin"
+    obj.write_bytes(b"\x7fELF")
+    with pytest.raises(splice.SpliceDeclarationError, match="a binary object does not carry"):
+        splice.extern.from_object(obj, name="f", signature=PAIR)
+
+
+# ---------------------------------------------------------------------------------------------
 # On a GPU: the values
 
 
@@ -241,7 +323,8 @@ def _run_pair(dev, name, x):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["sincos", "sincos_impure", "sincos_called"])
+@pytest.mark.parametrize("name", ["sincos", "sincos_impure", "sincos_called", "ptx_aggregate",
+                                  "ptx_packed"])
 def test_sincos_pair_values(dev, name):
     x = np.random.default_rng(0).uniform(-np.pi, np.pi, 4096).astype(np.float32)
     s, c = _run_pair(dev, name, x)
@@ -284,3 +367,4 @@ def test_two_argument_results_values(dev, fn):
     else:
         np.testing.assert_allclose(a.cpu().numpy(), np.hypot(x, y), rtol=1e-6)
         np.testing.assert_allclose(b.cpu().numpy(), np.arctan2(y, x), atol=1e-6)
+
