@@ -83,9 +83,15 @@ def _cmd_inspect(a) -> int:
 
 def _cmd_compile(a) -> int:
     import splice
+    from . import _cutile
+    from .export import check_output_path
     kern = _load_kernel(a.file, a.kernel)
     sig = parse_signature(a.sig)
     _check_arity(kern, sig, a.sig)
+    if a.output:
+        code = _cutile.python_function(kern).__code__
+        check_output_path(a.output, f"python -m splice compile {a.file} {a.kernel} "
+                                    f"({code.co_filename}:{code.co_firstlineno}): -o")
     b = splice.compile(kern, sig, a.arch)
     out = Path(a.output or f"{b.symbol}.{b.arch}.cubin")
     out.write_bytes(b.cubin)

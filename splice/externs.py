@@ -195,14 +195,55 @@ def _check_options(options, include_dirs, defines, what: str):
     if defines is not None and not isinstance(defines, dict):
         raise SpliceDeclarationError(f"{what}: defines must be a dict such as {{'N': 4, "
                                      f"'FAST': None}}, got {defines!r}")
+    _check_include_options(options, include_dirs, what)
     defs = []
+    in_options = _macros_in(options)
     for k, v in (defines or {}).items():
         if not isinstance(k, str) or not _C_IDENT.fullmatch(k):
             raise SpliceDeclarationError(f"{what}: bad macro name {k!r} in defines")
+        if isinstance(v, float) or not isinstance(v, (str, int, bool, type(None))):
+            hint = " (write a float as text, e.g. '2.5f')" if isinstance(v, float) else ""
+            raise SpliceDeclarationError(
+                f"{what}: defines[{k!r}] is {v!r}; a macro's value is a str, int, bool or "
+                f"None (no value){hint}")
+        if k in in_options:
+            raise SpliceDeclarationError(
+                f"{what}: macro {k!r} is defined both in defines= and by option "
+                f"{in_options[k]!r}; NVRTC would keep one silently: define it once")
         # True/False as 1/0: '-DFAST=True' is 0 in '#if FAST' (an unknown identifier)
         defs.append((k, None if v is None else str(int(v)) if isinstance(v, bool)
                      else str(v)))
     return tuple(options), tuple(os.fspath(d) for d in include_dirs), tuple(defs)
+
+
+def _macros_in(options) -> dict[str, str]:
+    """{macro name: the option defining it} for the ``-D`` options of ``options``."""
+    out = {}
+    for o in options:
+        m = re.match(r"(?:-D|--define-macro=)([A-Za-z_][A-Za-z0-9_]*)", o)
+        if m:
+            out[m.group(1)] = o
+    return out
+
+
+def _check_include_options(options, include_dirs, what: str) -> None:
+    """Refuse an include directory that does not exist and an ``-I`` with no directory
+    (NVRTC takes each option as one string: ``-I dir`` would be two)."""
+    for o in options:
+        if o in ("-I", "--include-path", "--include-path=", "-D", "--define-macro",
+                 "--define-macro="):
+            raise SpliceDeclarationError(
+                f"{what}: option {o!r} has no value; write it as one string, "
+                f"'-I/path/to/dir' or '-DNAME=value' (or use include_dirs=/defines=)")
+    dirs = [(os.fspath(d), "include_dirs") for d in include_dirs]
+    dirs += [(o[2:] if o.startswith("-I") else o.split("=", 1)[1], f"option {o!r}")
+             for o in options if o.startswith(("-I", "--include-path="))]
+    for d, source in dirs:
+        if not os.path.isdir(d):
+            rel = "" if os.path.isabs(d) else \
+                f" (a relative path is taken from the current directory, {os.getcwd()})"
+            raise SpliceDeclarationError(
+                f"{what}: include directory {d!r} ({source}) is not a directory{rel}")
 
 
 from .checks import Declared, cxx_symbol, is_cxx_name

@@ -33,6 +33,13 @@ _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.
 _memo_lock = threading.Lock()
 
 
+def arch_words(target: str) -> str:
+    """A PTX target as users name the architecture: ``"sm_90 (PTX target sm_90a)"`` for
+    tileiras's arch-specific ``sm_90a``, ``"sm_80"`` as is."""
+    base = target.rstrip("af")
+    return target if base == target else f"{base} (PTX target {target})"
+
+
 def _parse(text: str, what: str) -> Module:
     """``text`` as a :class:`splice.ptx.Module` (the PTX parser is imported by the first
     build, not by ``import splice``)."""
@@ -211,7 +218,7 @@ class CudaSource(Fragment):
                     redeclare = redeclare | missing
                     continue
                 raise SpliceCompileError(
-                    f"{self.describe()} does not compile for {target}: "
+                    f"{self.describe()} does not compile for {arch_words(target)}: "
                     f"{_first_error(e.log, full, name, blocks)}"
                     f"{_overload_hint(e.log, self.declared)}"
                     f"{results_hint(e.log, self.declared)}{header_hint(e.log)}"
@@ -636,7 +643,7 @@ def lto_link_to_ptx(inputs: list[tuple[bytes, str]], target: str, roots, what: s
     buf = toolchain.nvjitlink_run(
         [f"-arch={target}", "-lto", "-ptx"],
         [("LTOIR", data, name) for data, name in [*inputs, (root, "splice_lto_root.ltoir")]],
-        "ptx", f"the LTO-IR of {what} for {target}")
+        "ptx", f"the LTO-IR of {what} for {arch_words(target)}")
     text = bytes(buf).rstrip(b"\0").decode()
     mod = _parse(text, f"nvJitLink output for {what}")
     fn = mod.functions.get("__splice_lto_root")
