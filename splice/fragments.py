@@ -221,7 +221,8 @@ class CudaSource(Fragment):
                     f"{self.describe()} does not compile for {arch_words(target)}: "
                     f"{_first_error(e.log, full, name, blocks)}"
                     f"{_overload_hint(e.log, self.declared)}"
-                    f"{results_hint(e.log, self.declared)}{header_hint(e.log)}"
+                    f"{results_hint(e.log, self.declared)}"
+                    f"{_kernel_hint(full, self.declared)}{header_hint(e.log)}"
                     f"{nvshmem.explain_compile_failure(e.log)}", e.log) from None
 
     def content_key(self, target: str) -> str:
@@ -504,6 +505,19 @@ def _overload_hint(log: str, declared) -> str:
                         f"qualified C++ name, name=\"::{d.symbol}\" (or \"ns::{d.symbol}\" "
                         f"in a namespace), and splice calls the overload whose parameters "
                         f"match the signature {d.sig}")
+    return ""
+
+
+def _kernel_hint(source: str, declared) -> str:
+    """The fix when an extern names a ``__global__`` function (a kernel, which the type
+    check reports as returning the wrong type)."""
+    for d in declared:
+        name = (d.cxx_name or d.symbol).split("::")[-1].split("<")[0]
+        if re.search(rf"__global__[^;{{}}]*\b{re.escape(name)}\s*\(", source):
+            return (f"\n    '{name}' (extern declared at {d.where}) is a __global__ function, "
+                    f"a kernel: an extern calls a __device__ function; declare it "
+                    f"extern \"C\" __device__ (a kernel cannot be called from a kernel "
+                    f"without dynamic parallelism)")
     return ""
 
 

@@ -16,7 +16,7 @@ import os
 import re
 from typing import Any, Callable, Protocol
 
-from . import collectives, diagnose, inline, link, nvshmem, rewrite, toolchain
+from . import collectives, diagnose, effects, inline, link, nvshmem, rewrite, toolchain
 from .errors import SpliceLinkError, SpliceToolchainError
 from .fragments import BinarySource, Fragment, PtxSource
 from .ptx import Module, opcode_head, parse_instruction
@@ -184,6 +184,7 @@ def _compile_fragments(job: Driver, traced, lowered: _Lowered) -> _Compiled:
             job.dump(f".fragment{len(modules) - 1}.ptx", modules[fkey][1].text)
         _check_fragment(site, *modules[fkey], lowered)
     collectives.check_element_sites(traced.sites, modules, lowered.target)
+    effects.check_element_effects(traced.sites, modules, lowered.target)
     linked = link.prepare(lowered.module, list(modules.values()), job.name,
                           frozenset(s.extern.symbol for s in traced.sites),
                           host_filled=nvshmem.HOST_FILLED)

@@ -1,0 +1,138 @@
+"""What an element-scope extern's code may not do besides collectives: use ``__shared__``
+memory, or, when it is declared pure, have a side effect the program can see.
+
+- **Shared memory.** An element-scope call runs on each thread that owns an element, all
+  at once and in no order splice controls, so one ``__shared__`` variable is shared by the
+  calls of every thread of the block: a data race unless the code indexes it by thread
+  (which splice cannot prove). Any ``.shared`` variable that the extern, or a function it
+  calls, declares or names is refused; ``scope="block"`` is the form for shared memory.
+- **Pure with side effects.** A pure call (the default) may be removed when its result is
+  unused, hoisted or duplicated (``docs/design.md#fma-marker``). A pure extern whose code
+  stores to global or generic memory (``st.global``, ``st`` through a generic pointer),
+  runs an atomic or reduction (``atom``, ``red``, ``multimem``), writes global memory
+  asynchronously (``cp.async.bulk``/``cp.reduce.async.bulk`` to ``.global``) or prints
+  (``vprintf``, CUDA's ``printf``) would then lose, move or repeat that effect without a
+  word, so it is refused with ``pure=False`` as the fix. Stores to ``.local`` (the stack)
+  and ``.param`` are not effects the program can see.
+
+Both walk the functions the extern reaches as the collective check does
+(:func:`splice.collectives.outside_ptx`).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from .collectives import outside_ptx
+from .errors import SpliceLinkError
+from .ptx import Module, parse_instruction
+
+_PRINT = frozenset({"vprintf", "printf"})
+_PRIVATE_SPACES = frozenset({"local", "param", "shared"})
+
+
+def _shared_names(mod: Module) -> frozenset[str]:
+    """The module-level ``.shared`` variables of ``mod``."""
+    out = set()
+    for st in mod.statements:
+        if st.depth == 0 and st.kind == "directive" and \
+                any(t.text == ".shared" for t in st.tokens):
+            idents = [t.text for t in st.tokens if t.kind == "ident"]
+            if idents:
+                out.add(idents[0])
+    return frozenset(out)
+
+
+def _effect(ins) -> str | None:
+    """The kind of visible side effect ``ins`` has, or None."""
+    mods = set(ins.modifiers)
+    if ins.base in ("atom", "red", "multimem"):
+        return "an atomic or reduction"
+    if ins.base == "st" and not mods & _PRIVATE_SPACES:
+        return "a store to global memory" if "global" in mods else \
+            "a store through a generic pointer"
+    spaces = [m for m in ins.modifiers if m == "global" or m.startswith("shared")]
+    if ins.base == "cp" and "bulk" in mods and spaces[:1] == ["global"]:   # dst first
+        return "an asynchronous write of global memory"
+    if ins.base == "call" and ins.call_target in _PRINT:
+        return "a printf"
+    return None
+
+
+def _scan(mod: Module, fn_name: str, shared: frozenset[str]):
+    """(the first ``.shared`` use, the first visible side effect) in ``fn_name``'s body,
+    each as (instruction text, what) or None."""
+    fn = mod.functions[fn_name]
+    shared_use = effect = None
+    for st in mod.body_statements(fn):
+        text = " ".join(st.text(mod.text).split())
+        if shared_use is None and (
+                (st.kind == "directive" and any(t.text == ".shared" for t in st.tokens)) or
+                any(t.kind == "ident" and t.text in shared for t in st.tokens)):
+            shared_use = (text, "shared memory")
+        if effect is None and st.kind == "instruction":
+            what = _effect(parse_instruction(st, mod.text))
+            if what:
+                effect = (text, what)
+    return shared_use, effect
+
+
+def check_element_effects(sites, fragments: Mapping[str, tuple[str, Module]],
+                          target: str) -> None:
+    """Refuse an element-scope call whose code uses ``__shared__`` memory, or a pure one
+    whose code has a visible side effect (see the module docstring).
+
+    Args:
+        sites: the traced call sites (``.extern``, ``.where``).
+        fragments: content key -> (description, PTX module) of every fragment of the
+            kernel, compiled for ``target``.
+        target: the kernel's PTX target.
+
+    Raises:
+        SpliceLinkError: naming the extern, its declaration, the instruction, the chain of
+            functions that reaches it, the call site and the fix.
+    """
+    from .fragments import AsmSource, BinarySource
+    modules = [m for _, m in fragments.values()]
+    done: set[tuple[int, str, bool]] = set()
+    for site in sites:
+        ext = site.extern
+        if ext.scope != "element" or isinstance(ext.fragment, BinarySource):
+            continue
+        mod = fragments[ext.fragment.content_key(target)][1]
+        if (id(mod), ext.symbol, ext.pure) in done:
+            continue
+        done.add((id(mod), ext.symbol, ext.pure))
+        what = (f"inline PTX (splice.asm) at {ext.where}" if isinstance(ext.fragment, AsmSource)
+                else f"extern '{ext.name}' (declared at {ext.where})")
+        _check_one(ext, mod, modules, f"{what}, called at {site.where},")
+
+
+def _check_one(ext, mod: Module, modules, what: str) -> None:
+    mods = [mod, *[m for m in modules if m is not mod]]
+    reach = outside_ptx(mod, ext.symbol, modules)
+    for (mi, name), chain in reach.reached:
+        shared_use, effect = _scan(mods[mi], name, _shared_names(mods[mi]))
+        where = "in its own body" if len(chain) == 1 else \
+            f"in '{name}', reached through {' -> '.join(chain)}"
+        if shared_use is not None:
+            raise SpliceLinkError(
+                f"{what} uses __shared__ memory ('{shared_use[0]}' {where}): an element-scope "
+                f"call runs on every thread that owns an element at once, so the threads of "
+                f"a block would share that variable. Declare it with scope=\"block\" (every "
+                f"thread calls it once, convergently), or use local variables")
+        if ext.pure and effect is not None:
+            raise _impure(what, f"{effect[1]} ('{effect[0]}' {where})")
+    if ext.pure:
+        for name, chain in reach.undefined.items():
+            if name in _PRINT:
+                raise _impure(what, f"a printf ('{name}', reached through "
+                                    f"{' -> '.join(chain)})")
+
+
+def _impure(what: str, effect: str) -> SpliceLinkError:
+    return SpliceLinkError(
+        f"{what} is declared pure (the default) but has a side effect: {effect}. A pure "
+        f"call may be removed when its result is unused, hoisted out of a loop or repeated, "
+        f"which would lose, move or repeat it: declare it pure=False (kept, in place, once "
+        f"per element)")
