@@ -143,6 +143,7 @@ def _cmd_doctor(a) -> int:
 
     _doctor_compilers(line)
     _doctor_files(line)
+    _doctor_optional()
     print(_doctor_gpu())
     print("no problems found" if not problems else f"{problems} problem(s)")
     return 0 if not problems else 1
@@ -197,6 +198,20 @@ def _doctor_files(line) -> None:
         line(True, "cache", root)
     except OSError as e:
         line(False, "cache", f"{root} not writable ({e}); splice compiles without caching")
+
+
+def _doctor_optional() -> None:
+    """The optional headers (not problems when missing): CCCL/CUB and NVSHMEM."""
+    from . import cccl, nvshmem
+    found = cccl.include_dirs()
+    print(f"[{'ok' if found else '--'}] CCCL/CUB headers: " +
+          (", ".join(found) if found else f"not found (optional, for <cub/...> and "
+                                          f"<cuda/std/...>: {cccl.INSTALL_HINT})"))
+    version = nvshmem.header_version()
+    where = nvshmem.include_dir() if version else None
+    print(f"[{'ok' if version else '--'}] NVSHMEM headers: " +
+          (f"{where} ({version})" if version else
+           f"not found (optional, for <nvshmem.h>: {nvshmem.INSTALL_HINT})"))
 
 
 def _doctor_gpu() -> str:

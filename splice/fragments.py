@@ -223,7 +223,7 @@ class CudaSource(Fragment):
                     f"{_overload_hint(e.log, self.declared)}"
                     f"{results_hint(e.log, self.declared)}"
                     f"{_kernel_hint(full, self.declared)}{header_hint(e.log)}"
-                    f"{nvshmem.explain_compile_failure(e.log)}", e.log) from None
+                    f"{nvshmem.explain_compile_failure(e.log)}", errors_first(e.log)) from None
 
     def content_key(self, target: str) -> str:
         src = self.read()
@@ -458,6 +458,25 @@ def default_include_dirs(*texts: str) -> list[Path]:
 _ERR_RE = re.compile(r"^(.*)\((\d+)\): (?:catastrophic )?error")
 
 
+_DIAGNOSTIC_RE = re.compile(r"^\S.*\(\d+\): (?:catastrophic )?(error|warning|remark|note)")
+
+
+def errors_first(log: str) -> str:
+    """NVRTC's log with its error diagnostics (each with the lines under it) before its
+    warnings: CCCL's and the CUDA headers' own deprecation warnings (``#1444-D``, some
+    forty lines) would otherwise bury the user's error. Nothing is dropped."""
+    blocks: list[list[str]] = [[]]
+    for ln in log.splitlines():
+        if _DIAGNOSTIC_RE.match(ln):
+            blocks.append([])
+        blocks[-1].append(ln)
+    head, body = blocks[0], blocks[1:]
+    is_error = [bool(re.match(r"^\S.*\(\d+\): (?:catastrophic )?error", b[0])) for b in body]
+    ordered = [b for b, e in zip(body, is_error) if e] + \
+        [b for b, e in zip(body, is_error) if not e]
+    return "\n".join(ln for b in (head, *ordered) for ln in b)
+
+
 def _errors(log: str):
     for ln in log.splitlines():
         m = _ERR_RE.match(ln.strip())
@@ -547,6 +566,9 @@ def _known_header_hint(header: str) -> str:
                 "overloads)")
     if header in ("stdio.h", "cstdio"):
         return f"NVRTC declares device printf itself: drop <{header}>"
+    if header in ("assert.h", "cassert"):
+        return (f"NVRTC declares device assert itself: drop <{header}> (a failed assert "
+                f"traps the launch)")
     if _NVSHMEM_HEADERS.match(header):
         return (f"<{header}> is NVSHMEM's: write #include <nvshmem.h> (or <nvshmemx.h>) "
                 f"literally in the source, not through a macro; splice then adds NVSHMEM's "
