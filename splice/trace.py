@@ -20,11 +20,12 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import cuda.tile as ct
 
 from . import _cutile as cu
-from .errors import SpliceCallError, SpliceDeclarationError
+from .errors import SpliceCallError, SpliceDeclarationError, SpliceError
 from .sites import CallSite
 from .types import Signature
 
@@ -42,6 +43,8 @@ class TraceSession:
         #: keys (:attr:`CallSite.key`) of pure call sites that get the atomic marker
         self.atomic_sites = atomic_sites
         self._seen: dict[str, int] = {}
+        #: (extern, "file:line") of every call of a void extern: its result is None
+        self.void_calls: list[tuple[Any, str]] = []
 
     def site_key(self, loc) -> str:
         """The stable key of the next call at ``loc``: its location, the locations it was
@@ -121,10 +124,29 @@ def trace_kernel(kernel: ct.kernel, signature, arch: str, context=None,
     cu.ensure_supported_cutile()
     signatures = tuple(signature) if isinstance(signature, (list, tuple)) else (signature,)
     with trace_session(cu.python_function(kernel).__name__, atomic_sites) as session:
-        lowered = cu.lower_to_bytecode(kernel, signatures, arch, context)
+        try:
+            lowered = cu.lower_to_bytecode(kernel, signatures, arch, context)
+        except ct.TileError as e:
+            if isinstance(e, SpliceError) or not session.void_calls or not (
+                    isinstance(e, ct.TileInternalError) or "None" in e.message):
+                raise
+            raise _void_result_error(e, session) from None
     return TracedKernel(lowered.bytecode, lowered.symbols[0], tuple(session.sites),
                         lowered.lifecycle_providers, lowered.tileiras_flags,
                         lowered.timeout_sec, lowered.symbols)
+
+
+def _void_result_error(e, session: TraceSession) -> SpliceCallError:
+    """cuTile's error at a use of None, when the kernel calls void externs: their result is
+    None (cuTile says only "Unsupported operand types ... None", or nothing at all)."""
+    calls = "; ".join(f"extern '{ext.name}' (declared at {ext.where}, signature "
+                      f"{ext.signature}) called at {where}"
+                      for ext, where in session.void_calls)
+    said = e.message.strip() or f"cuTile's {type(e).__name__} (no message)"
+    return SpliceCallError(
+        f"in kernel '{session.kernel_name}' at {loc_str(e.loc)}: {said}. The kernel calls "
+        f"void extern(s), whose result is None: {calls}. Do not use that result (a tile, a "
+        f"store, arithmetic); declare the extern with a result type if it has one", e.loc)
 
 
 def check_build_args(kernel, signature) -> None:
@@ -359,6 +381,7 @@ def _emit_atomic_call(session, ext, form, key, typed, call_shape, loc):
         SpliceImpureCall, (result_ty, cu.TokenTy()), site=site, pointer=pointer, args=typed,
         memory_order=cu.MemoryOrder.ACQ_REL, memory_scope=cu.MemoryScope.DEVICE)
     if res is None:
+        session.void_calls.append((ext, loc_str(loc)))
         return None
     return value if shape == call_shape else cu.reshape(value, call_shape)
 
