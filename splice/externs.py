@@ -518,16 +518,16 @@ def from_object(path, /, *, name: str, signature: str, pure: bool = True,
     from .fragments import BINARY_SUFFIXES, BinarySource
     where, base = _caller_where(2)
     what = f"extern '{name}' at {where}"
-    file = _resolve_path(path, base, what, "binary")
-    if file.suffix.lower() not in BINARY_SUFFIXES:
-        raise SpliceDeclarationError(
-            f"{what}: {file.name}: a binary object must end in "
-            f"{', '.join(BINARY_SUFFIXES)} (PTX: from_ptx, LTO-IR: from_ltoir)")
     if _several_results(None, signature):
         raise SpliceDeclarationError(
             f"{what}: several results need a prototype splice can check (the struct's size "
             f"and alignment), which a binary object does not carry: ship the function as "
             f"PTX, LTO-IR or CUDA C, or return the results packed in one uint64")
+    file = _resolve_path(path, base, what, "binary")
+    if file.suffix.lower() not in BINARY_SUFFIXES:
+        raise SpliceDeclarationError(
+            f"{what}: {file.name}: a binary object must end in "
+            f"{', '.join(BINARY_SUFFIXES)} (PTX: from_ptx, LTO-IR: from_ltoir)")
     return _declare(None, symbol=name, signature=signature, pure=pure,
                     fragment_factory=lambda s, g: BinarySource(path=file, where=where,
                                                                roots=((s, g),)),

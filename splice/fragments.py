@@ -466,7 +466,8 @@ def errors_first(log: str) -> str:
     warnings: CCCL's and the CUDA headers' own deprecation warnings (``#1444-D``, some
     forty lines) would otherwise bury the user's error. Nothing is dropped."""
     blocks: list[list[str]] = [[]]
-    for ln in log.splitlines():
+    end = "\n" if log.endswith("\n") else ""
+    for ln in log[:len(log) - len(end)].split("\n"):
         if _DIAGNOSTIC_RE.match(ln):
             blocks.append([])
         blocks[-1].append(ln)
@@ -474,7 +475,7 @@ def errors_first(log: str) -> str:
     is_error = [bool(re.match(r"^\S.*\(\d+\): (?:catastrophic )?error", b[0])) for b in body]
     ordered = [b for b, e in zip(body, is_error) if e] + \
         [b for b, e in zip(body, is_error) if not e]
-    return "\n".join(ln for b in (head, *ordered) for ln in b)
+    return "\n".join(ln for b in (head, *ordered) for ln in b) + end
 
 
 def _errors(log: str):
