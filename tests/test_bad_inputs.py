@@ -694,3 +694,19 @@ def test_summary_names_a_register_call_target_as_such():
     assert re.search(r"SASS CALLs through a register \(CUDA's printf calls vprintf so; or "
                      r"a function pointer\): U?R\d+: \d+", text), text
     assert not re.search(r"other device functions \(called by the fragments\): U?R\d+", text)
+
+
+def test_one_function_with_two_scopes_from_a_library():
+    """The fix the 'one source declared twice' row names: one library, one declaration per
+    scope."""
+    lib = splice.library(source='extern "C" __device__ float twice(float x) { return 2 * x; }')
+    each = lib.extern("twice", signature="float32(float32)")
+    block = lib.extern("twice", signature="float32(float32)", scope="block")
+
+    @splice.kernel
+    def kern(x, y, s: float, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=each(t) + block(s))
+    b = splice.compile(kern, K.signature(K.array(f32), K.array(f32), K.scalar(f32), 256),
+                       "sm_90")
+    assert [site.scope for site in b.sites] == ["element", "block"]
