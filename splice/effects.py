@@ -1,5 +1,10 @@
-"""What an element-scope extern's code may not do besides collectives: use ``__shared__``
-memory, or, when it is declared pure, have a side effect the program can see.
+"""What an element-scope extern's code may not do besides collectives: end the thread
+(``exit``), use ``__shared__`` memory, or, when it is declared pure, have a side effect the
+program can see.
+
+- **exit** (also at block scope). A thread that exits inside the call skips the kernel's
+  code after it: its stores are lost, silently (a barrier excuses exited threads) (``splice.asm`` snippets are checked for ``exit`` themselves,
+  :mod:`splice.asm_check`; this covers what they and externs call).
 
 - **Shared memory.** An element-scope call runs on each thread that owns an element, all
   at once and in no order splice controls, so one ``__shared__`` variable is shared by the
@@ -60,12 +65,15 @@ def _effect(ins) -> str | None:
 
 
 def _scan(mod: Module, fn_name: str, shared: frozenset[str]):
-    """(the first ``.shared`` use, the first visible side effect) in ``fn_name``'s body,
-    each as (instruction text, what) or None."""
+    """(the first ``.shared`` use, the first visible side effect, the first ``exit``) in
+    ``fn_name``'s body, each as (instruction text, what) or None."""
     fn = mod.functions[fn_name]
-    shared_use = effect = None
+    shared_use = effect = leaves = None
     for st in mod.body_statements(fn):
         text = " ".join(st.text(mod.text).split())
+        if leaves is None and st.kind == "instruction" and \
+                parse_instruction(st, mod.text).base == "exit":
+            leaves = (text, "exit")
         if shared_use is None and (
                 (st.kind == "directive" and any(t.text == ".shared" for t in st.tokens)) or
                 any(t.kind == "ident" and t.text in shared for t in st.tokens)):
@@ -74,13 +82,14 @@ def _scan(mod: Module, fn_name: str, shared: frozenset[str]):
             what = _effect(parse_instruction(st, mod.text))
             if what:
                 effect = (text, what)
-    return shared_use, effect
+    return shared_use, effect, leaves
 
 
 def check_element_effects(sites, fragments: Mapping[str, tuple[str, Module]],
                           target: str) -> None:
-    """Refuse an element-scope call whose code uses ``__shared__`` memory, or a pure one
-    whose code has a visible side effect (see the module docstring).
+    """Refuse a call whose code ends the thread (``exit``, any scope), an element-scope one
+    whose code uses ``__shared__`` memory, or a pure element-scope one whose code has a
+    visible side effect (see the module docstring).
 
     Args:
         sites: the traced call sites (``.extern``, ``.where``).
@@ -97,7 +106,7 @@ def check_element_effects(sites, fragments: Mapping[str, tuple[str, Module]],
     done: set[tuple[int, str, bool]] = set()
     for site in sites:
         ext = site.extern
-        if ext.scope != "element" or isinstance(ext.fragment, BinarySource):
+        if isinstance(ext.fragment, BinarySource):
             continue
         mod = fragments[ext.fragment.content_key(target)][1]
         if (id(mod), ext.symbol, ext.pure) in done:
@@ -112,9 +121,17 @@ def _check_one(ext, mod: Module, modules, what: str) -> None:
     mods = [mod, *[m for m in modules if m is not mod]]
     reach = outside_ptx(mod, ext.symbol, modules)
     for (mi, name), chain in reach.reached:
-        shared_use, effect = _scan(mods[mi], name, _shared_names(mods[mi]))
+        shared_use, effect, leaves = _scan(mods[mi], name, _shared_names(mods[mi]))
         where = "in its own body" if len(chain) == 1 else \
             f"in '{name}', reached through {' -> '.join(chain)}"
+        if leaves is not None:
+            raise SpliceLinkError(
+                f"{what} executes '{leaves[0]}' {where}: the thread would end inside the "
+                f"call, and the kernel's code after it (its stores) would not run for that "
+                f"thread. Return from the function instead (or __trap() to abort the "
+                f"launch)")
+        if ext.scope != "element":       # block scope: shared memory and any effects
+            continue
         if shared_use is not None:
             raise SpliceLinkError(
                 f"{what} uses __shared__ memory ('{shared_use[0]}' {where}): an element-scope "
@@ -123,7 +140,7 @@ def _check_one(ext, mod: Module, modules, what: str) -> None:
                 f"thread calls it once, convergently), or use local variables")
         if ext.pure and effect is not None:
             raise _impure(what, f"{effect[1]} ('{effect[0]}' {where})")
-    if ext.pure:
+    if ext.pure and ext.scope == "element":
         for name, chain in reach.undefined.items():
             if name in _PRINT:
                 raise _impure(what, f"a printf ('{name}', reached through "

@@ -364,6 +364,10 @@ BUILD_ROWS = [
     ("pure extern storing to global memory", lambda: _k1(_cu(
         '__device__ float g;\nextern "C" __device__ float f(float x) { g = x; return x; }')),
      splice.SpliceLinkError, ["a store to global memory", "st.global.f32", "pure=False"]),
+    ("extern that exits the thread", lambda: _k1(_cu(
+        'extern "C" __device__ float f(float x) { if (x < 0) asm volatile("exit;"); '
+        'return x; }', pure=False)), splice.SpliceLinkError,
+     ["executes 'exit;'", "Return from the function instead"]),
     ("#include <assert.h>", lambda: _k1(_cu('#include <assert.h>\nextern "C" __device__ '
                                             'float f(float x) { return x; }')),
      splice.SpliceCompileError, ["NVRTC declares device assert itself", "drop <assert.h>"]),
@@ -396,7 +400,7 @@ FRAGMENT_KEPT = {"missing CUDA C symbol", "C++ name without extern C", "unresolv
                  "inline='always' on a callee with a stack frame",
                  "__shared__ in an element-scope extern", "pure extern with printf",
                  "pure extern with an atomic", "pure extern storing to global memory",
-                 "one source declared twice"}
+                 "one source declared twice", "extern that exits the thread"}
 
 
 def _assert_nothing_cached(root: Path, row_id: str):
