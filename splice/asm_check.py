@@ -25,7 +25,7 @@ scopes and ``.reg``/``.local``/``.param``/``.pragma``/``.branchtargets``/``.call
 ``.callprototype`` declarations; no ``.shared`` variable (a per-element call runs on
 every thread at once: use ``scope="block"`` code, or local memory); no ``.reg`` that
 redeclares a register of the wrapper (in a ``{ }`` scope it would shadow an operand, and
-writes would miss the output).
+writes would miss the output). Why, and what is left out: ``docs/design.md#asm-proof``.
 """
 
 from __future__ import annotations

@@ -214,7 +214,8 @@ RESULT_BITS = 64
 def results_layout(types: Sequence[ElementType]) -> tuple[ElementType, tuple[int, ...]]:
     """The carrier of several results and each one's bit offset in it: C struct layout
     (each at the next multiple of its own size, in order), so that the carrier's
-    little-endian bytes are the struct's; uint32 when they end within 32 bits, else uint64.
+    little-endian bytes are the struct's; uint32 when they end within 32 bits, else uint64
+    (``docs/design.md#several-results``).
 
     Raises:
         SpliceDeclarationError: a pointer among them, or more than :data:`RESULT_BITS`
