@@ -399,3 +399,26 @@ def test_exec_f16x2_pack(tile):
     _exec(hadd2_scalar_kernel, K.signature(K.array(ct.float16), K.array(ct.float16),
                                            K.scalar(ct.float32), tile), (n // tile,), a, y2, 1.5)
     np.testing.assert_array_equal(y2, a + np.float16(3.0))
+
+
+RELU_PREDICATED = ("{ .reg .pred p; setp.lt.s32 p, $1, 0; @p mov.b32 $0, 0; "
+                   "@!p mov.b32 $0, $1; }")
+RELU_BRANCHES = ("{ .reg .pred p; setp.lt.s32 p, $1, 0; @p bra NEG; mov.b32 $0, $1; "
+                 "bra DONE; NEG: mov.b32 $0, 0; DONE: }")
+
+
+@pytest.mark.parametrize("template", [RELU_PREDICATED, RELU_BRANCHES])
+def test_outputs_written_on_every_path_compile(template):
+    b = splice.compile(_asm_kernel(template), I32, "sm_90")
+    assert b.sites[0].inlined
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("template", [RELU_PREDICATED, RELU_BRANCHES],
+                         ids=["predicated", "branches"])
+def test_outputs_written_on_every_path_values(torch, template):
+    n, tile = 1024, 256
+    x = np.random.default_rng(4).integers(-1000, 1000, n, dtype=np.int32)
+    y = torch.empty(n, dtype=torch.int32, device="cuda")
+    _launch(torch, (n // tile,), _asm_kernel(template), (torch.from_numpy(x).cuda(), y, tile))
+    np.testing.assert_array_equal(y.cpu().numpy(), np.maximum(x, 0))
