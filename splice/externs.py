@@ -552,6 +552,8 @@ def _declare_cxx(stub, cxx_name, signature, pure, inline, where, fragment, libra
     results) through a generated extern "C" trampoline appended to ``fragment`` (or
     registered with ``library``)."""
     what = f"extern '{cxx_name}' at {where}"
+    if not is_cxx_name(cxx_name):   # a C function of several results
+        _check_symbol(cxx_name, what)
     try:
         sig = signature_from_annotations(stub) if signature is None else \
             signature if isinstance(signature, Signature) else parse_signature(signature)

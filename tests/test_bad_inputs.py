@@ -559,6 +559,8 @@ DECLARATION_ROWS = [
     ("results from a binary object", lambda: splice.extern.from_object(
         "f.cubin", name="f", signature="(float32, float32)(float32)"),
      ["a binary object does not carry", "PTX, LTO-IR or CUDA C"]),
+    ("results from a symbol that is no C identifier", lambda: _cu(
+        CU, name="my f", sig="(float32, float32)(float32)"), ["not a C identifier"]),
     ("block-scope results", lambda: _cu(CU, sig="(float32, float32)(float32)", scope="block"),
      ["a block-scope extern returns one scalar"]),
 ]
