@@ -407,18 +407,23 @@ RELU_BRANCHES = ("{ .reg .pred p; setp.lt.s32 p, $1, 0; @p bra NEG; mov.b32 $0, 
                  "bra DONE; NEG: mov.b32 $0, 0; DONE: }")
 
 
-@pytest.mark.parametrize("template", [RELU_PREDICATED, RELU_BRANCHES])
+ODD_OR_ZERO = ("{ .reg .b32 i; and.b32 i, $1, 1; ts: .branchtargets EVEN, ODD; brx.idx i, ts; "
+               "EVEN: mov.b32 $0, 0; bra DONE; ODD: mov.b32 $0, $1; DONE: }")
+
+
+@pytest.mark.parametrize("template", [RELU_PREDICATED, RELU_BRANCHES, ODD_OR_ZERO])
 def test_outputs_written_on_every_path_compile(template):
     b = splice.compile(_asm_kernel(template), I32, "sm_90")
     assert b.sites[0].inlined
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("template", [RELU_PREDICATED, RELU_BRANCHES],
-                         ids=["predicated", "branches"])
-def test_outputs_written_on_every_path_values(torch, template):
+@pytest.mark.parametrize("template, ref", [
+    (RELU_PREDICATED, lambda x: np.maximum(x, 0)), (RELU_BRANCHES, lambda x: np.maximum(x, 0)),
+    (ODD_OR_ZERO, lambda x: np.where(x & 1, x, 0))], ids=["predicated", "branches", "brx"])
+def test_outputs_written_on_every_path_values(torch, template, ref):
     n, tile = 1024, 256
     x = np.random.default_rng(4).integers(-1000, 1000, n, dtype=np.int32)
     y = torch.empty(n, dtype=torch.int32, device="cuda")
     _launch(torch, (n // tile,), _asm_kernel(template), (torch.from_numpy(x).cuda(), y, tile))
-    np.testing.assert_array_equal(y.cpu().numpy(), np.maximum(x, 0))
+    np.testing.assert_array_equal(y.cpu().numpy(), ref(x))
