@@ -33,13 +33,6 @@ _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.
 _memo_lock = threading.Lock()
 
 
-def arch_words(target: str) -> str:
-    """A PTX target as users name the architecture: ``"sm_90 (PTX target sm_90a)"`` for
-    tileiras's arch-specific ``sm_90a``, ``"sm_80"`` as is."""
-    base = target.rstrip("af")
-    return target if base == target else f"{base} (PTX target {target})"
-
-
 def _parse(text: str, what: str) -> Module:
     """``text`` as a :class:`splice.ptx.Module` (the PTX parser is imported by the first
     build, not by ``import splice``)."""
@@ -199,6 +192,7 @@ class CudaSource(Fragment):
         symbol the type check cannot see at global scope is checked by redeclaration
         instead (never dropped: see :mod:`splice.checks`)."""
         from .checks import generated_blocks, lookup_failures, results_hint
+        from .ptx import arch_words
         redeclare: frozenset = frozenset()
         c_symbols = {d.symbol for d in self.declared if d.cxx_name is None}
         while True:
@@ -667,7 +661,7 @@ def lto_link_to_ptx(inputs: list[tuple[bytes, str]], target: str, roots, what: s
         SpliceLinkError: nvJitLink rejected the inputs (its log attached).
     """
     from .checks import c_declaration, include_headers
-    from .ptx import apply_edits
+    from .ptx import apply_edits, arch_words
     keep = " ".join(f"p[{i}] = (void *)&{sym};" for i, (sym, _) in enumerate(roots))
     root_src = (include_headers(sig for _, sig in roots)
                 + "".join(c_declaration(sym, sig) for sym, sig in roots)

@@ -26,7 +26,7 @@ import re
 from typing import Sequence
 
 from .errors import SpliceLinkError
-from .ptx import Function, Module, Param, PTXSyntaxError, apply_edits, \
+from .ptx import Function, Module, Param, PTXSyntaxError, apply_edits, arch_words, \
     declared_variable_name
 from .spans import Generated, Span, shift_spans
 from .types import ElementType, Signature, results_struct
@@ -79,7 +79,8 @@ def check_compatible(frag: Module, kernel: Module, what: str) -> None:
                f"compile it for {ktargets[0].rstrip('af')} or an older plain sm_ target "
                f"(nvcc -arch=sm_{min(fnum, knum)}, or edit its .target)")
         raise SpliceLinkError(
-            f"{what}: PTX .target {ftargets[0]} cannot run on the kernel's {ktargets[0]}; "
+            f"{what}: PTX .target {ftargets[0]} cannot run on the kernel's "
+            f"{arch_words(ktargets[0])}; "
             f"{fix}")
 
 
