@@ -33,7 +33,7 @@ from .errors import SpliceLinkError
 from .ptx import Module, parse_instruction
 
 _PRINT = frozenset({"vprintf", "printf"})
-_PRIVATE_SPACES = frozenset({"local", "param", "shared"})
+_PRIVATE_SPACES = frozenset({"local", "param"})
 
 
 def _shared_names(mod: Module) -> frozenset[str]:
@@ -53,11 +53,13 @@ def _effect(ins) -> str | None:
     mods = set(ins.modifiers)
     if ins.base in ("atom", "red", "multimem"):
         return "an atomic or reduction"
-    if ins.base == "st" and not mods & _PRIVATE_SPACES:
-        return "a store to global memory" if "global" in mods else \
+    spaces = {m.split("::")[0] for m in mods}
+    if ins.base == "st" and not spaces & _PRIVATE_SPACES:
+        return "a store to global memory" if "global" in spaces else \
+            "a store to shared memory" if "shared" in spaces else \
             "a store through a generic pointer"
-    spaces = [m for m in ins.modifiers if m == "global" or m.startswith("shared")]
-    if ins.base == "cp" and "bulk" in mods and spaces[:1] == ["global"]:   # dst first
+    order = [m for m in ins.modifiers if m == "global" or m.startswith("shared")]
+    if ins.base == "cp" and "bulk" in mods and order[:1] == ["global"]:   # dst first
         return "an asynchronous write of global memory"
     if ins.base == "call" and ins.call_target in _PRINT:
         return "a printf"
