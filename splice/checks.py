@@ -207,8 +207,10 @@ def _results_trampoline(d: Declared) -> str:
         f"    auto [{members}] = {ns}::pick(&{target})({args});",
     ]
     for i, t in enumerate(sig.results):
+        ok = " || ".join(f"{ns}::same<decltype(m{i}), {c}>::value"
+                         for c in c_type_alternatives(t))
         lines.append(
-            f'    static_assert({ns}::same<decltype(m{i}), {t.c_type}>::value, "splice: '
+            f'    static_assert({ok}, "splice: '
             f"member {i + 1} of the result of '{d.cxx_name}' must be {t.c_type} to match "
             f'its signature {sig}");')
     packed = " | ".join(f"({ns}::bits(m{i}) << {off})" if off else f"{ns}::bits(m{i})"

@@ -217,6 +217,21 @@ def test_block_scope_results_are_refused():
                       signature="(float32, float32)(float32)")
 
 
+def test_member_types_accept_the_documented_c_alternatives():
+    """int8 may be ``char`` (signed on NVRTC's platforms), as for parameters."""
+    ext = splice.extern(source='struct R { char a; short b; };\n'
+                               'extern "C" __device__ R f(float x) { return R{(char)x, 1}; }',
+                        name="f", signature="(int8, int16)(float32)")
+
+    @splice.kernel
+    def kern(x, a, TILE: K.ConstInt):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        u, v = ext(t)
+        ct.store(a, index=(ct.bid(0),), tile=u.astype(ct.int16) + v)
+    sig = K.signature(K.array(f32), K.array(ct.int16), 256)
+    assert splice.compile(kern, sig, "sm_90").sites[0].inlined
+
+
 def test_library_extern_with_results():
     lib = splice.library(SINCOS + MIX)
     sc = lib.extern("sincos_pair", signature="(float32, float32)(float32)")
