@@ -20,8 +20,10 @@ program can see.
   word, so it is refused with ``pure=False`` as the fix. Stores to ``.local`` (the stack)
   and ``.param`` are not effects the program can see.
 
-Both walk the functions the extern reaches as the collective check does
-(:func:`splice.collectives.outside_ptx`).
+They walk the functions the extern reaches as the collective check does
+(:func:`splice.collectives.outside_ptx`). The shared-memory and purity rules apply to the
+call forms that do not run collectives (``form.runs_collectives``, :mod:`splice.forms`):
+a form whose threads call convergently (block) may use shared memory, and is never pure.
 """
 
 from __future__ import annotations
@@ -132,8 +134,8 @@ def _check_one(ext, mod: Module, modules, what: str) -> None:
                 f"call, and the kernel's code after it (its stores) would not run for that "
                 f"thread. Return from the function instead (or __trap() to abort the "
                 f"launch)")
-        if ext.scope != "element":       # block scope: shared memory and any effects
-            continue
+        if ext.form.runs_collectives:    # a convergent (block) call: shared memory is its
+            continue                     # own, and it is never pure
         if shared_use is not None:
             raise SpliceLinkError(
                 f"{what} uses __shared__ memory ('{shared_use[0]}' {where}): an element-scope "
@@ -142,7 +144,7 @@ def _check_one(ext, mod: Module, modules, what: str) -> None:
                 f"thread calls it once, convergently), or use local variables")
         if ext.pure and effect is not None:
             raise _impure(what, f"{effect[1]} ('{effect[0]}' {where})")
-    if ext.pure and ext.scope == "element":
+    if ext.pure and not ext.form.runs_collectives:
         for name, chain in reach.undefined.items():
             if name in _PRINT:
                 raise _impure(what, f"a printf ('{name}', reached through "
