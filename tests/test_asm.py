@@ -427,3 +427,14 @@ def test_outputs_written_on_every_path_values(torch, template, ref):
     y = torch.empty(n, dtype=torch.int32, device="cuda")
     _launch(torch, (n // tile,), _asm_kernel(template), (torch.from_numpy(x).cuda(), y, tile))
     np.testing.assert_array_equal(y.cpu().numpy(), ref(x))
+
+
+@pytest.mark.parametrize("template, ref", [
+    (RELU_PREDICATED, lambda x: np.maximum(x, 0)), (RELU_BRANCHES, lambda x: np.maximum(x, 0)),
+    (ODD_OR_ZERO, lambda x: np.where(x & 1, x, 0))], ids=["predicated", "branches", "brx"])
+def test_exec_outputs_written_on_every_path_values(template, ref):
+    n, tile = 512, 256
+    x = np.random.default_rng(4).integers(-1000, 1000, n, dtype=np.int32)
+    y = np.zeros(n, np.int32)
+    _exec(_asm_kernel(template), I32, (n // tile,), x, y)
+    np.testing.assert_array_equal(y, ref(x))

@@ -246,7 +246,7 @@ def test_library_extern_with_results():
 def _sincos_ptx(ret: str, stores: str) -> str:
     return f"""
 .version 8.0
-.target sm_90
+.target sm_80
 .address_size 64
 .visible .func (.param {ret}) sc(.param .b32 x)
 {{
@@ -319,6 +319,66 @@ def test_binary_object_results_are_refused(tmp_path):
     obj.write_bytes(b"\x7fELF")
     with pytest.raises(splice.SpliceDeclarationError, match="a binary object does not carry"):
         splice.extern.from_object(obj, name="f", signature=PAIR)
+
+
+# ---------------------------------------------------------------------------------------------
+# On the CPU executor (support.ptx_exec): the values of the spliced PTX, for sm_80 (the 1-D
+# loads are TMA loads on sm_90, out of the executor's scope)
+
+
+def _exec_pair(name, x):
+    from support.ptx_exec import run_build
+    kern, out_t = KERNELS[name]
+    a = np.zeros(x.shape, np.int32 if out_t == i32 else np.float32)
+    b = np.zeros(x.shape, np.float32)
+    sig = K.signature(K.array(f32), K.array(out_t), K.array(f32), 256)
+    run_build(splice.compile(kern, sig, "sm_80"), (x.size // 256,), x, a, b)
+    return a, b
+
+
+@pytest.mark.parametrize("name", ["sincos", "sincos_impure", "sincos_called", "ptx_aggregate",
+                                  "ptx_packed"])
+def test_exec_sincos_pair_values(name):
+    x = np.random.default_rng(0).uniform(-np.pi, np.pi, 512).astype(np.float32)
+    s, c = _exec_pair(name, x)
+    # sin/cos.approx.f32: absolute error at most 2^-20.9 on [-pi, pi] (PTX ISA); the order
+    # of the pair (a swap, a wrong offset) is far outside it
+    np.testing.assert_allclose(s, np.sin(x.astype(np.float64)), atol=2e-6, rtol=0)
+    np.testing.assert_allclose(c, np.cos(x.astype(np.float64)), atol=2e-6, rtol=0)
+
+
+def test_exec_int_float_mix_values():
+    x = np.random.default_rng(1).uniform(-1000, 1000, 512).astype(np.float32)
+    w, f = _exec_pair("split", x)
+    np.testing.assert_array_equal(w, np.trunc(x).astype(np.int32))
+    np.testing.assert_array_equal(f, x - np.trunc(x))
+
+
+def test_exec_fp16_quad_values():
+    from support.ptx_exec import run_build
+    x = np.random.default_rng(2).uniform(-4, 4, 512).astype(np.float32)
+    out = np.zeros((4, x.size), np.float16)
+    sig = K.signature(K.array(f32), K.array(f16, 2), 256)
+    run_build(splice.compile(quad_kernel, sig, "sm_80"), (x.size // 256,), x, out)
+    x32 = x.astype(np.float32)
+    ref = np.stack([x32, x32 * x32, x32 * x32 * x32, -x32]).astype(np.float16)
+    np.testing.assert_array_equal(out, ref)
+
+
+@pytest.mark.parametrize("fn", [minmax, polar], ids=["float2", "cxx_template"])
+def test_exec_two_argument_results_values(fn):
+    from support.ptx_exec import run_build
+    rng = np.random.default_rng(3)
+    x, y = (rng.standard_normal(512).astype(np.float32) for _ in range(2))
+    a, b = np.zeros(512, np.float32), np.zeros(512, np.float32)
+    sig = K.signature(*[K.array(f32)] * 4, 256)
+    run_build(splice.compile(_two_arg_kernel(fn), sig, "sm_80"), (2,), x, y, a, b)
+    if fn is minmax:
+        np.testing.assert_array_equal(a, np.minimum(x, y))
+        np.testing.assert_array_equal(b, np.maximum(x, y))
+    else:
+        np.testing.assert_allclose(a, np.hypot(x, y), rtol=1e-6)
+        np.testing.assert_allclose(b, np.arctan2(y, x), atol=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------
