@@ -55,16 +55,8 @@ def run_on_gpu(M=256, N=1024):
 
 
 def compile_only(N=1024):
-    from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature, \
-        ScalarConstraint
-
-    def array(ndim):
-        return ArrayConstraint(ct.float32, ndim, index_dtype=ct.int32,
-                               stride_lower_bound_incl=0, alias_groups=(),
-                               may_alias_internally=False,
-                               stride_constant=(None,) * (ndim - 1) + (1,))
-    sig = KernelSignature([array(2), array(2), ScalarConstraint(ct.int32), N],
-                          CallingConvention.cutile_python_v1())
+    sig = splice.kernel_signature("array(float32, ndim=2)", "array(float32, ndim=2)",
+                                  "scalar(int32)", N)
     build = splice.compile(normalise_rows, sig, arch="sm_90")
     print("no GPU: compiled for sm_90 without launching")
     print(build.summary())

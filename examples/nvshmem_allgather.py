@@ -213,16 +213,8 @@ def _worker(rank, world, port, bench, n):
 
 def compile_only(arch="sm_90"):
     """No GPU needed: compile the kernel and show its call sites."""
-    from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature, \
-        ScalarConstraint
-
-    def array(dtype):
-        return ArrayConstraint(dtype, 1, index_dtype=ct.int32, stride_lower_bound_incl=0,
-                               alias_groups=(), may_alias_internally=False,
-                               stride_constant=(1,))
-    sig = KernelSignature([array(ct.float32), array(ct.int64)] +
-                          [ScalarConstraint(ct.int32)] * 4 + [TILE],
-                          CallingConvention.cutile_python_v1())
+    sig = splice.kernel_signature("array(float32)", "array(int64)",
+                                  *["scalar(int32)"] * 4, TILE)
     build = splice.compile(ring_allgather, sig, arch=arch)
     print(f"compiled for {arch} without launching")
     print(build.summary())

@@ -83,9 +83,15 @@ def _cmd_inspect(a) -> int:
 
 def _cmd_compile(a) -> int:
     import splice
+    from . import _cutile
+    from .export import check_output_path
     kern = _load_kernel(a.file, a.kernel)
     sig = parse_signature(a.sig)
     _check_arity(kern, sig, a.sig)
+    if a.output:
+        code = _cutile.python_function(kern).__code__
+        check_output_path(a.output, f"python -m splice compile {a.file} {a.kernel} "
+                                    f"({code.co_filename}:{code.co_firstlineno}): -o")
     b = splice.compile(kern, sig, a.arch)
     out = Path(a.output or f"{b.symbol}.{b.arch}.cubin")
     out.write_bytes(b.cubin)
@@ -137,6 +143,7 @@ def _cmd_doctor(a) -> int:
 
     _doctor_compilers(line)
     _doctor_files(line)
+    _doctor_optional()
     print(_doctor_gpu())
     print("no problems found" if not problems else f"{problems} problem(s)")
     return 0 if not problems else 1
@@ -191,6 +198,20 @@ def _doctor_files(line) -> None:
         line(True, "cache", root)
     except OSError as e:
         line(False, "cache", f"{root} not writable ({e}); splice compiles without caching")
+
+
+def _doctor_optional() -> None:
+    """The optional headers (not problems when missing): CCCL/CUB and NVSHMEM."""
+    from . import cccl, nvshmem
+    found = cccl.include_dirs()
+    print(f"[{'ok' if found else '--'}] CCCL/CUB headers: " +
+          (", ".join(found) if found else f"not found (optional, for <cub/...> and "
+                                          f"<cuda/std/...>: {cccl.INSTALL_HINT})"))
+    version = nvshmem.header_version()
+    where = nvshmem.include_dir() if version else None
+    print(f"[{'ok' if version else '--'}] NVSHMEM headers: " +
+          (f"{where} ({version})" if version else
+           f"not found (optional, for <nvshmem.h>: {nvshmem.INSTALL_HINT})"))
 
 
 def _doctor_gpu() -> str:

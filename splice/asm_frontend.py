@@ -24,10 +24,11 @@ import re
 import cuda.tile as ct
 
 from . import _cutile as cu
+from .asm_check import SnippetFault, check_snippet
 from .errors import SpliceCallError, SpliceDeclarationError, SpliceError
 from .forms import form_of
-from .trace import describe, emit_call, loc_str, python_caller
-from .types import ElementType, Signature, element_type
+from .trace import describe, emit_call, loc_str, python_caller, split_results
+from .types import ElementType, Signature, element_type, results_layout
 
 #: Register type and constraint letter of each element type (CUDA C / Triton constraint
 #: letters: h = 16-bit, r = 32-bit, l = 64-bit, f = f32, d = f64, b = predicate; 8-bit
@@ -41,6 +42,9 @@ REG = {
 }
 
 _OPERAND_RE = re.compile(r"\$(\$|\d+)")
+
+#: The wrapper's scratch registers, besides the operands' ``%a<k>``.
+_SCRATCH = ("%t32", "%t64", "%c64")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +111,28 @@ class AsmSpec:
                     f"${k} of dtype {t} (register {REG[t.name][0]}, constraint "
                     f"'{'=' if is_out else ''}{REG[t.name][1]}')")
 
+    def body(self) -> str:
+        """The template with its operands replaced by the wrapper's registers (``$k``:
+        ``%a<k>``)."""
+        return _OPERAND_RE.sub(lambda m: "$" if m.group(1) == "$" else f"%a{m.group(1)}",
+                               self.template)
+
+    def check_control(self) -> None:
+        """Refuse a snippet control can leave or that leaves an output unwritten
+        (:mod:`splice.asm_check`).
+
+        Raises:
+            SpliceCallError: naming the rule, the snippet and the call site.
+        """
+        n = len(self.outputs) + len(self.inputs)
+        try:
+            check_snippet(self.body(), [f"%a{k}" for k in range(len(self.outputs))],
+                          [f"%a{k}" for k in range(n)] + list(_SCRATCH))
+        except SnippetFault as e:
+            raise SpliceCallError(f"inline PTX at {self.where}: {e}\n    snippet: "
+                                  f"{self.template.strip()}\n    operands: "
+                                  f"{self.operands_text()}") from None
+
     def operands_text(self) -> str:
         """``$0 .b32 (int32 output), $1 .f32 (float32)...`` for error messages."""
         n_out = len(self.outputs)
@@ -115,23 +141,20 @@ class AsmSpec:
 
     def result_layout(self) -> tuple[ElementType | None, tuple[int, ...]]:
         """The carrier of the outputs (one element type, None for no output) and each
-        output's bit offset in it."""
-        from .types import ELEMENT_TYPES
+        output's bit offset in it (:func:`splice.types.results_layout`).
+
+        Raises:
+            SpliceCallError: more than 64 bits of outputs.
+        """
         if not self.outputs:
             return None, ()
         if len(self.outputs) == 1:
             return self.outputs[0], (0,)
-        offsets, pos = [], 0
-        for t in self.outputs:
-            pos = -(-pos // t.bits) * t.bits
-            offsets.append(pos)
-            pos += t.bits
-        if pos > 64:
-            raise SpliceCallError(
-                f"inline PTX at {self.where}: the outputs "
-                f"({', '.join(t.name for t in self.outputs)}) need {pos} bits; at most 64 "
-                f"bits of outputs are supported")
-        return ELEMENT_TYPES["uint32" if pos <= 32 else "uint64"], tuple(offsets)
+        try:
+            return results_layout(self.outputs)
+        except SpliceDeclarationError as e:
+            raise SpliceCallError(f"inline PTX at {self.where}: "
+                                  f"{e.message.replace('results', 'outputs')}") from None
 
     def ptx(self, target: str = "sm_80", version: str = "8.0") -> str:
         """The ``.func`` wrapping the snippet."""
@@ -145,9 +168,7 @@ class AsmSpec:
         lines.append(",\n".join(params))
         lines.append(")")
         lines.append("{")
-        regs = {}
         for k, t in enumerate((*self.outputs, *self.inputs)):
-            regs[k] = f"%a{k}"
             lines.append(f"\t.reg {REG[t.name][0]} \t%a{k};")
         lines.append("\t.reg .b32 \t%t32;")
         lines.append("\t.reg .b64 \t%t64, %c64;")
@@ -160,9 +181,7 @@ class AsmSpec:
                 lines.append(f"\tsetp.ne.b32 \t%a{k}, %t32, 0;")
             else:
                 lines.append(f"\tld.param.b{int(reg_t[2:])} \t%a{k}, [p{i}];")
-        body = _OPERAND_RE.sub(lambda m: "$" if m.group(1) == "$" else regs[int(m.group(1))],
-                               self.template)
-        lines.append("\t" + body.strip())
+        lines.append("\t" + self.body().strip())
         if carrier is not None:
             cbits = _param_bits(carrier)
             if len(self.outputs) == 1:
@@ -265,7 +284,7 @@ def _handle_asm(callee, template, args, dtype, constraints, pure, pack, scope):
     raw = emit_call(ext, tuple(args), loc)
     if not outputs:
         return None
-    outs = _split_outputs(raw, outputs, offsets)
+    outs = (raw,) if len(outputs) == 1 else split_results(raw, outputs, offsets)
     if k > 1:
         outs = tuple(_unpack_output(v, t, k, shape, padded) for v, t in zip(outs, elem_out))
     return cu.build_tuple(tuple(outs)) if isinstance(dt, tuple) else outs[0]
@@ -335,6 +354,7 @@ def _snippet_extern(text, outputs, args, constraints, pure: bool, where, loc, fo
     try:
         spec.check(_constant(constraints, "constraints", where))
         carrier, offsets = spec.result_layout()
+        spec.check_control()
         sig = Signature(tuple(inputs), carrier)
         sig.packing()
     except SpliceError as e:
@@ -343,17 +363,6 @@ def _snippet_extern(text, outputs, args, constraints, pure: bool, where, loc, fo
     # inline="auto": a snippet that declares .local/.shared scratch stays a call
     return ExternFunction(f"asm@{where}", spec.symbol, sig, pure, AsmSource(spec=spec), where,
                           inline="auto", form=form), offsets
-
-
-def _split_outputs(raw, outputs, offsets) -> tuple:
-    """The outputs (Vars) of the snippet from the call's result ``raw``."""
-    from .tile_ir import SpliceUnpack
-    if len(outputs) == 1:
-        return (raw,)
-    rshape = raw.get_type().shape
-    return tuple(cu.add_operation_variadic(SpliceUnpack, tuple(cu.TileTy(t.dtype, rshape)
-                                                               for t in outputs),
-                                           carrier=raw, offsets=offsets))
 
 
 def _unpack_output(var, t: ElementType, k: int, shape, padded):

@@ -6,6 +6,7 @@ that unpacks the marker's two operands into the callee's arguments, stores its `
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Sequence
 
 from .inline import inline_body
@@ -63,18 +64,8 @@ def call_block(site: SiteCall, guard: str | None, dest: str,
     elif site.result is not None:
         decls.append(f"\t{site.result.declare('__splice_r')};")
         body.append(f"\tcall (__splice_r), {site.callee}, ({args});")
-        rbits = _param_bits(site.result)
         if dest != "_":
-            if rbits == width:
-                body.append(f"\tld.param.b{width} \t{dest}, [__splice_r];")
-            elif rbits == 32:
-                r = reg("b32")
-                body.append(f"\tld.param.b32 \t{r}, [__splice_r];")
-                body.append(f"\tcvt.u64.u32 \t{dest}, {r};")
-            else:
-                r = reg("b16")
-                body.append(f"\tld.param.b{rbits} \t{r}, [__splice_r];")
-                body.append(f"\tcvt.u{width}.u16 \t{dest}, {r};")
+            body.extend(_load_result(site.result, width, dest, reg))
     else:
         body.append(f"\tcall {site.callee}, ({args});")
         if dest != "_":
@@ -86,6 +77,32 @@ def call_block(site: SiteCall, guard: str | None, dest: str,
             decls.append(f"\t.reg .{kind} \t%__splice_{kind}_<{n}>;")
     return Generated("\n".join(lines + decls + body + ["\t} // splice: end call"]),
                      site.label, "call", site.index, instance)
+
+
+def _load_result(result: Param, width: int, dest: str, reg) -> list[str]:
+    """``ld.param`` of the callee's return value ``__splice_r`` into ``dest`` (``width``
+    bits, zero-extended). An aggregate (several results: ``.param .align A .b8 r[N]``) is
+    loaded in pieces of its alignment, each access naturally aligned as the PTX ISA
+    requires of ``ld`` (``docs/design.md#several-results``)."""
+    rbits = _param_bits(result)
+    align = int(m.group(1)) if (m := re.search(r"\.align\s+(\d+)", result.decl)) else 0
+    if result.array is not None and 0 < align < result.size_bytes:
+        acc, piece = reg(f"b{width}"), reg(f"b{width}")
+        out = [f"\tmov.b{width} \t{acc}, 0;"]
+        for off in range(0, result.size_bytes, align):
+            pbits = 8 * align
+            r = reg(f"b{max(pbits, 16)}")
+            out.append(f"\tld.param.b{pbits} \t{r}, [__splice_r+{off}];")
+            out.append(f"\tcvt.u{width}.u{max(pbits, 16)} \t{piece}, {r};")
+            if off:
+                out.append(f"\tshl.b{width} \t{piece}, {piece}, {8 * off};")
+            out.append(f"\tor.b{width} \t{acc}, {acc}, {piece};")
+        return out + [f"\tmov.b{width} \t{dest}, {acc};"]
+    if rbits == width:
+        return [f"\tld.param.b{width} \t{dest}, [__splice_r];"]
+    r = reg("b32" if rbits == 32 else "b16")
+    return [f"\tld.param.b{rbits} \t{r}, [__splice_r];",
+            f"\tcvt.u{width}.u{32 if rbits == 32 else 16} \t{dest}, {r};"]
 
 
 def _inline_call(site, values, body, reg, dest, width, instance):

@@ -161,7 +161,7 @@ def lookup_failures(log: str) -> set[str]:
 
 def include_headers(sigs) -> str:
     """``#include`` lines for the headers that declare the C types of ``sigs``."""
-    headers = {t.c_header for sig in sigs for t in (*sig.args, sig.result)
+    headers = {t.c_header for sig in sigs for t in (*sig.args, sig.result, *sig.results)
                if t is not None and t.c_header}
     return "".join(f"#include <{h}>\n" for h in sorted(headers))
 
@@ -178,6 +178,8 @@ def _c_signature(sig: Signature) -> tuple[str, str]:
 
 
 def _trampoline(d: Declared) -> str:
+    if d.sig.results:
+        return _results_trampoline(d)
     ret, ptypes = _c_signature(d.sig)
     params = ", ".join(f"{t.c_type} a{i}" for i, t in enumerate(d.sig.args))
     args = ", ".join(f"a{i}" for i in range(len(d.sig.args)))
@@ -229,3 +231,69 @@ def _type_check(d: Declared) -> str:
             f"of '{symbol}' must be {t.c_type} ({t.name} in the signature {sig})\");")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _results_trampoline(d: Declared) -> str:
+    """The ``extern "C"`` function splice calls for an extern of several results: it calls
+    the user's function (found with exactly the signature's parameter types), takes its
+    struct or CUDA vector result apart with a structured binding, checks each member's
+    type, and packs the members into one unsigned integer at the offsets
+    :func:`splice.types.results_layout` gives (the struct's own layout), which the kernel
+    unpacks. NVRTC folds the packing into one ``bfi``/``mov.b64`` (measured)."""
+    sig = d.sig
+    assert d.cxx_name is not None and sig.result is not None
+    target = d.cxx_name if is_cxx_name(d.cxx_name) else f"::{d.cxx_name}"
+    carrier = sig.result.c_type
+    ptypes = ", ".join(t.c_type for t in sig.args) or "void"
+    params = ", ".join(f"{t.c_type} a{i}" for i, t in enumerate(sig.args))
+    args = ", ".join(f"a{i}" for i in range(len(sig.args)))
+    members = ", ".join(f"m{i}" for i in range(len(sig.results)))
+    ns = f"__splice_results_{d.symbol}"
+    lines = [
+        f"// several results: '{d.cxx_name}' must take exactly ({ptypes}) and return a "
+        f"struct or CUDA vector type of {len(sig.results)} members "
+        f"({', '.join(t.c_type for t in sig.results)}), in this order",
+        f"namespace {ns} {{",
+        "template <class A, class B> struct same { enum { value = 0 }; };",
+        "template <class A> struct same<A, A> { enum { value = 1 }; };",
+        f"template <class R> __device__ auto pick(R (*f)({ptypes})) -> R (*)({ptypes}) "
+        f"{{ return f; }}",
+        f"template <class T> __device__ {carrier} bits(T v) {{ {carrier} u = 0; "
+        f"memcpy(&u, &v, sizeof(T)); return u; }}",
+        "}",
+        f'extern "C" __device__ {carrier} {d.symbol}({params}) {{',
+        f"    auto [{members}] = {ns}::pick(&{target})({args});",
+    ]
+    for i, t in enumerate(sig.results):
+        ok = " || ".join(f"{ns}::same<decltype(m{i}), {c}>::value"
+                         for c in c_type_alternatives(t))
+        lines.append(
+            f'    static_assert({ok}, "splice: '
+            f"member {i + 1} of the result of '{d.cxx_name}' must be {t.c_type} to match "
+            f'its signature {sig}");')
+    packed = " | ".join(f"({ns}::bits(m{i}) << {off})" if off else f"{ns}::bits(m{i})"
+                        for i, off in enumerate(sig.offsets))
+    lines += [f"    return {packed};", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def results_hint(log: str, declared) -> str:
+    """What an NVRTC error in a several-results trampoline (:func:`_results_trampoline`)
+    means for the user's function: the parameter types, or the shape of the result."""
+    for d in declared:
+        ns = f"__splice_results_{d.symbol}"
+        if not d.sig.results or ns not in log:
+            continue
+        ptypes = ", ".join(t.c_type for t in d.sig.args) or "void"
+        members = ", ".join(t.c_type for t in d.sig.results)
+        shape = (f"return a struct or CUDA vector type of exactly {len(d.sig.results)} "
+                 f"public members ({members}), in this order")
+        if "pick" in log and "no instance of function template" in log:
+            why = f"must take exactly ({ptypes}) (no conversion) and {shape}"
+        elif re.search(r"binding names|structured binding|cannot be decomposed", log):
+            why = f"must {shape}"
+        else:
+            continue
+        return (f"\n    '{d.cxx_name}' (extern declared at {d.where}, signature {d.sig}) "
+                f"{why}")
+    return ""

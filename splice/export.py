@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from typing import IO, Sequence
+from pathlib import Path
 
 from .errors import SpliceDeclarationError
 
@@ -51,8 +52,9 @@ def export_kernel(kernel, signatures: Sequence, output_file: IO | str | bytes | 
         raise SpliceDeclarationError(
             f"splice.export_kernel: {kernel!r} is not a @splice.kernel; export a plain "
             f"@ct.kernel with cuda.tile.compilation.export_kernel")
-    name = _cutile.python_function(kernel).__name__
-    what = f"splice.export_kernel of kernel '{name}'"
+    fn = _cutile.python_function(kernel)
+    what = (f"splice.export_kernel of kernel '{fn.__name__}' "
+            f"({fn.__code__.co_filename}:{fn.__code__.co_firstlineno})")
     if output_format != "cubin":
         raise SpliceDeclarationError(
             f"{what}: output_format={output_format!r}: only 'cubin' can be exported, Tile IR "
@@ -62,6 +64,8 @@ def export_kernel(kernel, signatures: Sequence, output_file: IO | str | bytes | 
     if gpu_code is None:
         raise SpliceDeclarationError(f"{what}: gpu_code is required, e.g. gpu_code='sm_90'")
     signatures = _signature_list(kernel, signatures, what)
+    if isinstance(output_file, (str, bytes, os.PathLike)):
+        check_output_path(output_file, what)
     b = build(kernel, signatures, gpu_code)
     log.info("exported %s for %s: %d signature(s), %d bytes", b.kernel_name, b.arch,
              len(signatures), len(b.cubin))
@@ -93,6 +97,25 @@ def _signature_list(kernel, signatures, what: str) -> list:
             f"{what}: two signatures give the entry symbol(s) {', '.join(twice)}; give each "
             f"signature a different symbol (signature.with_symbol(...)) or drop the duplicate")
     return signatures
+
+
+def check_output_path(path, what: str) -> None:
+    """Refuse, before anything is compiled, an output path that cannot be written: a
+    directory, or a file in a directory that does not exist or is not writable.
+
+    Raises:
+        SpliceDeclarationError: naming ``what`` and the path.
+    """
+    p = Path(os.fsdecode(path))
+    parent = p.parent if str(p.parent) else Path(".")
+    why = ("is a directory; give a file name such as "
+           f"{str(p / 'kernel.cubin')!r}" if p.is_dir() else
+           f"is in {str(parent)!r}, which does not exist; create it first"
+           if not parent.is_dir() else
+           f"is in {str(parent)!r}, which is not writable" if not os.access(parent, os.W_OK)
+           else None)
+    if why:
+        raise SpliceDeclarationError(f"{what}: cannot write the cubin to {str(p)!r}: it {why}")
 
 
 def _write(output_file, cubin: bytes, what: str) -> None:

@@ -203,14 +203,55 @@ def _check_options(options, include_dirs, defines, what: str):
     if defines is not None and not isinstance(defines, dict):
         raise SpliceDeclarationError(f"{what}: defines must be a dict such as {{'N': 4, "
                                      f"'FAST': None}}, got {defines!r}")
+    _check_include_options(options, include_dirs, what)
     defs = []
+    in_options = _macros_in(options)
     for k, v in (defines or {}).items():
         if not isinstance(k, str) or not _C_IDENT.fullmatch(k):
             raise SpliceDeclarationError(f"{what}: bad macro name {k!r} in defines")
+        if isinstance(v, float) or not isinstance(v, (str, int, bool, type(None))):
+            hint = " (write a float as text, e.g. '2.5f')" if isinstance(v, float) else ""
+            raise SpliceDeclarationError(
+                f"{what}: defines[{k!r}] is {v!r}; a macro's value is a str, int, bool or "
+                f"None (no value){hint}")
+        if k in in_options:
+            raise SpliceDeclarationError(
+                f"{what}: macro {k!r} is defined both in defines= and by option "
+                f"{in_options[k]!r}; NVRTC would keep one silently: define it once")
         # True/False as 1/0: '-DFAST=True' is 0 in '#if FAST' (an unknown identifier)
         defs.append((k, None if v is None else str(int(v)) if isinstance(v, bool)
                      else str(v)))
     return tuple(options), tuple(os.fspath(d) for d in include_dirs), tuple(defs)
+
+
+def _macros_in(options) -> dict[str, str]:
+    """{macro name: the option defining it} for the ``-D`` options of ``options``."""
+    out = {}
+    for o in options:
+        m = re.match(r"(?:-D|--define-macro=)([A-Za-z_][A-Za-z0-9_]*)", o)
+        if m:
+            out[m.group(1)] = o
+    return out
+
+
+def _check_include_options(options, include_dirs, what: str) -> None:
+    """Refuse an include directory that does not exist and an ``-I`` with no directory
+    (NVRTC takes each option as one string: ``-I dir`` would be two)."""
+    for o in options:
+        if o in ("-I", "--include-path", "--include-path=", "-D", "--define-macro",
+                 "--define-macro="):
+            raise SpliceDeclarationError(
+                f"{what}: option {o!r} has no value; write it as one string, "
+                f"'-I/path/to/dir' or '-DNAME=value' (or use include_dirs=/defines=)")
+    dirs = [(os.fspath(d), "include_dirs") for d in include_dirs]
+    dirs += [(o[2:] if o.startswith("-I") else o.split("=", 1)[1], f"option {o!r}")
+             for o in options if o.startswith(("-I", "--include-path="))]
+    for d, source in dirs:
+        if not os.path.isdir(d):
+            rel = "" if os.path.isabs(d) else \
+                f" (a relative path is taken from the current directory, {os.getcwd()})"
+            raise SpliceDeclarationError(
+                f"{what}: include directory {d!r} ({source}) is not a directory{rel}")
 
 
 from .checks import Declared, cxx_symbol, is_cxx_name
@@ -359,10 +400,11 @@ def _declare_cuda(stub, where: str, base: Path | None, *, source, path, name, si
     file, opts, incs, defs = _cuda_inputs(source, path, options, include_dirs, defines, what,
                                           base)
 
-    if name is not None and is_cxx_name(name):
-        return _declare_cxx(stub, name, signature, pure, inline, where, CudaSource(
-            text=source, path=file, options=opts, include_dirs=incs, defines=defs,
-            where=where), scope=scope)
+    if name is not None and is_cxx_name(name) or _several_results(stub, signature):
+        return _declare_cxx(stub, name or ext_name, signature, pure, inline, where,
+                            CudaSource(text=source, path=file, options=opts,
+                                       include_dirs=incs, defines=defs, where=where),
+                            scope=scope)
 
     def make(symbol, sig):
         # a tile extern is checked and instantiated per call site (splice.tiles)
@@ -503,6 +545,11 @@ def from_object(path, /, *, name: str, signature: str, pure: bool = True,
     from .fragments import BINARY_SUFFIXES, BinarySource
     where, base = _caller_where(2)
     what = f"extern '{name}' at {where}"
+    if _several_results(None, signature):
+        raise SpliceDeclarationError(
+            f"{what}: several results need a prototype splice can check (the struct's size "
+            f"and alignment), which a binary object does not carry: ship the function as "
+            f"PTX, LTO-IR or CUDA C, or return the results packed in one uint64")
     file = _resolve_path(path, base, what, "binary")
     if file.suffix.lower() not in BINARY_SUFFIXES:
         raise SpliceDeclarationError(
@@ -514,11 +561,26 @@ def from_object(path, /, *, name: str, signature: str, pure: bool = True,
                     where=where, name=name, inline="never", scope=scope)
 
 
+def _several_results(stub, signature) -> bool:
+    """Whether the declaration names several results (a C function of several results is
+    called through a trampoline, as a C++ name is). A signature that does not parse is
+    reported by the declaration itself."""
+    try:
+        sig = signature_from_annotations(stub) if signature is None else \
+            signature if isinstance(signature, Signature) else parse_signature(signature)
+    except SpliceDeclarationError:
+        return False
+    return bool(sig.results)
+
+
 def _declare_cxx(stub, cxx_name, signature, pure, inline, where, fragment, library=None,
                  scope="element"):
-    """An extern calling the C++ function ``cxx_name`` through a generated extern "C"
-    trampoline appended to ``fragment`` (or registered with ``library``)."""
+    """An extern calling the C++ function ``cxx_name`` (or a C function of several
+    results) through a generated extern "C" trampoline appended to ``fragment`` (or
+    registered with ``library``)."""
     what = f"extern '{cxx_name}' at {where}"
+    if not is_cxx_name(cxx_name):   # a C function of several results
+        _check_symbol(cxx_name, what)
     try:
         sig = signature_from_annotations(stub) if signature is None else \
             signature if isinstance(signature, Signature) else parse_signature(signature)
@@ -576,7 +638,7 @@ class Library:
         where, _ = _caller_where(2)
 
         def declare(stub, sym):
-            if is_cxx_name(sym):
+            if is_cxx_name(sym) or _several_results(stub, signature):
                 return _declare_cxx(stub, sym, signature, pure, inline, where, self.fragment,
                                     library=self, scope=scope)
 

@@ -191,7 +191,8 @@ class CudaSource(Fragment):
         """NVRTC (and nvJitLink for -dlto) on the source plus the generated checks. A C
         symbol the type check cannot see at global scope is checked by redeclaration
         instead (never dropped: see :mod:`splice.checks`)."""
-        from .checks import generated_blocks, lookup_failures
+        from .checks import generated_blocks, lookup_failures, results_hint
+        from .ptx import arch_words
         redeclare: frozenset = frozenset()
         c_symbols = {d.symbol for d in self.declared if d.cxx_name is None}
         while True:
@@ -211,10 +212,12 @@ class CudaSource(Fragment):
                     redeclare = redeclare | missing
                     continue
                 raise SpliceCompileError(
-                    f"{self.describe()} does not compile for {target}: "
+                    f"{self.describe()} does not compile for {arch_words(target)}: "
                     f"{_first_error(e.log, full, name, blocks)}"
-                    f"{_overload_hint(e.log, self.declared)}{header_hint(e.log)}"
-                    f"{nvshmem.explain_compile_failure(e.log)}", e.log) from None
+                    f"{_overload_hint(e.log, self.declared)}"
+                    f"{results_hint(e.log, self.declared)}"
+                    f"{_kernel_hint(full, self.declared)}{header_hint(e.log)}"
+                    f"{nvshmem.explain_compile_failure(e.log)}", errors_first(e.log)) from None
 
     def content_key(self, target: str) -> str:
         src = self.read()
@@ -453,6 +456,26 @@ def default_include_dirs(*texts: str) -> list[Path]:
 _ERR_RE = re.compile(r"^(.*)\((\d+)\): (?:catastrophic )?error")
 
 
+_DIAGNOSTIC_RE = re.compile(r"^\S.*\(\d+\): (?:catastrophic )?(error|warning|remark|note)")
+
+
+def errors_first(log: str) -> str:
+    """NVRTC's log with its error diagnostics (each with the lines under it) before its
+    warnings: CCCL's and the CUDA headers' own deprecation warnings (``#1444-D``, some
+    forty lines) would otherwise bury the user's error. Nothing is dropped."""
+    blocks: list[list[str]] = [[]]
+    end = "\n" if log.endswith("\n") else ""
+    for ln in log[:len(log) - len(end)].split("\n"):
+        if _DIAGNOSTIC_RE.match(ln):
+            blocks.append([])
+        blocks[-1].append(ln)
+    head, body = blocks[0], blocks[1:]
+    is_error = [bool(re.match(r"^\S.*\(\d+\): (?:catastrophic )?error", b[0])) for b in body]
+    ordered = [b for b, e in zip(body, is_error) if e] + \
+        [b for b, e in zip(body, is_error) if not e]
+    return "\n".join(ln for b in (head, *ordered) for ln in b) + end
+
+
 def _errors(log: str):
     for ln in log.splitlines():
         m = _ERR_RE.match(ln.strip())
@@ -503,6 +526,19 @@ def _overload_hint(log: str, declared) -> str:
     return ""
 
 
+def _kernel_hint(source: str, declared) -> str:
+    """The fix when an extern names a ``__global__`` function (a kernel, which the type
+    check reports as returning the wrong type)."""
+    for d in declared:
+        name = (d.cxx_name or d.symbol).split("::")[-1].split("<")[0]
+        if re.search(rf"__global__[^;{{}}]*\b{re.escape(name)}\s*\(", source):
+            return (f"\n    '{name}' (extern declared at {d.where}) is a __global__ function, "
+                    f"a kernel: an extern calls a __device__ function; declare it "
+                    f"extern \"C\" __device__ (a kernel cannot be called from a kernel "
+                    f"without dynamic parallelism)")
+    return ""
+
+
 # libcu++ (CCCL) headers: <cuda/std/X> stands in for the standard <X> under NVRTC.
 _LIBCUXX = frozenset(
     "algorithm array atomic barrier bit bitset cassert cfloat charconv chrono climits cmath "
@@ -529,6 +565,9 @@ def _known_header_hint(header: str) -> str:
                 "overloads)")
     if header in ("stdio.h", "cstdio"):
         return f"NVRTC declares device printf itself: drop <{header}>"
+    if header in ("assert.h", "cassert"):
+        return (f"NVRTC declares device assert itself: drop <{header}> (a failed assert "
+                f"traps the launch)")
     if _NVSHMEM_HEADERS.match(header):
         return (f"<{header}> is NVSHMEM's: write #include <nvshmem.h> (or <nvshmemx.h>) "
                 f"literally in the source, not through a macro; splice then adds NVSHMEM's "
@@ -626,7 +665,7 @@ def lto_link_to_ptx(inputs: list[tuple[bytes, str]], target: str, roots, what: s
         SpliceLinkError: nvJitLink rejected the inputs (its log attached).
     """
     from .checks import c_declaration, include_headers
-    from .ptx import apply_edits
+    from .ptx import apply_edits, arch_words
     keep = " ".join(f"p[{i}] = (void *)&{sym};" for i, (sym, _) in enumerate(roots))
     root_src = (include_headers(sig for _, sig in roots)
                 + "".join(c_declaration(sym, sig) for sym, sig in roots)
@@ -639,7 +678,7 @@ def lto_link_to_ptx(inputs: list[tuple[bytes, str]], target: str, roots, what: s
     buf = toolchain.nvjitlink_run(
         [f"-arch={target}", "-lto", "-ptx"],
         [("LTOIR", data, name) for data, name in [*inputs, (root, "splice_lto_root.ltoir")]],
-        "ptx", f"the LTO-IR of {what} for {target}")
+        "ptx", f"the LTO-IR of {what} for {arch_words(target)}")
     text = bytes(buf).rstrip(b"\0").decode()
     mod = _parse(text, f"nvJitLink output for {what}")
     fn = mod.functions.get("__splice_lto_root")

@@ -26,10 +26,10 @@ import re
 from typing import Sequence
 
 from .errors import SpliceLinkError
-from .ptx import Function, Module, Param, PTXSyntaxError, apply_edits, \
+from .ptx import Function, Module, Param, PTXSyntaxError, apply_edits, arch_words, \
     declared_variable_name
 from .spans import Generated, Span, shift_spans
-from .types import ElementType, Signature
+from .types import ElementType, Signature, results_struct
 
 _TARGET_RE = re.compile(r"^sm_(\d+)([af]?)$")
 
@@ -79,7 +79,8 @@ def check_compatible(frag: Module, kernel: Module, what: str) -> None:
                f"compile it for {ktargets[0].rstrip('af')} or an older plain sm_ target "
                f"(nvcc -arch=sm_{min(fnum, knum)}, or edit its .target)")
         raise SpliceLinkError(
-            f"{what}: PTX .target {ftargets[0]} cannot run on the kernel's {ktargets[0]}; "
+            f"{what}: PTX .target {ftargets[0]} cannot run on the kernel's "
+            f"{arch_words(ktargets[0])}; "
             f"{fix}")
 
 
@@ -107,10 +108,39 @@ def check_prototype(fn: Function, sig: Signature, what: str, source_text: str) -
     else:
         if len(fn.results) != 1:
             raise bad("it returns nothing" if not fn.results else "it returns several values")
-        if not _param_fits(fn.results[0], sig.result):
+        if sig.results:
+            why = _results_mismatch(fn.results[0], sig)
+            if why:
+                raise bad(why)
+        elif not _param_fits(fn.results[0], sig.result):
             r = fn.results[0]
             raise bad(f"the result is '{r.declare(r.name)}', which cannot carry "
                       f"{sig.result}")
+
+
+def _results_mismatch(p: Param, sig: Signature) -> str | None:
+    """Why the return ``.param`` ``p`` cannot carry the several results of ``sig`` (None:
+    it can): the C struct of them (``.param .align A .b8 r[N]``: N its size, A at least
+    its alignment), or one ``.b32``/``.b64`` of the packed carrier."""
+    assert sig.result is not None
+    size, align = results_struct(sig.results)
+    shown = f"'{p.declare(p.name)}'"
+    struct = f"'.param .align {align} .b8 {p.name}[{size}]'"
+    if p.space != ".param":
+        return f"the result is {shown}, not a .param"
+    if p.array is None:
+        if p.size_bytes * 8 == sig.result.bits and p.type in (".b32", ".b64", ".u32", ".u64"):
+            return None
+        return (f"the result is {shown}; several results ({', '.join(map(str, sig.results))}) "
+                f"are returned as their struct, {struct}, or packed in one "
+                f".b{sig.result.bits}")
+    m = re.search(r"\.align\s+(\d+)", p.decl)
+    have = int(m.group(1)) if m else 1
+    if p.size_bytes != size or have < align:
+        return (f"the result is {shown} ({p.size_bytes} bytes, aligned to {have}), but the "
+                f"struct of ({', '.join(map(str, sig.results))}) is {size} bytes aligned to "
+                f"{align}: {struct}")
+    return None
 
 
 def _param_fits(p: Param, t: ElementType) -> bool:

@@ -301,7 +301,10 @@ def _check_same_symbol(a, b):
             f"extern '{a.symbol}' is declared twice from one source (at {a.where} and at "
             f"{b.where}); each declaration compiles its own copy, checked against its own "
             f"signature, and the kernel module would define '{a.symbol}' twice: declare it "
-            f"once (one module-level name) and import it everywhere")
+            f"once (one module-level name) and import it everywhere; to call it with two "
+            f"scopes or signatures, compile the source once as a library, lib = "
+            f"splice.library(source=...), and declare each form from it with "
+            f"lib.extern('{a.symbol}', signature=..., scope=...)")
     if ka != kb:
         raise SpliceLinkError(
             f"externs '{a.name}' (declared at {a.where}) and '{b.name}' (declared at "

@@ -656,6 +656,13 @@ def declared_variable_name(s: Statement) -> str | None:
     return last
 
 
+def arch_words(target: str) -> str:
+    """A PTX target as users name the architecture: ``"sm_90 (PTX target sm_90a)"`` for
+    tileiras's arch-specific ``sm_90a``, ``"sm_80"`` as is."""
+    base = target.rstrip("af")
+    return target if base == target else f"{base} (PTX target {target})"
+
+
 def apply_edits(text: str, edits: Sequence[tuple[int, int, str]]) -> str:
     """Replace each ``[start, end)`` span with new text; spans must not overlap."""
     out = []

@@ -117,11 +117,20 @@ class Build:
             lines.append("  SASS: n/a (nvdisasm not installed)")
             return "\n".join(lines)
         ours = sorted({s.symbol for s in self.sites})
-        per = ", ".join(f"{sym}: {self.sass_call_count(sym)}" for sym in ours)
-        lines.append(f"  SASS CALL instructions: {sum(targets.values())} "
-                     f"({per or 'no externs'})")
+        counts = {sym: self.sass_call_count(sym) or 0 for sym in ours}
+        per = ", ".join(f"{sym}: {k}" for sym, k in counts.items())
+        rest = sum(targets.values()) - sum(counts.values())
+        lines.append(f"  SASS CALLs of externs: {sum(counts.values())} "
+                     f"({per or 'no externs'})" +
+                     (f"; {rest} other SASS CALL(s), below" if rest else ""))
+        indirect = {n: k for n, k in targets.items() if _REGISTER.fullmatch(n)}
         helpers = {n: k for n, k in targets.items() if n not in ours and _is_cuda_helper(n)}
-        others = {n: k for n, k in targets.items() if n not in ours and n not in helpers}
+        others = {n: k for n, k in targets.items()
+                  if n not in ours and n not in helpers and n not in indirect}
+        if indirect:
+            lines.append("  SASS CALLs through a register (CUDA's printf calls vprintf "
+                         "so; or a function pointer): "
+                         + ", ".join(f"{n}: {k}" for n, k in sorted(indirect.items())))
         if helpers:
             lines.append("  SASS CALLs that are not externs (CUDA's internal helpers that "
                          "tileiras or NVRTC emit): " + ", ".join(f"{n}: {k}{_helper_note(n)}"
@@ -166,6 +175,10 @@ def dump_dir(root: Path, symbol: str, arch: str) -> Path:
     d = Path(root) / f"{symbol}.{arch}"
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+#: A SASS register operand (``CALL.ABS.NOINC R8``): a call target held in a register.
+_REGISTER = re.compile(r"U?R\d+")
 
 
 def _is_cuda_helper(name: str) -> bool:

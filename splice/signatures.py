@@ -16,7 +16,9 @@ Grammar of one parameter (text; Python-like, parsed, never evaluated):
 - a constant (``1024``, ``-2``, ``2.5``, ``True``) for a ``ct.Constant`` parameter.
 
 DTYPE is a name: bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16,
-bfloat16, float32, float64.
+bfloat16, float32, float64, tfloat32, and the fp8 dtypes float8_e4m3fn, float8_e5m2,
+float8_e5m3fnu, float8_e8m0fnu (arrays of these are kernel parameters; externs take the
+element types of :mod:`splice.types`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from typing import NoReturn
 from .errors import SpliceDeclarationError
 
 DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-          "float16", "bfloat16", "float32", "float64")
+          "float16", "bfloat16", "float32", "float64", "tfloat32", "float8_e4m3fn",
+          "float8_e5m2", "float8_e5m3fnu", "float8_e8m0fnu")
 
 
 def _fail(text: str, why: str) -> NoReturn:

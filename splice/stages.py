@@ -16,7 +16,7 @@ import os
 import re
 from typing import Any, Callable, Protocol
 
-from . import collectives, diagnose, inline, link, nvshmem, rewrite, toolchain
+from . import collectives, diagnose, effects, inline, link, nvshmem, rewrite, toolchain
 from .forms import warpgroup as warpgroup_form
 from .errors import SpliceLinkError, SpliceToolchainError
 from .fragments import BinarySource, Fragment, PtxSource
@@ -186,6 +186,7 @@ def _compile_fragments(job: Driver, traced, lowered: _Lowered) -> _Compiled:
         _check_fragment(site, *modules[fkey], lowered)
     collectives.check_element_sites(traced.sites, modules, lowered.target)
     warpgroup_form.check_callees(traced.sites, modules, lowered.target)
+    effects.check_element_effects(traced.sites, modules, lowered.target)
     linked = link.prepare(lowered.module, list(modules.values()), job.name,
                           frozenset(s.extern.symbol for s in traced.sites),
                           host_filled=nvshmem.HOST_FILLED)

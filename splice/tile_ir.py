@@ -273,8 +273,8 @@ class SplicePtrToInt(Operation, opcode="splice_ptr_to_int"):
 
 @dataclass(eq=False)
 class SpliceUnpack(Operation, opcode="splice_unpack"):
-    """Split the integer carrying several outputs of an inline-PTX snippet into its
-    outputs (each at its bit offset)."""
+    """Split the integer carrying several outputs of an inline-PTX snippet, or several
+    results of an extern, into them (each at its bit offset)."""
 
     carrier: Var = operand()
     offsets: tuple[int, ...] = attribute()

@@ -21,6 +21,7 @@ import dataclasses
 import functools
 import hashlib
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -415,6 +416,13 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
             raise SpliceToolchainError(f"cannot run tileiras for {what}: {e}") from None
         log = (proc.stdout + proc.stderr).decode(errors="replace")
         if proc.returncode != 0:
+            unsupported = re.search(r"--gpu-name option: Cannot find option named '([^']*)'",
+                                    log)
+            if unsupported:
+                raise SpliceToolchainError(
+                    f"tileiras cannot compile {what} for {unsupported.group(1)}: it supports "
+                    f"{', '.join(tileiras_architectures()) or '(see tileiras --help)'}; pass "
+                    f"one of them as arch=", log)
             raise SpliceToolchainError(
                 f"tileiras failed (exit {proc.returncode}) on {what}; command: "
                 f"{shlex.join(argv[1:])}{_missing_libnvvm_hint()}", log)
@@ -434,6 +442,16 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
                                        f"{what} was not kept", log)
         return Capture(ptx_path.read_text(), host.read_bytes() if host else None,
                        ptxas_argv)
+
+
+def tileiras_architectures() -> list[str]:
+    """The ``--gpu-name`` values tileiras lists in its ``--help`` (empty if it lists none)."""
+    try:
+        out = subprocess.run([str(tileiras()), "--help"], capture_output=True, timeout=60,
+                             env=clean_env()).stdout.decode(errors="replace")
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return re.findall(r"^\s*=(sm_\d+[af]?)\s", out, re.M)
 
 
 def ptxas_flags(capture: Capture) -> list[str]:

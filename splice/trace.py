@@ -20,11 +20,12 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import cuda.tile as ct
 
 from . import _cutile as cu
-from .errors import SpliceCallError, SpliceDeclarationError
+from .errors import SpliceCallError, SpliceDeclarationError, SpliceError
 from .sites import CallSite
 from .types import Signature
 
@@ -43,6 +44,8 @@ class TraceSession:
         self.atomic_sites = atomic_sites
         self._seen: dict[str, int] = {}
         self._tile_groups = 0
+        #: (extern, "file:line") of every call of a void extern: its result is None
+        self.void_calls: list[tuple[Any, str]] = []
 
     def next_tile_group(self) -> int:
         """The number of the next tile call (:mod:`splice.tiles`) of this trace."""
@@ -127,10 +130,29 @@ def trace_kernel(kernel: ct.kernel, signature, arch: str, context=None,
     cu.ensure_supported_cutile()
     signatures = tuple(signature) if isinstance(signature, (list, tuple)) else (signature,)
     with trace_session(cu.python_function(kernel).__name__, atomic_sites) as session:
-        lowered = cu.lower_to_bytecode(kernel, signatures, arch, context)
+        try:
+            lowered = cu.lower_to_bytecode(kernel, signatures, arch, context)
+        except ct.TileError as e:
+            if isinstance(e, SpliceError) or not session.void_calls or not (
+                    isinstance(e, ct.TileInternalError) or "None" in e.message):
+                raise
+            raise _void_result_error(e, session) from None
     return TracedKernel(lowered.bytecode, lowered.symbols[0], tuple(session.sites),
                         lowered.lifecycle_providers, lowered.tileiras_flags,
                         lowered.timeout_sec, lowered.symbols)
+
+
+def _void_result_error(e, session: TraceSession) -> SpliceCallError:
+    """cuTile's error at a use of None, when the kernel calls void externs: their result is
+    None (cuTile says only "Unsupported operand types ... None", or nothing at all)."""
+    calls = "; ".join(f"extern '{ext.name}' (declared at {ext.where}, signature "
+                      f"{ext.signature}) called at {where}"
+                      for ext, where in session.void_calls)
+    said = e.message.strip() or f"cuTile's {type(e).__name__} (no message)"
+    return SpliceCallError(
+        f"in kernel '{session.kernel_name}' at {loc_str(e.loc)}: {said}. The kernel calls "
+        f"void extern(s), whose result is None: {calls}. Do not use that result (a tile, a "
+        f"store, arithmetic); declare the extern with a result type if it has one", e.loc)
 
 
 def check_build_args(kernel, signature) -> None:
@@ -287,9 +309,23 @@ def emit_call(ext, args, loc):
     if form.per_function:
         assert sig.result is not None   # for_call gives a per-function form to a result only
         site = session.new_site(ext, shape, loc_str(loc), shape, form, FMA_MARKER_BITS, key)
-        return cu.add_operation(SplicePureCall, cu.TileTy(sig.result.dtype, shape), site=site,
-                                args=tuple(cu.broadcast_to(v, shape) for v in typed))
-    return _emit_atomic_call(session, ext, form, key, typed, shape, loc)
+        raw = cu.add_operation(SplicePureCall, cu.TileTy(sig.result.dtype, shape), site=site,
+                               args=tuple(cu.broadcast_to(v, shape) for v in typed))
+    else:
+        raw = _emit_atomic_call(session, ext, form, key, typed, shape, loc)
+    if not sig.results:
+        return raw
+    return cu.build_tuple(split_results(raw, sig.results, sig.offsets))
+
+
+def split_results(raw, types, offsets) -> tuple:
+    """The results (Vars of element types ``types``) packed at bit ``offsets`` into the
+    carrier tile ``raw`` (several results of an extern, the outputs of a snippet)."""
+    from .tile_ir import SpliceUnpack
+    rshape = raw.get_type().shape
+    return tuple(cu.add_operation_variadic(SpliceUnpack, tuple(cu.TileTy(t.dtype, rshape)
+                                                               for t in types),
+                                           carrier=raw, offsets=offsets))
 
 
 def _typed_argument(ext, i, var, elem, loc):
@@ -352,6 +388,7 @@ def _emit_atomic_call(session, ext, form, key, typed, call_shape, loc):
         SpliceImpureCall, (result_ty, cu.TokenTy()), site=site, pointer=pointer, args=typed,
         memory_order=cu.MemoryOrder.ACQ_REL, memory_scope=cu.MemoryScope.DEVICE)
     if res is None:
+        session.void_calls.append((ext, loc_str(loc)))
         return None
     return value if shape == call_shape else cu.reshape(value, call_shape)
 

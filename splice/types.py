@@ -254,13 +254,24 @@ class ArgSlot:
 
 @dataclasses.dataclass(frozen=True)
 class Signature:
-    """An extern's typed signature: argument element types and result (None: void)."""
+    """An extern's typed signature.
+
+    Attributes:
+        args: the argument element types.
+        result: the result's element type (None: void). For several results, the
+            unsigned integer *carrier* of them all (uint32, or uint64 past 32 bits:
+            :func:`results_layout`).
+        results: for several results, their element types in order (else empty).
+    """
 
     args: tuple[ElementType, ...]      # TileType among them: a tile call (splice.tiles)
     result: ElementType | None
+    results: tuple[ElementType, ...] = ()
 
     def __str__(self) -> str:
         ret = "void" if self.result is None else self.result.name
+        if self.results:
+            ret = f"({', '.join(t.name for t in self.results)})"
         return f"{ret}({', '.join(a.name for a in self.args)})"
 
     @property
@@ -278,6 +289,11 @@ class Signature:
     def scalar_args(self) -> tuple[ElementType, ...]:
         """The arguments that travel in the call's marker: all but the tiles."""
         return tuple(a for a in self.args if not _is_tile(a))
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        """Each result's bit offset in the carrier (several results only)."""
+        return results_layout(self.results)[1] if self.results else ()
 
     @property
     def marker_bits(self) -> int:
@@ -299,6 +315,62 @@ class Signature:
             SpliceDeclarationError: the arguments need more than 128 bits together.
         """
         return pack_arguments(self.scalar_args, self.marker_bits)
+
+
+#: How many bits of several results one call returns: one 64-bit carrier register (the
+#: marker's widest operand, ``docs/design.md#markers``).
+RESULT_BITS = 64
+
+
+def results_layout(types: Sequence[ElementType]) -> tuple[ElementType, tuple[int, ...]]:
+    """The carrier of several results and each one's bit offset in it: C struct layout
+    (each at the next multiple of its own size, in order), so that the carrier's
+    little-endian bytes are the struct's; uint32 when they end within 32 bits, else uint64
+    (``docs/design.md#several-results``).
+
+    Raises:
+        SpliceDeclarationError: a pointer among them, or more than :data:`RESULT_BITS`
+            bits (padding included).
+    """
+    offsets, pos = [], 0
+    for t in types:
+        if t.kind == "p":
+            raise SpliceDeclarationError("a result cannot be a pointer")
+        pos = -(-pos // t.bits) * t.bits
+        offsets.append(pos)
+        pos += t.bits
+    if pos > RESULT_BITS:
+        raise SpliceDeclarationError(
+            f"the results ({', '.join(t.name for t in types)}) need {pos} bits (each aligned "
+            f"to its size); at most {RESULT_BITS} bits of results are supported, since they "
+            f"travel in one 64-bit register of the call-site marker. Return fewer or "
+            f"narrower results, or write the rest through a pointer argument")
+    return ELEMENT_TYPES["uint32" if pos <= 32 else "uint64"], tuple(offsets)
+
+
+def results_struct(types: Sequence[ElementType]) -> tuple[int, int]:
+    """(size, alignment) in bytes of the C struct whose members are ``types`` in order
+    (each aligned to its size, the struct to its widest member)."""
+    _, offsets = results_layout(types)
+    align = max(t.bits for t in types) // 8
+    end = (offsets[-1] + types[-1].bits) // 8
+    return -(-end // align) * align, align
+
+
+def several_results(types: Sequence, what: str) -> Signature:
+    """A void-argument :class:`Signature` holding ``types`` (dtypes or names, at least two)
+    as several results; ``what`` names them in errors.
+
+    Raises:
+        SpliceDeclarationError: fewer than two, or :func:`results_layout`'s errors.
+    """
+    elems = tuple(element_type(t) for t in types)
+    if len(elems) < 2:
+        raise SpliceDeclarationError(
+            f"{what}: a tuple of results needs at least two dtypes; write one dtype "
+            f"(float32, not (float32,)) for a single result")
+    carrier, _ = results_layout(elems)
+    return Signature((), carrier, elems)
 
 
 def pack_arguments(args: Sequence[ElementType], slot_bits: int = 64) -> tuple[ArgSlot, ...]:
@@ -325,7 +397,7 @@ def pack_arguments(args: Sequence[ElementType], slot_bits: int = 64) -> tuple[Ar
     return tuple(placed[i] for i in range(len(args)))
 
 
-_SIG_RE = re.compile(r"^\s*(\w+\s*\*?)\s*\((.*)\)\s*$")
+_SIG_RE = re.compile(r"^\s*(\w+\s*\*?|\([^()]*\))\s*\((.*)\)\s*$")
 
 
 def parse_signature(text: str) -> Signature:
@@ -340,15 +412,16 @@ def parse_signature(text: str) -> Signature:
     if parts is None:
         raise SpliceDeclarationError(
             f"malformed signature {text!r}; expected e.g. 'float32(float32, int32)', "
-            f"'void(uint64)' or 'void(tile(float32), tile(int32, (8,)))'")
+            f"'(float32, float32)(float32)', 'void(uint64)' or "
+            f"'void(tile(float32), tile(int32, (8,)))'")
     ret_name, args_text = parts
-    result = None if ret_name in ("void", "None") else _grammar_type(ret_name, text)
+    result, results = _grammar_result(ret_name, text)
     if result is not None and result.kind == "p":
         raise SpliceDeclarationError(f"signature {text!r}: an extern cannot return a pointer")
     arg_names = _split_top_level(args_text) if args_text.strip() else []
     if any(not a for a in arg_names):
         raise SpliceDeclarationError(f"malformed signature {text!r}: empty argument type")
-    sig = Signature(tuple(_grammar_type(a, text) for a in arg_names), result)
+    sig = Signature(tuple(_grammar_type(a, text) for a in arg_names), result, results)
     sig.packing()
     return sig
 
@@ -384,6 +457,24 @@ def _split_top_level(text: str) -> list[str]:
             cur += ch
     out.append(cur.strip())
     return out
+
+
+def _grammar_result(text: str, signature: str):
+    """The result of a signature string: ``(result, results)`` of :class:`Signature`. A
+    tuple of tiles is a :class:`TileTuple`; a tuple of element types is several results
+    (:func:`several_results`); void is ``None``."""
+    text = text.strip()
+    if text in ("void", "None"):
+        return None, ()
+    if text.startswith("(") and text.endswith(")"):
+        parts = [p for p in _split_top_level(text[1:-1])]
+        parts = parts[:-1] if len(parts) > 1 and not parts[-1].strip() else parts
+        if any(not p.strip() for p in parts):
+            raise SpliceDeclarationError(f"malformed signature {signature!r}: empty result type")
+        if not any(_TILE_RE.match(p.strip()) for p in parts):
+            several = several_results([p.strip() for p in parts], f"signature {signature!r}")
+            return several.result, several.results
+    return _grammar_type(text, signature), ()
 
 
 def _grammar_type(text: str, signature: str):
@@ -448,12 +539,18 @@ def signature_from_annotations(func) -> Signature:
         raise SpliceDeclarationError(
             f"{func.__qualname__}: missing return annotation; write '-> ct.float32' or "
             f"'-> None' for a void extern")
+    results: tuple[ElementType, ...] = ()
+    result: ElementType | None
     if isinstance(ret, tuple) and len(ret) > 1 and all(isinstance(r, TileType) for r in ret):
-        ret = TileTuple.of(ret)
-    result = None if ret is None or ret is type(None) else \
-        ret if _is_tile(ret) else element_type(ret)
+        result = TileTuple.of(ret)      # -> (splice.tile(...), splice.tile(...)): tile results
+    elif isinstance(ret, tuple):        # -> (ct.float32, ct.float32): several results
+        several = several_results(ret, f"{func.__qualname__}: the return annotation")
+        result, results = several.result, several.results
+    else:
+        result = None if ret is None or ret is type(None) else \
+            ret if _is_tile(ret) else element_type(ret)
     if result is not None and result.kind == "p":
         raise SpliceDeclarationError(f"{func.__qualname__}: an extern cannot return a pointer")
-    out = Signature(tuple(args), result)
+    out = Signature(tuple(args), result, results)
     out.packing()
     return out

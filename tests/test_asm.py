@@ -111,6 +111,23 @@ def test_snippet_errors_before_tileiras(template, constraints, needle):
     assert needle in str(e.value) and "test_asm.py" in str(e.value)
 
 
+@pytest.mark.parametrize("template, needle", [
+    ("mov.b32 $0, $1; ret;", "'ret' leaves the snippet"),
+    ("{ .reg .pred p; setp.eq.s32 p, $1, 0; mov.b32 $0, $1; @p ret; }", "'@p ret' leaves"),
+    ("mov.b32 $0, $1; exit;", "'exit' leaves the snippet"),
+    ("mov.b32 $0, $1; bra $$L_after;", "branches to a label the snippet does not define"),
+    ("", "$0 are not written"),
+    ("add.s32 $1, $1, 1;", "$0 are not written"),
+    ("{ .reg .pred p; setp.eq.s32 p, $1, 0; @p mov.b32 $0, $1; }", "$0 are not written"),
+])
+def test_snippet_leaving_or_not_writing_is_refused_at_the_call(template, needle):
+    with pytest.raises(splice.SpliceCallError) as e:
+        splice.build(_asm_kernel(template), I32, "sm_90")
+    msg = str(e.value)
+    assert needle in msg and "test_asm.py" in msg
+    assert f"snippet: {template.strip()}" in msg and "operands: $0 .b32 (int32 output)" in msg
+
+
 def test_malformed_snippet_reports_ptxas_and_the_call_site():
     with pytest.raises(splice.SpliceCompileError) as e:
         splice.build(_asm_kernel("add.bogus.s32 $0, $1, $1;"), I32, "sm_90")
@@ -382,3 +399,42 @@ def test_exec_f16x2_pack(tile):
     _exec(hadd2_scalar_kernel, K.signature(K.array(ct.float16), K.array(ct.float16),
                                            K.scalar(ct.float32), tile), (n // tile,), a, y2, 1.5)
     np.testing.assert_array_equal(y2, a + np.float16(3.0))
+
+
+RELU_PREDICATED = ("{ .reg .pred p; setp.lt.s32 p, $1, 0; @p mov.b32 $0, 0; "
+                   "@!p mov.b32 $0, $1; }")
+RELU_BRANCHES = ("{ .reg .pred p; setp.lt.s32 p, $1, 0; @p bra NEG; mov.b32 $0, $1; "
+                 "bra DONE; NEG: mov.b32 $0, 0; DONE: }")
+
+
+ODD_OR_ZERO = ("{ .reg .b32 i; and.b32 i, $1, 1; ts: .branchtargets EVEN, ODD; brx.idx i, ts; "
+               "EVEN: mov.b32 $0, 0; bra DONE; ODD: mov.b32 $0, $1; DONE: }")
+
+
+@pytest.mark.parametrize("template", [RELU_PREDICATED, RELU_BRANCHES, ODD_OR_ZERO])
+def test_outputs_written_on_every_path_compile(template):
+    b = splice.compile(_asm_kernel(template), I32, "sm_90")
+    assert b.sites[0].inlined
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("template, ref", [
+    (RELU_PREDICATED, lambda x: np.maximum(x, 0)), (RELU_BRANCHES, lambda x: np.maximum(x, 0)),
+    (ODD_OR_ZERO, lambda x: np.where(x & 1, x, 0))], ids=["predicated", "branches", "brx"])
+def test_outputs_written_on_every_path_values(torch, template, ref):
+    n, tile = 1024, 256
+    x = np.random.default_rng(4).integers(-1000, 1000, n, dtype=np.int32)
+    y = torch.empty(n, dtype=torch.int32, device="cuda")
+    _launch(torch, (n // tile,), _asm_kernel(template), (torch.from_numpy(x).cuda(), y, tile))
+    np.testing.assert_array_equal(y.cpu().numpy(), ref(x))
+
+
+@pytest.mark.parametrize("template, ref", [
+    (RELU_PREDICATED, lambda x: np.maximum(x, 0)), (RELU_BRANCHES, lambda x: np.maximum(x, 0)),
+    (ODD_OR_ZERO, lambda x: np.where(x & 1, x, 0))], ids=["predicated", "branches", "brx"])
+def test_exec_outputs_written_on_every_path_values(template, ref):
+    n, tile = 512, 256
+    x = np.random.default_rng(4).integers(-1000, 1000, n, dtype=np.int32)
+    y = np.zeros(n, np.int32)
+    _exec(_asm_kernel(template), I32, (n // tile,), x, y)
+    np.testing.assert_array_equal(y, ref(x))

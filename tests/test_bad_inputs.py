@@ -163,6 +163,53 @@ def _kclash():
     return kern
 
 
+VOID = 'extern "C" __device__ void v(float x) { }'
+SHARED = ('extern "C" __device__ float f(float x) { __shared__ float s[32];\n'
+          '  s[threadIdx.x % 32] = x; return s[(threadIdx.x + 1) % 32]; }')
+PAIR_STRUCT = 'struct R { float a; int b; };\nextern "C" __device__ R f(float x) { return R{x, 1}; }'
+AGGREGATE_PTX = PTX.replace("(.param .b32 func_retval0)", "(.param .align 4 .b8 func_retval0[12])")
+
+
+def _kvoid_result(use):
+    v = _cu(VOID, "v", "void(float32)")
+
+    @splice.kernel
+    def kern(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        r = v(t)
+        ct.store(y, index=(ct.bid(0),), tile=r if use == "store" else r + 1.0)
+    return kern
+
+
+def _kpair(ext):
+    @splice.kernel
+    def kern(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        a, b = ext(t)
+        ct.store(y, index=(ct.bid(0),), tile=a + b)
+    return kern
+
+
+def _kpair2(ext):
+    @splice.kernel
+    def kern(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        a, b = ext(t, t)
+        ct.store(y, index=(ct.bid(0),), tile=a + b)
+    return kern
+
+
+def _ktwo_declarations():
+    a = splice.extern(source=CU, name="f", signature="float32(float32)")
+    b = splice.extern(source=CU, name="f", signature="float32(float32)", pure=False)
+
+    @splice.kernel
+    def kern(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=a(t) + b(t))
+    return kern
+
+
 # (id, builder of a kernel -> (kernel, signature, arch), error type, message needles)
 BUILD_ROWS = [
     ("wrong arity", lambda: _k1(K.saxpy), splice.SpliceCallError,
@@ -291,12 +338,69 @@ BUILD_ROWS = [
      ["bool_ tile", ".astype(ct.float32)"]),
     ("int scalar to a float32 parameter", lambda: _karg("int"), splice.SpliceCallError,
      ["scalar int32", ".astype(ct.float32)"]),
+    # --- element calls: results, snippets, what an element-scope callee may do
+    ("void extern's result stored", lambda: _kvoid_result("store"), splice.SpliceCallError,
+     ["InternalError (no message)", "void extern(s), whose result is None", "extern 'v'",
+      "Do not use that result"]),
+    ("void extern's result in arithmetic", lambda: _kvoid_result("add"),
+     splice.SpliceCallError, ["Unsupported operand types for +: None",
+                              "signature void(float32)", "Do not use that result"]),
+    ("architecture tileiras lacks", lambda: (K.ptx_kernel, "sm_91"),
+     splice.SpliceToolchainError, ["for sm_91: it supports sm_80", "sm_90", "pass one of them"]),
+    ("fragment error names the arch asked for", lambda: _k1(_cu(
+        'extern "C" __device__ float f(float x) { return y; }')),
+     splice.SpliceCompileError, ["does not compile for sm_90 (PTX target sm_90a)"]),
+    ("__global__ function under the extern's name", lambda: _k1(_cu(
+        'extern "C" __global__ void f(float x) { }')), splice.SpliceCompileError,
+     ["is a __global__ function, a kernel", 'declare it extern "C" __device__']),
+    ("__shared__ in an element-scope extern", lambda: _k1(_cu(SHARED)),
+     splice.SpliceLinkError, ["uses __shared__ memory", 'scope="block"', "called at"]),
+    ("pure extern with printf", lambda: _k1(_cu(
+        'extern "C" __device__ float f(float x) { printf("%f", x); return x; }')),
+     splice.SpliceLinkError, ["declared pure (the default)", "a printf", "pure=False"]),
+    ("pure extern with an atomic", lambda: _k1(_cu(
+        '__device__ int n;\nextern "C" __device__ float f(float x) { atomicAdd(&n, 1); '
+        'return x; }')), splice.SpliceLinkError, ["an atomic or reduction", "pure=False"]),
+    ("pure extern storing to global memory", lambda: _k1(_cu(
+        '__device__ float g;\nextern "C" __device__ float f(float x) { g = x; return x; }')),
+     splice.SpliceLinkError, ["a store to global memory", "st.global.f32", "pure=False"]),
+    ("extern that exits the thread", lambda: _k1(_cu(
+        'extern "C" __device__ float f(float x) { if (x < 0) asm volatile("exit;"); '
+        'return x; }', pure=False)), splice.SpliceLinkError,
+     ["executes 'exit;'", "Return from the function instead"]),
+    ("#include <assert.h>", lambda: _k1(_cu('#include <assert.h>\nextern "C" __device__ '
+                                            'float f(float x) { return x; }')),
+     splice.SpliceCompileError, ["NVRTC declares device assert itself", "drop <assert.h>"]),
+    ("one source declared twice", _ktwo_declarations, splice.SpliceLinkError,
+     ["declared twice from one source", "splice.library(source=...)", "lib.extern('f'"]),
+    ("result member of the wrong type", lambda: _kpair(_cu(
+        PAIR_STRUCT, sig="(float32, float32)(float32)")), splice.SpliceCompileError,
+     ["member 2 of the result of 'f' must be float"]),
+    ("results from a function of other parameters", lambda: _kpair(_cu(
+        PAIR_STRUCT.replace("float x", "double x"), sig="(float32, int32)(float32)")),
+     splice.SpliceCompileError, ["must take exactly (float) (no conversion)"]),
+    ("PTX aggregate result of the wrong size", lambda: _kpair2(_ptx(
+        AGGREGATE_PTX, sig="(float32, float32)(float32, float32)")),
+     splice.SpliceLinkError, ["12 bytes, aligned to 4", ".param .align 4 .b8 func_retval0[8]"]),
+    ("asm ret", lambda: _kasm("mov.b32 $0, $1; ret;", dtype=f32), splice.SpliceCallError,
+     ["'ret' leaves the snippet", "snippet: mov.b32 $0, $1; ret;"]),
+    ("asm exit", lambda: _kasm("mov.b32 $0, $1; exit;", dtype=f32), splice.SpliceCallError,
+     ["'exit' leaves the snippet"]),
+    ("asm branch out of the snippet", lambda: _kasm("{ .reg .pred p; setp.eq.f32 p, $1, 0f0; "
+                                                    "mov.b32 $0, $1; @p bra DONE; }",
+                                                    dtype=f32),
+     splice.SpliceCallError, ["DONE branches to a label the snippet does not define"]),
+    ("asm output never written", lambda: _kasm("add.f32 $1, $1, 0f3F800000;", dtype=f32),
+     splice.SpliceCallError, ["$0 are not written on every path"]),
 ]
 
 #: Rows whose mistake is found after a CUDA C source compiled: its (correct) NVRTC output
 #: may stay in the cache as a "fragment" entry; nothing else may.
 FRAGMENT_KEPT = {"missing CUDA C symbol", "C++ name without extern C", "unresolved callee",
-                 "inline='always' on a callee with a stack frame"}
+                 "inline='always' on a callee with a stack frame",
+                 "__shared__ in an element-scope extern", "pure extern with printf",
+                 "pure extern with an atomic", "pure extern storing to global memory",
+                 "one source declared twice", "extern that exits the thread"}
 
 
 def _assert_nothing_cached(root: Path, row_id: str):
@@ -432,6 +536,33 @@ DECLARATION_ROWS = [
      ["the stub takes 1 parameter(s)", "has 2"]),
     ("stub without annotations", lambda: splice.extern(source=CU)(_stub_unannotated),
      ["parameter 'x' has no dtype annotation"]),
+    # --- options, defines and include directories
+    ("a define that is a list", lambda: _cu(CU, defines={"N": [1, 2]}),
+     ["defines['N'] is [1, 2]", "a str, int, bool or None"]),
+    ("a define that is a float", lambda: _cu(CU, defines={"N": 2.5}),
+     ["write a float as text, e.g. '2.5f'"]),
+    ("a macro in defines= and options", lambda: _cu(CU, options=["-DFOO=1.0f"],
+                                                    defines={"FOO": "2.0f"}),
+     ["macro 'FOO' is defined both in defines= and by option '-DFOO=1.0f'",
+      "define it once"]),
+    ("missing include directory", lambda: _cu(CU, include_dirs=["/no/such/dir"]),
+     ["include directory '/no/such/dir' (include_dirs) is not a directory"]),
+    ("missing -I directory", lambda: _cu(CU, options=["-I/no/such/dir"]),
+     ["(option '-I/no/such/dir') is not a directory"]),
+    ("-I without a directory", lambda: _cu(CU, options=["-I"]),
+     ["option '-I' has no value", "'-I/path/to/dir'"]),
+    # --- several results
+    ("results over 64 bits", lambda: _ptx(sig="(float64, float32)(float32)"),
+     ["need 96 bits", "at most 64 bits of results", "through a pointer argument"]),
+    ("a tuple of one result", lambda: _ptx(sig="(float32,)(float32)"),
+     ["at least two dtypes", "write one dtype"]),
+    ("results from a binary object", lambda: splice.extern.from_object(
+        "f.cubin", name="f", signature="(float32, float32)(float32)"),
+     ["a binary object does not carry", "PTX, LTO-IR or CUDA C"]),
+    ("results from a symbol that is no C identifier", lambda: _cu(
+        CU, name="my f", sig="(float32, float32)(float32)"), ["not a C identifier"]),
+    ("block-scope results", lambda: _cu(CU, sig="(float32, float32)(float32)", scope="block"),
+     ["a block-scope extern returns one scalar"]),
 ]
 
 
@@ -492,6 +623,13 @@ USAGE_ROWS = [
      ["extern 'gelu_tanh'", f"called from Python at {SRC}:", "inside a @splice.kernel"]),
     ("splice.asm called from Python", lambda: splice.asm("mov.b32 $0, $1;", 1.0, dtype=f32),
      splice.SpliceCallError, [f"called from Python at {SRC}:", "inside a @splice.kernel"]),
+    ("export_kernel to a directory", lambda: splice.export_kernel(
+        _kern_for_usage(), [SIG], Path(SRC).parent, gpu_code="sm_90"),
+     splice.SpliceDeclarationError, ["cannot write the cubin", "is a directory",
+                                     "kernel 'kern'"]),
+    ("export_kernel into a missing directory", lambda: splice.export_kernel(
+        _kern_for_usage(), [SIG], "/no/such/dir/k.cubin", gpu_code="sm_90"),
+     splice.SpliceDeclarationError, ["which does not exist; create it first"]),
 ]
 
 
@@ -524,3 +662,57 @@ def test_catalogue_rows_are_distinct():
 
 def test_catalogue_size():
     assert len(BUILD_ROWS) + len(DECLARATION_ROWS) + len(USAGE_ROWS) >= 80
+
+
+def test_user_error_comes_before_header_warnings_in_the_log():
+    """CCCL and the CUDA headers warn (#1444-D, deprecated double4) in some forty lines
+    before NVRTC reports the user's error: the log shows the error first."""
+    from splice.cccl import include_dirs
+    if not include_dirs():
+        pytest.skip("needs CCCL")
+    src = ('#include <cub/block/block_reduce.cuh>\n'
+           'extern "C" __device__ float f(float x) { return x +* 1.0f; }')
+    with pytest.raises(splice.SpliceCompileError) as e:
+        splice.build(_k1(_cu(src, options=["-std=c++17"], include_dirs=include_dirs())),
+                     SIG, "sm_90")
+    log = e.value.log
+    assert 'operand of "*" must be a pointer' in log
+    if "warning" in log:
+        assert log.index('operand of "*"') < log.index("warning")
+    assert sorted(log.splitlines()) == sorted(splice.fragments.errors_first(log).splitlines())
+
+
+def test_errors_first_keeps_every_line():
+    from splice.fragments import errors_first
+    log = ("h.hpp(1): warning #1444-D: deprecated\n  code\n     ^\n\n"
+           "src(2): error: bad\n  x +* 1\n\n1 error detected\n")
+    out = errors_first(log)
+    assert out.startswith("src(2): error: bad\n  x +* 1")
+    assert sorted(out.splitlines()) == sorted(log.splitlines())
+
+
+def test_summary_names_a_register_call_target_as_such():
+    b = splice.compile(_k1(_cu('extern "C" __device__ float f(float x) { printf("%f", x); '
+                               'return x; }', pure=False)), SIG, "sm_90")
+    if b.sass is None:
+        pytest.skip("needs nvdisasm")
+    text = b.summary()
+    assert re.search(r"SASS CALLs through a register \(CUDA's printf calls vprintf so; or "
+                     r"a function pointer\): U?R\d+: \d+", text), text
+    assert not re.search(r"other device functions \(called by the fragments\): U?R\d+", text)
+
+
+def test_one_function_with_two_scopes_from_a_library():
+    """The fix the 'one source declared twice' row names: one library, one declaration per
+    scope."""
+    lib = splice.library(source='extern "C" __device__ float twice(float x) { return 2 * x; }')
+    each = lib.extern("twice", signature="float32(float32)")
+    block = lib.extern("twice", signature="float32(float32)", scope="block")
+
+    @splice.kernel
+    def kern(x, y, s: float, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=each(t) + block(s))
+    b = splice.compile(kern, K.signature(K.array(f32), K.array(f32), K.scalar(f32), 256),
+                       "sm_90")
+    assert [site.scope for site in b.sites] == ["element", "block"]

@@ -110,3 +110,30 @@ def test_errors_are_messages_not_tracebacks(tmp_path):
     assert "Traceback" not in out.stderr
     out = _run("compile", str(SAXPY), "saxpy_kernel", "--sig", SIG, "-o", str(tmp_path))
     assert out.returncode == 2 and "Traceback" not in out.stderr
+
+
+def test_output_path_is_checked_before_compiling(tmp_path):
+    cache = tmp_path / "cache"
+    missing = tmp_path / "no" / "such" / "k.cubin"
+    out = _run("compile", str(SAXPY), "saxpy_kernel", "--sig", SIG, "-o", str(missing),
+               env_extra={"SPLICE_CACHE_DIR": str(cache)})
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "which does not exist; create it first" in out.stderr
+    assert "saxpy_from_ptx.py:" in out.stderr            # the kernel's file:line
+    left = [p for p in cache.rglob("*") if p.is_file() and "toolchain" not in p.parts] \
+        if cache.exists() else []
+    assert left == [], left                               # nothing compiled, nothing cached
+
+
+def test_doctor_reports_optional_headers():
+    out = _run("doctor")
+    assert "CCCL/CUB headers: " in out.stdout and "NVSHMEM headers: " in out.stdout
+
+
+def test_sig_takes_fp8_and_tf32_arrays():
+    from splice.signatures import parse_parameters
+    import cuda.tile as ct
+    params = parse_parameters("array(float8_e4m3fn), array(float8_e5m2, ndim=2), "
+                              "array(tfloat32)")
+    assert [p.dtype for p in params] == [ct.float8_e4m3fn, ct.float8_e5m2, ct.tfloat32]
+    assert params[1].stride_divisible_by == (16, 1)     # 16 bytes of 1-byte elements

@@ -200,7 +200,8 @@ def test_summary_names_the_calls_that_are_not_splices():
     helper = [n for n in targets if "div_rn" in n]
     assert helper and "eco_twice" not in targets
     text = b.summary()
-    assert f"SASS CALL instructions: {sum(targets.values())} (eco_twice: 0)" in text
+    assert f"SASS CALLs of externs: 0 (eco_twice: 0); {sum(targets.values())} other SASS " \
+        f"CALL(s), below" in text
     assert "not externs (CUDA's internal helpers" in text
     assert f"{helper[0]}: {targets[helper[0]]} (IEEE division slow path)" in text
 

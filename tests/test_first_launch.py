@@ -89,7 +89,8 @@ def test_a_wrong_prediction_gives_the_same_cubin(monkeypatch, tmp_path):
 
 def test_a_failing_fragment_fails_in_the_pipeline_not_in_the_thread():
     kernel = _fresh_kernel("return y;")   # no 'y': NVRTC error
-    with pytest.raises(splice.SpliceCompileError, match="does not compile for sm_90a"):
+    with pytest.raises(splice.SpliceCompileError,
+                       match=r"does not compile for sm_90 \(PTX target sm_90a\)"):
         splice.compile(kernel, SIG, "sm_90")
 
 

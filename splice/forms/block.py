@@ -1,7 +1,7 @@
 """Block calls (``scope="block"``): every thread of the block calls the extern once per
 execution of the call site, convergently, with thread 0's arguments.
 
-Declaration: any result but a pointer; always kept in place and in order (never pure).
+Declaration: one result (any type but a pointer) or void; always kept in place and in order (never pure).
 Arguments: scalars and pointers (every thread passes the same values). Marker: a 0-d atomic,
 which tileiras runs on thread 0 behind a ``tid.x == 0`` guard; its global becomes the
 arguments' shared scratch. Each instance: thread 0 stores the arguments, the guard is
@@ -40,6 +40,10 @@ class BlockForm:
         if sig.result is not None and sig.result.kind == "p":
             raise SpliceDeclarationError(f"{what}: a {self.scope}-scope extern cannot return "
                                          f"a pointer")
+        if sig.results:
+            raise SpliceDeclarationError(f"{what}: a {self.scope}-scope extern returns one "
+                                         f"scalar; several results are for element-scope "
+                                         f"externs (return them through a pointer argument)")
         return False   # a cooperative call is always kept, in place and in order
 
     def check_arguments(self, typed, describe) -> str | None:

@@ -1,0 +1,168 @@
+"""What an element-scope extern's code may not do besides collectives: end the thread
+(``exit``), use ``__shared__`` memory, or, when it is declared pure, have a side effect the
+program can see.
+
+- **exit** (also at block scope). A thread that exits inside the call skips the kernel's
+  code after it: its stores are lost, silently (a barrier excuses exited threads) (``splice.asm`` snippets are checked for ``exit`` themselves,
+  :mod:`splice.asm_check`; this covers what they and externs call).
+
+- **Shared memory.** An element-scope call runs on each thread that owns an element, all
+  at once and in no order splice controls, so one ``__shared__`` variable is shared by the
+  calls of every thread of the block: a data race unless the code indexes it by thread
+  (which splice cannot prove). Any ``.shared`` variable that the extern, or a function it
+  calls, declares or names is refused; ``scope="block"`` is the form for shared memory.
+- **Pure with side effects.** A pure call (the default) may be removed when its result is
+  unused, hoisted or duplicated (``docs/design.md#fma-marker``). A pure extern whose code
+  stores to global or generic memory (``st.global``, ``st`` through a generic pointer),
+  runs an atomic or reduction (``atom``, ``red``, ``multimem``), writes global memory
+  asynchronously (``cp.async.bulk``/``cp.reduce.async.bulk`` to ``.global``) or prints
+  (``vprintf``, CUDA's ``printf``) would then lose, move or repeat that effect without a
+  word, so it is refused with ``pure=False`` as the fix. Stores to ``.local`` (the stack)
+  and ``.param`` are not effects the program can see.
+
+They walk the functions the extern reaches as the collective check does
+(:func:`splice.collectives.outside_ptx`). The shared-memory and purity rules apply to the
+call forms that do not run collectives (``form.runs_collectives``, :mod:`splice.forms`):
+a form whose threads call convergently (block) may use shared memory, and is never pure.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from .collectives import outside_ptx
+from .errors import SpliceLinkError
+from .ptx import Module, parse_instruction
+
+_PRINT = frozenset({"vprintf", "printf"})
+_PRIVATE_SPACES = frozenset({"local", "param"})
+
+
+def _shared_names(mod: Module) -> frozenset[str]:
+    """The module-level ``.shared`` variables of ``mod``."""
+    out = set()
+    for st in mod.statements:
+        if st.depth == 0 and st.kind == "directive" and \
+                any(t.text == ".shared" for t in st.tokens):
+            idents = [t.text for t in st.tokens if t.kind == "ident"]
+            if idents:
+                out.add(idents[0])
+    return frozenset(out)
+
+
+def _effect(ins) -> str | None:
+    """The kind of visible side effect ``ins`` has, or None."""
+    mods = set(ins.modifiers)
+    if ins.base in ("atom", "red", "multimem"):
+        return "an atomic or reduction"
+    spaces = {m.split("::")[0] for m in mods}
+    if ins.base == "st" and not spaces & _PRIVATE_SPACES:
+        return "a store to global memory" if "global" in spaces else \
+            "a store to shared memory" if "shared" in spaces else \
+            "a store through a generic pointer"
+    order = [m for m in ins.modifiers if m == "global" or m.startswith("shared")]
+    if ins.base == "cp" and "bulk" in mods and order[:1] == ["global"]:   # dst first
+        return "an asynchronous write of global memory"
+    if ins.base == "call" and ins.call_target in _PRINT:
+        return "a printf"
+    return None
+
+
+def _scan(mod: Module, fn_name: str, shared: frozenset[str]):
+    """(the first ``.shared`` use, the first visible side effect, the first ``exit``) in
+    ``fn_name``'s body, each as (instruction text, what) or None."""
+    fn = mod.functions[fn_name]
+    shared_use = effect = leaves = None
+    for st in mod.body_statements(fn):
+        text = " ".join(st.text(mod.text).split())
+        if leaves is None and st.kind == "instruction" and \
+                parse_instruction(st, mod.text).base == "exit":
+            leaves = (text, "exit")
+        if shared_use is None and (
+                (st.kind == "directive" and any(t.text == ".shared" for t in st.tokens)) or
+                any(t.kind == "ident" and t.text in shared for t in st.tokens)):
+            shared_use = (text, "shared memory")
+        if effect is None and st.kind == "instruction":
+            what = _effect(parse_instruction(st, mod.text))
+            if what:
+                effect = (text, what)
+    return shared_use, effect, leaves
+
+
+def check_element_effects(sites, fragments: Mapping[str, tuple[str, Module]],
+                          target: str) -> None:
+    """Refuse a call whose code ends the thread (``exit``, any scope), an element-scope one
+    whose code uses ``__shared__`` memory, or a pure element-scope one whose code has a
+    visible side effect (see the module docstring).
+
+    Args:
+        sites: the traced call sites (``.extern``, ``.where``).
+        fragments: content key -> (description, PTX module) of every fragment of the
+            kernel, compiled for ``target``.
+        target: the kernel's PTX target.
+
+    Raises:
+        SpliceLinkError: naming the extern, its declaration, the instruction, the chain of
+            functions that reaches it, the call site and the fix.
+    """
+    from .fragments import AsmSource, BinarySource
+    modules = [m for _, m in fragments.values()]
+    done: set[tuple[int, str, bool]] = set()
+    for site in sites:
+        ext = site.extern
+        if isinstance(ext.fragment, BinarySource):
+            continue
+        mod = fragments[ext.fragment.content_key(target)][1]
+        if (id(mod), ext.symbol, ext.pure) in done:
+            continue
+        done.add((id(mod), ext.symbol, ext.pure))
+        what = (f"inline PTX (splice.asm) at {ext.where}" if isinstance(ext.fragment, AsmSource)
+                else f"extern '{ext.name}' (declared at {ext.where})")
+        _check_one(ext, mod, modules, f"{what}, called at {site.where},")
+
+
+def _stages_a_tile(ext) -> bool:
+    """Whether ``ext`` is splice's generated store or load of a tile call: its shared memory
+    is the call's staging buffers, each element written by its owner thread once and read
+    after the call's barriers (``splice.tiles.check_staging``, ``docs/design.md``)."""
+    staging = getattr(ext, "staging", None)
+    return staging is not None and staging.role in ("store", "load")
+
+
+def _check_one(ext, mod: Module, modules, what: str) -> None:
+    mods = [mod, *[m for m in modules if m is not mod]]
+    reach = outside_ptx(mod, ext.symbol, modules)
+    for (mi, name), chain in reach.reached:
+        shared_use, effect, leaves = _scan(mods[mi], name, _shared_names(mods[mi]))
+        where = "in its own body" if len(chain) == 1 else \
+            f"in '{name}', reached through {' -> '.join(chain)}"
+        if leaves is not None:
+            raise SpliceLinkError(
+                f"{what} executes '{leaves[0]}' {where}: the thread would end inside the "
+                f"call, and the kernel's code after it (its stores) would not run for that "
+                f"thread. Return from the function instead (or __trap() to abort the "
+                f"launch)")
+        if ext.form.runs_collectives or _stages_a_tile(ext):
+            continue   # a convergent (block) call: shared memory is its own, never pure; a
+                       # tile's store/load site: splice's own buffers (splice.tiles proves them)
+        if shared_use is not None:
+            raise SpliceLinkError(
+                f"{what} uses __shared__ memory ('{shared_use[0]}' {where}): an element-scope "
+                f"call runs on every thread that owns an element at once, so the threads of "
+                f"a block would share that variable. Declare it with scope=\"block\" (every "
+                f"thread calls it once, convergently), or use local variables")
+        if ext.pure and effect is not None:
+            raise _impure(what, f"{effect[1]} ('{effect[0]}' {where})")
+    if ext.pure and not ext.form.runs_collectives:
+        for name, chain in reach.undefined.items():
+            if name in _PRINT:
+                raise _impure(what, f"a printf ('{name}', reached through "
+                                    f"{' -> '.join(chain)})")
+
+
+def _impure(what: str, effect: str) -> SpliceLinkError:
+    return SpliceLinkError(
+        f"{what} is declared pure (the default) but has a side effect: {effect}. A pure "
+        f"call may be removed when its result is unused, hoisted out of a loop or repeated, "
+        f"which would lose, move or repeat it: declare it pure=False (kept, in place, once "
+        f"per element)")

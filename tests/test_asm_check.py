@@ -1,0 +1,78 @@
+"""The rules ``splice.asm_check`` proves of a snippet: control never leaves it, every output
+is written on every path to its end (the snippet text here has its operands replaced, as
+``AsmSpec.body`` does: ``$0`` is ``%a0``)."""
+
+import pytest
+
+from splice.asm_check import SnippetFault, check_snippet
+
+RESERVED = ["%a0", "%a1", "%a2", "%t32", "%t64", "%c64"]
+SEL = "setp.lt.f32 p, %a1, 0f00000000;"
+
+
+def _check(body, outputs=("%a0",)):
+    check_snippet(body, list(outputs), RESERVED)
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("mov.f32 %a0, %a1; ret;", "'ret' leaves the snippet"),
+    ("mov.f32 %a0, %a1; @%p ret;", "'@%p ret' leaves the snippet"),
+    ("{ .reg .pred p; " + SEL + " mov.f32 %a0, %a1; @!p ret; }", "'@!p ret' leaves"),
+    ("mov.f32 %a0, %a1; exit;", "'exit' leaves the snippet"),
+    ("mov.f32 %a0, %a1; bra OUT;", "OUT branches to a label the snippet does not define"),
+    ("{ .reg .pred p; " + SEL + " @p bra.uni OUT; mov.f32 %a0, %a1; }", "OUT branches"),
+    ("{ .reg .b32 i; mov.u32 i, 0; ts: .branchtargets A, X; brx.idx i, ts; "
+     "A: mov.f32 %a0, %a1; }", "X is not a label of the snippet"),
+    ("{ .reg .b32 i; mov.u32 i, 0; brx.idx i, elsewhere; A: mov.f32 %a0, %a1; }",
+     "target list elsewhere"),
+    ("call f, (%a1); ret;", "'ret' leaves"),
+    ("", "$0 are not written"),
+    ("add.f32 %a1, %a1, 0f3F800000;", "$0 are not written"),
+    ("add.f32 %a1, %a0, 0f3F800000;", "$0 are not written"),         # only read
+    ("st.global.f32 [%a0], %a1;", "$0 are not written"),              # [ ] is no destination
+    ("{ .reg .pred p; " + SEL + " @p mov.f32 %a0, 0f00000000; }", "$0 are not written"),
+    # the predicate changes between the two guarded writes: no complementary pair
+    ("{ .reg .pred p; " + SEL + " @p mov.f32 %a0, 0f00000000; setp.gt.f32 p, %a1, "
+     "0f00000000; @!p mov.f32 %a0, %a1; }", "$0 are not written"),
+    ("{ .reg .pred p; " + SEL + " @p bra L; mov.f32 %a0, %a1; L: }", "$0 are not written"),
+    ("{ .reg .f32 %a0; mov.f32 %a0, %a1; }", "declares %a0"),          # shadows the output
+    ("{ .reg .f32 %a<2>; mov.f32 %a0, %a1; }", "declares %a0"),
+    ("{ .reg .b32 %t<40>; mov.f32 %a0, %a1; }", "declares %t32"),
+    ("{ .shared .f32 s; mov.f32 %a0, %a1; }", "declares a .shared variable"),
+    ("} mov.f32 %a0, %a1; {", "not a sequence of PTX statements"),
+    ("mov.f32 %a0, %a1", "not a sequence of PTX statements"),
+    (".func foo(); mov.f32 %a0, %a1;", "is not an instruction"),
+    (".global .f32 g; mov.f32 %a0, %a1;", "does not belong in a function body"),
+])
+def test_snippet_refused(body, needle):
+    with pytest.raises(SnippetFault) as e:
+        _check(body)
+    assert needle in str(e.value)
+
+
+def test_vector_output_written_in_part_is_refused():
+    with pytest.raises(SnippetFault, match=r"\$0 are not written"):
+        _check("mov.b64 {%a1, %t32}, %a2;", ("%a0", "%a1"))
+
+
+@pytest.mark.parametrize("body, outputs", [
+    ("mov.f32 %a0, %a1;", ("%a0",)),
+    ("mov.b64 {%a1, %a0}, %a2;", ("%a0", "%a1")),
+    ("setp.lt.f32 %a0|%a1, %a2, 0f00000000;", ("%a0", "%a1")),
+    ("call (%a0), f, (%a1);", ("%a0",)),
+    ("{ .reg .pred p; " + SEL + " @p mov.f32 %a0, 0f00000000; @!p mov.f32 %a0, %a1; }",
+     ("%a0",)),
+    ("{ .reg .pred %p; setp.lt.f32 %p, %a1, 0f00000000; @!%p mov.f32 %a0, %a1; "
+     "@%p mov.f32 %a0, 0f00000000; }", ("%a0",)),
+    ("{ .reg .pred p; " + SEL + " @p bra L; mov.f32 %a0, %a1; bra E; "
+     "L: mov.f32 %a0, 0f00000000; E: }", ("%a0",)),
+    ("{ .reg .b32 i; mov.u32 i, 0; ts: .branchtargets A, B; brx.idx i, ts; "
+     "A: mov.f32 %a0, %a1; bra E; B: mov.f32 %a0, %a1; E: }", ("%a0",)),
+    # a loop that writes the output before its exit test
+    ("{ .reg .pred p; L: mov.f32 %a0, %a1; " + SEL + " @p bra L; }", ("%a0",)),
+    ("L: mov.f32 %a0, %a1; bra L;", ("%a0",)),        # never reaches its end
+    ("red.global.add.u64 [%a0], 1;", ()),
+    ("{ .local .b32 s; st.local.b32 [s], %a1; ld.local.b32 %a0, [s]; }", ("%a0",)),
+])
+def test_snippet_accepted(body, outputs):
+    _check(body, outputs)
