@@ -20,7 +20,7 @@ from . import collectives, diagnose, inline, link, nvshmem, rewrite, toolchain
 from .errors import SpliceLinkError, SpliceToolchainError
 from .fragments import BinarySource, Fragment, PtxSource
 from .ptx import Module, opcode_head, parse_instruction
-from .result import Build
+from .result import Build, tileir_text
 from .sites import SiteInfo
 
 __all__ = ["Driver", "Spliced", "assemble", "link_fragments", "lower_and_splice",
@@ -102,7 +102,7 @@ def result(job: Driver, sp: Spliced, merged: link.Merged, cubin: bytes) -> Build
                  ptx=capture.ptx if keep else None,
                  spliced_ptx=merged.text if keep else None,
                  spans=merged.spans if keep else (),
-                 tileir=_tileir_text(capture.ptx) if keep else None,
+                 tileir=tileir_text(capture.ptx) if keep else None,
                  ptxas_flags=sp.lowered.ptxas_flags,
                  host_object_size=len(capture.host_object or b""),
                  entry_calls=_entry_calls(sp.module, {c.callee for c in
@@ -157,7 +157,7 @@ def _lower(job: Driver, traced) -> _Lowered:
         capture = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags,
                                          timeout=traced.timeout_sec, what=job.what)
     job.dump(".ptx", capture.ptx)
-    job.dump(".tileir", _tileir_text(capture.ptx))
+    job.dump(".tileir", tileir_text(capture.ptx))
     module = Module(capture.ptx, f"tileiras PTX of {job.what}")
     target = next((t for t in module.target if t.startswith("sm_")), None)
     if target is None:
@@ -260,11 +260,6 @@ def _give_atomic_markers(job: Driver, traced, refused: rewrite.Refusal,
 
 # --------------------------------------------------------------------------------------------
 # helpers
-
-
-def _tileir_text(ptx: str) -> str | None:
-    m = re.search(r"\.source_begin\n(.*?)\.source_end", ptx, re.S)
-    return m.group(1) if m else None
 
 
 #: The PTX target tileiras emitted for each --gpu-name, as seen in this process.
