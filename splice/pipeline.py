@@ -39,9 +39,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import _cutile, cache, nvshmem, settings, toolchain, trace, verify
 from .errors import SpliceError, SpliceLinkError, SpliceToolchainError
+from .forms.base import SiteInfo
 from .fragments import CudaSource
 from .result import Build, dump_dir, tileir_text
-from .sites import SiteInfo
 from .spans import Span
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from . import toolchain
-from .sites import SiteInfo
+from .forms.base import SiteInfo
 from .spans import Span
 
 

@@ -18,10 +18,10 @@ from typing import Any, Callable, Protocol
 
 from . import collectives, diagnose, inline, link, nvshmem, rewrite, toolchain
 from .errors import SpliceLinkError, SpliceToolchainError
+from .forms.base import SiteCall, SiteInfo
 from .fragments import BinarySource, Fragment, PtxSource
 from .ptx import Module, opcode_head, parse_instruction
 from .result import Build, tileir_text
-from .sites import SiteInfo
 
 __all__ = ["Driver", "Spliced", "assemble", "link_fragments", "lower_and_splice",
            "predicted_ptx_target", "result"]
@@ -131,7 +131,7 @@ class _Compiled:
 
     modules: dict[str, tuple[str, Module]]    # fragment content key -> (describe(), PTX)
     linked: link.Linked
-    calls: dict[int, rewrite.SiteCall]        # site index -> call (or inlined body)
+    calls: dict[int, SiteCall]        # site index -> call (or inlined body)
     not_inlined: dict[int, str]               # site index -> why its body is not inlined
 
 
@@ -187,7 +187,7 @@ def _compile_fragments(job: Driver, traced, lowered: _Lowered) -> _Compiled:
     linked = link.prepare(lowered.module, list(modules.values()), job.name,
                           frozenset(s.extern.symbol for s in traced.sites),
                           host_filled=nvshmem.HOST_FILLED)
-    calls: dict[int, rewrite.SiteCall] = {}
+    calls: dict[int, SiteCall] = {}
     not_inlined: dict[int, str] = {}
     for site in traced.sites:
         fmod = modules[fkeys[id(site.extern.fragment)]][1]
@@ -217,7 +217,7 @@ def _check_fragment(site, fdesc: str, fmod: Module, lowered: _Lowered) -> None:
     link.check_prototype(fn, ext.signature, f"{decl}, {fdesc}", fmod.text)
 
 
-def _site_call(site, fmod: Module, linked: link.Linked) -> tuple[rewrite.SiteCall, str | None]:
+def _site_call(site, fmod: Module, linked: link.Linked) -> tuple[SiteCall, str | None]:
     """How the rewriter calls ``site``'s extern, and why its body is not inlined (None:
     inlined)."""
     ext = site.extern
@@ -238,7 +238,7 @@ def _site_call(site, fmod: Module, linked: link.Linked) -> tuple[rewrite.SiteCal
             raise SpliceLinkError(
                 f"extern '{ext.name}' (declared at {ext.where}) has inline=\"always\" but "
                 f"'{ext.symbol}' cannot be inlined: {why}")
-    call = rewrite.SiteCall(site.index, ext.symbol, fn.params,
+    call = SiteCall(site.index, ext.symbol, fn.params,
                             fn.results[0] if fn.results else None, ext.signature,
                             f"{ext.name} at {site.where}", body, site.form,
                             site.marker_bits, site.fma_rounding)

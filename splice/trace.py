@@ -1,6 +1,6 @@
 """Tracing a kernel: cuTile's frontend runs on the kernel's Python source, and each call of
 an extern in it reaches :func:`_handle_extern_call`, which checks the arguments against the
-extern's signature, records a :class:`~splice.sites.CallSite` in the current
+extern's signature, records a :class:`~splice.forms.base.CallSite` in the current
 :class:`TraceSession` and adds the call's marker operations (:mod:`splice.tile_ir`).
 
 ::
@@ -25,7 +25,7 @@ import cuda.tile as ct
 
 from . import _cutile as cu
 from .errors import SpliceCallError, SpliceDeclarationError
-from .sites import CallSite
+from .forms.base import CallSite
 from .types import Signature
 
 # --------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from support import kernels as K
 import splice
 from splice import rewrite, stages, trace
 from splice.errors import SpliceCompileError, SpliceRewriteError
-from splice.sites import Marker
+from splice.forms.base import Marker
 
 f32 = ct.float32
 SIG = K.signature(K.array(f32), K.array(f32), 256)
