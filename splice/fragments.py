@@ -71,9 +71,41 @@ def _read_text(path: Path, what: str) -> str:
 
 
 class Fragment:
-    """Base of the fragment kinds. ``describe`` names it in error messages."""
+    """Base of the fragment kinds. ``describe`` names it in error messages; the pipeline
+    asks it, not its class, what it can do:
+
+    - :attr:`has_ptx_body`: :meth:`module` holds the code's PTX (False: declarations only,
+      the code is linked by nvJitLink after ptxas, :attr:`link_input`);
+    - :attr:`compiles_ahead`: :meth:`module` compiles (NVRTC, nvJitLink, ptxas), so the
+      pipeline runs it in a thread while tileiras runs;
+    - :meth:`read`, :meth:`check_extern`, :meth:`naming`.
+    """
 
     kind = "fragment"
+    has_ptx_body = True
+    compiles_ahead = True
+
+    @property
+    def link_input(self) -> str | None:
+        """nvJitLink's input kind (``"CUBIN"``, ``"FATBIN"``, ``"OBJECT"``, ``"LIBRARY"``)
+        for code linked after ptxas; None: merged into the kernel's PTX."""
+        return None
+
+    def read(self) -> str | bytes | None:
+        """The code as declared (text, or a file's bytes); None for generated code."""
+        return None
+
+    def check_extern(self, ext) -> None:
+        """Check an extern of this fragment before anything compiles (the CUDA C source:
+        its NVSHMEM collectives fit the extern's scope).
+
+        Raises:
+            SpliceDeclarationError: naming the extern.
+        """
+
+    def naming(self, ext) -> str:
+        """How a message names ``ext``, an extern of this fragment."""
+        return f"extern '{ext.name}' (declared at {ext.where})"
 
     def describe(self) -> str:
         raise NotImplementedError
@@ -95,6 +127,7 @@ class PtxSource(Fragment):
     path: Path | None = None
     where: str = "<unknown>"
     kind = "ptx"
+    compiles_ahead = False    # parsed as written
 
     def describe(self) -> str:
         return f"PTX file {self.path} (declared at {self.where})" if self.path else \
@@ -156,6 +189,9 @@ class CudaSource(Fragment):
             return _read_text(self.path, self.describe())
         assert self.text is not None  # declared with text or path
         return self.text
+
+    def check_extern(self, ext) -> None:
+        nvshmem.check_scope(ext, self.read())
 
     def _options(self, target: str, headers=None) -> list[str]:
         """NVRTC's options. The include path: ``include_dirs``, the directory of ``path``,
@@ -582,6 +618,9 @@ class AsmSource(Fragment):
     def describe(self) -> str:
         return f"inline PTX at {self.spec.where}"
 
+    def naming(self, ext) -> str:
+        return f"inline PTX (splice.asm) at {ext.where}"
+
     def content_key(self, target: str) -> str:
         s = self.spec
         return cache.key_of("asm", s.template, [t.name for t in s.outputs],
@@ -733,19 +772,21 @@ class BinarySource(Fragment):
     where: str = "<unknown>"
     roots: tuple = ()
     kind = "binary"
+    has_ptx_body = False
+    compiles_ahead = False    # linked by nvJitLink after ptxas
 
     def describe(self) -> str:
         return f"{self.path.suffix} file {self.path} (declared at {self.where})"
 
     @property
-    def input_type(self) -> str:
+    def link_input(self) -> str:
         return BINARY_SUFFIXES[self.path.suffix.lower()]
 
     def read(self) -> bytes:
         return _read_bytes(self.path, self.describe())
 
     def content_key(self, target: str) -> str:
-        return cache.key_of("binary", self.read(), self.input_type,
+        return cache.key_of("binary", self.read(), self.link_input,
                             [(s, str(g)) for s, g in self.roots],
                             toolchain.tool_identity("nvJitLink"))
 

@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Any, Callable
 from . import _cutile, cache, nvshmem, settings, toolchain, trace, verify
 from .errors import SpliceError, SpliceLinkError, SpliceToolchainError
 from .forms.base import SiteInfo
-from .fragments import CudaSource
 from .result import Build, dump_dir, tileir_text
 from .spans import Span
 
@@ -178,8 +177,7 @@ def _trace(job: Job, atomic: frozenset[str]):
     externs: dict[str, Any] = {}     # symbol -> ExternFunction
     for site in traced.sites:
         ext = site.extern
-        if isinstance(ext.fragment, CudaSource):
-            nvshmem.check_scope(ext, ext.fragment.read())
+        ext.fragment.check_extern(ext)
         prev = externs.setdefault(ext.symbol, ext)
         if prev is not ext and prev.fragment is not ext.fragment:
             _check_same_symbol(prev, ext)
@@ -339,7 +337,7 @@ def _check_same_symbol(a, b):
     """Two externs naming one symbol must come from the same code."""
     ka = (a.fragment.kind, a.fragment.content_key("any"))
     kb = (b.fragment.kind, b.fragment.content_key("any"))
-    text = [getattr(x.fragment, "read", lambda: None)() for x in (a, b)]
+    text = [x.fragment.read() for x in (a, b)]
     if ka != kb and text[0] is not None and text[0] == text[1]:
         raise SpliceLinkError(
             f"extern '{a.symbol}' is declared twice from one source (at {a.where} and at "

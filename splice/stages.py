@@ -19,7 +19,7 @@ from typing import Any, Callable, Protocol
 from . import collectives, diagnose, inline, link, nvshmem, rewrite, toolchain
 from .errors import SpliceLinkError, SpliceToolchainError
 from .forms.base import SiteCall, SiteInfo
-from .fragments import BinarySource, Fragment, PtxSource
+from .fragments import Fragment
 from .ptx import Module, opcode_head, parse_instruction
 from .result import Build, tileir_text
 
@@ -75,7 +75,7 @@ def assemble(job: Driver, sp: Spliced, merged: link.Merged) -> bytes:
     """ptxas with tileiras's flags and host object; with binary objects, ptxas -c and
     nvJitLink, then the SASS check of the sites that call into them."""
     flags = list(sp.lowered.ptxas_flags)
-    binaries = [f for f in _fragments(sp.traced) if isinstance(f, BinarySource)]
+    binaries = [f for f in _fragments(sp.traced) if f.link_input is not None]
     timeout = sp.traced.timeout_sec
     try:
         if not binaries:
@@ -203,7 +203,7 @@ def _check_fragment(site, fdesc: str, fmod: Module, lowered: _Lowered) -> None:
     ext = site.extern
     decl = f"extern '{ext.name}' (declared at {ext.where})"
     link.check_compatible(fmod, lowered.module, f"{decl}, called at {site.where}: {fdesc}")
-    if isinstance(ext.fragment, BinarySource):
+    if not ext.fragment.has_ptx_body:
         return
     fn = fmod.functions.get(ext.symbol)
     if fn is None or not fn.is_definition:
@@ -222,7 +222,7 @@ def _site_call(site, fmod: Module, linked: link.Linked) -> tuple[SiteCall, str |
     inlined)."""
     ext = site.extern
     body = None
-    if isinstance(ext.fragment, BinarySource):
+    if not ext.fragment.has_ptx_body:
         fn = fmod.functions[ext.symbol]
         if ext.inline == "always":
             raise SpliceLinkError(f"extern '{ext.name}' (declared at {ext.where}) has "
@@ -294,8 +294,7 @@ def _fragments_compiled_ahead(traced, target: str):
     runs. Only fills the fragments' memo and cache: the pipeline then asks each fragment for
     the *actual* target and gets the result, or compiles anew after a wrong guess, and a
     fragment that failed here fails again there with the same error, in site order."""
-    frags = [f for f in _fragments(traced)
-             if not isinstance(f, (PtxSource, BinarySource))]   # those compile nothing
+    frags = [f for f in _fragments(traced) if f.compiles_ahead]
     pool = _started_pool(frags, target) if frags else None
     if pool is None:
         yield
@@ -346,7 +345,7 @@ def _link_binaries(merged: str, flags, binaries, kernel_mod: Module, target: str
     relocatable = toolchain.run_ptxas(merged, [*flags, "-c"], None, timeout=timeout,
                                       what=what)
     inputs = [("CUBIN", relocatable, "kernel.cubin")]
-    inputs += [(b.input_type, b.read(), b.path.name) for b in binaries]
+    inputs += [(b.link_input, b.read(), b.path.name) for b in binaries]
     try:
         return toolchain.nvjitlink_link(inputs, target, what)
     except SpliceLinkError as e:
