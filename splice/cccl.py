@@ -59,7 +59,7 @@ def _pathfinder() -> list[list[str]]:
     try:
         from cuda.pathfinder import find_nvidia_header_directory
         found = find_nvidia_header_directory("cccl")
-    except Exception:  # cuda-pathfinder missing, or too old to know "cccl"
+    except (ImportError, RuntimeError):  # cuda-pathfinder missing, or too old to know it
         return []
     return [[found]] if found else []
 

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import cache, cccl, nvshmem, toolchain
-from .errors import SpliceCompileError, SpliceDeclarationError, SpliceLinkError
+from .errors import SpliceCompileError, SpliceDeclarationError, SpliceLinkError, \
+    SpliceToolchainError
 
 log = logging.getLogger("splice")
 
@@ -637,7 +638,7 @@ class AsmSource(Fragment):
             try:
                 toolchain.run_ptxas(text, ["-arch", target, "-c"], None, timeout=120,
                                     what=self.describe())
-            except Exception as e:  # SpliceToolchainError with ptxas's log
+            except SpliceToolchainError as e:   # with ptxas's log
                 msgs = [re.split(r"error\s*:", ln, maxsplit=1)[-1].strip() for ln in
                         getattr(e, "log", "").splitlines() if re.search(r"error\s*:", ln)]
                 raise SpliceCompileError(

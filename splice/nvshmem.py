@@ -54,7 +54,7 @@ def include_dir() -> Path:
     try:
         from cuda.pathfinder import find_nvidia_header_directory
         found = find_nvidia_header_directory("nvshmem")
-    except Exception:  # cuda-pathfinder missing or too old to know nvshmem
+    except (ImportError, RuntimeError):  # cuda-pathfinder missing, or too old to know it
         found = None
     if not found or not (Path(found) / "nvshmem.h").is_file():
         raise SpliceToolchainError(

@@ -38,7 +38,7 @@ from typing import Mapping
 from .forms.base import CallForm, Edit, Refusal, SiteCall
 from .forms.marked import ADDR_RE, PLAIN_REG, MarkedBody, is_key_load, rewrite_error as _fail
 from .names import MARKER_RE, RESERVED_PREFIXES
-from .ptx import Instruction, Module, apply_edits, destinations, opcode_head, \
+from .ptx import Instruction, Module, PTXSyntaxError, apply_edits, destinations, opcode_head, \
     parse_instruction, registers_in
 from .spans import Span, spans_of_edits
 
@@ -297,7 +297,7 @@ def _verify(new_text: str, sites, n_replaced: int, calls_before: int,
             kernel_name: str) -> Module:
     try:
         out = Module(new_text, f"spliced PTX of {kernel_name}")
-    except Exception as e:
+    except PTXSyntaxError as e:
         raise _fail(kernel_name, f"the rewritten PTX does not parse: {e}") from None
     # no marker symbol in any statement (so no marker instruction either): only the
     # statements where the text spells one (the Tile IR tileiras embeds does) are looked at

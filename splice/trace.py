@@ -304,7 +304,7 @@ def _typed_argument(ext, i, var, elem, loc):
                 # type for a Python float), which a float64 parameter must not see
                 return cu.strictly_typed_const(float(loose.value), cu.TileTy(elem.dtype, ()))
             return cu.implicit_cast(var, elem.dtype, f"argument {i + 1}")
-        except Exception as e:  # cuTile's TileTypeError/TileValueError
+        except (ct.TileTypeError, ct.TileValueError) as e:
             raise call_error(ext, f"argument {i + 1}: constant not representable as "
                                   f"{elem}: {getattr(e, 'message', e)}", loc) from None
     if ty.dtype != elem.dtype:
@@ -319,7 +319,7 @@ def _broadcast_shape(ext, typed, loc) -> tuple[int, ...]:
     for var in typed:
         try:
             shape = cu.broadcast_shapes2(shape, var.get_type().shape)
-        except Exception:
+        except cu.BroadcastError:
             shapes = ", ".join(str(v.get_type().shape) for v in typed)
             raise call_error(ext, f"argument shapes {shapes} do not broadcast to a common "
                                   f"shape", loc) from None
