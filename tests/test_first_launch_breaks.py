@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from support import fuzz
 import splice
 from splice import pipeline, toolchain
 from splice.errors import SpliceToolchainError
@@ -231,7 +232,8 @@ _PIECES = [" ", "\t", "\r", "\f", "\v", "\n", "\r\n", "//c", "/*", "*/", "/* x *
            "#", "`", "\x00", "\u00e9", "'", "9", ".", "%"]
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=fuzz.examples("SPLICE_TOKENIZER_FUZZ_EXAMPLES", 150), deadline=None,
+          suppress_health_check=list(HealthCheck))
 @given(st.lists(st.sampled_from(_PIECES), max_size=25).map("".join), st.integers(0, 6))
 def test_tokenizer_matches_the_two_match_tokenizer(text, pos):
     pos = min(pos, len(text))
