@@ -20,6 +20,7 @@ import pytest
 from support import kernels as K
 import splice
 from splice import activemask, cache, collectives, toolchain
+from splice.externs import HEADER_PROVIDERS
 from splice.fragments import CudaSource
 from splice.ptx import Module, parse_instruction
 from support.activemask import HEADER, ptx_fn as _ptx_fn
@@ -461,7 +462,8 @@ GLOBALS = "__device__ int g_head; __device__ int g_flag[64]; __device__ int g_bu
 
 def _cuda_hit(body: str, params: str = "int x"):
     src = GLOBALS + f'extern "C" __device__ int f({params}) {{{body}}}\n'
-    return collectives.find_collective(CudaSource(text=src, where="t.py:1").module("sm_90"),
+    return collectives.find_collective(CudaSource(text=src, where="t.py:1",
+                                                  providers=HEADER_PROVIDERS).module("sm_90"),
                                        "f")
 
 
@@ -482,7 +484,7 @@ def test_mask_from_a_parameter_is_refused():
 
 
 def test_the_aggregated_atomics_are_accepted():
-    mod = CudaSource(text=AGG_SRC, where="t.py:1").module("sm_90")
+    mod = CudaSource(text=AGG_SRC, where="t.py:1", providers=HEADER_PROVIDERS).module("sm_90")
     assert "activemask.b32" in mod.text and "shfl.sync" in mod.text and "match.any" in mod.text
     assert collectives.find_collective(mod, "agg_ticket") is None
     assert collectives.find_collective(mod, "agg_hist") is None

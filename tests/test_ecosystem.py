@@ -257,8 +257,9 @@ def include_dir(request, tmp_path, monkeypatch):
     ("type_traits", "include <cuda/std/type_traits>"),
 ])
 def test_standard_headers_point_at_libcuxx(include_dir, header, says):
+    from splice.externs import HEADER_PROVIDERS
     from splice.fragments import header_hint
-    hint = header_hint(_log(header))
+    hint = header_hint(_log(header), HEADER_PROVIDERS)
     assert says in hint
     assert ("cuda-toolkit[cccl]" in hint) != include_dir
 
@@ -266,8 +267,9 @@ def test_standard_headers_point_at_libcuxx(include_dir, header, says):
 @pytest.mark.parametrize("header", ["nv/target", "cub/block/block_reduce.cuh",
                                     "cuda/std/cstdint", "thrust/complex.h"])
 def test_cccl_headers_say_how_to_install_cccl(include_dir, header):
+    from splice.externs import HEADER_PROVIDERS
     from splice.fragments import header_hint
-    hint = header_hint(_log(header))
+    hint = header_hint(_log(header), HEADER_PROVIDERS)
     if include_dir:
         assert "is not in CCCL at" in hint
     else:
@@ -276,10 +278,12 @@ def test_cccl_headers_say_how_to_install_cccl(include_dir, header):
 
 
 def test_other_missing_headers_get_no_cccl_hint():
+    from splice.externs import HEADER_PROVIDERS
     from splice.fragments import header_hint
-    assert header_hint(_log("my_header.h")) == ""
-    assert header_hint("x.cu(3): error: identifier \"y\" is undefined") == ""
-    assert "no device version" in header_hint(_log("vector"))
+    assert header_hint(_log("my_header.h"), HEADER_PROVIDERS) == ""
+    assert header_hint("x.cu(3): error: identifier \"y\" is undefined",
+                       HEADER_PROVIDERS) == ""
+    assert "no device version" in header_hint(_log("vector"), HEADER_PROVIDERS)
 
 
 def test_cstdint_in_a_fragment_gets_the_hint():

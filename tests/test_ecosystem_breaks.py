@@ -106,14 +106,17 @@ def _log(header: str) -> str:
     ("nvshmem.h", "#include <nvshmem.h>"),
 ])
 def test_common_missing_headers_get_a_hint(header, says):
+    from splice.externs import HEADER_PROVIDERS
     from splice.fragments import header_hint
-    assert says in header_hint(_log(header))
+    assert says in header_hint(_log(header), HEADER_PROVIDERS)
 
 
 def test_user_headers_in_like_named_folders_get_no_nvshmem_hint():
+    from splice.externs import HEADER_PROVIDERS
     from splice.fragments import header_hint
-    assert "NVSHMEM" not in header_hint(_log("host/config.h"))
-    assert "NVSHMEM" not in header_hint(_log("device/my_nvshmem_wrappers.hpp"))
+    assert "NVSHMEM" not in header_hint(_log("host/config.h"), HEADER_PROVIDERS)
+    assert "NVSHMEM" not in header_hint(_log("device/my_nvshmem_wrappers.hpp"),
+                                        HEADER_PROVIDERS)
 
 
 def test_one_source_declared_twice_is_not_called_different_code():

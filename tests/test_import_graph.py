@@ -183,3 +183,9 @@ def test_import_splice_leaves_cutiles_compiler_unloaded():
     # trace (splice._cutile), not by `import splice`: it takes longer than cuda.tile itself
     assert _loaded_by_import_splice("cuda.tile._compile", "cuda.tile._ir",
                                     "cuda.tile._passes", "splice.tile_ir") == []
+
+
+def test_the_generic_cuda_c_input_imports_no_header_library():
+    # CCCL and NVSHMEM are header providers a CUDA C source is given (splice.externs), so
+    # that the fragments sit below them (the module graph was 14 floors through them)
+    assert not import_graph()["fragments"] & {"nvshmem", "cccl"}
