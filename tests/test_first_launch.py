@@ -2,10 +2,13 @@
 a predicted PTX target (and a wrong prediction), gc paused during a build and restored,
 nvdisasm run only when asked; and the first-launch benchmark runs without a GPU."""
 
+import dataclasses
 import gc
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -15,7 +18,8 @@ import pytest
 from support import kernels as K
 from support.env import python_env
 import splice
-from splice import stages, toolchain
+from splice import pipeline, stages, toolchain
+from splice.errors import SpliceToolchainError
 
 f32 = ct.float32
 SIG = K.signature(K.array(f32), K.array(f32), 256)
@@ -268,3 +272,161 @@ def test_a_host_object_the_capture_did_not_keep_is_an_error(tmp_path, monkeypatc
         "\"--nv-host=$TMPDIR/tileir-1.o\" ", ""))
     capture = toolchain.run_tileiras(b"", (), timeout=60, what="kernel 'k' (k.py:1)")
     assert capture.ptx == ".version 8.0\n" and capture.host_object is None
+
+
+# --------------------------------------------------------------------------------------------
+# Lazy public names (type checkers see them), the capturing ptxas script, cache hits, one
+# splice package per process
+
+ROOT = Path(splice.__file__).resolve().parent.parent
+
+USER_SCRIPT = '''\
+import cuda.tile as ct
+import splice
+from splice import extern, kernel
+
+
+@splice.extern(source='extern "C" __device__ float f(float x) { return x; }')
+def f(x: ct.float32) -> ct.float32: ...
+
+
+@kernel
+def k(x, y, TILE: ct.Constant[int]):
+    ct.store(y, index=(ct.bid(0),), tile=f(ct.load(x, index=(ct.bid(0),), shape=(TILE,))))
+
+
+@splice.kernel(occupancy=2)   # ct.kernel's decorator-with-options form
+def k2(x, TILE: ct.Constant[int]):
+    pass
+
+
+g = extern(source="", name="g", signature="float32(float32)")
+h = splice.asm("add.f32 %0, %1, %2;", "float32(float32, float32)")
+root = splice.toolchain.overlay()
+n: int = len(splice.ELEMENT_TYPES)
+b: splice.Build = splice.build(k, None, "sm_90")
+v: str = splice.__version__
+splice.kernal(k)
+'''
+
+
+def test_mypy_flags_a_misspelt_splice_name(tmp_path):
+    # splice.__getattr__ (the lazily loaded names) is hidden from type checkers: a module
+    # __getattr__ makes every attribute of the module valid (typed Any) to mypy; and
+    # @splice.kernel(occupancy=2) type-checks as @ct.kernel(occupancy=2) does
+    pytest.importorskip("mypy")
+    script = tmp_path / "user.py"
+    script.write_text(USER_SCRIPT)
+    r = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-incremental", "--config-file",
+         str(ROOT / "pyproject.toml"), "--cache-dir", str(tmp_path / "cache"), str(script)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+        env=dict(os.environ, MYPYPATH=str(ROOT)))
+    errors = [line for line in r.stdout.splitlines() if line.startswith("user.py:")]
+    typo = USER_SCRIPT.splitlines().index("splice.kernal(k)") + 1
+    assert [e.split(":")[1] for e in errors] == [str(typo)], r.stdout
+    assert 'no attribute "kernal"' in errors[0]
+
+
+def _capture_script(tmp_path: Path) -> Path:
+    script = tmp_path / "ptxas"
+    script.write_text(toolchain._CAPTURE_SCRIPT.format(real_ptxas="/bin/false"))
+    script.chmod(0o755)
+    return script
+
+
+def test_capturing_ptxas_copies_when_ln_links_only_the_first_input(tmp_path):
+    # `ln -f ptx host dir/` links the PTX, then fails on the host object (another
+    # filesystem): cp then met the PTX's new link ("are the same file") and the script
+    # exited 99, failing every compile
+    script = _capture_script(tmp_path)
+    bin_dir, tmp, cap = tmp_path / "bin", tmp_path / "tmp", tmp_path / "cap"
+    for d in (bin_dir, tmp, cap):
+        d.mkdir()
+    real_ln = subprocess.run(["sh", "-c", "command -v ln"], capture_output=True,
+                             text=True).stdout.strip()
+    fake_ln = bin_dir / "ln"   # ln -f -- PTX HOST DIR/: links PTX, fails on HOST
+    fake_ln.write_text(f'#!/bin/sh\n{real_ln} -f -- "$3" "$5" && exit 1\n')
+    fake_ln.chmod(0o755)
+    (tmp / "k-1.ptx").write_text(".version 8.0\n")
+    (tmp / "tileir-1.o").write_bytes(b"\x7fELF\0host")
+    argv = [str(script), str(tmp / "k-1.ptx"), "-o", str(tmp / "k.bin"),
+            f"--nv-host={tmp / 'tileir-1.o'}"]
+    env = {"SPLICE_CAPTURE_DIR": str(cap),
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    r = subprocess.run(argv, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert (cap / "k-1.ptx").read_text() == ".version 8.0\n"
+    assert (cap / "tileir-1.o").read_bytes() == b"\x7fELF\0host"
+
+
+def test_a_newline_in_the_temporary_directory_is_refused_clearly(tmp_path, monkeypatch):
+    # the capture's argv file holds one argument a line: with a newline in TMPDIR the
+    # --nv-host path was cut and the error said the host object "was not kept"
+    toolchain.overlay()
+    odd = tmp_path / "a\nb"
+    odd.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(odd))
+    with pytest.raises(SpliceToolchainError, match="newline in its path; set TMPDIR"):
+        toolchain.run_tileiras(b"", (), timeout=60, what="kernel 'k'")
+
+
+def test_a_cache_hit_has_the_fields_of_the_build_it_cached(tmp_path, monkeypatch):
+    # a hit said host_object_size 0 and no ptxas flags for a TMA kernel whose compile had
+    # both; every field but the timings and the stages (kept by no cached build) agree
+    import cuda.tile as ct
+    from support import kernels as K
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(tmp_path))
+    sig = K.signature(K.array(ct.float16, 2), K.array(ct.float16, 2), K.array(ct.float16, 2),
+                      128, 128, 64)
+    fresh, hit = (pipeline.build(K.matmul_gelu_kernel, sig, "sm_90") for _ in range(2))
+    assert (fresh.from_cache, hit.from_cache) == (False, True)
+    assert fresh.host_object_size > 0
+    skip = {"from_cache", "seconds", "timings"}
+    for f in dataclasses.fields(fresh):
+        if f.name not in skip:
+            assert getattr(hit, f.name) == getattr(fresh, f.name), f.name
+
+
+_MIXED = r"""
+import importlib.machinery, os, sys
+sys.path.insert(0, sys.argv[1])
+import splice
+
+
+class Editable:   # as setuptools' editable-install finder: splice.* from another checkout
+    def find_spec(self, fullname, path, target=None):
+        if fullname.startswith("splice."):
+            return importlib.machinery.PathFinder.find_spec(fullname, [sys.argv[2]], target)
+
+
+sys.meta_path.append(Editable())
+os.remove(os.path.join(sys.argv[1], "splice", "externs.py"))
+for name in ("splice.stages", "splice.externs", "splice.no_such_module"):
+    try:
+        __import__(name)
+        print(name, "loaded from", sys.modules[name].__file__)
+    except splice.SpliceToolchainError as e:
+        print(name, "refused:", e)
+    except ModuleNotFoundError as e:
+        print(name, "not found:", e)
+"""
+
+
+def test_a_submodule_is_never_loaded_from_another_copy_of_splice(tmp_path):
+    # with splice loaded on first use, a module missing from the imported copy (removed by
+    # an upgrade, or absent from this checkout) was found by a later finder -- an editable
+    # install of another checkout -- and its code ran mixed with this copy's
+    copy = tmp_path / "pkg"
+    shutil.copytree(Path(splice.__file__).parent, copy / "splice",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "splice" / "stages.py").unlink()          # not in this copy from the start
+    out = subprocess.run([sys.executable, "-c", _MIXED, str(copy),
+                          str(Path(splice.__file__).parent)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    stages, externs, missing = out.stdout.splitlines()
+    assert stages.startswith("splice.stages refused: splice.stages is not part of the splice")
+    assert "another copy of splice" in stages
+    assert externs.startswith("splice.externs refused: splice/externs.py changed on disk")
+    assert missing.startswith("splice.no_such_module not found")
