@@ -68,7 +68,8 @@ _PRIVATE: dict[str, tuple[str, str | None]] = {
         "operand")},
     **{n: ("cuda.tile._ir.ops", n) for n in ("TileAtomicCAS", "arange", "cat", "extract")},
     **{n: ("cuda.tile._ir.ops_utils", n) for n in (
-        "broadcast_shapes2", "memory_order_to_bytecode", "memory_scope_to_bytecode")},
+        "BroadcastError", "broadcast_shapes2", "memory_order_to_bytecode",
+        "memory_scope_to_bytecode")},
     **{n: ("cuda.tile._ir.type", n) for n in (
         "LooselyTypedScalar", "TileTy", "TokenTy", "ArrayTy")},
     **{n: ("cuda.tile._memory_model", n) for n in (
@@ -235,7 +236,7 @@ def current_arch() -> str:
     ensure_supported_cutile()
     try:
         return arch_name(get_compute_capability())
-    except Exception as e:  # cuTile raises OSError (no libcuda) or its own driver errors
+    except (OSError, RuntimeError) as e:  # no libcuda (OSError), a driver error
         raise SpliceToolchainError(
             f"no GPU to take the architecture from ({type(e).__name__}: {e})") from None
 

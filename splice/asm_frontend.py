@@ -303,7 +303,7 @@ def _output_types(dt, error) -> tuple[ElementType, ...]:
     try:
         return () if dt is None else tuple(element_type(d) for d in (
             dt if isinstance(dt, tuple) else (dt,)))
-    except Exception as e:
+    except SpliceError as e:
         raise error(f"dtype: {getattr(e, 'message', e)}") from None
 
 
@@ -347,7 +347,7 @@ def _snippet_extern(text, outputs, args, constraints, pure: bool, where, loc, fo
     for i, var in enumerate(args):
         try:
             inputs.append(element_type(var.get_type().dtype))
-        except Exception as e:
+        except (SpliceError, AttributeError) as e:   # AttributeError: a type without dtype
             raise SpliceCallError(f"inline PTX at {where}: input {i + 1}: "
                                   f"{getattr(e, 'message', e)}", loc) from None
     spec = AsmSpec(text, outputs, tuple(inputs), where)

@@ -15,7 +15,7 @@ from .spans import Generated
 from .types import ArgSlot, ElementType
 
 if TYPE_CHECKING:
-    from .rewrite import SiteCall
+    from .forms.base import SiteCall
 
 
 def _param_bits(p: Param) -> int:

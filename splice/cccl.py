@@ -18,6 +18,7 @@ import os
 import site
 import sys
 import threading
+from pathlib import Path
 from typing import Iterator
 
 from .errors import SpliceToolchainError
@@ -59,7 +60,7 @@ def _pathfinder() -> list[list[str]]:
     try:
         from cuda.pathfinder import find_nvidia_header_directory
         found = find_nvidia_header_directory("cccl")
-    except Exception:  # cuda-pathfinder missing, or too old to know "cccl"
+    except (ImportError, RuntimeError):  # cuda-pathfinder missing, or too old to know it
         return []
     return [[found]] if found else []
 
@@ -141,3 +142,68 @@ def require(what: str, install: str = INSTALL_HINT) -> list[str]:
             f"{what} need CCCL (<cuda/std/...>, <nv/target>), which is not installed: "
             f"{install}; or name a CCCL checkout's include directory in include_dirs=")
     return dirs
+
+
+# --------------------------------------------------------------------------------------------
+# CCCL as a header provider of CUDA C sources
+
+# libcu++ (CCCL) headers: <cuda/std/X> stands in for the standard <X> under NVRTC.
+_LIBCUXX = frozenset(
+    "algorithm array atomic barrier bit bitset cassert cfloat charconv chrono climits cmath "
+    "complex concepts cstddef cstdint cstdlib cstring ctime expected functional "
+    "initializer_list iterator latch limits mdspan memory numbers numeric optional random "
+    "ranges ratio semaphore source_location span string_view tuple type_traits utility "
+    "variant version".split())
+_C_HEADERS = {"stdint.h": "cstdint", "stddef.h": "cstddef", "limits.h": "climits",
+              "float.h": "cfloat", "assert.h": "cassert", "stdlib.h": "cstdlib",
+              "string.h": "cstring", "time.h": "ctime"}
+_CCCL_DIRS = ("cuda/", "cub/", "thrust/", "nv/")
+
+
+def header_hint(header: str) -> str:
+    """How to get ``header``, which NVRTC could not open: CCCL's (``<cuda/std/...>``,
+    ``<cub/...>``, ``<thrust/...>``, ``<nv/target>``, which ``<cooperative_groups.h>``
+    includes) comes with ``cuda-toolkit[cccl]``; NVRTC has no C++ standard library, whose
+    headers have libcu++ stand-ins ``<cuda/std/...>``. "" for other headers."""
+    found = include_dirs()
+    std = _C_HEADERS.get(header, header)
+    if std in _LIBCUXX and "/" not in std:
+        hint = (f"NVRTC has no C++ standard library: include <cuda/std/{std}> (libcu++, "
+                f"namespace cuda::std) instead of <{header}>")
+        return hint + ("" if found else f"; it comes with CCCL: {INSTALL_HINT}")
+    if header.startswith(_CCCL_DIRS):
+        if found:
+            return f"<{header}> is not in CCCL at {', '.join(found)}"
+        return (f"<{header}> is part of CCCL (CUDA Core Compute Libraries), which is not "
+                f"installed: {INSTALL_HINT}; splice then puts its headers on NVRTC's "
+                f"include path")
+    if "." not in header.rsplit("/", 1)[-1]:
+        return (f"<{header}> is a C++ standard library header; NVRTC has none, and "
+                f"libcu++ (CCCL, <cuda/std/...>) has no device version of it")
+    return ""
+
+
+class _Headers:
+    """CCCL as a :class:`splice.fragments.HeaderProvider`: on every CUDA C source's include
+    path; its headers are hashed by the source's include walk (size and mtime)."""
+
+    def include_dirs(self, texts) -> list[Path]:
+        return [Path(d) for d in include_dirs()]
+
+    def options(self, texts) -> list[str]:
+        return []
+
+    def key(self, texts) -> str:
+        return ""
+
+    def check_extern(self, ext, source: str) -> None:
+        pass
+
+    def compile_hint(self, log: str) -> str:
+        return ""
+
+    def header_hint(self, header: str) -> str:
+        return header_hint(header)
+
+
+HEADERS = _Headers()

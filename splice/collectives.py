@@ -490,9 +490,8 @@ def check_binary_sites(sites, cubin: bytes, target: str | None = None) -> None:
         SpliceLinkError: as :func:`check_element_sites`.
         SpliceToolchainError: nvdisasm is not installed, so the object cannot be checked.
     """
-    from .fragments import BinarySource
     element = [s for s in sites if not s.extern.form.runs_collectives]
-    binary = [s for s in element if isinstance(s.extern.fragment, BinarySource)]
+    binary = [s for s in element if not s.extern.fragment.has_ptx_body]
     reaches = _ptx_reaches([s for s in element if s not in binary], target)
     if not binary and not reaches:
         return
@@ -586,15 +585,14 @@ def check_element_sites(sites, fragments: Mapping[str, tuple[str, Module]],
         SpliceLinkError: naming the extern, its declaration, the instruction, the chain of
             functions that reaches it and the call site.
     """
-    from .fragments import AsmSource, BinarySource
     modules = [m for _, m in fragments.values()]
     done: set[tuple[int, str]] = set()
     for site in sites:
         ext = site.extern
         if ext.form.runs_collectives:
             continue
-        if isinstance(ext.fragment, BinarySource):
-            continue  # no PTX: its SASS is checked by check_binary_sites
+        if not ext.fragment.has_ptx_body:
+            continue  # its SASS is checked by check_binary_sites
         mod = fragments[ext.fragment.content_key(target)][1]
         if (id(mod), ext.symbol) in done:
             continue
@@ -602,9 +600,7 @@ def check_element_sites(sites, fragments: Mapping[str, tuple[str, Module]],
         if hit is None:
             done.add((id(mod), ext.symbol))
             continue
-        what = (f"inline PTX (splice.asm) at {ext.where}" if isinstance(ext.fragment, AsmSource)
-                else f"extern '{ext.name}' (declared at {ext.where})")
-        raise SpliceLinkError(_message(what, site.where, hit))
+        raise SpliceLinkError(_message(ext.fragment.naming(ext), site.where, hit))
 
 
 _WHY = ("Element-scope calls run once per tile element, on the thread that owns the "

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from . import tiles, trace
+from . import cccl, nvshmem, tiles, trace
 from .errors import SpliceDeclarationError
 from .forms import element, form_of
 from .forms.base import CallForm
@@ -18,6 +18,11 @@ from .fragments import ENTRY_POINTS, FILE_KINDS, CudaSource, Fragment, PtxSource
 from .types import Signature, parse_signature, signature_from_annotations
 
 _C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+#: The header libraries a CUDA C source may include besides the CUDA toolkit's, in
+#: include-path order (:class:`splice.fragments.HeaderProvider`): CCCL on every source's
+#: path, NVSHMEM on the path of a source that includes it.
+HEADER_PROVIDERS = (cccl.HEADERS, nvshmem.HEADERS)
 
 
 @dataclasses.dataclass(eq=False)
@@ -403,7 +408,8 @@ def _declare_cuda(stub, where: str, base: Path | None, *, source, path, name, si
     if name is not None and is_cxx_name(name) or _several_results(stub, signature):
         return _declare_cxx(stub, name or ext_name, signature, pure, inline, where,
                             CudaSource(text=source, path=file, options=opts,
-                                       include_dirs=incs, defines=defs, where=where),
+                                       include_dirs=incs, defines=defs, where=where,
+                                       providers=HEADER_PROVIDERS),
                             scope=scope)
 
     def make(symbol, sig):
@@ -412,7 +418,8 @@ def _declare_cuda(stub, where: str, base: Path | None, *, source, path, name, si
                           defines=defs, where=where,
                           declared=() if sig.has_tiles else (Declared(symbol, None, sig,
                                                                       where),),
-                          roots=() if sig.has_tiles else ((symbol, sig),))
+                          roots=() if sig.has_tiles else ((symbol, sig),),
+                          providers=HEADER_PROVIDERS)
     return _declare(stub, symbol=name or ext_name, signature=signature, pure=pure,
                     fragment_factory=make, where=where, name=ext_name, inline=inline,
                     scope=scope)
@@ -620,7 +627,7 @@ class Library:
         file, opts, incs, defs = _cuda_inputs(source, path, options, include_dirs, defines,
                                               f"library at {where}", base)
         self.fragment = CudaSource(text=source, path=file, options=opts, include_dirs=incs,
-                                   defines=defs, where=where)
+                                   defines=defs, where=where, providers=HEADER_PROVIDERS)
         self._declared: dict[tuple[str, str], Declared] = {}
 
     def _add(self, decl: Declared) -> None:

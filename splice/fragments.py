@@ -18,10 +18,11 @@ import re
 import stat
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
-from . import cache, cccl, nvshmem, toolchain
-from .errors import SpliceCompileError, SpliceDeclarationError, SpliceLinkError
+from . import cache, toolchain
+from .errors import SpliceCompileError, SpliceDeclarationError, SpliceLinkError, \
+    SpliceToolchainError
 
 log = logging.getLogger("splice")
 
@@ -70,10 +71,77 @@ def _read_text(path: Path, what: str) -> str:
         ) from None
 
 
+class HeaderProvider(Protocol):
+    """A library of headers that a CUDA C source may include besides the CUDA toolkit's
+    (CCCL, NVSHMEM: ``splice.externs.HEADER_PROVIDERS``), asked by the source at each step
+    of its compile. ``texts``: the source and the text of every user header it includes.
+    """
+
+    def include_dirs(self, texts: Sequence[str]) -> list[Path]:
+        """Its ``-I`` directories for the source (none when it does not use the library).
+
+        Raises:
+            SpliceToolchainError: the source uses the library, which is not installed.
+        """
+
+    def options(self, texts: Sequence[str]) -> list[str]:
+        """Its extra NVRTC options for the source."""
+
+    def key(self, texts: Sequence[str]) -> str:
+        """What identifies its headers in the source's cache key, beyond the headers the
+        include walk hashes ("" when nothing)."""
+
+    def check_extern(self, ext, source: str) -> None:
+        """Check an extern declared from ``source`` (e.g. its calls fit the scope).
+
+        Raises:
+            SpliceDeclarationError: naming the extern.
+        """
+
+    def compile_hint(self, log: str) -> str:
+        """A hint (``"\\n    ..."``) for NVRTC's failure ``log``, or ""."""
+
+    def header_hint(self, header: str) -> str:
+        """How to get (or what to include instead of) ``header``, which NVRTC could not
+        open, when it is the library's; else ""."""
+
+
 class Fragment:
-    """Base of the fragment kinds. ``describe`` names it in error messages."""
+    """Base of the fragment kinds. ``describe`` names it in error messages; the pipeline
+    asks it, not its class, what it can do:
+
+    - :attr:`has_ptx_body`: :meth:`module` holds the code's PTX (False: declarations only,
+      the code is linked by nvJitLink after ptxas, :attr:`link_input`);
+    - :attr:`compiles_ahead`: :meth:`module` compiles (NVRTC, nvJitLink, ptxas), so the
+      pipeline runs it in a thread while tileiras runs;
+    - :meth:`read`, :meth:`check_extern`, :meth:`naming`.
+    """
 
     kind = "fragment"
+    has_ptx_body = True
+    compiles_ahead = True
+
+    @property
+    def link_input(self) -> str | None:
+        """nvJitLink's input kind (``"CUBIN"``, ``"FATBIN"``, ``"OBJECT"``, ``"LIBRARY"``)
+        for code linked after ptxas; None: merged into the kernel's PTX."""
+        return None
+
+    def read(self) -> str | bytes | None:
+        """The code as declared (text, or a file's bytes); None for generated code."""
+        return None
+
+    def check_extern(self, ext) -> None:
+        """Check an extern of this fragment before anything compiles (the CUDA C source:
+        its NVSHMEM collectives fit the extern's scope).
+
+        Raises:
+            SpliceDeclarationError: naming the extern.
+        """
+
+    def naming(self, ext) -> str:
+        """How a message names ``ext``, an extern of this fragment."""
+        return f"extern '{ext.name}' (declared at {ext.where})"
 
     def describe(self) -> str:
         raise NotImplementedError
@@ -95,6 +163,7 @@ class PtxSource(Fragment):
     path: Path | None = None
     where: str = "<unknown>"
     kind = "ptx"
+    compiles_ahead = False    # parsed as written
 
     def describe(self) -> str:
         return f"PTX file {self.path} (declared at {self.where})" if self.path else \
@@ -130,6 +199,8 @@ class CudaSource(Fragment):
         defines: ``-D`` macros.
         declared: the externs declared from this source (:class:`splice.checks.Declared`):
             splice appends their signature checks and C++ trampolines to the source.
+        providers: the header libraries it may include (:class:`HeaderProvider`), in
+            include-path order, after the CUDA headers.
     """
 
     text: str | None = None
@@ -140,6 +211,7 @@ class CudaSource(Fragment):
     where: str = "<unknown>"
     declared: tuple = ()
     roots: tuple = ()   # (symbol, Signature) to keep when linking -dlto output
+    providers: tuple[HeaderProvider, ...] = dataclasses.field(kw_only=True)
 
     @property
     def checks(self) -> str:
@@ -157,9 +229,14 @@ class CudaSource(Fragment):
         assert self.text is not None  # declared with text or path
         return self.text
 
+    def check_extern(self, ext) -> None:
+        src = self.read()
+        for p in self.providers:
+            p.check_extern(ext, src)
+
     def _options(self, target: str, headers=None) -> list[str]:
         """NVRTC's options. The include path: ``include_dirs``, the directory of ``path``,
-        ``-I`` of ``options``, then splice's own (:func:`default_include_dirs`): the user's
+        ``-I`` of ``options``, then splice's own (:meth:`default_include_dirs`): the user's
         directories come first, as nvcc's ``-I`` precede the toolkit's."""
         opts = [f"-arch={target}", "-rdc=true"]
         for d in self.include_dirs:
@@ -169,10 +246,27 @@ class CudaSource(Fragment):
         for name, value in self.defines:
             opts.append(f"-D{name}" if value is None else f"-D{name}={value}")
         texts = self._texts(headers)
-        opts.extend(nvshmem.nvrtc_options_for(*texts))
+        for p in self.providers:
+            opts.extend(p.options(texts))
         opts.extend(o for o in self.options if o not in ("-dlto", "--dlto"))
-        opts.extend(f"-I{d}" for d in default_include_dirs(*texts))
+        opts.extend(f"-I{d}" for d in self.default_include_dirs(texts))
         return opts
+
+    def default_include_dirs(self, texts: Sequence[str] = ()) -> list[Path]:
+        """splice's own ``-I`` directories for the source (``texts``: it and the user
+        headers it includes), after the user's: the CUDA headers
+        (:func:`splice.toolchain.cuda_include_dir`), then each provider's.
+
+        Raises:
+            SpliceToolchainError: the source uses a provider's library, not installed.
+        """
+        inc = toolchain.cuda_include_dir()
+        found = [inc] if inc is not None else []
+        for p in self.providers:
+            found += p.include_dirs(texts)
+        if any("splice_group.h" in t for t in texts):   # splice.warpgroup's header
+            found.append(Path(__file__).parent / "include")
+        return list(dict.fromkeys(found))
 
     def _texts(self, headers=None) -> list[str]:
         """The source and the text of every user header it includes (``headers``:
@@ -216,16 +310,19 @@ class CudaSource(Fragment):
                     f"{_first_error(e.log, full, name, blocks)}"
                     f"{_overload_hint(e.log, self.declared)}"
                     f"{results_hint(e.log, self.declared)}"
-                    f"{_kernel_hint(full, self.declared)}{header_hint(e.log)}"
-                    f"{nvshmem.explain_compile_failure(e.log)}", errors_first(e.log)) from None
+                    f"{_kernel_hint(full, self.declared)}"
+                    f"{header_hint(e.log, self.providers)}"
+                    f"{''.join(p.compile_hint(e.log) for p in self.providers)}",
+                    errors_first(e.log)) from None
 
     def content_key(self, target: str) -> str:
         src = self.read()
         headers = self._headers(src)
         tools = ("nvrtc", "nvJitLink") if self.dlto else ("nvrtc",)
+        texts = self._texts(headers)
         return cache.key_of("cuda", src, self.checks, self._options(target, headers),
                             toolchain.tool_identity(*tools), headers,
-                            nvshmem.headers_key(*self._texts(headers)))
+                            [p.key(texts) for p in self.providers])
 
     def _headers(self, src: str) -> list[tuple[str, str]]:
         """(path, sha256) of every user header the source includes, transitively, found as
@@ -243,7 +340,7 @@ class CudaSource(Fragment):
         or ``-D``), directly or through other macros, is followed
         (:class:`_Macros`)."""
         import hashlib
-        toolkit = [str(d) for d in default_include_dirs()]
+        toolkit = [str(d) for d in self.default_include_dirs()]
         dirs = [str(d) for d in self.include_dirs]
         if self.path is not None:
             dirs.append(str(self.path.parent))
@@ -434,25 +531,6 @@ def _option_values(options, names) -> list[str]:
     return [v for v in out if v]
 
 
-def default_include_dirs(*texts: str) -> list[Path]:
-    """splice's own ``-I`` directories for a CUDA C source (``texts``: it and the user
-    headers it includes), after the user's: the CUDA headers
-    (:func:`splice.toolchain.cuda_include_dir`), CCCL's (:func:`splice.cccl.include_dirs`),
-    NVSHMEM's for a source that includes it (:func:`splice.nvshmem.include_dirs_for`), and
-    splice's own for a source that includes ``splice_group.h``
-    (:func:`splice.warpgroup.include_dir`).
-
-    Raises:
-        SpliceToolchainError: the source includes NVSHMEM, which (or CCCL) is not installed.
-    """
-    inc = toolchain.cuda_include_dir()
-    found = ([inc] if inc is not None else []) + [Path(d) for d in cccl.include_dirs()]
-    found += nvshmem.include_dirs_for(*texts)
-    if any("splice_group.h" in t for t in texts):
-        found.append(Path(__file__).parent / "include")
-    return list(dict.fromkeys(found))
-
-
 _ERR_RE = re.compile(r"^(.*)\((\d+)\): (?:catastrophic )?error")
 
 
@@ -539,26 +617,9 @@ def _kernel_hint(source: str, declared) -> str:
     return ""
 
 
-# libcu++ (CCCL) headers: <cuda/std/X> stands in for the standard <X> under NVRTC.
-_LIBCUXX = frozenset(
-    "algorithm array atomic barrier bit bitset cassert cfloat charconv chrono climits cmath "
-    "complex concepts cstddef cstdint cstdlib cstring ctime expected functional "
-    "initializer_list iterator latch limits mdspan memory numbers numeric optional random "
-    "ranges ratio semaphore source_location span string_view tuple type_traits utility "
-    "variant version".split())
-_C_HEADERS = {"stdint.h": "cstdint", "stddef.h": "cstddef", "limits.h": "climits",
-              "float.h": "cfloat", "assert.h": "cassert", "stdlib.h": "cstdlib",
-              "string.h": "cstring", "time.h": "ctime"}
-_CCCL_DIRS = ("cuda/", "cub/", "thrust/", "nv/")
-#: NVSHMEM's headers (nvidia-nvshmem-cu13's include/): on NVRTC's path only for a source that
-#: itself includes <nvshmem.h> or <nvshmemx.h> (splice.nvshmem.uses_nvshmem).
-_NVSHMEM_HEADERS = re.compile(r"((device|host|device_host|device_host_transport|non_abi|"
-                              r"bootstrap_device_host)/(\w+/)*)?nvshmem\w*\.(h|cuh)$")
-
-
 def _known_header_hint(header: str) -> str:
     """The hint for headers that nvcc code often includes and NVRTC does without (math,
-    printf), and for NVSHMEM's own; "" for others."""
+    printf); "" for others."""
     if header == "math.h":
         return ("CUDA's math functions (expf, sqrtf, __fmaf_rn...) are built into NVRTC and "
                 "need no include: drop <math.h> (libcu++'s <cuda/std/cmath> has the C++ "
@@ -568,42 +629,23 @@ def _known_header_hint(header: str) -> str:
     if header in ("assert.h", "cassert"):
         return (f"NVRTC declares device assert itself: drop <{header}> (a failed assert "
                 f"traps the launch)")
-    if _NVSHMEM_HEADERS.match(header):
-        return (f"<{header}> is NVSHMEM's: write #include <nvshmem.h> (or <nvshmemx.h>) "
-                f"literally in the source, not through a macro; splice then adds NVSHMEM's "
-                f"headers to the include path (pip install 'splice[nvshmem]')")
     return ""
+
+
 _CANNOT_OPEN = re.compile(r'cannot open source file "([^"]+)"')
-CCCL_INSTALL = cccl.INSTALL_HINT
 
 
-def header_hint(log: str) -> str:
-    """How to get a header NVRTC could not open: CCCL's (``<cuda/std/...>``, ``<cub/...>``,
-    ``<thrust/...>``, ``<nv/target>``, which ``<cooperative_groups.h>`` includes) comes with
-    ``cuda-toolkit[cccl]``; NVRTC has no C++ standard library, whose headers have libcu++
-    stand-ins ``<cuda/std/...>``. "" when the log names no such header."""
+def header_hint(log: str, providers: Sequence[HeaderProvider]) -> str:
+    """How to get a header NVRTC could not open (``providers``: the source's, which know
+    their own headers: CCCL's, NVSHMEM's), or what to include instead; "" when the log
+    names no such header."""
     m = _CANNOT_OPEN.search(log)
     if m is None:
         return ""
     header = m.group(1)
-    known = _known_header_hint(header)
-    if known:
-        return f"\n    hint: {known}"
-    found = cccl.include_dirs()
-    std = _C_HEADERS.get(header, header)
-    if std in _LIBCUXX and "/" not in std:
-        hint = (f"NVRTC has no C++ standard library: include <cuda/std/{std}> (libcu++, "
-                f"namespace cuda::std) instead of <{header}>")
-        return f"\n    hint: {hint}" + ("" if found else f"; it comes with CCCL: {CCCL_INSTALL}")
-    if header.startswith(_CCCL_DIRS):
-        if found:
-            return f"\n    hint: <{header}> is not in CCCL at {', '.join(found)}"
-        return (f"\n    hint: <{header}> is part of CCCL (CUDA Core Compute Libraries), which "
-                f"is not installed: {CCCL_INSTALL}; splice then puts its headers on NVRTC's "
-                f"include path")
-    if "." not in header.rsplit("/", 1)[-1]:
-        return (f"\n    hint: <{header}> is a C++ standard library header; NVRTC has none, "
-                f"and libcu++ (CCCL, <cuda/std/...>) has no device version of it")
+    for hint in (_known_header_hint(header), *(p.header_hint(header) for p in providers)):
+        if hint:
+            return f"\n    hint: {hint}"
     return ""
 
 
@@ -625,6 +667,9 @@ class AsmSource(Fragment):
     def describe(self) -> str:
         return f"inline PTX at {self.spec.where}"
 
+    def naming(self, ext) -> str:
+        return f"inline PTX (splice.asm) at {ext.where}"
+
     def content_key(self, target: str) -> str:
         s = self.spec
         return cache.key_of("asm", s.template, [t.name for t in s.outputs],
@@ -641,7 +686,7 @@ class AsmSource(Fragment):
             try:
                 toolchain.run_ptxas(text, ["-arch", target, "-c"], None, timeout=120,
                                     what=self.describe())
-            except Exception as e:  # SpliceToolchainError with ptxas's log
+            except SpliceToolchainError as e:   # with ptxas's log
                 msgs = [re.split(r"error\s*:", ln, maxsplit=1)[-1].strip() for ln in
                         getattr(e, "log", "").splitlines() if re.search(r"error\s*:", ln)]
                 raise SpliceCompileError(
@@ -776,19 +821,21 @@ class BinarySource(Fragment):
     where: str = "<unknown>"
     roots: tuple = ()
     kind = "binary"
+    has_ptx_body = False
+    compiles_ahead = False    # linked by nvJitLink after ptxas
 
     def describe(self) -> str:
         return f"{self.path.suffix} file {self.path} (declared at {self.where})"
 
     @property
-    def input_type(self) -> str:
+    def link_input(self) -> str:
         return BINARY_SUFFIXES[self.path.suffix.lower()]
 
     def read(self) -> bytes:
         return _read_bytes(self.path, self.describe())
 
     def content_key(self, target: str) -> str:
-        return cache.key_of("binary", self.read(), self.input_type,
+        return cache.key_of("binary", self.read(), self.link_input,
                             [(s, str(g)) for s, g in self.roots],
                             toolchain.tool_identity("nvJitLink"))
 

@@ -54,7 +54,7 @@ def include_dir() -> Path:
     try:
         from cuda.pathfinder import find_nvidia_header_directory
         found = find_nvidia_header_directory("nvshmem")
-    except Exception:  # cuda-pathfinder missing or too old to know nvshmem
+    except (ImportError, RuntimeError):  # cuda-pathfinder missing, or too old to know it
         found = None
     if not found or not (Path(found) / "nvshmem.h").is_file():
         raise SpliceToolchainError(
@@ -127,6 +127,21 @@ def explain_compile_failure(log: str) -> str:
     return ""
 
 
+#: NVSHMEM's headers (nvidia-nvshmem-cu13's include/): on NVRTC's path only for a source that
+#: itself includes <nvshmem.h> or <nvshmemx.h> (:func:`uses_nvshmem`).
+_HEADER_RE = re.compile(r"((device|host|device_host|device_host_transport|non_abi|"
+                        r"bootstrap_device_host)/(\w+/)*)?nvshmem\w*\.(h|cuh)$")
+
+
+def header_hint(header: str) -> str:
+    """How to get ``header``, which NVRTC could not open, when it is NVSHMEM's; else ""."""
+    if not _HEADER_RE.match(header):
+        return ""
+    return (f"<{header}> is NVSHMEM's: write #include <nvshmem.h> (or <nvshmemx.h>) "
+            f"literally in the source, not through a macro; splice then adds NVSHMEM's "
+            f"headers to the include path ({INSTALL_HINT})")
+
+
 def collective_calls(source: str) -> list[tuple[int, str]]:
     """(line, API name) of each block- or warp-collective NVSHMEM call in ``source``
     (``nvshmemx_float_put_block``, ``nvshmemx_barrier_all_block``...), comments ignored."""
@@ -158,6 +173,31 @@ def check_scope(ext, source: str) -> None:
             f"nvshmem_float_p, nvshmemx_signal_op); block-scope calls need a block-scope "
             f"extern")
 
+
+class _Headers:
+    """NVSHMEM as a :class:`splice.fragments.HeaderProvider`: for a source that includes
+    it, its include directory, inlined device API, versions in the key and scope check."""
+
+    def include_dirs(self, texts) -> list[Path]:
+        return include_dirs_for(*texts)
+
+    def options(self, texts) -> list[str]:
+        return nvrtc_options_for(*texts)
+
+    def key(self, texts) -> str:
+        return headers_key(*texts)
+
+    def check_extern(self, ext, source: str) -> None:
+        check_scope(ext, source)
+
+    def compile_hint(self, log: str) -> str:
+        return explain_compile_failure(log)
+
+    def header_hint(self, header: str) -> str:
+        return header_hint(header)
+
+
+HEADERS = _Headers()
 
 # ---------------------------------------------------------------------------------------
 # Module load: nvshmem.core.library_init fills the device state

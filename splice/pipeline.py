@@ -19,7 +19,8 @@
 the stages of a miss in :mod:`splice.stages` (a cache hit does not load them). :class:`Job`
 times each stage (``Build.timings``, the ``splice`` logger at DEBUG) and writes each stage's
 output to ``$SPLICE_DUMP_DIR/<symbol>.<arch>/`` as it is made, so that a failed build
-leaves the stages before the failure. Linked cubins are cached on disk by content (:mod:`splice.cache`);
+leaves the stages before the failure. A build that keeps its stages (:func:`splice.compile`,
+``inspect()``, a dump directory) caches their texts beside the cubin and hits like a launch. Linked cubins are cached on disk by content (:mod:`splice.cache`);
 fragments by their own content (:mod:`splice.fragments`). What each stage costs against
 plain cuTile, and why: ``docs/design.md#first-launch``.
 """
@@ -29,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import json
 import logging
 import re
 import time
@@ -37,9 +39,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import _cutile, cache, nvshmem, settings, toolchain, trace, verify
 from .errors import SpliceError, SpliceLinkError, SpliceToolchainError
-from .fragments import CudaSource
-from .result import Build, dump_dir
-from .sites import SiteInfo
+from .forms.base import SiteInfo
+from .result import Build, dump_dir, tileir_text
+from .spans import Span
 
 if TYPE_CHECKING:
     from .stages import Spliced
@@ -58,7 +60,8 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
             cubin with an entry each, as :func:`splice.export_kernel` writes).
         arch: ``"sm_80"``, ``"sm_90"``, ``"sm_100"``...
         context: cuTile's TileContext (compile timeout); default cuTile's.
-        keep_stages: keep every intermediate stage (skips the cubin cache).
+        keep_stages: keep every intermediate stage: a miss caches their texts with the
+            cubin, a hit returns them (an entry cached without them is a miss).
 
     Raises:
         SpliceCallError, SpliceCompileError, SpliceLinkError, SpliceRewriteError,
@@ -68,8 +71,9 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
         job = Job.start(kernel, signature, arch, context, keep_stages)
         traced = job.trace(frozenset())
         key = job.run("key", _cache_key, job, traced)
-        hit = None if job.keep_stages else job.run("cache", _from_cache, job, traced, key)
+        hit = job.run("cache", _from_cache, job, traced, key)
         if hit is not None:
+            _dump_hit(job, hit)
             return hit
         from . import stages   # a miss: tileiras, the rewriter, the linker (not loaded on a hit)
         sp = stages.lower_and_splice(job, traced)
@@ -77,8 +81,7 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
         cubin = job.run("assemble", stages.assemble, job, sp, merged)
         job.dump(".cubin", cubin)
         out = stages.result(job, sp, merged, cubin)
-        held = not job.keep_stages and _key_held(job, traced, key)
-        _finish(job, out, key if held else None, sp)
+        _finish(job, out, key if _key_held(job, traced, key) else None, sp)
         return out
 
 
@@ -174,8 +177,7 @@ def _trace(job: Job, atomic: frozenset[str]):
     externs: dict[str, Any] = {}     # symbol -> ExternFunction
     for site in traced.sites:
         ext = site.extern
-        if isinstance(ext.fragment, CudaSource):
-            nvshmem.check_scope(ext, ext.fragment.read())
+        ext.fragment.check_extern(ext)
         prev = externs.setdefault(ext.symbol, ext)
         if prev is not ext and prev.fragment is not ext.fragment:
             _check_same_symbol(prev, ext)
@@ -200,13 +202,17 @@ def _cache_key(job: Job, traced) -> str:
 
 
 def _from_cache(job: Job, traced, key: str) -> Build | None:
-    """The cached build of ``key``, or None."""
+    """The cached build of ``key``, or None; for a build that keeps its stages, None also
+    where the stages' texts are not cached with it (an entry a launch cached)."""
     hit = cache.load("kernel", key)
     if hit is None:
         return None
     meta, cubin = hit
     stored = meta.get("sites", ())
     if meta.get("symbol") != traced.symbol or len(stored) != len(traced.sites):
+        return None
+    kept = _stages_from_cache(key) if job.keep_stages else {}
+    if kept is None:
         return None
     out = Build(job.name, job.arch, traced.symbol, cubin,
                 [SiteInfo.of(s, **m) for s, m in zip(traced.sites, stored)],
@@ -215,7 +221,8 @@ def _from_cache(job: Job, traced, key: str) -> Build | None:
                 entry_calls=meta.get("entry_calls", {}), from_cache=True,
                 ptxas_flags=tuple(meta.get("ptxas_flags", ())),
                 host_object_size=meta.get("host_object_size", 0),
-                symbols=traced.symbols, timings=job.timings)
+                symbols=traced.symbols, timings=job.timings,
+                lowerings=meta.get("lowerings", 1), **kept)
     out.seconds = job.seconds
     log.info("%s for %s: cubin from the cache in %.3f s", job.what, job.arch, out.seconds)
     if verify.enabled():
@@ -223,10 +230,42 @@ def _from_cache(job: Job, traced, key: str) -> Build | None:
     return out
 
 
+def _stages_from_cache(key: str) -> dict[str, Any] | None:
+    """The PTX stages and spans cached under ``key`` as :class:`Build`'s fields, or None."""
+    hit = cache.load("stages", key)
+    if hit is None:
+        return None
+    meta, payload = hit
+    texts = json.loads(payload)
+    return {"ptx": texts["ptx"], "spliced_ptx": texts["spliced_ptx"],
+            "tileir": tileir_text(texts["ptx"]),
+            "spans": tuple(Span(**s) for s in meta["spans"])}
+
+
+def _store_stages(key: str, out: Build) -> None:
+    """Cache ``out``'s PTX stages and spans under ``key``, beside its cubin."""
+    texts = {"ptx": out.ptx, "spliced_ptx": out.spliced_ptx}
+    cache.store("stages", key, {"spans": [dataclasses.asdict(s) for s in out.spans]},
+                json.dumps(texts).encode())
+
+
+def _dump_hit(job: Job, out: Build) -> None:
+    """A hit's stages to ``$SPLICE_DUMP_DIR``: those it has (not the fragments' PTX or the
+    PTX before the fragments were merged)."""
+    if job.dump_root is None:
+        return
+    job.dump(".ptx", out.ptx)
+    job.dump(".tileir", out.tileir)
+    job.dump(".spliced.ptx", out.spliced_ptx)
+    job.dump(".cubin", out.cubin)
+    job.dump(".sass", out.sass)
+    job.dump(".timings.json", out.timings_json())
+
+
 def _finish(job: Job, out: Build, key: str | None, sp: Spliced) -> None:
-    """Log, verify (``SPLICE_VERIFY=1``), cache (under ``key``; None: not cached: the
-    stages are kept, or an input changed while compiling), and dump the SASS and
-    timings."""
+    """Log, verify (``SPLICE_VERIFY=1``), cache (under ``key``, with the stages' texts when
+    they are kept; None: not cached, an input changed while compiling), and dump the SASS
+    and timings."""
     out.seconds = job.seconds
     log.info("%s for %s: compiled in %.3f s, %d call site(s), %d bytes of cubin", job.what,
              job.arch, out.seconds, len(out.sites), len(out.cubin))
@@ -241,7 +280,10 @@ def _finish(job: Job, out: Build, key: str | None, sp: Spliced) -> None:
                                     "host_filled": sorted(sp.compiled.linked.host_filled),
                                     "ptxas_flags": list(out.ptxas_flags),
                                     "host_object_size": out.host_object_size,
+                                    "lowerings": out.lowerings,
                                     "sites": [s.stored() for s in out.sites]}, out.cubin)
+        if job.keep_stages:
+            _store_stages(key, out)
     if job.dump_root is not None:
         job.dump(".sass", out.sass)
         job.dump(".timings.json", out.timings_json())
@@ -295,7 +337,7 @@ def _check_same_symbol(a, b):
     """Two externs naming one symbol must come from the same code."""
     ka = (a.fragment.kind, a.fragment.content_key("any"))
     kb = (b.fragment.kind, b.fragment.content_key("any"))
-    text = [getattr(x.fragment, "read", lambda: None)() for x in (a, b)]
+    text = [x.fragment.read() for x in (a, b)]
     if ka != kb and text[0] is not None and text[0] == text[1]:
         raise SpliceLinkError(
             f"extern '{a.symbol}' is declared twice from one source (at {a.where} and at "

@@ -8,8 +8,15 @@ import re
 from pathlib import Path
 
 from . import toolchain
-from .sites import SiteInfo
+from .forms.base import SiteInfo
 from .spans import Span
+
+
+def tileir_text(ptx: str) -> str | None:
+    """The Tile IR text tileiras embeds in its PTX (``.source_begin`` ... ``.source_end``),
+    or None."""
+    m = re.search(r"\.source_begin\n(.*?)\.source_end", ptx, re.S)
+    return m.group(1) if m else None
 
 
 @dataclasses.dataclass
@@ -20,7 +27,8 @@ class Build:
     None), ``"ptx"`` (PTX as tileiras emitted it), ``"spliced_ptx"`` (the PTX ptxas
     assembled: calls spliced in, fragments merged), ``"cubin"`` (bytes), ``"sass"``
     (nvdisasm's listing, None without nvdisasm). The PTX stages are kept by
-    :func:`splice.compile`, ``kernel.inspect()`` and with ``$SPLICE_DUMP_DIR`` set.
+    :func:`splice.compile`, ``kernel.inspect()`` and with ``$SPLICE_DUMP_DIR`` set (and
+    cached with the cubin: such a build hits the cache, stages and all).
 
     ``timings``: wall seconds per pipeline stage (``"trace"``, ``"key"``, ``"lower"``,
     ``"fragments"``, ``"splice"``, ``"link"``, ``"assemble"``; ``"cache"`` for a cache

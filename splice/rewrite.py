@@ -35,57 +35,14 @@ import dataclasses
 from collections import defaultdict
 from typing import Mapping
 
-from .forms import element
-from .forms.base import CallForm, Edit, Refusal
+from .forms.base import CallForm, Edit, Refusal, SiteCall
 from .forms.marked import ADDR_RE, PLAIN_REG, MarkedBody, is_key_load, rewrite_error as _fail
 from .names import MARKER_RE, RESERVED_PREFIXES
-from .ptx import Instruction, Module, Param, apply_edits, destinations, opcode_head, \
+from .ptx import Instruction, Module, PTXSyntaxError, apply_edits, destinations, opcode_head, \
     parse_instruction, registers_in
 from .spans import Span, spans_of_edits
-from .types import Signature
 
-__all__ = ["MARKER_RE", "Refusal", "SiteCall", "SpliceReport", "splice_calls"]
-
-
-@dataclasses.dataclass(frozen=True)
-class SiteCall:
-    """How to call the extern of one call site.
-
-    Attributes:
-        index: the site's index (its marker is ``__splice_marker_<index>``).
-        callee: the callee's PTX symbol.
-        params: the callee's ``.param`` prototype, one per argument.
-        result: the callee's return ``.param`` or None (void).
-        signature: the extern's declared signature.
-        label: text for the comment at the call (extern name and call site file:line).
-        inline: (prepared Module, Function) to inline, or None: call.
-        form: the site's call form (:mod:`splice.forms`), with its marker.
-        marker_bits: width of the marker's operands; 0: ``signature.marker_bits``.
-        fma_rounding: the rounding of an fma marker ("rn", "rz", "rm", "rp"): sites of
-            different roundings are fmas of different intrinsics to LLVM, which it does
-            not merge.
-    """
-
-    index: int
-    callee: str
-    params: tuple[Param, ...]
-    result: Param | None
-    signature: Signature
-    label: str
-    inline: tuple | None = None
-    form: CallForm = element.ATOMIC
-    marker_bits: int = 0
-    fma_rounding: str = "rn"
-    #: the part the site plays in a tile call (:class:`splice.tiles.Staging`), or None
-    staging: object = None
-
-    @property
-    def width(self) -> int:
-        return self.marker_bits or self.signature.marker_bits
-
-    @property
-    def marker(self):
-        return self.form.marker
+__all__ = ["MARKER_RE", "Refusal", "SpliceReport", "splice_calls"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -354,7 +311,7 @@ def _verify(new_text: str, sites, n_replaced: int, calls_before: int,
             kernel_name: str) -> Module:
     try:
         out = Module(new_text, f"spliced PTX of {kernel_name}")
-    except Exception as e:
+    except PTXSyntaxError as e:
         raise _fail(kernel_name, f"the rewritten PTX does not parse: {e}") from None
     # no marker symbol in any statement (so no marker instruction either): only the
     # statements where the text spells one (the Tile IR tileiras embeds does) are looked at

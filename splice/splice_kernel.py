@@ -18,9 +18,18 @@ from .errors import SpliceDeclarationError, SpliceToolchainError
 
 
 def signature_from_args(kernel, args):
-    """The ``cuda.tile.compilation.KernelSignature`` cuTile makes of launch arguments."""
+    """The ``cuda.tile.compilation.KernelSignature`` cuTile makes of launch arguments.
+
+    Raises:
+        SpliceToolchainError: no CUDA driver (cuTile asks it about array arguments).
+        TypeError, ValueError, cuda.tile.TileError: cuTile cannot type the arguments.
+    """
     from cuda.tile.compilation import CallingConvention, KernelSignature
-    return KernelSignature.from_kernel_args(kernel, args, CallingConvention.cutile_python_v1())
+    try:
+        return KernelSignature.from_kernel_args(kernel, args,
+                                                CallingConvention.cutile_python_v1())
+    except OSError as e:   # libcuda cannot be loaded
+        raise SpliceToolchainError(f"no CUDA driver to describe the arguments ({e})") from None
 
 
 class SpliceKernel(ct.kernel):
@@ -92,7 +101,7 @@ class SpliceKernel(ct.kernel):
                     f"this machine's GPU: {e.message}; pass "
                     f"signature=KernelSignature(...) and arch='sm_90' (or 'sm_80', 'sm_100') "
                     f"to compile without a GPU") from None
-            except Exception as e:  # cuTile cannot make a signature of these arguments
+            except (TypeError, ValueError, ct.TileError) as e:   # cuTile cannot type them
                 raise SpliceDeclarationError(
                     f"{what}: cuTile cannot make a kernel signature of the arguments given "
                     f"({type(e).__name__}: {e}); pass them as for ct.launch") from None

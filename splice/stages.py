@@ -19,10 +19,10 @@ from typing import Any, Callable, Protocol
 from . import collectives, diagnose, effects, inline, link, nvshmem, rewrite, toolchain
 from .forms import warpgroup as warpgroup_form
 from .errors import SpliceLinkError, SpliceToolchainError
-from .fragments import BinarySource, Fragment, PtxSource
+from .forms.base import SiteCall, SiteInfo
+from .fragments import Fragment
 from .ptx import Module, opcode_head, parse_instruction
-from .result import Build
-from .sites import SiteInfo
+from .result import Build, tileir_text
 
 __all__ = ["Driver", "Spliced", "assemble", "link_fragments", "lower_and_splice",
            "predicted_ptx_target", "result"]
@@ -76,7 +76,7 @@ def assemble(job: Driver, sp: Spliced, merged: link.Merged) -> bytes:
     """ptxas with tileiras's flags and host object; with binary objects, ptxas -c and
     nvJitLink, then the SASS check of the sites that call into them."""
     flags = list(sp.lowered.ptxas_flags)
-    binaries = [f for f in _fragments(sp.traced) if isinstance(f, BinarySource)]
+    binaries = [f for f in _fragments(sp.traced) if f.link_input is not None]
     timeout = sp.traced.timeout_sec
     try:
         if not binaries:
@@ -103,7 +103,7 @@ def result(job: Driver, sp: Spliced, merged: link.Merged, cubin: bytes) -> Build
                  ptx=capture.ptx if keep else None,
                  spliced_ptx=merged.text if keep else None,
                  spans=merged.spans if keep else (),
-                 tileir=_tileir_text(capture.ptx) if keep else None,
+                 tileir=tileir_text(capture.ptx) if keep else None,
                  ptxas_flags=sp.lowered.ptxas_flags,
                  host_object_size=len(capture.host_object or b""),
                  entry_calls=_entry_calls(sp.module, {c.callee for c in
@@ -132,7 +132,7 @@ class _Compiled:
 
     modules: dict[str, tuple[str, Module]]    # fragment content key -> (describe(), PTX)
     linked: link.Linked
-    calls: dict[int, rewrite.SiteCall]        # site index -> call (or inlined body)
+    calls: dict[int, SiteCall]        # site index -> call (or inlined body)
     not_inlined: dict[int, str]               # site index -> why its body is not inlined
 
 
@@ -158,7 +158,7 @@ def _lower(job: Driver, traced) -> _Lowered:
         capture = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags,
                                          timeout=traced.timeout_sec, what=job.what)
     job.dump(".ptx", capture.ptx)
-    job.dump(".tileir", _tileir_text(capture.ptx))
+    job.dump(".tileir", tileir_text(capture.ptx))
     module = Module(capture.ptx, f"tileiras PTX of {job.what}")
     target = next((t for t in module.target if t.startswith("sm_")), None)
     if target is None:
@@ -190,7 +190,7 @@ def _compile_fragments(job: Driver, traced, lowered: _Lowered) -> _Compiled:
     linked = link.prepare(lowered.module, list(modules.values()), job.name,
                           frozenset(s.extern.symbol for s in traced.sites),
                           host_filled=nvshmem.HOST_FILLED)
-    calls: dict[int, rewrite.SiteCall] = {}
+    calls: dict[int, SiteCall] = {}
     not_inlined: dict[int, str] = {}
     for site in traced.sites:
         fmod = modules[fkeys[id(site.extern.fragment)]][1]
@@ -206,7 +206,7 @@ def _check_fragment(site, fdesc: str, fmod: Module, lowered: _Lowered) -> None:
     ext = site.extern
     decl = f"extern '{ext.name}' (declared at {ext.where})"
     link.check_compatible(fmod, lowered.module, f"{decl}, called at {site.where}: {fdesc}")
-    if isinstance(ext.fragment, BinarySource):
+    if not ext.fragment.has_ptx_body:
         return
     fn = fmod.functions.get(ext.symbol)
     if fn is None or not fn.is_definition:
@@ -220,12 +220,12 @@ def _check_fragment(site, fdesc: str, fmod: Module, lowered: _Lowered) -> None:
     link.check_prototype(fn, ext.signature, f"{decl}, {fdesc}", fmod.text)
 
 
-def _site_call(site, fmod: Module, linked: link.Linked) -> tuple[rewrite.SiteCall, str | None]:
+def _site_call(site, fmod: Module, linked: link.Linked) -> tuple[SiteCall, str | None]:
     """How the rewriter calls ``site``'s extern, and why its body is not inlined (None:
     inlined)."""
     ext = site.extern
     body = None
-    if isinstance(ext.fragment, BinarySource):
+    if not ext.fragment.has_ptx_body:
         fn = fmod.functions[ext.symbol]
         if ext.inline == "always":
             raise SpliceLinkError(f"extern '{ext.name}' (declared at {ext.where}) has "
@@ -241,7 +241,7 @@ def _site_call(site, fmod: Module, linked: link.Linked) -> tuple[rewrite.SiteCal
             raise SpliceLinkError(
                 f"extern '{ext.name}' (declared at {ext.where}) has inline=\"always\" but "
                 f"'{ext.symbol}' cannot be inlined: {why}")
-    call = rewrite.SiteCall(site.index, ext.symbol, fn.params,
+    call = SiteCall(site.index, ext.symbol, fn.params,
                             fn.results[0] if fn.results else None, ext.signature,
                             f"{ext.name} at {site.where}", body, site.form,
                             site.marker_bits, site.fma_rounding, ext.staging)
@@ -263,11 +263,6 @@ def _give_atomic_markers(job: Driver, traced, refused: rewrite.Refusal,
 
 # --------------------------------------------------------------------------------------------
 # helpers
-
-
-def _tileir_text(ptx: str) -> str | None:
-    m = re.search(r"\.source_begin\n(.*?)\.source_end", ptx, re.S)
-    return m.group(1) if m else None
 
 
 #: The PTX target tileiras emitted for each --gpu-name, as seen in this process.
@@ -302,8 +297,7 @@ def _fragments_compiled_ahead(traced, target: str):
     runs. Only fills the fragments' memo and cache: the pipeline then asks each fragment for
     the *actual* target and gets the result, or compiles anew after a wrong guess, and a
     fragment that failed here fails again there with the same error, in site order."""
-    frags = [f for f in _fragments(traced)
-             if not isinstance(f, (PtxSource, BinarySource))]   # those compile nothing
+    frags = [f for f in _fragments(traced) if f.compiles_ahead]
     pool = _started_pool(frags, target) if frags else None
     if pool is None:
         yield
@@ -354,7 +348,7 @@ def _link_binaries(merged: str, flags, binaries, kernel_mod: Module, target: str
     relocatable = toolchain.run_ptxas(merged, [*flags, "-c"], None, timeout=timeout,
                                       what=what)
     inputs = [("CUBIN", relocatable, "kernel.cubin")]
-    inputs += [(b.input_type, b.read(), b.path.name) for b in binaries]
+    inputs += [(b.link_input, b.read(), b.path.name) for b in binaries]
     try:
         return toolchain.nvjitlink_link(inputs, target, what)
     except SpliceLinkError as e:

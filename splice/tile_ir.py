@@ -34,7 +34,7 @@ from ._cutile import (
     operand,
     typeid,
 )
-from .sites import CallSite
+from .forms.base import CallSite
 from .types import Signature
 
 def _int_type(tt, bits: int, shape):
@@ -169,7 +169,7 @@ class SplicePureCall(Operation, opcode="splice_pure_call"):
     time; xor with an unknown is a bijection, so no constant argument -- a NaN, 1.0, -0.0 --
     reaches the fma and lets it be simplified), so each element reaches PTX as one
     ``fma.<rounding>.f64`` with K as a multiplicand (the rounding differs between
-    neighbouring sites so that LLVM does not merge them: :data:`splice.sites.FMA_ROUNDINGS`). A 64-bit result is xor-ed with K again, so
+    neighbouring sites so that LLVM does not merge them: :data:`splice.forms.base.FMA_ROUNDINGS`). A 64-bit result is xor-ed with K again, so
     that it is an integer to LLVM from the start (an ``and`` clearing bit 63 of a bitcast
     f64 becomes ``abs.f64``, which may change NaN bits). The rewriter makes K 0 (the value the
     load reads) and replaces each such fma by the call of slots (a', c') -- which equal

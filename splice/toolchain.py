@@ -147,7 +147,8 @@ def _library_path(name: str) -> Path | None:
             return Path(loaded.abs_path)
         found = run_find_steps(SearchContext(desc), EARLY_FIND_STEPS)
         return Path(found.abs_path) if found is not None else None
-    except Exception:  # another cuda.pathfinder: identify by version instead
+    except (ImportError, AttributeError, KeyError, TypeError):
+        # another cuda.pathfinder (its private API moved): identify by version instead
         return None
 
 
@@ -354,7 +355,7 @@ def _build_overlay(root: Path, real: Path, real_root: Path) -> Path:
             shutil.rmtree(tmp, ignore_errors=True)
             if not (root / "bin" / "ptxas").is_file():
                 raise
-    except Exception:
+    except BaseException:   # any failure, an interrupt too: no half-made overlay left
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return root
@@ -518,7 +519,7 @@ def nvjitlink_run(options: list[str], inputs: list[tuple[str, bytes, str]], outp
                 nvjitlink.add_data(handle, getattr(nvjitlink.InputType, kind), data, len(data),
                                    name)
             nvjitlink.complete(handle)
-        except Exception as e:
+        except nvjitlink.nvJitLinkError as e:
             size = nvjitlink.get_error_log_size(handle)
             log = bytearray(size)
             if size:
@@ -660,5 +661,5 @@ def gpu_arch() -> str | None:
         if err != driver.CUresult.CUDA_SUCCESS or err2 != driver.CUresult.CUDA_SUCCESS:
             return None
         return f"sm_{major}{minor}"
-    except Exception:
+    except (ImportError, OSError, RuntimeError):   # no cuda.bindings, or no libcuda
         return None

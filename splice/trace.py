@@ -1,6 +1,6 @@
 """Tracing a kernel: cuTile's frontend runs on the kernel's Python source, and each call of
 an extern in it reaches :func:`_handle_extern_call`, which checks the arguments against the
-extern's signature, records a :class:`~splice.sites.CallSite` in the current
+extern's signature, records a :class:`~splice.forms.base.CallSite` in the current
 :class:`TraceSession` and adds the call's marker operations (:mod:`splice.tile_ir`).
 
 ::
@@ -26,7 +26,7 @@ import cuda.tile as ct
 
 from . import _cutile as cu
 from .errors import SpliceCallError, SpliceDeclarationError, SpliceError
-from .sites import CallSite
+from .forms.base import CallSite
 from .types import Signature
 
 # --------------------------------------------------------------------------------------------
@@ -347,7 +347,7 @@ def _typed_argument(ext, i, var, elem, loc):
                 # type for a Python float), which a float64 parameter must not see
                 return cu.strictly_typed_const(float(loose.value), cu.TileTy(elem.dtype, ()))
             return cu.implicit_cast(var, elem.dtype, f"argument {i + 1}")
-        except Exception as e:  # cuTile's TileTypeError/TileValueError
+        except (ct.TileTypeError, ct.TileValueError) as e:
             raise call_error(ext, f"argument {i + 1}: constant not representable as "
                                   f"{elem}: {getattr(e, 'message', e)}", loc) from None
     if ty.dtype != elem.dtype:
@@ -362,7 +362,7 @@ def _broadcast_shape(ext, typed, loc) -> tuple[int, ...]:
     for var in typed:
         try:
             shape = cu.broadcast_shapes2(shape, var.get_type().shape)
-        except Exception:
+        except cu.BroadcastError:
             shapes = ", ".join(str(v.get_type().shape) for v in typed)
             raise call_error(ext, f"argument shapes {shapes} do not broadcast to a common "
                                   f"shape", loc) from None

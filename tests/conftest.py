@@ -65,5 +65,5 @@ def one_fma_rounding(monkeypatch):
     """Every pure site's fma marker rounds to nearest (as before sites got different
     roundings): LLVM then merges the markers of the arms of an if/else, so that the tests of
     the atomic-marker fallback and of the merged-arm proof still meet those forms."""
-    from splice import sites
-    monkeypatch.setattr(sites, "FMA_ROUNDINGS", ("rn",))
+    from splice.forms import base
+    monkeypatch.setattr(base, "FMA_ROUNDINGS", ("rn",))

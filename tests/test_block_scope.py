@@ -16,7 +16,8 @@ from splice import cccl
 from splice.errors import SpliceCallError, SpliceDeclarationError, SpliceRewriteError
 from splice.forms import FORMS
 from splice.ptx import Module, Param
-from splice.rewrite import SiteCall, splice_calls
+from splice.forms.base import SiteCall
+from splice.rewrite import splice_calls
 from splice.types import parse_signature
 
 f32, i32 = ct.float32, ct.int32

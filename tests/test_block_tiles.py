@@ -15,7 +15,8 @@ import splice
 from splice.errors import (SpliceCallError, SpliceCompileError, SpliceDeclarationError,
                            SpliceLinkError, SpliceRewriteError)
 from splice.ptx import Module, Param
-from splice.rewrite import SiteCall, splice_calls
+from splice.forms.base import SiteCall
+from splice.rewrite import splice_calls
 from splice.forms import FORMS
 from splice.tiles import Staging
 from splice.types import TileType, parse_signature

@@ -395,3 +395,100 @@ def test_an_edited_cu_is_run_by_a_new_kernel_object_not_by_a_relaunch(torch, tmp
     assert torch.equal(y, x + 1)          # compiled already: the old code
     launch(torch, (1,), k.replace_hints(), (x, y, 128))
     assert torch.equal(y, x + 2)
+
+
+# --------------------------------------------------------------------------------------------
+# Builds that keep their stages (splice.compile, inspect(), a dump directory) hit like a launch
+
+
+def _counting_tileiras(monkeypatch) -> list:
+    """Each tileiras run appends to the list returned."""
+    from splice import toolchain
+    runs: list = []
+    real = toolchain.run_tileiras
+
+    def tileiras(*a, **k):
+        runs.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(toolchain, "run_tileiras", tileiras)
+    return runs
+
+
+def _fields(b) -> dict:
+    import dataclasses
+    return {f.name: getattr(b, f.name) for f in dataclasses.fields(b)
+            if f.name not in ("from_cache", "seconds", "timings", "_sass")}
+
+
+def test_a_second_compile_hits_the_cache_with_the_stages_of_the_first(fresh_cache,
+                                                                      monkeypatch):
+    runs = _counting_tileiras(monkeypatch)
+    miss = splice.compile(K.ptx_kernel, SIG, "sm_90")
+    hit = splice.compile(K.ptx_kernel, SIG, "sm_90")
+    assert len(runs) == 1 and (miss.from_cache, hit.from_cache) == (False, True)
+    assert miss.ptx and miss.spliced_ptx and miss.spans and miss.tileir
+    assert _fields(hit) == _fields(miss)
+    assert [hit[s] for s in hit.STAGES] == [miss[s] for s in miss.STAGES]
+    # the spans still point at the lines the call sequences occupy in the hit's PTX
+    calls = [s.text(hit.spliced_ptx) for s in hit.spans if s.kind == "call"]
+    assert calls and all("call" in c and "ptx_scale" in c for c in calls), calls
+    assert splice.build(K.ptx_kernel, SIG, "sm_90").from_cache and len(runs) == 1
+
+
+def test_inspect_hits_the_entry_compile_cached(fresh_cache, monkeypatch):
+    runs = _counting_tileiras(monkeypatch)
+    miss = splice.compile(K.ptx_kernel, SIG, "sm_90")
+    hit = K.ptx_kernel.inspect(signature=SIG, arch="sm_90")
+    assert len(runs) == 1 and hit.from_cache and _fields(hit) == _fields(miss)
+
+
+def test_a_compile_after_a_launch_build_compiles_once_for_the_stages(fresh_cache, monkeypatch):
+    # a launch caches the cubin without the stages' texts: the first compile builds them,
+    # the next hits; the launch's entry still hits
+    runs = _counting_tileiras(monkeypatch)
+    launched = splice.build(K.ptx_kernel, SIG, "sm_90")
+    assert launched.ptx is None
+    first = splice.compile(K.ptx_kernel, SIG, "sm_90")
+    again = splice.compile(K.ptx_kernel, SIG, "sm_90")
+    assert len(runs) == 2 and not first.from_cache and again.from_cache
+    assert first.cubin == launched.cubin == again.cubin and again.ptx == first.ptx
+    assert splice.build(K.ptx_kernel, SIG, "sm_90").from_cache and len(runs) == 2
+
+
+def test_a_compile_whose_stages_entry_is_gone_or_corrupt_compiles_again(fresh_cache,
+                                                                        monkeypatch):
+    runs = _counting_tileiras(monkeypatch)
+    want = splice.compile(K.ptx_kernel, SIG, "sm_90")
+    [entry] = cache.entries("stages")
+    data = bytearray(entry.read_bytes())
+    data[-3] ^= 0xFF
+    entry.write_bytes(bytes(data))
+    got = splice.compile(K.ptx_kernel, SIG, "sm_90")
+    assert not got.from_cache and len(runs) == 2 and _fields(got) == _fields(want)
+    [entry] = cache.entries("stages")
+    entry.unlink()
+    assert not splice.compile(K.ptx_kernel, SIG, "sm_90").from_cache and len(runs) == 3
+    assert splice.compile(K.ptx_kernel, SIG, "sm_90").from_cache and len(runs) == 3
+
+
+def test_a_dump_dir_build_that_hits_writes_the_stages_it_has(fresh_cache, tmp_path,
+                                                             monkeypatch):
+    runs = _counting_tileiras(monkeypatch)
+    monkeypatch.setenv("SPLICE_DUMP_DIR", str(tmp_path / "miss"))
+    miss = splice.build(K.ptx_kernel, SIG, "sm_90")
+    monkeypatch.setenv("SPLICE_DUMP_DIR", str(tmp_path / "hit"))
+    hit = splice.build(K.ptx_kernel, SIG, "sm_90")
+    assert len(runs) == 1 and not miss.from_cache and hit.from_cache
+    [missed] = (tmp_path / "miss").iterdir()
+    [hitd] = (tmp_path / "hit").iterdir()
+    wrote = {p.name for p in hitd.iterdir()}
+    sym = miss.symbol
+    want = {f"{sym}{x}" for x in (".tilebc", ".ptx", ".tileir", ".spliced.ptx", ".cubin",
+                                  ".timings.json")}
+    want |= {f"{sym}.sass"} if miss.sass is not None else set()
+    assert wrote == want
+    assert wrote < {p.name for p in missed.iterdir()}    # the miss also has the fragments'
+    for name in wrote - {f"{sym}.timings.json"}:
+        assert (hitd / name).read_bytes() == (missed / name).read_bytes(), name
+    assert (hitd / f"{sym}.spliced.ptx").read_text() == hit.spliced_ptx

@@ -6,6 +6,7 @@ must change the key, else the cache serves the old header's cubin."""
 
 import pytest
 
+from splice.externs import HEADER_PROVIDERS
 from splice.fragments import CudaSource
 
 BODY = "__device__ float f(float x) { return x + V; }\n"
@@ -22,7 +23,8 @@ def _edit_changes_key(frag, header):
                                   lambda d: ("--include-path", str(d))])
 def test_header_found_through_an_include_option(tmp_path, opts):
     (tmp_path / "h.h").write_text("#define V 1\n")
-    frag = CudaSource(text='#include "h.h"\n' + BODY, options=opts(tmp_path), where="x.py:1")
+    frag = CudaSource(text='#include "h.h"\n' + BODY, options=opts(tmp_path), where="x.py:1",
+                      providers=HEADER_PROVIDERS)
     assert _edit_changes_key(frag, tmp_path / "h.h")
 
 
@@ -30,7 +32,7 @@ def test_header_found_through_an_include_option(tmp_path, opts):
                                   lambda d: ("-include", str(d / "h.h"))])
 def test_pre_included_header(tmp_path, opts):
     (tmp_path / "h.h").write_text("#define V 1\n")
-    frag = CudaSource(text=BODY, options=opts(tmp_path), where="x.py:1")
+    frag = CudaSource(text=BODY, options=opts(tmp_path), where="x.py:1", providers=HEADER_PROVIDERS)
     assert _edit_changes_key(frag, tmp_path / "h.h")
 
 
@@ -39,7 +41,8 @@ def test_text_source_header_in_the_current_directory(tmp_path, monkeypatch):
     (``python -c``, ``<stdin>``, a relative script name) it looks in the current directory."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "h.h").write_text("#define V 1\n")
-    frag = CudaSource(text='#include "h.h"\n' + BODY, where="<string>:1")
+    frag = CudaSource(text='#include "h.h"\n' + BODY, where="<string>:1",
+                      providers=HEADER_PROVIDERS)
     assert _edit_changes_key(frag, tmp_path / "h.h")
 
 
@@ -52,7 +55,7 @@ def test_include_dirs_come_before_the_files_own_directory(tmp_path):
     (tmp_path / "h.h").write_text("#define V 5\n")
     cu = tmp_path / "f.cu"
     cu.write_text("#include <h.h>\n" + BODY)
-    frag = CudaSource(path=cu, include_dirs=(str(inc),), where="x.py:1")
+    frag = CudaSource(path=cu, include_dirs=(str(inc),), where="x.py:1", providers=HEADER_PROVIDERS)
     assert _edit_changes_key(frag, inc / "h.h")
 
 
@@ -64,5 +67,6 @@ def test_a_cuda_header_replaced_by_an_upgrade_changes_the_key(tmp_path, monkeypa
     inc.mkdir()
     (inc / "cuda_fp16.h").write_text("#define V 1\n")
     monkeypatch.setattr(toolchain, "cuda_include_dir", lambda: inc)
-    frag = CudaSource(text="#include <cuda_fp16.h>\n" + BODY, where="x.py:1")
+    frag = CudaSource(text="#include <cuda_fp16.h>\n" + BODY, where="x.py:1",
+                      providers=HEADER_PROVIDERS)
     assert _edit_changes_key(frag, inc / "cuda_fp16.h")

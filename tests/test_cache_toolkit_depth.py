@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from splice import cccl
+from splice.externs import HEADER_PROVIDERS
 from splice.fragments import CudaSource
 
 SRC = ('#include <lib/top.cuh>\n'
@@ -34,7 +35,7 @@ def _adds(frag: CudaSource) -> list[str]:
 
 @pytest.mark.parametrize("edited", ["lib/detail/mid.cuh", "lib/detail/inner.cuh"])
 def test_an_edit_deep_under_cccl_misses_the_cache(installed, edited):
-    frag = CudaSource(text=SRC, where="x.py:1")
+    frag = CudaSource(text=SRC, where="x.py:1", providers=HEADER_PROVIDERS)
     before = frag.content_key("sm_90")
     assert _adds(frag) == ["1;"]
     path = installed / edited
@@ -42,7 +43,7 @@ def test_an_edit_deep_under_cccl_misses_the_cache(installed, edited):
         path.write_text("#pragma once\n#define DEEP 1234\n")
     else:
         path.write_text('#pragma once\n#include "inner.cuh"\n#undef DEEP\n#define DEEP 1234\n')
-    again = CudaSource(text=SRC, where="x.py:1")
+    again = CudaSource(text=SRC, where="x.py:1", providers=HEADER_PROVIDERS)
     assert again.content_key("sm_90") != before
     assert _adds(again) == ["1234;"]
 
@@ -53,11 +54,13 @@ def test_the_users_copy_of_a_deep_header_is_hashed(installed, tmp_path):
     user = tmp_path / "user"
     (user / "lib" / "detail").mkdir(parents=True)
     (user / "lib" / "detail" / "mid.cuh").write_text("#pragma once\n#define DEEP 5\n")
-    frag = CudaSource(text=SRC, where="x.py:1", include_dirs=(str(user),))
+    frag = CudaSource(text=SRC, where="x.py:1",
+                      providers=HEADER_PROVIDERS, include_dirs=(str(user),))
     assert _adds(frag) == ["5;"]
     k = frag.content_key("sm_90")
     (user / "lib" / "detail" / "mid.cuh").write_text("#pragma once\n#define DEEP 6\n")
-    assert CudaSource(text=SRC, where="x.py:1", include_dirs=(str(user),)) \
+    assert CudaSource(text=SRC, where="x.py:1",
+                      providers=HEADER_PROVIDERS, include_dirs=(str(user),)) \
         .content_key("sm_90") != k
 
 
@@ -68,11 +71,13 @@ def test_a_quoted_include_of_cccl_is_found_beside_it_before_the_users_dirs(insta
     user = tmp_path / "user"
     user.mkdir()
     (user / "inner.cuh").write_text("#define DEEP 99\n")
-    frag = CudaSource(text=SRC, where="x.py:1", include_dirs=(str(user),))
+    frag = CudaSource(text=SRC, where="x.py:1",
+                      providers=HEADER_PROVIDERS, include_dirs=(str(user),))
     assert _adds(frag) == ["1;"]
     k = frag.content_key("sm_90")
     (installed / "lib" / "detail" / "inner.cuh").write_text("#pragma once\n#define DEEP 77\n")
-    again = CudaSource(text=SRC, where="x.py:1", include_dirs=(str(user),))
+    again = CudaSource(text=SRC, where="x.py:1",
+                       providers=HEADER_PROVIDERS, include_dirs=(str(user),))
     assert again.content_key("sm_90") != k and _adds(again) == ["77;"]
 
 
@@ -81,11 +86,12 @@ def test_splices_own_cccl_named_by_the_user_is_keyed_by_stat(installed):
     directory: its headers are keyed by size and mtime like when splice adds it, not read
     and hashed on every key (622 of them for <cub/block/block_reduce.cuh>)."""
     for named in (str(installed), str(installed) + "/"):
-        frag = CudaSource(text=SRC, where="x.py:1", include_dirs=(named,))
+        frag = CudaSource(text=SRC, where="x.py:1",
+                          providers=HEADER_PROVIDERS, include_dirs=(named,))
         headers = frag._headers(SRC)
         assert len(headers) == 3 and all(h.startswith("stat ") for _, h in headers)
 
 
 def test_an_include_name_with_a_nul_is_not_a_raw_error(installed):
     src = '#include "a\0b.h"\n' + SRC
-    assert CudaSource(text=src, where="x.py:1")._headers(src)
+    assert CudaSource(text=src, where="x.py:1", providers=HEADER_PROVIDERS)._headers(src)

@@ -9,7 +9,8 @@ import pytest
 
 import splice
 from splice import cccl, nvshmem, toolchain
-from splice.fragments import CudaSource, default_include_dirs
+from splice.externs import HEADER_PROVIDERS
+from splice.fragments import CudaSource
 
 BODY = 'extern "C" __device__ float f(float x) { return x + (float)WHO; }\n'
 
@@ -147,13 +148,19 @@ def test_toolkit_and_cupy_layouts(nowhere, tmp_path):
 
 # --- its users --------------------------------------------------------------------------
 
+def default_include_dirs(*texts: str) -> list:
+    """splice's own -I directories for a CUDA C source with ``texts`` (it and its headers)."""
+    return CudaSource(text="", where="x.py:1",
+                      providers=HEADER_PROVIDERS).default_include_dirs(texts)
+
+
 def test_the_default_include_path_has_the_located_cccl(monkeypatch, tmp_path):
     fake = _fake_cccl(tmp_path / "cccl", 7)
     monkeypatch.setattr(cccl, "include_dirs", lambda: [str(fake)])
     inc = toolchain.cuda_include_dir()
     assert default_include_dirs() == [*([inc] if inc else []), fake]
     src = "#include <cuda/std/version>\n#if WHO != 7\n#error not the located CCCL\n#endif\n"
-    frag = CudaSource(text=src + BODY, where="x.py:1")
+    frag = CudaSource(text=src + BODY, where="x.py:1", providers=HEADER_PROVIDERS)
     assert f"-I{fake}" in frag._options("sm_90")
     frag.module("sm_90")   # compiles: NVRTC found <cuda/std/version> in the located CCCL
 
@@ -176,7 +183,7 @@ def test_nvshmem_uses_the_same_cccl(monkeypatch, tmp_path):
 def test_missing_cccl_header_says_how_to_install(monkeypatch):
     monkeypatch.setattr(cccl, "include_dirs", lambda: [])
     frag = CudaSource(text="#include <cub/block/block_reduce.cuh>\n" + BODY.replace(
-        "WHO", "1"), where="x.py:1")
+        "WHO", "1"), where="x.py:1", providers=HEADER_PROVIDERS)
     with pytest.raises(splice.SpliceCompileError,
                        match=r"<cub/block/block_reduce.cuh> is part of CCCL .* not installed: "
                              r"pip install 'cuda-toolkit\[cccl\]'"):
@@ -188,7 +195,8 @@ def test_libcuxx_compiles_without_include_dirs():
     src = ('#include <cuda/std/cstdint>\n#include <cuda/std/bit>\n'
            'extern "C" __device__ float pc(float x) {\n'
            '    return (float)cuda::std::popcount((cuda::std::uint32_t)x); }\n')
-    assert "popc" in CudaSource(text=src, where="x.py:1").module("sm_90").text
+    assert "popc" in CudaSource(text=src, where="x.py:1",
+                                providers=HEADER_PROVIDERS).module("sm_90").text
 
 
 # --- precedence: the user's directories first ------------------------------------------
@@ -205,7 +213,7 @@ def test_the_users_cccl_comes_before_splices(monkeypatch, tmp_path, how):
         "-I": (f"-I{users}",), "-I x": ("-I", str(users)),
         "--include-path=": (f"--include-path={users}",)}[how]}
     src = "#include <cuda/std/version>\n#if WHO != 2\n#error splice's CCCL won\n#endif\n"
-    frag = CudaSource(text=src + BODY, where="x.py:1", **kw)
+    frag = CudaSource(text=src + BODY, where="x.py:1", providers=HEADER_PROVIDERS, **kw)
     frag.module("sm_90")   # compiles: NVRTC read the user's
     opts = frag._options("sm_90")
     assert opts.index(f"-I{splices}") == len(opts) - 1   # splice's own come last
@@ -221,7 +229,8 @@ def test_a_header_from_the_installed_cccl_is_in_the_key(monkeypatch, tmp_path):
     one = _fake_cccl(tmp_path / "one", 1)
     two = _fake_cccl(tmp_path / "two", 1)
     monkeypatch.setattr(cccl, "include_dirs", lambda: [str(one)])
-    frag = CudaSource(text="#include <cuda/std/version>\n" + BODY, where="x.py:1")
+    frag = CudaSource(text="#include <cuda/std/version>\n" + BODY, where="x.py:1",
+                      providers=HEADER_PROVIDERS)
     k1 = frag.content_key("sm_90")
     (one / "cuda" / "std" / "version").write_text("#define WHO 11\n")
     k2 = frag.content_key("sm_90")

@@ -4,7 +4,7 @@ and 0 (``-DFAST=True`` made ``#if FAST`` false: ``True`` is an unknown identifie
 
 import pytest
 
-from splice.externs import _check_options
+from splice.externs import HEADER_PROVIDERS, _check_options
 from splice.fragments import CudaSource
 
 SRC = """extern "C" __device__ int pick() {
@@ -23,5 +23,6 @@ def test_a_bool_define_is_one_or_zero(value, expect):
     if expect is None:
         assert defs == (("FAST", None),)
         return
-    ptx = CudaSource(text=SRC, defines=defs, where="x.py:1").module("sm_90").text
+    ptx = CudaSource(text=SRC, defines=defs, where="x.py:1",
+                     providers=HEADER_PROVIDERS).module("sm_90").text
     assert f"mov.u32 \t%r1, {expect};" in ptx or f"mov.b32 \t%r1, {expect};" in ptx, ptx[-400:]

@@ -350,6 +350,24 @@ def test_inspect_with_arguments_cutile_cannot_type(monkeypatch):
     assert "kernel 'kern' (" in text and HERE in text
 
 
+def test_inspect_with_arguments_but_no_cuda_driver_says_it_needs_the_gpu(monkeypatch):
+    # cuTile asks libcuda about array arguments: its OSError was reported as arguments
+    # cuTile "cannot make a kernel signature" of
+    from cuda.tile.compilation import KernelSignature
+    from splice import _cutile
+
+    def no_driver(*a, **k):
+        raise OSError("libcuda.so.1: cannot open shared object file")
+
+    monkeypatch.setattr(_cutile, "get_compute_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(KernelSignature, "from_kernel_args", no_driver)
+    with pytest.raises(splice.SpliceToolchainError) as info:
+        _kernel_calling(K.gelu_tanh).inspect(1.0, 2.0, 3)
+    text = str(info.value)
+    assert "needs this machine's GPU" in text and "libcuda.so.1" in text
+    assert "signature=KernelSignature(...)" in text and "kernel 'kern' (" in text
+
+
 @pytest.mark.gpu
 def test_inspect_with_the_wrong_number_of_arguments_on_a_gpu():
     with pytest.raises(splice.SpliceDeclarationError, match="cannot make a kernel signature"):

@@ -2,10 +2,14 @@
 a predicted PTX target (and a wrong prediction), gc paused during a build and restored,
 nvdisasm run only when asked; and the first-launch benchmark runs without a GPU."""
 
+import dataclasses
 import gc
 import os
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -15,7 +19,8 @@ import pytest
 from support import kernels as K
 from support.env import python_env
 import splice
-from splice import stages, toolchain
+from splice import pipeline, stages, toolchain
+from splice.errors import SpliceToolchainError
 
 f32 = ct.float32
 SIG = K.signature(K.array(f32), K.array(f32), 256)
@@ -269,3 +274,422 @@ def test_a_host_object_the_capture_did_not_keep_is_an_error(tmp_path, monkeypatc
         "\"--nv-host=$TMPDIR/tileir-1.o\" ", ""))
     capture = toolchain.run_tileiras(b"", (), timeout=60, what="kernel 'k' (k.py:1)")
     assert capture.ptx == ".version 8.0\n" and capture.host_object is None
+
+
+# --------------------------------------------------------------------------------------------
+# Lazy public names (type checkers see them), the capturing ptxas script, cache hits, one
+# splice package per process
+
+ROOT = Path(splice.__file__).resolve().parent.parent
+
+USER_SCRIPT = '''\
+import cuda.tile as ct
+import splice
+from splice import extern, kernel
+
+
+@splice.extern(source='extern "C" __device__ float f(float x) { return x; }')
+def f(x: ct.float32) -> ct.float32: ...
+
+
+@kernel
+def k(x, y, TILE: ct.Constant[int]):
+    ct.store(y, index=(ct.bid(0),), tile=f(ct.load(x, index=(ct.bid(0),), shape=(TILE,))))
+
+
+@splice.kernel(occupancy=2)   # ct.kernel's decorator-with-options form
+def k2(x, TILE: ct.Constant[int]):
+    pass
+
+
+g = extern(source="", name="g", signature="float32(float32)")
+h = splice.asm("add.f32 %0, %1, %2;", "float32(float32, float32)")
+root = splice.toolchain.overlay()
+n: int = len(splice.ELEMENT_TYPES)
+b: splice.Build = splice.build(k, None, "sm_90")
+v: str = splice.__version__
+splice.kernal(k)
+'''
+
+
+def test_mypy_flags_a_misspelt_splice_name(tmp_path):
+    # splice.__getattr__ (the lazily loaded names) is hidden from type checkers: a module
+    # __getattr__ makes every attribute of the module valid (typed Any) to mypy; and
+    # @splice.kernel(occupancy=2) type-checks as @ct.kernel(occupancy=2) does
+    pytest.importorskip("mypy")
+    script = tmp_path / "user.py"
+    script.write_text(USER_SCRIPT)
+    r = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-incremental", "--config-file",
+         str(ROOT / "pyproject.toml"), "--cache-dir", str(tmp_path / "cache"), str(script)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+        env=dict(os.environ, MYPYPATH=str(ROOT)))
+    errors = [line for line in r.stdout.splitlines() if line.startswith("user.py:")]
+    typo = USER_SCRIPT.splitlines().index("splice.kernal(k)") + 1
+    assert [e.split(":")[1] for e in errors] == [str(typo)], r.stdout
+    assert 'no attribute "kernal"' in errors[0]
+
+
+def _capture_script(tmp_path: Path) -> Path:
+    script = tmp_path / "ptxas"
+    script.write_text(toolchain._CAPTURE_SCRIPT.format(real_ptxas="/bin/false"))
+    script.chmod(0o755)
+    return script
+
+
+def test_capturing_ptxas_copies_when_ln_links_only_the_first_input(tmp_path):
+    # `ln -f ptx host dir/` links the PTX, then fails on the host object (another
+    # filesystem): cp then met the PTX's new link ("are the same file") and the script
+    # exited 99, failing every compile
+    script = _capture_script(tmp_path)
+    bin_dir, tmp, cap = tmp_path / "bin", tmp_path / "tmp", tmp_path / "cap"
+    for d in (bin_dir, tmp, cap):
+        d.mkdir()
+    real_ln = subprocess.run(["sh", "-c", "command -v ln"], capture_output=True,
+                             text=True).stdout.strip()
+    fake_ln = bin_dir / "ln"   # ln -f -- PTX HOST DIR/: links PTX, fails on HOST
+    fake_ln.write_text(f'#!/bin/sh\n{real_ln} -f -- "$3" "$5" && exit 1\n')
+    fake_ln.chmod(0o755)
+    (tmp / "k-1.ptx").write_text(".version 8.0\n")
+    (tmp / "tileir-1.o").write_bytes(b"\x7fELF\0host")
+    argv = [str(script), str(tmp / "k-1.ptx"), "-o", str(tmp / "k.bin"),
+            f"--nv-host={tmp / 'tileir-1.o'}"]
+    env = {"SPLICE_CAPTURE_DIR": str(cap),
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    r = subprocess.run(argv, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert (cap / "k-1.ptx").read_text() == ".version 8.0\n"
+    assert (cap / "tileir-1.o").read_bytes() == b"\x7fELF\0host"
+
+
+def test_a_newline_in_the_temporary_directory_is_refused_clearly(tmp_path, monkeypatch):
+    # the capture's argv file holds one argument a line: with a newline in TMPDIR the
+    # --nv-host path was cut and the error said the host object "was not kept"
+    toolchain.overlay()
+    odd = tmp_path / "a\nb"
+    odd.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(odd))
+    with pytest.raises(SpliceToolchainError, match="newline in its path; set TMPDIR"):
+        toolchain.run_tileiras(b"", (), timeout=60, what="kernel 'k'")
+
+
+def test_a_cache_hit_has_the_fields_of_the_build_it_cached(tmp_path, monkeypatch):
+    # a hit said host_object_size 0 and no ptxas flags for a TMA kernel whose compile had
+    # both; every field but the timings and the stages (kept by no cached build) agree
+    import cuda.tile as ct
+    from support import kernels as K
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(tmp_path))
+    sig = K.signature(K.array(ct.float16, 2), K.array(ct.float16, 2), K.array(ct.float16, 2),
+                      128, 128, 64)
+    fresh, hit = (pipeline.build(K.matmul_gelu_kernel, sig, "sm_90") for _ in range(2))
+    assert (fresh.from_cache, hit.from_cache) == (False, True)
+    assert fresh.host_object_size > 0
+    skip = {"from_cache", "seconds", "timings"}
+    for f in dataclasses.fields(fresh):
+        if f.name not in skip:
+            assert getattr(hit, f.name) == getattr(fresh, f.name), f.name
+
+
+_MIXED = r"""
+import importlib.machinery, os, sys
+sys.path.insert(0, sys.argv[1])
+import splice
+
+
+class Editable:   # as setuptools' editable-install finder: splice.* from another checkout
+    def find_spec(self, fullname, path, target=None):
+        if fullname.startswith("splice."):
+            return importlib.machinery.PathFinder.find_spec(fullname, [sys.argv[2]], target)
+
+
+sys.meta_path.append(Editable())
+os.remove(os.path.join(sys.argv[1], "splice", "externs.py"))
+for name in ("splice.stages", "splice.externs", "splice.no_such_module"):
+    try:
+        __import__(name)
+        print(name, "loaded from", sys.modules[name].__file__)
+    except splice.SpliceToolchainError as e:
+        print(name, "refused:", e)
+    except ModuleNotFoundError as e:
+        print(name, "not found:", e)
+"""
+
+
+def test_a_submodule_is_never_loaded_from_another_copy_of_splice(tmp_path):
+    # with splice loaded on first use, a module missing from the imported copy (removed by
+    # an upgrade, or absent from this checkout) was found by a later finder -- an editable
+    # install of another checkout -- and its code ran mixed with this copy's
+    copy = tmp_path / "pkg"
+    shutil.copytree(Path(splice.__file__).parent, copy / "splice",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "splice" / "stages.py").unlink()          # not in this copy from the start
+    out = subprocess.run([sys.executable, "-c", _MIXED, str(copy),
+                          str(Path(splice.__file__).parent)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    stages, externs, missing = out.stdout.splitlines()
+    assert stages.startswith("splice.stages refused: splice.stages is not part of the splice")
+    assert "another copy of splice" in stages
+    assert externs.startswith("splice.externs refused: splice/externs.py changed on disk")
+    assert missing.startswith("splice.no_such_module not found")
+
+
+# --------------------------------------------------------------------------------------------
+# Compiles at once (threads, processes, after the main thread ended), inputs changed while
+# compiling (the key), the overlay repaired
+
+TESTS = ROOT / "tests"
+
+_LATE = '''
+import atexit, sys, threading, time
+import cuda.tile as ct
+from support import kernels as K
+import splice
+SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 256)
+ext = splice.extern(source='extern "C" __device__ float late(float x) {{ return x * 3.0f; }}',
+                    name="late", signature="float32(float32)")(lambda x: None)
+
+@splice.kernel
+def k_late(x, y, TILE: ct.Constant[int]):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=ext(t))
+
+def work(wait):
+    time.sleep(wait)
+    try:
+        b = splice.build(k_late, SIG, "sm_90")
+        print("built", len(b.cubin), flush=True)
+    except BaseException as e:
+        print("raised", type(e).__name__, e, flush=True)
+
+{how}
+'''
+
+
+@pytest.mark.parametrize("how", [
+    # a compile thread the script started outlives its main thread (Python is shutting down:
+    # concurrent.futures refuses new work)
+    "threading.Thread(target=work, args=(1.0,)).start()",
+    # a compile in an atexit handler
+    "atexit.register(work, 0.0)",
+])
+def test_a_compile_after_the_main_thread_ended_builds(tmp_path, how):
+    # the fragments compile ahead in a thread pool during tileiras: a pool that cannot start
+    # raised a bare RuntimeError ("can't register atexit after shutdown")
+    script = tmp_path / "late.py"
+    script.write_text(_LATE.format(how=how))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True,
+                          text=True, timeout=300, env=python_env(
+                              ROOT, TESTS, SPLICE_CACHE_DIR=str(tmp_path / "cache")))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("built "), proc.stdout + proc.stderr
+
+
+def _header_extern(inc: Path, include_line: str, **options):
+    return splice.extern(
+        source=f'{include_line}\nextern "C" __device__ float hs(float x) {{ return x * SCALE; }}',
+        name="hs", signature="float32(float32)", include_dirs=[str(inc)],
+        **options)(lambda x: None)
+
+
+def _header_kernel(ext):
+    @splice.kernel
+    def k_hdr(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=ext(t))
+    return k_hdr
+
+
+def _scale_constants(b) -> set[str]:
+    return set(re.findall(r"0f[0-9A-F]{8}", b.spliced_ptx))
+
+
+@pytest.mark.parametrize("include_line", [
+    '#include "myscale.h"',
+    # a header named by a macro was in no key: an edit to it gave a stale hit
+    '#define HDR_NAME "myscale.h"\n#include HDR_NAME',
+    '#define CONFIG <myscale.h>\n#define HDR_NAME CONFIG\n#include HDR_NAME  // chosen',
+    ('#include HDR_NAME', {"defines": {"HDR_NAME": '"myscale.h"'}}),
+    ('#include HDR_NAME', {"options": ['-DHDR_NAME="myscale.h"']}),
+])
+def test_an_edited_user_header_recompiles(fresh_cache, tmp_path, include_line):
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    line, options = include_line if isinstance(include_line, tuple) else (include_line, {})
+    kern = _header_kernel(_header_extern(inc, line, **options))
+    got = []
+    for scale in ("3.0f", "5.0f"):
+        (inc / "myscale.h").write_text(f"#define SCALE {scale}\n")
+        b = splice.build(kern, SIG, "sm_90")
+        got.append((b.from_cache, _scale_constants(splice.compile(kern, SIG, "sm_90"))))
+    assert got == [(False, {"0f40400000"}), (False, {"0f40A00000"})]
+
+
+def test_a_cache_directory_removed_while_the_process_runs_is_made_again(fresh_cache,
+                                                                         monkeypatch):
+    # `rm -rf ~/.cache/splice` beside a running notebook, or a temp-directory cleaner: the
+    # overlay the process had built went with it, and every later build raised a bare
+    # FileNotFoundError until the process restarted
+    from splice import toolchain
+    monkeypatch.setattr(toolchain, "_overlay_bases", lambda real: [fresh_cache / "toolchain"])
+    toolchain.overlay.cache_clear()
+    try:
+        first = splice.build(K.ptx_kernel, SIG, "sm_90")
+        shutil.rmtree(fresh_cache)
+        again = splice.build(K.ptx_kernel, SIG, "sm_90")
+        assert not again.from_cache and again.cubin == first.cubin
+        assert (fresh_cache / "toolchain").is_dir()
+        assert splice.build(K.ptx_kernel, SIG, "sm_90").from_cache
+    finally:
+        toolchain.overlay.cache_clear()
+
+
+def _constants_kernel(tmp_path, name, text):
+    src = tmp_path / f"{name}.cu"
+    src.write_text(text)
+    ext = splice.extern(path=str(src), name=name, signature="float32(float32)",
+                        include_dirs=[str(tmp_path)])(lambda x: None)
+    return src, _header_kernel(ext)
+
+
+def test_a_source_saved_during_the_compile_is_not_cached_under_the_old_key(
+        fresh_cache, tmp_path, monkeypatch):
+    # the key is taken before tileiras runs; the fragment compiles from the file as it is
+    # then: a save during the compile stored the new version's cubin under the old key, and
+    # undoing the edit gave a stale hit
+    from splice import toolchain
+    body = 'extern "C" __device__ float tt(float x) {{ return x * {}f; }}\n'
+    src, kern = _constants_kernel(tmp_path, "tt", body.format("3.0"))
+    real = toolchain.run_tileiras
+
+    def saving(*args, **kwargs):
+        src.write_text(body.format("5.0"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(toolchain, "run_tileiras", saving)
+    splice.build(kern, SIG, "sm_90")
+    monkeypatch.setattr(toolchain, "run_tileiras", real)
+    src.write_text(body.format("3.0"))
+    b = splice.build(kern, SIG, "sm_90")
+    assert not b.from_cache
+    assert b.cubin == splice.build(kern, SIG, "sm_90").cubin
+    assert _scale_constants(splice.compile(kern, SIG, "sm_90")) == {"0f40400000"}
+
+
+def test_a_header_saved_while_nvrtc_runs_is_not_cached_under_the_old_key(
+        fresh_cache, tmp_path, monkeypatch):
+    # NVRTC reads the headers while it compiles: the PTX of a header saved meanwhile was
+    # remembered and cached under the key of the header before the save
+    from splice import toolchain
+    _, kern = _constants_kernel(tmp_path, "th", '#include "th_scale.h"\n'
+                                'extern "C" __device__ float th(float x) { return x * SCALE; }\n')
+    header = tmp_path / "th_scale.h"
+    header.write_text("#define SCALE 3.0f\n")
+    real = toolchain.nvrtc_compile
+    saved = []
+
+    def saving(*args, **kwargs):
+        if not saved:
+            header.write_text("#define SCALE 5.0f\n")
+            saved.append(True)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(toolchain, "nvrtc_compile", saving)
+    splice.build(kern, SIG, "sm_90")
+    header.write_text("#define SCALE 3.0f\n")
+    b = splice.build(kern, SIG, "sm_90")      # (a compile first would cache it: a hit)
+    assert not b.from_cache
+    assert _scale_constants(splice.compile(kern, SIG, "sm_90")) == {"0f40400000"}
+    assert _scale_constants(splice.compile(kern, SIG, "sm_90")) == {"0f40400000"}
+
+
+def test_a_header_no_macro_definition_names_is_warned_about(fresh_cache, tmp_path, caplog):
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "myscale.h").write_text("#define SCALE 3.0f\n")
+    line = '#define STR(x) #x\n#define HDR(x) STR(x.h)\n#include HDR(myscale)'
+    ext = _header_extern(inc, line)
+    with caplog.at_level("WARNING", logger="splice"):
+        splice.build(_header_kernel(ext), SIG, "sm_90")
+    assert "'#include HDR(myscale)' names a header splice cannot tell" in caplog.text
+
+
+_THREADS = '''
+import hashlib, json, sys, threading
+import cuda.tile as ct
+import splice                      # nothing of the compile path loaded yet
+from support import kernels as K
+names = ["float32", "int32", "float32", "int32", "float64", "float64"]
+barrier = threading.Barrier(len(names))
+got = {}
+
+def work(i):
+    kern = K.TYPE_KERNELS[(names[i], "never")]
+    barrier.wait()
+    try:
+        sig = K.signature(K.array(getattr(ct, names[i])), K.array(getattr(ct, names[i])), 256)
+        got[i] = hashlib.sha256(splice.build(kern, sig, "sm_90").cubin).hexdigest()
+    except BaseException as e:
+        got[i] = repr(e)
+
+threads = [threading.Thread(target=work, args=(i,)) for i in range(len(names))]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join(240)
+print(json.dumps({"alive": sum(t.is_alive() for t in threads), "got": got}))
+'''
+
+
+def test_threads_of_a_new_process_compile_at_once_as_one_thread_does(fresh_cache, tmp_path):
+    # a new process: the lazy names, splice.stages (imported by build() on a miss), the
+    # fragments' thread pools, the CCCL locator and the PTX-target memo all first used by
+    # six threads at once, two per kernel; each cubin is the one a lone build makes
+    import hashlib
+    import json
+    script = tmp_path / "threads.py"
+    script.write_text(_THREADS)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300, env=python_env(ROOT, TESTS, SPLICE_CACHE_DIR=str(
+                              tmp_path / "child-cache")))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["alive"] == 0
+    for i, name in enumerate(["float32", "int32", "float32", "int32", "float64", "float64"]):
+        sig = K.signature(K.array(getattr(ct, name)), K.array(getattr(ct, name)), 256)
+        alone = splice.build(K.TYPE_KERNELS[(name, "never")], sig, "sm_90").cubin
+        assert out["got"][str(i)] == hashlib.sha256(alone).hexdigest(), name
+
+
+def test_an_overlay_with_a_broken_capture_script_is_repaired(fresh_cache, monkeypatch):
+    # an edited or truncated bin/ptxas of the overlay failed every tileiras run of every
+    # later process ("failed to compile Tile IR program"), with no word of the overlay
+    from splice import toolchain
+    monkeypatch.setattr(toolchain, "_overlay_bases", lambda real: [fresh_cache / "toolchain"])
+    toolchain.overlay.cache_clear()
+    try:
+        script = toolchain.overlay() / "bin" / "ptxas"
+        script.write_text("")
+        toolchain.overlay.cache_clear()     # a new process finds the overlay on disk
+        assert splice.build(K.ptx_kernel, SIG, "sm_90").cubin
+        assert script.read_text().startswith("#!/bin/sh")
+    finally:
+        toolchain.overlay.cache_clear()
+
+
+def test_a_source_removed_during_the_compile_gives_the_build_uncached(fresh_cache, tmp_path,
+                                                                     monkeypatch):
+    # the key taken again before storing reads the extern's file: its removal while ptxas
+    # ran must not turn a finished build into an error
+    from splice import toolchain
+    src, kern = _constants_kernel(
+        tmp_path, "tr", 'extern "C" __device__ float tr(float x) { return x * 3.0f; }\n')
+    real = toolchain.run_ptxas
+
+    def removing(*args, **kwargs):
+        src.unlink()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(toolchain, "run_ptxas", removing)
+    assert splice.build(kern, SIG, "sm_90").cubin
+    assert not list((fresh_cache / "kernel").rglob("*.bin"))

@@ -8,7 +8,6 @@ slots; the rewrite must pass the same ones on every path."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 
 import pytest
@@ -17,6 +16,7 @@ from hypothesis import strategies as st
 
 from splice.ptx import Module
 from splice.rewrite import splice_calls
+from support import fuzz
 from support.ptx_interp import check_rewrite_semantics, check_two_sites, hand_kernel, run_ptx
 from support.sites import fma_sites, site_call
 
@@ -243,7 +243,7 @@ def marker_programs(draw):
     return "".join(lines)
 
 
-@settings(max_examples=int(os.environ.get("SPLICE_FMA_FUZZ_EXAMPLES", "400")), deadline=None,
+@settings(max_examples=fuzz.examples("SPLICE_FMA_FUZZ_EXAMPLES", 100), deadline=None,
           derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(marker_programs())
 def test_random_marker_programs_keep_their_slots(body):
@@ -437,7 +437,7 @@ def two_site_programs(draw):
     return "".join(lines), draw(st.booleans())
 
 
-@settings(max_examples=int(os.environ.get("SPLICE_FMA_FUZZ_EXAMPLES", "400")), deadline=None,
+@settings(max_examples=fuzz.examples("SPLICE_FMA_FUZZ_EXAMPLES", 100), deadline=None,
           derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(two_site_programs())
 def test_random_two_site_programs_keep_their_sites_and_slots(case):

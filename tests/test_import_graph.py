@@ -4,7 +4,9 @@ cuTile's compiler unloaded until a kernel is traced (issue 11).
 The graph has an edge a -> b for every ``import``/``from ... import`` of splice module b in
 module a, at module level *or inside a function*: a function-level import is still a
 dependency (it only runs later), and a cycle through one is as hard to follow as any other.
-Imports under ``if TYPE_CHECKING:`` are left out: they never run.
+Imports under ``if TYPE_CHECKING:`` count too: they never run, but a type one module names
+and the other defines is a dependency all the same (and a cycle of them hides two modules
+that need each other).
 """
 
 import ast
@@ -18,21 +20,9 @@ from support.env import python_env
 PKG = Path(splice.__file__).resolve().parent
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    t = node.test
-    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or \
-        (isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
-
-
 def _imports(tree: ast.AST):
-    """Every Import/ImportFrom node of ``tree`` not under ``if TYPE_CHECKING:``."""
-    for node in ast.iter_child_nodes(tree):
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            yield from (n for b in node.orelse for n in _imports(b))
-            continue
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            yield node
-        yield from _imports(node)
+    """Every Import/ImportFrom node of ``tree``, ``if TYPE_CHECKING:`` ones included."""
+    return (n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)))
 
 
 def module_imports(source: str, modules: set[str], package: tuple[str, ...] = ("splice",)
@@ -128,14 +118,24 @@ def test_the_checker_resolves_a_subpackages_relative_imports():
     assert "forms.fma_proof" in import_graph()["forms.element"]
 
 
-def test_the_checker_counts_function_level_imports():
+def test_the_checker_counts_function_level_and_type_checking_imports():
     source = ("import os\nimport splice.ptx\nfrom .link import x\n"
               "def f():\n    from . import pipeline, nothing\n"
               "if TYPE_CHECKING:\n    from . import rewrite\n"
               "from splice import cache\nfrom splice.result import Build\n")
     assert module_imports(source, {"ptx", "link", "pipeline", "rewrite", "cache",
-                                   "result"}) == {"ptx", "link", "pipeline", "cache",
-                                                  "result", "__init__"}
+                                   "result"}) == {"ptx", "link", "pipeline", "rewrite",
+                                                  "cache", "result", "__init__"}
+
+
+def test_a_cycle_through_type_checking_imports_is_a_cycle():
+    graph = {"forms.base": module_imports(
+                 "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                 "    from ..sites import SiteInfo\n", {"sites", "forms.base"},
+                 ("splice", "forms")),
+             "sites": module_imports("from .forms.base import Marker\n",
+                                     {"sites", "forms.base"})}
+    assert find_cycle(graph) == ["forms.base", "sites", "forms.base"]
 
 
 def _loaded_by_import_splice(*prefixes: str) -> list[str]:
@@ -183,3 +183,9 @@ def test_import_splice_leaves_cutiles_compiler_unloaded():
     # trace (splice._cutile), not by `import splice`: it takes longer than cuda.tile itself
     assert _loaded_by_import_splice("cuda.tile._compile", "cuda.tile._ir",
                                     "cuda.tile._passes", "splice.tile_ir") == []
+
+
+def test_the_generic_cuda_c_input_imports_no_header_library():
+    # CCCL and NVSHMEM are header providers a CUDA C source is given (splice.externs), so
+    # that the fragments sit below them (the module graph was 14 floors through them)
+    assert not import_graph()["fragments"] & {"nvshmem", "cccl"}

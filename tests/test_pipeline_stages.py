@@ -12,7 +12,7 @@ from support import kernels as K
 import splice
 from splice import rewrite, stages, trace
 from splice.errors import SpliceCompileError, SpliceRewriteError
-from splice.sites import Marker
+from splice.forms.base import Marker
 
 f32 = ct.float32
 SIG = K.signature(K.array(f32), K.array(f32), 256)
@@ -93,14 +93,16 @@ def test_two_calls_on_one_line_get_their_own_keys():
     assert k1 != k2
 
 
-def test_fallback_gives_exactly_the_refused_sites_the_atomic_marker(one_fma_rounding):
+def test_fallback_gives_exactly_the_refused_sites_the_atomic_marker(one_fma_rounding,
+                                                                    fresh_cache):
+    # a fresh cache: a compile of this kernel earlier in the session would be a hit
     b = splice.compile(K.control_kernel, CONTROL_SIG, "sm_90")
     assert [s.marker for s in b.sites] == ["fma", "atomic", "atomic", "fma"]
     assert b.lowerings == 2 and b.timings["lower"] > 0
     assert all(s.why_atomic for s in b.sites[1:3]) and not b.sites[0].why_atomic
 
 
-def test_a_refusal_with_no_pure_site_left_is_the_rewriters_error(monkeypatch):
+def test_a_refusal_with_no_pure_site_left_is_the_rewriters_error(monkeypatch, fresh_cache):
     # the rewriter refuses every round: the driver gives each pure site the atomic marker,
     # and when none is left, raises the refusal's own error (it never loops)
     calls = []

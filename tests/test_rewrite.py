@@ -19,6 +19,7 @@ from splice.errors import SpliceRewriteError
 from splice.ptx import Module, split_statements
 from splice.rewrite import splice_calls
 from splice.types import parse_signature
+from support import fuzz
 from support.ptx_interp import HEADER
 from support.sites import callee_ptx, site_call, with_calls_replaced
 
@@ -229,7 +230,7 @@ def _expected_norm(pieces):
 _ptxas_checked = {"n": 0}
 
 
-@settings(max_examples=int(os.environ.get("SPLICE_FUZZ_EXAMPLES", "10000")), deadline=None,
+@settings(max_examples=fuzz.examples("SPLICE_FUZZ_EXAMPLES", 1000), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(kernels())
 def test_generated_kernels(case):

@@ -303,3 +303,51 @@ def test_a_file_removed_after_declaration_is_a_declaration_error(tmp_path, form)
         splice.build(_kern(ext), SIG, "sm_90")
     assert str(p) in str(info.value)
     assert set(cache.entries("kernel")) == before
+
+
+class _Provider:
+    """A header library of one header, recording what the source asks of it."""
+
+    def __init__(self, inc, version="1"):
+        self.inc, self.version, self.checked = inc, version, []
+
+    def include_dirs(self, texts):
+        return [self.inc] if any("prov.h" in t for t in texts) else []
+
+    def options(self, texts):
+        return ["-DPROV_SCALE=3.0f"] if any("prov.h" in t for t in texts) else []
+
+    def key(self, texts):
+        return self.version
+
+    def check_extern(self, ext, source):
+        self.checked.append((ext, source))
+
+    def compile_hint(self, log):
+        return "\n    provider: its compile hint"
+
+    def header_hint(self, header):
+        return f"<{header}> is the provider's" if header.startswith("prov_") else ""
+
+
+def test_a_cuda_source_asks_each_header_provider(tmp_path):
+    # include dirs, options, key, extern check, failure hints: what NVSHMEM and CCCL answer
+    from splice.fragments import CudaSource
+    (tmp_path / "prov.h").write_text("#define PROV(x) ((x) * PROV_SCALE)\n")
+    prov = _Provider(tmp_path)
+    src = ('#include <prov.h>\nextern "C" __device__ float pf(float x) '
+           '{ return PROV(x); }\n')
+    frag = CudaSource(text=src, where="x.py:1", providers=(prov,))
+    assert f"-I{tmp_path}" in frag._options("sm_90") and "-DPROV_SCALE=3.0f" in \
+        frag._options("sm_90")
+    assert "0f40400000" in frag.module("sm_90").text     # 3.0f: the provider's option
+    key = frag.content_key("sm_90")
+    assert CudaSource(text=src, where="x.py:1",
+                      providers=(_Provider(tmp_path, "2"),)).content_key("sm_90") != key
+    frag.check_extern("ext")
+    assert prov.checked == [("ext", src)]
+    bad = CudaSource(text='#include <prov_missing.h>\n', where="x.py:1", providers=(prov,))
+    with pytest.raises(splice.SpliceCompileError) as info:
+        bad.module("sm_90")
+    msg = str(info.value)
+    assert "hint: <prov_missing.h> is the provider's" in msg and "its compile hint" in msg

@@ -15,7 +15,8 @@ import splice
 from splice import cccl
 from splice.errors import SpliceDeclarationError, SpliceLinkError, SpliceRewriteError
 from splice.ptx import Module, Param
-from splice.rewrite import SiteCall, splice_calls
+from splice.forms.base import SiteCall
+from splice.rewrite import splice_calls
 from splice.forms import form_of
 from splice.types import parse_signature
 

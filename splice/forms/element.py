@@ -17,11 +17,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .base import Marker, Scope, generated_text, instances_text, no_call_ends, \
+from .base import Marker, Scope, SiteInfo, generated_text, instances_text, no_call_ends, \
     no_function_edits, no_key_load
 
 if TYPE_CHECKING:
-    from ..sites import SiteInfo
     from ..spans import Span
 
 

@@ -19,17 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from ..calls import call_block
 from ..ptx import Instruction, destinations, registers_in
-from .base import Refusal
+from .base import Refusal, SiteCall
 from .marked import ADDR_RE as _ADDR_RE, PLAIN_REG as _PLAIN_REG, MarkedBody, \
     is_key_load as _is_key_load, rewrite_error
-
-if TYPE_CHECKING:
-    from ..rewrite import SiteCall
-
 
 def key_load(b: MarkedBody, i: int, fma_named: set[int], sites
              ) -> tuple[int, str, int] | Refusal:

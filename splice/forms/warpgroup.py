@@ -21,11 +21,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .base import Scope, generated_text, instances_text, no_call_ends
+from .base import Scope, SiteInfo, generated_text, instances_text, no_call_ends
 from .block import BlockForm, marker_result
 
 if TYPE_CHECKING:
-    from ..sites import SiteInfo
     from ..spans import Span
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from splice.ptx import Param
 from splice.forms import element
-from splice.rewrite import SiteCall
+from splice.forms.base import SiteCall
 from splice.types import parse_signature
 
 
