@@ -602,6 +602,36 @@ def test_exec_transpose_2d():
     np.testing.assert_array_equal(y, ref)
 
 
+# y[r][c] = x[r][C - 1 - c] * (r + 1): unlike a transpose, not the same function when both the
+# stores and the loads index the staging buffers column-major
+FLIP_ROWS_SRC = r'''
+template <int R, int C> __device__ void flip_rows(const float (&x)[R][C], float (&y)[R][C]) {
+    for (int i = threadIdx.x; i < R * C; i += blockDim.x)
+        y[i / C][i % C] = x[i / C][C - 1 - i % C] * (i / C + 1);
+}'''
+flip_rows = splice.extern(source=FLIP_ROWS_SRC, name="flip_rows", scope="block",
+                          signature="tile(float32)(tile(float32))")
+
+
+@splice.kernel
+def flip_rows_kernel(x, y, TM: ConstInt, TN: ConstInt):
+    t = ct.load(x, index=(ct.bid(0), 0), shape=(TM, TN), allow_tma=False)
+    ct.store(y, index=(ct.bid(0), 0), tile=flip_rows(t))
+
+
+def _flip_rows_ref(x, tm):
+    r = np.arange(x.shape[0], dtype=np.float32)[:, None] % tm + 1
+    return np.flip(x, 1) * r
+
+
+def test_exec_2d_staging_is_row_major():
+    """A (8, 32) tile: its row-major order, not its transpose's, on both sides of the call."""
+    x = _rows(256).reshape(16, 32)
+    y = np.zeros_like(x)
+    _exec(flip_rows_kernel, K.signature(K.array(f32, 2), K.array(f32, 2), 8, 32), (2,), x, y)
+    np.testing.assert_array_equal(y, _flip_rows_ref(x, 8))
+
+
 @pytest.mark.gpu
 def test_gpu_tile_sum(torch):
     from support.gpu import launch
