@@ -8,9 +8,11 @@ import dataclasses
 import re
 
 import cuda.tile as ct
+import numpy as np
 import pytest
 
 from support import kernels as K
+from support.ptx_exec import run_build
 import splice
 from splice.errors import (SpliceCallError, SpliceCompileError, SpliceDeclarationError,
                            SpliceLinkError, SpliceRewriteError)
@@ -120,6 +122,18 @@ def _shared_bytes(b) -> dict[str, int]:
 
 def _barriers(b) -> int:
     return len(re.findall(r"^\s*(?:bar|barrier)\.", _entry(b), re.M))
+
+
+def _exec(kernel, sig, grid, *args):
+    """Compile for sm_90 and run on the CPU executor (``args`` NumPy arrays and scalars,
+    updated in place); every instruction the tile kernels use is exact."""
+    launch = run_build(splice.compile(kernel, sig, "sm_90"), grid, *args)
+    assert not launch.approx
+    return launch
+
+
+def _rows(n, rows=2, seed=0):
+    return np.random.default_rng(seed).standard_normal(rows * n).astype(np.float32)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -562,6 +576,14 @@ def test_gpu_reverse(torch, n):
     torch.testing.assert_close(y, x.view(64, n).flip(1).reshape(-1) + 1.0, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("n", [32, 64, 128, 1024])
+def test_exec_reverse(n):
+    x = _rows(n)
+    y = np.zeros_like(x)
+    _exec(reverse_kernel, _vec_sig(n), (2,), x, y)
+    np.testing.assert_array_equal(y, np.flip(x.reshape(2, n), 1).reshape(-1) + 1)
+
+
 @pytest.mark.gpu
 def test_gpu_transpose_2d(torch):
     from support.gpu import launch
@@ -572,6 +594,45 @@ def test_gpu_transpose_2d(torch):
     torch.testing.assert_close(y, ref, rtol=0, atol=0)
 
 
+def test_exec_transpose_2d():
+    x = _rows(256).reshape(32, 16)
+    y = np.zeros_like(x)
+    _exec(transpose_kernel, K.signature(K.array(f32, 2), K.array(f32, 2), K.scalar(i32), 16),
+          (2,), x, y, 3)
+    ref = x.reshape(2, 16, 16).transpose(0, 2, 1).reshape(32, 16) + np.float32(3)
+    np.testing.assert_array_equal(y, ref)
+
+
+# y[r][c] = x[r][C - 1 - c] * (r + 1): unlike a transpose, not the same function when both the
+# stores and the loads index the staging buffers column-major
+FLIP_ROWS_SRC = r'''
+template <int R, int C> __device__ void flip_rows(const float (&x)[R][C], float (&y)[R][C]) {
+    for (int i = threadIdx.x; i < R * C; i += blockDim.x)
+        y[i / C][i % C] = x[i / C][C - 1 - i % C] * (i / C + 1);
+}'''
+flip_rows = splice.extern(source=FLIP_ROWS_SRC, name="flip_rows", scope="block",
+                          signature="tile(float32)(tile(float32))")
+
+
+@splice.kernel
+def flip_rows_kernel(x, y, TM: ConstInt, TN: ConstInt):
+    t = ct.load(x, index=(ct.bid(0), 0), shape=(TM, TN), allow_tma=False)
+    ct.store(y, index=(ct.bid(0), 0), tile=flip_rows(t))
+
+
+def _flip_rows_ref(x, tm):
+    r = np.arange(x.shape[0], dtype=np.float32)[:, None] % tm + 1
+    return np.flip(x, 1) * r
+
+
+def test_exec_2d_staging_is_row_major():
+    """A (8, 32) tile: its row-major order, not its transpose's, on both sides of the call."""
+    x = _rows(256).reshape(16, 32)
+    y = np.zeros_like(x)
+    _exec(flip_rows_kernel, K.signature(K.array(f32, 2), K.array(f32, 2), 8, 32), (2,), x, y)
+    np.testing.assert_array_equal(y, _flip_rows_ref(x, 8))
+
+
 @pytest.mark.gpu
 def test_gpu_tile_sum(torch):
     from support.gpu import launch
@@ -580,6 +641,14 @@ def test_gpu_tile_sum(torch):
     launch(torch, (32,), sum_kernel, (x, y, 256))
     ref = x.view(32, 256).sum(1, keepdim=True).expand(32, 256).reshape(-1)
     torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-4)
+
+
+def test_exec_tile_sum():
+    x = _rows(256)
+    y = np.zeros_like(x)
+    _exec(sum_kernel, _vec_sig(256), (2,), x, y)
+    ref = np.repeat(x.reshape(2, 256).astype(np.float64).sum(1), 256)
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.gpu
@@ -597,6 +666,20 @@ def test_gpu_loop_and_branch(torch, reps, flag):
     torch.testing.assert_close(y, ref.reshape(-1), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("reps,flag", [(0, 0), (3, 0), (2, 1), (5, 1)])
+def test_exec_loop_and_branch(reps, flag):
+    x = _rows(128)
+    y = np.zeros_like(x)
+    _exec(loop_branch_kernel, K.signature(K.array(f32), K.array(f32), K.scalar(i32),
+                                          K.scalar(i32), 128), (2,), x, y, reps, flag)
+    ref = x.reshape(2, 128)
+    for _ in range(reps):
+        ref = np.flip(ref, 1) + np.float32(1)
+    if flag > 0:
+        ref = np.flip(ref, 1) * np.float32(2)
+    np.testing.assert_array_equal(y, ref.reshape(-1))
+
+
 @pytest.mark.gpu
 def test_gpu_ptx_input(torch):
     from support.gpu import launch
@@ -604,6 +687,13 @@ def test_gpu_ptx_input(torch):
     y = torch.empty_like(x)
     launch(torch, (8,), reverse_ptx_kernel, (x, y, 128))
     torch.testing.assert_close(y, x.view(8, 128).flip(1).reshape(-1), rtol=0, atol=0)
+
+
+def test_exec_ptx_input():
+    x = _rows(128)
+    y = np.zeros_like(x)
+    _exec(reverse_ptx_kernel, _vec_sig(128), (2,), x, y)
+    np.testing.assert_array_equal(y, np.flip(x.reshape(2, 128), 1).reshape(-1))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -657,6 +747,21 @@ def test_gpu_every_dtype_round_trips(torch, dtype):
     # compared as integers of the same size (torch has few operations on uint16/uint64)
     iv = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]
     assert torch.equal(y.view(iv), x.view(iv).view(16, 256).flip(1).reshape(-1))
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+def test_exec_every_dtype_round_trips(dtype):
+    dt = getattr(ct, "bool_" if dtype == "bool" else dtype)
+    rng = np.random.default_rng(1)
+    size = max(splice.ELEMENT_TYPES[dtype].bits, 8) // 8
+    iv = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[size]
+    # every bit pattern of the size (bool: 0 and 1), compared as integers of that size
+    bits = rng.integers(0, 2 if dtype == "bool" else 1 << min(8 * size, 63), 2 * 256,
+                        dtype=np.uint64).astype(iv)
+    x = bits.view(np.bool_ if dtype == "bool" else iv)
+    y = np.zeros_like(x)
+    _exec(_reverse_any_kernel(dtype), K.signature(K.array(dt), K.array(dt), 256), (2,), x, y)
+    np.testing.assert_array_equal(y.view(iv), np.flip(bits.reshape(2, 256), 1).reshape(-1))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -745,6 +850,16 @@ def test_gpu_partial_tile_with_an_element_count(torch):
     torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-4)
 
 
+def test_exec_partial_tile_with_an_element_count():
+    n = 488                        # one full tile of 256 and one of 232 (+ 24 NaN padding)
+    x = _rows(n, rows=1)
+    y = np.zeros(2, np.float32)
+    _exec(partial_kernel, K.signature(K.array(f32), K.array(f32), K.scalar(i32), 256), (2,),
+          x, y, n)
+    ref = [x[i * 256:(i + 1) * 256].astype(np.float64).sum() for i in range(2)]
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+
 def _staging_of(ptx: str, roles, elements):
     """check_staging on tileiras's PTX of a one-tile-call kernel: sites by marker index
     (``roles``: index -> role), each atomic marker instance found by its global."""
@@ -815,13 +930,25 @@ def test_a_callee_that_cannot_be_inlined_stays_a_call(why, extra):
     assert b.sass_call_count() == 1
 
 
+_rev_called = splice.extern.from_ptx(
+    ptx=_ptx_reverse("rev_called", "\t.local .align 4 .b8 s[16];"), name="rev_called",
+    scope="block", signature="tile(float32, (128,))(tile(float32, (128,)))")
+
+
 @pytest.mark.gpu
 def test_gpu_called_not_inlined(torch):
     from support.gpu import launch
-    fn = splice.extern.from_ptx(ptx=_ptx_reverse("rev_called", "\t.local .align 4 .b8 s[16];"),
-                                name="rev_called", scope="block",
-                                signature="tile(float32, (128,))(tile(float32, (128,)))")
+    fn = _rev_called
     x = torch.randn(8 * 128, device="cuda")
     y = torch.empty_like(x)
     launch(torch, (8,), _tile_kernel(fn), (x, y, 128))
     torch.testing.assert_close(y, x.view(8, 128).flip(1).reshape(-1), rtol=0, atol=0)
+
+
+def test_exec_called_not_inlined():
+    kernel = _tile_kernel(_rev_called)
+    assert splice.compile(kernel, _vec_sig(128), "sm_90").sass_call_count() == 1
+    x = _rows(128)
+    y = np.zeros_like(x)
+    _exec(kernel, _vec_sig(128), (2,), x, y)
+    np.testing.assert_array_equal(y, np.flip(x.reshape(2, 128), 1).reshape(-1))

@@ -3,10 +3,14 @@ compiled for sm_90 (CPU), each refusal, and each against PyTorch (GPU)."""
 
 from __future__ import annotations
 
+import re
+
 import cuda.tile as ct
+import numpy as np
 import pytest
 
 from support import kernels as K
+from support.ptx_exec import run_build
 import splice
 from splice import cccl
 from splice.errors import SpliceCallError, SpliceCompileError
@@ -60,6 +64,16 @@ def histogram_kernel(x, h, N: ConstInt, BINS: ConstInt):
 
 def _sig(*arrays, consts=()):
     return K.signature(*(K.array(d) for d in arrays), *consts)
+
+
+def _exec(kernel, sig, *args):
+    """Compile for sm_90 and run one CTA (one row) on the CPU executor; CUB's radix sort of
+    one CTA takes ~0.35 s there."""
+    launch = run_build(splice.compile(kernel, sig, "sm_90"), (1,), *args)
+    assert not launch.approx
+
+
+_rng = np.random.default_rng(7)
 
 
 def test_sort_compiles_with_one_call_per_block():
@@ -156,6 +170,14 @@ def test_gpu_sort(torch, n, desc):
     torch.testing.assert_close(y, ref, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("n,desc", [(128, False), (256, True)])
+def test_exec_sort(n, desc):
+    x = _rng.standard_normal(n).astype(np.float32)
+    y = np.zeros_like(x)
+    _exec(sort_kernel, _sig(f32, f32, consts=(n, desc)), x, y)
+    np.testing.assert_array_equal(y, np.sort(x)[::-1] if desc else np.sort(x))
+
+
 @pytest.mark.gpu
 def test_gpu_sort_int32(torch):
     from support.gpu import launch
@@ -164,6 +186,13 @@ def test_gpu_sort_int32(torch):
     y = torch.empty_like(x)
     launch(torch, (rows,), sort_kernel, (x, y, n, False))
     assert torch.equal(y, torch.sort(x.view(rows, n), dim=-1).values.reshape(-1))
+
+
+def test_exec_sort_int32():
+    x = _rng.integers(-1000, 1000, 256).astype(np.int32)
+    y = np.zeros_like(x)
+    _exec(sort_kernel, _sig(i32, i32, consts=(256, False)), x, y)
+    np.testing.assert_array_equal(y, np.sort(x))
 
 
 @pytest.mark.gpu
@@ -179,6 +208,17 @@ def test_gpu_sort_pairs(torch):
     assert torch.equal(vs.view(rows, n), v.view(rows, n).gather(1, ref.indices).int())
 
 
+def test_exec_sort_pairs():
+    n = 128
+    k = _rng.integers(0, 20, n).astype(np.float32)                  # ties: stability
+    v = np.arange(n, dtype=np.int32)
+    ks, vs = np.zeros_like(k), np.zeros_like(v)
+    _exec(sort_pairs_kernel, _sig(f32, i32, f32, i32, consts=(n,)), k, v, ks, vs)
+    order = np.argsort(k, kind="stable")
+    np.testing.assert_array_equal(ks, k[order])
+    np.testing.assert_array_equal(vs, v[order])
+
+
 @pytest.mark.gpu
 def test_gpu_top_k(torch):
     from support.gpu import launch
@@ -192,6 +232,16 @@ def test_gpu_top_k(torch):
     assert torch.equal(idx.view(rows, k).long(), ref.indices)
 
 
+def test_exec_top_k():
+    n, k = 256, 8
+    x = _rng.permutation(n).astype(np.float32)                      # distinct values
+    vals, idx = np.zeros(k, np.float32), np.zeros(k, np.int32)
+    _exec(top_k_kernel, _sig(f32, f32, i32, consts=(n, k)), x, vals, idx)
+    order = np.argsort(-x)[:k]
+    np.testing.assert_array_equal(vals, x[order])
+    np.testing.assert_array_equal(idx, order)
+
+
 @pytest.mark.gpu
 def test_gpu_inclusive_sum(torch):
     from support.gpu import launch
@@ -200,6 +250,13 @@ def test_gpu_inclusive_sum(torch):
     y = torch.empty_like(x)
     launch(torch, (rows,), scan_kernel, (x, y, n))
     assert torch.equal(y.view(rows, n), torch.cumsum(x.view(rows, n), dim=-1))
+
+
+def test_exec_inclusive_sum():
+    x = _rng.integers(-8, 8, 256).astype(np.float32)                # exact in float32
+    y = np.zeros_like(x)
+    _exec(scan_kernel, _sig(f32, f32, consts=(256,)), x, y)
+    np.testing.assert_array_equal(y, np.cumsum(x))
 
 
 @pytest.mark.gpu
@@ -212,6 +269,17 @@ def test_gpu_histogram(torch):
     ref = torch.stack([torch.bincount(r[(r >= 0) & (r < bins)], minlength=bins)
                        for r in x.view(rows, n)])
     assert torch.equal(h.view(rows, bins).long(), ref)
+
+
+def test_exec_histogram_with_shared_atomics():
+    n, bins = 256, 16
+    x = _rng.integers(-4, bins + 4, n).astype(np.int32)
+    h = np.full(bins, -1, np.int32)
+    b = splice.compile(histogram_kernel, _sig(i32, i32, consts=(n, bins)), "sm_90")
+    # NVRTC emits a generic atom.add on the __shared__ counters' generic address
+    assert re.search(r"^\s*atom\.add\.u32", b.spliced_ptx, re.M)
+    run_build(b, (1,), x, h)
+    np.testing.assert_array_equal(h, np.bincount(x[(x >= 0) & (x < bins)], minlength=bins))
 
 
 def test_benchmark_compiles_and_reports_without_a_gpu():

@@ -76,6 +76,29 @@ def test_saxpy_from_ptx_example(monkeypatch):
     np.testing.assert_array_equal(out, fma(np.float32(a), x, y))
 
 
+def test_row_sort_example(monkeypatch):
+    ex = _module(ROOT / "examples" / "row_sort.py", "ex_row_sort", monkeypatch)
+    M, N = 2, 256                    # run_on_gpu's rows, fewer and shorter
+    x = np.random.default_rng(3).standard_normal((M, N)).astype(np.float32)
+    y = np.zeros_like(x)
+    sig = K.signature(K.array(ct.float32), K.array(ct.float32), N)
+    run_build(splice.compile(ex.sort_rows, sig, "sm_90"), (M,), x.reshape(-1), y.reshape(-1))
+    np.testing.assert_array_equal(y, np.sort(x, axis=-1))          # torch.sort's check
+
+
+def test_row_top_k_example(monkeypatch):
+    ex = _module(ROOT / "examples" / "row_top_k.py", "ex_row_top_k", monkeypatch)
+    M, N, k = 2, 256, 8
+    x = np.random.default_rng(4).permutation(M * N).astype(np.float32).reshape(M, N)
+    v, i = np.zeros((M, k), np.float32), np.zeros((M, k), np.int32)
+    sig = K.signature(K.array(ct.float32), K.array(ct.float32), K.array(ct.int32), N, k)
+    run_build(splice.compile(ex.top_k_rows, sig, "sm_90"), (M,), x.reshape(-1),
+              v.reshape(-1), i.reshape(-1))
+    order = np.argsort(-x, axis=-1)[:, :k]                          # torch.topk's check
+    np.testing.assert_array_equal(i, order)
+    np.testing.assert_array_equal(v, np.take_along_axis(x, order, axis=-1))
+
+
 def _readme_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
 
