@@ -224,6 +224,54 @@ def test_ptx_extern_with_a_guarded_early_return(inline):
                                          np.where(x < 0, kf, x + kf)))
 
 
+
+# A PTX extern that reads its bool and 8-bit parameters as whole .b32 words: the caller owes
+# each one extended as C promotes it (bool 0 or 1, unsigned zero-, signed sign-extended),
+# although the arguments share one payload slot (the bool at bit 0, the others above it).
+PTX_NARROW = r"""
+.version 8.0
+.target sm_80
+.address_size 64
+
+.visible .func (.param .b32 r) words(.param .b32 c, .param .b32 u, .param .b32 s)
+{
+	.reg .b32 	%r<6>;
+	ld.param.b32 	%r1, [c];
+	ld.param.b32 	%r2, [u];
+	ld.param.b32 	%r3, [s];
+	shl.b32 	%r4, %r2, 8;
+	shl.b32 	%r5, %r3, 16;
+	xor.b32 	%r4, %r4, %r5;
+	xor.b32 	%r4, %r4, %r1;
+	st.param.b32 	[r], %r4;
+	ret;
+}
+"""
+
+
+@pytest.mark.parametrize("inline", ["always", "never"])
+def test_narrow_arguments_sharing_a_slot_are_extended_whole(inline):
+    words = splice.extern.from_ptx(ptx=PTX_NARROW, name="words", inline=inline,
+                                   signature="int32(bool, uint8, int8)")
+
+    @splice.kernel
+    def words_kernel(c, u, s, y, TILE: ct.Constant[int]):
+        i = ct.bid(0)
+        ct.store(y, index=(i,), tile=words(ct.load(c, index=(i,), shape=(TILE,)),
+                                           ct.load(u, index=(i,), shape=(TILE,)),
+                                           ct.load(s, index=(i,), shape=(TILE,))))
+
+    rng = np.random.default_rng(13)
+    c = rng.random(256) < 0.5
+    u = rng.integers(0, 256, 256).astype(np.uint8)
+    s = rng.integers(-128, 128, 256).astype(np.int8)
+    y = np.zeros(256, np.int32)
+    b = splice.compile(words_kernel, K.signature(K.array(ct.bool_), K.array(ct.uint8),
+                                                 K.array(ct.int8), K.array(ct.int32), 128), ARCH)
+    run_build(b, (2,), c, u, s, y)
+    np.testing.assert_array_equal(y, c.astype(np.int32) ^ (u.astype(np.int32) << 8) ^
+                                  (s.astype(np.int32) << 16))
+
 # NVRTC's math library and intrinsics (libdevice code: range reductions, polynomials, bit
 # tricks, approximate instructions refined by Newton steps) against float64 NumPy.
 _MATH = {
