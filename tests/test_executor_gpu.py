@@ -39,19 +39,27 @@ def _executor(kernel, params, grid, args):
 def _compare(dev, kernel, params, grid, inputs, outputs, launch_args=None):
     """Launch on the GPU and on the executor; compare every output array."""
     gpu_in = [dev.arr(a) if isinstance(a, np.ndarray) else a for a in inputs]
-    gpu_out = [dev.arr(np.zeros_like(o)) for o in outputs]
+    out_params = params[len(inputs):len(inputs) + len(outputs)]
+    gpu_out = [_gpu_array(dev, np.zeros_like(o), p) for o, p in zip(outputs, out_params)]
     consts = [p for p in params if isinstance(p, int)]
     dev.launch(grid, kernel, tuple(gpu_in + gpu_out + consts))
     cpu_out = [np.zeros_like(o) for o in outputs]
     launch = _executor(kernel, params, grid, list(inputs) + cpu_out)
     for g, c in zip(gpu_out, cpu_out):
-        g = dev.host(g)
+        g = dev.host(g.view(dev.torch.int16) if g.dtype == dev.torch.bfloat16 else g)
         if not launch.approx and not launch.unrounded:
             np.testing.assert_array_equal(g.view(f"u{g.itemsize}"), c.view(f"u{c.itemsize}"))
         else:      # approximations, or mul/add pairs ptxas may have contracted
             rtol = max([8 * APPROX_BOUNDS.get(k, APPROX_BOUNDS.get(k + "_abs", 0))
                         for k in launch.approx] + [2.0 ** -22])
             np.testing.assert_allclose(g, c, rtol=rtol, atol=rtol)
+
+
+def _gpu_array(dev, a: np.ndarray, param):
+    """``a`` on the GPU as the kernel parameter ``param`` takes it: a bfloat16 array (which
+    NumPy has no type for; its bits travel as uint16) becomes a torch bfloat16 view."""
+    t = dev.arr(a)
+    return t.view(dev.torch.bfloat16) if getattr(param, "dtype", None) == ct.bfloat16 else t
 
 
 def _f32(n, seed=0):
