@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from support.ptx_exec import Pointer, run
-from test_executor_semantics import elementwise, kernel
+from support.ptx_snippets import elementwise, kernel
 
 M32 = 0xffffffff
 
