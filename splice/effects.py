@@ -125,8 +125,7 @@ def _stages_a_tile(ext) -> bool:
     """Whether ``ext`` is splice's generated store or load of a tile call: its shared memory
     is the call's staging buffers, each element written by its owner thread once and read
     after the call's barriers (``splice.tiles.check_staging``, ``docs/design.md``)."""
-    staging = getattr(ext, "staging", None)
-    return staging is not None and staging.role in ("store", "load")
+    return ext.staging is not None and ext.staging.role in ("store", "load")
 
 
 def _check_one(ext, mod: Module, modules, what: str) -> None:
