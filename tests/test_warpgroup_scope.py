@@ -680,15 +680,6 @@ def test_binary_object_refused_at_warpgroup_scope(tmp_path):
         splice.compile(obj_kernel, VEC_SIG, "sm_90")
 
 
-def test_tile_parameter_refused_at_warpgroup_scope():
-    # the seam: tiles at this scope are not built yet (splice.warpgroup, "Tiles")
-    with pytest.raises(SpliceDeclarationError, match=r"a warpgroup-scope extern takes scalars "
-                                                     r"and pointers \(tiles at this scope are "
-                                                     r"not built yet\)"):
-        splice.extern(source=GROUP_COUNT_SRC, name="group_count", scope="warpgroup",
-                      signature="void(tile(float32))")(lambda t: None)
-
-
 # ---------------------------------------------------------------------------------------------
 # CPU executor (support.ptx_exec): kernels without warp specialisation, where the group is
 # the 128-thread block (the executor does not run TMA, mbarrier or setmaxnreg)
