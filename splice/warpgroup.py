@@ -4,7 +4,9 @@ arguments tileiras computed for the site.
 
 On sm_90 tileiras warp-specialises most kernels with a TMA load or store, a ``ct.mma`` or a
 reduction (``docs/design.md#warpgroup-scope``): warps 0-3 (one *warpgroup*, threads
-0-127) run the tile code, warp 4 issues the TMA loads, warp 5 the TMA stores. A 0-d
+0-127) run the tile code, warp 4 issues the TMA loads, warp 5 the TMA stores (with a
+reduction of a ``ct.mma`` accumulator in the epilogue, a second warpgroup, threads 128-255,
+runs the epilogue after a ``setmaxnreg.dec``, joined at ``barrier.sync 2, 128``). A 0-d
 operation in the tile code runs on one thread of the warpgroup and rejoins it at tileiras's
 named barrier::
 
@@ -34,7 +36,8 @@ a :class:`WarpgroupRefusal` naming the step (the rewriter's
    keeps for its own barriers and the callee's ``splice_group_sync()``. So the only
    barriers with that id are splice's.
 3. **site shape**: the guard G is a branch taken exactly by the threads with
-   ``tid.x != c`` (a single thread ``c``), the guarded code is straight-line and falls
+   ``tid.x != c`` (a single thread ``c``; tileiras's epilogue warpgroup tests
+   ``tid.x - 128 != 0``: :func:`guard_thread`), the guarded code is straight-line and falls
    through to the join J, which nothing but G names (as for block scope, :mod:`splice.block`).
 4. **join barrier**: J is followed, through straight-line code, by an unpredicated
    ``barrier.sync``/``bar.sync`` with immediate id and count (the warp-specialised case), or
@@ -299,8 +302,8 @@ def _setp_of(guard: str, body: Body) -> tuple[Instruction, bool] | None:
 
 def guard_thread(guard: str, body: Body) -> int | None:
     """The thread ``c`` when ``@guard`` is true exactly for the threads with ``tid.x != c``
-    (the guard predicate is a ``setp`` comparing a register that only ``mov %tid.x``
-    defines with an immediate); else None."""
+    (the guard predicate is a ``setp`` comparing ``tid.x + k`` (:func:`_tid_offset`) with
+    an immediate); else None."""
     found = _setp_of(guard, body)
     if found is None:
         return None

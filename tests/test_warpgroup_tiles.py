@@ -308,6 +308,17 @@ def test_broken_variant_refused(recip_ptx, case):
         splice_calls(Module(text), _recip_sites(), kernel_name="k")
 
 
+def test_epilogue_guard_needs_an_immediate_offset(recip_ptx):
+    # tid.x - 128 is the rank; tid.x + a register is not a known thread
+    m = re.search(r"add\.s32 \t(%r\d+), (%r\d+), -128;", recip_ptx)
+    assert m
+    text = recip_ptx.replace(m.group(0), f"add.s32 \t{m.group(1)}, {m.group(2)}, %r1;", 1)
+    with pytest.raises(SpliceRewriteError, match=r"at step 'site shape': the branch before "
+                                                 r"the marker .* does not skip exactly the "
+                                                 r"threads with tid.x != c"):
+        splice_calls(Module(text), _recip_sites(), kernel_name="k")
+
+
 def test_element_count_counts_the_group(recip_ptx):
     # 256 elements on the group's 128 threads are 2 stores per thread: one is missing
     with pytest.raises(SpliceRewriteError, match=r"1 store instance\(s\) per thread .* "
