@@ -75,12 +75,17 @@ acc_copy = splice.extern(source=ACC_SRC, name="acc_copy", scope="warpgroup",
 # Kernels
 
 
-@splice.kernel
-def matmul_recip_kernel(A, B, C, tm: ConstInt, tn: ConstInt, tk: ConstInt):
-    # the call's tile result feeds C: C = acc / max|acc| per row, a TMA store
-    acc = K.matmul_tile(A, B, tm, tn, tk)
-    inv = recip(ct.max(ct.abs(acc), axis=1))
-    ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=ct.astype(acc * inv[:, None], C.dtype))
+def make_matmul_recip(fn):
+    @splice.kernel
+    def matmul_recip_kernel(A, B, C, tm: ConstInt, tn: ConstInt, tk: ConstInt):
+        # the call's tile result feeds C: C = acc / max|acc| per row, a TMA store
+        acc = K.matmul_tile(A, B, tm, tn, tk)
+        inv = fn(ct.max(ct.abs(acc), axis=1))
+        ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=ct.astype(acc * inv[:, None], C.dtype))
+    return matmul_recip_kernel
+
+
+matmul_recip_kernel = make_matmul_recip(recip)
 
 
 @splice.kernel
@@ -342,19 +347,11 @@ def test_planted_wrong_thread_count_is_caught(monkeypatch, fresh_cache):
 
 
 def test_called_callee_after_setmaxnreg_is_refused():
-    called = splice.extern(source=r'''
-template <int N> __device__ __noinline__ void recip_called(const float (&x)[N], float (&y)[N]) {
-    for (unsigned r = threadIdx.x % 128; r < N; r += 128) y[r] = 1.0f / x[r];
-}'''.replace("threadIdx.x % 128", "splice_group_rank()").replace(
-        "template", "#include <splice_group.h>\ntemplate"),
-        name="recip_called", scope="warpgroup", inline="never",
-        signature="tile(float32)(tile(float32))")
-
-    @splice.kernel
-    def k(A, B, C, tm: ConstInt, tn: ConstInt, tk: ConstInt):
-        acc = K.matmul_tile(A, B, tm, tn, tk)
-        inv = called(ct.max(ct.abs(acc), axis=1))
-        ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=ct.astype(acc * inv[:, None], C.dtype))
+    called = splice.extern(source=RECIP_SRC.replace("__device__ void recip",
+                                                    "__device__ __noinline__ void recip"),
+                           name="recip", scope="warpgroup", inline="never",
+                           signature="tile(float32)(tile(float32))")
+    k = make_matmul_recip(called)
     with pytest.raises(SpliceRewriteError, match=r"step 'registers': the call site is reached "
                                                  r"after a setmaxnreg.dec.*only an inlined "
                                                  r"body that calls nothing"):
