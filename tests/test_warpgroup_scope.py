@@ -602,8 +602,9 @@ def test_asm_cooperative_refusals():
 
 @pytest.mark.gpu
 def test_gpu_example_matmul_fp8_scales():
-    """examples/matmul_rowmax_fp8.py on the GPU: C and its per-row FP8 scales against
-    PyTorch (the example asserts both)."""
+    """examples/matmul_rowmax_fp8.py on the GPU: C, its per-row FP8 scales (a warpgroup
+    tile call on the (TM,) row maxima) and its amax against PyTorch (the example asserts
+    each, exactly for the scales and the amax)."""
     import subprocess
     import sys
     from pathlib import Path
