@@ -438,6 +438,7 @@ def check_staging(body, sites, at: Mapping[int, list[int]]) -> str | None:
     elements are spread over come from its form (:meth:`~splice.forms.base.CallForm.call_ends`:
     the block's at block scope, the warpgroup's 128 at warpgroup scope). Returns why the
     staging is not proven, naming the step, or None."""
+    from . import block
     groups: dict[int, dict[str, list[tuple[Any, list[int]]]]] = {}
     for idx, positions in at.items():
         st = sites[idx].staging
@@ -465,16 +466,15 @@ def check_staging(body, sites, at: Mapping[int, list[int]]) -> str | None:
             if need is not None and need != threads:
                 return (f"step 'block size': {call_site.staging.what} is compiled for blocks "
                         f"of {need} threads, and tileiras runs it on {threads} (.reqntid "
-                        f"{block_size(body) or 'not fixed'})")
+                        f"{block.block_dims(body.module, body.fn)})")
             lo, hi = skips.stretch_before(g), skips.stretch_after(j)
             for role, window in (("store", range(lo, g)), ("load", range(j + 1, hi))):
                 for site, positions in roles.get(role, []):
-                    why = _count(site, role, sum(1 for p in positions if p in window),
-                                 threads, call_site)
+                    n = sum(1 for p in positions if p in window)
+                    why = _count(site, role, n, threads, call_site)
                     if why is not None:
                         return why
-                    counted[site.index] = counted.get(site.index, 0) + \
-                        sum(1 for p in positions if p in window)
+                    counted[site.index] = counted.get(site.index, 0) + n
         for role in ("store", "load"):
             for site, positions in roles.get(role, []):
                 if counted.get(site.index, 0) != len(positions):
@@ -496,12 +496,6 @@ def _count(site, role: str, n: int, threads: int, call_site) -> str | None:
             f"code {'before' if role == 'store' else 'after'} the {call_site.form.scope} call "
             f"(site {call_site.index}), not {want} ({site.staging.elements} elements on "
             f"{threads} threads)")
-
-
-def block_size(body) -> str | None:
-    """The ``.reqntid`` of ``body``'s function, or None."""
-    from . import block
-    return block.block_dims(body.module, body.fn)
 
 
 def _label_refs(parsed) -> dict[str, int]:
