@@ -1,24 +1,27 @@
-"""A warpgroup-scope epilogue: the TMA matmul of ``examples/matmul_rowmax_fp8.py`` whose
-epilogue writes per-row FP8 scales (absmax / 448) through a ``scope="warpgroup"`` call,
-side by side with (medians, ratios):
+"""A warpgroup-scope tile epilogue: the TMA matmul of ``examples/matmul_rowmax_fp8.py``,
+whose epilogue passes the (TM,) row maxima of its C tile to a ``scope="warpgroup"`` tile
+call that writes per-row FP8 scales (absmax / 448) and the tensor's amax, side by side
+with (medians, ratios):
 
-1. the same matmul plain, its C stored the same way (``allow_tma=False``: by the consumer
-   warpgroup)                                                    (target <= 1.03)
-1b. the plain matmul with cuTile's default TMA store                 (reported)
-2. the plain matmul followed by ``torch.amax`` of |C| per row / 448, the epilogue's work as
-   a separate kernel                                            (reported; the fused form
+1. the same matmul plain, C stored the same way (cuTile's default: a TMA store)
+                                                                 (target <= 1.03)
+2. the plain matmul followed by ``torch.amax`` of |C| per row / 448 and the tensor's amax,
+   the epilogue's work as separate kernels                      (reported; the fused form
                                                                  should win)
 3. first launch (trace, tileiras, NVRTC, rewrite, ptxas; empty caches) of the fused kernel
    vs the plain one                                             (reported)
 
-fp16, M = N = K = 4096 by default, tiles 128x128x64. Without a GPU the kernels are compiled
-for sm_90 and their call sites and SASS sizes are reported.
+fp16, M = N = K = 4096 by default, tiles 128x128x64. Without a GPU the plain kernel, the
+fused kernel's tile code without its call (row maxima stored by cuTile) and the fused kernel
+are compiled for sm_90 and compared: block size, SASS instructions (all, and the
+epilogue's), the C store (TMA or not), shared memory, barriers.
 
     python benchmarks/bench_warpgroup.py [--reps 30] [--size 4096]
 """
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -32,62 +35,128 @@ import cuda.tile as ct
 import splice
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
-from matmul_rowmax_fp8 import TK, TM, TN, compile_only, make_kernel, make_row_scales, \
-    matmul_acc
+from matmul_rowmax_fp8 import TK, TM, TN, matmul_acc, matmul_fp8_scales, reference, \
+    signature
 
 
-def make_plain(tma_store: bool):
-    @ct.kernel
-    def matmul_plain(A, B, C, tm: ct.Constant[int], tn: ct.Constant[int],
-                     tk: ct.Constant[int]):
-        acc = matmul_acc(A, B, tm, tn, tk)
-        ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=ct.astype(acc, C.dtype),
-                 allow_tma=tma_store)
-    return matmul_plain
+@splice.kernel
+def matmul_plain(A, B, C, tm: ct.Constant[int], tn: ct.Constant[int], tk: ct.Constant[int]):
+    ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=ct.astype(matmul_acc(A, B, tm, tn, tk),
+                                                              C.dtype))
+
+
+@splice.kernel
+def matmul_rowmax(A, B, C, Mx, tm: ct.Constant[int], tn: ct.Constant[int],
+                  tk: ct.Constant[int]):
+    # the fused kernel's tile code without its call (compiled for the report only: the
+    # column blocks of a row write its row maxima in turn)
+    c = ct.astype(matmul_acc(A, B, tm, tn, tk), C.dtype)
+    ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=c)
+    ct.store(Mx, index=(ct.bid(0),), tile=ct.astype(ct.max(ct.abs(c), axis=1), ct.float32))
 
 
 def gpu(a) -> None:
     import torch
     from _timing import first_launch, time_callable_side_by_side
     n = a.size
-    fused = make_kernel(make_row_scales(n))
-    plain, plain_tma = make_plain(False), make_plain(True)
     A = torch.randn(n, n, device="cuda", dtype=torch.float16)
     B = torch.randn(n, n, device="cuda", dtype=torch.float16)
-    Cf, Cp, Ct = (torch.empty(n, n, device="cuda", dtype=torch.float16) for _ in range(3))
+    Cf, Cp = (torch.empty(n, n, device="cuda", dtype=torch.float16) for _ in range(2))
     scales = torch.zeros(n, device="cuda")
+    amax = torch.zeros(1, device="cuda")
     grid = (n // TM, n // TN, 1)
     stream = torch.cuda.current_stream()
-    t_first_fused = first_launch(torch, fused, (A, B, Cf, scales, TM, TN, TK), grid)
-    t_first_plain = first_launch(torch, plain, (A, B, Cp, TM, TN, TK), grid)
-    want = Cf.float().abs().amax(dim=1) / torch.full((n,), 448.0, device="cuda")  # IEEE, as m / 448.0f
-    assert torch.equal(scales, want)
+    fused_args = (A, B, Cf, scales, amax, TM, TN, TK)
+    t_first_fused = first_launch(torch, matmul_fp8_scales, fused_args, grid)
+    t_first_plain = first_launch(torch, matmul_plain, (A, B, Cp, TM, TN, TK), grid)
+    want_scales, want_amax = reference(Cf)
+    assert torch.equal(scales, want_scales) and torch.equal(amax, want_amax)
     torch.testing.assert_close(Cf, Cp)
 
     def plain_then_amax():
-        ct.launch(stream, grid, plain, (A, B, Cp, TM, TN, TK))
-        torch.amax(Cp.abs(), dim=1).float().div_(448.0)
+        ct.launch(stream, grid, matmul_plain, (A, B, Cp, TM, TN, TK))
+        m = torch.amax(Cp.abs(), dim=1).float()
+        m.div_(448.0), m.max()
     med = time_callable_side_by_side(torch, {
-        "fused": lambda: ct.launch(stream, grid, fused, (A, B, Cf, scales, TM, TN, TK)),
-        "plain": lambda: ct.launch(stream, grid, plain, (A, B, Cp, TM, TN, TK)),
-        "plain (TMA store)": lambda: ct.launch(stream, grid, plain_tma, (A, B, Ct, TM, TN, TK)),
+        "fused": lambda: ct.launch(stream, grid, matmul_fp8_scales, fused_args),
+        "plain": lambda: ct.launch(stream, grid, matmul_plain, (A, B, Cp, TM, TN, TK)),
         "plain + torch.amax": plain_then_amax}, reps=a.reps)
-    print(f"fp16 matmul {n}^3, tiles {TM}x{TN}x{TK}, per-row FP8 scales, {a.reps} reps, "
-          f"{torch.cuda.get_device_name()}")
+    print(f"fp16 matmul {n}^3, tiles {TM}x{TN}x{TK}, per-row FP8 scales and amax, {a.reps} "
+          f"reps, {torch.cuda.get_device_name()}")
     for k, v in med.items():
         print(f"{k:<20} {v * 1e3:>9.4f} ms  {2 * n ** 3 / v / 1e12:>7.1f} TFLOP/s")
     print(f"ratio fused/plain: {med['fused'] / med['plain']:.4f} (target <= 1.03)")
-    print(f"ratio fused/plain (TMA store): {med['fused'] / med['plain (TMA store)']:.4f}")
     print(f"ratio fused/(plain + torch.amax): {med['fused'] / med['plain + torch.amax']:.4f}")
     print(f"first launch fused {t_first_fused:.3f} s, plain {t_first_plain:.3f} s, ratio "
           f"{t_first_fused / t_first_plain:.2f}")
 
 
-def compile_report(a) -> None:
-    fused = compile_only(a.size)       # prints the build's summary
-    sass = fused.sass or ""
-    print(f"fused kernel: {len(fused.cubin)} bytes of cubin, "
-          f"{sum(1 for ln in sass.splitlines() if ln.strip().startswith('/*'))} SASS lines")
+_SASS_INS = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*)",
+                       re.M)
+
+
+def epilogue_size(ops: list[tuple[str, str]]) -> int:
+    """SASS instructions of the epilogue: with a warpgroup call, the code of the warps
+    that make it (from their ``USETMAXREG`` to the next, or ``EXIT``: splice's entry
+    barrier ``BAR.RED.POPC 0xf`` marks them); without, the MMA warpgroup's code after its
+    last ``WARPGROUP.DEPBAR`` (the wgmma wait) to its next ``USETMAXREG`` or ``EXIT``."""
+    bounds = [k for k, (op, _) in enumerate(ops) if op.startswith(("USETMAXREG", "EXIT"))]
+    call = next((k for k, (op, rest) in enumerate(ops)
+                 if op.startswith("BAR.RED.POPC") and "0xf" in rest), None)
+    if call is not None:
+        start = max((b for b in bounds if b < call), default=0)
+    else:
+        start = max((k for k, (op, _) in enumerate(ops) if op.startswith("WARPGROUP.DEPBAR")),
+                    default=0)
+    end = min((b for b in bounds if b > start), default=len(ops))
+    return end - start
+
+
+def sass_profile(build) -> dict[str, int]:
+    """Counts of SASS instructions of ``build``: all, the epilogue's
+    (:func:`epilogue_size`), and by kind (TMA stores ``UTMASTG``, barriers, shuffles,
+    atomics, shared and global loads and stores)."""
+    ops = [(m.group(1), m.group(2)) for m in _SASS_INS.finditer(build.sass or "")]
+    kinds = {"UTMASTG": ("UTMASTG",), "BAR": ("BAR",), "SHFL": ("SHFL",),
+             "ATOM/RED": ("ATOM", "RED", "REDUX"), "LDS/STS/LDSM": ("LDS", "STS", "LDSM"),
+             "LDG/STG": ("LDG", "STG")}
+    out = {"SASS instructions": len(ops), "in the epilogue": epilogue_size(ops)}
+    for name, heads in kinds.items():
+        out[name] = sum(1 for op, _ in ops if op.split(".")[0] in heads)
+    return out
+
+
+def compile_report(a) -> dict[str, dict[str, int | str]]:
+    """The plain, the row-maximum (the fused kernel's tile code without its call) and the
+    fused kernel compiled for sm_90: a table of what differs."""
+    from cuda.tile.compilation import CallingConvention, KernelSignature
+    fused = splice.compile(matmul_fp8_scales, signature(), arch="sm_90")
+    plain_sig = signature()
+    plain_sig = KernelSignature(list(plain_sig.parameters[:3]) + [TM, TN, TK],
+                                CallingConvention.cutile_python_v1())
+    plain = splice.compile(matmul_plain, plain_sig, arch="sm_90")
+    rowmax_sig = KernelSignature(list(signature().parameters[:4]) + [TM, TN, TK],
+                                 CallingConvention.cutile_python_v1())
+    rowmax = splice.compile(matmul_rowmax, rowmax_sig, arch="sm_90")
+    print("no GPU: the kernels compiled for sm_90 without launching")
+    print(fused.summary())
+    rows: dict[str, dict[str, int | str]] = {}
+    for name, b in (("plain", plain), ("rowmax, no call", rowmax), ("fused", fused)):
+        ptx = b.ptx.split(".nv_intermediate_source_section")[0]
+        row: dict[str, int | str] = {
+            ".reqntid": re.search(r"\.reqntid (\d+)", ptx).group(1),
+            "C stored by TMA (PTX)": "yes" if re.search(
+                r"cp\.async\.bulk\.tensor\.\dd\.global\.shared", ptx) else "no",
+            "static shared bytes": sum(int(m.group(1)) for m in re.finditer(
+                r"^\s*\.shared\s+\.align\s+\d+\s+\.b8\s+[\w$]+\[(\d+)\];",
+                b.spliced_ptx, re.M)),
+            "cubin bytes": len(b.cubin)}
+        row.update(sass_profile(b))
+        rows[name] = row
+    print(f"{'':<28}" + "".join(f"{name:>17}" for name in rows))
+    for key in rows["plain"]:
+        print(f"{key:<28}" + "".join(f"{row[key]!s:>17}" for row in rows.values()))
+    return rows
 
 
 def main(argv=None):

@@ -372,7 +372,13 @@ def shared_memory_report(merged: str, log: str, owner_of_line: Callable[[int], s
     m = _SMEM_RE.search(log)
     if m is None:
         return None
-    used, limit = int(m.group(1), 16), int(m.group(2), 16)
+    return shared_memory_message(what, int(m.group(1), 16), int(m.group(2), 16),
+                                 shared_owners(merged, owner_of_line))
+
+
+def shared_owners(merged: str, owner_of_line: Callable[[int], str]) -> dict[str, int]:
+    """Static shared memory by declaring code in the PTX ``merged``: owner -> bytes
+    (splice's tile buffers as :data:`TILE_BUFFER_OWNER`, the rest by ``owner_of_line``)."""
     owners: dict[str, int] = {}
     for i, line in enumerate(merged.split("\n")):
         d = _SHARED_DECL_RE.match(line)
@@ -381,6 +387,11 @@ def shared_memory_report(merged: str, log: str, owner_of_line: Callable[[int], s
             owner = TILE_BUFFER_OWNER if TILE_BUFFER_MARK in d.group(2) else \
                 owner_of_line(i + 1)
             owners[owner] = owners.get(owner, 0) + size
+    return owners
+
+
+def shared_memory_message(what: str, used: int, limit: int, owners: dict[str, int]) -> str:
+    """The message of a block needing ``used`` bytes of shared memory, over ``limit``."""
     parts = "; ".join(f"{o}: {n} bytes" for o, n in sorted(owners.items(), key=lambda x: -x[1]))
     return (f"{what} needs {used} bytes of shared memory per block, more than the {limit} "
             f"the GPU allows (static shared memory by declaration: {parts}). Use less "

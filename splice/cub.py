@@ -18,7 +18,11 @@ tile shape and dtype (cached on disk). What they need:
   ``ct.mma``), as any block-scope call; its block is tileiras's 128 threads
   (``.reqntid 128``), which the CUB code is compiled for: another block size is a
   ``SpliceRewriteError`` when the kernel compiles (and traps at launch, should it get
-  through).
+  through). Not at warpgroup scope: CUB's block algorithms synchronise with
+  ``__syncthreads()`` (``CTA_SYNC``), a barrier of the whole block, which the warpgroup
+  callee policy refuses (:func:`splice.warpgroup.callee_refusal`: the block's other warps
+  never reach it in a warp-specialised kernel); a tile call there needs CUDA C written
+  for the group (``splice_group_sync()``, ``examples/matmul_rowmax_fp8.py``).
 - **Tiles**: 1-D, of 128 x 2**j elements (128, 256 ... 2048; CUB's items per thread are
   ``n / 128``), dtypes int8 ... int64, uint8 ... uint64, float16, bfloat16, float32,
   float64 for ``sort``/``sort_pairs``/``top_k`` keys (radix sort: -0.0 sorts before

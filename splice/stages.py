@@ -16,7 +16,7 @@ import os
 import re
 from typing import Any, Callable, Protocol
 
-from . import collectives, diagnose, effects, inline, link, nvshmem, rewrite, toolchain
+from . import collectives, diagnose, effects, inline, link, nvshmem, rewrite, tiles, toolchain
 from .forms import warpgroup as warpgroup_form
 from .errors import SpliceLinkError, SpliceToolchainError
 from .forms.base import SiteCall, SiteInfo
@@ -69,6 +69,7 @@ def link_fragments(job: Driver, sp: Spliced) -> link.Merged:
     """The fragments merged into the rewritten PTX."""
     merged = link.insert(sp.module, sp.compiled.linked, job.name, sp.report.spans)
     job.dump(".spliced.ptx", merged.text)
+    tiles.check_shared_memory(merged.text, merged.spans, sp.lowered.target, job.what)
     return merged
 
 

@@ -128,7 +128,7 @@ def _staging_externs(ext, tiles, results, group: int, where: str, loc):
                       Signature((t.elem, _INT32), None), math.prod(shape),
                       f"tile argument {i + 1} of {label}")
               for k, (i, _var, t, shape) in enumerate(tiles)]
-    call = derived("call", "block call on the staged tiles",
+    call = derived("call", f"{ext.form.scope} call on the staged tiles",
                    Signature(sig.scalar_args, result), 0, f"the call of {label}", ext.form)
     several = len(results) > 1
     loads = [derived(f"load{j}", f"tile result{f' {j + 1}' if several else ''} from shared "

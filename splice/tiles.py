@@ -1,5 +1,5 @@
-"""Tiles into and out of block-scope calls: ``scope="block"`` externs whose parameters or
-result are ``splice.tile(dtype, shape=None)``.
+"""Tiles into and out of cooperative calls: ``scope="block"`` and ``scope="warpgroup"``
+externs whose parameters or result are ``splice.tile(dtype, shape=None)``.
 
 A call ``y = f(t, k)`` of ``f(x: splice.tile(ct.float32), k: ct.int32) ->
 splice.tile(ct.float32)`` is traced as three kinds of call sites, all of them externs of
@@ -8,7 +8,7 @@ one fragment splice generates for the call (:class:`TileFragment`)::
     idx = reshape(arange(N), t.shape)     # the row-major index, built by splice
     __splice_tile_<g>_store0(t, idx)      # element site, impure: buf0[idx] = t, exactly
                                           # once per element, on the thread that owns it
-    __splice_tile_<g>_call(k)             # block site: every thread calls
+    __splice_tile_<g>_call(k)             # block (or warpgroup) site: every thread calls
                                           # f(*(float(*)[N])buf0, k, *(float(*)[N])out)
     y = __splice_tile_<g>_load(idx_r)     # element site, impure: y = out[idx_r]
 
@@ -37,6 +37,21 @@ the step):
 3. *loads*: the same for the load site, in the straight-line stretch after the block site's
    join.
 
+**At warpgroup scope** (:mod:`splice.warpgroup`) the same staging and the same proof hold
+with the warpgroup site in the block site's place: 1. is :func:`splice.warpgroup.prove_site`
+(every thread of one warpgroup reaches it once; splice's counting entry barrier over the
+group orders the stores before the call, its exit barrier the call before the loads), and
+the elements per thread of 2. and 3. count the group's 128 threads, not the block's: the
+``threads`` of :meth:`~splice.forms.base.CallForm.call_ends`, which each form answers.
+
+**Shared memory**: the buffers of one call beyond :data:`MAX_SHARED_BYTES` are refused at
+the call (:mod:`splice.tile_trace`); once the fragments are merged,
+:func:`check_shared_memory` adds every static ``.shared`` declaration of the kernel (the
+buffers, tileiras's own, the callee's ``__shared__``) and refuses a total beyond the
+block's maximum before ptxas runs, naming each owner's bytes (next to the 128x128x64 TMA
+matmul's 196,760 B that leaves about 35 KB: a (128,) float32 vector, 1 KB in and out,
+fits; a 128x128 float32 accumulator, 64 KB each way, does not).
+
 An element that is padding (a partial tile at an array's edge, loaded with ``ct.load``'s
 padding) is staged like the others: the function sees the whole tile; pass the number of
 valid elements as a scalar argument.
@@ -60,6 +75,12 @@ PREFIX = "__splice_tile_"
 #: sm_100: 227 KB); the buffers of one call beyond it are refused before tileiras runs.
 MAX_SHARED_BYTES = 227 * 1024
 
+
+#: The most shared memory one block may have, by PTX target without its ``a``/``f``
+#: suffix (sm_90 and sm_100: 227 KB, the opt-in maximum, which static declarations may
+#: use there: tileiras's TMA matmul declares 196,760 B). :func:`check_shared_memory`
+#: checks against it; other targets are left to ptxas (its report names the owners too).
+BLOCK_SHARED_LIMIT = {"sm_90": 232_448, "sm_100": 232_448}
 
 #: The parts of a tile call (:attr:`Staging.role`).
 ROLES = ("store", "call", "load")
@@ -318,6 +339,31 @@ def _load_function(symbol: str, elem: ElementType, buf: str) -> str:
         f"\tst.param.b{bits} \t[func_retval0], {reg};", "\tret;", "}"])
 
 
+def check_shared_memory(merged: str, spans, target: str, what: str) -> None:
+    """Refuse, before ptxas runs, a kernel with tile calls whose static shared memory
+    cannot fit in one block on ``target`` (:data:`BLOCK_SHARED_LIMIT`): ``merged`` is the
+    merged PTX, ``spans`` what splice wrote into it (:class:`splice.link.Merged`). The
+    refusal counts what the kernel surely uses -- splice's staging buffers and tileiras's
+    own declarations -- and names every owner's bytes, the callees' ``__shared__`` too
+    (a total those push over the limit is ptxas's report, which names them alike).
+
+    Raises:
+        SpliceLinkError: naming ``what``, the bytes of each owner and the limit.
+    """
+    from . import block, diagnose
+    if block.TILE_BUFFER_MARK not in merged:
+        return
+    limit = BLOCK_SHARED_LIMIT.get(target.rstrip("af"))
+    if limit is None:
+        return
+    owners = block.shared_owners(merged, lambda n: diagnose.owner_of_line(spans, n))
+    sure = owners.get(block.TILE_BUFFER_OWNER, 0) + owners.get(diagnose.KERNEL_OWNER, 0)
+    if sure > limit:
+        raise SpliceLinkError(block.shared_memory_message(what, sum(owners.values()), limit,
+                                                          owners) +
+                              f" (tileiras's and the staging's alone: {sure} bytes)")
+
+
 # --------------------------------------------------------------------------------------------
 # Declaration
 
@@ -335,9 +381,9 @@ def abi_signature(sig: Signature) -> Signature:
 
 def check_declaration(sig: Signature, form, fragment: Fragment, what: str) -> None:
     """A tile parameter or result needs a call form that takes tiles (``form.takes_tiles``:
-    ``scope="block"``) and device code splice can call with pointers into its shared
-    memory (not a binary object: its link runs after ptxas, where the staging cannot be
-    merged).
+    ``scope="block"`` and ``scope="warpgroup"``) and device code splice can call with
+    pointers into its shared memory (not a binary object: its link runs after ptxas, where
+    the staging cannot be merged).
 
     Raises:
         SpliceDeclarationError: naming ``what``.
@@ -349,10 +395,9 @@ def check_declaration(sig: Signature, form, fragment: Fragment, what: str) -> No
         raise SpliceDeclarationError(
             f"{what}: tile parameters and results (splice.tile) are for scope=\"block\" "
             f"externs, where every thread of the block calls the function on the whole "
-            f"tile; a {form.scope}-scope extern takes " +
-            ("scalars and pointers (tiles at this scope are not built yet)"
-             if form.runs_collectives else
-             "one element (write its dtype, e.g. ct.float32)"))
+            f"tile, and for scope=\"warpgroup\" externs (every thread of the warpgroup); "
+            f"a {form.scope}-scope extern takes one element (write its dtype, e.g. "
+            f"ct.float32)")
     if isinstance(fragment, BinarySource):
         raise SpliceDeclarationError(
             f"{what}: tile parameters need device code splice can merge its shared-memory "
@@ -389,7 +434,9 @@ _STOP = ("bra", "brx", "ret", "exit", "call", "trap")
 def check_staging(body, sites, at: Mapping[int, list[int]]) -> str | None:
     """Points 2 and 3 of the module docstring for every tile call of the function ``body``
     (a :class:`splice.ptx.Body`): ``at`` holds the statement indices of each atomic site's
-    marker instances, ``sites`` the sites (``.staging``, ``.form``). Returns why the
+    marker instances, ``sites`` the sites (``.staging``, ``.form``). The threads a call's
+    elements are spread over come from its form (:meth:`~splice.forms.base.CallForm.call_ends`:
+    the block's at block scope, the warpgroup's 128 at warpgroup scope). Returns why the
     staging is not proven, naming the step, or None."""
     from . import block
     groups: dict[int, dict[str, list[tuple[Any, list[int]]]]] = {}
@@ -400,10 +447,9 @@ def check_staging(body, sites, at: Mapping[int, list[int]]) -> str | None:
             groups.setdefault(st.group, {}).setdefault(st.role, []).append(
                 (sites[idx], positions))
     parsed = body.parsed
-    dims = block.block_dims(body.module, body.fn)
-    threads = int(dims.split(",")[0]) if dims else 0
     refs = _label_refs(parsed)
-    guards = _block_guards(body, sites, at)
+    ends = _call_ends(body, sites, at)
+    skips = _Skips(parsed, refs, frozenset(e[0] for e in ends.values()))
     for group, roles in groups.items():
         missing = [sc for idx, sc in sites.items() if idx not in at and
                    sc.staging is not None and sc.staging.group == group]
@@ -411,29 +457,23 @@ def check_staging(body, sites, at: Mapping[int, list[int]]) -> str | None:
             return (f"step 'every part in the function': {missing[0].staging.what} has no "
                     f"marker instance in it (tileiras removed or moved it)")
         [(call_site, call_at)] = roles["call"]     # present: every part is (above)
-        need = call_site.staging.threads
-        if need is not None and need != threads:
-            return (f"step 'block size': {call_site.staging.what} is compiled for blocks of "
-                    f"{need} threads, and tileiras gave this kernel {dims or 'no fixed size'}"
-                    f" (.reqntid)")
         counted: dict[int, int] = {}
         for i in call_at:
-            if i not in guards:
-                continue    # the block site's own proof reports it
-            g, j = guards[i]
-            skips = _Skips(parsed, refs, frozenset(gj[0] for gj in guards.values()))
+            if i not in ends:
+                continue    # the call site's own proof reports it
+            g, j, threads = ends[i]
+            need = call_site.staging.threads
+            if need is not None and need != threads:
+                return (f"step 'block size': {call_site.staging.what} is compiled for blocks "
+                        f"of {need} threads, and tileiras runs it on {threads} (.reqntid "
+                        f"{block.block_dims(body.module, body.fn)})")
             lo, hi = skips.stretch_before(g), skips.stretch_after(j)
             for role, window in (("store", range(lo, g)), ("load", range(j + 1, hi))):
                 for site, positions in roles.get(role, []):
                     n = sum(1 for p in positions if p in window)
-                    want = -(-site.staging.elements // threads) if threads else n
-                    if n != want:
-                        return (f"step '{'stores before' if role == 'store' else 'loads after'}"
-                                f" the call': {site.staging.what} has {n} {role} instance(s) "
-                                f"per thread in the straight-line code "
-                                f"{'before' if role == 'store' else 'after'} the block call "
-                                f"(site {call_site.index}), not {want} ({site.staging.elements}"
-                                f" elements on {threads} threads)")
+                    why = _count(site, role, n, threads, call_site)
+                    if why is not None:
+                        return why
                     counted[site.index] = counted.get(site.index, 0) + n
         for role in ("store", "load"):
             for site, positions in roles.get(role, []):
@@ -441,8 +481,21 @@ def check_staging(body, sites, at: Mapping[int, list[int]]) -> str | None:
                     return (f"step '{role}s in one straight-line stretch with the call': "
                             f"{site.staging.what}: {len(positions) - counted.get(site.index, 0)}"
                             f" of its {len(positions)} {role} instance(s) lie outside the "
-                            f"straight-line code around the block call")
+                            f"straight-line code around the call")
     return None
+
+
+def _count(site, role: str, n: int, threads: int, call_site) -> str | None:
+    """Why ``n`` instances of the store or load ``site`` in the stretch around one call
+    instance are not the tile's elements per thread (``ceil(elements / threads)``)."""
+    want = -(-site.staging.elements // threads)
+    if n == want:
+        return None
+    return (f"step '{'stores before' if role == 'store' else 'loads after'} the call': "
+            f"{site.staging.what} has {n} {role} instance(s) per thread in the straight-line "
+            f"code {'before' if role == 'store' else 'after'} the {call_site.form.scope} call "
+            f"(site {call_site.index}), not {want} ({site.staging.elements} elements on "
+            f"{threads} threads)")
 
 
 def _label_refs(parsed) -> dict[str, int]:
@@ -455,8 +508,9 @@ def _label_refs(parsed) -> dict[str, int]:
     return refs
 
 
-def _block_guards(body, sites, at) -> dict[int, tuple[int, int]]:
-    """Every proven block-site instance of ``fn``: marker statement -> (guard, join)."""
+def _call_ends(body, sites, at) -> dict[int, tuple[int, int, int]]:
+    """Every proven instance of a call site whose form takes tiles: marker statement ->
+    (guard, join, threads) (:meth:`~splice.forms.base.CallForm.call_ends`)."""
     out = {}
     for idx, positions in at.items():
         form = sites[idx].form
@@ -466,7 +520,7 @@ def _block_guards(body, sites, at) -> dict[int, tuple[int, int]]:
             try:
                 out[i] = form.call_ends(body, i)
             except ValueError:
-                pass    # the block site's own proof reports it
+                pass    # the call site's own proof reports it
     return out
 
 

@@ -4,7 +4,9 @@ arguments tileiras computed for the site.
 
 On sm_90 tileiras warp-specialises most kernels with a TMA load or store, a ``ct.mma`` or a
 reduction (``docs/design.md#warpgroup-scope``): warps 0-3 (one *warpgroup*, threads
-0-127) run the tile code, warp 4 issues the TMA loads, warp 5 the TMA stores. A 0-d
+0-127) run the tile code, warp 4 issues the TMA loads, warp 5 the TMA stores (with a
+reduction of a ``ct.mma`` accumulator in the epilogue, a second warpgroup, threads 128-255,
+runs the epilogue after a ``setmaxnreg.dec``, joined at ``barrier.sync 2, 128``). A 0-d
 operation in the tile code runs on one thread of the warpgroup and rejoins it at tileiras's
 named barrier::
 
@@ -34,7 +36,8 @@ a :class:`WarpgroupRefusal` naming the step (the rewriter's
    keeps for its own barriers and the callee's ``splice_group_sync()``. So the only
    barriers with that id are splice's.
 3. **site shape**: the guard G is a branch taken exactly by the threads with
-   ``tid.x != c`` (a single thread ``c``), the guarded code is straight-line and falls
+   ``tid.x != c`` (a single thread ``c``; tileiras's epilogue warpgroup tests
+   ``tid.x - 128 != 0``: :func:`guard_thread`), the guarded code is straight-line and falls
    through to the join J, which nothing but G names (as for block scope, :mod:`splice.block`).
 4. **join barrier**: J is followed, through straight-line code, by an unpredicated
    ``barrier.sync``/``bar.sync`` with immediate id and count (the warp-specialised case), or
@@ -51,8 +54,11 @@ a :class:`WarpgroupRefusal` naming the step (the rewriter's
 6. **wgmma**: no path from a ``wgmma.mma_async`` or ``wgmma.commit_group`` reaches M
    without a ``wgmma.wait_group 0`` (the call does not sit inside an open wgmma group,
    whose accumulator registers the asynchronous MMA still writes).
-7. **registers**: no path from a ``setmaxnreg.dec`` reaches M (a warp whose register
-   budget was cut, tileiras's producer warps, cannot be given a callee).
+7. **registers**: where a path from a ``setmaxnreg.dec`` reaches M (warps whose register
+   budget tileiras cut: its TMA warps, or the epilogue warpgroup it splits off when the
+   epilogue reduces the accumulator), the call must be an inlined body that calls nothing
+   (:func:`check_registers`): ptxas allocates that within the cut budget, as it does
+   tileiras's own code there; a called function has a register count of its own.
 
 **Why every thread of the group calls the extern once per execution.** Only the group's
 threads reach G (5.), and splice's code sits between G and J: thread ``c`` stores the
@@ -80,12 +86,14 @@ matmul where the group is 128) or of ``%tid`` (``threadIdx``: not the rank in a 
 does not start at thread 0). The header ``splice_group.h`` gives ``splice_group_rank()``,
 ``splice_group_size()`` and ``splice_group_sync()``.
 
-**Tiles (not yet).** Arguments are scalars and pointers, as at block scope
-(:func:`splice.trace._check_block_arguments` refuses a tile for both scopes). Tile arguments
-will be staged in splice-owned shared memory around the call as for block scope (issue 22:
-stores by the owner threads before G, loads after J); at this scope they then sit between
-:func:`leader_block` and :func:`all_threads_block`, and the limit is the shared memory
-tileiras leaves (about 35 KB next to the 128x128x64 TMA matmul's 196,760 B).
+**Tiles.** A warpgroup call takes tile arguments and results as a block call does
+(:mod:`splice.tiles`: one staging for both scopes): the owner threads store each element
+into splice's shared buffer in the straight-line code before G, every thread of the group
+loads the result after J, and the elements are spread over the group's
+:data:`GROUP_SIZE` threads (``call_ends`` of the form says so), not the block's. The
+buffers, tileiras's own shared memory and the callee's must fit in the block's maximum
+(:func:`splice.tiles.check_shared_memory`: about 35 KB next to the 128x128x64 TMA matmul's
+196,760 B): a (128,) vector fits, a 128x128 float32 accumulator does not.
 """
 
 from __future__ import annotations
@@ -140,11 +148,14 @@ class Group:
 @dataclasses.dataclass(frozen=True)
 class SiteProof:
     """What :func:`prove_site` established for one marker instance: ``guard`` and ``join``
-    (statement indices of G and J) and the :class:`Group`."""
+    (statement indices of G and J), the :class:`Group`, and ``registers_cut``: whether a
+    ``setmaxnreg.dec`` reaches the site (step 7: then only a call-free inlined body may
+    run there, :func:`check_registers`)."""
 
     guard: int
     join: int
     group: Group
+    registers_cut: bool = False
 
 
 def prove_site(body: Body, i: int) -> SiteProof:
@@ -168,11 +179,42 @@ def prove_site(body: Body, i: int) -> SiteProof:
                     ins.operands == ("0",), "wgmma",
                     "the call site is inside an open wgmma group: a wgmma.mma_async may "
                     "still be running when it is reached (no wgmma.wait_group 0 between)")
-    _check_reaching(body, i, lambda ins: ins.opcode.startswith("setmaxnreg.dec"),
-                    lambda ins: False, "registers",
-                    "the call site is reached after a setmaxnreg.dec (a warp whose register "
-                    "budget tileiras cut, e.g. a TMA producer warp)")
-    return SiteProof(g, j, group)
+    cut = _reaches(body, i, lambda ins: ins.opcode.startswith("setmaxnreg.dec"),
+                   lambda ins: False)
+    return SiteProof(g, j, group, cut)
+
+
+def check_registers(proof: SiteProof, site) -> None:
+    """Step 7 for the call of ``site`` (a :class:`~splice.forms.base.SiteCall`) at a
+    proven instance: where a ``setmaxnreg.dec`` reaches the site, the call must be an
+    inlined body that calls nothing. ptxas then allocates its registers inside the budget
+    tileiras cut, as it does for tileiras's own epilogue code there (measured on sm_90: the
+    TMA matmul's epilogue warpgroup, ``setmaxnreg.dec 32``, with an inlined tile call uses
+    registers up to R23 only); a called function is compiled with a register count of its
+    own, which that budget does not bound.
+
+    Raises:
+        WarpgroupRefusal: step "registers".
+    """
+    if not proof.registers_cut:
+        return
+    why = "it is called, not inlined" if site.inline is None else _calls_in(site.inline)
+    if why is not None:
+        raise WarpgroupRefusal(
+            "registers", f"the call site is reached after a setmaxnreg.dec (warps whose "
+            f"register budget tileiras cut, e.g. its TMA warps or epilogue warpgroup), "
+            f"where only an inlined body that calls nothing can run within the cut budget, "
+            f"and {why}. Keep the extern inlinable (inline=\"auto\" or \"always\", no "
+            f"calls of functions it cannot inline)")
+
+
+def _calls_in(inline) -> str | None:
+    """Why the inlined body ``inline`` ((Module, Function)) is not call-free, or None."""
+    mod, fn = inline
+    for st in mod.body_statements(fn):
+        if st.kind == "instruction" and parse_instruction(st, mod.text).base == "call":
+            return f"its body calls another function ('{' '.join(st.text(mod.text).split())}')"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,8 +302,8 @@ def _setp_of(guard: str, body: Body) -> tuple[Instruction, bool] | None:
 
 def guard_thread(guard: str, body: Body) -> int | None:
     """The thread ``c`` when ``@guard`` is true exactly for the threads with ``tid.x != c``
-    (the guard predicate is a ``setp`` comparing a register that only ``mov %tid.x``
-    defines with an immediate); else None."""
+    (the guard predicate is a ``setp`` comparing ``tid.x + k`` (:func:`_tid_offset`) with
+    an immediate); else None."""
     found = _setp_of(guard, body)
     if found is None:
         return None
@@ -270,9 +312,29 @@ def guard_thread(guard: str, body: Body) -> int | None:
         return None
     _, a, b = ins.operands
     reg, imm = (a, _immediate(b)) if _immediate(a) is None else (b, _immediate(a))
-    if imm is None or not block._tid_register(reg, body):
+    if imm is None:
         return None
-    return imm
+    offset = _tid_offset(reg, body)
+    return None if offset is None else (imm - offset) & 0xFFFFFFFF
+
+
+def _tid_offset(reg: str, body: Body) -> int | None:
+    """``k`` when ``reg == tid.x + k`` (32 bits) in every thread: ``reg`` is a register that
+    only ``mov %tid.x`` defines (k = 0), or one whose only definition is an unpredicated
+    32-bit ``add`` of such a register and an immediate (tileiras's rank in the second
+    warpgroup, ``tid.x - 128``); else None."""
+    if block._tid_register(reg, body):
+        return 0
+    if len(body.defs.get(reg, ())) != 1:
+        return None
+    ins = body.parsed[body.defs[reg][0]][1]
+    if ins is None or ins.guard is not None or ins.base != "add" or \
+            ins.modifiers not in (("s32",), ("u32",)) or len(ins.operands) != 3 or \
+            ins.operands[0] != reg:
+        return None
+    _, a, b = ins.operands
+    src, k = (a, _immediate(b)) if _immediate(a) is None else (b, _immediate(a))
+    return k if k is not None and block._tid_register(src, body) else None
 
 
 def _guard(body: Body, i: int) -> tuple[int, int, str]:
@@ -534,6 +596,14 @@ def _check_reaching(body: Body, i: int, source: Callable[[Instruction], bool],
                     kill: Callable[[Instruction], bool], step: str, reason: str) -> None:
     """Refuse when some path from an instruction matching ``source`` reaches statement ``i``
     without passing one matching ``kill``."""
+    if _reaches(body, i, source, kill):
+        raise WarpgroupRefusal(step, reason)
+
+
+def _reaches(body: Body, i: int, source: Callable[[Instruction], bool],
+             kill: Callable[[Instruction], bool]) -> bool:
+    """Whether some path from an instruction matching ``source`` reaches statement ``i``
+    without passing one matching ``kill``."""
     parsed, labels = body.parsed, body.labels
     starts = [k for k, (_, ins) in enumerate(parsed) if ins is not None and source(ins)]
     seen = set(starts)
@@ -542,11 +612,12 @@ def _check_reaching(body: Body, i: int, source: Callable[[Instruction], bool],
         k = work.pop()
         for n in successors(parsed, labels, k):
             if n == i:
-                raise WarpgroupRefusal(step, reason)
+                return True
             ins = parsed[n][1]
             if n not in seen and not (ins is not None and kill(ins)):
                 seen.add(n)
                 work.append(n)
+    return False
 
 
 # ---------------------------------------------------------------------------------------------

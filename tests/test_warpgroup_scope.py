@@ -602,8 +602,9 @@ def test_asm_cooperative_refusals():
 
 @pytest.mark.gpu
 def test_gpu_example_matmul_fp8_scales():
-    """examples/matmul_rowmax_fp8.py on the GPU: C and its per-row FP8 scales against
-    PyTorch (the example asserts both)."""
+    """examples/matmul_rowmax_fp8.py on the GPU: C, its per-row FP8 scales (a warpgroup
+    tile call on the (TM,) row maxima) and its amax against PyTorch (the example asserts
+    each, exactly for the scales and the amax)."""
     import subprocess
     import sys
     from pathlib import Path
@@ -678,15 +679,6 @@ def test_binary_object_refused_at_warpgroup_scope(tmp_path):
                                               r"binary object.*ship it as CUDA C, PTX or "
                                               r"LTO-IR"):
         splice.compile(obj_kernel, VEC_SIG, "sm_90")
-
-
-def test_tile_parameter_refused_at_warpgroup_scope():
-    # the seam: tiles at this scope are not built yet (splice.warpgroup, "Tiles")
-    with pytest.raises(SpliceDeclarationError, match=r"a warpgroup-scope extern takes scalars "
-                                                     r"and pointers \(tiles at this scope are "
-                                                     r"not built yet\)"):
-        splice.extern(source=GROUP_COUNT_SRC, name="group_count", scope="warpgroup",
-                      signature="void(tile(float32))")(lambda t: None)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -293,11 +293,12 @@ class CallForm(Protocol):
         key loads ``key_loads``, instances numbered from ``first[site]``) with the number
         of instances per site, or a :class:`Refusal`."""
 
-    def call_ends(self, body: Body, i: int) -> tuple[int, int]:
+    def call_ends(self, body: Body, i: int) -> tuple[int, int, int]:
         """Only for a form with ``takes_tiles``: the statements (guard, join) around the
         call of the marker instance at statement ``i`` of ``body``, between which every
-        thread of the call runs it once; a tile call's stores are proven to lie in the
-        straight-line code before the guard, its loads after the join.
+        thread of the call runs it once, and the number of those threads (over which
+        tileiras spreads a tile's elements there); a tile call's stores are proven to lie
+        in the straight-line code before the guard, its loads after the join.
 
         Raises:
             ValueError: the instance's call is not proven (its own proof says why).
@@ -328,7 +329,7 @@ def no_function_edits(body, key_loads, sites, first) -> tuple[list[Edit], dict[i
     return [], {}
 
 
-def no_call_ends(body, i) -> tuple[int, int]:
+def no_call_ends(body, i) -> tuple[int, int, int]:
     """:meth:`CallForm.call_ends` of a form that takes no tiles (never called: the staging
     is built only for forms with ``takes_tiles``)."""
     raise AssertionError("call_ends of a form that takes no tiles")

@@ -107,9 +107,12 @@ class BlockForm:
 
     def call_ends(self, body, i):
         """Thread 0's guard and the join at tileiras's ``bar.sync 0``
-        (:func:`splice.block.prove_instance`)."""
+        (:func:`splice.block.prove_instance`), and the block's threads (``.reqntid``)."""
         from .. import block
-        return block.prove_instance(body, i)
+        g, j = block.prove_instance(body, i)
+        dims = block.block_dims(body.module, body.fn)
+        assert dims is not None     # prove_instance refuses a kernel without .reqntid
+        return g, j, int(dims.split(",")[0])
 
     key_load = staticmethod(no_key_load)
     function_edits = staticmethod(no_function_edits)

@@ -3,8 +3,8 @@ the call site on calls the extern once per execution, convergently, with the arg
 the thread tileiras ran the 0-d operation on.
 
 Declaration: any result but a pointer; always kept in place and in order (never pure).
-Arguments: scalars and pointers, as for block calls (tiles: not yet, see
-:mod:`splice.warpgroup`). Marker: a 0-d atomic, which tileiras runs on one thread of the
+Arguments: scalars, pointers and tiles, as for block calls (tiles staged in shared memory
+around the call by :mod:`splice.tiles`, spread over the group's 128 threads). Marker: a 0-d atomic, which tileiras runs on one thread of the
 consumer warpgroup behind a ``tid.x != c`` guard, joined at its named barrier
 (``barrier.sync 1, 128``) in a warp-specialised kernel, at ``bar.sync 0`` in a 128-thread
 kernel that is not; its global becomes the arguments' shared scratch. Each instance:
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .base import Scope, SiteInfo, generated_text, instances_text, no_call_ends
+from .base import Scope, SiteInfo, generated_text, instances_text
 from .block import BlockForm, marker_result
 
 if TYPE_CHECKING:
@@ -34,19 +34,18 @@ class WarpgroupForm(BlockForm):
 
     scope = Scope.WARPGROUP
     span_kind = "warpgroup call"
-    #: not yet (the seam): :meth:`call_ends` would return the proof's guard and join, and
-    #: the staging's shared memory must fit beside tileiras's (``splice.warpgroup``, "Tiles")
-    takes_tiles = False
-    call_ends = staticmethod(no_call_ends)
+    takes_tiles = True
 
     def check_arguments(self, typed, describe) -> str | None:
-        """Scalars and pointers: every thread of the group passes the leader's values."""
+        """Scalars and pointers where the signature names them: every thread of the group
+        passes the leader's values (tiles go to ``splice.tile`` parameters)."""
         for i, var in enumerate(typed):
             if var.get_type().shape != ():
                 return (f"argument {i + 1} is {describe(var)}; a warpgroup-scope extern "
                         f"(scope=\"warpgroup\") takes scalars (0-d tiles, Python constants) "
-                        f"and pointers (arrays) for now: reduce the tile to a scalar, or pass "
-                        f"the array and index it inside the function")
+                        f"and pointers (arrays) where its signature names them: declare the "
+                        f"parameter splice.tile({var.get_type().dtype}) to pass the whole "
+                        f"tile (staged in shared memory), or reduce the tile to a scalar")
         return None
 
     def instance_edits(self, body, i, site, instance):
@@ -65,6 +64,7 @@ class WarpgroupForm(BlockForm):
                             f"{warpgroup.MAX_SITES} call sites", i)
         try:
             proof = warpgroup.prove_site(body.analysed, i)
+            warpgroup.check_registers(proof, site)
         except warpgroup.WarpgroupRefusal as e:
             raise body.fail(f"{what}: cannot prove that every thread of a warpgroup reaches "
                             f"the call exactly once, at step '{e.step}': {e.reason}",
@@ -78,6 +78,17 @@ class WarpgroupForm(BlockForm):
         return [(gs.start, gs.end, guard),
                 (s.start, s.end, Generated(text, site.label, "warpgroup call", site.index,
                                            instance))]
+
+    def call_ends(self, body, i):
+        """The group's guard G and join J (:func:`splice.warpgroup.prove_site`), and the
+        group's :data:`~splice.warpgroup.GROUP_SIZE` threads, over which tileiras spreads
+        the elements of a tile it runs there."""
+        from .. import warpgroup
+        try:
+            proof = warpgroup.prove_site(body, i)
+        except warpgroup.WarpgroupRefusal as e:
+            raise ValueError(str(e)) from None
+        return proof.guard, proof.join, warpgroup.GROUP_SIZE
 
     def describe(self, span: Span) -> str:
         return generated_text(span, "warpgroup-scope call sequence")

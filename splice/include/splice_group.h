@@ -1,8 +1,9 @@
 // splice_group.h: the group of a warpgroup-scope call (scope="warpgroup").
 //
 // Every thread of the group calls the extern once, convergently. The group is one
-// warpgroup of 128 threads: tileiras's consumer warpgroup in a warp-specialised kernel,
-// the whole (128-thread) block otherwise. threadIdx and blockDim describe the block, not
+// warpgroup of 128 threads: in a warp-specialised kernel the warpgroup tileiras runs the
+// call site on (its consumer warpgroup, or the epilogue warpgroup it splits off when the
+// epilogue reduces the accumulator), the whole (128-thread) block otherwise. threadIdx and blockDim describe the block, not
 // the group, so splice refuses them in a warpgroup-scope extern; use these instead.
 #pragma once
 
