@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import SpliceDeclarationError
 from .base import Marker, Scope, SiteInfo, generated_text, instances_text, \
-    no_function_edits, no_key_load
+    no_check_callees, no_function_edits, no_key_load
 
 if TYPE_CHECKING:
     from ..spans import Generated, Span
@@ -113,6 +113,7 @@ class BlockForm:
 
     key_load = staticmethod(no_key_load)
     function_edits = staticmethod(no_function_edits)
+    check_callees = staticmethod(no_check_callees)   # collectives are allowed in the callee
 
     def describe(self, span: Span) -> str:
         return generated_text(span, "block-scope call sequence")
