@@ -209,10 +209,12 @@ def test_no_module_outside_the_forms_names_a_form():
     # outside splice/forms/: every other form is reached through the registry
     import re
     from pathlib import Path
-    names = re.compile(r"""from\s+\.forms(?:\.(?!base\b|marked\b|element\b)\w+|\s+import\s+[^\n]*"""
-                       r"""\b(?:block|warpgroup|fma_proof)\b)|(?<!splice\.)\bforms\.(?:block|"""
-                       r"""warpgroup)\b|(?<!["'])\b(?:BLOCK|WARPGROUP)\b(?!["'])|Generated\(.*["'](?:block|"""
-                       r"""warpgroup) call["']""")
+    names = re.compile(
+        r"""from\s+\.forms(?:\.(?!base\b|marked\b|element\b)\w+|\s+import\s+[^\n]*"""
+        r"""\b(?:block|warpgroup|fma_proof)\b)"""          # importing a form's module
+        r"""|(?<!splice\.)\bforms\.(?:block|warpgroup)\b"""  # naming it (not in a docstring)
+        r"""|(?<!["'])\b(?:BLOCK|WARPGROUP)\b(?!["'])"""    # naming its instance
+        r"""|Generated\(.*["'](?:block|warpgroup) call["']""")  # writing its span kind
     pkg = Path(splice.__file__).resolve().parent
     found = [f"{p.name}:{n}: {line.strip()}" for p in sorted(pkg.glob("*.py"))
              for n, line in enumerate(p.read_text().splitlines(), 1) if names.search(line)]

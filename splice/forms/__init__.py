@@ -34,8 +34,9 @@ in a warp-specialised kernel):
    128`` instead of ``bar.sync 0``) and its own policy on the callee's barriers
    (:meth:`~base.CallForm.check_callees`, which the fragments stage runs for each form
    present; :func:`~base.no_check_callees` for none beyond :attr:`runs_collectives`); its
-   spans get its :attr:`span_kind`; with ``takes_tiles`` and :meth:`~base.CallForm.call_ends` (the guard
-   and join of a proven instance) its calls take tiles, staged by :mod:`splice.tiles`.
+   spans get its :attr:`span_kind`; with ``takes_tiles`` and
+   :meth:`~base.CallForm.call_ends` (the guard and join of a proven instance) its calls
+   take tiles, staged by :mod:`splice.tiles`.
 2. Add its scope to :class:`~splice.forms.base.Scope` and one line to :data:`FORMS`
    (``Scope.WARPGROUP: warpgroup.WARPGROUP``). Nothing else dispatches on the scope: the
    declaration (``splice.extern(scope=...)``), the trace, the rewriter, the collective
