@@ -24,8 +24,8 @@ ConstInt = ct.Constant[int]
 
 class VoidOnly(element.ElementAtomic):
     """A test form: an element call on an atomic marker that takes void externs only, whose
-    callees may not store to global memory (they count with atomics), and that reports itself
-    by its own span kind and summary."""
+    callees may not store to global memory (they count with atomics) and whose snippets may
+    not trap, and that reports itself by its own span kind and summary."""
 
     scope = "test_void"   # type: ignore[assignment]
     span_kind = "test call"
@@ -56,6 +56,9 @@ class VoidOnly(element.ElementAtomic):
 
     def with_marker(self, marker):
         return self
+
+    def check_snippet(self, text, pack):
+        return "a test_void snippet does not trap" if "trap" in text else None
 
     def describe(self, span):
         return f"test_void call of {span.owner}"
@@ -189,6 +192,44 @@ def test_a_registered_form_checks_its_own_callees(void_form):
                                               r"test_forms\.py:\d+, stores to memory: st\."):
         splice.compile(mixed, sig, "sm_90")
     assert void_form.checked == [["tick", "put"]]
+
+
+def test_a_registered_form_checks_its_own_snippets(void_form):
+    @splice.kernel
+    def trapping(x, TILE: ConstInt):
+        splice.asm("trap;", scope="test_void")
+
+    with pytest.raises(splice.SpliceCallError, match=r"inline PTX at .*test_forms\.py:\d+: a "
+                                                     r"test_void snippet does not trap"):
+        splice.compile(trapping, K.signature(K.array(ct.int32), 128), "sm_90")
+
+
+_BRANCH = ("'bra': move the control flow into the kernel (an if on a scalar) or into a CUDA "
+           "C extern")
+
+
+@pytest.mark.parametrize("text, pack, why", [
+    ("add.s32 $0, $1, 1; // bra L; L:", 1, None),        # comments are not code
+    ("/* ret; */ mov.b32 $0, $1;", 1, None),
+    ("mov.b32 $0, $1;", 2, "pack=2 packs tile elements; a block-scope snippet takes scalars"),
+    ("setp.eq.s32 %p, $1, 0; @%p bra L; mov.b32 $0, $1;", 1,
+     "a block-scope snippet must be straight-line PTX, and this one has " + _BRANCH),
+    ("{ call.uni f, (); }", 1, "a block-scope snippet must be straight-line PTX, and this "
+                               "one has 'call': move the control flow into the kernel (an if "
+                               "on a scalar) or into a CUDA C extern"),
+    ("mov.b32 $0, $1; exit;", 1, "a block-scope snippet must be straight-line PTX, and this "
+                                 "one has 'exit': move the control flow into the kernel (an "
+                                 "if on a scalar) or into a CUDA C extern"),
+    ("L: mov.b32 $0, $1;", 1, "a block-scope snippet must be straight-line PTX, and this one "
+                              "has a label"),
+])
+def test_cooperative_forms_take_straight_line_snippets(text, pack, why):
+    # every thread of the group runs a cooperative snippet: control flow in it could send
+    # them different ways around the barriers; an element snippet has no such rule
+    assert forms.FORMS["block"].check_snippet(text, pack) == why
+    assert forms.FORMS["warpgroup"].check_snippet(text, pack) == \
+        (None if why is None else why.replace("block-scope", "warpgroup-scope"))
+    assert forms.FORMS["element"].check_snippet(text, pack) is None
 
 
 def test_no_stage_outside_the_forms_tests_a_scope_or_a_marker():

@@ -5,7 +5,8 @@ call site, so that no stage tests a scope or a marker itself:
 
 =====================  ==========================================================
 declaration            :meth:`declare` (result rules; whether the call stays pure)
-arguments              :meth:`check_arguments` (while tracing)
+arguments              :meth:`check_arguments` (while tracing); a ``splice.asm``
+                       snippet's rules: :meth:`check_snippet`
 Tile IR marker         :meth:`for_call` / :attr:`marker` (which variant a call gets)
 PTX analysis           :meth:`global_edit`, :meth:`instance_edits` (per marker
                        instance) or :meth:`key_load` + :meth:`function_edits` (per

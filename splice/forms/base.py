@@ -320,6 +320,11 @@ class CallForm(Protocol):
             SpliceLinkError: naming the extern, its declaration, the call site and the fix.
         """
 
+    def check_snippet(self, text: str, pack: int) -> str | None:
+        """What is wrong with a ``splice.asm`` snippet declared with this form's scope (its
+        PTX template ``text``, its ``pack=``), or None (:func:`no_check_snippet`); the trace
+        raises it as a ``SpliceCallError`` at the snippet."""
+
     def describe(self, span: Span) -> str:
         """What wrote ``span`` (of this form's :attr:`span_kind`), for a message."""
 
@@ -349,6 +354,12 @@ def no_check_callees(sites, fragments, target: str) -> None:
     """:meth:`CallForm.check_callees` of a form whose callees face only the checks every
     site gets (:mod:`splice.collectives` by :attr:`CallForm.runs_collectives`,
     :mod:`splice.effects`)."""
+
+
+def no_check_snippet(text: str, pack: int) -> str | None:
+    """:meth:`CallForm.check_snippet` of a form that takes any snippet an element call
+    takes."""
+    return None
 
 
 def no_call_ends(body, i) -> tuple[int, int]:
