@@ -103,7 +103,7 @@ class BlockForm:
         text = block.thread0_block(site, instance, ins.operands[2:]) + "\n" + \
             block.all_threads_block(site, instance, dest, join, call_block)
         return [(gs.start, gs.end, guard),
-                (s.start, s.end, Generated(text, site.label, "block call", site.index,
+                (s.start, s.end, Generated(text, site.label, self.span_kind, site.index,
                                            instance))]
 
     def call_ends(self, body, i):
