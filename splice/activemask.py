@@ -46,7 +46,7 @@ import dataclasses
 import re
 from typing import Sequence
 
-from .ptx import Function, Instruction, Module, Statement, destinations, parse_instruction
+from .ptx import Body, Function, Instruction, Module, Statement, destinations
 
 #: Opcode prefixes of the warp instructions whose last operand is a membermask and whose
 #: ISA semantics are "wait for the threads of membermask to execute it".
@@ -99,14 +99,14 @@ def proven(mod: Module, fn: Function) -> frozenset[int]:
     """The offsets (``Statement.start``) of the ``activemask.b32`` and membermask ``.sync``
     statements of ``fn`` (defined in ``mod``) proven to be the opportunistic pattern (see
     the module's docstring); empty when there is none."""
-    body = mod.body_statements(fn)
-    code = [(s, parse_instruction(s, mod.text)) for s in body if s.kind == "instruction"]
-    if not any(i.opcode == "activemask.b32" for _, i in code) or \
-            not any(_is_masked(i.opcode) for _, i in code) or \
-            any(i.base == "brx" for _, i in code):
+    analysed = mod.body(fn)
+    code = [i for _, i in analysed.parsed if i is not None]
+    if not any(i.opcode == "activemask.b32" for i in code) or \
+            not any(_is_masked(i.opcode) for i in code) or \
+            any(i.base == "brx" for i in code):
         return frozenset()
-    cfg = _Cfg(body, mod.text)
-    nested = _nested_registers(body)
+    cfg = _Cfg(analysed)
+    nested = _nested_registers(analysed.statements)
     if nested is None or cfg.unresolved:
         return frozenset()
     syncs: dict[int, frozenset[int]] = {}   # proven sync node -> its activemasks
@@ -154,12 +154,11 @@ def _group_of_sync(cfg: _Cfg, at, n: int, nested: set[str]) -> frozenset[int] | 
 class _Cfg:
     """The function body as a graph of its instructions and labels (one node each)."""
 
-    def __init__(self, body: Sequence[Statement], text: str):
-        scoped = _scoped(body)
+    def __init__(self, body: Body):
+        scoped = _scoped(body.statements)
         self.stmts = [s for s, _ in scoped]
-        self.ins: list[Instruction | None] = [
-            parse_instruction(s, text) if s.kind == "instruction" else None
-            for s in self.stmts]
+        parsed = {id(s): ins for s, ins in body.parsed}
+        self.ins: list[Instruction | None] = [parsed[id(s)] for s in self.stmts]
         # a label is visible in the block that declares it and the blocks inside that one
         # (ptxas accepts one name declared in two sibling blocks, each branch going to its own)
         labels = {(chain[-1], s.tokens[0].text): n for n, (s, chain) in enumerate(scoped)

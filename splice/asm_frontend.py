@@ -267,8 +267,9 @@ def _handle_asm(callee, template, args, dtype, constraints, pure, pack, scope):
         form = form_of(_constant(scope, "scope", where) or "element", "scope=")
     except SpliceDeclarationError as e:
         raise error(e.message) from None
-    if form.runs_collectives:    # a cooperative form: the whole group runs the snippet
-        _check_cooperative_template(text, form.scope, k, error)
+    why = form.check_snippet(text, k)
+    if why is not None:
+        raise error(why)
     for i, var in enumerate(args):
         if not isinstance(var.get_type(), cu.TileTy):
             raise error(f"input {i + 1} is {describe(var)}; inputs are tiles or scalars")
@@ -314,28 +315,6 @@ def _packed_types(outputs, k: int, error) -> tuple[ElementType, ...]:
                      for t in outputs)
     except KeyError:
         raise error(f"pack={k} outputs must be {16 // k}/{32 // k}/{64 // k}-bit") from None
-
-
-_CONTROL = re.compile(r"^\s*(?:@!?%?\w+\s+)?(bra|brx|call|ret|exit)\b")
-_LABEL = re.compile(r"(?:^|[;{}])\s*[$%\w]+\s*:", re.M)
-
-
-def _check_cooperative_template(text: str, scope: str, pack: int, error) -> None:
-    """A block- or warpgroup-scope snippet runs once per execution on every thread of its
-    group, with scalar inputs: it must be straight-line (a branch, label, call or exit in
-    it could send threads of the group different ways around its barriers)."""
-    if pack != 1:
-        raise error(f"pack={pack} packs tile elements; a {scope}-scope snippet takes scalars")
-    body = re.sub(r"//[^\n]*|/\*.*?\*/", "", text, flags=re.S)
-    for stmt in re.split(r"[;{}]", body):
-        m = _CONTROL.match(stmt)
-        if m:
-            raise error(f"a {scope}-scope snippet must be straight-line PTX, and this one has "
-                        f"'{m.group(1)}': move the control flow into the kernel (an if on a "
-                        f"scalar) or into a CUDA C extern")
-    if _LABEL.search(body):
-        raise error(f"a {scope}-scope snippet must be straight-line PTX, and this one has a "
-                    f"label")
 
 
 def _snippet_extern(text, outputs, args, constraints, pure: bool, where, loc, form):

@@ -26,7 +26,7 @@ def call_block(site: SiteCall, guard: str | None, dest: str,
                operands: Sequence[str], instance: int) -> Generated:
     """The PTX replacing one marker instance: a scoped block calling ``site.callee`` with
     the arguments unpacked from the marker's two operands, result into ``dest``; tagged
-    (kind ``"call"``) with the site's label, index and ``instance``."""
+    (kind: the site form's ``span_kind``) with the site's label, index and ``instance``."""
     # st.param/ld.param cannot be predicated: a guarded marker becomes a branch around the
     # whole call sequence.
     sig = site.signature
@@ -76,7 +76,7 @@ def call_block(site: SiteCall, guard: str | None, dest: str,
         if n:
             decls.append(f"\t.reg .{kind} \t%__splice_{kind}_<{n}>;")
     return Generated("\n".join(lines + decls + body + ["\t} // splice: end call"]),
-                     site.label, "call", site.index, instance)
+                     site.label, site.form.span_kind, site.index, instance)
 
 
 def _load_result(result: Param, width: int, dest: str, reg) -> list[str]:

@@ -20,7 +20,7 @@ from .types import Signature, parse_signature, signature_from_annotations
 _C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 #: The header libraries a CUDA C source may include besides the CUDA toolkit's, in
-#: include-path order (:class:`splice.fragments.HeaderProvider`): CCCL on every source's
+#: include-path order (:class:`splice.headers.HeaderProvider`): CCCL on every source's
 #: path, NVSHMEM on the path of a source that includes it.
 HEADER_PROVIDERS = (cccl.HEADERS, nvshmem.HEADERS)
 

@@ -175,7 +175,7 @@ def check_scope(ext, source: str) -> None:
 
 
 class _Headers:
-    """NVSHMEM as a :class:`splice.fragments.HeaderProvider`: for a source that includes
+    """NVSHMEM as a :class:`splice.headers.HeaderProvider`: for a source that includes
     it, its include directory, inlined device API, versions in the key and scope check."""
 
     def include_dirs(self, texts) -> list[Path]:

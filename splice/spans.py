@@ -15,16 +15,18 @@ says where each one landed.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Literal, Sequence
+from typing import Iterable, Sequence
 
-#: ``"fragment"``: a fragment's PTX, as the linker inserted it. ``"call"``: the call
-#: sequence (or inlined body) that replaced one marker instance. ``"block call"``: the
-#: whole sequence of one instance of a block-scope site (thread 0's argument store, every
-#: thread's call and the barriers around it); ``"warpgroup call"``: the same for a
-#: warpgroup-scope site. ``"splice"``:
-#: other declarations splice wrote (the fragments' prototypes, host-filled variables,
-#: block-call argument scratch). Lines in no span are the kernel's own PTX (tileiras's).
-Kind = Literal["fragment", "call", "block call", "warpgroup call", "splice"]
+#: What a span's lines are: ``"fragment"``: a fragment's PTX, as the linker inserted it.
+#: ``"splice"``: other declarations splice wrote (the fragments' prototypes, host-filled
+#: variables, block-call argument scratch). Any other kind is the ``span_kind`` of a call
+#: form (:class:`splice.forms.base.CallForm`): the code that replaced one marker instance
+#: of a site of that form (``"call"``: an element call's sequence or inlined body; ``"block
+#: call"``: thread 0's argument store, every thread's call and the barriers around it;
+#: ``"warpgroup call"``: the same for a warpgroup), so that a new form brings its own kind
+#: (:func:`splice.forms.of_span` maps it back). Lines in no span are the kernel's own PTX
+#: (tileiras's).
+Kind = str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +39,7 @@ class Span:
         owner: the fragment's description (``"CUDA C source declared at f.py:3"``), the
             call site's label (``"scale at k.py:12"``), or what splice declared.
         kind: see :data:`Kind`.
-        site: the call site's index (``"call"``, ``"block call"``), else None.
+        site: the call site's index (a call form's kind), else None.
         instance: the marker instance's number within its site, else None.
     """
 

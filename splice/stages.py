@@ -17,9 +17,8 @@ import re
 from typing import Any, Callable, Protocol
 
 from . import collectives, diagnose, effects, inline, link, nvshmem, rewrite, tiles, toolchain
-from .forms import warpgroup as warpgroup_form
 from .errors import SpliceLinkError, SpliceToolchainError
-from .forms.base import SiteCall, SiteInfo
+from .forms.base import CallForm, SiteCall, SiteInfo
 from .fragments import Fragment
 from .ptx import Module, opcode_head, parse_instruction
 from .result import Build, tileir_text
@@ -186,7 +185,8 @@ def _compile_fragments(job: Driver, traced, lowered: _Lowered) -> _Compiled:
             job.dump(f".fragment{len(modules) - 1}.ptx", modules[fkey][1].text)
         _check_fragment(site, *modules[fkey], lowered)
     collectives.check_element_sites(traced.sites, modules, lowered.target)
-    warpgroup_form.check_callees(traced.sites, modules, lowered.target)
+    for form, sites in _sites_by_form(traced.sites).items():
+        form.check_callees(sites, modules, lowered.target)
     effects.check_element_effects(traced.sites, modules, lowered.target)
     linked = link.prepare(lowered.module, list(modules.values()), job.name,
                           frozenset(s.extern.symbol for s in traced.sites),
@@ -273,6 +273,14 @@ _PTX_TARGETS: dict[str, str] = {}
 def _fragments(traced) -> list[Fragment]:
     """The kernel's fragments, each once, in the order of its sites."""
     return list({id(s.extern.fragment): s.extern.fragment for s in traced.sites}.values())
+
+
+def _sites_by_form(sites) -> dict[CallForm, list]:
+    """``sites`` by their extern's declared form (in the order each form first appears)."""
+    out: dict[CallForm, list] = {}
+    for site in sites:
+        out.setdefault(site.extern.form, []).append(site)
+    return out
 
 
 def _gpu_name(traced) -> str:

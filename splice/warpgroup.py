@@ -743,8 +743,8 @@ _SYSTEM_CALLS = frozenset({"vprintf", "malloc", "free", "__assertfail"})
 
 def check_sites(sites, fragments, target: str) -> None:
     """Refuse every one of ``sites`` (warpgroup-scope call sites:
-    :func:`splice.forms.warpgroup.check_callees` picks them) whose extern, or anything it
-    calls, executes an instruction :func:`callee_refusal` refuses.
+    :meth:`splice.forms.warpgroup.WarpgroupForm.check_callees` passes them) whose extern, or
+    anything it calls, executes an instruction :func:`callee_refusal` refuses.
 
     Args:
         sites: warpgroup-scope call sites (``.extern``, ``.where``).

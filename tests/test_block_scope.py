@@ -260,10 +260,20 @@ def test_scope_is_validated_and_recorded():
 # The PTX a block site becomes
 
 
+def _block_spans(b):
+    """The span of each block call in the build: from thread 0's argument store to the end
+    of the all-threads block."""
+    return [span for span in b.spans if span.kind == "block call"]
+
+
 def _block_instances(b) -> list[str]:
-    """The text of each block call (its span in the build): from thread 0's argument store
-    to the end of the all-threads block."""
-    return [span.text(b.spliced_ptx) for span in b.spans if span.kind == "block call"]
+    """The text of each block call (:func:`_block_spans`)."""
+    return [span.text(b.spliced_ptx) for span in _block_spans(b)]
+
+
+def _code(text: str) -> str:
+    """``text`` without its comments."""
+    return re.sub(r"[ \t]*//[^\n]*", "", text)
 
 
 @pytest.mark.parametrize("kernel,inlined", [(count_kernel, True),
@@ -275,12 +285,15 @@ def test_block_site_ptx(kernel, inlined):
     ptx = b.spliced_ptx.split(".nv_intermediate_source_section")[0]
     instances = _block_instances(b)
     assert len(instances) == sum(s.instances for s in b.sites) >= 3
+    # one span per instance of every site, numbered as the sites report them
+    assert sorted((s.site, s.instance) for s in _block_spans(b)) == \
+        [(s.index, k) for s in b.sites for k in range(s.instances)]
     for text in instances:
         # thread 0 stores the arguments, every thread meets at the label, a barrier, the
         # arguments, the call (or inlined body), a barrier, then only thread 0 goes on
         store, rest = text.split("\n$__splice_block_", 1)
         assert "st.shared.b" in store and "call" not in re.sub(r"//[^\n]*", "", store)
-        assert rest.endswith("} // splice: end block call")
+        assert _code(rest).endswith("\n\t}")         # the span ends with the block
         assert "@%__splice_q trap;" in rest      # unless the whole block is there
         body = rest.split("bar.red.popc.u32", 1)[1]
         call_part, after = body.rsplit("bar.sync \t0;", 1)
@@ -289,11 +302,14 @@ def test_block_site_ptx(kernel, inlined):
         assert ("call (__splice_r), block_count," in call_part) == (not inlined)
         assert re.search(r"setp.ne.u32 \t%__splice_q, %__splice_tid, 0;\n\t@%__splice_q bra "
                          r"\t\$L__BB\d+_\d+;", after)
-    # each guard now leads to splice's label, and its old target still follows a barrier
-    for m in re.finditer(r"bra \t(\$__splice_block_\d+_\d+); // splice: was (\$L__BB\d+_\d+)",
-                         ptx):
-        label, join = m.groups()
+    # each instance's guard now leads to splice's label, and its old target (where the
+    # instance sends thread 0 on) still follows a barrier
+    for span in _block_spans(b):
+        label = f"$__splice_block_{span.site}_{span.instance}"
+        *_, join = re.findall(r"@%__splice_q bra \t(\$L__BB\d+_\d+);", span.text(ptx))
         assert ptx.count(label + ":") == 1
+        assert len(re.findall(r"@%p\d+ bra \t" + re.escape(label) + ";", ptx)) == 1
+        assert re.search(r"@%p\d+ bra \t" + re.escape(join) + ";", b.ptx)  # tileiras's guard
         assert re.search(re.escape(join) + r":\n(\s*\.loc[^\n]*\n)*\s*bar.sync \t0;", ptx)
     assert "__splice_marker" not in ptx
 
@@ -486,15 +502,22 @@ def test_hand_written_block_site():
     rep = splice_calls(Module(_GOOD), {0: _block_site()}, kernel_name="k")
     assert rep.replaced == {0: 1}
     ptx = rep.ptx
-    assert "@%p1 bra \t$__splice_block_0_0; // splice: was $L__BB0_2" in ptx
+    # thread 0's guard leads to the instance's label, not to the join
+    assert "@%p1 bra \t$__splice_block_0_0;" in ptx and "@%p1 bra \t$L__BB0_2;" not in ptx
     assert ".shared .align 8 .b8 __splice_block_0[16];" in ptx
-    order = [ptx.index(s) for s in ("st.shared.b64 \t[__splice_block_0+8]",
-                                    "$__splice_block_0_0:", "bar.red.popc.u32",
-                                    "@%__splice_q trap;",
-                                    "call (__splice_r), callee0,", "bar.sync \t0; // splice: the "
-                                    "call's", "@%__splice_q bra \t$L__BB0_2;",
-                                    "st.shared.b64 \t[smem], %rd10;", "$L__BB0_2:")]
+    [scratch, span] = rep.spans
+    assert (scratch.kind, scratch.site) == ("splice", 0)
+    assert (span.kind, span.site, span.instance) == ("block call", 0, 0)
+    text = span.text(ptx)
+    order = [text.index(s) for s in ("st.shared.b64 \t[__splice_block_0+8]",
+                                     "$__splice_block_0_0:", "bar.red.popc.u32",
+                                     "@%__splice_q trap;",
+                                     "call (__splice_r), callee0,", "bar.sync \t0;",
+                                     "@%__splice_q bra \t$L__BB0_2;")]
     assert order == sorted(order)
+    # after the span: tileiras's code on thread 0, then the join
+    after = "\n".join(ptx.split("\n")[span.end_line:])
+    assert after.index("st.shared.b64 \t[smem], %rd10;") < after.index("$L__BB0_2:")
     Module(ptx)   # parses
 
 

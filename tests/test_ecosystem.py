@@ -259,7 +259,7 @@ def include_dir(request, tmp_path, monkeypatch):
 ])
 def test_standard_headers_point_at_libcuxx(include_dir, header, says):
     from splice.externs import HEADER_PROVIDERS
-    from splice.fragments import header_hint
+    from splice.cuda_compile import header_hint
     hint = header_hint(_log(header), HEADER_PROVIDERS)
     assert says in hint
     assert ("cuda-toolkit[cccl]" in hint) != include_dir
@@ -269,7 +269,7 @@ def test_standard_headers_point_at_libcuxx(include_dir, header, says):
                                     "cuda/std/cstdint", "thrust/complex.h"])
 def test_cccl_headers_say_how_to_install_cccl(include_dir, header):
     from splice.externs import HEADER_PROVIDERS
-    from splice.fragments import header_hint
+    from splice.cuda_compile import header_hint
     hint = header_hint(_log(header), HEADER_PROVIDERS)
     if include_dir:
         assert "is not in CCCL at" in hint
@@ -280,7 +280,7 @@ def test_cccl_headers_say_how_to_install_cccl(include_dir, header):
 
 def test_other_missing_headers_get_no_cccl_hint():
     from splice.externs import HEADER_PROVIDERS
-    from splice.fragments import header_hint
+    from splice.cuda_compile import header_hint
     assert header_hint(_log("my_header.h"), HEADER_PROVIDERS) == ""
     assert header_hint("x.cu(3): error: identifier \"y\" is undefined",
                        HEADER_PROVIDERS) == ""
@@ -426,13 +426,13 @@ def test_half_stubless_extern_still_decorates_a_stub():
 ])
 def test_common_missing_headers_get_a_hint(header, says):
     from splice.externs import HEADER_PROVIDERS
-    from splice.fragments import header_hint
+    from splice.cuda_compile import header_hint
     assert says in header_hint(_log(header), HEADER_PROVIDERS)
 
 
 def test_user_headers_in_like_named_folders_get_no_nvshmem_hint():
     from splice.externs import HEADER_PROVIDERS
-    from splice.fragments import header_hint
+    from splice.cuda_compile import header_hint
     assert "NVSHMEM" not in header_hint(_log("host/config.h"), HEADER_PROVIDERS)
     assert "NVSHMEM" not in header_hint(_log("device/my_nvshmem_wrappers.hpp"),
                                         HEADER_PROVIDERS)

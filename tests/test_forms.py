@@ -1,6 +1,7 @@
 """Call forms (splice.forms): the registry validates a declaration's scope, and a form defined
 outside ``splice/forms/`` -- here one registered by this test only -- runs through the
-declaration, the trace, the rewriter and the report without any other change to splice."""
+declaration, the trace, its own callee check, the rewriter (its own span kind) and the report
+without any other change to splice."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import pytest
 
 import splice
 from splice import forms
-from splice.errors import SpliceDeclarationError
+from splice.errors import SpliceDeclarationError, SpliceLinkError
 from splice.forms import element
-from splice.ptx import Module
+from splice.ptx import Module, parse_instruction
 from splice.rewrite import splice_calls
 from support import kernels as K
 from support.sites import site_call
@@ -22,11 +23,28 @@ ConstInt = ct.Constant[int]
 
 
 class VoidOnly(element.ElementAtomic):
-    """A test form: an element call on an atomic marker that takes void externs only and
-    reports itself by its own summary."""
+    """A test form: an element call on an atomic marker that takes void externs only, whose
+    callees may not store to global memory (they count with atomics) and whose snippets may
+    not trap, and that reports itself by its own span kind and summary."""
 
     scope = "test_void"   # type: ignore[assignment]
     span_kind = "test call"
+
+    def __init__(self):
+        self.checked: list[list[str]] = []    # the extern names of each check_callees call
+
+    def check_callees(self, sites, fragments, target):
+        self.checked.append([s.extern.name for s in sites])
+        for site in sites:
+            ext = site.extern
+            mod = fragments[ext.fragment.content_key(target)][1]
+            fn = mod.functions[ext.symbol]
+            stores = [st for st in mod.body_statements(fn)
+                      if st.kind == "instruction" and parse_instruction(st, mod.text).base == "st"]
+            if stores:
+                raise SpliceLinkError(f"test_void extern '{ext.name}', called at "
+                                      f"{site.where}, stores to memory: "
+                                      f"{stores[0].text(mod.text).strip()}")
 
     def declare(self, sig, pure, what):
         if sig.result is not None:
@@ -38,6 +56,9 @@ class VoidOnly(element.ElementAtomic):
 
     def with_marker(self, marker):
         return self
+
+    def check_snippet(self, text, pack):
+        return "a test_void snippet does not trap" if "trap" in text else None
 
     def describe(self, span):
         return f"test_void call of {span.owner}"
@@ -52,6 +73,7 @@ VOID_ONLY = VoidOnly()
 @pytest.fixture
 def void_form():
     forms.register("test_void", VOID_ONLY)
+    VOID_ONLY.checked.clear()
     yield VOID_ONLY
     del forms.FORMS["test_void"]
 
@@ -97,11 +119,34 @@ def test_a_registered_form_rewrites_its_sites(void_form):
     rep = splice_calls(Module(text), {0: site}, kernel_name="k")
     assert rep.replaced == {0: 1}
     assert "call callee0, (__splice_p0, __splice_p1);" in rep.ptx
-    assert [s.kind for s in rep.spans] == ["call"]   # the element sequence it inherits
+    # the element sequence it inherits, under its own span kind
+    assert [(s.kind, s.site, s.instance) for s in rep.spans] == [("test call", 0, 0)]
+    assert forms.of_span(rep.spans[0]) is VOID_ONLY
+    assert "\tcall callee0, (__splice_p0, __splice_p1);" in rep.spans[0].text(rep.ptx)
     Module(rep.ptx)
 
 
 tick = None
+put = None
+twice = None
+
+
+def _put():
+    global put
+    if put is None:
+        put = splice.extern(
+            source='extern "C" __device__ void put(int* c, int v) { c[v & 1] = v; }',
+            name="put", signature="void(int32*, int32)", scope="test_void",
+            inline="never")(lambda c, v: None)
+    return put
+
+
+def _twice():
+    global twice
+    if twice is None:
+        twice = splice.extern(source='extern "C" __device__ int twice(int v) { return 2 * v; }',
+                              name="twice", signature="int32(int32)")(lambda v: None)
+    return twice
 
 
 def _tick():
@@ -127,6 +172,64 @@ def test_a_registered_form_compiles_through_the_pipeline(void_form):
     assert str(info) == f"site 0: tick, test_void, {info.instances} call(s)"
     assert info.instances > 0 and not info.inlined
     assert b.spliced_ptx.count("\tcall tick, (") == info.instances
+    assert [s.kind for s in b.spans if s.site == 0] == ["test call"] * info.instances
+    assert void_form.checked == [["tick"]]
+
+
+def test_a_registered_form_checks_its_own_callees(void_form):
+    # the form's check_callees runs once, on its own sites only (not the element site beside
+    # them), and its refusal is the build's error
+    tick_fn, put_fn, twice_fn = _tick(), _put(), _twice()
+
+    @splice.kernel
+    def mixed(x, counter, TILE: ConstInt):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        tick_fn(counter, twice_fn(t))
+        put_fn(counter, t)
+
+    sig = K.signature(K.array(ct.int32), K.array(ct.int32), 128)
+    with pytest.raises(SpliceLinkError, match=r"test_void extern 'put', called at .*"
+                                              r"test_forms\.py:\d+, stores to memory: st\."):
+        splice.compile(mixed, sig, "sm_90")
+    assert void_form.checked == [["tick", "put"]]
+
+
+def test_a_registered_form_checks_its_own_snippets(void_form):
+    @splice.kernel
+    def trapping(x, TILE: ConstInt):
+        splice.asm("trap;", scope="test_void")
+
+    with pytest.raises(splice.SpliceCallError, match=r"inline PTX at .*test_forms\.py:\d+: a "
+                                                     r"test_void snippet does not trap"):
+        splice.compile(trapping, K.signature(K.array(ct.int32), 128), "sm_90")
+
+
+_BRANCH = ("'bra': move the control flow into the kernel (an if on a scalar) or into a CUDA "
+           "C extern")
+
+
+@pytest.mark.parametrize("text, pack, why", [
+    ("add.s32 $0, $1, 1; // bra L; L:", 1, None),        # comments are not code
+    ("/* ret; */ mov.b32 $0, $1;", 1, None),
+    ("mov.b32 $0, $1;", 2, "pack=2 packs tile elements; a block-scope snippet takes scalars"),
+    ("setp.eq.s32 %p, $1, 0; @%p bra L; mov.b32 $0, $1;", 1,
+     "a block-scope snippet must be straight-line PTX, and this one has " + _BRANCH),
+    ("{ call.uni f, (); }", 1, "a block-scope snippet must be straight-line PTX, and this "
+                               "one has 'call': move the control flow into the kernel (an if "
+                               "on a scalar) or into a CUDA C extern"),
+    ("mov.b32 $0, $1; exit;", 1, "a block-scope snippet must be straight-line PTX, and this "
+                                 "one has 'exit': move the control flow into the kernel (an "
+                                 "if on a scalar) or into a CUDA C extern"),
+    ("L: mov.b32 $0, $1;", 1, "a block-scope snippet must be straight-line PTX, and this one "
+                              "has a label"),
+])
+def test_cooperative_forms_take_straight_line_snippets(text, pack, why):
+    # every thread of the group runs a cooperative snippet: control flow in it could send
+    # them different ways around the barriers; an element snippet has no such rule
+    assert forms.FORMS["block"].check_snippet(text, pack) == why
+    assert forms.FORMS["warpgroup"].check_snippet(text, pack) == \
+        (None if why is None else why.replace("block-scope", "warpgroup-scope"))
+    assert forms.FORMS["element"].check_snippet(text, pack) is None
 
 
 def test_no_stage_outside_the_forms_tests_a_scope_or_a_marker():
@@ -140,3 +243,25 @@ def test_no_stage_outside_the_forms_tests_a_scope_or_a_marker():
              for n, line in enumerate(p.read_text().splitlines(), 1) if tests.search(line)]
     assert found == []
     assert tests.search('if ext.scope == "block":') and tests.search("s.marker is Marker.FMA")
+
+
+def test_no_module_outside_the_forms_names_a_form():
+    # only the default form (element, which a declaration without scope= gets) is named
+    # outside splice/forms/: every other form is reached through the registry
+    import re
+    from pathlib import Path
+    names = re.compile(
+        r"""from\s+\.forms(?:\.(?!base\b|marked\b|element\b)\w+|\s+import\s+[^\n]*"""
+        r"""\b(?:block|warpgroup|fma_proof)\b)"""          # importing a form's module
+        r"""|(?<!splice\.)\bforms\.(?:block|warpgroup)\b"""  # naming it (not in a docstring)
+        r"""|(?<!["'])\b(?:BLOCK|WARPGROUP)\b(?!["'])"""    # naming its instance
+        r"""|Generated\(.*["'](?:block|warpgroup) call["']""")  # writing its span kind
+    pkg = Path(splice.__file__).resolve().parent
+    found = [f"{p.name}:{n}: {line.strip()}" for p in sorted(pkg.glob("*.py"))
+             for n, line in enumerate(p.read_text().splitlines(), 1) if names.search(line)]
+    assert found == []
+    for line in ("from .forms import warpgroup as warpgroup_form",
+                 "    warpgroup_form.check_callees(...)  # forms.warpgroup.check_callees",
+                 "from .forms.block import BLOCK", "if s.extern.form is WARPGROUP:",
+                 'Generated(text, site.label, "block call", site.index)'):
+        assert names.search(line), line

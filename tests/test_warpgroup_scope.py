@@ -233,12 +233,18 @@ def test_scope_is_recorded_on_every_declaration_form():
 # The proof accepts tileiras's sites
 
 
+def _group_spans(b):
+    return [span for span in b.spans if span.kind == "warpgroup call"]
+
+
 def _group_calls(b) -> list[str]:
-    return [span.text(b.spliced_ptx) for span in b.spans if span.kind == "warpgroup call"]
+    return [span.text(b.spliced_ptx) for span in _group_spans(b)]
 
 
 def _check_group_call(b, leader: int = 0) -> None:
-    [text] = _group_calls(b)
+    [span] = _group_spans(b)
+    assert (span.site, span.instance) == (0, 0) and b.sites[0].instances == 1
+    text = span.text(b.spliced_ptx)
     ptx = b.spliced_ptx
     leader_part, rest = text.split("\n$__splice_group_0_0:", 1)
     assert "st.shared.b32 \t[__splice_block_0+0]" in leader_part
@@ -253,10 +259,12 @@ def _check_group_call(b, leader: int = 0) -> None:
     assert order == sorted(order)
     # the guard leads every other thread of the group to splice's label; its old target
     # (the join) is still followed by tileiras's barrier
-    m = re.search(r"bra \t\$__splice_group_0_0; // splice: was (\$L__BB\d+_\d+)", ptx)
-    assert m and ptx.count("$__splice_group_0_0:") == 1
-    assert re.search(re.escape(m.group(1)) + r":\n(\s*\.loc[^\n]*\n)*\s*(barrier.sync \t1, "
-                                             r"128;|bar.sync \t0;)", ptx)
+    *_, join = re.findall(r"@%__splice_q bra \t(\$L__BB\d+_\d+);", text)
+    assert len(re.findall(r"@%p\d+ bra \t\$__splice_group_0_0;", ptx)) == 1
+    assert ptx.count("$__splice_group_0_0:") == 1
+    assert re.search(r"@%p\d+ bra \t" + re.escape(join) + ";", b.ptx)  # tileiras's guard
+    assert re.search(re.escape(join) + r":\n(\s*\.loc[^\n]*\n)*\s*(barrier.sync \t1, "
+                                       r"128;|bar.sync \t0;)", ptx)
     assert "__splice_marker" not in ptx.split(".nv_intermediate_source_section")[0]
 
 

@@ -5,12 +5,13 @@ call site, so that no stage tests a scope or a marker itself:
 
 =====================  ==========================================================
 declaration            :meth:`declare` (result rules; whether the call stays pure)
-arguments              :meth:`check_arguments` (while tracing)
+arguments              :meth:`check_arguments` (while tracing); a ``splice.asm``
+                       snippet's rules: :meth:`check_snippet`
 Tile IR marker         :meth:`for_call` / :attr:`marker` (which variant a call gets)
 PTX analysis           :meth:`global_edit`, :meth:`instance_edits` (per marker
                        instance) or :meth:`key_load` + :meth:`function_edits` (per
                        function, ``per_function``): edits, or a ``Refusal`` value
-collective policy      :attr:`runs_collectives`
+collective policy      :attr:`runs_collectives`, :meth:`check_callees`
 span kind, messages    :attr:`span_kind`, :meth:`describe`
 summary text           :meth:`summary` (``SiteInfo.__str__``)
 =====================  ==========================================================
@@ -31,9 +32,12 @@ in a warp-specialised kernel):
    (thread 0's guard, straight-line code to the join) and emits
    :func:`splice.block.thread0_block` / :func:`splice.block.all_threads_block`; a
    warpgroup form reuses that proof with its own join barrier (the named ``bar.sync N,
-   128`` instead of ``bar.sync 0``) and, for :attr:`runs_collectives`, its own policy on the
-   callee's barriers; with ``takes_tiles`` and :meth:`~base.CallForm.call_ends` (the guard
-   and join of a proven instance) its calls take tiles, staged by :mod:`splice.tiles`.
+   128`` instead of ``bar.sync 0``) and its own policy on the callee's barriers
+   (:meth:`~base.CallForm.check_callees`, which the fragments stage runs for each form
+   present; :func:`~base.no_check_callees` for none beyond :attr:`runs_collectives`); its
+   spans get its :attr:`span_kind`; with ``takes_tiles`` and
+   :meth:`~base.CallForm.call_ends` (the guard and join of a proven instance) its calls
+   take tiles, staged by :mod:`splice.tiles`.
 2. Add its scope to :class:`~splice.forms.base.Scope` and one line to :data:`FORMS`
    (``Scope.WARPGROUP: warpgroup.WARPGROUP``). Nothing else dispatches on the scope: the
    declaration (``splice.extern(scope=...)``), the trace, the rewriter, the collective

@@ -26,7 +26,7 @@ from ..errors import SpliceRewriteError
 from ..names import marker_symbol
 
 if TYPE_CHECKING:
-    from ..ptx import Body, Param
+    from ..ptx import Body, Module, Param
     from ..spans import Generated, Span
     from ..types import Signature
     from .marked import MarkedBody
@@ -304,6 +304,28 @@ class CallForm(Protocol):
             ValueError: the instance's call is not proven (its own proof says why).
         """
 
+    def check_callees(self, sites: list[CallSite],
+                      fragments: Mapping[str, tuple[str, Module]], target: str) -> None:
+        """Refuse what the externs of ``sites`` (this form's sites of one kernel) or anything
+        they call execute that a call of this form cannot run (:func:`no_check_callees`: a
+        form without a callee policy of its own); run once per form present, after the
+        fragments are compiled and before they are linked.
+
+        Args:
+            sites: the kernel's traced call sites whose extern has this form.
+            fragments: content key -> (description, PTX module) of every fragment of the
+                kernel, compiled for ``target``.
+            target: the kernel's PTX target (``"sm_90a"``).
+
+        Raises:
+            SpliceLinkError: naming the extern, its declaration, the call site and the fix.
+        """
+
+    def check_snippet(self, text: str, pack: int) -> str | None:
+        """What is wrong with a ``splice.asm`` snippet declared with this form's scope (its
+        PTX template ``text``, its ``pack=``), or None (:func:`no_check_snippet`); the trace
+        raises it as a ``SpliceCallError`` at the snippet."""
+
     def describe(self, span: Span) -> str:
         """What wrote ``span`` (of this form's :attr:`span_kind`), for a message."""
 
@@ -327,6 +349,18 @@ def generated_text(span: Span, what: str) -> str:
 def no_function_edits(body, key_loads, sites, first) -> tuple[list[Edit], dict[int, int]]:
     """:meth:`CallForm.function_edits` of a form without per-function markers."""
     return [], {}
+
+
+def no_check_callees(sites, fragments, target: str) -> None:
+    """:meth:`CallForm.check_callees` of a form whose callees face only the checks every
+    site gets (:mod:`splice.collectives` by :attr:`CallForm.runs_collectives`,
+    :mod:`splice.effects`)."""
+
+
+def no_check_snippet(text: str, pack: int) -> str | None:
+    """:meth:`CallForm.check_snippet` of a form that takes any snippet an element call
+    takes."""
+    return None
 
 
 def no_call_ends(body, i) -> tuple[int, int, int]:

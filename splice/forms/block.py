@@ -13,11 +13,12 @@ loads the forms, not the rewriter.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from ..errors import SpliceDeclarationError
 from .base import Marker, Scope, SiteInfo, generated_text, instances_text, \
-    no_function_edits, no_key_load
+    no_check_callees, no_function_edits, no_key_load
 
 if TYPE_CHECKING:
     from ..spans import Generated, Span
@@ -102,7 +103,7 @@ class BlockForm:
         text = block.thread0_block(site, instance, ins.operands[2:]) + "\n" + \
             block.all_threads_block(site, instance, dest, join, call_block)
         return [(gs.start, gs.end, guard),
-                (s.start, s.end, Generated(text, site.label, "block call", site.index,
+                (s.start, s.end, Generated(text, site.label, self.span_kind, site.index,
                                            instance))]
 
     def call_ends(self, body, i):
@@ -116,6 +117,12 @@ class BlockForm:
 
     key_load = staticmethod(no_key_load)
     function_edits = staticmethod(no_function_edits)
+    check_callees = staticmethod(no_check_callees)   # collectives are allowed in the callee
+
+    def check_snippet(self, text: str, pack: int) -> str | None:
+        """Every thread of the group runs a ``splice.asm`` snippet of this form once per
+        execution: it must be straight-line (:func:`straight_line_snippet`)."""
+        return straight_line_snippet(self.scope, text, pack)
 
     def describe(self, span: Span) -> str:
         return generated_text(span, "block-scope call sequence")
@@ -137,6 +144,29 @@ def marker_result(body, i: int, what: str) -> str:
         raise body.fail(f"{what}: the marker's result register {dest} has other "
                         f"definitions", i)
     return dest
+
+
+_CONTROL = re.compile(r"^\s*(?:@!?%?\w+\s+)?(bra|brx|call|ret|exit)\b")
+_LABEL = re.compile(r"(?:^|[;{}])\s*[$%\w]+\s*:", re.M)
+
+
+def straight_line_snippet(scope: str, text: str, pack: int) -> str | None:
+    """What is wrong with a ``splice.asm`` snippet (PTX template ``text``, ``pack=``) that
+    runs once per execution on every thread of its ``scope``'s group, with scalar inputs,
+    or None: it must be straight-line (a branch, label, call or exit in it could send
+    threads of the group different ways around its barriers)."""
+    if pack != 1:
+        return f"pack={pack} packs tile elements; a {scope}-scope snippet takes scalars"
+    body = re.sub(r"//[^\n]*|/\*.*?\*/", "", text, flags=re.S)
+    for stmt in re.split(r"[;{}]", body):
+        m = _CONTROL.match(stmt)
+        if m:
+            return (f"a {scope}-scope snippet must be straight-line PTX, and this one has "
+                    f"'{m.group(1)}': move the control flow into the kernel (an if on a "
+                    f"scalar) or into a CUDA C extern")
+    if _LABEL.search(body):
+        return f"a {scope}-scope snippet must be straight-line PTX, and this one has a label"
+    return None
 
 
 BLOCK = BlockForm()

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .base import Marker, Scope, SiteInfo, generated_text, instances_text, no_call_ends, \
-    no_function_edits, no_key_load
+    no_check_callees, no_check_snippet, no_function_edits, no_key_load
 
 if TYPE_CHECKING:
     from ..spans import Span
@@ -59,6 +59,10 @@ class ElementAtomic:
     key_load = staticmethod(no_key_load)
     call_ends = staticmethod(no_call_ends)
     function_edits = staticmethod(no_function_edits)
+    #: its collective policy is :attr:`runs_collectives` (:mod:`splice.collectives`)
+    check_callees = staticmethod(no_check_callees)
+    #: a snippet runs per element like any element call: no rule of its own
+    check_snippet = staticmethod(no_check_snippet)
 
     def describe(self, span: Span) -> str:
         return generated_text(span, "call sequence")

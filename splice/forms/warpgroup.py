@@ -12,9 +12,10 @@ kernel that is not; its global becomes the arguments' shared scratch. Each insta
 leader stores the arguments, the guard is retargeted so that every thread of the group calls
 the extern between splice's own counting barriers (``docs/design.md#warpgroup-scope``).
 Collectives: warp-level ones and the group's barrier in the callee; CTA barriers, other
-barriers and raw ``blockDim``/``threadIdx`` reads are refused (:func:`check_callees`, which
-:mod:`splice.stages` runs beside the element-scope collective check). The PTX analysis is imported when it runs: a cache
-hit loads the forms, not the rewriter.
+barriers and raw ``blockDim``/``threadIdx`` reads are refused
+(:meth:`WarpgroupForm.check_callees`, which :mod:`splice.stages` runs for every form
+present). The PTX analysis is imported when it runs: a cache hit loads the forms, not the
+rewriter.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class WarpgroupForm(BlockForm):
         text = warpgroup.leader_block(site, instance, ins.operands[2:]) + "\n" + \
             warpgroup.all_threads_block(site, instance, dest, join, proof.group, call_block)
         return [(gs.start, gs.end, guard),
-                (s.start, s.end, Generated(text, site.label, "warpgroup call", site.index,
+                (s.start, s.end, Generated(text, site.label, self.span_kind, site.index,
                                            instance))]
 
     def call_ends(self, body, i):
@@ -90,6 +91,12 @@ class WarpgroupForm(BlockForm):
             raise ValueError(str(e)) from None
         return proof.guard, proof.join, warpgroup.GROUP_SIZE
 
+    def check_callees(self, sites, fragments, target: str) -> None:
+        """Refuse the sites whose extern runs what the group cannot
+        (:func:`splice.warpgroup.check_sites`: same arguments)."""
+        from .. import warpgroup
+        warpgroup.check_sites(sites, fragments, target)
+
     def describe(self, span: Span) -> str:
         return generated_text(span, "warpgroup-scope call sequence")
 
@@ -100,10 +107,3 @@ class WarpgroupForm(BlockForm):
 
 
 WARPGROUP = WarpgroupForm()
-
-
-def check_callees(sites, fragments, target: str) -> None:
-    """Refuse the warpgroup-scope sites among ``sites`` whose extern runs what the group
-    cannot (:func:`splice.warpgroup.check_sites`: same arguments)."""
-    from .. import warpgroup
-    warpgroup.check_sites([s for s in sites if s.extern.form is WARPGROUP], fragments, target)
