@@ -117,8 +117,9 @@ class AsmSpec:
         return _OPERAND_RE.sub(lambda m: "$" if m.group(1) == "$" else f"%a{m.group(1)}",
                                self.template)
 
-    def check_control(self) -> None:
-        """Refuse a snippet control can leave or that leaves an output unwritten
+    def check_control(self, straight_line: str | None = None) -> None:
+        """Refuse a snippet control can leave or that leaves an output unwritten, and a
+        cooperative one (``straight_line``: its scope) that is not straight-line code
         (:mod:`splice.asm_check`).
 
         Raises:
@@ -127,7 +128,8 @@ class AsmSpec:
         n = len(self.outputs) + len(self.inputs)
         try:
             check_snippet(self.body(), [f"%a{k}" for k in range(len(self.outputs))],
-                          [f"%a{k}" for k in range(n)] + list(_SCRATCH))
+                          [f"%a{k}" for k in range(n)] + list(_SCRATCH),
+                          straight_line=straight_line)
         except SnippetFault as e:
             raise SpliceCallError(f"inline PTX at {self.where}: {e}\n    snippet: "
                                   f"{self.template.strip()}\n    operands: "
@@ -267,8 +269,9 @@ def _handle_asm(callee, template, args, dtype, constraints, pure, pack, scope):
         form = form_of(_constant(scope, "scope", where) or "element", "scope=")
     except SpliceDeclarationError as e:
         raise error(e.message) from None
-    if form.runs_collectives:    # a cooperative form: the whole group runs the snippet
-        _check_cooperative_template(text, form.scope, k, error)
+    if form.runs_collectives and k != 1:   # a cooperative form: the group runs it once
+        raise error(f"pack={k} packs tile elements; a {form.scope}-scope snippet takes "
+                    f"scalars")
     for i, var in enumerate(args):
         if not isinstance(var.get_type(), cu.TileTy):
             raise error(f"input {i + 1} is {describe(var)}; inputs are tiles or scalars")
@@ -316,28 +319,6 @@ def _packed_types(outputs, k: int, error) -> tuple[ElementType, ...]:
         raise error(f"pack={k} outputs must be {16 // k}/{32 // k}/{64 // k}-bit") from None
 
 
-_CONTROL = re.compile(r"^\s*(?:@!?%?\w+\s+)?(bra|brx|call|ret|exit)\b")
-_LABEL = re.compile(r"(?:^|[;{}])\s*[$%\w]+\s*:", re.M)
-
-
-def _check_cooperative_template(text: str, scope: str, pack: int, error) -> None:
-    """A block- or warpgroup-scope snippet runs once per execution on every thread of its
-    group, with scalar inputs: it must be straight-line (a branch, label, call or exit in
-    it could send threads of the group different ways around its barriers)."""
-    if pack != 1:
-        raise error(f"pack={pack} packs tile elements; a {scope}-scope snippet takes scalars")
-    body = re.sub(r"//[^\n]*|/\*.*?\*/", "", text, flags=re.S)
-    for stmt in re.split(r"[;{}]", body):
-        m = _CONTROL.match(stmt)
-        if m:
-            raise error(f"a {scope}-scope snippet must be straight-line PTX, and this one has "
-                        f"'{m.group(1)}': move the control flow into the kernel (an if on a "
-                        f"scalar) or into a CUDA C extern")
-    if _LABEL.search(body):
-        raise error(f"a {scope}-scope snippet must be straight-line PTX, and this one has a "
-                    f"label")
-
-
 def _snippet_extern(text, outputs, args, constraints, pure: bool, where, loc, form):
     """The extern calling the snippet, and each output's bit offset in its result
     (``constraints``: the Var of ``constraints=``)."""
@@ -354,7 +335,7 @@ def _snippet_extern(text, outputs, args, constraints, pure: bool, where, loc, fo
     try:
         spec.check(_constant(constraints, "constraints", where))
         carrier, offsets = spec.result_layout()
-        spec.check_control()
+        spec.check_control(form.scope if form.runs_collectives else None)
         sig = Signature(tuple(inputs), carrier)
         sig.packing()
     except SpliceError as e:
