@@ -188,9 +188,13 @@ def test_first_launch_benchmark_runs_without_a_gpu(capsys, monkeypatch, tmp_path
         import bench_first_launch
     finally:
         sys.path.pop(0)
-    assert bench_first_launch.main(["--cpu", "--reps", "1", "--cases", "b"]) == 0
+    assert bench_first_launch.main(["--cpu", "--reps", "1", "--cases", "b", "--stages"]) == 0
     out = capsys.readouterr().out
     assert "(b) elementwise + PTX extern" in out
+    stages = re.search(r"splice stages, ms: (.*)", out).group(1)
+    names = [part.split()[0] for part in stages.split("  ")]
+    assert names[:2] == ["trace", "key"] and {"lower", "splice", "assemble"} <= set(names)
+    assert names[-1] == "other"
 
 
 _KERNEL_PTX = """.version 8.0
