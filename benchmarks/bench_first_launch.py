@@ -22,7 +22,10 @@ Without a GPU (the default when none is visible) it times each kernel's ``_compi
 what ``ct.launch`` calls on a cache miss -- for ``--arch`` (default sm_90). With a GPU it
 times the real first ``ct.launch`` (compile, load, run, synchronise).
 
-    python benchmarks/bench_first_launch.py [--arch sm_90] [--reps 7] [--cases a,b,c,d,warm,import,declare]
+``--stages`` adds, under each of (a)-(d), the median of each stage of the timed splice
+builds (``Build.timings``, ms) and what the build spent outside them.
+
+    python benchmarks/bench_first_launch.py [--arch sm_90] [--reps 7] [--cases a,b,c,d,warm,import,declare] [--stages]
 """
 
 from __future__ import annotations
@@ -249,9 +252,41 @@ def launch_once(kernel, grid, args) -> float:
     return time.perf_counter() - t0
 
 
-def cold_medians(case: str, reps: int, arch: str, gpu: bool, workdir: Path):
+class StageTimes:
+    """The ``Build.timings`` of every splice build while recording (``splice.pipeline.build``
+    wrapped: ``_compile`` returns only the cubin), plus ``other``: the build's wall time
+    outside its stages."""
+
+    def __init__(self):
+        self.builds: list[dict[str, float]] = []
+        self.recording = False
+
+    def install(self) -> None:
+        import splice.pipeline as pipeline
+        real = pipeline.build
+
+        def build(*args, **kwargs):
+            t0 = time.perf_counter()
+            out = real(*args, **kwargs)
+            if self.recording:
+                total = time.perf_counter() - t0
+                self.builds.append({**out.timings, "other": total - sum(out.timings.values())})
+            return out
+        pipeline.build = build
+
+    def medians(self) -> str:
+        """``stage ms`` medians over the recorded builds, in stage order; then cleared."""
+        names = list(dict.fromkeys(k for b in self.builds for k in b))
+        out = "  ".join(f"{k} {statistics.median(b.get(k, 0.0) for b in self.builds) * 1e3:.1f}"
+                        for k in names)
+        self.builds.clear()
+        return out
+
+
+def cold_medians(case: str, reps: int, arch: str, gpu: bool, workdir: Path,
+                 stages: StageTimes | None = None):
     """(plain, splice) median seconds of cold compiles, interleaved; one of each first to
-    pay the one-time costs."""
+    pay the one-time costs (``stages``: records the timed splice builds' stages)."""
     if gpu:
         grid, args = _gpu_launch(case)
         run = lambda k: launch_once(k, grid, args)
@@ -260,6 +295,8 @@ def cold_medians(case: str, reps: int, arch: str, gpu: bool, workdir: Path):
         run = lambda k: compile_once(k, sig, arch)
     plain_k, splice_k = load_case(case, workdir)
     run(plain_k), run(splice_k)
+    if stages is not None:
+        stages.recording = True
     plain, spliced = [], []
     for i in range(reps):
         plain_k, splice_k = load_case(case, workdir)
@@ -269,6 +306,8 @@ def cold_medians(case: str, reps: int, arch: str, gpu: bool, workdir: Path):
         else:
             spliced.append(run(splice_k))
             plain.append(run(plain_k))
+    if stages is not None:
+        stages.recording = False
     return statistics.median(plain), statistics.median(spliced)
 
 
@@ -348,6 +387,8 @@ def main(argv=None):
     g.add_argument("--cpu", action="store_true", help="time _compile (default without)")
     p.add_argument("--child", choices=("plain", "splice"), help=argparse.SUPPRESS)
     p.add_argument("--workdir", help=argparse.SUPPRESS)
+    p.add_argument("--stages", action="store_true",
+                   help="under (a)-(d), the splice builds' median ms per stage")
     a = p.parse_args(argv)
     gpu = a.gpu or (not a.cpu and _has_gpu())
     if a.arch is None:
@@ -366,6 +407,9 @@ def main(argv=None):
           f"compiles after one-time costs; {os.cpu_count()} CPUs")
     print(f"{'case':<38} {'plain ms':>9} {'splice ms':>10} {'ratio':>6} {'target':>7}")
     results = {}
+    stages = StageTimes() if a.stages else None
+    if stages is not None:
+        stages.install()
     for case in cases:
         if case == "d" and int(a.arch[3:].rstrip("af")) < 90:
             continue
@@ -374,13 +418,15 @@ def main(argv=None):
         elif case in _IMPORTS:
             plain, spliced = import_medians(case, a.reps)
         else:
-            plain, spliced = cold_medians(case, a.reps, a.arch, gpu, workdir)
+            plain, spliced = cold_medians(case, a.reps, a.arch, gpu, workdir, stages)
         ratio = spliced / plain
         results[case] = (plain, spliced, ratio)
         target = TARGETS[case]
         ok = "" if target is None else "ok" if ratio <= target else "MISS"
         print(f"{TITLES[case]:<38} {plain * 1e3:>9.1f} {spliced * 1e3:>10.1f} {ratio:>6.2f} "
               f"{'-' if target is None else '<=' + str(target):>7} {ok}", flush=True)
+        if stages is not None and stages.builds:
+            print(f"    splice stages, ms: {stages.medians()}", flush=True)
     return 0
 
 

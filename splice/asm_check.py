@@ -19,6 +19,11 @@ at every element. Two faults would compile and silently store garbage, so
    ``p`` between them. A write under ``@p`` alone, a write only in one arm of a branch, an
    output that is only read (``add.f32 $1, $1, 1.0``) or an empty template are refused.
    Paths that never reach the end (a loop with no exit) need nothing.
+3. **Control flow in a cooperative snippet.** A ``scope="block"``/``"warpgroup"`` snippet
+   runs once per execution on every thread of its group, between the call's barriers
+   (:mod:`splice.block`): with ``straight_line=`` it must be straight-line code -- no
+   ``bra``, ``brx``, ``call``, ``ret`` or ``exit`` (guarded or not) and no label, since
+   any of them could send the threads of the group different ways around those barriers.
 
 And it keeps the snippet a piece of one function body: only instructions, labels, ``{ }``
 scopes and ``.reg``/``.local``/``.param``/``.pragma``/``.branchtargets``/``.calltargets``/
@@ -45,13 +50,16 @@ class SnippetFault(Exception):
     """Why a snippet is refused (the caller adds the snippet and the call site)."""
 
 
-def check_snippet(body: str, outputs: Iterable[str], reserved: Iterable[str]) -> None:
+def check_snippet(body: str, outputs: Iterable[str], reserved: Iterable[str], *,
+                  straight_line: str | None = None) -> None:
     """Refuse a snippet that control can leave, or that leaves an output unwritten.
 
     Args:
         body: the snippet with its operands replaced by the wrapper's registers.
         outputs: the registers of the output operands (``%a0``...), in order.
         reserved: every register the wrapper declares.
+        straight_line: the scope of a cooperative snippet (``"block"``, ``"warpgroup"``),
+            which must also be straight-line code (rule 3); None for an element snippet.
 
     Raises:
         SnippetFault: the first rule of the module docstring that the snippet breaks.
@@ -62,6 +70,8 @@ def check_snippet(body: str, outputs: Iterable[str], reserved: Iterable[str]) ->
         raise SnippetFault(f"it is not a sequence of PTX statements ({e.message}); braces "
                            f"must balance and every statement end with ';'") from None
     code = _code(body, stmts, set(reserved))
+    if straight_line is not None:
+        _check_straight_line(code, straight_line)
     labels = {s.tokens[0].text for s in stmts if s.kind == "label"}
     targets = _branch_target_lists(body, stmts)
     for _, ins in code:
@@ -154,6 +164,23 @@ def _check_transfer(ins: Instruction, labels: set[str], targets: dict[str, list[
             raise SnippetFault(f"{where} may branch outside the snippet (target list {lst}: "
                                f"{', '.join(bad)} is not a label of the snippet); its list "
                                f"must be a .branchtargets of the snippet's own labels")
+
+
+#: The instructions that make a snippet other than straight-line code.
+_CONTROL = frozenset({"bra", "brx", "call", "ret", "exit"})
+
+
+def _check_straight_line(code, scope: str) -> None:
+    """Refuse a label or a control transfer (``code`` as :func:`_code` returns) in a
+    ``scope``-scope snippet."""
+    for _, item in code:
+        what = "a label" if isinstance(item, str) else \
+            f"'{item.base}'" if isinstance(item, Instruction) and item.base in _CONTROL \
+            else None
+        if what is not None:
+            raise SnippetFault(f"a {scope}-scope snippet must be straight-line PTX, and this "
+                               f"one has {what}: move the control flow into the kernel (an "
+                               f"if on a scalar) or into a CUDA C extern")
 
 
 def _complement(guard: str) -> str:

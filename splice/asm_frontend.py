@@ -117,8 +117,9 @@ class AsmSpec:
         return _OPERAND_RE.sub(lambda m: "$" if m.group(1) == "$" else f"%a{m.group(1)}",
                                self.template)
 
-    def check_control(self) -> None:
-        """Refuse a snippet control can leave or that leaves an output unwritten
+    def check_control(self, straight_line: str | None = None) -> None:
+        """Refuse a snippet control can leave or that leaves an output unwritten, and a
+        cooperative one (``straight_line``: its scope) that is not straight-line code
         (:mod:`splice.asm_check`).
 
         Raises:
@@ -127,7 +128,8 @@ class AsmSpec:
         n = len(self.outputs) + len(self.inputs)
         try:
             check_snippet(self.body(), [f"%a{k}" for k in range(len(self.outputs))],
-                          [f"%a{k}" for k in range(n)] + list(_SCRATCH))
+                          [f"%a{k}" for k in range(n)] + list(_SCRATCH),
+                          straight_line=straight_line)
         except SnippetFault as e:
             raise SpliceCallError(f"inline PTX at {self.where}: {e}\n    snippet: "
                                   f"{self.template.strip()}\n    operands: "
@@ -333,7 +335,7 @@ def _snippet_extern(text, outputs, args, constraints, pure: bool, where, loc, fo
     try:
         spec.check(_constant(constraints, "constraints", where))
         carrier, offsets = spec.result_layout()
-        spec.check_control()
+        spec.check_control(form.scope if form.straight_line_snippets else None)
         sig = Signature(tuple(inputs), carrier)
         sig.packing()
     except SpliceError as e:

@@ -568,8 +568,18 @@ def _refuse_sass_hit(site, what: str, before: tuple[str, ...], hit) -> None:
 # The pipeline's check
 
 
+def site_module(ext, fragments: Mapping[str, tuple[str, Module]], target: str,
+                keys: Mapping[int, str] | None = None) -> Module:
+    """The PTX module of ``ext``'s fragment among ``fragments`` (content key ->
+    (description, module)), by the content key in ``keys`` (id(fragment) -> key, as the
+    fragments stage took them once a build); without ``keys`` the key is taken here (for
+    CUDA C, a walk of the source's headers)."""
+    frag = ext.fragment
+    return fragments[keys[id(frag)] if keys is not None else frag.content_key(target)][1]
+
+
 def check_element_sites(sites, fragments: Mapping[str, tuple[str, Module]],
-                        target: str) -> None:
+                        target: str, keys: Mapping[int, str] | None = None) -> None:
     """Refuse every element-scope call site whose extern (or ``splice.asm`` snippet) executes
     a collective instruction, itself or in anything it calls.
 
@@ -580,6 +590,7 @@ def check_element_sites(sites, fragments: Mapping[str, tuple[str, Module]],
         fragments: content key -> (description, PTX module) of every fragment of the
             kernel, compiled for ``target`` (the pipeline's de-duplicated fragments).
         target: the kernel's PTX target (``"sm_90a"``).
+        keys: id(fragment) -> its content key for ``target`` (:func:`site_module`).
 
     Raises:
         SpliceLinkError: naming the extern, its declaration, the instruction, the chain of
@@ -593,7 +604,7 @@ def check_element_sites(sites, fragments: Mapping[str, tuple[str, Module]],
             continue
         if not ext.fragment.has_ptx_body:
             continue  # its SASS is checked by check_binary_sites
-        mod = fragments[ext.fragment.content_key(target)][1]
+        mod = site_module(ext, fragments, target, keys)
         if (id(mod), ext.symbol) in done:
             continue
         hit = find_collective(mod, ext.symbol, modules)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .collectives import outside_ptx
+from .collectives import outside_ptx, site_module
 from .errors import SpliceLinkError
 from .ptx import Module, parse_instruction
 
@@ -90,7 +90,7 @@ def _scan(mod: Module, fn_name: str, shared: frozenset[str]):
 
 
 def check_element_effects(sites, fragments: Mapping[str, tuple[str, Module]],
-                          target: str) -> None:
+                          target: str, keys: Mapping[int, str] | None = None) -> None:
     """Refuse a call whose code ends the thread (``exit``, any scope), an element-scope one
     whose code uses ``__shared__`` memory, or a pure element-scope one whose code has a
     visible side effect (see the module docstring).
@@ -100,6 +100,8 @@ def check_element_effects(sites, fragments: Mapping[str, tuple[str, Module]],
         fragments: content key -> (description, PTX module) of every fragment of the
             kernel, compiled for ``target``.
         target: the kernel's PTX target.
+        keys: id(fragment) -> its content key for ``target``
+            (:func:`splice.collectives.site_module`).
 
     Raises:
         SpliceLinkError: naming the extern, its declaration, the instruction, the chain of
@@ -112,7 +114,7 @@ def check_element_effects(sites, fragments: Mapping[str, tuple[str, Module]],
         ext = site.extern
         if isinstance(ext.fragment, BinarySource):
             continue
-        mod = fragments[ext.fragment.content_key(target)][1]
+        mod = site_module(ext, fragments, target, keys)
         if (id(mod), ext.symbol, ext.pure) in done:
             continue
         done.add((id(mod), ext.symbol, ext.pure))

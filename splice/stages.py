@@ -184,10 +184,10 @@ def _compile_fragments(job: Driver, traced, lowered: _Lowered) -> _Compiled:
             modules[fkey] = (frag.describe(), frag.module(lowered.target, fkey))
             job.dump(f".fragment{len(modules) - 1}.ptx", modules[fkey][1].text)
         _check_fragment(site, *modules[fkey], lowered)
-    collectives.check_element_sites(traced.sites, modules, lowered.target)
+    collectives.check_element_sites(traced.sites, modules, lowered.target, fkeys)
     for form, sites in _sites_by_form(traced.sites).items():
         form.check_callees(sites, modules, lowered.target)
-    effects.check_element_effects(traced.sites, modules, lowered.target)
+    effects.check_element_effects(traced.sites, modules, lowered.target, fkeys)
     linked = link.prepare(lowered.module, list(modules.values()), job.name,
                           frozenset(s.extern.symbol for s in traced.sites),
                           host_filled=nvshmem.HOST_FILLED)

@@ -1,9 +1,13 @@
 """The rules ``splice.asm_check`` proves of a snippet: control never leaves it, every output
-is written on every path to its end (the snippet text here has its operands replaced, as
-``AsmSpec.body`` does: ``$0`` is ``%a0``)."""
+is written on every path to its end, and a block- or warpgroup-scope snippet is
+straight-line code (the snippet text here has its operands replaced, as ``AsmSpec.body``
+does: ``$0`` is ``%a0``)."""
 
+import cuda.tile as ct
 import pytest
 
+from support import kernels as K
+import splice
 from splice.asm_check import SnippetFault, check_snippet
 
 RESERVED = ["%a0", "%a1", "%a2", "%t32", "%t64", "%c64"]
@@ -76,3 +80,71 @@ def test_vector_output_written_in_part_is_refused():
 ])
 def test_snippet_accepted(body, outputs):
     _check(body, outputs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Straight-line code: block- and warpgroup-scope snippets
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("{ .reg .pred p; " + SEL + " mov.f32 %a0, %a1; @p bra DONE; add.f32 %a0, %a1, %a1; "
+     "DONE: }", "has 'bra'"),                          # an element snippet may do this
+    ("{ .reg .b32 i; mov.u32 i, 0; ts: .branchtargets A; brx.idx i, ts; "
+     "A: mov.f32 %a0, %a1; }", "has a label"),
+    ("call (%a0), f, (%a1);", "has 'call'"),
+    ("mov.f32 %a0, %a1; @%p ret;", "has 'ret'"),       # rule 3 is named, not rule 1
+    ("mov.f32 %a0, %a1; exit;", "has 'exit'"),
+    ("mov.f32 %a0, %a1; L: ", "has a label"),
+])
+@pytest.mark.parametrize("scope", ["block", "warpgroup"])
+def test_cooperative_snippet_with_control_flow_refused(body, needle, scope):
+    with pytest.raises(SnippetFault) as e:
+        check_snippet(body, ["%a0"], RESERVED, straight_line=scope)
+    assert f"a {scope}-scope snippet must be straight-line PTX" in str(e.value)
+    assert needle in str(e.value)
+
+
+@pytest.mark.parametrize("body", [
+    "shfl.sync.idx.b32 %a0, %a1, 0, 31, -1;",
+    "{ .reg .pred p; " + SEL + " @p mov.f32 %a0, 0f00000000; @!p mov.f32 %a0, %a1; }",
+    "mov.f32 %a0, %a1; // bra L; ret; L:",              # in a comment: no statement
+    "/* exit; */ mov.f32 %a0, %a1;",
+])
+def test_straight_line_cooperative_snippet_accepted(body):
+    check_snippet(body, ["%a0"], RESERVED, straight_line="block")
+
+
+def test_straight_line_mode_keeps_the_other_rules():
+    with pytest.raises(SnippetFault, match=r"\$0 are not written"):
+        check_snippet("{ .reg .pred p; " + SEL + " @p mov.f32 %a0, 0f00000000; }", ["%a0"],
+                      RESERVED, straight_line="block")
+
+
+i32 = ct.int32
+ConstInt = ct.Constant[int]
+
+
+@splice.kernel
+def asm_branch_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+    s = splice.asm("{ .reg .pred p; setp.eq.s32 p, $1, 0; mov.b32 $0, $1; @p bra DONE; "
+                   "add.s32 $0, $1, 1; DONE: }", ct.bid(0), dtype=i32, scope="block")
+    ct.store(y, index=(ct.bid(0),), tile=t + s)
+
+
+@splice.kernel
+def asm_packed_block_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+    ct.store(y, index=(ct.bid(0),), tile=splice.asm("mov.b32 $0, $1;", t, dtype=i32,
+                                                    pack=2, scope="block"))
+
+
+def test_the_front_end_proves_cooperative_snippets_straight_line():
+    sig = K.signature(K.array(i32), K.array(i32), 128)
+    with pytest.raises(splice.SpliceCallError, match=r"block-scope snippet must be "
+                                                     r"straight-line PTX.*'bra'") as e:
+        splice.compile(asm_branch_kernel, sig, "sm_90")
+    assert "test_asm_check.py" in str(e.value)          # the call site
+    with pytest.raises(splice.SpliceCallError, match=r"pack=2 packs tile elements; a "
+                                                     r"block-scope snippet takes scalars"):
+        splice.compile(asm_packed_block_kernel, sig, "sm_90")

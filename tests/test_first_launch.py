@@ -122,6 +122,39 @@ def test_gc_is_paused_during_a_build_and_restored(monkeypatch):
         gc.enable()
 
 
+def test_the_fragments_stage_takes_each_content_key_once(monkeypatch, tmp_path):
+    """The key of a CUDA C fragment walks its headers: the fragments stage takes it once per
+    fragment and hands it to the callee checks (collectives, effects), not once per site
+    and check."""
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(tmp_path))
+    _n[0] += 1
+    src = f'// three sites {_n[0]}\nextern "C" __device__ float g3(float x) {{ return x + 1.0f; }}'
+    g3 = splice.extern(source=src, name="g3", signature="float32(float32)")(lambda x: None)
+
+    @splice.kernel
+    def three_sites(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=g3(g3(t) * 2.0) + g3(t))
+
+    keys, inside = [], []
+    real_key, real_stage = type(g3._splice_extern.fragment).content_key, \
+        stages._compile_fragments
+    monkeypatch.setattr(type(g3._splice_extern.fragment), "content_key",
+                        lambda self, target: keys.append(bool(inside)) or
+                        real_key(self, target))
+
+    def stage(*a):
+        inside.append(1)
+        try:
+            return real_stage(*a)
+        finally:
+            inside.pop()
+    monkeypatch.setattr(stages, "_compile_fragments", stage)
+    b = splice.build(three_sites, SIG, "sm_90")
+    assert len(b.sites) == 3 and b.cubin
+    assert keys.count(True) == 1
+
+
 def test_nvdisasm_runs_only_when_asked(monkeypatch, tmp_path):
     if toolchain.nvdisasm() is None:
         pytest.skip("nvdisasm not installed")
@@ -155,9 +188,13 @@ def test_first_launch_benchmark_runs_without_a_gpu(capsys, monkeypatch, tmp_path
         import bench_first_launch
     finally:
         sys.path.pop(0)
-    assert bench_first_launch.main(["--cpu", "--reps", "1", "--cases", "b"]) == 0
+    assert bench_first_launch.main(["--cpu", "--reps", "1", "--cases", "b", "--stages"]) == 0
     out = capsys.readouterr().out
     assert "(b) elementwise + PTX extern" in out
+    stages = re.search(r"splice stages, ms: (.*)", out).group(1)
+    names = [part.split()[0] for part in stages.split("  ")]
+    assert names[:2] == ["trace", "key"] and {"lower", "splice", "assemble"} <= set(names)
+    assert names[-1] == "other"
 
 
 _KERNEL_PTX = """.version 8.0

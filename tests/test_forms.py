@@ -206,30 +206,49 @@ def test_a_registered_form_checks_its_own_snippets(void_form):
 
 _BRANCH = ("'bra': move the control flow into the kernel (an if on a scalar) or into a CUDA "
            "C extern")
+_STRAIGHT = "a block-scope snippet must be straight-line PTX, and this one has "
 
 
 @pytest.mark.parametrize("text, pack, why", [
-    ("add.s32 $0, $1, 1; // bra L; L:", 1, None),        # comments are not code
-    ("/* ret; */ mov.b32 $0, $1;", 1, None),
-    ("mov.b32 $0, $1;", 2, "pack=2 packs tile elements; a block-scope snippet takes scalars"),
-    ("setp.eq.s32 %p, $1, 0; @%p bra L; mov.b32 $0, $1;", 1,
-     "a block-scope snippet must be straight-line PTX, and this one has " + _BRANCH),
-    ("{ call.uni f, (); }", 1, "a block-scope snippet must be straight-line PTX, and this "
-                               "one has 'call': move the control flow into the kernel (an if "
-                               "on a scalar) or into a CUDA C extern"),
-    ("mov.b32 $0, $1; exit;", 1, "a block-scope snippet must be straight-line PTX, and this "
-                                 "one has 'exit': move the control flow into the kernel (an "
-                                 "if on a scalar) or into a CUDA C extern"),
-    ("L: mov.b32 $0, $1;", 1, "a block-scope snippet must be straight-line PTX, and this one "
-                              "has a label"),
+    ("add.s32 %a0, %a1, 1; // bra L; L:", 1, None),        # comments are not code
+    ("/* ret; */ mov.b32 %a0, %a1;", 1, None),
+    ("mov.b32 %a0, %a1;", 2, "pack=2 packs tile elements; a block-scope snippet takes scalars"),
+    ("{ .reg .pred %p; setp.eq.s32 %p, %a1, 0; @%p bra L; mov.b32 %a0, %a1; L: }", 1,
+     _STRAIGHT + _BRANCH),
+    ("{ .reg .pred %p; setp.eq.s32 %p, %a1, 0; @%p bra L; mov.b32 %a0, %a1; }", 1,
+     _STRAIGHT + _BRANCH),
+    ("{ call.uni f, (); }", 1, _STRAIGHT + "'call': move the control flow into the kernel "
+                                           "(an if on a scalar) or into a CUDA C extern"),
+    ("mov.b32 %a0, %a1; exit;", 1, _STRAIGHT + "'exit': move the control flow into the "
+                                               "kernel (an if on a scalar) or into a CUDA C "
+                                               "extern"),
+    ("L: mov.b32 %a0, %a1;", 1, _STRAIGHT + "a label"),
 ])
 def test_cooperative_forms_take_straight_line_snippets(text, pack, why):
     # every thread of the group runs a cooperative snippet: control flow in it could send
-    # them different ways around the barriers; an element snippet has no such rule
-    assert forms.FORMS["block"].check_snippet(text, pack) == why
-    assert forms.FORMS["warpgroup"].check_snippet(text, pack) == \
-        (None if why is None else why.replace("block-scope", "warpgroup-scope"))
+    # them different ways around the barriers; an element snippet has no such rule. The
+    # form's own rule (check_snippet: pack=) first, then asm_check's straight-line mode,
+    # which the form asks for with straight_line_snippets
+    from splice.asm_check import SnippetFault, check_snippet
+
+    def refusal(form):
+        why = form.check_snippet(text, pack)
+        if why is not None:
+            return why
+        try:
+            check_snippet(text, ["%a0"], [], straight_line=form.scope
+                          if form.straight_line_snippets else None)
+        except SnippetFault as e:
+            return str(e)
+        return None
+    got = refusal(forms.FORMS["block"])
+    assert got == why or (why is not None and got is not None and got.startswith(why)), got
+    got_wg = refusal(forms.FORMS["warpgroup"])
+    assert (got_wg is None) == (why is None)
+    if why is not None:
+        assert got_wg.startswith(why.replace("block-scope", "warpgroup-scope"))
     assert forms.FORMS["element"].check_snippet(text, pack) is None
+    assert not forms.FORMS["element"].straight_line_snippets
 
 
 def test_no_stage_outside_the_forms_tests_a_scope_or_a_marker():

@@ -242,6 +242,9 @@ class CallForm(Protocol):
         takes_tiles: whether its calls may take and return whole tiles (``splice.tile``,
             staged in shared memory around the call: :mod:`splice.tiles`), which needs
             :meth:`call_ends`.
+        straight_line_snippets: whether a ``splice.asm`` snippet of this form must be
+            straight-line PTX (every thread of a group runs it once per execution, around
+            splice's barriers: :func:`splice.asm_check.check_snippet`'s ``straight_line``).
     """
 
     scope: Scope
@@ -250,6 +253,7 @@ class CallForm(Protocol):
     runs_collectives: bool
     per_function: bool
     takes_tiles: bool
+    straight_line_snippets: bool
 
     def declare(self, sig: Signature, pure: bool, what: str) -> bool:
         """Check a declaration of this form; the ``pure`` the extern gets.

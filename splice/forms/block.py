@@ -13,7 +13,6 @@ loads the forms, not the rewriter.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from ..errors import SpliceDeclarationError
@@ -31,6 +30,7 @@ class BlockForm:
     marker = Marker.ATOMIC
     span_kind = "block call"
     runs_collectives = True
+    straight_line_snippets = True
     per_function = False
     takes_tiles = True
 
@@ -121,8 +121,8 @@ class BlockForm:
 
     def check_snippet(self, text: str, pack: int) -> str | None:
         """Every thread of the group runs a ``splice.asm`` snippet of this form once per
-        execution: it must be straight-line (:func:`straight_line_snippet`)."""
-        return straight_line_snippet(self.scope, text, pack)
+        execution, on scalars (:func:`scalar_snippet`)."""
+        return scalar_snippet(self.scope, text, pack)
 
     def describe(self, span: Span) -> str:
         return generated_text(span, "block-scope call sequence")
@@ -146,26 +146,13 @@ def marker_result(body, i: int, what: str) -> str:
     return dest
 
 
-_CONTROL = re.compile(r"^\s*(?:@!?%?\w+\s+)?(bra|brx|call|ret|exit)\b")
-_LABEL = re.compile(r"(?:^|[;{}])\s*[$%\w]+\s*:", re.M)
-
-
-def straight_line_snippet(scope: str, text: str, pack: int) -> str | None:
+def scalar_snippet(scope: str, text: str, pack: int) -> str | None:
     """What is wrong with a ``splice.asm`` snippet (PTX template ``text``, ``pack=``) that
-    runs once per execution on every thread of its ``scope``'s group, with scalar inputs,
-    or None: it must be straight-line (a branch, label, call or exit in it could send
-    threads of the group different ways around its barriers)."""
+    runs once per execution on every thread of its ``scope``'s group, or None: it takes
+    scalars (its straight-line rule is :mod:`splice.asm_check`'s, by
+    :attr:`~splice.forms.base.CallForm.straight_line_snippets`)."""
     if pack != 1:
         return f"pack={pack} packs tile elements; a {scope}-scope snippet takes scalars"
-    body = re.sub(r"//[^\n]*|/\*.*?\*/", "", text, flags=re.S)
-    for stmt in re.split(r"[;{}]", body):
-        m = _CONTROL.match(stmt)
-        if m:
-            return (f"a {scope}-scope snippet must be straight-line PTX, and this one has "
-                    f"'{m.group(1)}': move the control flow into the kernel (an if on a "
-                    f"scalar) or into a CUDA C extern")
-    if _LABEL.search(body):
-        return f"a {scope}-scope snippet must be straight-line PTX, and this one has a label"
     return None
 
 

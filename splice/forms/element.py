@@ -31,6 +31,7 @@ class ElementAtomic:
     marker = Marker.ATOMIC
     span_kind = "call"
     runs_collectives = False
+    straight_line_snippets = False
     #: whether the form proves its markers per function (:meth:`key_load`)
     per_function = False
     takes_tiles = False
