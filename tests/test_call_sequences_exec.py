@@ -1,12 +1,14 @@
 """Call sequences, links and result paths on the executor, with values: a guarded marker
-calls on exactly the threads its guard holds for (``@p`` and ``@!p``), two fragments
-defining an internal ``.func`` of one name each call their own, and 32-bit results reach
-their 64-bit slot zero-extended (unsigned) or as the signature says, on every result path
-(element fma and atomic markers, several results, block scope)."""
+calls on exactly the threads its guard holds for (``@p`` and ``@!p``); two fragments
+defining an internal ``.func`` of one name each call their own; the barrier after a block
+or warpgroup call orders the callee's writes before code between the join and tileiras's
+barrier; 32-bit results reach their 64-bit slot zero-extended on the element (fma and
+atomic markers, called and inlined) and block result paths."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import cuda.tile as ct
 import numpy as np
@@ -24,7 +26,7 @@ from splice.ptx import Module, Param
 from splice.rewrite import splice_calls
 from splice.types import parse_signature
 
-i32 = ct.int32
+f32, i32 = ct.float32, ct.int32
 
 # --------------------------------------------------------------------------- guarded markers
 
@@ -292,3 +294,47 @@ def test_a_32_bit_result_fills_its_64_bit_slot_zero_extended(result, marker, inl
     run(merged.text, "k", (1,), Pointer(out), Pointer(x), block=(x.size,))
     want = ((x & np.uint64(0xffffffff)) - np.uint64(100)) & np.uint64(0xffffffff)
     np.testing.assert_array_equal(out, want)
+
+
+# --------------------------------------------------------------------------- warpgroup scope
+
+# every thread of the group writes out[base + rank] and returns s, with no barrier of its own
+group_write = splice.extern(
+    source='#include <splice_group.h>\nextern "C" __device__ float group_write(int* out, '
+           'int base, float s) { unsigned r = splice_group_rank(); out[base + (int)r] = '
+           '3 * (int)r + 1; return s; }',
+    name="group_write", scope="warpgroup",
+    signature="float32(int32*, int32, float32)")(lambda o, b, s: None)
+
+
+@splice.kernel
+def group_write_kernel(x, out, y, TILE: ct.Constant[int]):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+    ct.store(y, index=(ct.bid(0),), tile=t * group_write(out, ct.bid(0) * 128, ct.sum(t)),
+             allow_tma=False)
+
+
+def test_a_warpgroup_call_orders_the_callees_writes_before_the_code_after_it():
+    # tileiras's scheduler may put instructions between the join and its barrier (the proof
+    # allows straight-line code there): one that reads the word the neighbouring thread
+    # wrote in the callee is ordered only by the barrier splice puts after the call
+    b = splice.compile(group_write_kernel, K.signature(K.array(f32), K.array(i32),
+                                                       K.array(f32), 256), "sm_90")
+    ptx = b["spliced_ptx"]
+    end = ptx.index("} // splice: end warpgroup call")
+    join = re.findall(r"@%__splice_q bra \t(\$L__\w+);", ptx[:end])[-1]
+    out_param = re.search(r"\.param \.u64 [^,]*?(\w+_param_3),", ptx).group(1)
+    read = (f"{join}:\n\t{{ .reg .b64 %__o, %__a; .reg .b32 %__t, %__c, %__v;\n"
+            f"\tld.param.b64 \t%__o, [{out_param}];\n\tmov.u32 \t%__t, %tid.x;\n"
+            "\tadd.u32 \t%__t, %__t, 1;\n\tand.b32 \t%__t, %__t, 127;\n"
+            "\tmov.u32 \t%__c, %ctaid.x;\n\tmad.lo.u32 \t%__t, %__c, 128, %__t;\n"
+            "\tmul.wide.u32 \t%__a, %__t, 4;\n\tadd.s64 \t%__o, %__o, %__a;\n"
+            "\tld.global.b32 \t%__v, [%__o];\n\t}\n")
+    assert ptx.count(f"{join}:\n") == 1
+    ptx = ptx.replace(f"{join}:\n", read)
+    x = np.random.default_rng(3).integers(-20, 20, 512).astype(np.float32)
+    out, y = np.full(256, -1, np.int32), np.zeros(512, np.float32)
+    run(ptx, b.symbol, (2,), x, out, y)
+    np.testing.assert_array_equal(out, 3 * (np.arange(256) % 128) + 1)
+    xv = x.reshape(2, 256)
+    np.testing.assert_array_equal(y.reshape(2, 256), xv * xv.sum(1, keepdims=True))
