@@ -1,6 +1,6 @@
 """Call sequences, links and result paths on the executor, with values: a guarded marker
 calls on exactly the threads its guard holds for (``@p`` and ``@!p``); two fragments
-defining an internal ``.func`` of one name each call their own; the barrier after a block
+defining an internal ``.func`` and ``.global`` of one name each use their own; the barrier after a block
 or warpgroup call orders the callee's writes before code between the join and tileiras's
 barrier; 32-bit results reach their 64-bit slot zero-extended on the element (fma and
 atomic markers, called and inlined) and block result paths."""
@@ -82,14 +82,18 @@ def test_a_guarded_marker_calls_on_exactly_the_threads_its_guard_holds_for():
 
 # --------------------------------------------------------------------------- link
 
-def _fragment(name: str, body: str) -> str:
+def _fragment(name: str, body: str, konst: int) -> str:
     """A PTX fragment exporting ``name``, which calls an internal ``.func helper`` whose
-    body is ``body`` (on %r1, into %r2)."""
+    body is ``body`` (on %r1 and %r3, the fragment's internal ``.global konst``, into
+    %r2)."""
     return HEADER.replace("sm_90a", "sm_80") + f"""
+.global .align 4 .b32 konst = {konst};
+
 .func (.param .b32 h) helper(.param .b32 x)
 {{
-	.reg .b32 %r<3>;
+	.reg .b32 %r<4>;
 	ld.param.b32 	%r1, [x];
+	ld.global.b32 	%r3, [konst];
 	{body}
 	st.param.b32 	[h], %r2;
 	ret;
@@ -113,10 +117,10 @@ def _fragment(name: str, body: str) -> str:
 
 
 @pytest.mark.parametrize("inline", ["always", "never"])
-def test_two_fragments_with_an_internal_func_of_one_name_each_call_their_own(inline):
-    times3 = splice.extern.from_ptx(ptx=_fragment("times3", "mul.lo.s32 \t%r2, %r1, 3;"),
+def test_two_fragments_with_internal_symbols_of_one_name_each_use_their_own(inline):
+    times3 = splice.extern.from_ptx(ptx=_fragment("times3", "mul.lo.s32 \t%r2, %r1, %r3;", 3),
                                     name="times3", inline=inline, signature="int32(int32)")
-    plus100 = splice.extern.from_ptx(ptx=_fragment("plus100", "add.s32 \t%r2, %r1, 100;"),
+    plus100 = splice.extern.from_ptx(ptx=_fragment("plus100", "add.s32 \t%r2, %r1, %r3;", 100),
                                      name="plus100", inline=inline, signature="int32(int32)")
 
     @splice.kernel
