@@ -14,7 +14,8 @@ import pytest
 from support import kernels as K
 from support import plain_kernels as P
 from support.ptx_exec import APPROX_BOUNDS, ExecError, Pointer, run, run_build
-from support.ptx_snippets import CELL, MISALIGNED, MISALIGNED_PRELUDE, kernel
+from support.ptx_snippets import ALIGNED_VECTORS, CELL, MISALIGNED, MISALIGNED_PRELUDE, \
+    kernel
 import splice
 
 pytestmark = pytest.mark.gpu
@@ -208,17 +209,7 @@ def test_a_misaligned_access_traps_on_the_gpu_as_on_the_executor(body, opcode):
 
 def test_aligned_vector_accesses_agree_with_the_gpu():
     # the control: the same widths at multiples of their size run on both, same words
-    body = """
-    and.b64 %rd5, %idx, 0x70;
-    sub.s64 %rd6, %rd_a, %idx;
-    add.s64 %rd6, %rd6, %rd5;
-    ld.global.v4.b32 {%r3, %r4, %r5, %r6}, [%rd6];
-    ld.global.v2.b32 {%r7, %r8}, [%rd6+8];
-    add.u32 %r3, %r3, %r6;
-    add.u32 %r3, %r3, %r7;
-    add.u32 %r3, %r3, %r8;
-    st.global.b32 [%rd_out], %r3;"""
-    ptx = kernel(body)
+    ptx = kernel(ALIGNED_VECTORS)
     gpu = _gpu_launch_ptx(ptx).split()
     assert gpu[0] == "ok", gpu
     out, a = np.arange(64, dtype=np.uint32), np.arange(64, dtype=np.uint32)

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from support.ptx_exec import ExecError, Pointer, run
-from support.ptx_snippets import CELL, MISALIGNED, MISALIGNED_PRELUDE, kernel
+from support.ptx_snippets import ALIGNED_VECTORS, CELL, MISALIGNED, MISALIGNED_PRELUDE, \
+    kernel
 
 
 def _run(body: str, n: int = 32, extra: str = "", out=None):
@@ -29,17 +30,7 @@ def test_a_misaligned_access_is_an_error_naming_the_instruction(body, opcode):
 
 def test_aligned_vector_accesses_at_their_full_width_run():
     # the same widths at multiples of their size: the values arrive (no false alarm)
-    body = """
-    and.b64 %rd5, %idx, 0x70;
-    sub.s64 %rd6, %rd_a, %idx;
-    add.s64 %rd6, %rd6, %rd5;
-    ld.global.v4.b32 {%r3, %r4, %r5, %r6}, [%rd6];
-    ld.global.v2.b32 {%r7, %r8}, [%rd6+8];
-    add.u32 %r3, %r3, %r6;
-    add.u32 %r3, %r3, %r7;
-    add.u32 %r3, %r3, %r8;
-    st.global.b32 [%rd_out], %r3;"""
-    out = _run(body)
+    out = _run(ALIGNED_VECTORS)
     base = (np.arange(32) * 4 & 0x70) // 4
     np.testing.assert_array_equal(out[:32], 4 * base + 0 + 3 + 2 + 3)   # [b], [b+3], [b+2], [b+3]
 

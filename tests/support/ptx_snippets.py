@@ -80,3 +80,16 @@ MISALIGNED = [
 #: What :data:`MISALIGNED`'s bodies start with: the registers they read, defined.
 MISALIGNED_PRELUDE = "mov.u64 %rd1, 0; mov.f32 %f1, 0f00000000; mov.f32 %f2, 0f00000000;\n" \
     "mov.u32 %r1, 0;\n"
+
+#: A body for :func:`kernel` with the vector widths of :data:`MISALIGNED` at multiples of
+#: their size: thread i stores a[b] + a[b + 3] + a[b + 2] + a[b + 3], b = (4 i & 0x70) / 4.
+ALIGNED_VECTORS = """
+    and.b64 %rd5, %idx, 0x70;
+    sub.s64 %rd6, %rd_a, %idx;
+    add.s64 %rd6, %rd6, %rd5;
+    ld.global.v4.b32 {%r3, %r4, %r5, %r6}, [%rd6];
+    ld.global.v2.b32 {%r7, %r8}, [%rd6+8];
+    add.u32 %r3, %r3, %r6;
+    add.u32 %r3, %r3, %r7;
+    add.u32 %r3, %r3, %r8;
+    st.global.b32 [%rd_out], %r3;"""
