@@ -921,21 +921,21 @@ class Gen:
         mods = [m for m in self.mods if m not in ("cta", "aligned")]
         if mods and mods[0] == "warp":
             return self._wait(f"('warp', 'bar.warp.sync', {self.src(self.ops[0], 32)}, None, ())")
-        aligned = (self.base == "bar" or "aligned" in self.mods, self.dec._where(self.st))
+        aligned = f"{self.base == 'bar' or 'aligned' in self.mods}, {self.dec._where(self.st)!r}"
         kind = mods[0] if mods else "sync"
         if kind in ("sync", "arrive"):
             a = self.src(self.ops[0], 32)
             b = self.src(self.ops[1], 32) if len(self.ops) > 1 else "None"
             if kind == "arrive":
                 return [f"t.cta.arrive(t, {a}, {b})"], False
-            return self._wait(f"('bar', 'sync', {a}, {b}, None, None, *{aligned!r})")
+            return self._wait(f"('bar', 'sync', {a}, {b}, None, None, {aligned})")
         if kind == "red":
             op = mods[1]
             d = self.ops[0]
             a = self.src(self.ops[1], 32)
             b = self.src(self.ops[2], 32) if len(self.ops) > 3 else "None"
             c = self.src(self.ops[-1], 1)
-            return self._wait(f"('bar', {op!r}, {a}, {b}, {c}, {self.slot(d)}, *{aligned!r})")
+            return self._wait(f"('bar', {op!r}, {a}, {b}, {c}, {self.slot(d)}, {aligned})")
         _unsup(self.ins.opcode)
 
     op_barrier = op_bar
