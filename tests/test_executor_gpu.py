@@ -3,7 +3,7 @@ results bit for bit where no approximate instruction ran (within the documented 
 where one did). Kernels: the plain cuTile kernels of ``support.plain_kernels`` and the
 spliced kernels of ``support.kernels`` (compiled for the GPU's architecture; those that are
 warp-specialised there run on the executor from their sm_80 build, whose results are exact
-too)."""
+too). And where an executor rule comes from the hardware: misaligned accesses trap on both."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ import pytest
 
 from support import kernels as K
 from support import plain_kernels as P
-from support.ptx_exec import APPROX_BOUNDS, ExecError, Pointer, run_build
+from support.ptx_exec import APPROX_BOUNDS, ExecError, Pointer, run, run_build
+from support.ptx_snippets import ALIGNED_VECTORS, CELL, MISALIGNED, MISALIGNED_PRELUDE, \
+    kernel
 import splice
 
 pytestmark = pytest.mark.gpu
@@ -147,3 +149,69 @@ def test_matmul_exact_on_small_integers(dev):
     cpu = np.zeros((128, 128), np.float16)
     _executor(K.matmul_plain_kernel, params, (2, 2), [A, B, cpu])
     np.testing.assert_array_equal(dev.host(gpu), cpu)
+
+
+# A misaligned access on the GPU: the launch fails with CUDA_ERROR_MISALIGNED_ADDRESS, which
+# leaves the CUDA context unusable, so each launch runs in a process of its own. The PTX
+# (support.ptx_snippets.kernel, 32 threads, three 256-byte buffers holding 0, 1, 2, ...) goes
+# to the driver's JIT; the process prints the error's name, or "ok" and out's first words.
+_LAUNCH_PTX = r"""
+import sys
+import numpy as np
+from cuda.bindings import driver as drv
+
+def ok(r):
+    err, *rest = r if isinstance(r, tuple) else (r,)
+    if err != drv.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(err.name)
+    return rest[0] if len(rest) == 1 else rest
+
+ok(drv.cuInit(0))
+ctx = ok(drv.cuDevicePrimaryCtxRetain(ok(drv.cuDeviceGet(0))))
+ok(drv.cuCtxSetCurrent(ctx))
+fn = ok(drv.cuModuleGetFunction(ok(drv.cuModuleLoadData(sys.stdin.read().encode() + b"\0")),
+                                b"k"))
+host = np.arange(64, dtype=np.uint32)
+bufs = [ok(drv.cuMemAlloc(host.nbytes)) for _ in range(3)]
+for b in bufs:
+    ok(drv.cuMemcpyHtoD(b, host.ctypes.data, host.nbytes))
+args = [np.array([int(b)], np.uint64) for b in bufs]
+ptrs = np.array([a.ctypes.data for a in args], np.uint64)
+(err,) = drv.cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, drv.CUstream(0), ptrs.ctypes.data, 0)
+if err == drv.CUresult.CUDA_SUCCESS:
+    (err,) = drv.cuCtxSynchronize()
+if err != drv.CUresult.CUDA_SUCCESS:
+    print(err.name)
+else:
+    ok(drv.cuMemcpyDtoH(host.ctypes.data, bufs[0], host.nbytes))
+    print("ok", *host[:32])
+"""
+
+
+def _gpu_launch_ptx(ptx: str) -> str:
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-c", _LAUNCH_PTX], input=ptx, text=True,
+                          capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+@pytest.mark.parametrize("body,opcode", MISALIGNED)
+def test_a_misaligned_access_traps_on_the_gpu_as_on_the_executor(body, opcode):
+    ptx = kernel(MISALIGNED_PRELUDE + body, extra=CELL)
+    assert _gpu_launch_ptx(ptx) == "CUDA_ERROR_MISALIGNED_ADDRESS"
+    buf = np.arange(64, dtype=np.uint32)
+    with pytest.raises(ExecError, match="misaligned address"):
+        run(ptx, "k", (1,), Pointer(buf.copy()), Pointer(buf.copy()), Pointer(buf.copy()),
+            block=(32,))
+
+
+def test_aligned_vector_accesses_agree_with_the_gpu():
+    # the control: the same widths at multiples of their size run on both, same words
+    ptx = kernel(ALIGNED_VECTORS)
+    gpu = _gpu_launch_ptx(ptx).split()
+    assert gpu[0] == "ok", gpu
+    out, a = np.arange(64, dtype=np.uint32), np.arange(64, dtype=np.uint32)
+    run(ptx, "k", (1,), Pointer(out), Pointer(a), Pointer(a.copy()), block=(32,))
+    assert [int(v) for v in gpu[1:]] == list(out[:32])

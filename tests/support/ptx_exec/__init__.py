@@ -19,14 +19,17 @@ a pair into an fma): compare bit for bit with a GPU when both are empty.
 
 One CTA at a time, each thread interpreted on its own (decoded blocks of generated Python,
 :mod:`.decode`) and scheduled between barriers and warp collectives (:mod:`.machine`);
-memory in :mod:`.memory`, instructions to Python in :mod:`.ops`, their semantics in :mod:`.runtime` and
-:mod:`.values`. Errors
-(:class:`ExecError`): an instruction it does not implement (TMA, ``wgmma``, ``mbarrier``,
-``setmaxnreg`` are out of scope; ``cp.async``, ``ldmatrix`` and ``mma.sync`` m16n8k16, which
-``ct.mma`` on sm_80 uses, are in), an illegal address, a shared-memory race, a deadlocked
-barrier or collective, ``trap``. Not modelled: calls into binary objects (``from_object``:
-no PTX to run), races between CTAs (they run one after another), memory ordering beyond
-barriers (every access is seen at once by every thread).
+memory in :mod:`.memory`, instructions to Python in :mod:`.ops` (the modifiers each one
+models in :mod:`.modifiers`), their semantics in :mod:`.runtime` and :mod:`.values`.
+Errors (:class:`ExecError`): an instruction it does not implement (TMA, ``wgmma``,
+``mbarrier``, ``setmaxnreg`` are out of scope; ``cp.async``, ``ldmatrix`` and ``mma.sync``
+m16n8k16, which ``ct.mma`` on sm_80 uses, are in) or a modifier it does not model (refused,
+never ignored), an illegal address, a misaligned one (not a multiple of the access's whole
+width: a GPU traps), a shared-memory race, a deadlocked barrier or collective, an
+``.aligned`` barrier reached by a diverged warp (undefined in the PTX ISA), ``trap``. Not
+modelled: calls into binary objects (``from_object``: no PTX to run), races between CTAs
+(they run one after another), memory ordering beyond barriers (every access is seen at once
+by every thread).
 """
 
 from .cutile import Pointer, run, run_build

@@ -118,9 +118,39 @@ class CTA:
             group = ts[:max(expected - self.arrived.get(bar, 0), 0)] if count is not None \
                 else ts
             self.arrived[bar] = 0
+            self._check_converged(bar, group)
             self._release_barrier(group)
             released = True
         return released
+
+    def _check_converged(self, bar: int, group: list[Thread]) -> None:
+        """An ``.aligned`` barrier (every ``bar``) must be executed by all non-exited
+        threads of each warp at the same instruction: "in conditionally executed code, an
+        aligned bar instruction should only be used if it is known that all threads evaluate
+        the condition identically (the warp does not diverge)", otherwise the behaviour is
+        undefined (PTX ISA, "Parallel Synchronization and Communication Instructions: bar,
+        barrier", 9.7.12.1 in ISA 8.x). A warp whose lanes wait at two instructions, or
+        some of whose lanes are elsewhere, is an error."""
+        aligned = [t for t in group if t.ev[6]]
+        for w in sorted({t.warp for t in aligned}):
+            lanes = [u for u in self.threads[32 * w:32 * w + 32] if u.state != EXIT]
+            places = {}
+            for u in lanes:
+                at = (u.func.name, u.pc) if u.state == WAIT and u.ev[0] == "bar" and \
+                    u.ev[2] == bar and u in group else None
+                places.setdefault(at, []).append(u.lane)
+            if len(places) > 1:
+                where = "; ".join(
+                    f"lanes {_lanes(ls)} "
+                    + (f"at {at[0]}, PTX {self.threads[32 * w + ls[0]].ev[7]}"
+                       if at else "elsewhere (not at this barrier)")
+                    for at, ls in places.items())
+                raise ExecError(
+                    f"barrier {bar} (.aligned) in CTA {self.ctaid} reached by warp {w} "
+                    f"diverged: {where}. Undefined behaviour (PTX ISA, \"bar, barrier\": an "
+                    f"aligned barrier must be executed by every non-exited thread of the "
+                    f"warp at the same instruction); use barrier.sync without .aligned, or "
+                    f"reconverge the warp first")
 
     def _release_barrier(self, group: list[Thread]) -> None:
         kind = group[0].ev[1]
@@ -364,6 +394,11 @@ class CTA:
         shown = "\n  ".join(lines[:8]) + ("\n  ..." if len(lines) > 8 else "")
         return (f"deadlock in CTA {self.ctaid}: {len(lines)} threads wait and can never be "
                 f"released ({exited} have exited):\n  {shown}")
+
+
+def _lanes(ls: list[int]) -> str:
+    return f"{ls[0]}-{ls[-1]}" if ls == list(range(ls[0], ls[-1] + 1)) and len(ls) > 1 \
+        else ",".join(map(str, ls))
 
 
 class Thread:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from . import values as V
 from .memory import LOCAL_WINDOW, SHARED_WINDOW, WINDOW_SIZE
+from .modifiers import unknown as unknown_modifiers
 from .runtime import mask
 from .values import TYPES, imm_value, is_imm
 
@@ -160,6 +161,13 @@ class Gen:
             return str(imm_value(base) + off)
         return self.symbol_address(base, off)
 
+    def aligned(self, addr: str, n: int | str) -> str:
+        """``addr`` checked to be a multiple of ``n`` bytes when the access runs
+        (:func:`.runtime.AL`: a misaligned access is an error naming this instruction)."""
+        if n == 1:
+            return addr
+        return f"AL({addr}, {n}, {self.dec._msg(self.st, self.ins.opcode)!r})"
+
     def param_buffer(self, op: str):
         """(slot, offset) when ``[name+off]`` names a ``.param`` of this frame, else None."""
         inner = op.strip()[1:-1].strip()
@@ -193,6 +201,11 @@ class Gen:
         handler = getattr(self, "op_" + self.base, None)
         if handler is None:
             _unsup(f"unknown instruction {ins.opcode!r}")
+        odd = unknown_modifiers(self.base, self.mods, TYPES)
+        if odd:
+            _unsup(f"{ins.opcode}: modifier{'s' if len(odd) > 1 else ''} "
+                   f"{', '.join('.' + m for m in odd)} the executor does not model "
+                   f"(support.ptx_exec.modifiers.KNOWN)")
         out = handler()
         return out if isinstance(out, tuple) else (out, False)
     # -- type helpers
@@ -678,7 +691,7 @@ class Gen:
             _unsup(f"three-operand {self.ins.opcode}")
         A, B = self.src(a, bits), self.src(b, bits)
         ftz, nan = "ftz" in self.mods, "NaN" in self.mods
-        if "xorsign" in self.mods:
+        if "xorsign" in self.mods or "relu" in self.mods:
             _unsup(self.ins.opcode)
         return [self.assign(d, f"FMINMAX({op!r}, {t!r}, {ftz}, {nan}, {A}, {B})", bits)]
 
@@ -748,7 +761,7 @@ class Gen:
                 if value is None:
                     return f"PR(r[{k}], {off}, {n})"
                 return f"PW(r[{k}], {off}, {n}, {value})"
-        addr = self.address(addr_op, space)
+        addr = self.aligned(self.address(addr_op, space), n)
         if space in ("global", "const", "param"):
             return f"t.G.read({addr}, {n}, t)" if value is None else \
                 f"t.G.write({addr}, {n}, {value}, t)"
@@ -840,7 +853,7 @@ class Gen:
         operands = self.ops[:] if has_dest else ["_"] + self.ops[:]
         d, a = operands[:2]
         vals = [self.src(o, bits) for o in operands[2:4]]
-        addr = self.address(a, space)
+        addr = self.aligned(self.address(a, space), bits // 8)
         e = f"ATOM(t, {space!r}, {op!r}, {t!r}, {addr}, {', '.join(vals)})"
         return [self.assign(d, e, bits)] if d != "_" else [e]
 
@@ -901,23 +914,28 @@ class Gen:
         return [f"t.ev = {ev}", "t.pc = @NEXT@", "return -1"], True
 
     def op_bar(self):
+        """``bar``/``barrier``: the event ``('bar', kind, id, count, predicate, slot,
+        aligned, where)``; every ``bar`` form is ``.aligned`` (PTX ISA, "Parallel Synchronization
+        and Communication Instructions: bar, barrier": ``bar{.cta}.sync`` is
+        ``barrier{.cta}.sync.aligned``), ``barrier`` only with the modifier."""
         mods = [m for m in self.mods if m not in ("cta", "aligned")]
         if mods and mods[0] == "warp":
             return self._wait(f"('warp', 'bar.warp.sync', {self.src(self.ops[0], 32)}, None, ())")
+        aligned = f"{self.base == 'bar' or 'aligned' in self.mods}, {self.dec._where(self.st)!r}"
         kind = mods[0] if mods else "sync"
         if kind in ("sync", "arrive"):
             a = self.src(self.ops[0], 32)
             b = self.src(self.ops[1], 32) if len(self.ops) > 1 else "None"
             if kind == "arrive":
                 return [f"t.cta.arrive(t, {a}, {b})"], False
-            return self._wait(f"('bar', 'sync', {a}, {b}, None, None)")
+            return self._wait(f"('bar', 'sync', {a}, {b}, None, None, {aligned})")
         if kind == "red":
             op = mods[1]
             d = self.ops[0]
             a = self.src(self.ops[1], 32)
             b = self.src(self.ops[2], 32) if len(self.ops) > 3 else "None"
             c = self.src(self.ops[-1], 1)
-            return self._wait(f"('bar', {op!r}, {a}, {b}, {c}, {self.slot(d)})")
+            return self._wait(f"('bar', {op!r}, {a}, {b}, {c}, {self.slot(d)}, {aligned})")
         _unsup(self.ins.opcode)
 
     op_barrier = op_bar
@@ -1010,9 +1028,9 @@ class Gen:
             return []
         if mods[1] not in ("ca", "cg") or not any(m.startswith("shared") for m in mods):
             _unsup(self.ins.opcode)
-        dst = self.address(self.ops[0], "shared")
-        src = self.address(self.ops[1], "global")
         size = self.src(self.ops[2], 32)
+        dst = self.aligned(self.address(self.ops[0], "shared"), size)
+        src = self.aligned(self.address(self.ops[1], "global"), size)
         keep = size
         if len(self.ops) > 3 and not self.ops[3].startswith("%rd") and \
                 self.dec.resolve(self.scope, self.ops[3].lstrip("!")) is not None and \

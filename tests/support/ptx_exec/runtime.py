@@ -390,6 +390,18 @@ def _exact_to_float(dt, x, mode, satfinite, relu, neg_zero=False):
     return V.round_to_format(x, fmt[0], fmt[1], mode, satfinite=satfinite, has_inf=fmt[2])
 
 
+def AL(addr, n, where):
+    """``addr`` when it is a multiple of ``n``, the access's whole width: PTX ISA,
+    "Addresses as Operands" (6.4.1 in ISA 8.x): an address must be naturally aligned to a
+    multiple of the access size, a vector access to the vector's whole size, otherwise the
+    behaviour is undefined; a GPU traps with "misaligned address"
+    (``tests/test_executor_gpu.py``)."""
+    if addr % n:
+        raise ExecError(f"{where}: misaligned address {addr:#x} for a {n}-byte access "
+                        f"(a GPU traps: misaligned address)")
+    return addr
+
+
 def CP_ASYNC(t, dst, src, size, keep):
     """cp.async: ``keep`` bytes from global ``src``, the rest of ``size`` zero-filled."""
     if keep > size:
