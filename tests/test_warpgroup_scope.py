@@ -807,3 +807,29 @@ def test_asm_refusal_names_a_fix_for_ptx(kernel, fix):
         splice.compile(kernel, K.signature(K.array(i32), K.array(i32), 128), "sm_90")
     msg = str(e.value)
     assert "#include" not in msg and fix in msg
+
+
+# ---------------------------------------------------------------------------------------------
+# Two consumer warpgroups (num_worker_warps=8): refused, and the refusal names the option
+
+
+@splice.kernel(num_worker_warps=8)
+def matmul_eight_workers_kernel(A, B, C, tm: ConstInt, tn: ConstInt, tk: ConstInt):
+    acc = K.matmul_tile(A, B, tm, tn, tk)
+    s = group_count(ct.bid(0))
+    ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=ct.astype(acc + s, C.dtype))
+
+
+def test_two_consumer_warpgroups_are_refused():
+    with pytest.raises(SpliceRewriteError, match=r"step 'threads'.*warp\(s\) 0-7 \(256 threads\)"
+                                                 r".*not one warpgroup of 128 threads"):
+        splice.compile(matmul_eight_workers_kernel, MATMULS["fp16 128x128x64"], "sm_90")
+
+
+@pytest.mark.xfail(strict=True, reason="splice/warpgroup.py: the 'threads' step's refusal does "
+                                       "not name the kernel option that made two consumer "
+                                       "warpgroups (num_worker_warps=8), nor that one works")
+def test_two_consumer_warpgroups_refusal_names_num_worker_warps():
+    with pytest.raises(SpliceRewriteError) as e:
+        splice.compile(matmul_eight_workers_kernel, MATMULS["fp16 128x128x64"], "sm_90")
+    assert "num_worker_warps" in str(e.value)
