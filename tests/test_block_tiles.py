@@ -977,3 +977,22 @@ def test_tile_call_in_warp_specialised_kernel_names_a_fix_that_works():
         splice.extern(source=REVERSE_SRC, name="reverse_tile", scope="warpgroup",
                       signature="tile(float32)(tile(float32))")
     assert 'scope="warpgroup"' not in msg
+
+
+# ---------------------------------------------------------------------------------------------
+# inline="never" on a tile extern: the block call stays a real call (it passes no parameters:
+# the tiles are in splice's buffers), and the rewrite's call count agrees
+
+
+reverse_never = splice.extern(source=REVERSE_SRC, name="reverse_tile", scope="block",
+                              signature="tile(float32)(tile(float32))", inline="never")
+reverse_never_kernel = _tile_kernel(reverse_never)
+
+
+def test_never_inlined_tile_call_runs():
+    b = splice.compile(reverse_never_kernel, _vec_sig(128), "sm_90")
+    assert re.search(r"^\s*call __splice_tile_\d+_call, \(\);", _entry(b), re.M)
+    x = _rows(128)
+    y = np.zeros_like(x)
+    assert not run_build(b, (2,), x, y).approx
+    np.testing.assert_array_equal(y.reshape(2, 128), x.reshape(2, 128)[:, ::-1])
