@@ -81,16 +81,26 @@ def __dir__():
 
 def compile(kernel, signature, arch: str = "sm_90") -> "Build":
     """Ahead-of-time compile a ``@splice.kernel`` for a
-    ``cuda.tile.compilation.KernelSignature`` on ``arch`` ("sm_80", "sm_90", "sm_100";
-    "sm_90a" is accepted). Needs no GPU.
+    ``cuda.tile.compilation.KernelSignature`` on ``arch``. Needs no GPU.
+
+    Args:
+        kernel: a ``@splice.kernel`` function.
+        signature (KernelSignature | list[KernelSignature]): the kernel's parameters
+            (:func:`splice.kernel_signature` makes one from text), or a non-empty list of
+            them (one cubin with an entry per signature, named in ``.symbols``).
+        arch (str): the GPU architecture, "sm_80", "sm_90", "sm_100" ... ("sm_90a" is
+            accepted); the architectures tileiras supports.
 
     Returns:
         Build: ``.cubin`` (bytes), ``.symbol`` (the kernel's entry name), ``.sites`` and every
         stage (``build["ptx"]``, ``["spliced_ptx"]``, ``["sass"]``...).
 
     Raises:
+        SpliceDeclarationError: ``kernel`` is not a ``@splice.kernel``, or ``signature`` is
+            not a KernelSignature (or a list of them).
         SpliceCallError, SpliceCompileError, SpliceLinkError, SpliceRewriteError,
-        SpliceToolchainError: see :mod:`splice.errors`.
+        SpliceToolchainError (an architecture tileiras cannot compile for): see
+            :mod:`splice.errors`.
     """
     from .pipeline import build
     return build(kernel, signature, arch, None, keep_stages=True)

@@ -36,24 +36,27 @@ class Build:
     ``"lower"`` includes the fragments compiled in threads while tileiras runs.
     """
 
+    # the cubin, the stages and the spans (hundreds of KB) stay out of repr: a build shown
+    # in a REPL or a log is its kernel, architecture, symbol, sites and timings
     kernel_name: str
     arch: str
     symbol: str
-    cubin: bytes
+    cubin: bytes = dataclasses.field(repr=False)
     sites: list[SiteInfo]
-    lifecycle_providers: tuple = ()
-    ptx: str | None = None
-    spliced_ptx: str | None = None
-    tileir: str | None = None
+    lifecycle_providers: tuple = dataclasses.field(default=(), repr=False)
+    ptx: str | None = dataclasses.field(default=None, repr=False)
+    spliced_ptx: str | None = dataclasses.field(default=None, repr=False)
+    tileir: str | None = dataclasses.field(default=None, repr=False)
     ptxas_flags: tuple[str, ...] = ()
     host_object_size: int = 0
-    entry_calls: dict = dataclasses.field(default_factory=dict)
+    entry_calls: dict = dataclasses.field(default_factory=dict, repr=False)
     from_cache: bool = False
     seconds: float = 0.0
     symbols: tuple[str, ...] = ()   # every entry (several signatures: splice.export_kernel)
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
     lowerings: int = 1
-    spans: tuple[Span, ...] = ()    # of spliced_ptx: what wrote which lines (splice.spans)
+    # of spliced_ptx: what wrote which lines (splice.spans)
+    spans: tuple[Span, ...] = dataclasses.field(default=(), repr=False)
     _sass: str | None = dataclasses.field(default=None, repr=False)
 
     STAGES = ("tileir", "ptx", "spliced_ptx", "cubin", "sass")

@@ -295,14 +295,16 @@ def _address_copy_source(ins: Instruction, marker_reg: Mapping[str, int]) -> int
 
 def _count_calls(module: Module, sites: Mapping[int, SiteCall]) -> int:
     """Calls of a site's callee that pass splice's own parameters (``__splice_p``,
-    ``__splice_r``): the calls the rewriter emitted. Only ``call`` statements are parsed."""
+    ``__splice_r``): the calls the rewriter emitted. Only ``call`` statements are parsed;
+    only the parameter lists count (a callee splice generated, ``__splice_tile_0_call``,
+    is named ``__splice_...`` itself, and called without parameters it passes none)."""
     callees = {s.callee for s in sites.values()}
     n = 0
     for s in module.statements:
         if s.kind == "instruction" and opcode_head(s) == "call":
             ins = parse_instruction(s, module.text)
             if ins.call_target in callees and \
-                    any("__splice_" in op for op in ins.operands):
+                    any("__splice_" in op for op in ins.operands if op.startswith("(")):
                 n += 1
     return n
 

@@ -111,7 +111,18 @@ def pointer(elem) -> ElementType:
 
     ABI: the C function receives the array's base pointer (global memory, generic address)
     as ``T*`` (or ``const T*``), the same for every element of the call; index into it
-    with indices you pass as further (int32/int64) arguments."""
+    with indices you pass as further (int32/int64) arguments.
+
+    Args:
+        elem: the element's cuTile dtype (``ct.float32``) or its name (``"float32"``), for
+            a stub's annotation or ``signature=``; not a kernel-side function.
+
+    Returns:
+        ElementType: the 64-bit pointer type ``float32*``.
+
+    Raises:
+        SpliceDeclarationError: an unsupported dtype, a pointer or a tile type.
+    """
     elem = element_type(elem)
     if elem.kind == "p":
         raise SpliceDeclarationError("pointers to pointers are not supported")
@@ -402,6 +413,13 @@ _SIG_RE = re.compile(r"^\s*(\w+\s*\*?|\([^()]*\))\s*\((.*)\)\s*$")
 
 def parse_signature(text: str) -> Signature:
     """Parse a numba-style signature string: ``"float32(float32, int32)"``, ``"void()"``.
+
+    Args:
+        text (str): ``result(arguments)``: element types, ``T*`` pointers, ``tile(T)`` and
+            ``tile(T, (16, 16))`` tiles, a ``(T, U)`` tuple of results, ``void``.
+
+    Returns:
+        Signature: the argument types and the result type.
 
     Raises:
         SpliceDeclarationError: malformed string or unsupported dtype.

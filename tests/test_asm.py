@@ -325,6 +325,33 @@ def test_pack_refuses_bool_outputs_and_array_inputs():
         splice.build(kern2, I32, "sm_90")
 
 
+
+@pytest.mark.xfail(strict=True, reason="splice/asm_frontend.py: pack's check `k in (1, 2, 4, "
+                                       "8)` lets True through as 1 (pure=True/False is "
+                                       "checked as a bool, pack as an int is not)")
+def test_pack_refuses_a_bool():
+    @splice.kernel
+    def kern(x, y, TILE: ConstInt):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=splice.asm("mov.b32 $0, $1;", t, dtype=ct.int32,
+                                                         pack=True))
+    with pytest.raises(splice.SpliceCallError, match="pack must be 1, 2, 4 or 8, got True"):
+        splice.build(kern, I32, "sm_90")
+
+
+@pytest.mark.xfail(strict=True, reason="splice.pointer inside a kernel is traced by cuTile as a "
+                                       "helper: its SpliceDeclarationError reaches the user as "
+                                       "cuTile's UnsupportedSyntaxError 'Raised exception must "
+                                       "be wrapped in static_exception()' (splice/types.py)")
+def test_pointer_dtype_is_a_splice_error():
+    @splice.kernel
+    def kern(x, y, TILE: ConstInt):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=splice.asm("mov.b32 $0, $1;", t,
+                                                         dtype=splice.pointer(ct.int32)))
+    with pytest.raises(splice.SpliceError):
+        splice.build(kern, I32, "sm_90")
+
 # ----------------------------------------------------------------------------- CPU executor
 # The GPU tests' kernels run on support.ptx_exec (sm_80: their 1-D loads are TMA on sm_90)
 

@@ -952,3 +952,47 @@ def test_exec_called_not_inlined():
     y = np.zeros_like(x)
     _exec(kernel, _vec_sig(128), (2,), x, y)
     np.testing.assert_array_equal(y, np.flip(x.reshape(2, 128), 1).reshape(-1))
+
+
+# ---------------------------------------------------------------------------------------------
+# The refusal of a tile call in a warp-specialised kernel names a fix that works
+
+
+@splice.kernel
+def warp_specialised_tile_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))          # a TMA load, and a reduction
+    ct.store(y, index=(ct.bid(0),), tile=reverse_tile(t) * ct.sum(t))
+
+
+@pytest.mark.xfail(strict=True, reason="splice/forms/block.py (BlockForm's warp-specialisation "
+                                       "refusal) tells a tile call to declare the extern "
+                                       "scope=\"warpgroup\", where tile parameters are refused")
+def test_tile_call_in_warp_specialised_kernel_names_a_fix_that_works():
+    with pytest.raises(SpliceRewriteError) as e:
+        splice.compile(warp_specialised_tile_kernel, _vec_sig(256), "sm_90")
+    msg = str(e.value)
+    assert "allow_tma=False" in msg
+    # following the other advice is a second refusal: tiles at warpgroup scope do not exist
+    with pytest.raises(SpliceDeclarationError, match="tiles at this scope are not built"):
+        splice.extern(source=REVERSE_SRC, name="reverse_tile", scope="warpgroup",
+                      signature="tile(float32)(tile(float32))")
+    assert 'scope="warpgroup"' not in msg
+
+
+# ---------------------------------------------------------------------------------------------
+# inline="never" on a tile extern: the block call stays a real call (it passes no parameters:
+# the tiles are in splice's buffers), and the rewrite's call count agrees
+
+
+reverse_never = splice.extern(source=REVERSE_SRC, name="reverse_tile", scope="block",
+                              signature="tile(float32)(tile(float32))", inline="never")
+reverse_never_kernel = _tile_kernel(reverse_never)
+
+
+def test_never_inlined_tile_call_runs():
+    b = splice.compile(reverse_never_kernel, _vec_sig(128), "sm_90")
+    assert re.search(r"^\s*call __splice_tile_\d+_call, \(\);", _entry(b), re.M)
+    x = _rows(128)
+    y = np.zeros_like(x)
+    assert not run_build(b, (2,), x, y).approx
+    np.testing.assert_array_equal(y.reshape(2, 128), x.reshape(2, 128)[:, ::-1])

@@ -295,3 +295,22 @@ def test_benchmark_compiles_and_reports_without_a_gpu():
     rows = {ln.split()[0]: ln.split()[1:] for ln in out.stdout.splitlines()[2:]}
     assert set(rows) == {"sort", "scan", "top_k", "histogram"}
     assert rows["sort"][:3] == ["3", "8", "8"] and rows["top_k"][:3] == ["4", "8", "2"]
+
+
+@splice.kernel
+def warp_specialised_sort_kernel(x, y, N: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(N,))              # a TMA load, and a reduction
+    ct.store(y, index=(ct.bid(0),), tile=splice.cub.sort(t) * ct.sum(t))
+
+
+@pytest.mark.xfail(strict=True, reason="splice/forms/block.py (BlockForm's warp-specialisation "
+                                       "refusal) tells a splice.cub user to declare the "
+                                       "extern scope=\"warpgroup\": there is no extern of "
+                                       "theirs, and splice.cub has no such scope")
+def test_warp_specialised_kernel_refusal_says_what_works():
+    from splice.errors import SpliceRewriteError
+    with pytest.raises(SpliceRewriteError) as e:
+        splice.compile(warp_specialised_sort_kernel, _sig(f32, f32, consts=(256,)), "sm_90")
+    msg = str(e.value)
+    assert "allow_tma=False" in msg and "splice.cub.sort" in msg
+    assert "Declare the extern" not in msg

@@ -118,3 +118,15 @@ def test_a_refusal_with_no_pure_site_left_is_the_rewriters_error(monkeypatch, fr
     assert len(calls) == 2
     assert set(calls[0].values()) == {Marker.FMA}
     assert set(calls[1].values()) == {Marker.ATOMIC}
+
+
+def test_build_repr_leaves_out_the_cubin_and_the_stages():
+    """A build shown in a REPL or a log names its kernel, symbol and sites; the cubin, the
+    PTX stages and the spans (hundreds of KB) are attributes to read, not its repr."""
+    sig = K.signature(K.array(ct.float32), K.array(ct.float32), K.array(ct.float32),
+                      K.scalar(ct.float32), 128)
+    b = splice.compile(K.saxpy_kernel, sig, "sm_90")
+    text = repr(b)
+    assert b.symbol in text and "sites=[" in text and "saxpy" in text
+    assert b.spliced_ptx and b.spliced_ptx[:200] not in text and "cubin=" not in text
+    assert len(text) < 4000, len(text)

@@ -48,3 +48,19 @@ def test_new_calls_must_match_the_markers_replaced():
     with pytest.raises(SpliceRewriteError, match="1 markers replaced by calls but the "
                                                  "rewritten PTX has 0 new calls"):
         rewrite._verify(_kernel("\tmov.u64 \t%rd1, 0;\n"), fma_sites(), 1, 0, "k")
+
+
+def test_only_the_parameter_lists_count_a_call_as_the_rewriters():
+    # a callee splice generated is named __splice_...; called without parameters (a tile
+    # call: its tiles are in shared memory) it passes none of splice's and is not counted,
+    # as the rewriter does not count it among the markers it replaced by calls
+    import dataclasses
+    from splice.ptx import Module
+    site = dataclasses.replace(fma_sites()[0], callee="__splice_tile_0_call")
+    decl = ".visible .func __splice_tile_0_call();\n"
+    bare = Module(_kernel("\tcall __splice_tile_0_call, ();\n", decl))
+    assert rewrite._count_calls(bare, {0: site}) == 0
+    passed = Module(_kernel("\t{\n\t.param .b64 __splice_p0;\n\tst.param.b64 [__splice_p0], "
+                            "%rd1;\n\tcall __splice_tile_0_call, (__splice_p0);\n\t}\n",
+                            decl.replace("()", "(.param .b64 a)")))
+    assert rewrite._count_calls(passed, {0: site}) == 1

@@ -749,3 +749,77 @@ def test_exec_group_call_with_threads_missing_traps():
         run(leave(96), b.symbol, (1,), x, y)
     with pytest.raises(ExecError, match="trap|deadlock"):
         run(leave(100), b.symbol, (1,), x, y)
+
+
+# ---------------------------------------------------------------------------------------------
+# A warpgroup-scope snippet's refusal names a fix a PTX snippet can use
+
+
+@splice.kernel
+def asm_cta_barrier_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+    s = splice.asm("bar.sync 0; mov.b32 $0, $1;", ct.sum(t), dtype=i32, scope="warpgroup")
+    ct.store(y, index=(ct.bid(0),), tile=t + s, allow_tma=False)
+
+
+@splice.kernel
+def asm_block_size_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+    s = splice.asm("mov.u32 $0, %ntid.x;", ct.sum(t), dtype=i32, scope="warpgroup")
+    ct.store(y, index=(ct.bid(0),), tile=t + s, allow_tma=False)
+
+
+@splice.kernel
+def asm_group_barrier_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+    s = splice.asm("barrier.sync 15, 128; mov.b32 $0, $1;", ct.sum(t), dtype=i32,
+                   scope="warpgroup")
+    ct.store(y, index=(ct.bid(0),), tile=t + s, allow_tma=False)
+
+
+def test_asm_with_the_group_barrier_is_accepted():
+    # the barrier a snippet can synchronise the group with (splice_group_sync()'s)
+    import numpy as np
+    x = np.random.default_rng(1).integers(-50, 50, 2 * 128).astype(np.int32)
+    y = np.zeros_like(x)
+    _exec(asm_group_barrier_kernel, K.signature(K.array(i32), K.array(i32), 128), (2,), x, y)
+    xv = x.reshape(2, 128)
+    np.testing.assert_array_equal(y.reshape(2, 128), xv + xv.sum(1, keepdims=True))
+
+
+@pytest.mark.parametrize("kernel, fix", [(asm_cta_barrier_kernel, "barrier.sync 15, 128"),
+                                         (asm_block_size_kernel, "128")])
+@pytest.mark.xfail(strict=True, reason="splice/warpgroup.py callee_refusal: the fix it names "
+                                       "for a snippet is a function from #include "
+                                       "<splice_group.h>, which PTX cannot include")
+def test_asm_refusal_names_a_fix_for_ptx(kernel, fix):
+    with pytest.raises(SpliceLinkError) as e:
+        splice.compile(kernel, K.signature(K.array(i32), K.array(i32), 128), "sm_90")
+    msg = str(e.value)
+    assert "#include" not in msg and fix in msg
+
+
+# ---------------------------------------------------------------------------------------------
+# Two consumer warpgroups (num_worker_warps=8): refused, and the refusal names the option
+
+
+@splice.kernel(num_worker_warps=8)
+def matmul_eight_workers_kernel(A, B, C, tm: ConstInt, tn: ConstInt, tk: ConstInt):
+    acc = K.matmul_tile(A, B, tm, tn, tk)
+    s = group_count(ct.bid(0))
+    ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=ct.astype(acc + s, C.dtype))
+
+
+def test_two_consumer_warpgroups_are_refused():
+    with pytest.raises(SpliceRewriteError, match=r"step 'threads'.*warp\(s\) 0-7 \(256 threads\)"
+                                                 r".*not one warpgroup of 128 threads"):
+        splice.compile(matmul_eight_workers_kernel, MATMULS["fp16 128x128x64"], "sm_90")
+
+
+@pytest.mark.xfail(strict=True, reason="splice/warpgroup.py: the 'threads' step's refusal does "
+                                       "not name the kernel option that made two consumer "
+                                       "warpgroups (num_worker_warps=8), nor that one works")
+def test_two_consumer_warpgroups_refusal_names_num_worker_warps():
+    with pytest.raises(SpliceRewriteError) as e:
+        splice.compile(matmul_eight_workers_kernel, MATMULS["fp16 128x128x64"], "sm_90")
+    assert "num_worker_warps" in str(e.value)
