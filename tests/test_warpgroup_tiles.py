@@ -206,6 +206,33 @@ def test_reduction_then_tile_call():
     assert store.instances == load.instances == 2          # 256 elements on the group's 128
 
 
+def _kloop_shape(ptx: str) -> tuple[int, int, tuple[int, ...]]:
+    """(``.reqntid``, ``wgmma.mma_async`` count, the ``wgmma.wait_group`` depths): the
+    proxy for the TMA matmul's GPU time (issue 21; benchmarks/warpgroup_tiles_cpu.md)."""
+    return (int(re.search(r"\.reqntid (\d+)", ptx).group(1)),
+            len(re.findall(r"wgmma\.mma_async", ptx)),
+            tuple(sorted({int(d) for d in
+                          re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)})))
+
+
+def test_plain_matmul_kloop_is_pipelined():
+    """The baseline of the proxy: tileiras's plain 128x128x64 TMA matmul runs on two
+    warpgroups with its k-loop unrolled twice (16 wgmma) and the next group issued before
+    the wait for the last (``wait_group 1``)."""
+    b = splice.compile(K.matmul_plain_kernel, _mm_sig(f16, 128), "sm_90")
+    assert _kloop_shape(b.ptx) == (256, 16, (0, 1))
+
+
+@pytest.mark.xfail(strict=True, reason="issue 21: the call site's marker is token-ordered "
+                   "after the k-loop's loads and C's store, which makes tileiras split off "
+                   "an epilogue warpgroup and drain the k-loop (benchmarks/"
+                   "warpgroup_token_probe.py); a fix makes this pass")
+def test_fused_epilogue_keeps_the_plain_kloop():
+    plain = splice.compile(K.matmul_plain_kernel, _mm_sig(f16, 128), "sm_90")
+    fused = splice.compile(fp8.matmul_fp8_scales, fp8.signature(), "sm_90")
+    assert _kloop_shape(fused.ptx) == _kloop_shape(plain.ptx)
+
+
 def test_epilogue_group_is_the_second_warpgroup():
     """With a reduction in the epilogue tileiras splits off an epilogue warpgroup (threads
     128-255) after a setmaxnreg.dec; its site's guard tests tid.x - 128 (the leader is
