@@ -4,17 +4,17 @@ warpgroups and stop pipelining its k-loop: a CPU probe (sm_90, no GPU), the evid
 
 Each variant compiles one kernel for sm_90 in a fresh process and prints the proxy that
 predicts its GPU time (issue 21): ``.reqntid`` (256: the plain matmul's two warpgroups; 384:
-an epilogue warpgroup split off), the ``wgmma.mma_async`` count (16: the k-loop unrolled
-twice, as in the plain kernel; 8: not) and the ``wgmma.wait_group`` depths (``1`` in the
-loop: the next group overlaps the wait; only ``0``: each iteration drains the pipeline).
+an epilogue warpgroup split off), the ``wgmma.mma_async`` count and the
+``wgmma.wait_group`` depths (``1`` in the loop: one wgmma group stays in flight across
+iterations, as in the plain kernel; only ``0``: each iteration waits for its own group).
 
 Some variants change what cuTile's token-order pass (``cuda.tile._passes.token_order``, a
-private module) gives splice's markers as their input memory token, or their memory order:
-experiments on the cause, not something splice does. ``"root"`` gives a marker the
-kernel's entry token, ordered after none of the kernel's loads and stores.
+private module) gives splice's markers as their input memory token, their memory order,
+or the atomic they are: experiments on the cause, not something splice does. "entry
+token": the kernel's first token, ordered after none of the kernel's loads and stores.
 
     python benchmarks/warpgroup_token_probe.py            # every variant
-    python benchmarks/warpgroup_token_probe.py elem-root  # one
+    python benchmarks/warpgroup_token_probe.py elem-root  # one (names: VARIANTS)
 """
 
 import dataclasses
@@ -70,6 +70,19 @@ def _cas_kernel(order):
     return cutile_cas
 
 
+def _rmw_kernel(order):
+    @splice.kernel
+    def cutile_max(A, B, C, Mx, tm: ct.Constant[int], tn: ct.Constant[int],
+                   tk: ct.Constant[int]):
+        """cuTile's own atomic max on the (tm,) row maxima (Mx: int32) after C's store."""
+        c = ct.astype(matmul_acc(A, B, tm, tn, tk), C.dtype)
+        ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=c)
+        mi = ct.astype(ct.astype(ct.max(ct.abs(c), axis=1), ct.float32), ct.int32)
+        ct.atomic_max(Mx, ct.bid(0) * tm + ct.arange(tm, dtype=ct.int32), mi,
+                      memory_order=order)
+    return cutile_max
+
+
 def _elem_signature(mx_dtype=ct.float32):
     from cuda.tile.compilation import CallingConvention, KernelSignature
     params = list(signature().parameters[:4])
@@ -115,6 +128,27 @@ def _roles(*roles):
         staging = op.site.extern.staging
         return None if staging and staging.role in roles else tokens
     return choose
+
+
+def _exchange_markers() -> None:
+    """Emit every atomic marker as an acq_rel exchange (of its operands' xor) instead of a
+    compare-and-swap: its tokens as before. splice's rewriter does not take it, so these
+    variants show tileiras's PTX only."""
+    from splice import _cutile as cu
+    from splice import tile_ir
+
+    def exchange(ctx, site, pointer, args, token, order):
+        tt = ctx.type_table
+        ity = tile_ir._int_type(tt, site.marker_bits, site.shape)
+        cmp, val = tile_ir._pack_operands(ctx, site, args)
+        return cu.bc.encode_AtomicRMWTkoOp(
+            ctx.builder, result_type=ity, result_token_type=tt.Token,
+            pointers=ctx.get_value(pointer), arg=cu.bc.encode_XOrIOp(ctx.builder, ity, cmp, val),
+            mask=None, token=None if token is None else ctx.get_value(token),
+            memory_ordering_semantics=cu.memory_order_to_bytecode[order],
+            memory_scope=cu.memory_scope_to_bytecode[cu.MemoryScope.DEVICE],
+            mode=cu.bc.AtomicRMWMode.XCHG)
+    tile_ir._marker_cas = exchange
 
 
 def _relaxed_markers() -> None:
@@ -166,6 +200,13 @@ VARIANTS = {
     "fused-root-stores-call": ("the example, staging stores and call on the entry token",
                                lambda: _patch_tokens(_roles("store", "call")),
                                lambda: matmul_fp8_scales, signature),
+    "fused-exchange": ("the example, markers acq_rel exchanges (tileiras PTX)",
+                       _exchange_markers, lambda: matmul_fp8_scales, signature),
+    "elem-exchange": ("impure element call, marker an acq_rel exchange (tileiras PTX)",
+                      _exchange_markers, lambda: elem_epilogue, _elem_signature),
+    "cutile-max-acq_rel": ("cuTile's atomic_max on Mx, acq_rel", None,
+                           lambda: _rmw_kernel(ct.MemoryOrder.ACQ_REL),
+                           lambda: _elem_signature(ct.int32)),
     "cutile-cas-acq_rel": ("cuTile's atomic_cas on Mx, acq_rel", None,
                            lambda: _cas_kernel(ct.MemoryOrder.ACQ_REL),
                            lambda: _elem_signature(ct.int32)),
@@ -189,7 +230,13 @@ def probe(name: str) -> str:
     if setup:
         setup()
     try:
-        ptx = splice.compile(kernel(), sig(), arch="sm_90").ptx
+        if "tileiras PTX" in what:
+            from splice import toolchain, trace
+            traced = trace.trace_kernel(kernel(), sig(), "sm_90")
+            ptx = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags,
+                                         timeout=None, what=name).ptx
+        else:
+            ptx = splice.compile(kernel(), sig(), arch="sm_90").ptx
     except splice.SpliceError as e:
         return f"{name:24} {what:58} refused: {type(e).__name__}: {str(e)[:120]}"
     threads, mmas, waits = kloop_shape(ptx)

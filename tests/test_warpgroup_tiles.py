@@ -217,8 +217,8 @@ def _kloop_shape(ptx: str) -> tuple[int, int, tuple[int, ...]]:
 
 def test_plain_matmul_kloop_is_pipelined():
     """The baseline of the proxy: tileiras's plain 128x128x64 TMA matmul runs on two
-    warpgroups with its k-loop unrolled twice (16 wgmma) and the next group issued before
-    the wait for the last (``wait_group 1``)."""
+    warpgroups (256 threads), issues a k-step's 8 wgmma before its loop and 8 in it, and
+    keeps one group in flight across iterations (``wait_group 1`` in the loop)."""
     b = splice.compile(K.matmul_plain_kernel, _mm_sig(f16, 128), "sm_90")
     assert _kloop_shape(b.ptx) == (256, 16, (0, 1))
 
