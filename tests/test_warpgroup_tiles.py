@@ -206,6 +206,63 @@ def test_reduction_then_tile_call():
     assert store.instances == load.instances == 2          # 256 elements on the group's 128
 
 
+def _kloop_shape(ptx: str) -> tuple[int, int, tuple[int, ...]]:
+    """(``.reqntid``, ``wgmma.mma_async`` count, the ``wgmma.wait_group`` depths): the
+    proxy for the TMA matmul's GPU time (issue 21; benchmarks/warpgroup_tiles_cpu.md)."""
+    return (int(re.search(r"\.reqntid (\d+)", ptx).group(1)),
+            len(re.findall(r"wgmma\.mma_async", ptx)),
+            tuple(sorted({int(d) for d in
+                          re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)})))
+
+
+def test_plain_matmul_kloop_is_pipelined():
+    """The baseline of the proxy: tileiras's plain 128x128x64 TMA matmul runs on two
+    warpgroups (256 threads), issues a k-step's 8 wgmma before its loop and 8 in it, and
+    keeps one group in flight across iterations (``wait_group 1`` in the loop)."""
+    b = splice.compile(K.matmul_plain_kernel, _mm_sig(f16, 128), "sm_90")
+    assert _kloop_shape(b.ptx) == (256, 16, (0, 1))
+
+
+@pytest.mark.xfail(strict=True, reason="issue 21: the call site's marker is token-ordered "
+                   "after the k-loop's loads and C's store, which makes tileiras split off "
+                   "an epilogue warpgroup and drain the k-loop (benchmarks/"
+                   "warpgroup_token_probe.py); a fix makes this pass")
+def test_fused_epilogue_keeps_the_plain_kloop():
+    plain = splice.compile(K.matmul_plain_kernel, _mm_sig(f16, 128), "sm_90")
+    fused = splice.compile(fp8.matmul_fp8_scales, fp8.signature(), "sm_90")
+    assert _kloop_shape(fused.ptx) == _kloop_shape(plain.ptx)
+
+
+read_back = splice.extern(
+    name="read_back", signature="float32(float32*, int32)", pure=False,
+    source=r'''extern "C" __device__ float read_back(const float* c, int i) { return c[i]; }''')
+
+
+@splice.kernel
+def matmul_read_back_kernel(A, B, C, Out, tm: ConstInt, tn: ConstInt, tk: ConstInt):
+    """C = A @ B by TMA, then every element of the block's C tile read back from global
+    memory by an impure call (ordered after the store by the memory token), into Out."""
+    ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=K.matmul_tile(A, B, tm, tn, tk))
+    rows = ct.bid(0) * tm + ct.arange(tm, dtype=i32)
+    cols = ct.bid(1) * tn + ct.arange(tn, dtype=i32)
+    idx = ct.reshape(rows, (tm, 1)) * C.shape[1] + ct.reshape(cols, (1, tn))
+    ct.store(Out, index=(ct.bid(0), ct.bid(1)), tile=read_back(C, idx))
+
+
+def _read_back_sig():
+    return K.signature(K.array(f16, 2), K.array(f16, 2), K.array(f32, 2), K.array(f32, 2),
+                       128, 128, 64)
+
+
+def test_read_back_after_tma_store_compiles():
+    """The kernel of the GPU test below stores C by TMA and reads it back in the calls:
+    one site, 128 x 128 elements on 128 threads."""
+    b = splice.compile(matmul_read_back_kernel, _read_back_sig(), "sm_90")
+    assert re.search(r"cp\.async\.bulk\.tensor\.2d\.global\.shared", b.ptx)
+    [site] = b.sites
+    assert site.instances == 128
+
+
 def test_epilogue_group_is_the_second_warpgroup():
     """With a reduction in the epilogue tileiras splits off an epilogue warpgroup (threads
     128-255) after a setmaxnreg.dec; its site's guard tests tid.x - 128 (the leader is
@@ -444,6 +501,24 @@ def test_gpu_matmul_tile_result(torch, case):
     blocks = acc.view(2 * tm, 2, 128).abs().amax(dim=2, keepdim=True)
     want = (acc.view(2 * tm, 2, 128) / blocks).view(2 * tm, 256).to(dt)
     torch.testing.assert_close(C, want, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.gpu
+def test_gpu_impure_call_reads_the_tma_stored_tile(torch):
+    """An impure call after ``ct.store(C)`` reads the stored values. tileiras orders the
+    call after the TMA store's ``cp.async.bulk.wait_group.read 0`` (the store's reads of
+    shared memory done), not after its writes to global memory: this fails if that race
+    shows."""
+    from support.gpu import launch
+    n = 2048
+    A = torch.randn(n, 256, device="cuda", dtype=torch.float16)
+    B = torch.randn(256, n, device="cuda", dtype=torch.float16)
+    C = torch.zeros(n, n, device="cuda", dtype=torch.float32)
+    out = torch.full((n, n), float("nan"), device="cuda", dtype=torch.float32)
+    launch(torch, (n // 128, n // 128, 1), matmul_read_back_kernel, (A, B, C, out, 128, 128,
+                                                                     64))
+    torch.testing.assert_close(C, A.float() @ B.float(), rtol=1e-3, atol=1e-2)
+    assert torch.equal(out, C), (out != C).sum().item()
 
 
 @pytest.mark.gpu
