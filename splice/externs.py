@@ -273,7 +273,8 @@ MEMORY = ("any", "arguments")
 
 def _check_memory(memory, pure: bool, what: str) -> None:
     """Raises SpliceDeclarationError (naming ``what``) for a ``memory=`` that is not one
-    of :data:`MEMORY`, or that is not "any" on a pure extern (which touches no memory)."""
+    of :data:`MEMORY`, or that is not "any" on a ``pure`` extern (its calls touch no
+    memory; block and warpgroup scope make every extern impure)."""
     if not isinstance(memory, str) or memory not in MEMORY:
         raise SpliceDeclarationError(f"{what}: memory must be 'any' or 'arguments', got "
                                      f"{memory!r}")
