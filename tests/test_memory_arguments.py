@@ -6,6 +6,8 @@ executor, a planted fault, and the declaration errors."""
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 
 import cuda.tile as ct
 import numpy as np
@@ -15,6 +17,8 @@ from support import kernels as K
 from support.ptx_exec import run_build
 import splice
 from splice import trace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
 f32, i32 = ct.float32, ct.int32
 ConstInt = ct.Constant[int]
@@ -186,3 +190,21 @@ def test_wrong_memory_value_is_refused(memory):
                              rf"got {memory!r}"):
         splice.extern(source=BUMP_SRC, name="bump", signature="void(float32*, int32)",
                       pure=False, memory=memory)
+
+
+def test_planted_unordered_staging_is_refused(monkeypatch, fresh_cache):
+    """The tile staging's sites and the call share splice's alias set, which orders the
+    call after the stores of its tiles: without it (each site ordered by its arrays alone)
+    tileiras places the stores where the staging proof cannot find them before the call,
+    and the example is refused, never miscompiled."""
+    import matmul_rowmax_fp8 as fp8
+    from splice.tile_ir import SpliceMarkerPointer
+
+    def arrays_only(self, alias_set_of):
+        alias_set = 0
+        for array in self.arrays:
+            alias_set |= alias_set_of(array)
+        return alias_set
+    monkeypatch.setattr(SpliceMarkerPointer, "splice_alias_set", arrays_only)
+    with pytest.raises(splice.SpliceRewriteError, match=r"staging of a tile call"):
+        splice.compile(fp8.matmul_fp8_scales, fp8.signature(), "sm_90")
