@@ -229,7 +229,7 @@ def _install_alias_hook() -> None:
                 var = op.result_var
                 result.predicates[var.name] = result[var.name].replace(alias_set=alias_set)
         return result
-    dataflow_analysis._splice_alias_hook = True   # type: ignore[attr-defined]
+    dataflow_analysis._splice_alias_hook = True
     compile_module.dataflow_analysis = dataflow_analysis
 
 

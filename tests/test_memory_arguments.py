@@ -156,6 +156,21 @@ def test_exec_call_reads_the_kernels_store(kernel):
     np.testing.assert_array_equal(y, 3.0 * y0)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", [store_then_bump, store_then_bump_any],
+                         ids=["arguments", "any"])
+def test_gpu_call_reads_the_kernels_store(dev, kernel):
+    """On the GPU, 64 blocks: the call sees the kernel's store to X, the load after it
+    the call's; Y, which the declared call is not ordered against, is stored as written."""
+    n, blocks = 128, 64
+    y0 = np.random.default_rng(5).integers(-50, 50, n * blocks).astype(np.float32)
+    x, y, out = dev.arr(np.zeros_like(y0)), dev.arr(y0), dev.arr(np.zeros_like(y0))
+    dev.launch((blocks, 1, 1), kernel, (x, y, out, n))
+    np.testing.assert_array_equal(dev.host(x), 2.0 * (y0 + 1.0) + 1.0)
+    np.testing.assert_array_equal(dev.host(out), dev.host(x))
+    np.testing.assert_array_equal(dev.host(y), 3.0 * y0)
+
+
 # ---------------------------------------------------------------------------------------------
 # Declarations
 
