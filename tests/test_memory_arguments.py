@@ -156,6 +156,43 @@ def test_exec_call_reads_the_kernels_store(kernel):
     np.testing.assert_array_equal(y, 3.0 * y0)
 
 
+def test_declared_tile_result_call_is_proven():
+    """A warpgroup tile call with a tile result, declared "arguments" (it has no pointer
+    argument: ordered only against its own staging), in the TMA matmul: the staging proof
+    holds, every result load after the exit barrier."""
+    import test_warpgroup_tiles as wt
+    recip = splice.extern(source=wt.RECIP_SRC, name="recip", scope="warpgroup",
+                          signature="tile(float32)(tile(float32))", memory="arguments")
+    b = splice.compile(wt.make_matmul_recip(recip), wt._mm_sig(ct.float16, 128), "sm_90")
+    wt._check_tile_call(b, 128)
+    entry = wt._entry(b)
+    loads = [m.start() for m in re.finditer(r"ld\.shared\.b32 \t%r\d+, \[%r\d+\];", entry)]
+    assert loads and entry.index("barrier.sync \t15, 128;") < min(loads)
+
+
+@pytest.mark.parametrize("n", [128, 256])
+def test_exec_declared_warpgroup_tile_call(n):
+    """The 128-thread warpgroup tile call of tests/test_warpgroup_tiles.py declared
+    "arguments", on the CPU executor: the same values."""
+    import test_warpgroup_tiles as wt
+    rev = splice.extern(source=wt.REVERSE_SRC, name="wg_reverse", scope="warpgroup",
+                        signature="tile(float32)(tile(float32), float32)", memory="arguments")
+
+    @splice.kernel
+    def reverse_kernel(x, y, TILE: ConstInt):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+        ct.store(y, index=(ct.bid(0),), tile=rev(t, ct.sum(t)) * 2.0, allow_tma=False)
+    x = np.random.default_rng(n).integers(-50, 50, 2 * n).astype(np.float32)
+    y = np.zeros_like(x)
+    b = splice.compile(reverse_kernel, wt._vec_sig(n), "sm_90")
+    assert ".reqntid 128" in b.ptx
+    launch = run_build(b, (2,), x, y)
+    assert not launch.approx
+    xv = x.reshape(2, n)
+    want = (xv[:, ::-1] + xv.sum(1, keepdims=True) + 128.0) * 2.0
+    np.testing.assert_array_equal(y.reshape(2, n), want)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("kernel", [store_then_bump, store_then_bump_any],
                          ids=["arguments", "any"])
