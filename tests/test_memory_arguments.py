@@ -156,41 +156,57 @@ def test_exec_call_reads_the_kernels_store(kernel):
     np.testing.assert_array_equal(y, 3.0 * y0)
 
 
+# y[i] = 2 x[N - 1 - i] + s, the group's threads taking the elements in turn: a tile
+# result, no pointer argument
+FLIP_SRC = r'''
+#include <splice_group.h>
+template <int N> __device__ void flip(const float (&x)[N], float s, float (&y)[N]) {
+    for (unsigned i = splice_group_rank(); i < N; i += splice_group_size())
+        y[i] = 2.0f * x[N - 1 - i] + s;
+}'''
+flip = splice.extern(source=FLIP_SRC, name="flip", scope="warpgroup", memory="arguments",
+                     signature="tile(float32)(tile(float32), float32)")
+
+
+@splice.kernel
+def matmul_flip_kernel(A, B, C, tm: ConstInt, tn: ConstInt, tk: ConstInt):
+    """The TMA matmul, its row maxima flipped by the call and added to C's rows."""
+    acc = K.matmul_tile(A, B, tm, tn, tk)
+    m = flip(ct.max(ct.abs(acc), axis=1), 1.0)
+    ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=ct.astype(acc + m[:, None], C.dtype))
+
+
+@splice.kernel
+def flip_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+    ct.store(y, index=(ct.bid(0),), tile=flip(t, 3.0), allow_tma=False)
+
+
 def test_declared_tile_result_call_is_proven():
-    """A warpgroup tile call with a tile result, declared "arguments" (it has no pointer
+    """A warpgroup tile call with a tile result, declared "arguments" (no pointer
     argument: ordered only against its own staging), in the TMA matmul: the staging proof
-    holds, every result load after the exit barrier."""
-    import test_warpgroup_tiles as wt
-    recip = splice.extern(source=wt.RECIP_SRC, name="recip", scope="warpgroup",
-                          signature="tile(float32)(tile(float32))", memory="arguments")
-    b = splice.compile(wt.make_matmul_recip(recip), wt._mm_sig(ct.float16, 128), "sm_90")
-    wt._check_tile_call(b, 128)
-    entry = wt._entry(b)
+    holds (a SpliceRewriteError otherwise), every result load after the exit barrier."""
+    sig = K.signature(*[K.array(ct.float16, 2)] * 3, 128, 128, 64)
+    b = splice.compile(matmul_flip_kernel, sig, "sm_90")
+    store, call, load = b.sites
+    assert call.scope == "warpgroup" and call.instances == 1
+    assert store.instances == load.instances == 1          # 128 rows on the group's 128
+    entry = b.spliced_ptx[b.spliced_ptx.index(".entry"):]
     loads = [m.start() for m in re.finditer(r"ld\.shared\.b32 \t%r\d+, \[%r\d+\];", entry)]
     assert loads and entry.index("barrier.sync \t15, 128;") < min(loads)
 
 
 @pytest.mark.parametrize("n", [128, 256])
 def test_exec_declared_warpgroup_tile_call(n):
-    """The 128-thread warpgroup tile call of tests/test_warpgroup_tiles.py declared
-    "arguments", on the CPU executor: the same values."""
-    import test_warpgroup_tiles as wt
-    rev = splice.extern(source=wt.REVERSE_SRC, name="wg_reverse", scope="warpgroup",
-                        signature="tile(float32)(tile(float32), float32)", memory="arguments")
-
-    @splice.kernel
-    def reverse_kernel(x, y, TILE: ConstInt):
-        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
-        ct.store(y, index=(ct.bid(0),), tile=rev(t, ct.sum(t)) * 2.0, allow_tma=False)
+    """The declared tile call on the CPU executor (a 128-thread kernel: the group is the
+    block): y = 2 x reversed + 3 per block."""
     x = np.random.default_rng(n).integers(-50, 50, 2 * n).astype(np.float32)
     y = np.zeros_like(x)
-    b = splice.compile(reverse_kernel, wt._vec_sig(n), "sm_90")
+    b = splice.compile(flip_kernel, K.signature(K.array(f32), K.array(f32), n), "sm_90")
     assert ".reqntid 128" in b.ptx
     launch = run_build(b, (2,), x, y)
     assert not launch.approx
-    xv = x.reshape(2, n)
-    want = (xv[:, ::-1] + xv.sum(1, keepdims=True) + 128.0) * 2.0
-    np.testing.assert_array_equal(y.reshape(2, n), want)
+    np.testing.assert_array_equal(y.reshape(2, n), 2.0 * x.reshape(2, n)[:, ::-1] + 3.0)
 
 
 @pytest.mark.gpu
