@@ -28,7 +28,7 @@ from typing import Iterable, Mapping, Sequence
 
 from . import activemask
 from .errors import SpliceLinkError
-from .ptx import Module, opcode_at, parse_instruction
+from .ptx import Function, Module, opcode_at, parse_instruction
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,47 +225,21 @@ def _facts(mod: Module) -> _Facts:
 
 
 def _scan(mod: Module) -> _Facts:
+    """The facts of ``mod`` (:class:`_Facts`), from one pass over its statements."""
     names = {f.name for f in mod.function_order}
+    aliases = _aliases(mod)
     first: dict[str, tuple[str, Collective] | None] = {}
     calls: dict[str, tuple[str, ...]] = {}
     indirect = set()
     taken: dict[str, None] = {}
-    # ".alias a, b;": a call of a runs b (which must be defined in the same module)
-    aliases = {}
-    for st in mod.statements:
-        if st.depth == 0 and st.kind == "directive" and st.head == ".alias":
-            pair = [t.text for t in st.tokens if t.kind == "ident"]
-            if len(pair) == 2:
-                aliases[pair[0]] = pair[1]
     for fn in mod.function_order:
         if not fn.is_definition:
             continue
-        hit = None
-        callees: dict[str, None] = {}
-        exempt: frozenset[int] | None = None
-        for st in mod.body_statements(fn):
-            if st.kind != "instruction":
-                _note_taken(st.tokens, names, taken)
-                continue
-            toks = st.tokens
-            k = 0 if toks[0].text != "@" else (3 if toks[1].text == "!" else 2)
-            opcode, _ = opcode_at(toks, k)
-            row = collective_of(opcode)
-            if row is not None and hit is None:
-                if exempt is None:   # the opportunistic pattern: correct at any divergence
-                    exempt = activemask.proven(mod, fn)
-                if st.start not in exempt:
-                    hit = (" ".join(st.text(mod.text).split()), row)
-            target = None
-            if opcode.split(".", 1)[0] == "call":
-                target = parse_instruction(st, mod.text).call_target
-            if target is not None and target.startswith("%"):
-                indirect.add(fn.name)
-            elif target is not None:
-                callees[aliases.get(target, target)] = None
-            _note_taken([t for t in st.tokens if t.text != target], names, taken)
+        hit, callees, through_register = _scan_body(mod, fn, names, aliases, taken)
         first[fn.name] = hit
-        calls[fn.name] = tuple(callees)
+        calls[fn.name] = callees
+        if through_register:
+            indirect.add(fn.name)
     for st in mod.statements:
         if st.depth == 0 and st.kind not in ("header", "decl"):
             _note_taken(st.tokens, names, taken)
@@ -274,6 +248,52 @@ def _scan(mod: Module) -> _Facts:
     weak = frozenset(f.name for f in mod.function_order if f.is_definition and
                      ".weak" in f.linkage)
     return _Facts(first, calls, frozenset(indirect), exported, tuple(taken), weak)
+
+
+def _aliases(mod: Module) -> dict[str, str]:
+    """``.alias a, b;``: a call of a runs b (which must be defined in the same module)."""
+    aliases = {}
+    for st in mod.statements:
+        if st.depth == 0 and st.kind == "directive" and st.head == ".alias":
+            pair = [t.text for t in st.tokens if t.kind == "ident"]
+            if len(pair) == 2:
+                aliases[pair[0]] = pair[1]
+    return aliases
+
+
+def _scan_body(mod: Module, fn: Function, names: set[str], aliases: Mapping[str, str],
+               taken: dict[str, None]
+               ) -> tuple[tuple[str, Collective] | None, tuple[str, ...], bool]:
+    """One defined function's facts: its first collective instruction that
+    :func:`activemask.proven` does not exempt (text, row), its direct callees in order
+    (aliases resolved), whether it calls through a register. The functions of ``names``
+    its body names other than as a call target are added to ``taken``."""
+    hit = None
+    callees: dict[str, None] = {}
+    through_register = False
+    exempt: frozenset[int] | None = None
+    for st in mod.body_statements(fn):
+        if st.kind != "instruction":
+            _note_taken(st.tokens, names, taken)
+            continue
+        toks = st.tokens
+        k = 0 if toks[0].text != "@" else (3 if toks[1].text == "!" else 2)
+        opcode, _ = opcode_at(toks, k)
+        row = collective_of(opcode)
+        if row is not None and hit is None:
+            if exempt is None:   # the opportunistic pattern: correct at any divergence
+                exempt = activemask.proven(mod, fn)
+            if st.start not in exempt:
+                hit = (" ".join(st.text(mod.text).split()), row)
+        target = None
+        if opcode.split(".", 1)[0] == "call":
+            target = parse_instruction(st, mod.text).call_target
+        if target is not None and target.startswith("%"):
+            through_register = True
+        elif target is not None:
+            callees[aliases.get(target, target)] = None
+        _note_taken([t for t in st.tokens if t.text != target], names, taken)
+    return hit, tuple(callees), through_register
 
 
 def _note_taken(tokens, names, taken: dict) -> None:
