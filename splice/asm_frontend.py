@@ -263,7 +263,7 @@ def _handle_asm(callee, template, args, dtype, constraints, pure, pack, scope):
     if not isinstance(pure_v, bool):
         raise error("pure must be True or False")
     k = _constant(pack, "pack", where)
-    if not isinstance(k, int) or k not in (1, 2, 4, 8):
+    if isinstance(k, bool) or not isinstance(k, int) or k not in (1, 2, 4, 8):   # True == 1
         raise error(f"pack must be 1, 2, 4 or 8, got {k!r}")
     try:
         form = form_of(_constant(scope, "scope", where) or "element", "scope=")

@@ -326,9 +326,6 @@ def test_pack_refuses_bool_outputs_and_array_inputs():
 
 
 
-@pytest.mark.xfail(strict=True, reason="splice/asm_frontend.py: pack's check `k in (1, 2, 4, "
-                                       "8)` lets True through as 1 (pure=True/False is "
-                                       "checked as a bool, pack as an int is not)")
 def test_pack_refuses_a_bool():
     @splice.kernel
     def kern(x, y, TILE: ConstInt):
