@@ -789,9 +789,6 @@ def test_asm_with_the_group_barrier_is_accepted():
 
 @pytest.mark.parametrize("kernel, fix", [(asm_cta_barrier_kernel, "barrier.sync 15, 128"),
                                          (asm_block_size_kernel, "128")])
-@pytest.mark.xfail(strict=True, reason="splice/warpgroup.py callee_refusal: the fix it names "
-                                       "for a snippet is a function from #include "
-                                       "<splice_group.h>, which PTX cannot include")
 def test_asm_refusal_names_a_fix_for_ptx(kernel, fix):
     with pytest.raises(SpliceLinkError) as e:
         splice.compile(kernel, K.signature(K.array(i32), K.array(i32), 128), "sm_90")
@@ -823,3 +820,33 @@ def test_two_consumer_warpgroups_refusal_names_num_worker_warps():
     with pytest.raises(SpliceRewriteError) as e:
         splice.compile(matmul_eight_workers_kernel, MATMULS["fp16 128x128x64"], "sm_90")
     assert "num_worker_warps" in str(e.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# The callee checks use the content keys the fragments stage took
+
+
+def _key_changes_after_collectives_check(monkeypatch, frag):
+    """Make ``frag``'s content key change once the element collectives check has run, as a
+    CUDA C source saved mid-build would: a later check that took the key again would miss
+    the compiled fragment."""
+    from splice import collectives
+    cls, check = type(frag), collectives.check_element_sites
+    real, saved = cls.content_key, []
+
+    def content_key(self, target):
+        return real(self, target) + ("-saved" if saved and self is frag else "")
+
+    def check_then_save(*a, **kw):
+        check(*a, **kw)
+        saved.append(True)
+    monkeypatch.setattr(cls, "content_key", content_key)
+    monkeypatch.setattr(collectives, "check_element_sites", check_then_save)
+    return saved
+
+
+def test_warpgroup_callee_check_uses_the_fragments_stage_keys(monkeypatch):
+    saved = _key_changes_after_collectives_check(monkeypatch,
+                                                 group_countf._splice_extern.fragment)
+    b = splice.compile(plain_sum_call_kernel, VEC_SIG, "sm_90")
+    assert saved and "warpgroup scope" in b.summary()
