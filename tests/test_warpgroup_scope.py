@@ -826,27 +826,8 @@ def test_two_consumer_warpgroups_refusal_names_num_worker_warps():
 # The callee checks use the content keys the fragments stage took
 
 
-def _key_changes_after_collectives_check(monkeypatch, frag):
-    """Make ``frag``'s content key change once the element collectives check has run, as a
-    CUDA C source saved mid-build would: a later check that took the key again would miss
-    the compiled fragment."""
-    from splice import collectives
-    cls, check = type(frag), collectives.check_element_sites
-    real, saved = cls.content_key, []
-
-    def content_key(self, target):
-        return real(self, target) + ("-saved" if saved and self is frag else "")
-
-    def check_then_save(*a, **kw):
-        check(*a, **kw)
-        saved.append(True)
-    monkeypatch.setattr(cls, "content_key", content_key)
-    monkeypatch.setattr(collectives, "check_element_sites", check_then_save)
-    return saved
-
-
 def test_warpgroup_callee_check_uses_the_fragments_stage_keys(monkeypatch):
-    saved = _key_changes_after_collectives_check(monkeypatch,
-                                                 group_countf._splice_extern.fragment)
+    from support.fragments import save_source_mid_build
+    saved = save_source_mid_build(monkeypatch, group_countf._splice_extern.fragment)
     b = splice.compile(plain_sum_call_kernel, VEC_SIG, "sm_90")
     assert saved and "warpgroup scope" in b.summary()
