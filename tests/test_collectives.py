@@ -607,7 +607,8 @@ extern "C" __device__ float fp(float x) { return op(x); }'''
     assert re.search(f"called at {_call_site_of(factory, 'fp(plain(t))')}", msg)
 
 
-def test_binary_object_check_reads_the_fragments_that_were_linked(tmp_path, monkeypatch):
+def test_binary_object_check_reads_the_fragments_that_were_linked(fresh_cache, tmp_path,
+                                                                  monkeypatch):
     """The SASS check of a CUDA C extern calling into a binary object walks the PTX the
     fragments stage compiled and linked: a source saved mid-build (its content key changed)
     is neither keyed nor compiled again, and the call is still refused."""

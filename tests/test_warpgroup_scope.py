@@ -826,7 +826,7 @@ def test_two_consumer_warpgroups_refusal_names_num_worker_warps():
 # The callee checks use the content keys the fragments stage took
 
 
-def test_warpgroup_callee_check_uses_the_fragments_stage_keys(monkeypatch):
+def test_warpgroup_callee_check_uses_the_fragments_stage_keys(fresh_cache, monkeypatch):
     from support.fragments import save_source_mid_build
     saved = save_source_mid_build(monkeypatch, group_countf._splice_extern.fragment)
     b = splice.compile(plain_sum_call_kernel, VEC_SIG, "sm_90")
