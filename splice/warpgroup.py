@@ -230,12 +230,21 @@ def tma_hint(module: Module) -> str:
     which copies the kernel has (``allow_tma=False`` on those ct.load/ct.store calls makes
     the kernels measured in ``docs/design.md#warpgroup-scope`` plain), or that it has none
     (then ``allow_tma=False`` changes nothing: ct.mma, or tileiras's own choice)."""
+    fix = tma_fix(module)
+    if fix is None:
+        return " (the kernel has no TMA copies, so allow_tma=False would not change it)"
+    return f", or {fix}"
+
+
+def tma_fix(module: Module) -> str | None:
+    """How to make the kernel of ``module`` plain (not warp-specialised): ``allow_tma=False``
+    on the ct.load/ct.store calls whose TMA copies it has; None: it has none."""
     code = module.text.split(".nv_intermediate_source_section")[0]
     kinds = [k for k, r in (("ct.load", _TMA_LOAD), ("ct.store", _TMA_STORE)) if r.search(code)]
     if not kinds:
-        return " (the kernel has no TMA copies, so allow_tma=False would not change it)"
-    return (f", or pass allow_tma=False to its {' and '.join(kinds)} calls (its TMA copies) "
-            f"for a kernel without warp specialisation, where a block call works")
+        return None
+    return (f"pass allow_tma=False to its {' and '.join(kinds)} calls (its TMA copies) for a "
+            f"kernel without warp specialisation, where a block call works")
 
 
 def _check_kernel(body: Body) -> int:
