@@ -429,7 +429,7 @@ def _group(body: Body, g: int, b: int, bins: Instruction, c: int, ntid: int) -> 
             "threads", f"the threads that can reach the site are warp(s) {_ranges(warps)} "
             f"({32 * len(warps)} threads) and its join barrier is {text!r}: not one "
             f"warpgroup of {GROUP_SIZE} threads (4 consecutive warps, the first a multiple "
-            f"of 4) joined by a barrier over exactly them")
+            f"of 4) joined by a barrier over exactly them{_workers_hint(warps)}")
     if sorted(reach[b]) != warps:
         raise WarpgroupRefusal("threads", f"the join barrier {text!r} is reached by warps "
                                f"{_ranges(sorted(reach[b]))}, not only the site's "
@@ -439,6 +439,18 @@ def _group(body: Body, g: int, b: int, bins: Instruction, c: int, ntid: int) -> 
         raise WarpgroupRefusal("threads", f"the site runs on thread {c}, outside the "
                                f"warpgroup of threads {first}-{first + GROUP_SIZE - 1}")
     return Group(first, c, text, True)
+
+
+def _workers_hint(warps: Sequence[int]) -> str:
+    """For a site reached by several whole warpgroups (tileiras's consumer warpgroups: the
+    kernel option ``num_worker_warps`` sets how many warps they have), the option that
+    makes one; else nothing."""
+    n = len(warps)
+    if n <= 4 or n % 4:
+        return ""
+    return (f". {n // 4} consumer warpgroups run the site: the kernel option "
+            f"num_worker_warps={n} makes them. Leave num_worker_warps unset (or give 4) "
+            f"for one consumer warpgroup, where a warpgroup call works")
 
 
 def _ranges(warps: Sequence[int]) -> str:

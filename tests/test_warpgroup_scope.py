@@ -813,13 +813,15 @@ def test_two_consumer_warpgroups_are_refused():
         splice.compile(matmul_eight_workers_kernel, MATMULS["fp16 128x128x64"], "sm_90")
 
 
-@pytest.mark.xfail(strict=True, reason="splice/warpgroup.py: the 'threads' step's refusal does "
-                                       "not name the kernel option that made two consumer "
-                                       "warpgroups (num_worker_warps=8), nor that one works")
 def test_two_consumer_warpgroups_refusal_names_num_worker_warps():
     with pytest.raises(SpliceRewriteError) as e:
         splice.compile(matmul_eight_workers_kernel, MATMULS["fp16 128x128x64"], "sm_90")
-    assert "num_worker_warps" in str(e.value)
+    assert "num_worker_warps=8 makes them" in str(e.value)
+    assert "Leave num_worker_warps unset (or give 4)" in str(e.value)
+    # what it names works: the same kernel with the default (one consumer warpgroup)
+    b = splice.compile(matmul_eight_workers_kernel.replace_hints(num_worker_warps=4),
+                       MATMULS["fp16 128x128x64"], "sm_90")
+    assert "warpgroup scope" in b.summary()
 
 
 # ---------------------------------------------------------------------------------------------
