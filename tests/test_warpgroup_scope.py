@@ -833,3 +833,14 @@ def test_warpgroup_callee_check_uses_the_fragments_stage_keys(fresh_cache, monke
     saved = save_source_mid_build(monkeypatch, group_countf._splice_extern.fragment)
     b = splice.compile(plain_sum_call_kernel, VEC_SIG, "sm_90")
     assert saved and "warpgroup scope" in b.summary()
+
+
+def test_argument_scratch_is_named_for_the_warpgroup_scope():
+    # the shared-memory report names each span's owner: a warpgroup site's scratch is not a
+    # block call's
+    from splice.forms.warpgroup import WARPGROUP
+    assert WARPGROUP.global_edit(3).owner == "splice's warpgroup-call argument scratch"
+    b = splice.compile(plain_sum_call_kernel, VEC_SIG, "sm_90")
+    assert re.search(r"\.shared \.align 8 \.b8 __splice_block_0\[16\]; // splice: arguments "
+                     r"of warpgroup-scope site 0", b.spliced_ptx)
+    assert "block-scope site" not in b.spliced_ptx

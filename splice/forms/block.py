@@ -68,8 +68,8 @@ class BlockForm:
     def global_edit(self, index: int) -> Generated:
         from .. import block
         from ..spans import Generated
-        return Generated(block.scratch_declaration(index), block.SCRATCH_OWNER, "splice",
-                         index)
+        return Generated(block.scratch_declaration(index, self.scope),
+                         block.scratch_owner(self.scope), "splice", index)
 
     def instance_edits(self, body, i, site, instance):
         """The edits of one instance of the site's marker (statement ``i``): the guard
