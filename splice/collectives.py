@@ -494,7 +494,9 @@ def find_sass_collective(sass: str, root: str) -> tuple[str, str, tuple[str, ...
     return None
 
 
-def check_binary_sites(sites, cubin: bytes, target: str | None = None) -> None:
+def check_binary_sites(sites, cubin: bytes, target: str | None = None,
+                       fragments: Mapping[str, tuple[str, Module]] | None = None,
+                       keys: Mapping[int, str] | None = None) -> None:
     """Refuse every element-scope call site whose extern comes from a binary object
     (``from_object``) and executes a collective SASS instruction, found in the kernel's
     linked ``cubin`` (nvJitLink keeps each device function in its own section); and every
@@ -505,6 +507,9 @@ def check_binary_sites(sites, cubin: bytes, target: str | None = None) -> None:
     Args:
         target: the kernel's PTX target, for the PTX of the other sites' fragments; None:
             only the binary sites are checked.
+        fragments: content key -> (description, PTX module) of every fragment of the
+            kernel, compiled for ``target`` (the PTX that was linked).
+        keys: id(fragment) -> its content key, as the fragments stage took them.
 
     Raises:
         SpliceLinkError: as :func:`check_element_sites`.
@@ -512,7 +517,8 @@ def check_binary_sites(sites, cubin: bytes, target: str | None = None) -> None:
     """
     element = [s for s in sites if not s.extern.form.runs_collectives]
     binary = [s for s in element if not s.extern.fragment.has_ptx_body]
-    reaches = _ptx_reaches([s for s in element if s not in binary], target)
+    reaches = _ptx_reaches([s for s in element if s not in binary], target, fragments or {},
+                           keys)
     if not binary and not reaches:
         return
     sass = _sass_or_refuse(cubin, (binary or [s for s, _ in reaches])[0].extern)
@@ -540,17 +546,16 @@ def check_binary_sites(sites, cubin: bytes, target: str | None = None) -> None:
                 _refuse_sass_hit(site, what, chain[:-1], find_sass_collective(sass, callee))
 
 
-def _ptx_reaches(sites, target):
-    """(site, :class:`Reach`) of each site's extern in its fragment's PTX, for the sites whose
-    PTX calls functions no PTX fragment defines or calls through a register."""
+def _ptx_reaches(sites, target, fragments, keys):
+    """(site, :class:`Reach`) of each site's extern in its fragment's PTX (the module linked,
+    :func:`site_module`), for the sites whose PTX calls functions no PTX fragment defines
+    or calls through a register."""
     if target is None or not sites:
         return []
-    mods: dict[str, Module] = {}
-    for s in sites:
-        mods.setdefault(s.extern.fragment.content_key(target), s.extern.fragment.module(target))
+    mods = {id(m): m for m in (site_module(s.extern, fragments, target, keys) for s in sites)}
     out = []
     for s in sites:
-        mod = mods[s.extern.fragment.content_key(target)]
+        mod = site_module(s.extern, fragments, target, keys)
         reach = outside_ptx(mod, s.extern.symbol, list(mods.values()))
         if reach.undefined or reach.indirect is not None:
             out.append((s, reach))
