@@ -69,7 +69,7 @@ def check_snippet(body: str, outputs: Iterable[str], reserved: Iterable[str], *,
     except PTXSyntaxError as e:
         raise SnippetFault(f"it is not a sequence of PTX statements ({e.message}); braces "
                            f"must balance and every statement end with ';'") from None
-    code = _code(body, stmts, set(reserved))
+    code = _code(body, stmts, set(reserved), straight_line)
     if straight_line is not None:
         _check_straight_line(code, straight_line)
     labels = {s.tokens[0].text for s in stmts if s.kind == "label"}
@@ -85,9 +85,10 @@ def check_snippet(body: str, outputs: Iterable[str], reserved: Iterable[str], *,
             f"(or of a pair guarded by @p and @!p) on every path to its end")
 
 
-def _code(body: str, stmts: list[Statement], reserved: set[str]):
+def _code(body: str, stmts: list[Statement], reserved: set[str], scope: str | None):
     """``(statement, Instruction | label name | None)`` for the statements that matter to
-    control flow, after refusing what a snippet may not hold."""
+    control flow, after refusing what a snippet may not hold (``scope``: a cooperative
+    snippet's, None for an element snippet)."""
     out: list[tuple[Statement, Instruction | str | None]] = []
     for s in stmts:
         if s.kind == "instruction":
@@ -95,7 +96,7 @@ def _code(body: str, stmts: list[Statement], reserved: set[str]):
         elif s.kind == "label":
             out.append((s, s.tokens[0].text))
         elif s.kind == "directive":
-            _check_directive(s, body, reserved)
+            _check_directive(s, body, reserved, scope)
         elif s.kind not in ("open", "close"):
             raise SnippetFault(f"{s.text(body).strip()[:60]!r} is not an instruction: a "
                                f"snippet is pasted into a function body (instructions, "
@@ -103,8 +104,13 @@ def _code(body: str, stmts: list[Statement], reserved: set[str]):
     return out
 
 
-def _check_directive(s: Statement, body: str, reserved: set[str]) -> None:
+def _check_directive(s: Statement, body: str, reserved: set[str], scope: str | None) -> None:
     heads = [t.text for t in s.tokens if t.kind == "directive"]
+    if ".shared" in heads and scope is not None:
+        raise SnippetFault(f"it declares a .shared variable, which splice.asm does not "
+                           f"support in a {scope}-scope snippet: use CUDA C with "
+                           f"scope=\"{scope}\" (its __shared__ variables, which splice "
+                           f"counts in the block's shared memory), or .local scratch")
     if ".shared" in heads:
         raise SnippetFault("it declares a .shared variable: a per-element snippet runs on "
                            "every thread of the block at once, which would share it; use "

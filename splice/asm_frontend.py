@@ -263,7 +263,7 @@ def _handle_asm(callee, template, args, dtype, constraints, pure, pack, scope):
     if not isinstance(pure_v, bool):
         raise error("pure must be True or False")
     k = _constant(pack, "pack", where)
-    if not isinstance(k, int) or k not in (1, 2, 4, 8):
+    if isinstance(k, bool) or not isinstance(k, int) or k not in (1, 2, 4, 8):   # True == 1
         raise error(f"pack must be 1, 2, 4 or 8, got {k!r}")
     try:
         form = form_of(_constant(scope, "scope", where) or "element", "scope=")
@@ -421,6 +421,11 @@ Args:
     pure (bool): False: never removed, never duplicated, runs exactly once per element and
         keeps its order against the kernel's memory operations (``asm volatile`` with a
         "memory" clobber). A snippet without outputs is always impure.
+    pack (int): 1 (default), 2, 4 or 8 (an int, not a bool): the snippet runs once per k
+        elements of the last axis, its operands k elements packed into one register
+        (16, 32 or 64 bits: ``pack=2`` of float16 is a .b32 holding two halves); the
+        inputs' last axis must divide by k (a pure snippet's shorter axis is padded).
+        Element scope only; outputs are unpacked back.
     scope (str): "element" (default), or "block" / "warpgroup": the snippet runs once per
         execution on every thread of the block / of the warpgroup tileiras runs the site on
         (as for ``splice.extern(scope=...)``): scalar inputs, always impure, no ``pack``,
@@ -430,8 +435,23 @@ Returns:
     A tile (or tuple of tiles) of the broadcast shape, or None.
 
 Raises:
-    SpliceCallError: operand count/type mismatches, a cooperative snippet with control flow
-        or tile inputs, before tileiras runs.
+    SpliceCallError: at the call, before tileiras runs: a template that is not a str,
+        operand count/type mismatches, constraints that do not match the dtypes, pure not
+        a bool, pack not 1/2/4/8 (or a bool), pack with bool outputs or a last axis it
+        does not divide, a cooperative snippet with tile inputs; a snippet
+        :mod:`splice.asm_check` refuses: control that can leave it (``ret``, ``exit``,
+        a branch to a label it does not define, a call), an output not written on every
+        path, a directive other than .reg/.local/.param/.branchtargets, a ``.shared``
+        variable, a register splice reserves for operands, and for a block/warpgroup
+        snippet any branch, label, call or exit; arguments cuTile's frontend refuses
+        (bytes, a list, an unknown keyword).
+    SpliceLinkError: a warpgroup-scope snippet that synchronises or measures the whole
+        block (``bar.sync 0``/``__syncthreads``, a cluster barrier, another named barrier
+        than the group's ``barrier.sync 15, 128``, ``%ntid``, a ``%tid`` read other than
+        the group rank's, ``setmaxnreg``), an element snippet running a collective
+        (``shfl.sync``, ``bar``, ...), ``exit``; a pure snippet with a side effect.
+    SpliceRewriteError: a block/warpgroup snippet at a site splice cannot prove every
+        thread of the block/group reaches once (a warp-specialised kernel for block scope).
     SpliceCompileError: ptxas rejected the snippet (its message, the snippet and the call
         site).
 """

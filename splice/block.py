@@ -83,8 +83,11 @@ BARRIER_OPS = ("bar.sync", "bar.cta.sync", "barrier.sync.aligned", "barrier.cta.
 _BRANCH_OPS = ("bra", "brx", "ret", "exit", "call", "trap")
 
 
-#: What a block site's argument scratch is called in messages (its span's owner).
-SCRATCH_OWNER = "splice's block-call argument scratch"
+def scratch_owner(scope: str) -> str:
+    """What a block or warpgroup site's argument scratch is called in messages (its span's
+    owner)."""
+    return f"splice's {scope}-call argument scratch"
+
 #: The tile calls' staging buffers (:mod:`splice.tiles`): their names hold this, and
 #: shared-memory reports name them so.
 TILE_BUFFER_MARK = "__splice_tile_"
@@ -95,10 +98,11 @@ def scratch_symbol(index: int) -> str:
     return f"__splice_block_{index}"
 
 
-def scratch_declaration(index: int) -> str:
-    """The module-level shared scratch of a block site: thread 0's two marker operands."""
+def scratch_declaration(index: int, scope: str = "block") -> str:
+    """The module-level shared scratch of a block or warpgroup site: thread 0's two marker
+    operands."""
     return (f".shared .align 8 .b8 {scratch_symbol(index)}[16]; // splice: arguments of "
-            f"block-scope site {index}")
+            f"{scope}-scope site {index}")
 
 
 def warp_specialisation(body: Body) -> str | None:

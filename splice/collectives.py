@@ -28,7 +28,7 @@ from typing import Iterable, Mapping, Sequence
 
 from . import activemask
 from .errors import SpliceLinkError
-from .ptx import Module, opcode_at, parse_instruction
+from .ptx import Function, Module, opcode_at, parse_instruction
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,47 +225,21 @@ def _facts(mod: Module) -> _Facts:
 
 
 def _scan(mod: Module) -> _Facts:
+    """The facts of ``mod`` (:class:`_Facts`), from one pass over its statements."""
     names = {f.name for f in mod.function_order}
+    aliases = _aliases(mod)
     first: dict[str, tuple[str, Collective] | None] = {}
     calls: dict[str, tuple[str, ...]] = {}
     indirect = set()
     taken: dict[str, None] = {}
-    # ".alias a, b;": a call of a runs b (which must be defined in the same module)
-    aliases = {}
-    for st in mod.statements:
-        if st.depth == 0 and st.kind == "directive" and st.head == ".alias":
-            pair = [t.text for t in st.tokens if t.kind == "ident"]
-            if len(pair) == 2:
-                aliases[pair[0]] = pair[1]
     for fn in mod.function_order:
         if not fn.is_definition:
             continue
-        hit = None
-        callees: dict[str, None] = {}
-        exempt: frozenset[int] | None = None
-        for st in mod.body_statements(fn):
-            if st.kind != "instruction":
-                _note_taken(st.tokens, names, taken)
-                continue
-            toks = st.tokens
-            k = 0 if toks[0].text != "@" else (3 if toks[1].text == "!" else 2)
-            opcode, _ = opcode_at(toks, k)
-            row = collective_of(opcode)
-            if row is not None and hit is None:
-                if exempt is None:   # the opportunistic pattern: correct at any divergence
-                    exempt = activemask.proven(mod, fn)
-                if st.start not in exempt:
-                    hit = (" ".join(st.text(mod.text).split()), row)
-            target = None
-            if opcode.split(".", 1)[0] == "call":
-                target = parse_instruction(st, mod.text).call_target
-            if target is not None and target.startswith("%"):
-                indirect.add(fn.name)
-            elif target is not None:
-                callees[aliases.get(target, target)] = None
-            _note_taken([t for t in st.tokens if t.text != target], names, taken)
+        hit, callees, through_register = _scan_body(mod, fn, names, aliases, taken)
         first[fn.name] = hit
-        calls[fn.name] = tuple(callees)
+        calls[fn.name] = callees
+        if through_register:
+            indirect.add(fn.name)
     for st in mod.statements:
         if st.depth == 0 and st.kind not in ("header", "decl"):
             _note_taken(st.tokens, names, taken)
@@ -274,6 +248,52 @@ def _scan(mod: Module) -> _Facts:
     weak = frozenset(f.name for f in mod.function_order if f.is_definition and
                      ".weak" in f.linkage)
     return _Facts(first, calls, frozenset(indirect), exported, tuple(taken), weak)
+
+
+def _aliases(mod: Module) -> dict[str, str]:
+    """``.alias a, b;``: a call of a runs b (which must be defined in the same module)."""
+    aliases = {}
+    for st in mod.statements:
+        if st.depth == 0 and st.kind == "directive" and st.head == ".alias":
+            pair = [t.text for t in st.tokens if t.kind == "ident"]
+            if len(pair) == 2:
+                aliases[pair[0]] = pair[1]
+    return aliases
+
+
+def _scan_body(mod: Module, fn: Function, names: set[str], aliases: Mapping[str, str],
+               taken: dict[str, None]
+               ) -> tuple[tuple[str, Collective] | None, tuple[str, ...], bool]:
+    """One defined function's facts: its first collective instruction that
+    :func:`activemask.proven` does not exempt (text, row), its direct callees in order
+    (aliases resolved), whether it calls through a register. The functions of ``names``
+    its body names other than as a call target are added to ``taken``."""
+    hit = None
+    callees: dict[str, None] = {}
+    through_register = False
+    exempt: frozenset[int] | None = None
+    for st in mod.body_statements(fn):
+        if st.kind != "instruction":
+            _note_taken(st.tokens, names, taken)
+            continue
+        toks = st.tokens
+        k = 0 if toks[0].text != "@" else (3 if toks[1].text == "!" else 2)
+        opcode, _ = opcode_at(toks, k)
+        row = collective_of(opcode)
+        if row is not None and hit is None:
+            if exempt is None:   # the opportunistic pattern: correct at any divergence
+                exempt = activemask.proven(mod, fn)
+            if st.start not in exempt:
+                hit = (" ".join(st.text(mod.text).split()), row)
+        target = None
+        if opcode.split(".", 1)[0] == "call":
+            target = parse_instruction(st, mod.text).call_target
+        if target is not None and target.startswith("%"):
+            through_register = True
+        elif target is not None:
+            callees[aliases.get(target, target)] = None
+        _note_taken([t for t in st.tokens if t.text != target], names, taken)
+    return hit, tuple(callees), through_register
 
 
 def _note_taken(tokens, names, taken: dict) -> None:
@@ -474,7 +494,9 @@ def find_sass_collective(sass: str, root: str) -> tuple[str, str, tuple[str, ...
     return None
 
 
-def check_binary_sites(sites, cubin: bytes, target: str | None = None) -> None:
+def check_binary_sites(sites, cubin: bytes, target: str | None = None,
+                       fragments: Mapping[str, tuple[str, Module]] | None = None,
+                       keys: Mapping[int, str] | None = None) -> None:
     """Refuse every element-scope call site whose extern comes from a binary object
     (``from_object``) and executes a collective SASS instruction, found in the kernel's
     linked ``cubin`` (nvJitLink keeps each device function in its own section); and every
@@ -485,6 +507,9 @@ def check_binary_sites(sites, cubin: bytes, target: str | None = None) -> None:
     Args:
         target: the kernel's PTX target, for the PTX of the other sites' fragments; None:
             only the binary sites are checked.
+        fragments: content key -> (description, PTX module) of every fragment of the
+            kernel, compiled for ``target`` (the PTX that was linked).
+        keys: id(fragment) -> its content key, as the fragments stage took them.
 
     Raises:
         SpliceLinkError: as :func:`check_element_sites`.
@@ -492,7 +517,8 @@ def check_binary_sites(sites, cubin: bytes, target: str | None = None) -> None:
     """
     element = [s for s in sites if not s.extern.form.runs_collectives]
     binary = [s for s in element if not s.extern.fragment.has_ptx_body]
-    reaches = _ptx_reaches([s for s in element if s not in binary], target)
+    reaches = _ptx_reaches([s for s in element if s not in binary], target, fragments or {},
+                           keys)
     if not binary and not reaches:
         return
     sass = _sass_or_refuse(cubin, (binary or [s for s, _ in reaches])[0].extern)
@@ -520,17 +546,16 @@ def check_binary_sites(sites, cubin: bytes, target: str | None = None) -> None:
                 _refuse_sass_hit(site, what, chain[:-1], find_sass_collective(sass, callee))
 
 
-def _ptx_reaches(sites, target):
-    """(site, :class:`Reach`) of each site's extern in its fragment's PTX, for the sites whose
-    PTX calls functions no PTX fragment defines or calls through a register."""
+def _ptx_reaches(sites, target, fragments, keys):
+    """(site, :class:`Reach`) of each site's extern in its fragment's PTX (the module linked,
+    :func:`site_module`), for the sites whose PTX calls functions no PTX fragment defines
+    or calls through a register."""
     if target is None or not sites:
         return []
-    mods: dict[str, Module] = {}
-    for s in sites:
-        mods.setdefault(s.extern.fragment.content_key(target), s.extern.fragment.module(target))
+    mods = {id(m): m for m in (site_module(s.extern, fragments, target, keys) for s in sites)}
     out = []
     for s in sites:
-        mod = mods[s.extern.fragment.content_key(target)]
+        mod = site_module(s.extern, fragments, target, keys)
         reach = outside_ptx(mod, s.extern.symbol, list(mods.values()))
         if reach.undefined or reach.indirect is not None:
             out.append((s, reach))

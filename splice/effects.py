@@ -12,13 +12,14 @@ program can see.
   (which splice cannot prove). Any ``.shared`` variable that the extern, or a function it
   calls, declares or names is refused; ``scope="block"`` is the form for shared memory.
 - **Pure with side effects.** A pure call (the default) may be removed when its result is
-  unused, hoisted or duplicated (``docs/design.md#fma-marker``). A pure extern whose code
-  stores to global or generic memory (``st.global``, ``st`` through a generic pointer),
-  runs an atomic or reduction (``atom``, ``red``, ``multimem``), writes global memory
-  asynchronously (``cp.async.bulk``/``cp.reduce.async.bulk`` to ``.global``) or prints
-  (``vprintf``, CUDA's ``printf``) would then lose, move or repeat that effect without a
-  word, so it is refused with ``pure=False`` as the fix. Stores to ``.local`` (the stack)
-  and ``.param`` are not effects the program can see.
+  unused, hoisted or duplicated (``docs/design.md#fma-marker``). So a pure extern's code may
+  execute only what :data:`PURE_BASES` allows (reads, arithmetic, local memory, cache
+  hints); anything else (a store to global, shared or generic memory, an atomic or
+  reduction, a surface write, an asynchronous copy, a tensor-map write, a discard, an
+  mbarrier operation, a fence, a trap, a call of ``vprintf``/``malloc``/``free``/
+  ``__assertfail``, an instruction the list does not know) would be lost, moved or repeated
+  without a word, so it is refused with ``pure=False`` as the fix. Stores to ``.local``
+  (the stack) and ``.param`` are not effects the program can see.
 
 They walk the functions the extern reaches as the collective check does
 (:func:`splice.collectives.outside_ptx`). The shared-memory and purity rules apply to the
@@ -30,12 +31,59 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .collectives import outside_ptx, site_module
+from .collectives import collective_of, outside_ptx, site_module
 from .errors import SpliceLinkError
 from .ptx import Module, parse_instruction
 
 _PRINT = frozenset({"vprintf", "printf"})
+#: Calls of CUDA's device runtime that act outside the thread: the callee is not PTX the
+#: walk sees, so its name is the rule.
+_EFFECT_CALLS = {**{p: "a printf" for p in _PRINT},
+                 "malloc": "a call of the device allocator (malloc)",
+                 "free": "a call of the device allocator (free)",
+                 "__assertfail": "an assertion (__assertfail ends the launch)"}
 _PRIVATE_SPACES = frozenset({"local", "param"})
+
+#: What a pure callee may execute (PTX ISA 8.7, sm_90 and sm_100), by base opcode: integer,
+#: floating-point, half, comparison, logic, video and conversion arithmetic; moves, reads
+#: of memory (``ld`` other than ``.mmio``, ``ldu``), textures and surfaces (``tex``,
+#: ``tld4``, ``txq``, ``suld``, ``suq``); address arithmetic (``cvta``, ``mapa``,
+#: ``isspacep``, ``getctarank``, ``createpolicy``); control flow (``call``: its callee is
+#: walked; ``exit`` is refused by its own rule); the stack (``alloca``, ``stacksave``,
+#: ``stackrestore``, and ``st.local``/``st.param``, see :func:`_effect`); and cache hints
+#: and timing that no value depends on (``prefetch``, ``prefetchu``, ``applypriority``,
+#: ``nanosleep``). Every other instruction is a side effect: stores (``st``, ``st.async``,
+#: ``stmatrix``, ``sust``), atomics and reductions (``atom``, ``red``, ``red.async``,
+#: ``sured``, ``multimem``), asynchronous copies (``cp.*``), ``tensormap.replace``,
+#: ``discard``, ``mbarrier``, fences (``fence``, ``membar``), ``griddepcontrol.wait``,
+#: ``trap``, ``brkpt``, ``pmevent`` and any instruction this list does not know. The
+#: warp-, warpgroup- and CTA-wide ones (``wgmma``, ``tcgen05``, ``setmaxnreg``,
+#: ``elect``, ``bar``, ...) are refused first as collectives (:mod:`splice.collectives`).
+PURE_BASES = frozenset("""
+    add sub mul mad mul24 mad24 sad div rem abs neg min max popc clz bfind fns brev bfe bfi
+    szext bmsk dp4a dp2a addc subc madc
+    testp copysign fma rcp sqrt rsqrt sin cos lg2 ex2 tanh
+    set setp selp slct and or xor not cnot lop3 shf shl shr
+    mov ld ldu prmt cvt cvta mapa isspacep getctarank createpolicy istypep
+    tex tld4 txq suld suq
+    bra brx call ret exit alloca stacksave stackrestore
+    prefetch prefetchu applypriority nanosleep
+    vadd vsub vabsdiff vmin vmax vshl vshr vmad vset vadd2 vsub2 vavrg2 vabsdiff2 vmin2
+    vmax2 vset2 vadd4 vsub4 vavrg4 vabsdiff4 vmin4 vmax4 vset4
+    """.split())
+
+#: Named side effects outside ``PURE_BASES`` (others: "an instruction a pure call may
+#: not execute").
+_NAMED = {"atom": "an atomic or reduction", "red": "an atomic or reduction",
+          "multimem": "an atomic or reduction", "sured": "a surface reduction",
+          "sust": "a surface store",
+          "tensormap": "a write of a tensor map",
+          "discard": "a discard of memory (its contents become undefined)",
+          "mbarrier": "an mbarrier operation", "fence": "a memory fence",
+          "membar": "a memory fence", "trap": "a trap (ends the launch)",
+          "brkpt": "a breakpoint", "pmevent": "a performance-monitor event",
+          "griddepcontrol": "a grid dependency wait",
+          "clusterlaunchcontrol": "a cluster launch control operation"}
 
 
 def _shared_names(mod: Module) -> frozenset[str]:
@@ -51,21 +99,32 @@ def _shared_names(mod: Module) -> frozenset[str]:
 
 
 def _effect(ins) -> str | None:
-    """The kind of visible side effect ``ins`` has, or None."""
+    """The kind of visible side effect ``ins`` has, or None (:data:`PURE_BASES`)."""
     mods = set(ins.modifiers)
-    if ins.base in ("atom", "red", "multimem"):
-        return "an atomic or reduction"
     spaces = {m.split("::")[0] for m in mods}
-    if ins.base == "st" and not spaces & _PRIVATE_SPACES:
-        return "a store to global memory" if "global" in spaces else \
+    if ins.base == "st":
+        return None if spaces & _PRIVATE_SPACES else \
+            "a store to global memory" if "global" in spaces else \
             "a store to shared memory" if "shared" in spaces else \
             "a store through a generic pointer"
+    if ins.base == "ld" and "mmio" in mods:
+        return "a load of memory-mapped I/O"
+    if ins.base == "call":
+        return _EFFECT_CALLS.get(ins.call_target or "")
+    if ins.base == "cp":
+        return None if "prefetch" in mods else _copy_effect(ins)
+    if ins.base in PURE_BASES or ins.opcode.startswith("clusterlaunchcontrol.query_cancel") \
+            or collective_of(ins.opcode) is not None:
+        return None   # a collective: refused by splice.collectives, with its own reason
+    return _NAMED.get(ins.base, f"'{ins.base}', an instruction a pure call may not execute "
+                                f"(it is not a read, arithmetic or local-memory access)")
+
+
+def _copy_effect(ins) -> str:
+    """What a ``cp.*`` copy writes: its destination (the first state space named)."""
     order = [m for m in ins.modifiers if m == "global" or m.startswith("shared")]
-    if ins.base == "cp" and "bulk" in mods and order[:1] == ["global"]:   # dst first
-        return "an asynchronous write of global memory"
-    if ins.base == "call" and ins.call_target in _PRINT:
-        return "a printf"
-    return None
+    return "an asynchronous write of global memory" if order[:1] == ["global"] else \
+        "an asynchronous write of shared memory" if order else "an asynchronous copy"
 
 
 def _scan(mod: Module, fn_name: str, shared: frozenset[str]):
@@ -156,8 +215,8 @@ def _check_one(ext, mod: Module, modules, what: str) -> None:
             raise _impure(what, f"{effect[1]} ('{effect[0]}' {where})")
     if ext.pure and not ext.form.runs_collectives:
         for name, chain in reach.undefined.items():
-            if name in _PRINT:
-                raise _impure(what, f"a printf ('{name}', reached through "
+            if name in _EFFECT_CALLS:
+                raise _impure(what, f"{_EFFECT_CALLS[name]} ('{name}', reached through "
                                     f"{' -> '.join(chain)})")
 
 

@@ -68,55 +68,96 @@ def why_not_inlinable(mod: Module, fn: Function,
     if not fn.is_definition:
         return "it is only declared here"
     body = mod.body_statements(fn)
-    params = {p.name for p in fn.params}
-    results = {p.name for p in fn.results}
+    reason = _signature_refusal(fn)
+    if reason is not None:
+        return reason
+    widths = _reg_types(mod, body)
+    for s in body:
+        reason = _statement_refusal(mod, fn, s, functions, widths)
+        if reason is not None:
+            return reason
+    return None
+
+
+def _signature_refusal(fn: Function) -> str | None:
+    """Why ``fn``'s parameters and result cannot be moved in registers (an aggregate or an
+    array), or None."""
     for p in (*fn.params, *fn.results):
         if p.space != ".param" or p.size_bytes not in (1, 2, 4, 8):
             return f"parameter '{p.name}' is an aggregate ({p.declare(p.name)})"
     if any(p.array is not None and p.array != p.size_bytes and p.type != ".b8"
            for p in (*fn.params, *fn.results)):
         return "array parameters"
-    widths = _reg_types(mod, body)
-    for s in body:
-        text = s.text(mod.text)
-        if any(t.text.startswith(("%__splice", "$__splice")) or
-               re.fullmatch(r"__splice_(?:p\d+|r)", t.text) for t in s.tokens):
-            return "it uses a name splice reserves for its own registers and labels"
-        if s.kind == "directive" and s.head in (".local", ".shared"):
-            return f"it declares {s.head} memory (a stack frame or shared buffer)"
-        if "%SP" in text:
-            return "it uses a local stack frame (%SP)"
-        if s.kind != "instruction":
-            continue
-        ins = parse_instruction(s, mod.text)
-        if ins.base in ("alloca", "stacksave", "stackrestore"):
-            return f"it allocates stack memory ({ins.base})"
-        if ins.base == "call":
-            target = ins.call_target
-            if target is None or target.startswith("%"):
-                return "it makes an indirect call"
-            if _reaches(target, fn.name, functions, set()):
-                return "it is recursive"
-            continue
-        refs = [op for op in ins.operands if re.search(r"[\w$]+", op) and any(
-            re.search(rf"(?<![\w$%.]){re.escape(n)}(?![\w$])", op) for n in params | results)]
-        if not refs:
-            continue
-        if ins.base == "ld" and "param" in ins.modifiers and len(ins.operands) == 2 and \
-                _param_ref(ins.operands[1], params) and not ins.operands[0].startswith("{"):
-            continue
-        if ins.base == "st" and "param" in ins.modifiers and len(ins.operands) == 2 and \
-                _param_ref(ins.operands[0], results) and not ins.operands[1].startswith("{"):
-            _, tbits = _type_bits(ins)
-            sbits = widths.get(ins.operands[1])
-            rbits = fn.results[0].size_bytes * 8
-            if sbits is not None and not (sbits == tbits == rbits or
-                                          (tbits == rbits and sbits > tbits) or
-                                          (sbits == tbits < rbits)):
-                return (f"the return value is stored from a {sbits}-bit register with "
-                        f"'{' '.join(text.split())}'")
-            continue
-        return f"a parameter is used by '{' '.join(text.split())}'"
+    return None
+
+
+def _statement_refusal(mod: Module, fn: Function, s: Statement,
+                       functions: Mapping[str, tuple[Module, Function]],
+                       widths: dict[str, int]) -> str | None:
+    """Why the statement ``s`` of ``fn``'s body keeps ``fn`` from being inlined, or None.
+    ``widths``: the body's register widths (:func:`_reg_types`)."""
+    text = s.text(mod.text)
+    if any(t.text.startswith(("%__splice", "$__splice")) or
+           re.fullmatch(r"__splice_(?:p\d+|r)", t.text) for t in s.tokens):
+        return "it uses a name splice reserves for its own registers and labels"
+    if s.kind == "directive" and s.head in (".local", ".shared"):
+        return f"it declares {s.head} memory (a stack frame or shared buffer)"
+    if "%SP" in text:
+        return "it uses a local stack frame (%SP)"
+    if s.kind != "instruction":
+        return None
+    ins = parse_instruction(s, mod.text)
+    if ins.base in ("alloca", "stacksave", "stackrestore"):
+        return f"it allocates stack memory ({ins.base})"
+    if ins.base == "call":
+        return _call_refusal(ins, fn, functions)
+    return _parameter_use_refusal(fn, ins, text, widths)
+
+
+def _call_refusal(ins: Instruction, fn: Function,
+                  functions: Mapping[str, tuple[Module, Function]]) -> str | None:
+    """Why the call ``ins`` in ``fn`` keeps ``fn`` from being inlined (indirect, or
+    reaching ``fn`` again), or None."""
+    target = ins.call_target
+    if target is None or target.startswith("%"):
+        return "it makes an indirect call"
+    if _reaches(target, fn.name, functions, set()):
+        return "it is recursive"
+    return None
+
+
+def _parameter_use_refusal(fn: Function, ins: Instruction, text: str,
+                           widths: dict[str, int]) -> str | None:
+    """Why the instruction ``ins`` (PTX ``text``) uses a parameter or the result other than
+    as one whole ``ld.param`` / ``st.param`` that :func:`inline_body` rewrites, or None."""
+    params = {p.name for p in fn.params}
+    results = {p.name for p in fn.results}
+    if not any(re.search(r"[\w$]+", op) and any(
+            re.search(rf"(?<![\w$%.]){re.escape(n)}(?![\w$])", op) for n in params | results)
+            for op in ins.operands):
+        return None
+    if ins.base == "ld" and "param" in ins.modifiers and len(ins.operands) == 2 and \
+            _param_ref(ins.operands[1], params) and not ins.operands[0].startswith("{"):
+        return None
+    if ins.base == "st" and "param" in ins.modifiers and len(ins.operands) == 2 and \
+            _param_ref(ins.operands[0], results) and not ins.operands[1].startswith("{"):
+        return _result_store_refusal(fn, ins, text, widths)
+    return f"a parameter is used by '{' '.join(text.split())}'"
+
+
+def _result_store_refusal(fn: Function, ins: Instruction, text: str,
+                          widths: dict[str, int]) -> str | None:
+    """Why the ``st.param`` of the return value ``ins`` cannot become a ``mov``/``cvt``
+    into the result register (its source register's width fits neither the stored type nor
+    the result), or None."""
+    _, tbits = _type_bits(ins)
+    sbits = widths.get(ins.operands[1])
+    rbits = fn.results[0].size_bytes * 8
+    if sbits is not None and not (sbits == tbits == rbits or
+                                  (tbits == rbits and sbits > tbits) or
+                                  (sbits == tbits < rbits)):
+        return (f"the return value is stored from a {sbits}-bit register with "
+                f"'{' '.join(text.split())}'")
     return None
 
 

@@ -26,7 +26,7 @@ import re
 from typing import Sequence
 
 from .errors import SpliceLinkError
-from .ptx import Function, Module, Param, PTXSyntaxError, apply_edits, arch_words, \
+from .ptx import Function, Module, Param, PTXSyntaxError, Statement, apply_edits, arch_words, \
     declared_variable_name
 from .spans import Generated, Span, shift_spans
 from .types import ElementType, Signature, results_struct
@@ -189,37 +189,12 @@ def _prepare(mod: Module, what: str, file_offset: int,
     ``file_offset``."""
     text = mod.text
     tag = hashlib.sha256(text.encode()).hexdigest()[:8]
-    internal = set()
-    for fn in mod.function_order:
-        if not fn.linkage and fn.name not in exported:
-            internal.add(fn.name)
-    for s in mod.statements:
-        if s.depth == 0 and s.kind == "directive" and s.head in (".global", ".const",
-                                                                 ".shared", ".local"):
-            name = declared_variable_name(s)
-            if name:
-                internal.add(name)
+    internal = _internal_symbols(mod, exported)
     edits = []
-    first = None
     for s in mod.statements:
-        if s.depth == 0 and s.kind == "directive" and s.head in (".version", ".target",
-                                                                 ".address_size"):
-            edits.append((s.start, s.end, ""))
-            continue
-        if first is None:
-            first = s.start
-        if s.kind == "opaque":
-            edits.append((s.start, s.end, ""))
-            continue
-        if s.kind == "decl" and s.depth == 0:
-            decl = next((f for f in mod.function_order if f.header is s), None)
-            if decl is not None and decl.name in defined:
-                edits.append((s.start, s.end, f"// splice: declaration of {decl.name} hoisted"))
-                continue
-        if s.depth == 0 and s.kind == "directive" and s.head == ".extern" and \
-                declared_variable_name(s) in defined:
-            edits.append((s.start, s.end, f"// splice: {declared_variable_name(s)} is "
-                                          f"defined once for the merged module"))
+        replacement = _replaced_whole(mod, s, defined)
+        if replacement is not None:
+            edits.append((s.start, s.end, replacement))
             continue
         if s.kind == "directive" and s.head in (".file", ".loc", ".loc_intermediate") and \
                 file_offset and len(s.tokens) > 1 and s.tokens[1].kind == "number":
@@ -230,6 +205,41 @@ def _prepare(mod: Module, what: str, file_offset: int,
                 edits.append((t.start, t.end, f"__splice_{tag}_{t.text}"))
     new = apply_edits(text, edits)
     return _Prepared(what, mod, new.strip() + "\n", _visible_defs(mod, exported))
+
+
+def _internal_symbols(mod: Module, exported: frozenset[str]) -> set[str]:
+    """The functions without linkage (but ``exported``) and the module-level variables of
+    ``mod``: the names :func:`_prepare` renames."""
+    internal = set()
+    for fn in mod.function_order:
+        if not fn.linkage and fn.name not in exported:
+            internal.add(fn.name)
+    for s in mod.statements:
+        if s.depth == 0 and s.kind == "directive" and s.head in (".global", ".const",
+                                                                 ".shared", ".local"):
+            name = declared_variable_name(s)
+            if name:
+                internal.add(name)
+    return internal
+
+
+def _replaced_whole(mod: Module, s: Statement, defined: frozenset[str]) -> str | None:
+    """What :func:`_prepare` puts in place of the whole statement ``s``: nothing for the
+    header directives and opaque blocks, a comment for a declaration of a function or
+    variable that ``defined`` holds; None when ``s`` stays."""
+    if s.depth == 0 and s.kind == "directive" and s.head in (".version", ".target",
+                                                             ".address_size"):
+        return ""
+    if s.kind == "opaque":
+        return ""
+    if s.kind == "decl" and s.depth == 0:
+        decl = next((f for f in mod.function_order if f.header is s), None)
+        if decl is not None and decl.name in defined:
+            return f"// splice: declaration of {decl.name} hoisted"
+    if s.depth == 0 and s.kind == "directive" and s.head == ".extern" and \
+            declared_variable_name(s) in defined:
+        return f"// splice: {declared_variable_name(s)} is defined once for the merged module"
+    return None
 
 
 def _max_file_index(mod: Module) -> int:

@@ -37,8 +37,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from cuda.tile import TileError
+
 from . import _cutile, cache, nvshmem, settings, toolchain, trace, verify
-from .errors import SpliceError, SpliceLinkError, SpliceToolchainError
+from .errors import SpliceCallError, SpliceError, SpliceLinkError, SpliceToolchainError
 from .forms.base import SiteInfo
 from .result import Build, dump_dir, tileir_text
 from .spans import Span
@@ -168,10 +170,30 @@ class Job:
 # trace, key, cache
 
 
+def _cutile_refusal(job: Job, e) -> SpliceCallError:
+    """cuTile's frontend refusing the kernel's code (``e``: a ``cuda.tile.TileError``) as a
+    SpliceCallError at the same place, saying what splice.asm takes when the line calls it
+    (cuTile checks a call's arguments before splice sees them)."""
+    import linecache
+    loc = e.loc
+    line = "" if loc is None or loc.is_unknown() else linecache.getline(loc.filename, loc.line)
+    said = e.message.strip().rstrip(".") or type(e).__name__
+    hint = (". splice.asm takes a str template (a literal, not bytes), tiles or scalars as "
+            "inputs, and the keywords dtype= (a cuTile dtype such as ct.int32, or a tuple of "
+            "them), constraints=, pure=, pack= and scope=" if "asm(" in line else "")
+    return SpliceCallError(f"{job.what}: cuTile cannot compile the code at "
+                           f"{trace.loc_str(loc)}: {said}{hint}", loc)
+
+
 def _trace(job: Job, atomic: frozenset[str]):
     """The kernel's Tile IR bytecode and call sites (pure sites whose key is in ``atomic``
     get the atomic marker); checks each extern before anything compiles."""
-    traced = trace.trace_kernel(job.kernel, job.signature, job.arch, job.context, atomic)
+    try:
+        traced = trace.trace_kernel(job.kernel, job.signature, job.arch, job.context, atomic)
+    except TileError as e:
+        if isinstance(e, SpliceError):
+            raise
+        raise _cutile_refusal(job, e) from None
     job.symbol = traced.symbol
     job.dump(".tilebc", traced.bytecode)
     externs: dict[str, Any] = {}     # symbol -> ExternFunction

@@ -139,74 +139,106 @@ def split_statements(text: str) -> list[Statement]:
         PTXSyntaxError: unbalanced braces or parentheses, unterminated comment or string,
             or a statement left open at the end of the text.
     """
-    stmts: list[Statement] = []
-    cur: list[Token] = []   # the tokens of the statement being read
-    depth = 0               # scope braces open
-    paren = 0               # parentheses open (parameter lists, call arguments)
-    vec_brace = 0           # vector-operand braces open ({%r1, %r2})
-    tokens = tokenize(text)
+    s = _Splitter(text)
     while True:   # one token per turn; the common case (not punctuation) falls through
-        tok = next(tokens, None)
+        tok = next(s.tokens, None)
         if tok is None:
             break
         if tok == "\n":
-            if cur and paren == 0 and cur[0].kind == "directive" and \
-                    cur[0].text in _LINE_DIRECTIVES:
-                stmts.append(Statement("directive", cur[0].start, cur[-1].end, tuple(cur),
-                                       depth))
-                cur = []
+            s.end_line()
             continue
         assert isinstance(tok, Token)
-        if tok.kind == "punct":
-            t = tok.text
-            if t == "(":
-                paren += 1
-            elif t == ")":
-                paren -= 1
-                if paren < 0:
-                    raise PTXSyntaxError(f"unbalanced ')' at {_line_col(text, tok.start)}")
-            elif t == ";" and paren == 0 and vec_brace == 0:
-                if cur:   # else an empty statement
-                    cur.append(tok)
-                    stmts.append(Statement(_statement_kind(cur), cur[0].start, tok.end,
-                                           tuple(cur), depth))
-                    cur = []
-                continue
-            elif t == ":" and len(cur) == 1 and cur[0].kind == "ident" and paren == 0:
-                stmts.append(Statement("label", cur[0].start, tok.end, (cur[0], tok), depth))
-                cur = []
-                continue
-            elif t == "{":
-                opens = _brace_opens(cur, paren, depth)
-                if opens == "opaque":
-                    end = _skip_opaque_block(text, tok.start)
-                    stmts.append(Statement("opaque", cur[0].start, end, tuple(cur), depth))
-                    cur = []
-                    tokens = tokenize(text, end)
-                    continue
-                if opens != "vector":
-                    if opens == "header":
-                        stmts.append(Statement("header", cur[0].start, cur[-1].end,
-                                               tuple(cur), depth))
-                        cur = []
-                    stmts.append(Statement("open", tok.start, tok.end, (tok,), depth))
-                    depth += 1
-                    continue
-                vec_brace += 1
-            elif t == "}":
-                if vec_brace:
-                    vec_brace -= 1
-                else:
-                    _check_close(text, tok, cur, depth)
-                    depth -= 1
-                    stmts.append(Statement("close", tok.start, tok.end, (tok,), depth))
-                    continue
-        cur.append(tok)
-    if cur:
-        stmts.append(_last_statement(text, cur, paren, depth))
-    if depth != 0:
-        raise PTXSyntaxError("unbalanced '{': a block is not closed at end of PTX")
-    return stmts
+        if tok.kind != "punct" or not s.punct(tok):
+            s.cur.append(tok)
+    return s.finish()
+
+
+class _Splitter:
+    """The state of :func:`split_statements`: the statements found, the tokens of the one
+    being read, the brackets open; a method per token that can end a statement."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens = tokenize(text)
+        self.stmts: list[Statement] = []
+        self.cur: list[Token] = []   # the tokens of the statement being read
+        self.depth = 0               # scope braces open
+        self.paren = 0               # parentheses open (parameter lists, call arguments)
+        self.vec_brace = 0           # vector-operand braces open ({%r1, %r2})
+
+    def emit(self, kind: str, start: int, end: int, tokens: tuple[Token, ...]) -> None:
+        """Add a statement at the current depth; the next statement starts empty."""
+        self.stmts.append(Statement(kind, start, end, tokens, self.depth))
+        self.cur = []
+
+    def end_line(self) -> None:
+        """At a newline: a line directive (``.version``...) ends here."""
+        cur = self.cur
+        if cur and self.paren == 0 and cur[0].kind == "directive" and \
+                cur[0].text in _LINE_DIRECTIVES:
+            self.emit("directive", cur[0].start, cur[-1].end, tuple(cur))
+
+    def punct(self, tok: Token) -> bool:
+        """Read the punctuation ``tok``; True when it ended a statement or was a scope
+        brace, False when it belongs to the statement being read."""
+        t = tok.text
+        cur = self.cur
+        if t == "(":
+            self.paren += 1
+        elif t == ")":
+            self.paren -= 1
+            if self.paren < 0:
+                raise PTXSyntaxError(f"unbalanced ')' at {_line_col(self.text, tok.start)}")
+        elif t == ";" and self.paren == 0 and self.vec_brace == 0:
+            if cur:   # else an empty statement
+                cur.append(tok)
+                self.emit(_statement_kind(cur), cur[0].start, tok.end, tuple(cur))
+            return True
+        elif t == ":" and len(cur) == 1 and cur[0].kind == "ident" and self.paren == 0:
+            self.emit("label", cur[0].start, tok.end, (cur[0], tok))
+            return True
+        elif t == "{":
+            return self.open_brace(tok)
+        elif t == "}":
+            return self.close_brace(tok)
+        return False
+
+    def open_brace(self, tok: Token) -> bool:
+        """A ``{``: a scope (after a function header, its body), an opaque top-level block
+        (read past whole) or a vector operand (False: part of the statement)."""
+        cur = self.cur
+        opens = _brace_opens(cur, self.paren, self.depth)
+        if opens == "opaque":
+            end = _skip_opaque_block(self.text, tok.start)
+            self.emit("opaque", cur[0].start, end, tuple(cur))
+            self.tokens = tokenize(self.text, end)
+            return True
+        if opens == "vector":
+            self.vec_brace += 1
+            return False
+        if opens == "header":
+            self.emit("header", cur[0].start, cur[-1].end, tuple(cur))
+        self.emit("open", tok.start, tok.end, (tok,))
+        self.depth += 1
+        return True
+
+    def close_brace(self, tok: Token) -> bool:
+        """A ``}``: the end of a vector operand (False) or of a scope."""
+        if self.vec_brace:
+            self.vec_brace -= 1
+            return False
+        _check_close(self.text, tok, self.cur, self.depth)
+        self.depth -= 1
+        self.emit("close", tok.start, tok.end, (tok,))
+        return True
+
+    def finish(self) -> list[Statement]:
+        """The statements, once the text is read."""
+        if self.cur:
+            self.stmts.append(_last_statement(self.text, self.cur, self.paren, self.depth))
+        if self.depth != 0:
+            raise PTXSyntaxError("unbalanced '{': a block is not closed at end of PTX")
+        return self.stmts
 
 
 def _statement_kind(cur: list[Token]) -> str:

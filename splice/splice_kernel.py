@@ -51,6 +51,9 @@ class SpliceKernel(ct.kernel):
 
     def __init__(self, function=None, /, **options):   # None: see __new__ (for type checkers)
         try:
+            bools = [k for k, v in options.items() if isinstance(v, bool)]
+            if bools:   # cuTile takes True for 1
+                raise TypeError(f"{', '.join(bools)} must be an int, not a bool")
             super().__init__(function, **options)
         except (TypeError, ValueError) as e:  # cuTile checks the options
             code = function.__code__

@@ -86,7 +86,8 @@ def assemble(job: Driver, sp: Spliced, merged: link.Merged) -> bytes:
                                sp.lowered.target, job.what, timeout)
     except SpliceToolchainError as e:
         raise diagnose.explain_ptxas_failure(e, merged.text, merged.spans, job.what) from None
-    collectives.check_binary_sites(sp.traced.sites, cubin, sp.lowered.target)
+    collectives.check_binary_sites(sp.traced.sites, cubin, sp.lowered.target,
+                                   sp.compiled.modules, sp.compiled.keys)
     return cubin
 
 
@@ -134,6 +135,7 @@ class _Compiled:
     linked: link.Linked
     calls: dict[int, SiteCall]        # site index -> call (or inlined body)
     not_inlined: dict[int, str]               # site index -> why its body is not inlined
+    keys: dict[int, str]                      # id(fragment) -> its content key (modules')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,7 +188,7 @@ def _compile_fragments(job: Driver, traced, lowered: _Lowered) -> _Compiled:
         _check_fragment(site, *modules[fkey], lowered)
     collectives.check_element_sites(traced.sites, modules, lowered.target, fkeys)
     for form, sites in _sites_by_form(traced.sites).items():
-        form.check_callees(sites, modules, lowered.target)
+        form.check_callees(sites, modules, lowered.target, fkeys)
     effects.check_element_effects(traced.sites, modules, lowered.target, fkeys)
     linked = link.prepare(lowered.module, list(modules.values()), job.name,
                           frozenset(s.extern.symbol for s in traced.sites),
@@ -198,7 +200,7 @@ def _compile_fragments(job: Driver, traced, lowered: _Lowered) -> _Compiled:
         calls[site.index], why = _site_call(site, fmod, linked)
         if why is not None:
             not_inlined[site.index] = why
-    return _Compiled(modules, linked, calls, not_inlined)
+    return _Compiled(modules, linked, calls, not_inlined, fkeys)
 
 
 def _check_fragment(site, fdesc: str, fmod: Module, lowered: _Lowered) -> None:

@@ -572,3 +572,26 @@ def signature_from_annotations(func) -> Signature:
     out = Signature(tuple(args), result, results)
     out.packing()
     return out
+
+
+def _declaration_only(fn, name: str) -> None:
+    """Make a call of ``fn`` (a type constructor for declarations) inside a kernel a
+    :class:`SpliceCallError` at the call, not cuTile's "Raised exception must be wrapped in
+    static_exception()" (cuTile would trace into its body)."""
+    from . import _cutile as cu
+    from .errors import SpliceCallError
+
+    def handler(callee, *args):
+        loc = cu.current_loc()
+        at = "<unknown location>" if loc is None or loc.is_unknown() else \
+            f"{loc.filename}:{loc.line}"
+        raise SpliceCallError(
+            f"splice.{name}() called inside a kernel at {at}: it names a type for an "
+            f"extern's declaration (a stub's annotation or signature=), outside the kernel. "
+            f"splice.asm's dtype= takes cuTile dtypes (ct.int32, or a tuple of them); a "
+            f"pointer in a snippet is a ct.uint64 (its address)", loc)
+    cu.resolve_calls(fn, handler)
+
+
+_declaration_only(pointer, "pointer")
+_declaration_only(tile, "tile")

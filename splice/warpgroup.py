@@ -101,7 +101,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from . import block, collectives
 from .errors import SpliceLinkError
@@ -230,12 +230,21 @@ def tma_hint(module: Module) -> str:
     which copies the kernel has (``allow_tma=False`` on those ct.load/ct.store calls makes
     the kernels measured in ``docs/design.md#warpgroup-scope`` plain), or that it has none
     (then ``allow_tma=False`` changes nothing: ct.mma, or tileiras's own choice)."""
+    fix = tma_fix(module)
+    if fix is None:
+        return " (the kernel has no TMA copies, so allow_tma=False would not change it)"
+    return f", or {fix}"
+
+
+def tma_fix(module: Module) -> str | None:
+    """How to make the kernel of ``module`` plain (not warp-specialised): ``allow_tma=False``
+    on the ct.load/ct.store calls whose TMA copies it has; None: it has none."""
     code = module.text.split(".nv_intermediate_source_section")[0]
     kinds = [k for k, r in (("ct.load", _TMA_LOAD), ("ct.store", _TMA_STORE)) if r.search(code)]
     if not kinds:
-        return " (the kernel has no TMA copies, so allow_tma=False would not change it)"
-    return (f", or pass allow_tma=False to its {' and '.join(kinds)} calls (its TMA copies) "
-            f"for a kernel without warp specialisation, where a block call works")
+        return None
+    return (f"pass allow_tma=False to its {' and '.join(kinds)} calls (its TMA copies) for a "
+            f"kernel without warp specialisation, where a block call works")
 
 
 def _check_kernel(body: Body) -> int:
@@ -420,7 +429,7 @@ def _group(body: Body, g: int, b: int, bins: Instruction, c: int, ntid: int) -> 
             "threads", f"the threads that can reach the site are warp(s) {_ranges(warps)} "
             f"({32 * len(warps)} threads) and its join barrier is {text!r}: not one "
             f"warpgroup of {GROUP_SIZE} threads (4 consecutive warps, the first a multiple "
-            f"of 4) joined by a barrier over exactly them")
+            f"of 4) joined by a barrier over exactly them{_workers_hint(warps)}")
     if sorted(reach[b]) != warps:
         raise WarpgroupRefusal("threads", f"the join barrier {text!r} is reached by warps "
                                f"{_ranges(sorted(reach[b]))}, not only the site's "
@@ -430,6 +439,18 @@ def _group(body: Body, g: int, b: int, bins: Instruction, c: int, ntid: int) -> 
         raise WarpgroupRefusal("threads", f"the site runs on thread {c}, outside the "
                                f"warpgroup of threads {first}-{first + GROUP_SIZE - 1}")
     return Group(first, c, text, True)
+
+
+def _workers_hint(warps: Sequence[int]) -> str:
+    """For a site reached by several whole warpgroups (tileiras's consumer warpgroups: the
+    kernel option ``num_worker_warps`` sets how many warps they have), the option that
+    makes one; else nothing."""
+    n = len(warps)
+    if n <= 4 or n % 4:
+        return ""
+    return (f". {n // 4} consumer warpgroups run the site: the kernel option "
+            f"num_worker_warps={n} makes them. Leave num_worker_warps unset (or give 4) "
+            f"for one consumer warpgroup, where a warpgroup call works")
 
 
 def _ranges(warps: Sequence[int]) -> str:
@@ -632,14 +653,15 @@ def include_dir() -> Path:
 _RANK_READ = re.compile(r"^mov\.u32\s+" + re.escape(RANK_REGISTER) + r"\s*,\s*%tid\.x\s*;$")
 
 
-def callee_refusal(ins: Instruction, text: str) -> tuple[str, str] | None:
+def callee_refusal(ins: Instruction, text: str, snippet: bool = False) -> tuple[str, str] | None:
     """(what is wrong, the fix) when the instruction ``text`` (parsed: ``ins``) cannot run
-    in a warpgroup-scope callee; None when it can."""
-    header = "from #include <splice_group.h>"
+    in a warpgroup-scope callee; None when it can. The fix names ``splice_group.h``'s
+    functions for CUDA C, their PTX for a ``splice.asm`` snippet (``snippet``: PTX cannot
+    include a header)."""
+    sync, size, rank = _group_fixes(snippet)
     if ins.base in ("bar", "barrier") and ins.modifiers[:1] == ("cluster",):
         return (f"a barrier of the whole cluster ('{text}'), which the block's other warps "
-                f"never reach: a deadlock", f"Synchronise the group with splice_group_sync() "
-                f"{header}")
+                f"never reach: a deadlock", f"Synchronise the group with {sync}")
     if ins.base == "setmaxnreg":
         return (f"'{text}', which changes the register budget tileiras gave the warpgroup "
                 f"for the rest of the kernel", "Remove it")
@@ -652,21 +674,32 @@ def callee_refusal(ins: Instruction, text: str) -> tuple[str, str] | None:
         if _immediate(bid) == 0:
             return (f"a barrier of the whole CTA ('{text}': __syncthreads(), CUB's CTA_SYNC), "
                     f"which the block's other warps (tileiras's TMA warps) never reach: a "
-                    f"deadlock", f"Synchronise the group with splice_group_sync() {header}")
+                    f"deadlock", f"Synchronise the group with {sync}")
         if _immediate(bid) != GROUP_BARRIER or _immediate(count or "") != GROUP_SIZE or \
                 "arrive" in ins.modifiers or "red" in ins.modifiers:
             return (f"a barrier ('{text}') other than the group's (barrier.sync "
-                    f"{GROUP_BARRIER}, {GROUP_SIZE})", f"Use splice_group_sync() {header}")
+                    f"{GROUP_BARRIER}, {GROUP_SIZE})", f"Use {sync}")
         return None
     for op in ins.operands:
         if re.search(r"%ntid\b", op):
             return (f"a read of the block size ('{text}': blockDim), which is not the "
-                    f"group's size", f"Use splice_group_size() {header}")
+                    f"group's size", f"Use {size}")
         if re.search(r"%tid\b", op) and not _RANK_READ.match(text):
             return (f"a read of the thread index ('{text}': threadIdx), which is not the "
-                    f"rank in a group that does not start at thread 0",
-                    f"Use splice_group_rank() {header}")
+                    f"rank in a group that does not start at thread 0", f"Use {rank}")
     return None
+
+
+def _group_fixes(snippet: bool) -> tuple[str, str, str]:
+    """How a callee synchronises the group, reads its size and its rank: in CUDA C, in PTX."""
+    if not snippet:
+        header = "from #include <splice_group.h>"
+        return (f"splice_group_sync() {header}", f"splice_group_size() {header}",
+                f"splice_group_rank() {header}")
+    return (f"the group's barrier, 'barrier.sync {GROUP_BARRIER}, {GROUP_SIZE};'",
+            f"the literal {GROUP_SIZE} (the group's size)",
+            f"the rank as splice_group.h reads it: '.reg .u32 {RANK_REGISTER}; mov.u32 "
+            f"{RANK_REGISTER}, %tid.x; and.b32 %r, {RANK_REGISTER}, {GROUP_SIZE - 1};'")
 
 # ---------------------------------------------------------------------------------------------
 # The PTX of a site
@@ -741,7 +774,7 @@ def all_threads_block(site, instance: int, dest: str, join: str, group: Group,
 _SYSTEM_CALLS = frozenset({"vprintf", "malloc", "free", "__assertfail"})
 
 
-def check_sites(sites, fragments, target: str) -> None:
+def check_sites(sites, fragments, target: str, keys: Mapping[int, str]) -> None:
     """Refuse every one of ``sites`` (warpgroup-scope call sites:
     :meth:`splice.forms.warpgroup.WarpgroupForm.check_callees` passes them) whose extern, or
     anything it calls, executes an instruction :func:`callee_refusal` refuses.
@@ -751,12 +784,14 @@ def check_sites(sites, fragments, target: str) -> None:
         fragments: content key -> (description, PTX module) of every fragment of the kernel,
             compiled for ``target``.
         target: the kernel's PTX target.
+        keys: id(fragment) -> its content key for ``target``, as the fragments stage took
+            them (:func:`splice.collectives.site_module`).
 
     Raises:
         SpliceLinkError: naming the extern, its declaration, the instruction, the chain of
             functions that reaches it, the call site and the fix.
     """
-    from .fragments import BinarySource
+    from .fragments import AsmSource, BinarySource
     modules = [m for _, m in fragments.values()]
     for site in sites:
         ext = site.extern
@@ -767,7 +802,7 @@ def check_sites(sites, fragments, target: str) -> None:
                 f"{what}: comes from a binary object ({ext.fragment.describe()}), whose "
                 f"barriers and reads of blockDim splice cannot check in machine code; ship "
                 f"it as CUDA C, PTX or LTO-IR")
-        mod = fragments[ext.fragment.content_key(target)][1]
+        mod = collectives.site_module(ext, fragments, target, keys)
         reach = collectives.outside_ptx(mod, ext.symbol, modules)
         outside = sorted(set(reach.undefined) - _SYSTEM_CALLS)
         if outside:
@@ -777,7 +812,7 @@ def check_sites(sites, fragments, target: str) -> None:
                 f"barriers; ship it as CUDA C, PTX or LTO-IR")
         mods = [mod, *[m for m in modules if m is not mod]]
         for (mi, name), chain in reach.reached:
-            hit = _first_refused(mods[mi], name)
+            hit = _first_refused(mods[mi], name, isinstance(ext.fragment, AsmSource))
             if hit is not None:
                 problem, fix = hit
                 where = "in its own body" if len(chain) == 1 else \
@@ -787,12 +822,13 @@ def check_sites(sites, fragments, target: str) -> None:
                                       f"warpgroup, not on the whole block. {fix}")
 
 
-def _first_refused(mod: Module, name: str) -> tuple[str, str] | None:
+def _first_refused(mod: Module, name: str, snippet: bool) -> tuple[str, str] | None:
     """:func:`callee_refusal` of the first instruction of function ``name`` it refuses."""
     fn = next(f for f in mod.function_order if f.name == name and f.is_definition)
     for st in mod.body_statements(fn):
         if st.kind == "instruction":
-            why = callee_refusal(parse_instruction(st, mod.text), " ".join(st.text(mod.text).split()))
+            why = callee_refusal(parse_instruction(st, mod.text),
+                                 " ".join(st.text(mod.text).split()), snippet)
             if why is not None:
                 return why
     return None

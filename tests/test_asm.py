@@ -326,9 +326,6 @@ def test_pack_refuses_bool_outputs_and_array_inputs():
 
 
 
-@pytest.mark.xfail(strict=True, reason="splice/asm_frontend.py: pack's check `k in (1, 2, 4, "
-                                       "8)` lets True through as 1 (pure=True/False is "
-                                       "checked as a bool, pack as an int is not)")
 def test_pack_refuses_a_bool():
     @splice.kernel
     def kern(x, y, TILE: ConstInt):
@@ -339,18 +336,60 @@ def test_pack_refuses_a_bool():
         splice.build(kern, I32, "sm_90")
 
 
-@pytest.mark.xfail(strict=True, reason="splice.pointer inside a kernel is traced by cuTile as a "
-                                       "helper: its SpliceDeclarationError reaches the user as "
-                                       "cuTile's UnsupportedSyntaxError 'Raised exception must "
-                                       "be wrapped in static_exception()' (splice/types.py)")
 def test_pointer_dtype_is_a_splice_error():
     @splice.kernel
     def kern(x, y, TILE: ConstInt):
         t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
         ct.store(y, index=(ct.bid(0),), tile=splice.asm("mov.b32 $0, $1;", t,
                                                          dtype=splice.pointer(ct.int32)))
-    with pytest.raises(splice.SpliceError):
+    with pytest.raises(splice.SpliceCallError) as e:
         splice.build(kern, I32, "sm_90")
+    assert f"splice.pointer() called inside a kernel at {__file__}:{_line_in(kern, 'splice.pointer(')}: it names " \
+           f"a type for an extern's declaration" in str(e.value)
+
+
+def _line_in(kernel, code: str = "splice.asm(") -> int:
+    """The line of ``kernel``'s source that has ``code``."""
+    import inspect
+    from splice._cutile import python_function
+    src, first = inspect.getsourcelines(python_function(kernel))
+    return first + next(i for i, text in enumerate(src) if code in text)
+
+
+@splice.kernel
+def _bytes_template_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=splice.asm(b"mov.b32 $0, $1;", t, dtype=ct.int32))
+
+
+@splice.kernel
+def _list_dtype_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=splice.asm("mov.b32 $0, $1;", t, dtype=[ct.int32]))
+
+
+@splice.kernel
+def _unknown_keyword_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=splice.asm("mov.b32 $0, $1;", t, dtype=ct.int32,
+                                                     packk=2))
+
+
+@pytest.mark.parametrize("kernel, said", [
+    (_bytes_template_kernel, "Cannot create constant from value of type bytes"),
+    (_list_dtype_kernel, "Unsupported syntax"),
+    (_unknown_keyword_kernel, "asm(): got an unexpected keyword argument 'packk'"),
+], ids=["bytes template", "dtype list", "unknown keyword"])
+def test_arguments_cutile_refuses_are_splice_errors(fresh_cache, kernel, said):
+    # cuTile checks a call's arguments before splice sees them: its refusal comes back as a
+    # SpliceCallError at the call's line that says what splice.asm takes
+    line = _line_in(kernel)
+    with pytest.raises(splice.SpliceCallError) as e:
+        splice.build(kernel, I32, "sm_90")
+    msg = str(e.value)
+    assert f"cuTile cannot compile the code at {__file__}:{line}: {said}" in msg
+    assert "splice.asm takes a str template" in msg and "dtype= (a cuTile dtype" in msg
+    assert not list(fresh_cache.rglob("*.cubin"))
 
 # ----------------------------------------------------------------------------- CPU executor
 # The GPU tests' kernels run on support.ptx_exec (sm_80: their 1-D loads are TMA on sm_90)

@@ -114,6 +114,18 @@ def test_straight_line_cooperative_snippet_accepted(body):
     check_snippet(body, ["%a0"], RESERVED, straight_line="block")
 
 
+@pytest.mark.parametrize("scope", ["block", "warpgroup"])
+def test_cooperative_snippet_declaring_shared_memory_names_its_scope(scope):
+    # not the element-scope reason (every thread of the block sharing one variable is what
+    # a cooperative snippet may want): the fix is CUDA C at the snippet's scope
+    with pytest.raises(SnippetFault) as e:
+        check_snippet("{ .shared .f32 s; mov.f32 %a0, %a1; }", ["%a0"], RESERVED,
+                      straight_line=scope)
+    msg = str(e.value)
+    assert f"not support in a {scope}-scope snippet" in msg and "per-element" not in msg
+    assert f'CUDA C with scope="{scope}"' in msg
+
+
 def test_straight_line_mode_keeps_the_other_rules():
     with pytest.raises(SnippetFault, match=r"\$0 are not written"):
         check_snippet("{ .reg .pred p; " + SEL + " @p mov.f32 %a0, 0f00000000; }", ["%a0"],

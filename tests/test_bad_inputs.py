@@ -612,6 +612,9 @@ USAGE_ROWS = [
      splice.SpliceDeclarationError, ["@splice.kernel '_stub_f'", "num_ctas", "power of 2"]),
     ("@splice.kernel option of the wrong type", lambda: splice.kernel(opt_level="fast")(
         _stub_f), splice.SpliceDeclarationError, ["@splice.kernel '_stub_f'", "'fast'"]),
+    ("@splice.kernel option given a bool", lambda: splice.kernel(num_worker_warps=True)(
+        _stub_f), splice.SpliceDeclarationError, ["@splice.kernel '_stub_f'",
+                                                  "num_worker_warps must be an int, not a bool"]),
     ("replace_hints with a bad value", lambda: _kern_for_usage().replace_hints(opt_level=9),
      splice.SpliceDeclarationError, ["@splice.kernel 'kern'", "opt_level=9"]),
     ("replace_hints with an unknown hint", lambda: _kern_for_usage().replace_hints(

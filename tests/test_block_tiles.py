@@ -964,19 +964,30 @@ def warp_specialised_tile_kernel(x, y, TILE: ConstInt):
     ct.store(y, index=(ct.bid(0),), tile=reverse_tile(t) * ct.sum(t))
 
 
-@pytest.mark.xfail(strict=True, reason="splice/forms/block.py (BlockForm's warp-specialisation "
-                                       "refusal) tells a tile call to declare the extern "
-                                       "scope=\"warpgroup\", where tile parameters are refused")
+REVERSE_GROUP_SRC = r'''
+#include <splice_group.h>
+template <int N> __device__ void reverse_tile(const float (&x)[N], float (&y)[N]) {
+    for (int i = splice_group_rank(); i < N; i += splice_group_size()) y[i] = x[N - 1 - i];
+}'''
+
+
 def test_tile_call_in_warp_specialised_kernel_names_a_fix_that_works():
     with pytest.raises(SpliceRewriteError) as e:
         splice.compile(warp_specialised_tile_kernel, _vec_sig(256), "sm_90")
     msg = str(e.value)
-    assert "allow_tma=False" in msg
-    # following the other advice is a second refusal: tiles at warpgroup scope do not exist
-    with pytest.raises(SpliceDeclarationError, match="tiles at this scope are not built"):
-        splice.extern(source=REVERSE_SRC, name="reverse_tile", scope="warpgroup",
-                      signature="tile(float32)(tile(float32))")
-    assert 'scope="warpgroup"' not in msg
+    assert "allow_tma=False" in msg and 'Declare the extern scope="warpgroup"' in msg
+    assert "splice_group_rank()" in msg and "splice_group_size()" in msg
+    # following the advice compiles: the tile call on the warpgroup that runs the site
+    reverse_group = splice.extern(source=REVERSE_GROUP_SRC, name="reverse_tile",
+                                  scope="warpgroup", signature="tile(float32)(tile(float32))")
+
+    @splice.kernel
+    def group_tile_kernel(x, y, TILE: ConstInt):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=reverse_group(t) * ct.sum(t))
+    b = splice.compile(group_tile_kernel, _vec_sig(256), "sm_90")
+    assert "warpgroup call on the staged tiles" in b.summary()
+    assert "setmaxnreg" in b.ptx                                 # still warp-specialised
 
 
 # ---------------------------------------------------------------------------------------------

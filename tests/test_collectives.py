@@ -605,3 +605,28 @@ extern "C" __device__ float fp(float x) { return op(x); }'''
     msg = _refused(factory())
     assert "extern 'fp'" in msg and "function pointer" in msg
     assert re.search(f"called at {_call_site_of(factory, 'fp(plain(t))')}", msg)
+
+
+def test_binary_object_check_reads_the_fragments_that_were_linked(fresh_cache, tmp_path,
+                                                                  monkeypatch):
+    """The SASS check of a CUDA C extern calling into a binary object walks the PTX the
+    fragments stage compiled and linked: a source saved mid-build (its content key changed)
+    is neither keyed nor compiled again, and the call is still refused."""
+    if _nvjitlink_too_old() or toolchain.nvdisasm() is None:
+        pytest.skip("needs nvJitLink as new as ptxas, and nvdisasm")
+    p = tmp_path / "helpers.cubin"
+    p.write_bytes(_cubin(OBJ_HELPERS))
+    plain = splice.extern.from_object(p, name="obj_plain", signature="float32(float32)")
+    src = ('extern "C" __device__ float obj_helper_sync(float);\n'
+           'extern "C" __device__ float f(float x) { return obj_helper_sync(x); }\n')
+    f = splice.extern(source=src, name="f", signature="float32(float32)",
+                      inline="never")(lambda x: None)
+    from support.fragments import save_source_mid_build
+    saved = save_source_mid_build(monkeypatch, f._splice_extern.fragment)
+
+    @splice.kernel
+    def kern(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=f(plain(t)))
+    msg = _refused(kern)
+    assert saved and "extern 'f'" in msg and "f -> obj_helper_sync" in msg

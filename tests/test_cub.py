@@ -303,14 +303,28 @@ def warp_specialised_sort_kernel(x, y, N: ConstInt):
     ct.store(y, index=(ct.bid(0),), tile=splice.cub.sort(t) * ct.sum(t))
 
 
-@pytest.mark.xfail(strict=True, reason="splice/forms/block.py (BlockForm's warp-specialisation "
-                                       "refusal) tells a splice.cub user to declare the "
-                                       "extern scope=\"warpgroup\": there is no extern of "
-                                       "theirs, and splice.cub has no such scope")
+def _line_of(code: str) -> int:
+    """The line of this file that has ``code``."""
+    return next(n for n, line in enumerate(open(__file__), 1) if code in line)
+
+
 def test_warp_specialised_kernel_refusal_says_what_works():
     from splice.errors import SpliceRewriteError
     with pytest.raises(SpliceRewriteError) as e:
         splice.compile(warp_specialised_sort_kernel, _sig(f32, f32, consts=(256,)), "sm_90")
     msg = str(e.value)
     assert "allow_tma=False" in msg and "splice.cub.sort" in msg
-    assert "Declare the extern" not in msg
+    assert "Declare the extern" not in msg and "splice_cub::" not in msg
+    assert f"splice.cub.sort at {__file__}:{_line_of('splice.cub.sort(t) * ct.sum(t)')}" in msg
+
+
+def test_every_template_names_its_public_function():
+    # the refusals name the user's splice.cub call by its template (splice.cub_names)
+    import re
+    from splice import cub_names
+    templates = set(re.findall(r"__device__ \w+ (\w+)\(", splice.cub._SOURCE))
+    assert templates == set(cub_names.PUBLIC)
+    assert all(callable(getattr(splice.cub, f)) for f in cub_names.PUBLIC.values())
+    assert cub_names.call_of("splice_cub::top_k<int> (block call on the staged tiles) at "
+                             "/a b/k.py:7") == ("splice.cub.top_k", "/a b/k.py:7")
+    assert cub_names.call_of("reverse_tile (block call on the staged tiles) at k.py:7") is None

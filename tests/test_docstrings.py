@@ -22,8 +22,7 @@ def _undocumented(fn) -> list[str]:
 @pytest.mark.parametrize("fn", [
     splice.compile, splice.build, splice.tile, splice.pointer, splice.parse_signature,
     splice.kernel_signature, splice.library, splice.export_kernel,
-    pytest.param(splice.asm, marks=pytest.mark.xfail(
-        strict=True, reason="splice/asm_frontend.py ASM_DOC has no Args entry for pack=")),
+    splice.asm,
 ], ids=lambda fn: fn.__name__)
 def test_every_parameter_is_documented(fn):
     assert _undocumented(fn) == []
@@ -37,3 +36,16 @@ def test_compile_documents_the_errors_it_raises():
     with pytest.raises(splice.SpliceDeclarationError, match="signature must be a"):
         splice.compile(K.saxpy_kernel, "float32(float32)", "sm_90")
     assert "SpliceDeclarationError" in inspect.getdoc(splice.compile)
+
+
+def test_asm_documents_its_refusals():
+    # the errors a splice.asm call can raise, each with its cause (the refusals of
+    # splice.asm_check and the warpgroup callee check included)
+    doc = inspect.getdoc(splice.asm)
+    raises = doc.split("Raises:", 1)[1]
+    for error in ("SpliceCallError", "SpliceLinkError", "SpliceRewriteError",
+                  "SpliceCompileError"):
+        assert error in raises
+    for cause in ("not written on every", ".shared", "barrier.sync 15, 128", "%ntid",
+                  "pack not 1/2/4/8 (or a bool)"):
+        assert cause in raises, cause

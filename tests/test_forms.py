@@ -33,11 +33,11 @@ class VoidOnly(element.ElementAtomic):
     def __init__(self):
         self.checked: list[list[str]] = []    # the extern names of each check_callees call
 
-    def check_callees(self, sites, fragments, target):
+    def check_callees(self, sites, fragments, target, keys):
         self.checked.append([s.extern.name for s in sites])
         for site in sites:
             ext = site.extern
-            mod = fragments[ext.fragment.content_key(target)][1]
+            mod = fragments[keys[id(ext.fragment)]][1]
             fn = mod.functions[ext.symbol]
             stores = [st for st in mod.body_statements(fn)
                       if st.kind == "instruction" and parse_instruction(st, mod.text).base == "st"]

@@ -789,9 +789,6 @@ def test_asm_with_the_group_barrier_is_accepted():
 
 @pytest.mark.parametrize("kernel, fix", [(asm_cta_barrier_kernel, "barrier.sync 15, 128"),
                                          (asm_block_size_kernel, "128")])
-@pytest.mark.xfail(strict=True, reason="splice/warpgroup.py callee_refusal: the fix it names "
-                                       "for a snippet is a function from #include "
-                                       "<splice_group.h>, which PTX cannot include")
 def test_asm_refusal_names_a_fix_for_ptx(kernel, fix):
     with pytest.raises(SpliceLinkError) as e:
         splice.compile(kernel, K.signature(K.array(i32), K.array(i32), 128), "sm_90")
@@ -816,10 +813,34 @@ def test_two_consumer_warpgroups_are_refused():
         splice.compile(matmul_eight_workers_kernel, MATMULS["fp16 128x128x64"], "sm_90")
 
 
-@pytest.mark.xfail(strict=True, reason="splice/warpgroup.py: the 'threads' step's refusal does "
-                                       "not name the kernel option that made two consumer "
-                                       "warpgroups (num_worker_warps=8), nor that one works")
 def test_two_consumer_warpgroups_refusal_names_num_worker_warps():
     with pytest.raises(SpliceRewriteError) as e:
         splice.compile(matmul_eight_workers_kernel, MATMULS["fp16 128x128x64"], "sm_90")
-    assert "num_worker_warps" in str(e.value)
+    assert "num_worker_warps=8 makes them" in str(e.value)
+    assert "Leave num_worker_warps unset (or give 4)" in str(e.value)
+    # what it names works: the same kernel with the default (one consumer warpgroup)
+    b = splice.compile(matmul_eight_workers_kernel.replace_hints(num_worker_warps=4),
+                       MATMULS["fp16 128x128x64"], "sm_90")
+    assert "warpgroup scope" in b.summary()
+
+
+# ---------------------------------------------------------------------------------------------
+# The callee checks use the content keys the fragments stage took
+
+
+def test_warpgroup_callee_check_uses_the_fragments_stage_keys(fresh_cache, monkeypatch):
+    from support.fragments import save_source_mid_build
+    saved = save_source_mid_build(monkeypatch, group_countf._splice_extern.fragment)
+    b = splice.compile(plain_sum_call_kernel, VEC_SIG, "sm_90")
+    assert saved and "warpgroup scope" in b.summary()
+
+
+def test_argument_scratch_is_named_for_the_warpgroup_scope():
+    # the shared-memory report names each span's owner: a warpgroup site's scratch is not a
+    # block call's
+    from splice.forms.warpgroup import WARPGROUP
+    assert WARPGROUP.global_edit(3).owner == "splice's warpgroup-call argument scratch"
+    b = splice.compile(plain_sum_call_kernel, VEC_SIG, "sm_90")
+    assert re.search(r"\.shared \.align 8 \.b8 __splice_block_0\[16\]; // splice: arguments "
+                     r"of warpgroup-scope site 0", b.spliced_ptx)
+    assert "block-scope site" not in b.spliced_ptx

@@ -308,8 +308,8 @@ class CallForm(Protocol):
             ValueError: the instance's call is not proven (its own proof says why).
         """
 
-    def check_callees(self, sites: list[CallSite],
-                      fragments: Mapping[str, tuple[str, Module]], target: str) -> None:
+    def check_callees(self, sites: list[CallSite], fragments: Mapping[str, tuple[str, Module]],
+                      target: str, keys: Mapping[int, str]) -> None:
         """Refuse what the externs of ``sites`` (this form's sites of one kernel) or anything
         they call execute that a call of this form cannot run (:func:`no_check_callees`: a
         form without a callee policy of its own); run once per form present, after the
@@ -320,6 +320,8 @@ class CallForm(Protocol):
             fragments: content key -> (description, PTX module) of every fragment of the
                 kernel, compiled for ``target``.
             target: the kernel's PTX target (``"sm_90a"``).
+            keys: id(fragment) -> its key in ``fragments``, as the fragments stage took
+                them (a fragment's key is not taken again: a source saved mid-build).
 
         Raises:
             SpliceLinkError: naming the extern, its declaration, the call site and the fix.
@@ -355,7 +357,7 @@ def no_function_edits(body, key_loads, sites, first) -> tuple[list[Edit], dict[i
     return [], {}
 
 
-def no_check_callees(sites, fragments, target: str) -> None:
+def no_check_callees(sites, fragments, target: str, keys) -> None:
     """:meth:`CallForm.check_callees` of a form whose callees face only the checks every
     site gets (:mod:`splice.collectives` by :attr:`CallForm.runs_collectives`,
     :mod:`splice.effects`)."""

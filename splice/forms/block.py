@@ -68,14 +68,14 @@ class BlockForm:
     def global_edit(self, index: int) -> Generated:
         from .. import block
         from ..spans import Generated
-        return Generated(block.scratch_declaration(index), block.SCRATCH_OWNER, "splice",
-                         index)
+        return Generated(block.scratch_declaration(index, self.scope),
+                         block.scratch_owner(self.scope), "splice", index)
 
     def instance_edits(self, body, i, site, instance):
         """The edits of one instance of the site's marker (statement ``i``): the guard
         retargeted, the marker replaced by thread 0's store of the arguments and every
         thread's call (see :mod:`splice.block`, which proves it)."""
-        from .. import block, warpgroup
+        from .. import block
         from ..calls import call_block
         from ..spans import Generated
         from .marked import rewrite_error
@@ -84,12 +84,7 @@ class BlockForm:
         what = f"block-scope call of {site.label} (site {site.index})"
         ws = block.warp_specialisation(body.analysed)
         if ws is not None:
-            raise rewrite_error(
-                kernel_name, f"{what}: tileiras warp-specialised this kernel ({ws!r}): its "
-                             f"scalar operations run in a subset of the block's warps, so "
-                             f"splice cannot make every thread of the block call the extern. "
-                             f"Declare the extern scope=\"warpgroup\" to call it on the "
-                             f"warpgroup that runs the site{warpgroup.tma_hint(body.module)}")
+            raise rewrite_error(kernel_name, _warp_specialised(site, body.module, ws))
         dest = marker_result(body, i, what)
         try:
             g, _j = block.prove_instance(body.analysed, i)
@@ -157,3 +152,30 @@ def scalar_snippet(scope: str, text: str, pack: int) -> str | None:
 
 
 BLOCK = BlockForm()
+
+
+def _warp_specialised(site, module, ws: str) -> str:
+    """The refusal of block-scope ``site`` in a kernel tileiras warp-specialised (``ws``: the
+    instruction that shows it), with the fix that works: a user's extern can be declared
+    at warpgroup scope (tiles included) unless its code synchronises the whole block; a
+    splice.cub call cannot (CUB synchronises the block), only a plain kernel runs it."""
+    from .. import cub_names, warpgroup
+    why = (f"tileiras warp-specialised this kernel ({ws!r}): its scalar operations run in a "
+           f"subset of the block's warps, so splice cannot make every thread of the block "
+           f"call")
+    public = cub_names.call_of(site.label)
+    if public is None:
+        return (f"block-scope call of {site.label} (site {site.index}): {why} the extern. "
+                f"Declare the extern scope=\"warpgroup\" to call it on the warpgroup that "
+                f"runs the site, if its code has no barrier of the whole block: it then runs "
+                f"on that warpgroup's {warpgroup.GROUP_SIZE} threads, with "
+                f"splice_group_rank(), splice_group_size() and splice_group_sync() from "
+                f"#include <splice_group.h> for threadIdx, blockDim and "
+                f"__syncthreads(){warpgroup.tma_hint(module)}")
+    name, where = public
+    fix = warpgroup.tma_fix(module)
+    return (f"{name} at {where} (site {site.index}): {why} it. {name} runs at block scope "
+            f"only (CUB synchronises the whole block with __syncthreads()), so it has no "
+            f"warpgroup form: " + (f"{fix[0].upper()}{fix[1:]}" if fix else
+                                   "the kernel has no TMA copies (allow_tma=False would not "
+                                   "change it); call it from a kernel without ct.mma"))

@@ -334,18 +334,7 @@ def _network_signatures(parsed, defs, key_loads, network, instances, results, fa
     """The signatures of the values each register may hold: a least fixpoint from the key
     loads (the site's key), the results (the site's result) and every other definition
     (plain) through the ``network`` statements."""
-    load_site = {i: idx for i, _reg, idx in key_loads}
-    poss: dict[str, set[_Sig]] = defaultdict(set)
-    for i, (_s, ins) in enumerate(parsed):
-        if ins is None or i in network:
-            continue
-        for r in destinations(ins):
-            if i in load_site:
-                poss[r].add((frozenset({load_site[i]}), frozenset()))
-            elif i in instances and results.get(r) == instances[i][0]:
-                poss[r].add((frozenset(), frozenset({instances[i][0]})))
-            else:
-                poss[r].add(_PLAIN)
+    poss = _seed_signatures(parsed, key_loads, network, instances, results)
 
     def values(reg: str) -> set[_Sig]:
         return poss[reg] if defs.get(reg) else {_PLAIN}
@@ -371,6 +360,25 @@ def _network_signatures(parsed, defs, key_loads, network, instances, results, fa
                     raise fail({s for e, t in poss[dest] for s in e | t},
                                f"register {dest} holds too many different values derived "
                                f"from call-site keys", i)
+    return poss
+
+
+def _seed_signatures(parsed, key_loads, network, instances,
+                     results) -> defaultdict[str, set[_Sig]]:
+    """The signatures the definitions outside the ``network`` give their registers: a key
+    load the site's key, a site's result that site, any other definition plain."""
+    load_site = {i: idx for i, _reg, idx in key_loads}
+    poss: defaultdict[str, set[_Sig]] = defaultdict(set)
+    for i, (_s, ins) in enumerate(parsed):
+        if ins is None or i in network:
+            continue
+        for r in destinations(ins):
+            if i in load_site:
+                poss[r].add((frozenset({load_site[i]}), frozenset()))
+            elif i in instances and results.get(r) == instances[i][0]:
+                poss[r].add((frozenset(), frozenset({instances[i][0]})))
+            else:
+                poss[r].add(_PLAIN)
     return poss
 
 

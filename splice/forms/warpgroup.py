@@ -91,11 +91,11 @@ class WarpgroupForm(BlockForm):
             raise ValueError(str(e)) from None
         return proof.guard, proof.join, warpgroup.GROUP_SIZE
 
-    def check_callees(self, sites, fragments, target: str) -> None:
+    def check_callees(self, sites, fragments, target: str, keys) -> None:
         """Refuse the sites whose extern runs what the group cannot
         (:func:`splice.warpgroup.check_sites`: same arguments)."""
         from .. import warpgroup
-        warpgroup.check_sites(sites, fragments, target)
+        warpgroup.check_sites(sites, fragments, target, keys)
 
     def describe(self, span: Span) -> str:
         return generated_text(span, "warpgroup-scope call sequence")

@@ -37,3 +37,28 @@ def nvjitlink_too_old() -> bool:
     from splice import toolchain
     m = re.search(r"release (\d+)\.(\d+)", toolchain.ptxas_version())
     return bool(m) and tuple(nvjitlink.version()) < (int(m.group(1)), int(m.group(2)))
+
+
+def save_source_mid_build(monkeypatch, frag) -> list:
+    """Make ``frag``'s content key change, and reading its PTX again fail, once the element
+    collectives check of a build has run: as a CUDA C source saved mid-build would, for the
+    checks after it, which must use the keys and PTX the fragments stage took. Returns a
+    list that is non-empty once that point was reached."""
+    from splice import collectives
+    cls, check, saved = type(frag), collectives.check_element_sites, []
+    real_key, real_module = cls.content_key, cls.module
+
+    def content_key(self, target):
+        return real_key(self, target) + ("-saved" if saved and self is frag else "")
+
+    def module(self, target, *a, **kw):
+        assert not (saved and self is frag), "the fragment was read again after the stage"
+        return real_module(self, target, *a, **kw)
+
+    def check_then_save(*a, **kw):
+        check(*a, **kw)
+        saved.append(True)
+    monkeypatch.setattr(cls, "content_key", content_key)
+    monkeypatch.setattr(cls, "module", module)
+    monkeypatch.setattr(collectives, "check_element_sites", check_then_save)
+    return saved
