@@ -53,7 +53,8 @@ __device__ void row_scales(const float (&m)[N], float* scales, float* amax) {
 }'''
 
 row_scales = splice.extern(source=ROW_SCALES_SRC, name="row_scales", scope="warpgroup",
-                           signature="void(tile(float32), float32*, float32*)")
+                           signature="void(tile(float32), float32*, float32*)",
+                           memory="arguments")
 
 
 def matmul_acc(A, B, tm, tn, tk):

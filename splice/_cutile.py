@@ -21,7 +21,10 @@ What splice uses, and why (``docs/design.md#cutile-hooks``):
 - ``cuda.tile._bytecode`` encoders: each call site lowers to a per-site module global and a
   *marker* on it (``docs/design.md#markers``, :mod:`splice.tile_ir`).
 - ``cuda.tile._compile``: ``compile_tile`` (bytecode only), the tileiras it would run, and its
-  optimisation flags (:func:`lower_to_bytecode`, :func:`tileiras_path`).
+  optimisation flags (:func:`lower_to_bytecode`, :func:`tileiras_path`); its
+  ``dataflow_analysis`` is wrapped so that an operation may name the alias set of its
+  result (:func:`lower_to_bytecode`, ``splice_alias_set``): how a call declared
+  ``memory="arguments"`` is ordered only against the arrays it is given.
 - ``ct.kernel._compile`` is overridden by :class:`splice.splice_kernel.SpliceKernel` to
   return splice's cubin to cuTile's own launcher and launch cache.
 - ``cuda.tile.jax._jax`` (``_array_constraint``, ``pack_scalar``,
@@ -75,6 +78,7 @@ _PRIVATE: dict[str, tuple[str, str | None]] = {
     **{n: ("cuda.tile._memory_model", n) for n in (
         "MemoryOrder", "MemoryScope", "MemorySpace")},
     "typeid": ("cuda.tile._ir2bytecode", "typeid"),
+    "_compile_module": ("cuda.tile._compile", None),
 }
 
 
@@ -181,6 +185,7 @@ def lower_to_bytecode(kernel, signatures: tuple, arch: str, context=None) -> Low
     bytecode (one module, an entry per signature) and the tileiras flags cuTile would use
     for ``arch``. Extern calls in it reach splice's handlers (:func:`resolve_calls`)."""
     context = context or _private("default_tile_context")
+    _install_alias_hook()
     options = kernel._compiler_options
     result = _private("compile_tile")(kernel._annotated_function, signatures, arch, options,
                                       context, return_bytecode=True, return_cubin=False)
@@ -190,6 +195,50 @@ def lower_to_bytecode(kernel, signatures: tuple, arch: str, context=None) -> Low
     return Lowered(bytes(result.bytecode), tuple(s.symbol for s in result.kernel_signatures),
                    tuple(result.library_lifecycle_providers), flags,
                    context.config.compiler_timeout_sec)
+
+
+#: An alias set of splice's own (cuTile's are ints, a bit per alias group counted from
+#: bit 0; ``-1``, every bit, is the universe): the memory only splice's own code touches
+#: (a tile call's staging buffers). It overlaps the universe -- an array of unknown
+#: aliasing -- and no array cuTile gives a bit of its own (fewer than 1000 of them).
+SPLICE_ALIAS_SET = 1 << 1000
+
+
+def _install_alias_hook() -> None:
+    """Wrap ``cuda.tile._compile.dataflow_analysis`` (once) so that every operation of the
+    kernel with a ``splice_alias_set(alias_set_of)`` method gives its result the alias set
+    that method returns (``alias_set_of(var)``: the alias set cuTile found for ``var``;
+    None: leave cuTile's own). cuTile's token-order pass orders a memory operation by the
+    alias set of its pointer (``token_order._get_input_var``): an operation with pointer
+    ``p`` is joined with the earlier ones whose pointer's set overlaps ``p``'s. cuTile gives
+    the result of an operation it does not know the universe, which overlaps everything."""
+    compile_module = _private("_compile_module")
+    original = compile_module.dataflow_analysis
+    if getattr(original, "_splice_alias_hook", False):
+        return
+
+    def dataflow_analysis(root_block, parameter_constraints):
+        result = original(root_block, parameter_constraints)
+
+        def alias_set_of(var):
+            return result[var.name].alias_set
+        for op in _operations(root_block):
+            rule = getattr(op, "splice_alias_set", None)
+            alias_set = None if rule is None else rule(alias_set_of)
+            if alias_set is not None:
+                var = op.result_var
+                result.predicates[var.name] = result[var.name].replace(alias_set=alias_set)
+        return result
+    dataflow_analysis._splice_alias_hook = True
+    compile_module.dataflow_analysis = dataflow_analysis
+
+
+def _operations(block):
+    """Every operation of ``block`` and of the blocks nested in it."""
+    for op in block.operations:
+        yield op
+        for nested in op.nested_blocks:
+            yield from _operations(nested)
 
 
 def python_function(kernel):

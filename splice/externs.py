@@ -66,6 +66,8 @@ class ExternFunction:
     #: the block size a block-scope function was compiled for (``splice.cub``: 128), or
     #: None: a tile call in a kernel with another ``.reqntid`` is refused at compile time
     block_threads: int | None = None
+    #: the memory an impure call touches, which it is ordered against (:data:`MEMORY`)
+    memory: str = "any"
 
     def __repr__(self) -> str:
         return (f"<splice extern {self.name}: {self.signature} = {self.symbol} from "
@@ -262,8 +264,30 @@ def _check_include_options(options, include_dirs, what: str) -> None:
 from .checks import Declared, cxx_symbol, is_cxx_name
 
 
+#: ``memory=`` values: "any" (default): the call may touch any memory, and is ordered
+#: against every memory operation of the kernel; "arguments": it touches global memory
+#: only through its pointer arguments (and a tile call's staged tiles), and is ordered
+#: only against the kernel's operations on arrays that may alias them.
+MEMORY = ("any", "arguments")
+
+
+def _check_memory(memory, pure: bool, what: str) -> None:
+    """Raises SpliceDeclarationError (naming ``what``) for a ``memory=`` that is not one
+    of :data:`MEMORY`, or that is not "any" on a ``pure`` extern (its calls touch no
+    memory; block and warpgroup scope make every extern impure)."""
+    if not isinstance(memory, str) or memory not in MEMORY:
+        raise SpliceDeclarationError(f"{what}: memory must be 'any' or 'arguments', got "
+                                     f"{memory!r}")
+    if memory != "any" and pure:
+        raise SpliceDeclarationError(
+            f"{what}: memory={memory!r} says which memory an impure call touches, but the "
+            f"extern is pure (it touches none and is ordered against nothing); declare it "
+            f"pure=False, or leave memory= out")
+
+
 def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name,
-             inline="auto", display_name=None, scope="element", cxx_name=None):
+             inline="auto", display_name=None, scope="element", cxx_name=None,
+             memory="any"):
     if not isinstance(pure, bool):
         raise SpliceDeclarationError(f"extern '{name}' at {where}: pure must be True or False")
     form = form_of(scope, f"extern '{name}' at {where}")
@@ -287,8 +311,9 @@ def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name,
     fragment = fragment_factory(symbol, sig)
     tiles.check_declaration(sig, form, fragment, f"extern '{name}' at {where}")
     pure = form.declare(sig, pure, f"extern '{name}' at {where}")
+    _check_memory(memory, pure, f"extern '{name}' at {where}")
     ext = ExternFunction(display_name or name, symbol, sig, pure, fragment, where, inline,
-                         form, cxx_name)
+                         form, cxx_name, memory=memory)
     if sig.has_tiles:
         from .tile_trace import emit_tile_call
         return trace.make_callable_stub(ext, stub, emit_tile_call)
@@ -297,7 +322,7 @@ def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name,
 
 def extern(func=None, /, *, source: str | None = None, path=None, name: str | None = None,
            signature: str | None = None, pure: bool = True, inline: str = "auto", options=(),
-           include_dirs=(), defines=None, scope: str = "element"):
+           include_dirs=(), defines=None, scope: str = "element", memory: str = "any"):
     """Declare an extern device function written in CUDA C, callable from a
     ``@splice.kernel``.
 
@@ -364,12 +389,26 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
             :class:`~splice.errors.SpliceLinkError`. A site splice cannot prove is a
             :class:`~splice.errors.SpliceRewriteError` naming the failed step. See the
             README, "Warpgroup-scope calls".
+        memory (str): which memory an impure call (``pure=False``, void, block or
+            warpgroup scope) touches, and so which of the kernel's memory operations it is
+            kept in order with. "any" (default): any memory; it is ordered against every
+            load and store of the kernel. "arguments": global memory only through its
+            pointer arguments (and, for a tile call, its staged tiles); it is ordered only
+            against the kernel's loads and stores of arrays that may alias a pointer
+            argument (an array whose aliasing the signature does not give aliases every
+            array) and against splice's other calls, in both directions; tileiras may
+            then overlap it with the rest (a TMA matmul's epilogue call keeps the plain
+            k-loop). A callee that touches other global memory under "arguments" (an
+            address passed as an integer, a global variable, an array of the kernel it is
+            not given) is a bug of the declaration, as a wrong ``pure=True`` is. Not
+            allowed on a pure extern.
 
     The C function must have exactly the C types of the signature (``float`` for float32,
     ``int`` for int32, ``__half`` for float16, ...); this is checked when it compiles.
 
     Raises:
-        SpliceDeclarationError: bad signature, symbol, options, scope, or missing source file.
+        SpliceDeclarationError: bad signature, symbol, options, scope, memory, or missing
+            source file.
     """
     if func is not None:
         where = _func_where(func)[0] if callable(func) else _caller_where(2)[0]
@@ -378,7 +417,8 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
             f"@splice.extern(path=...) with arguments; the CUDA C source is required")
     declare = functools.partial(
         _declare_cuda, source=source, path=path, name=name, signature=signature, pure=pure,
-        inline=inline, options=options, include_dirs=include_dirs, defines=defines, scope=scope)
+        inline=inline, options=options, include_dirs=include_dirs, defines=defines, scope=scope,
+        memory=memory)
 
     def decorate(stub, _where=None):
         return declare(stub, *(_where or _func_where(stub)))
@@ -389,7 +429,7 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
 
 
 def _declare_cuda(stub, where: str, base: Path | None, *, source, path, name, signature, pure,
-                  inline, options, include_dirs, defines, scope):
+                  inline, options, include_dirs, defines, scope, memory):
     """The extern :func:`extern` declares for ``stub`` (None: declared from ``name=`` and
     ``signature=``) at ``where``, relative paths looked up in ``base`` first."""
     if stub is not None:
@@ -410,7 +450,7 @@ def _declare_cuda(stub, where: str, base: Path | None, *, source, path, name, si
                             CudaSource(text=source, path=file, options=opts,
                                        include_dirs=incs, defines=defs, where=where,
                                        providers=HEADER_PROVIDERS),
-                            scope=scope)
+                            scope=scope, memory=memory)
 
     def make(symbol, sig):
         # a tile extern is checked and instantiated per call site (splice.tiles)
@@ -422,7 +462,7 @@ def _declare_cuda(stub, where: str, base: Path | None, *, source, path, name, si
                           providers=HEADER_PROVIDERS)
     return _declare(stub, symbol=name or ext_name, signature=signature, pure=pure,
                     fragment_factory=make, where=where, name=ext_name, inline=inline,
-                    scope=scope)
+                    scope=scope, memory=memory)
 
 
 def _cuda_inputs(source, path, options, include_dirs, defines, what: str, base):
@@ -462,7 +502,8 @@ def _also_a_decorator(ext_fn, decorate):
 
 
 def from_ptx(path=None, /, *, ptx: str | None = None, name: str, signature: str,
-             pure: bool = True, inline: str = "auto", scope: str = "element"):
+             pure: bool = True, inline: str = "auto", scope: str = "element",
+             memory: str = "any"):
     """Declare an extern whose device code is PTX: a ``.ptx`` file or PTX text.
 
     ``saxpy = splice.extern.from_ptx("kernels/saxpy.ptx", name="saxpy",
@@ -478,6 +519,7 @@ def from_ptx(path=None, /, *, ptx: str | None = None, name: str, signature: str,
         pure (bool): as for :func:`extern`.
         inline (str): as for :func:`extern`.
         scope (str): "element", "block" or "warpgroup", as for :func:`extern`.
+        memory (str): "any" or "arguments", as for :func:`extern`.
 
     Returns:
         A function to call inside ``@splice.kernel`` functions.
@@ -499,11 +541,12 @@ def from_ptx(path=None, /, *, ptx: str | None = None, name: str, signature: str,
         raise SpliceDeclarationError(f"{what}: signature= is required for PTX externs")
     return _declare(None, symbol=name, signature=signature, pure=pure,
                     fragment_factory=lambda s, g: PtxSource(text=ptx, path=file, where=where),
-                    where=where, name=name, inline=inline, scope=scope)
+                    where=where, name=name, inline=inline, scope=scope, memory=memory)
 
 
 def from_ltoir(path=None, /, *, data: bytes | None = None, name: str, signature: str,
-               pure: bool = True, inline: str = "auto", scope: str = "element"):
+               pure: bool = True, inline: str = "auto", scope: str = "element",
+               memory: str = "any"):
     """Declare an extern whose device code is LTO-IR: a ``.ltoir`` file (``nvcc -dlto``,
     NVRTC ``-dlto``) or its bytes. nvJitLink links it (``-lto -ptx``) into PTX for the
     kernel's target, which is merged like any PTX fragment: the final cubin still comes
@@ -531,12 +574,11 @@ def from_ltoir(path=None, /, *, data: bytes | None = None, name: str, signature:
                     fragment_factory=lambda s, g: LtoirSource(
                         data=None if data is None else bytes(data), path=file, where=where,
                         roots=((s, tiles.abi_signature(g)),)), where=where, name=name,
-                    inline=inline,
-                    scope=scope)
+                    inline=inline, scope=scope, memory=memory)
 
 
 def from_object(path, /, *, name: str, signature: str, pure: bool = True,
-                scope: str = "element"):
+                scope: str = "element", memory: str = "any"):
     """Declare an extern whose device code is a relocatable binary: a ``.cubin``
     (compiled with ``-rdc``), ``.fatbin``, ``.o`` with device code, or ``.a`` library,
     for the kernel's architecture. nvJitLink links it with the kernel, which is possible
@@ -565,7 +607,7 @@ def from_object(path, /, *, name: str, signature: str, pure: bool = True,
     return _declare(None, symbol=name, signature=signature, pure=pure,
                     fragment_factory=lambda s, g: BinarySource(path=file, where=where,
                                                                roots=((s, g),)),
-                    where=where, name=name, inline="never", scope=scope)
+                    where=where, name=name, inline="never", scope=scope, memory=memory)
 
 
 def _several_results(stub, signature) -> bool:
@@ -581,7 +623,7 @@ def _several_results(stub, signature) -> bool:
 
 
 def _declare_cxx(stub, cxx_name, signature, pure, inline, where, fragment, library=None,
-                 scope="element"):
+                 scope="element", memory="any"):
     """An extern calling the C++ function ``cxx_name`` (or a C function of several
     results) through a generated extern "C" trampoline appended to ``fragment`` (or
     registered with ``library``)."""
@@ -604,7 +646,8 @@ def _declare_cxx(stub, cxx_name, signature, pure, inline, where, fragment, libra
         fragment.roots = ((symbol, sig),)
     return _declare(stub, symbol=symbol, signature=sig, pure=pure,
                     fragment_factory=lambda s, g: fragment, where=where, name=cxx_name,
-                    inline=inline, display_name=cxx_name, scope=scope, cxx_name=cxx_name)
+                    inline=inline, display_name=cxx_name, scope=scope, cxx_name=cxx_name,
+                    memory=memory)
 
 
 class Library:
@@ -638,16 +681,17 @@ class Library:
         self.fragment.roots = tuple(sorted({(d.symbol, d.sig) for d in self._declared.values()},
                                            key=lambda r: (r[0], str(r[1]))))
 
-    def extern(self, name=None, *, signature=None, pure=True, inline="auto", scope="element"):
+    def extern(self, name=None, *, signature=None, pure=True, inline="auto", scope="element",
+               memory="any"):
         """Declare an extern from this library: ``lib.extern("c_name_or_cxx::name",
         signature="...")``, or ``@lib.extern()`` on a typed stub (its name is the C
-        symbol unless ``name=`` is given)."""
+        symbol unless ``name=`` is given). Arguments as for :func:`extern`."""
         where, _ = _caller_where(2)
 
         def declare(stub, sym):
             if is_cxx_name(sym) or _several_results(stub, signature):
                 return _declare_cxx(stub, sym, signature, pure, inline, where, self.fragment,
-                                    library=self, scope=scope)
+                                    library=self, scope=scope, memory=memory)
 
             def make(symbol, sig):
                 if not sig.has_tiles:   # a tile extern: per call site (splice.tiles)
@@ -655,7 +699,7 @@ class Library:
                 return self.fragment
             return _declare(stub, symbol=sym, signature=signature, pure=pure,
                             fragment_factory=make, where=where, name=sym, inline=inline,
-                            scope=scope)
+                            scope=scope, memory=memory)
         if callable(name):
             return declare(name, name.__name__)
         if name is not None and signature is not None:

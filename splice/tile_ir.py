@@ -20,6 +20,7 @@ from typing import Optional, Sequence
 import cuda.tile as ct
 
 from ._cutile import (
+    SPLICE_ALIAS_SET,
     MemoryOrder,
     MemoryScope,
     Operation,
@@ -133,13 +134,35 @@ def _marker_cas(ctx, site, pointer, args, token, order: MemoryOrder):
     )
 
 
+#: The memory order of every atomic marker in the bytecode (:class:`SpliceImpureCall`).
+MARKER_ORDER = MemoryOrder.ACQ_REL
+
+
 @dataclass(eq=False)
 class SpliceMarkerPointer(Operation, opcode="splice_marker_pointer"):
-    """Pointer tile (shape of the call) to the call site's marker global. Pure; its result
-    is unknown to cuTile's alias analysis, so an impure call that uses it is ordered
-    against every memory operation of the kernel."""
+    """Pointer tile (shape of the call) to the call site's marker global. Pure. The alias
+    set cuTile's token-order pass orders the call by is its pointer's:
+
+    - an extern of ``memory="any"`` (the default): the universe (cuTile knows nothing of
+      this pointer), so the call is ordered against every memory operation of the kernel;
+    - ``memory="arguments"``: the union of the alias sets of ``arrays`` (the base pointers
+      of its array arguments; an array of unknown aliasing is the universe) and
+      :data:`splice._cutile.SPLICE_ALIAS_SET` (the tile staging's buffers), so the call is
+      ordered against the kernel's operations on arrays that may alias its arguments, and
+      against the other sites of its tile call, only."""
 
     site: CallSite = attribute()
+    arrays: tuple[Var, ...] = operand(default=())
+
+    def splice_alias_set(self, alias_set_of) -> int | None:
+        """The alias set of the pointer (None: cuTile's own, the universe); called by the
+        dataflow hook of :mod:`splice._cutile`."""
+        if self.site.extern.memory != "arguments":
+            return None
+        alias_set = SPLICE_ALIAS_SET
+        for array in self.arrays:
+            alias_set |= alias_set_of(array)
+        return alias_set
 
     def generate_bytecode(self, ctx):
         tt = ctx.type_table
@@ -239,7 +262,19 @@ class SpliceImpureCall(TileAtomicCAS, opcode="splice_impure_call",
     """A call of an impure (or void) extern. A TileAtomicCAS to cuTile's passes: never
     removed, never hoisted, threaded on the memory token so it keeps its order against the
     kernel's loads and stores. Its marker is acq_rel so tileiras/LLVM cannot move plain
-    memory accesses across it either."""
+    memory accesses across it either.
+
+    ``memory_order`` is the order cuTile's token-order pass sees: acq_rel for an extern of
+    ``memory="any"``, relaxed for ``memory="arguments"``. That pass joins the input token
+    of an operation with release semantics with the last token of every array, whatever
+    its alias set, and orders every later operation after one with acquire semantics;
+    relaxed leaves both out, so the call is ordered (before and after) only against the
+    operations whose pointer's alias set overlaps its own (:class:`SpliceMarkerPointer`:
+    the arrays it is given, the other sites of its tile call, the other declared calls),
+    and after the kernel's last acquire (an earlier call of ``memory="any"``; a later one
+    is release, so it follows). The bytecode is acq_rel for both (:data:`MARKER_ORDER`), so
+    that tileiras/LLVM move no plain access across the marker in a thread's program
+    order."""
 
     # cuTile collects fields from each class's own annotations: re-declare all of them.
     memory_order: MemoryOrder = attribute()
@@ -254,7 +289,7 @@ class SpliceImpureCall(TileAtomicCAS, opcode="splice_impure_call",
 
     def generate_bytecode(self, ctx):
         raw, token = _marker_cas(ctx, self.site, self.pointer, self.args, self.token,
-                                 self.memory_order)
+                                 MARKER_ORDER)
         if self.site.extern.signature.result is None:
             return raw, token
         return _unpack_result(ctx, self.site, raw), token

@@ -312,7 +312,9 @@ def emit_call(ext, args, loc):
         raw = cu.add_operation(SplicePureCall, cu.TileTy(sig.result.dtype, shape), site=site,
                                args=tuple(cu.broadcast_to(v, shape) for v in typed))
     else:
-        raw = _emit_atomic_call(session, ext, form, key, typed, shape, loc)
+        arrays = tuple(var.get_aggregate().base_ptr
+                       for var, elem in zip(args, sig.args) if elem.kind == "p")
+        raw = _emit_atomic_call(session, ext, form, key, typed, shape, loc, arrays)
     if not sig.results:
         return raw
     return cu.build_tuple(split_results(raw, sig.results, sig.offsets))
@@ -369,9 +371,11 @@ def _broadcast_shape(ext, typed, loc) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _emit_atomic_call(session, ext, form, key, typed, call_shape, loc):
+def _emit_atomic_call(session, ext, form, key, typed, call_shape, loc, arrays):
     """The atomic marker of a call (impure, void, or a pure site in ``atomic_sites``), on
-    the shape :func:`_marker_shape` gives; its result reshaped back to ``call_shape``."""
+    the shape :func:`_marker_shape` gives; its result reshaped back to ``call_shape``.
+    ``arrays``: the base pointers of its array arguments, the memory an extern of
+    ``memory="arguments"`` is ordered against (:class:`splice.tile_ir.SpliceMarkerPointer`)."""
     from .tile_ir import SpliceImpureCall, SpliceMarkerPointer
     sig = ext.signature
     typed = tuple(cu.broadcast_to(v, call_shape) for v in typed)
@@ -381,12 +385,15 @@ def _emit_atomic_call(session, ext, form, key, typed, call_shape, loc):
     site = session.new_site(ext, shape, loc_str(loc), call_shape, form, sig.marker_bits, key)
     marker_dtype = ct.uint64 if sig.marker_bits == 64 else ct.uint32
     ptr_ty = cu.TileTy(cu.pointer_dtype(marker_dtype, cu.MemorySpace.GLOBAL), shape)
-    pointer = cu.add_operation(SpliceMarkerPointer, ptr_ty, site=site)
+    by_arguments = ext.memory == "arguments"
+    pointer = cu.add_operation(SpliceMarkerPointer, ptr_ty, site=site,
+                               arrays=arrays if by_arguments else ())
     res = sig.result
     result_ty = cu.TileTy(marker_dtype if res is None else res.dtype, shape)
+    order = cu.MemoryOrder.RELAXED if by_arguments else cu.MemoryOrder.ACQ_REL
     value, _token = cu.add_operation_variadic(
         SpliceImpureCall, (result_ty, cu.TokenTy()), site=site, pointer=pointer, args=typed,
-        memory_order=cu.MemoryOrder.ACQ_REL, memory_scope=cu.MemoryScope.DEVICE)
+        memory_order=order, memory_scope=cu.MemoryScope.DEVICE)
     if res is None:
         session.void_calls.append((ext, loc_str(loc)))
         return None

@@ -45,6 +45,18 @@ def test_atomic_cas_fields_and_token_order_hook():
     assert "TileAtomicCAS" in inspect.getsource(token_order._to_token_order_in_block)
 
 
+def test_dataflow_hook_reaches_the_token_pass():
+    """memory="arguments" rests on these: cuTile's pipeline calls dataflow_analysis by its
+    module-global name (so the wrapper runs), the token pass orders an atomic by its
+    pointer operand's predicate, and a predicate's alias set is an int field."""
+    import cuda.tile._compile as compile_module
+    from cuda.tile._passes import dataflow_analysis, token_order
+    assert "dataflow_analysis(func_body" in inspect.getsource(compile_module._transform_ir)
+    assert "op.pointer" in inspect.getsource(token_order._get_input_var)
+    assert "alias_set" in {f.name for f in dataclasses.fields(dataflow_analysis.DataPredicate)}
+    assert dataflow_analysis.ALIAS_UNIVERSE & _cutile.SPLICE_ALIAS_SET
+
+
 def test_compile_tile_and_kernel_compile_signatures():
     from cuda.tile._compile import compile_tile
     params = inspect.signature(compile_tile).parameters
