@@ -25,10 +25,10 @@ os.environ["CUDA_TILE_CACHE_DIR"] = "off"
 
 import cuda.tile as ct
 import torch
+from _timing import first_launch, time_side_by_side
 
 import splice
 from splice.cccl import include_dirs
-from _timing import first_launch, time_side_by_side
 
 HEAD = 128   # columns the kernel sums itself (its 128-thread block)
 

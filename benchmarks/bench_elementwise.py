@@ -25,9 +25,9 @@ os.environ["CUDA_TILE_CACHE_DIR"] = tempfile.mkdtemp(prefix="cutile-bench-")
 
 import cuda.tile as ct
 import torch
+from _timing import first_launch, time_side_by_side
 
 import splice
-from _timing import first_launch, time_side_by_side
 
 
 @splice.extern(source=r'''

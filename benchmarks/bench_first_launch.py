@@ -242,8 +242,8 @@ def _gpu_launch(case: str):
 
 
 def launch_once(kernel, grid, args) -> float:
-    import torch
     import cuda.tile as ct
+    import torch
     stream = torch.cuda.current_stream()
     torch.cuda.synchronize()
     t0 = time.perf_counter()

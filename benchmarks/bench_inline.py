@@ -23,10 +23,10 @@ import sys
 
 import cuda.tile as ct
 import torch
-
-import splice
 from _kernels import matmul_tile
 from _timing import time_callable_side_by_side, time_side_by_side
+
+import splice
 
 ConstInt = ct.Constant[int]
 COEFFS = tuple((-1) ** i / (i + 2) ** 2 for i in range(32))

@@ -35,8 +35,15 @@ import cuda.tile as ct
 import splice
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
-from matmul_rowmax_fp8 import TK, TM, TN, matmul_acc, matmul_fp8_scales, reference, \
-    signature
+from matmul_rowmax_fp8 import (
+    TK,
+    TM,
+    TN,
+    matmul_acc,
+    matmul_fp8_scales,
+    reference,
+    signature,
+)
 
 
 @splice.kernel

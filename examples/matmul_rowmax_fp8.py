@@ -111,7 +111,11 @@ def run_on_gpu(M=1024, N=512, K=256):
 
 def signature(dtype=ct.float16, tm=TM, tn=TN, tk=TK):
     """The kernel's compile-time signature (for splice.compile without a GPU)."""
-    from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature
+    from cuda.tile.compilation import (
+        ArrayConstraint,
+        CallingConvention,
+        KernelSignature,
+    )
 
     def array(dt, ndim):
         return ArrayConstraint(dt, ndim, index_dtype=ct.int32, stride_lower_bound_incl=0,

@@ -83,6 +83,7 @@ def _cmd_inspect(a) -> int:
 
 def _cmd_compile(a) -> int:
     import splice
+
     from . import _cutile
     from .export import check_output_path
     kern = _load_kernel(a.file, a.kernel)

@@ -319,9 +319,12 @@ def jax_internals() -> JaxInternals:
         SpliceToolchainError: JAX is not installed, or cuTile's JAX module lacks a name."""
     try:
         import cuda.tile.jax as cjax
+        from cuda.tile._annotated_function import (
+            HeterogeneousTupleNode,
+            HomogeneousTupleNode,
+            LeafAnnotationNode,
+        )
         from cuda.tile.jax import _jax
-        from cuda.tile._annotated_function import HeterogeneousTupleNode, \
-            HomogeneousTupleNode, LeafAnnotationNode
         if not cjax.HAS_JAX:
             raise ImportError("JAX is not installed")
         return JaxInternals(_jax._array_constraint, _jax.pack_scalar,

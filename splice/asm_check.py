@@ -38,8 +38,14 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from .ptx import (PTXSyntaxError, Instruction, Statement, destinations, parse_instruction,
-                  split_statements)
+from .ptx import (
+    Instruction,
+    PTXSyntaxError,
+    Statement,
+    destinations,
+    parse_instruction,
+    split_statements,
+)
 
 #: Directives a snippet may hold: declarations local to a function body.
 _ALLOWED_DIRECTIVES = frozenset({".reg", ".local", ".param", ".pragma", ".branchtargets",

@@ -21,8 +21,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-import subprocess
 import shutil
+import subprocess
 import threading
 from typing import Iterable, Mapping, Sequence
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import IO, Sequence
 from pathlib import Path
+from typing import IO, Sequence
 
 from .errors import SpliceDeclarationError
 
@@ -45,8 +45,8 @@ def export_kernel(kernel, signatures: Sequence, output_file: IO | str | bytes | 
         SpliceToolchainError: as :func:`splice.compile`.
     """
     from . import _cutile
-    from .splice_kernel import SpliceKernel
     from .pipeline import build
+    from .splice_kernel import SpliceKernel
 
     if not isinstance(kernel, SpliceKernel):
         raise SpliceDeclarationError(

@@ -263,7 +263,6 @@ def _check_include_options(options, include_dirs, what: str) -> None:
 
 from .checks import Declared, cxx_symbol, is_cxx_name
 
-
 #: ``memory=`` values: "any" (default): the call may touch any memory, and is ordered
 #: against every memory operation of the kernel; "arguments": it touches global memory
 #: only through its pointer arguments (and a tile call's staged tiles), and is ordered

@@ -26,8 +26,12 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from . import cache, headers, toolchain
 from .cuda_compile import compile_source, lto_link_to_ptx
-from .errors import SpliceCompileError, SpliceDeclarationError, SpliceLinkError, \
-    SpliceToolchainError
+from .errors import (
+    SpliceCompileError,
+    SpliceDeclarationError,
+    SpliceLinkError,
+    SpliceToolchainError,
+)
 
 if TYPE_CHECKING:
     from .ptx import Module

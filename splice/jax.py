@@ -39,8 +39,8 @@ from cuda.tile.jax import InputOutput, OutputPlaceholder
 from jax.interpreters import mlir
 
 from . import _cutile
-from .splice_kernel import SpliceKernel
 from .errors import SpliceDeclarationError
+from .splice_kernel import SpliceKernel
 
 __all__ = ["cutile_call", "OutputPlaceholder", "InputOutput"]
 
@@ -230,9 +230,12 @@ def _lower(ctx, *input_args, kernel, grid, output_shape_dtypes, constants, scala
     _, annotations = _cutile.parameter_annotations(kernel)
 
     def constraint(role, node):
-        from cuda.tile.compilation import ConstantConstraint, ScalarConstraint, \
-            TupleConstraint
         import cuda.tile as ct
+        from cuda.tile.compilation import (
+            ConstantConstraint,
+            ScalarConstraint,
+            TupleConstraint,
+        )
         if isinstance(role, tuple):
             subs = _tuple_items(node, len(role)) if not isinstance(node, _ct.leaf_node) \
                 else [node] * len(role)
@@ -294,6 +297,7 @@ def _compile(kernel, constraints) -> tuple[str, bytes, bytes]:
     """(symbol, cubin, sha256 of the cubin) of ``kernel`` for ``constraints``, built by
     splice for the current GPU; kept per kernel object and signature for the process."""
     from cuda.tile.compilation import KernelSignature
+
     from . import pipeline
     arch = _arch()
     key = (id(kernel), arch, tuple(_constraint_key(c) for c in constraints))

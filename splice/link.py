@@ -26,8 +26,16 @@ import re
 from typing import Sequence
 
 from .errors import SpliceLinkError
-from .ptx import Function, Module, Param, PTXSyntaxError, Statement, apply_edits, arch_words, \
-    declared_variable_name
+from .ptx import (
+    Function,
+    Module,
+    Param,
+    PTXSyntaxError,
+    Statement,
+    apply_edits,
+    arch_words,
+    declared_variable_name,
+)
 from .spans import Generated, Span, shift_spans
 from .types import ElementType, Signature, results_struct
 

@@ -36,10 +36,19 @@ from collections import defaultdict
 from typing import Mapping
 
 from .forms.base import CallForm, Edit, Refusal, SiteCall
-from .forms.marked import ADDR_RE, PLAIN_REG, MarkedBody, is_key_load, rewrite_error as _fail
+from .forms.marked import ADDR_RE, PLAIN_REG, MarkedBody, is_key_load
+from .forms.marked import rewrite_error as _fail
 from .names import MARKER_RE, RESERVED_PREFIXES
-from .ptx import Instruction, Module, PTXSyntaxError, apply_edits, destinations, opcode_head, \
-    parse_instruction, registers_in
+from .ptx import (
+    Instruction,
+    Module,
+    PTXSyntaxError,
+    apply_edits,
+    destinations,
+    opcode_head,
+    parse_instruction,
+    registers_in,
+)
 from .spans import Span, spans_of_edits
 
 __all__ = ["MARKER_RE", "Refusal", "SpliceReport", "splice_calls"]

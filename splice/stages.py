@@ -16,7 +16,17 @@ import os
 import re
 from typing import Any, Callable, Protocol
 
-from . import collectives, diagnose, effects, inline, link, nvshmem, rewrite, tiles, toolchain
+from . import (
+    collectives,
+    diagnose,
+    effects,
+    inline,
+    link,
+    nvshmem,
+    rewrite,
+    tiles,
+    toolchain,
+)
 from .errors import SpliceLinkError, SpliceToolchainError
 from .forms.base import CallForm, SiteCall, SiteInfo
 from .fragments import Fragment

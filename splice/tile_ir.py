@@ -38,6 +38,7 @@ from ._cutile import (
 from .forms.base import CallSite
 from .types import Signature
 
+
 def _int_type(tt, bits: int, shape):
     return tt.tile(tt.simple(getattr(bc.SimpleType, f"I{bits}")), list(shape))
 

@@ -15,7 +15,14 @@ from . import _cutile as cu
 from .forms import element
 from .tiles import MAX_SHARED_BYTES, Staging, TileFragment, byte_size, callee_fragment
 from .trace import call_error, current_session, describe, emit_call, loc_str
-from .types import ELEMENT_TYPES, ElementType, Signature, TileType, pointer, result_tiles
+from .types import (
+    ELEMENT_TYPES,
+    ElementType,
+    Signature,
+    TileType,
+    pointer,
+    result_tiles,
+)
 
 _INT32 = ELEMENT_TYPES["int32"]
 

@@ -139,8 +139,11 @@ def _library_path(name: str) -> Path | None:
     try:
         from cuda.pathfinder._dynamic_libs.lib_descriptor import LIB_DESCRIPTORS
         from cuda.pathfinder._dynamic_libs.platform_loader import LOADER
-        from cuda.pathfinder._dynamic_libs.search_steps import EARLY_FIND_STEPS, \
-            SearchContext, run_find_steps
+        from cuda.pathfinder._dynamic_libs.search_steps import (
+            EARLY_FIND_STEPS,
+            SearchContext,
+            run_find_steps,
+        )
         desc = LIB_DESCRIPTORS[name]
         loaded = LOADER.check_if_already_loaded_from_elsewhere(desc)
         if loaded is not None and loaded.abs_path:
@@ -511,6 +514,7 @@ def nvjitlink_run(options: list[str], inputs: list[tuple[str, bytes, str]], outp
         SpliceLinkError: nvJitLink failed (its log attached).
     """
     from cuda.bindings import nvjitlink
+
     from .errors import SpliceLinkError
     handle = nvjitlink.create(len(options), options)
     try:
@@ -543,6 +547,7 @@ def nvjitlink_link(inputs: list[tuple[str, bytes, str]], target: str, what: str)
         SpliceLinkError: nvJitLink failed (its log attached).
     """
     import re
+
     from cuda.bindings import nvjitlink
     have = tuple(nvjitlink.version())
     m = re.search(r"release (\d+)\.(\d+)", ptxas_version())

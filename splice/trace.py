@@ -186,6 +186,7 @@ def _check_parameter_count(kernel, signatures) -> None:
     """One constraint per kernel parameter (cuTile's tracer fails on a mismatch with
     "zip() argument 2 is longer than argument 1"), and entry symbols tileiras can emit."""
     import inspect
+
     from .signatures import check_symbol
     want = len(inspect.signature(cu.python_function(kernel)).parameters)
     for s in signatures:

@@ -6,10 +6,10 @@ so that the sweep can fail. CPU only."""
 
 import pytest
 
-from support import warp_model as W
-from support.activemask import OLDER_GROUPS_BALLOT
 from splice import collectives
 from splice.ptx import Module
+from support import warp_model as W
+from support.activemask import OLDER_GROUPS_BALLOT
 
 # A sync under a per-lane if.
 UNDER_AN_IF = """

@@ -1,12 +1,11 @@
 """splice.asm: inline PTX, compiled without a GPU and (marker gpu) run against NumPy."""
 
+import cuda.tile as ct
 import numpy as np
 import pytest
 
-import cuda.tile as ct
-
-from support import kernels as K
 import splice
+from support import kernels as K
 
 ConstInt = ct.Constant[int]
 I32 = K.signature(K.array(ct.int32), K.array(ct.int32), 256)
@@ -351,6 +350,7 @@ def test_pointer_dtype_is_a_splice_error():
 def _line_in(kernel, code: str = "splice.asm(") -> int:
     """The line of ``kernel``'s source that has ``code``."""
     import inspect
+
     from splice._cutile import python_function
     src, first = inspect.getsourcelines(python_function(kernel))
     return first + next(i for i, text in enumerate(src) if code in text)

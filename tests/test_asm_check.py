@@ -6,9 +6,9 @@ does: ``$0`` is ``%a0``)."""
 import cuda.tile as ct
 import pytest
 
-from support import kernels as K
 import splice
 from splice.asm_check import SnippetFault, check_snippet
+from support import kernels as K
 
 RESERVED = ["%a0", "%a1", "%a2", "%t32", "%t64", "%c64"]
 SEL = "setp.lt.f32 p, %a1, 0f00000000;"

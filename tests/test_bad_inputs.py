@@ -16,9 +16,9 @@ from pathlib import Path
 import cuda.tile as ct
 import pytest
 
-from support import kernels as K
 import splice
 from splice import cache
+from support import kernels as K
 
 f32 = ct.float32
 HERE = Path(__file__).name

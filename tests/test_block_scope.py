@@ -9,16 +9,16 @@ import cuda.tile as ct
 import numpy as np
 import pytest
 
-from support import kernels as K
-from support.ptx_exec import ExecError, run, run_build
 import splice
 from splice import cccl
 from splice.errors import SpliceCallError, SpliceDeclarationError, SpliceRewriteError
 from splice.forms import FORMS
-from splice.ptx import Module, Param
 from splice.forms.base import SiteCall
+from splice.ptx import Module, Param
 from splice.rewrite import splice_calls
 from splice.types import parse_signature
+from support import kernels as K
+from support.ptx_exec import ExecError, run, run_build
 
 f32, i32 = ct.float32, ct.int32
 ConstInt = ct.Constant[int]

@@ -11,17 +11,22 @@ import cuda.tile as ct
 import numpy as np
 import pytest
 
-from support import kernels as K
-from support.ptx_exec import run_build
 import splice
-from splice.errors import (SpliceCallError, SpliceCompileError, SpliceDeclarationError,
-                           SpliceLinkError, SpliceRewriteError)
-from splice.ptx import Module, Param
-from splice.forms.base import SiteCall
-from splice.rewrite import splice_calls
+from splice.errors import (
+    SpliceCallError,
+    SpliceCompileError,
+    SpliceDeclarationError,
+    SpliceLinkError,
+    SpliceRewriteError,
+)
 from splice.forms import FORMS
+from splice.forms.base import SiteCall
+from splice.ptx import Module, Param
+from splice.rewrite import splice_calls
 from splice.tiles import Staging
 from splice.types import TileType, parse_signature
+from support import kernels as K
+from support.ptx_exec import run_build
 
 f32, i32 = ct.float32, ct.int32
 ConstInt = ct.Constant[int]
@@ -864,6 +869,7 @@ def _staging_of(ptx: str, roles, elements):
     """check_staging on tileiras's PTX of a one-tile-call kernel: sites by marker index
     (``roles``: index -> role), each atomic marker instance found by its global."""
     from types import SimpleNamespace
+
     from splice import tiles
     from splice.rewrite import MARKER_RE
     mod = Module(ptx)

@@ -7,9 +7,9 @@ import stat
 import cuda.tile as ct
 import pytest
 
-from support import kernels as K
 import splice
 from splice import cache
+from support import kernels as K
 
 SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 512)
 

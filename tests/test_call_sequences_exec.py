@@ -14,10 +14,6 @@ import cuda.tile as ct
 import numpy as np
 import pytest
 
-from support import kernels as K
-from support.ptx_exec import Pointer, run, run_build
-from support.ptx_interp import HEADER
-from support.sites import site_call
 import splice
 from splice import link
 from splice.forms import FORMS
@@ -25,6 +21,10 @@ from splice.forms.base import SiteCall
 from splice.ptx import Module, Param
 from splice.rewrite import splice_calls
 from splice.types import parse_signature
+from support import kernels as K
+from support.ptx_exec import Pointer, run, run_build
+from support.ptx_interp import HEADER
+from support.sites import site_call
 
 f32, i32 = ct.float32, ct.int32
 

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
 from support.env import python_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,8 +132,9 @@ def test_doctor_reports_optional_headers():
 
 
 def test_sig_takes_fp8_and_tf32_arrays():
-    from splice.signatures import parse_parameters
     import cuda.tile as ct
+
+    from splice.signatures import parse_parameters
     params = parse_parameters("array(float8_e4m3fn), array(float8_e5m2, ndim=2), "
                               "array(tfloat32)")
     assert [p.dtype for p in params] == [ct.float8_e4m3fn, ct.float8_e5m2, ct.tfloat32]

@@ -11,10 +11,10 @@ from pathlib import Path
 import cuda.tile as ct
 import pytest
 
-from support import kernels as K
 import splice
 from splice import cache, cccl, collectives, toolchain
 from splice.ptx import Module
+from support import kernels as K
 
 SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 256)
 HERE = Path(__file__).name

@@ -17,13 +17,14 @@ import cuda.tile as ct
 import numpy as np
 import pytest
 
-from support import kernels as K
 import splice
 from splice import activemask, cache, collectives, toolchain
 from splice.externs import HEADER_PROVIDERS
 from splice.fragments import CudaSource
 from splice.ptx import Module, parse_instruction
-from support.activemask import HEADER, OLDER_GROUPS_BALLOT, ptx_fn as _ptx_fn
+from support import kernels as K
+from support.activemask import HEADER, OLDER_GROUPS_BALLOT
+from support.activemask import ptx_fn as _ptx_fn
 
 SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 256)
 

@@ -3,8 +3,8 @@
 import cuda.tile as ct
 import pytest
 
-from support import kernels as K
 import splice
+from support import kernels as K
 
 ARCHS = ["sm_80", "sm_90", "sm_100"]
 f32 = ct.float32

@@ -9,11 +9,11 @@ import cuda.tile as ct
 import numpy as np
 import pytest
 
-from support import kernels as K
-from support.ptx_exec import run_build
 import splice
 from splice import cccl
 from splice.errors import SpliceCallError, SpliceCompileError
+from support import kernels as K
+from support.ptx_exec import run_build
 
 f32, i32 = ct.float32, ct.int32
 ConstInt = ct.Constant[int]
@@ -286,6 +286,7 @@ def test_benchmark_compiles_and_reports_without_a_gpu():
     import subprocess
     import sys
     from pathlib import Path
+
     from support.env import python_env
     root = Path(__file__).resolve().parent.parent
     out = subprocess.run([sys.executable, "bench_block_tiles.py", "--compile-only"],
@@ -321,6 +322,7 @@ def test_warp_specialised_kernel_refusal_says_what_works():
 def test_every_template_names_its_public_function():
     # the refusals name the user's splice.cub call by its template (splice.cub_names)
     import re
+
     from splice import cub_names
     templates = set(re.findall(r"__device__ \w+ (\w+)\(", splice.cub._SOURCE))
     assert templates == set(cub_names.PUBLIC)

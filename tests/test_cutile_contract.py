@@ -8,10 +8,10 @@ import inspect
 import cuda.tile as ct
 import pytest
 
-from support import kernels as K
-from support.env import python_env
 import splice
 from splice import _cutile, tile_ir, trace
+from support import kernels as K
+from support.env import python_env
 
 
 def test_installed_cutile_is_supported():
@@ -130,6 +130,7 @@ def test_pure_call_reaches_ptx_as_keyed_f64_fma(arch):
     # key from the marker global, each element one fma.rn.f64 with the key a multiplicand.
     # An f32 fma would be paired into fma.rn.f32x2 on sm_100: FMA_MARKER_BITS is 64.
     import re
+
     from splice import toolchain
     sig = K.signature(K.array(ct.float32), K.array(ct.float32), K.array(ct.float32),
                       K.scalar(ct.float32), 256)

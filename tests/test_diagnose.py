@@ -9,16 +9,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from support import kernels as K
-from support.ptx_interp import HEADER
-from support.sites import callee_ptx, site_call
 import splice
 from splice import diagnose, link, toolchain
 from splice.errors import SpliceLinkError, SpliceToolchainError
 from splice.ptx import Module, Param, apply_edits
 from splice.rewrite import splice_calls
 from splice.spans import Generated, Span, span_at, spans_of_edits
-
+from support import kernels as K
+from support.ptx_interp import HEADER
+from support.sites import callee_ptx, site_call
 
 # --------------------------------------------------------------------------- spans of edits
 

@@ -4,8 +4,8 @@ the kernel and the variable, not a raw OSError out of the build (or the launch).
 import cuda.tile as ct
 import pytest
 
-from support import kernels as K
 import splice
+from support import kernels as K
 
 SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 512)
 

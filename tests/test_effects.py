@@ -101,8 +101,9 @@ extern "C" __device__ float surf_put(unsigned long long surf, int i, float v) {
 
 def test_pure_extern_writing_a_surface_is_refused():
     import cuda.tile as ct
-    from support import kernels as K
+
     import splice
+    from support import kernels as K
     surf_put = splice.extern(source=_SURF_SRC, name="surf_put",
                              signature="float32(uint64, int32, float32)")
 

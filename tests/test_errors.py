@@ -7,9 +7,9 @@ from pathlib import Path
 import cuda.tile as ct
 import pytest
 
-from support import kernels as K
 import splice
 from splice import cache
+from support import kernels as K
 
 HERE = Path(__file__).name
 f32 = ct.float32
@@ -354,6 +354,7 @@ def test_inspect_with_arguments_but_no_cuda_driver_says_it_needs_the_gpu(monkeyp
     # cuTile asks libcuda about array arguments: its OSError was reported as arguments
     # cuTile "cannot make a kernel signature" of
     from cuda.tile.compilation import KernelSignature
+
     from splice import _cutile
 
     def no_driver(*a, **k):

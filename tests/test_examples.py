@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from support.env import python_env
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,11 +11,11 @@ import cuda.tile as ct
 import numpy as np
 import pytest
 
-from support import kernels as K
-from support.exact import bf16, fma
-from support import plain_kernels as P
-from support.ptx_exec import run
 import splice
+from support import kernels as K
+from support import plain_kernels as P
+from support.exact import bf16, fma
+from support.ptx_exec import run
 
 f16, f32, f64, i32, i64, u32 = ct.float16, ct.float32, ct.float64, ct.int32, ct.int64, ct.uint32
 ARCHS = ("sm_80", "sm_90")

@@ -13,10 +13,10 @@ import cuda.tile as ct
 import numpy as np
 import pytest
 
+import splice
 from support import kernels as K
 from support.exact import fma
 from support.ptx_exec import ExecError, run_build
-import splice
 
 ROOT = Path(__file__).resolve().parent.parent
 

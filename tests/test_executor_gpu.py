@@ -11,12 +11,17 @@ import cuda.tile as ct
 import numpy as np
 import pytest
 
+import splice
 from support import kernels as K
 from support import plain_kernels as P
 from support.ptx_exec import APPROX_BOUNDS, ExecError, Pointer, run, run_build
-from support.ptx_snippets import ALIGNED_VECTORS, CELL, MISALIGNED, MISALIGNED_PRELUDE, \
-    kernel
-import splice
+from support.ptx_snippets import (
+    ALIGNED_VECTORS,
+    CELL,
+    MISALIGNED,
+    MISALIGNED_PRELUDE,
+    kernel,
+)
 
 pytestmark = pytest.mark.gpu
 f16, f32, f64, i32 = ct.float16, ct.float32, ct.float64, ct.int32

@@ -10,10 +10,10 @@ import cuda.tile as ct
 import numpy as np
 import pytest
 
+import splice
 from support import kernels as K
 from support.exact import bf16, bf16_value, fma
 from support.ptx_exec import Pointer, run_build
-import splice
 
 ARCH = "sm_80"
 f32, f64 = ct.float32, ct.float64

@@ -13,6 +13,7 @@ import pytest
 from support.ptx_exec import ExecError, Pointer, run
 from support.ptx_snippets import HEAD, elementwise, kernel
 
+
 def _special_f32(rng, n):
     x = rng.standard_normal(n).astype(np.float32) * np.float32(2.0) ** rng.integers(
         -30, 30, n).astype(np.float32)

@@ -9,8 +9,13 @@ import numpy as np
 import pytest
 
 from support.ptx_exec import ExecError, Pointer, run
-from support.ptx_snippets import ALIGNED_VECTORS, CELL, MISALIGNED, MISALIGNED_PRELUDE, \
-    kernel
+from support.ptx_snippets import (
+    ALIGNED_VECTORS,
+    CELL,
+    MISALIGNED,
+    MISALIGNED_PRELUDE,
+    kernel,
+)
 
 
 def _run(body: str, n: int = 32, extra: str = "", out=None):

@@ -13,9 +13,9 @@ from pathlib import Path
 import cuda.tile as ct
 import pytest
 
-from support import kernels as K
 import splice
 from splice import cache, toolchain
+from support import kernels as K
 
 SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 512)
 TESTS = Path(__file__).resolve().parent

@@ -16,11 +16,11 @@ from pathlib import Path
 import cuda.tile as ct
 import pytest
 
-from support import kernels as K
-from support.env import python_env
 import splice
 from splice import pipeline, stages, toolchain
 from splice.errors import SpliceToolchainError
+from support import kernels as K
+from support.env import python_env
 
 f32 = ct.float32
 SIG = K.signature(K.array(f32), K.array(f32), 256)
@@ -414,6 +414,7 @@ def test_a_cache_hit_has_the_fields_of_the_build_it_cached(tmp_path, monkeypatch
     # a hit said host_object_size 0 and no ptxas flags for a TMA kernel whose compile had
     # both; every field but the timings and the stages (kept by no cached build) agree
     import cuda.tile as ct
+
     from support import kernels as K
     monkeypatch.setenv("SPLICE_CACHE_DIR", str(tmp_path))
     sig = K.signature(K.array(ct.float16, 2), K.array(ct.float16, 2), K.array(ct.float16, 2),

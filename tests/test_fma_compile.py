@@ -20,10 +20,18 @@ import splice
 from splice.errors import SpliceCallError, SpliceError
 from support import kernels as K
 from support.fma import (
-    ALL_ARCH_CASES, CASES, CONTROL_SIG, ConstInt, MASK_CASES, check_build, check_fma_slots,
-    compile_case, cuda_extern, make_const_dd, sig_dd,
+    ALL_ARCH_CASES,
+    CASES,
+    CONTROL_SIG,
+    MASK_CASES,
+    ConstInt,
+    check_build,
+    check_fma_slots,
+    compile_case,
+    cuda_extern,
+    make_const_dd,
+    sig_dd,
 )
-
 
 # The cases whose fma markers the proof still refuses on sm_90, so that they are lowered a
 # second time with atomic markers, and why. Every other case is lowered once (issue 11).

@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import splice
 from support import fma as F
 from support import kernels as K
 from support.exact import bf16, bf16_value
 from support.ptx_exec import run_build
-import splice
 
 N, TILE = 256, 128
 ARCH = "sm_80"

@@ -17,7 +17,12 @@ from hypothesis import strategies as st
 from splice.ptx import Module
 from splice.rewrite import splice_calls
 from support import fuzz
-from support.ptx_interp import check_rewrite_semantics, check_two_sites, hand_kernel, run_ptx
+from support.ptx_interp import (
+    check_rewrite_semantics,
+    check_two_sites,
+    hand_kernel,
+    run_ptx,
+)
 from support.sites import fma_sites, site_call
 
 # Each body: (PTX between the parameter loads and ret, what is being probed)

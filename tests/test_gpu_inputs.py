@@ -4,15 +4,14 @@ C++ templates in namespaces, LTO-IR and relocatable binary objects."""
 import os
 from pathlib import Path
 
+import cuda.tile as ct
 import numpy as np
 import pytest
 
-import cuda.tile as ct
-
-from support import kernels as K
-from support.fragments import ltoir, nvjitlink_too_old, rdc_cubin
 import splice
 from splice import toolchain
+from support import kernels as K
+from support.fragments import ltoir, nvjitlink_too_old, rdc_cubin
 
 ConstInt = ct.Constant[int]
 

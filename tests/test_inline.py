@@ -3,8 +3,8 @@ inliner writes for unusual but legal callees."""
 
 import cuda.tile as ct
 
-from support import kernels as K
 import splice
+from support import kernels as K
 
 SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 256)
 HEAD = ".version 8.0\n.target sm_80\n.address_size 64\n"

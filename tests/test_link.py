@@ -4,8 +4,8 @@ template instances, ptxas errors located in the fragment they come from."""
 import cuda.tile as ct
 import pytest
 
-from support import kernels as K
 import splice
+from support import kernels as K
 
 SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 256)
 

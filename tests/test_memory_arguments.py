@@ -13,10 +13,10 @@ import cuda.tile as ct
 import numpy as np
 import pytest
 
-from support import kernels as K
-from support.ptx_exec import run_build
 import splice
 from splice import trace
+from support import kernels as K
+from support.ptx_exec import run_build
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
@@ -266,6 +266,7 @@ def test_planted_unordered_staging_is_refused(monkeypatch, fresh_cache):
     tileiras places the stores where the staging proof cannot find them before the call,
     and the example is refused, never miscompiled."""
     import matmul_rowmax_fp8 as fp8
+
     from splice.tile_ir import SpliceMarkerPointer
 
     def arrays_only(self, alias_set_of):

@@ -15,11 +15,11 @@ import re
 import cuda.tile as ct
 import pytest
 
-from support import kernels as K
-from support.env import python_env
 import splice
 from splice import _cutile, cccl, link, nvshmem
 from splice.ptx import Module
+from support import kernels as K
+from support.env import python_env
 
 
 def _nvshmem_installed() -> bool:
@@ -419,8 +419,8 @@ def test_cutile_nvshmem_provider_contract():
 
 def _two_gpus_and_nvshmem4py():
     try:
-        import torch
         import nvshmem.core  # noqa: F401
+        import torch
     except ImportError:
         return False
     return torch.cuda.is_available() and torch.cuda.device_count() >= 2

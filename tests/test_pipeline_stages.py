@@ -8,11 +8,11 @@ import logging
 import cuda.tile as ct
 import pytest
 
-from support import kernels as K
 import splice
 from splice import rewrite, stages, trace
 from splice.errors import SpliceCompileError, SpliceRewriteError
 from splice.forms.base import Marker
+from support import kernels as K
 
 f32 = ct.float32
 SIG = K.signature(K.array(f32), K.array(f32), 256)

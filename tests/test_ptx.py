@@ -7,8 +7,8 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from support import fuzz
 from splice.ptx import PTXSyntaxError, tokenize
+from support import fuzz
 
 _OLD_TOKEN_RE = re.compile(r"""
     (?P<ws>[ \t\r\f\v]+)

@@ -23,7 +23,6 @@ from support import fuzz
 from support.ptx_interp import HEADER
 from support.sites import callee_ptx, site_call, with_calls_replaced
 
-
 SIGS = {
     0: "float32(float32)",
     1: "float32(float32, float32)",

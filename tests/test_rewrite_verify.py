@@ -5,9 +5,9 @@ statements where the text spells a marker name; the Tile IR text tileiras embeds
 
 import pytest
 
-from support.sites import fma_sites
 from splice import rewrite
 from splice.errors import SpliceRewriteError
+from support.sites import fma_sites
 
 HEAD = ".version 8.0\n.target sm_90\n.address_size 64\n"
 BODY = ".visible .entry k(\n\t.param .u64 k_p0\n)\n{\n\t.reg .b64 %rd<8>;\n{}\tret;\n}\n"
@@ -55,6 +55,7 @@ def test_only_the_parameter_lists_count_a_call_as_the_rewriters():
     # call: its tiles are in shared memory) it passes none of splice's and is not counted,
     # as the rewriter does not count it among the markers it replaced by calls
     import dataclasses
+
     from splice.ptx import Module
     site = dataclasses.replace(fma_sites()[0], callee="__splice_tile_0_call")
     decl = ".visible .func __splice_tile_0_call();\n"

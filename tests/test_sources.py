@@ -4,9 +4,9 @@ extern "C" trampolines, libraries compiled once for several externs."""
 import cuda.tile as ct
 import pytest
 
+import splice
 from support import kernels as K
 from support.fragments import LTO_SRC, OBJ_SRC, ltoir, nvjitlink_too_old, rdc_cubin
-import splice
 
 SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 256)
 SIG_I32 = K.signature(K.array(ct.int32), K.array(ct.int32), 256)
@@ -199,6 +199,7 @@ def test_pointer_arguments_on_gpu():
 
 def _nvcc():
     import shutil
+
     from splice import toolchain
     cand = toolchain.tileiras().resolve().parent / "nvcc"
     return str(cand) if cand.is_file() else shutil.which("nvcc")

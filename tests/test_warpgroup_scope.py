@@ -10,15 +10,15 @@ import re
 import cuda.tile as ct
 import pytest
 
-from support import kernels as K
 import splice
 from splice import cccl
 from splice.errors import SpliceDeclarationError, SpliceLinkError, SpliceRewriteError
-from splice.ptx import Module, Param
-from splice.forms.base import SiteCall
-from splice.rewrite import splice_calls
 from splice.forms import form_of
+from splice.forms.base import SiteCall
+from splice.ptx import Module, Param
+from splice.rewrite import splice_calls
 from splice.types import parse_signature
+from support import kernels as K
 
 f16, bf16, f32, i32 = ct.float16, ct.bfloat16, ct.float32, ct.int32
 ConstInt = ct.Constant[int]
@@ -606,6 +606,7 @@ def test_gpu_example_matmul_fp8_scales():
     import subprocess
     import sys
     from pathlib import Path
+
     from support.env import python_env
     root = Path(__file__).resolve().parent.parent
     out = subprocess.run([sys.executable, str(root / "examples" / "matmul_rowmax_fp8.py")],
@@ -733,6 +734,7 @@ def test_exec_group_call_with_threads_missing_traps():
     exits are planted at splice's label: splice refuses kernels whose threads can exit
     early.)"""
     import numpy as np
+
     from support.ptx_exec import ExecError, run
     b = splice.compile(plain_sum_call_kernel, VEC_SIG, "sm_90")
     ptx = b["spliced_ptx"]

@@ -13,8 +13,6 @@ import cuda.tile as ct
 import numpy as np
 import pytest
 
-from support import kernels as K
-from support.ptx_exec import run_build
 import splice
 from splice import toolchain, warpgroup
 from splice.errors import SpliceLinkError, SpliceRewriteError
@@ -24,6 +22,8 @@ from splice.ptx import Module, Param
 from splice.rewrite import splice_calls
 from splice.tiles import Staging
 from splice.types import parse_signature
+from support import kernels as K
+from support.ptx_exec import run_build
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 import matmul_rowmax_fp8 as fp8

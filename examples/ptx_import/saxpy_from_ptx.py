@@ -41,8 +41,12 @@ def run_on_gpu(n=1 << 20, tile=1024, a=2.5):
 
 
 def compile_only(tile=1024):
-    from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature, \
-        ScalarConstraint
+    from cuda.tile.compilation import (
+        ArrayConstraint,
+        CallingConvention,
+        KernelSignature,
+        ScalarConstraint,
+    )
     arr = ArrayConstraint(ct.float32, 1, index_dtype=ct.int32, stride_lower_bound_incl=0,
                           alias_groups=(), may_alias_internally=False, stride_constant=(1,))
     sig = KernelSignature([arr, arr, arr, ScalarConstraint(ct.float32), tile],

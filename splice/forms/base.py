@@ -22,7 +22,6 @@ import enum
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Union
 
 from ..errors import SpliceRewriteError
-
 from ..names import marker_symbol
 
 if TYPE_CHECKING:

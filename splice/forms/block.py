@@ -16,8 +16,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import SpliceDeclarationError
-from .base import Marker, Scope, SiteInfo, generated_text, instances_text, \
-    no_check_callees, no_function_edits, no_key_load
+from .base import (
+    Marker,
+    Scope,
+    SiteInfo,
+    generated_text,
+    instances_text,
+    no_check_callees,
+    no_function_edits,
+    no_key_load,
+)
 
 if TYPE_CHECKING:
     from ..spans import Generated, Span

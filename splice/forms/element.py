@@ -17,8 +17,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .base import Marker, Scope, SiteInfo, generated_text, instances_text, no_call_ends, \
-    no_check_callees, no_check_snippet, no_function_edits, no_key_load
+from .base import (
+    Marker,
+    Scope,
+    SiteInfo,
+    generated_text,
+    instances_text,
+    no_call_ends,
+    no_check_callees,
+    no_check_snippet,
+    no_function_edits,
+    no_key_load,
+)
 
 if TYPE_CHECKING:
     from ..spans import Span

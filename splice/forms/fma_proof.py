@@ -24,8 +24,11 @@ from typing import Mapping, Sequence
 from ..calls import call_block
 from ..ptx import Instruction, destinations, registers_in
 from .base import Refusal, SiteCall
-from .marked import ADDR_RE as _ADDR_RE, PLAIN_REG as _PLAIN_REG, MarkedBody, \
-    is_key_load as _is_key_load, rewrite_error
+from .marked import ADDR_RE as _ADDR_RE
+from .marked import PLAIN_REG as _PLAIN_REG
+from .marked import MarkedBody, rewrite_error
+from .marked import is_key_load as _is_key_load
+
 
 def key_load(b: MarkedBody, i: int, fma_named: set[int], sites
              ) -> tuple[int, str, int] | Refusal:

@@ -17,9 +17,9 @@ sys.path.insert(0, str(HERE.parent))
 
 import cuda.tile as ct
 
-from support import kernels as K
 import splice
 from splice import toolchain, trace
+from support import kernels as K
 
 f32 = ct.float32
 CASES = {

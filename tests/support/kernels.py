@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import cuda.tile as ct
 import numpy as np
-from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature, \
-    ScalarConstraint
+from cuda.tile.compilation import (
+    ArrayConstraint,
+    CallingConvention,
+    KernelSignature,
+    ScalarConstraint,
+)
 
 import splice
 

@@ -3,9 +3,9 @@ PTX, and callee definitions matching them."""
 
 from __future__ import annotations
 
-from splice.ptx import Param
 from splice.forms import element
 from splice.forms.base import SiteCall
+from splice.ptx import Param
 from splice.types import parse_signature
 
 

@@ -17,10 +17,10 @@ import numpy as np
 from splice.ptx import Function
 
 from . import values as V
-from .values import TYPES
 from .decode import Program, entry_param_offsets
 from .machine import Launch
 from .memory import ExecError, GlobalMemory
+from .values import TYPES
 
 _PROGRAMS: dict[str, Program] = {}
 

@@ -19,8 +19,8 @@ import re
 from splice.ptx import Instruction, Module, Statement, parse_instruction
 
 from . import ops, runtime
-from .values import TYPES, imm_value, is_imm
 from .memory import ExecError
+from .values import TYPES, imm_value, is_imm
 
 # PTX directives inside a body that carry nothing to execute
 _QUIET_DIRECTIVES = {".loc", ".loc_intermediate", ".pragma", ".file", ".section", ".maxnreg",

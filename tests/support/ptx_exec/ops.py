@@ -6,7 +6,6 @@ instruction not here becomes a ``raise`` of :class:`~.memory.ExecError` when it 
 
 from __future__ import annotations
 
-
 from . import values as V
 from .memory import LOCAL_WINDOW, SHARED_WINDOW, WINDOW_SIZE
 from .modifiers import unknown as unknown_modifiers
