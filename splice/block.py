@@ -92,6 +92,8 @@ def scratch_owner(scope: str) -> str:
 #: shared-memory reports name them so.
 TILE_BUFFER_MARK = "__splice_tile_"
 TILE_BUFFER_OWNER = "splice's tile staging buffers"
+#: The owner of the kernel's own declarations in those reports.
+KERNEL_OWNER = "the kernel's own PTX (tileiras output)"
 
 
 def scratch_symbol(index: int) -> str:

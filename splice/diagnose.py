@@ -13,11 +13,9 @@ import re
 from typing import Sequence
 
 from . import forms
-from .block import shared_memory_report
+from .block import KERNEL_OWNER, shared_memory_report
 from .errors import SpliceError, SpliceLinkError, SpliceToolchainError
 from .spans import Span, span_at
-
-KERNEL_OWNER = "the kernel's own PTX (tileiras output)"
 
 
 def describe(span: Span | None) -> str:

@@ -78,7 +78,8 @@ def link_fragments(job: Driver, sp: Spliced) -> link.Merged:
     """The fragments merged into the rewritten PTX."""
     merged = link.insert(sp.module, sp.compiled.linked, job.name, sp.report.spans)
     job.dump(".spliced.ptx", merged.text)
-    tiles.check_shared_memory(merged.text, merged.spans, sp.lowered.target, job.what)
+    tiles.check_shared_memory(merged.text, lambda n: diagnose.owner_of_line(merged.spans, n),
+                              sp.lowered.target, job.what)
     return merged
 
 

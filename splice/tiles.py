@@ -339,10 +339,11 @@ def _load_function(symbol: str, elem: ElementType, buf: str) -> str:
         f"\tst.param.b{bits} \t[func_retval0], {reg};", "\tret;", "}"])
 
 
-def check_shared_memory(merged: str, spans, target: str, what: str) -> None:
+def check_shared_memory(merged: str, owner_of_line, target: str, what: str) -> None:
     """Refuse, before ptxas runs, a kernel with tile calls whose static shared memory
     cannot fit in one block on ``target`` (:data:`BLOCK_SHARED_LIMIT`): ``merged`` is the
-    merged PTX, ``spans`` what splice wrote into it (:class:`splice.link.Merged`). The
+    merged PTX, ``owner_of_line`` the owner of each of its lines (a line number -> a name:
+    :func:`splice.diagnose.owner_of_line` over the spans of :class:`splice.link.Merged`). The
     refusal counts what the kernel surely uses -- splice's staging buffers and tileiras's
     own declarations -- and names every owner's bytes, the callees' ``__shared__`` too
     (a total those push over the limit is ptxas's report, which names them alike).
@@ -350,14 +351,14 @@ def check_shared_memory(merged: str, spans, target: str, what: str) -> None:
     Raises:
         SpliceLinkError: naming ``what``, the bytes of each owner and the limit.
     """
-    from . import block, diagnose
+    from . import block
     if block.TILE_BUFFER_MARK not in merged:
         return
     limit = BLOCK_SHARED_LIMIT.get(target.rstrip("af"))
     if limit is None:
         return
-    owners = block.shared_owners(merged, lambda n: diagnose.owner_of_line(spans, n))
-    sure = owners.get(block.TILE_BUFFER_OWNER, 0) + owners.get(diagnose.KERNEL_OWNER, 0)
+    owners = block.shared_owners(merged, owner_of_line)
+    sure = owners.get(block.TILE_BUFFER_OWNER, 0) + owners.get(block.KERNEL_OWNER, 0)
     if sure > limit:
         raise SpliceLinkError(block.shared_memory_message(what, sum(owners.values()), limit,
                                                           owners) +
