@@ -251,6 +251,27 @@ def test_cooperative_forms_take_straight_line_snippets(text, pack, why):
     assert not forms.FORMS["element"].straight_line_snippets
 
 
+@pytest.mark.parametrize("scope", ["block", "warpgroup"])
+def test_cooperative_forms_refuse_a_tile_for_a_scalar_parameter(scope):
+    # one rule (BlockForm.check_arguments) serves both cooperative scopes, named for each
+    ext = splice.extern(source='extern "C" __device__ float f(float x) { return x; }',
+                        name="f", signature="float32(float32)", scope=scope)
+
+    @splice.kernel
+    def kern(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=t + ext(t))
+    with pytest.raises(splice.SpliceCallError) as e:
+        splice.compile(kern, K.signature(K.array(ct.float32), K.array(ct.float32), 128),
+                       "sm_90")
+    assert (f"argument 1 is a float32 tile of shape (128,); a {scope}-scope extern "
+            f"(scope=\"{scope}\") takes scalars (0-d tiles, Python constants) and pointers "
+            f"(arrays) where its signature names them: declare the parameter "
+            f"splice.tile(float32) to pass the whole tile (staged in shared memory), or "
+            f"reduce the tile to a scalar") in str(e.value)
+    assert "test_forms.py" in str(e.value)
+
+
 def test_no_stage_outside_the_forms_tests_a_scope_or_a_marker():
     # the forms answer for themselves: a new form is one module and one registry line
     import re

@@ -55,16 +55,18 @@ class BlockForm:
         return False   # a cooperative call is always kept, in place and in order
 
     def check_arguments(self, typed, describe) -> str | None:
-        """Scalars and pointers: every thread of the block passes the same values. Its
-        marker is then a 0-d atomic, which tileiras runs on one thread behind a
-        ``tid.x == 0`` guard (``docs/design.md#block-scope``; :mod:`splice.block`)."""
+        """Scalars and pointers: every thread of the block (of the group, for a subclass's
+        scope) passes the same values. Its marker is then a 0-d atomic, which tileiras runs
+        on one thread behind a ``tid.x == c`` guard (``docs/design.md#block-scope``;
+        :mod:`splice.block`); tiles go to ``splice.tile`` parameters."""
         for i, var in enumerate(typed):
             if var.get_type().shape != ():
-                return (f"argument {i + 1} is {describe(var)}; a block-scope extern "
-                        f"(scope=\"block\") takes scalars (0-d tiles, Python constants) and "
-                        f"pointers (arrays) where its signature names them: declare the "
-                        f"parameter splice.tile({var.get_type().dtype}) to pass the whole "
-                        f"tile (staged in shared memory), or reduce the tile to a scalar")
+                return (f"argument {i + 1} is {describe(var)}; a {self.scope}-scope extern "
+                        f"(scope=\"{self.scope}\") takes scalars (0-d tiles, Python "
+                        f"constants) and pointers (arrays) where its signature names them: "
+                        f"declare the parameter splice.tile({var.get_type().dtype}) to pass "
+                        f"the whole tile (staged in shared memory), or reduce the tile to a "
+                        f"scalar")
         return None
 
     def for_call(self, pure_with_result: bool, atomic: bool):

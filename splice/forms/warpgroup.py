@@ -37,18 +37,6 @@ class WarpgroupForm(BlockForm):
     span_kind = "warpgroup call"
     takes_tiles = True
 
-    def check_arguments(self, typed, describe) -> str | None:
-        """Scalars and pointers where the signature names them: every thread of the group
-        passes the leader's values (tiles go to ``splice.tile`` parameters)."""
-        for i, var in enumerate(typed):
-            if var.get_type().shape != ():
-                return (f"argument {i + 1} is {describe(var)}; a warpgroup-scope extern "
-                        f"(scope=\"warpgroup\") takes scalars (0-d tiles, Python constants) "
-                        f"and pointers (arrays) where its signature names them: declare the "
-                        f"parameter splice.tile({var.get_type().dtype}) to pass the whole "
-                        f"tile (staged in shared memory), or reduce the tile to a scalar")
-        return None
-
     def instance_edits(self, body, i, site, instance):
         """The edits of one instance of the site's marker (statement ``i``): the guard
         retargeted, the marker replaced by the leader's store of the arguments and the
