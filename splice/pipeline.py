@@ -77,9 +77,8 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
         if hit is not None:
             _dump_hit(job, hit)
             return hit
-        from . import (
-            stages,  # a miss: tileiras, the rewriter, the linker (not loaded on a hit)
-        )
+        # a miss: tileiras, the rewriter, the linker (not loaded on a hit)
+        from . import stages
         sp = stages.lower_and_splice(job, traced)
         merged = job.run("link", stages.link_fragments, job, sp)
         cubin = job.run("assemble", stages.assemble, job, sp, merged)
