@@ -29,15 +29,24 @@ def time_side_by_side(torch, cases, reps=50, warmup=5):
     return {name: statistics.median(v) for name, v in times.items()}
 
 
-def time_callable_side_by_side(torch, fns, reps=50, warmup=5):
-    """Like :func:`time_side_by_side` for arbitrary launch callables {name: fn()}."""
+def time_callable_side_by_side(torch, fns, reps=50, warmup=5, flush_l2=False):
+    """Like :func:`time_side_by_side` for arbitrary launch callables {name: fn()}.
+
+    Args:
+        flush_l2: before each timed launch, overwrite a 256 MiB buffer (5x the H200's
+            50 MiB L2; untimed), so that every case starts with the same, cold L2, whatever
+            ran before it in the interleaving (the flush of Triton's ``do_bench``).
+    """
     stream = torch.cuda.current_stream()
+    scratch = torch.empty(256 << 20, dtype=torch.uint8, device="cuda") if flush_l2 else None
     for _ in range(warmup):
         for fn in fns.values():
             fn()
     times = {name: [] for name in fns}
     for _ in range(reps):
         for name, fn in fns.items():
+            if scratch is not None:
+                scratch.zero_()
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record(stream)
             fn()

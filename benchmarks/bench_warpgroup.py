@@ -16,12 +16,13 @@ fused kernel's tile code without its call (row maxima stored by cuTile) and the 
 are compiled for sm_90 and compared: block size, SASS instructions (all, and the
 epilogue's), the C store (TMA or not), shared memory, barriers.
 
-    python benchmarks/bench_warpgroup.py [--reps 30] [--size 4096]
+    python benchmarks/bench_warpgroup.py [--reps 30] [--rounds 5] [--size 4096] [--no-flush-l2]
 """
 
 import argparse
 import os
 import re
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -84,16 +85,22 @@ def gpu(a) -> None:
         ct.launch(stream, grid, matmul_plain, (A, B, Cp, TM, TN, TK))
         m = torch.amax(Cp.abs(), dim=1).float()
         m.div_(448.0), m.max()
-    med = time_callable_side_by_side(torch, {
-        "fused": lambda: ct.launch(stream, grid, matmul_fp8_scales, fused_args),
-        "plain": lambda: ct.launch(stream, grid, matmul_plain, (A, B, Cp, TM, TN, TK)),
-        "plain + torch.amax": plain_then_amax}, reps=a.reps)
-    print(f"fp16 matmul {n}^3, tiles {TM}x{TN}x{TK}, per-row FP8 scales and amax, {a.reps} "
-          f"reps, {torch.cuda.get_device_name()}")
-    for k, v in med.items():
-        print(f"{k:<20} {v * 1e3:>9.4f} ms  {2 * n ** 3 / v / 1e12:>7.1f} TFLOP/s")
-    print(f"ratio fused/plain: {med['fused'] / med['plain']:.4f} (target <= 1.03)")
-    print(f"ratio fused/(plain + torch.amax): {med['fused'] / med['plain + torch.amax']:.4f}")
+    fns = {"fused": lambda: ct.launch(stream, grid, matmul_fp8_scales, fused_args),
+           "plain": lambda: ct.launch(stream, grid, matmul_plain, (A, B, Cp, TM, TN, TK)),
+           "plain + torch.amax": plain_then_amax}
+    rounds = [time_callable_side_by_side(torch, fns, reps=a.reps, flush_l2=a.flush_l2)
+              for _ in range(a.rounds)]
+    print(f"fp16 matmul {n}^3, tiles {TM}x{TN}x{TK}, per-row FP8 scales and amax, "
+          f"{a.rounds} rounds of {a.reps} reps, L2 {'flushed' if a.flush_l2 else 'not flushed'}"
+          f" before each launch, {torch.cuda.get_device_name()}; medians per round")
+    for k in fns:
+        print(f"{k:<20}" + "".join(f" {r[k] * 1e3:>8.4f}" for r in rounds) + " ms")
+    for name, (num, den), target in (("fused/plain", ("fused", "plain"), " (target <= 1.03)"),
+                                     ("fused/(plain + torch.amax)",
+                                      ("fused", "plain + torch.amax"), "")):
+        ratios = [r[num] / r[den] for r in rounds]
+        print(f"ratio {name}: median {statistics.median(ratios):.4f}{target}; rounds "
+              + " ".join(f"{q:.4f}" for q in ratios))
     print(f"first launch fused {t_first_fused:.3f} s, plain {t_first_plain:.3f} s, ratio "
           f"{t_first_fused / t_first_plain:.2f}")
 
@@ -125,7 +132,7 @@ def sass_profile(build) -> dict[str, int]:
     atomics, shared and global loads and stores)."""
     ops = [(m.group(1), m.group(2)) for m in _SASS_INS.finditer(build.sass or "")]
     kinds = {"UTMASTG": ("UTMASTG",), "BAR": ("BAR",), "SHFL": ("SHFL",),
-             "ATOM/RED": ("ATOM", "RED", "REDUX"), "LDS/STS/LDSM": ("LDS", "STS", "LDSM"),
+             "ATOM/RED": ("ATOM", "ATOMG", "RED", "REDG", "REDUX"), "LDS/STS/LDSM": ("LDS", "STS", "LDSM"),
              "LDG/STG": ("LDG", "STG")}
     out = {"SASS instructions": len(ops), "in the epilogue": epilogue_size(ops)}
     for name, heads in kinds.items():
@@ -170,6 +177,12 @@ def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--size", type=int, default=4096)
+    p.add_argument("--rounds", type=int, default=5,
+                   help="timed rounds (the GPU's clock drifts between them: the ratio is "
+                        "taken per round, and its median reported)")
+    p.add_argument("--no-flush-l2", dest="flush_l2", action="store_false",
+                   help="keep the L2 between launches (then each case starts with what the "
+                        "one before it left there: plain + torch.amax leaves fused a cold L2)")
     a = p.parse_args(argv)
     if splice.toolchain.gpu_arch() is None:
         compile_report(a)
