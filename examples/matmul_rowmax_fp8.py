@@ -10,12 +10,17 @@ stages ``m`` in shared memory, and every thread of the warpgroup tileiras runs t
 epilogue on calls ``row_scales`` once per tile with ``m`` as ``const float (&m)[TM]``.
 Thread ``r`` of the group folds row ``r``'s scale into ``scales`` with an atomic max (the
 row's other column tiles belong to other blocks); the group reduces the rows' maxima with
-warp shuffles and the group barrier, and one thread folds the tile's maximum into
-``amax``. C itself is stored exactly as the plain matmul stores it (a TMA store).
+a warp reduction (``__reduce_max_sync``) and the group barrier, and one thread folds the
+tile's maximum into ``amax``. C itself is stored exactly as the plain matmul stores it (a
+TMA store).
 
-On sm_90 tileiras warp-specialises this kernel into a TMA producer warpgroup, the MMA
-warpgroup and an epilogue warpgroup that reads the accumulator from shared memory, reduces
-it and issues the TMA store: the call runs on the epilogue warpgroup.
+On sm_90 tileiras warp-specialises this kernel as it does the plain matmul (256 threads):
+warps 0-3 (one warpgroup) run the k-loop's wgmma and the epilogue, so the call runs on
+them; warp 4 issues the TMA loads, warp 5 the TMA store. ``memory="arguments"`` (the callee
+touches global memory only through ``scales`` and ``amax``) keeps it so: an impure call
+that may touch any memory is ordered after every load and store of the kernel, and tileiras
+then splits off an epilogue warpgroup (384 threads) and stops pipelining the k-loop
+(``benchmarks/warpgroup_tiles_cpu.md``).
 
 With a GPU the result is checked against PyTorch. Without one, the kernel is compiled for
 sm_90 and the call sites and the SASS CALL count are printed.
@@ -35,6 +40,10 @@ ROW_SCALES_SRC = r'''
 // blockIdx.x * N on.
 template <int N>
 __device__ void row_scales(const float (&m)[N], float* scales, float* amax) {
+    // cuTile arrays live in global memory: saying so lets NVVM emit global reductions
+    // (RED) for the atomics below, where a generic pointer gives generic ATOMs.
+    __builtin_assume(__isGlobal(scales));
+    __builtin_assume(__isGlobal(amax));
     __shared__ float per_warp[4];
     const long long row0 = (long long)blockIdx.x * N;
     const unsigned rank = splice_group_rank();          // 0..127: 4 warps of 32 lanes
@@ -43,13 +52,15 @@ __device__ void row_scales(const float (&m)[N], float* scales, float* amax) {
         t = fmaxf(t, m[r]);      // non-negative floats order as their bits: atomicMax
         atomicMax((int*)&scales[row0 + r], __float_as_int(m[r] / 448.0f));
     }
-    for (int d = 16; d > 0; d /= 2) t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, d));
+    // the warp's maximum: one warp reduction over the bits (REDUX), as atomicMax above
+    t = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(t)));
     if (rank % 32 == 0) per_warp[rank / 32] = t;
     splice_group_sync();
     if (rank == 0)
         atomicMax((int*)amax, __float_as_int(fmaxf(fmaxf(per_warp[0], per_warp[1]),
                                                    fmaxf(per_warp[2], per_warp[3]))));
-    splice_group_sync();     // per_warp is read before the next tile's call writes it
+    // No barrier after reading per_warp: splice's exit barrier after the call, and the
+    // entry barrier of any next call, order this read before the next call's writes.
 }'''
 
 row_scales = splice.extern(source=ROW_SCALES_SRC, name="row_scales", scope="warpgroup",

@@ -23,7 +23,7 @@ from splice.rewrite import splice_calls
 from splice.tiles import Staging
 from splice.types import parse_signature
 from support import kernels as K
-from support.ptx_exec import run_build
+from support.ptx_exec import ExecError, run_build
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 import matmul_rowmax_fp8 as fp8
@@ -477,6 +477,54 @@ def test_exec_warpgroup_tile_call(n):
     xv = x.reshape(2, n)
     want = (xv[:, ::-1] + xv.sum(1, keepdims=True) + 128.0) * 2.0
     np.testing.assert_array_equal(y.reshape(2, n), want)
+
+
+@splice.kernel
+def abs_row_scales_kernel(x, scales, amax, TILE: ConstInt):
+    # the example's callee (examples/matmul_rowmax_fp8.py) on |x| of one (TILE,) tile per
+    # block; no TMA: a 128-thread block, the group is the block
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+    fp8.row_scales(ct.abs(t), scales, amax)
+
+
+def _exec_row_scales(src=None, blocks=3):
+    """(x, scales, amax) after the example's ``row_scales`` (or ``src`` in its place) ran
+    on the executor over ``blocks`` tiles of 128 values of x."""
+    kernel = abs_row_scales_kernel
+    if src is not None:
+        ext = splice.extern(source=src, name="row_scales", scope="warpgroup",
+                            signature="void(tile(float32), float32*, float32*)",
+                            memory="arguments")
+
+        @splice.kernel
+        def kernel(x, scales, amax, TILE: ConstInt):
+            t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+            ext(ct.abs(t), scales, amax)
+    x = (np.random.default_rng(7).standard_normal(blocks * 128) * 100).astype(np.float32)
+    scales, amax = np.zeros_like(x), np.zeros(1, np.float32)
+    b = splice.compile(kernel, K.signature(K.array(f32), K.array(f32), K.array(f32), 128),
+                       "sm_90")
+    assert ".reqntid 128" in b.ptx and len(_group_calls(b)) == 1
+    run_build(b, (blocks,), x, scales, amax)
+    return x, scales, amax
+
+
+def test_exec_example_row_scales():
+    """The example's callee computes what its reference says: each row's |max| / 448
+    (IEEE division) by an atomic max per row, and the tensor's |max| through the warp
+    reduction, the group barrier and one atomic per block (global reductions, REDUX)."""
+    x, scales, amax = _exec_row_scales()
+    np.testing.assert_array_equal(scales, np.abs(x) / np.float32(448.0))
+    assert amax[0] == np.abs(x).max()
+
+
+def test_exec_example_row_scales_without_its_barrier_is_caught():
+    """The test above can fail: without ``splice_group_sync()`` thread 0 reads the other
+    warps' maxima with no barrier after their writes, which the executor refuses."""
+    src = fp8.ROW_SCALES_SRC.replace("    splice_group_sync();\n", "")
+    assert src != fp8.ROW_SCALES_SRC
+    with pytest.raises(ExecError, match="shared-memory race"):
+        _exec_row_scales(src)
 
 
 def test_planted_wrong_slot_index_changes_the_values(monkeypatch, fresh_cache):
