@@ -9,7 +9,8 @@ with (medians, ratios):
    the epilogue's work as separate kernels                      (reported; the fused form
                                                                  should win)
 3. first launch (trace, tileiras, NVRTC, rewrite, ptxas; empty caches) of the fused kernel
-   vs the plain one                                             (reported)
+   vs the plain one, after a small spliced kernel paid the process's one-time costs
+                                                                 (reported)
 
 fp16, M = N = K = 4096 by default, tiles 128x128x64. Without a GPU the plain kernel, the
 fused kernel's tile code without its call (row maxima stored by cuTile) and the fused kernel
@@ -53,6 +54,18 @@ def matmul_plain(A, B, C, tm: ct.Constant[int], tn: ct.Constant[int], tk: ct.Con
                                                               C.dtype))
 
 
+_double = splice.extern(name="bench_wg_double", signature="float32(float32)", source=r'''
+extern "C" __device__ float bench_wg_double(float x) { return 2.0f * x; }''')
+
+
+@splice.kernel
+def warm_up(x, t: ct.Constant[int]):
+    # launched first: the process's one-time costs (loading NVRTC and nvJitLink, tileiras's
+    # version probe, the CUDA module loader) would otherwise fall on whichever of the timed
+    # first launches came first
+    ct.store(x, index=(ct.bid(0),), tile=_double(ct.load(x, index=(ct.bid(0),), shape=(t,))))
+
+
 @splice.kernel
 def matmul_rowmax(A, B, C, Mx, tm: ct.Constant[int], tn: ct.Constant[int],
                   tk: ct.Constant[int]):
@@ -75,6 +88,7 @@ def gpu(a) -> None:
     grid = (n // TM, n // TN, 1)
     stream = torch.cuda.current_stream()
     fused_args = (A, B, Cf, scales, amax, TM, TN, TK)
+    first_launch(torch, warm_up, (torch.zeros(128, device="cuda"), 128), (1, 1, 1))
     t_first_fused = first_launch(torch, matmul_fp8_scales, fused_args, grid)
     t_first_plain = first_launch(torch, matmul_plain, (A, B, Cp, TM, TN, TK), grid)
     want_scales, want_amax = reference(Cf)
