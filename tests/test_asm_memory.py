@@ -421,15 +421,6 @@ def _mm_sig():
                        fp8.TM, fp8.TN, fp8.TK)
 
 
-def _kloop_shape(ptx: str) -> tuple[int, int, tuple[int, ...]]:
-    """(``.reqntid``, ``wgmma.mma_async`` count, the ``wgmma.wait_group`` depths)
-    (tests/test_warpgroup_tiles.py)."""
-    return (int(re.search(r"\.reqntid (\d+)", ptx).group(1)),
-            len(re.findall(r"wgmma\.mma_async", ptx)),
-            tuple(sorted({int(d) for d in
-                          re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)})))
-
-
 def test_warpgroup_snippet_keeps_the_plain_kloop():
     """memory="none": the plain matmul's shape (256 threads, one wgmma group in flight
     across iterations: wait_group 0 and 1). memory="any" (ordered after the k-loop's loads
@@ -439,10 +430,10 @@ def test_warpgroup_snippet_keeps_the_plain_kloop():
     b = splice.compile(matmul_lane_sum, _mm_sig(), "sm_90")
     [site] = b.sites
     assert site.scope == "warpgroup"
-    assert _kloop_shape(b.ptx) == _kloop_shape(plain.ptx) == (256, 16, (0, 1))
+    assert K.kloop_shape(b.ptx) == K.kloop_shape(plain.ptx) == (256, 16, (0, 1))
     assert "redux.sync.add.u32" in b.spliced_ptx
     undeclared = splice.compile(matmul_lane_sum_any, _mm_sig(), "sm_90")
-    assert _kloop_shape(undeclared.ptx) == (256, 16, (0,))
+    assert K.kloop_shape(undeclared.ptx) == (256, 16, (0,))
 
 
 @pytest.mark.gpu
