@@ -421,19 +421,45 @@ def _mm_sig():
                        fp8.TM, fp8.TN, fp8.TK)
 
 
+def _matmul_row_snippet(memory):
+    @splice.kernel
+    def matmul_row_snippet(A, B, C, Mx, tm: ConstInt, tn: ConstInt, tk: ConstInt):
+        """C = A @ B by TMA; an impure element snippet on the (tm,) row maxima, stored."""
+        c = ct.astype(fp8.matmul_acc(A, B, tm, tn, tk), C.dtype)
+        ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=c)
+        m = ct.bitcast(ct.astype(ct.max(ct.abs(c), axis=1), f32), u32)
+        r = splice.asm("add.u32 $0, $1, 1;", m, dtype=u32, pure=False, memory=memory)
+        ct.store(Mx, index=(ct.bid(0),), tile=ct.bitcast(r, i32))   # compiled, not run
+    return matmul_row_snippet
+
+
+def _plain_shape():
+    plain = splice.compile(K.matmul_plain_kernel,
+                           K.signature(*[K.array(f16, 2)] * 3, fp8.TM, fp8.TN, fp8.TK), "sm_90")
+    return K.kloop_shape(plain.ptx)
+
+
 def test_warpgroup_snippet_keeps_the_plain_kloop():
     """memory="none": the plain matmul's shape (256 threads, one wgmma group in flight
     across iterations: wait_group 0 and 1). memory="any" (ordered after the k-loop's loads
     and C's store): the k-loop drains each iteration (wait_group 0 only)."""
-    plain = splice.compile(K.matmul_plain_kernel,
-                           K.signature(*[K.array(f16, 2)] * 3, fp8.TM, fp8.TN, fp8.TK), "sm_90")
     b = splice.compile(matmul_lane_sum, _mm_sig(), "sm_90")
     [site] = b.sites
     assert site.scope == "warpgroup"
-    assert K.kloop_shape(b.ptx) == K.kloop_shape(plain.ptx) == (256, 16, (0, 1))
+    assert K.kloop_shape(b.ptx) == _plain_shape() == (256, 16, (0, 1))
     assert "redux.sync.add.u32" in b.spliced_ptx
     undeclared = splice.compile(matmul_lane_sum_any, _mm_sig(), "sm_90")
     assert K.kloop_shape(undeclared.ptx) == (256, 16, (0,))
+
+
+def test_element_snippet_on_row_maxima_keeps_the_plain_kloop():
+    """An impure element snippet on the row maxima: memory="none" keeps the plain shape;
+    memory="any" splits off an epilogue warpgroup (384 threads) and drains the k-loop."""
+    sig = K.signature(*[K.array(f16, 2)] * 3, K.array(i32), fp8.TM, fp8.TN, fp8.TK)
+    b = splice.compile(_matmul_row_snippet("none"), sig, "sm_90")
+    assert K.kloop_shape(b.ptx) == _plain_shape()
+    undeclared = splice.compile(_matmul_row_snippet("any"), sig, "sm_90")
+    assert K.kloop_shape(undeclared.ptx) == (384, 8, (0,))
 
 
 @pytest.mark.gpu
