@@ -272,8 +272,8 @@ MEMORY = ("any", "arguments")
 
 #: ``memory=`` values of ``splice.asm``: "any" (default), as for an extern; "none": the
 #: snippet touches no global memory (registers, shared and local memory, barriers,
-#: shuffles, votes: :func:`splice.asm_check.check_no_global_memory` proves it) and is
-#: ordered only against splice's other calls.
+#: shuffles, votes: ``splice.asm_check.check_snippet(..., memory="none")`` proves it) and
+#: is ordered only against splice's other calls.
 ASM_MEMORY = ("any", "none")
 
 #: Why a value of the other kind of declaration is not this one's (its value tuple's key).

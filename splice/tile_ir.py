@@ -271,8 +271,8 @@ class SpliceImpureCall(TileAtomicCAS, opcode="splice_impure_call",
     ``memory_order`` is the order cuTile's token-order pass sees: acq_rel for an extern of
     ``memory="any"``, relaxed for ``memory="arguments"`` (and a snippet's "none"). That
     pass joins the input token of an operation with release semantics with the last token
-    of every array, whatever its alias set, and orders every later operation after one with acquire semantics;
-    relaxed leaves both out, so the call is ordered (before and after) only against the
+    of every array, whatever its alias set, and orders every later operation after one
+    with acquire semantics; relaxed leaves both out, so the call is ordered (before and after) only against the
     operations whose pointer's alias set overlaps its own (:class:`SpliceMarkerPointer`:
     the arrays it is given, the other sites of its tile call, the other declared calls),
     and after the kernel's last acquire (an earlier call of ``memory="any"``; a later one
