@@ -117,10 +117,10 @@ class AsmSpec:
         return _OPERAND_RE.sub(lambda m: "$" if m.group(1) == "$" else f"%a{m.group(1)}",
                                self.template)
 
-    def check_control(self, straight_line: str | None = None) -> None:
-        """Refuse a snippet control can leave or that leaves an output unwritten, and a
-        cooperative one (``straight_line``: its scope) that is not straight-line code
-        (:mod:`splice.asm_check`).
+    def check_control(self, straight_line: str | None = None, memory: str = "any") -> None:
+        """Refuse a snippet control can leave or that leaves an output unwritten, a
+        cooperative one (``straight_line``: its scope) that is not straight-line code, and
+        one of ``memory="none"`` that may touch global memory (:mod:`splice.asm_check`).
 
         Raises:
             SpliceCallError: naming the rule, the snippet and the call site.
@@ -129,7 +129,7 @@ class AsmSpec:
         try:
             check_snippet(self.body(), [f"%a{k}" for k in range(len(self.outputs))],
                           [f"%a{k}" for k in range(n)] + list(_SCRATCH),
-                          straight_line=straight_line)
+                          straight_line=straight_line, memory=memory)
         except SnippetFault as e:
             raise SpliceCallError(f"inline PTX at {self.where}: {e}\n    snippet: "
                                   f"{self.template.strip()}\n    operands: "
@@ -240,14 +240,15 @@ def _to_b64(t: ElementType, k: int) -> list[str]:
 
 def make_asm_function():
     """``splice.asm``: a plain function cuTile resolves to :func:`_handle_asm`."""
-    def asm(template, *args, dtype=None, constraints=None, pure=True, pack=1, scope=None):
+    def asm(template, *args, dtype=None, constraints=None, pure=True, pack=1, scope=None,
+            memory="any"):
         raise SpliceCallError(f"splice.asm called from Python at {python_caller()}: it is "
                               f"device code; use it inside a @splice.kernel function")
     cu.resolve_calls(asm, _handle_asm)
     return asm
 
 
-def _handle_asm(callee, template, args, dtype, constraints, pure, pack, scope):
+def _handle_asm(callee, template, args, dtype, constraints, pure, pack, scope, memory):
     loc = cu.current_loc()
     where = loc_str(loc)
 
@@ -283,7 +284,10 @@ def _handle_asm(callee, template, args, dtype, constraints, pure, pack, scope):
             raise error(f"pack={k} cannot pack bool outputs")
         args, shape, padded = _pack_inputs(args, k, pure_v and bool(outputs), where, loc)
         outputs = _packed_types(outputs, k, error)
-    ext, offsets = _snippet_extern(text, outputs, args, constraints, pure_v, where, loc, form)
+    memory_v = _constant(memory, "memory", where)
+    _check_memory(memory_v, False, where, loc)
+    ext, offsets = _snippet_extern(text, outputs, args, constraints, pure_v, where, loc, form,
+                                   memory_v)
     raw = emit_call(ext, tuple(args), loc)
     if not outputs:
         return None
@@ -299,6 +303,20 @@ def _constant(var, what, where):
     if not var.is_constant():
         raise SpliceCallError(f"inline PTX at {where}: {what} must be a compile-time constant")
     return var.get_constant()
+
+
+def _check_memory(memory, pure: bool, where: str, loc) -> None:
+    """The ``memory=`` of a snippet (:data:`splice.externs.ASM_MEMORY`), of a snippet that is
+    ``pure`` (after its scope's rule) or not.
+
+    Raises:
+        SpliceCallError: :func:`splice.externs.check_memory`'s refusal, at the call.
+    """
+    from .externs import ASM_MEMORY, check_memory
+    try:
+        check_memory(memory, pure, f"inline PTX at {where}", ASM_MEMORY)
+    except SpliceDeclarationError as e:
+        raise SpliceCallError(e.message, loc) from None
 
 
 def _output_types(dt, error) -> tuple[ElementType, ...]:
@@ -319,9 +337,9 @@ def _packed_types(outputs, k: int, error) -> tuple[ElementType, ...]:
         raise error(f"pack={k} outputs must be {16 // k}/{32 // k}/{64 // k}-bit") from None
 
 
-def _snippet_extern(text, outputs, args, constraints, pure: bool, where, loc, form):
+def _snippet_extern(text, outputs, args, constraints, pure: bool, where, loc, form, memory):
     """The extern calling the snippet, and each output's bit offset in its result
-    (``constraints``: the Var of ``constraints=``)."""
+    (``constraints``: the Var of ``constraints=``; ``memory``: the value of ``memory=``)."""
     from .externs import ExternFunction
     from .fragments import AsmSource
     inputs = []
@@ -335,15 +353,16 @@ def _snippet_extern(text, outputs, args, constraints, pure: bool, where, loc, fo
     try:
         spec.check(_constant(constraints, "constraints", where))
         carrier, offsets = spec.result_layout()
-        spec.check_control(form.scope if form.straight_line_snippets else None)
+        spec.check_control(form.scope if form.straight_line_snippets else None, memory)
         sig = Signature(tuple(inputs), carrier)
         sig.packing()
     except SpliceError as e:
         raise SpliceCallError(e.message, loc) from None
     pure = form.declare(sig, pure and bool(outputs), f"inline PTX at {where}")
+    _check_memory(memory, pure, where, loc)
     # inline="auto": a snippet that declares .local/.shared scratch stays a call
     return ExternFunction(f"asm@{where}", spec.symbol, sig, pure, AsmSource(spec=spec), where,
-                          inline="auto", form=form), offsets
+                          inline="auto", form=form, memory=memory), offsets
 
 
 def _unpack_output(var, t: ElementType, k: int, shape, padded):
@@ -430,6 +449,14 @@ Args:
         execution on every thread of the block / of the warpgroup tileiras runs the site on
         (as for ``splice.extern(scope=...)``): scalar inputs, always impure, no ``pack``,
         straight-line PTX only (no branch, label, call or exit).
+    memory (str): which memory an impure snippet touches, and so which of the kernel's
+        memory operations it is ordered against. "any" (default): any memory, ordered
+        against every load and store of the kernel. "none": no global memory (registers,
+        ``.shared``/``.shared::cta``/``.local``/``.param`` accesses, barriers, shuffles,
+        votes): ordered only against splice's other calls, so tileiras may overlap it with
+        the kernel's memory traffic (a warpgroup snippet in a TMA matmul's epilogue keeps
+        the plain k-loop). splice proves it on the PTX (:mod:`splice.asm_check`). Only on
+        an impure snippet (``pure=False``, no outputs, or block/warpgroup scope).
 
 Returns:
     A tile (or tuple of tiles) of the broadcast shape, or None.
@@ -443,7 +470,12 @@ Raises:
         a branch to a label it does not define, a call), an output not written on every
         path, a directive other than .reg/.local/.param/.branchtargets, a ``.shared``
         variable, a register splice reserves for operands, and for a block/warpgroup
-        snippet any branch, label, call or exit; arguments cuTile's frontend refuses
+        snippet any branch, label, call or exit; memory not "any" or "none" ("arguments":
+        a snippet has no pointer arguments), "none" on a pure snippet, and under "none" an
+        instruction that may touch global memory (a generic address, ``.global``,
+        ``.const``, ``.shared::cluster``, ``cp.async*``/``cp.reduce*``/TMA, ``prefetch``,
+        ``multimem``, texture/surface, ``tensormap``, a fence, ``griddepcontrol``,
+        ``call``, an opcode splice does not know); arguments cuTile's frontend refuses
         (bytes, a list, an unknown keyword).
     SpliceLinkError: a warpgroup-scope snippet that synchronises or measures the whole
         block (``bar.sync 0``/``__syncthreads``, a cluster barrier, another named barrier

@@ -66,7 +66,8 @@ class ExternFunction:
     #: the block size a block-scope function was compiled for (``splice.cub``: 128), or
     #: None: a tile call in a kernel with another ``.reqntid`` is refused at compile time
     block_threads: int | None = None
-    #: the memory an impure call touches, which it is ordered against (:data:`MEMORY`)
+    #: the memory an impure call touches, which it is ordered against (:data:`MEMORY`,
+    #: :data:`ASM_MEMORY`)
     memory: str = "any"
 
     def __repr__(self) -> str:
@@ -263,25 +264,47 @@ def _check_include_options(options, include_dirs, what: str) -> None:
 
 from .checks import Declared, cxx_symbol, is_cxx_name
 
-#: ``memory=`` values: "any" (default): the call may touch any memory, and is ordered
-#: against every memory operation of the kernel; "arguments": it touches global memory
-#: only through its pointer arguments (and a tile call's staged tiles), and is ordered
-#: only against the kernel's operations on arrays that may alias them.
+#: ``memory=`` values of an extern: "any" (default): the call may touch any memory, and is
+#: ordered against every memory operation of the kernel; "arguments": it touches global
+#: memory only through its pointer arguments (and a tile call's staged tiles), and is
+#: ordered only against the kernel's operations on arrays that may alias them.
 MEMORY = ("any", "arguments")
 
+#: ``memory=`` values of ``splice.asm``: "any" (default), as for an extern; "none": the
+#: snippet touches no global memory (registers, shared and local memory, barriers,
+#: shuffles, votes: ``splice.asm_check.check_snippet(..., memory="none")`` proves it) and
+#: is ordered only against splice's other calls.
+ASM_MEMORY = ("any", "none")
 
-def _check_memory(memory, pure: bool, what: str) -> None:
-    """Raises SpliceDeclarationError (naming ``what``) for a ``memory=`` that is not one
-    of :data:`MEMORY`, or that is not "any" on a ``pure`` extern (its calls touch no
-    memory; block and warpgroup scope make every extern impure)."""
-    if not isinstance(memory, str) or memory not in MEMORY:
-        raise SpliceDeclarationError(f"{what}: memory must be 'any' or 'arguments', got "
-                                     f"{memory!r}")
+#: Why a value of the other kind of declaration is not this one's (its value tuple's key).
+_MEMORY_HINTS: dict[tuple[str, ...], dict[str, str]] = {
+    MEMORY: {"none": "; memory='none' is splice.asm's: an extern without pointer "
+                     "arguments declared memory='arguments' is ordered against no array"},
+    ASM_MEMORY: {"arguments": "; a snippet has no pointer arguments: use memory='none' "
+                              "for one that touches no global memory"},
+}
+
+
+def check_memory(memory, pure: bool, what: str, values: tuple[str, ...] = MEMORY) -> None:
+    """Check the ``memory=`` of a declaration against its ``values`` (:data:`MEMORY`,
+    :data:`ASM_MEMORY`) and its ``pure`` (block and warpgroup scope make every call
+    impure).
+
+    Raises:
+        SpliceDeclarationError: naming ``what``: a value not in ``values`` (with the one
+            to use where it is the other kind's), or a value other than "any" on a pure
+            declaration (its calls touch no memory and are ordered against nothing).
+    """
+    if not isinstance(memory, str) or memory not in values:
+        hint = _MEMORY_HINTS[values].get(memory, "") if isinstance(memory, str) else ""
+        raise SpliceDeclarationError(
+            f"{what}: memory must be {' or '.join(repr(v) for v in values)}, got "
+            f"{memory!r}{hint}")
     if memory != "any" and pure:
         raise SpliceDeclarationError(
             f"{what}: memory={memory!r} says which memory an impure call touches, but the "
-            f"extern is pure (it touches none and is ordered against nothing); declare it "
-            f"pure=False, or leave memory= out")
+            f"{'snippet' if values is ASM_MEMORY else 'extern'} is pure (it touches none "
+            f"and is ordered against nothing); declare it pure=False, or leave memory= out")
 
 
 def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name,
@@ -310,7 +333,7 @@ def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name,
     fragment = fragment_factory(symbol, sig)
     tiles.check_declaration(sig, form, fragment, f"extern '{name}' at {where}")
     pure = form.declare(sig, pure, f"extern '{name}' at {where}")
-    _check_memory(memory, pure, f"extern '{name}' at {where}")
+    check_memory(memory, pure, f"extern '{name}' at {where}")
     ext = ExternFunction(display_name or name, symbol, sig, pure, fragment, where, inline,
                          form, cxx_name, memory=memory)
     if sig.has_tiles:

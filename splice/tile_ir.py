@@ -150,7 +150,10 @@ class SpliceMarkerPointer(Operation, opcode="splice_marker_pointer"):
       of its array arguments; an array of unknown aliasing is the universe) and
       :data:`splice._cutile.SPLICE_ALIAS_SET` (the tile staging's buffers), so the call is
       ordered against the kernel's operations on arrays that may alias its arguments, and
-      against the other sites of its tile call, only."""
+      against the other sites of its tile call, only;
+    - a ``splice.asm`` snippet of ``memory="none"`` (no array operands: the trace gives
+      ``arrays`` only to "arguments"): :data:`splice._cutile.SPLICE_ALIAS_SET` alone, so
+      it is ordered against splice's other calls only."""
 
     site: CallSite = attribute()
     arrays: tuple[Var, ...] = operand(default=())
@@ -158,7 +161,7 @@ class SpliceMarkerPointer(Operation, opcode="splice_marker_pointer"):
     def splice_alias_set(self, alias_set_of) -> int | None:
         """The alias set of the pointer (None: cuTile's own, the universe); called by the
         dataflow hook of :mod:`splice._cutile`."""
-        if self.site.extern.memory != "arguments":
+        if self.site.extern.memory == "any":
             return None
         alias_set = SPLICE_ALIAS_SET
         for array in self.arrays:
@@ -266,14 +269,14 @@ class SpliceImpureCall(TileAtomicCAS, opcode="splice_impure_call",
     memory accesses across it either.
 
     ``memory_order`` is the order cuTile's token-order pass sees: acq_rel for an extern of
-    ``memory="any"``, relaxed for ``memory="arguments"``. That pass joins the input token
-    of an operation with release semantics with the last token of every array, whatever
-    its alias set, and orders every later operation after one with acquire semantics;
-    relaxed leaves both out, so the call is ordered (before and after) only against the
+    ``memory="any"``, relaxed for ``memory="arguments"`` (and a snippet's "none"). That
+    pass joins the input token of an operation with release semantics with the last token
+    of every array, whatever its alias set, and orders every later operation after one
+    with acquire semantics; relaxed leaves both out, so the call is ordered (before and after) only against the
     operations whose pointer's alias set overlaps its own (:class:`SpliceMarkerPointer`:
     the arrays it is given, the other sites of its tile call, the other declared calls),
     and after the kernel's last acquire (an earlier call of ``memory="any"``; a later one
-    is release, so it follows). The bytecode is acq_rel for both (:data:`MARKER_ORDER`), so
+    is release, so it follows). The bytecode is acq_rel for all (:data:`MARKER_ORDER`), so
     that tileiras/LLVM move no plain access across the marker in a thread's program
     order."""
 

@@ -376,7 +376,8 @@ def _emit_atomic_call(session, ext, form, key, typed, call_shape, loc, arrays):
     """The atomic marker of a call (impure, void, or a pure site in ``atomic_sites``), on
     the shape :func:`_marker_shape` gives; its result reshaped back to ``call_shape``.
     ``arrays``: the base pointers of its array arguments, the memory an extern of
-    ``memory="arguments"`` is ordered against (:class:`splice.tile_ir.SpliceMarkerPointer`)."""
+    ``memory="arguments"`` is ordered against; a snippet of ``memory="none"`` is ordered
+    against none (:class:`splice.tile_ir.SpliceMarkerPointer`)."""
     from .tile_ir import SpliceImpureCall, SpliceMarkerPointer
     sig = ext.signature
     typed = tuple(cu.broadcast_to(v, call_shape) for v in typed)
@@ -386,12 +387,11 @@ def _emit_atomic_call(session, ext, form, key, typed, call_shape, loc, arrays):
     site = session.new_site(ext, shape, loc_str(loc), call_shape, form, sig.marker_bits, key)
     marker_dtype = ct.uint64 if sig.marker_bits == 64 else ct.uint32
     ptr_ty = cu.TileTy(cu.pointer_dtype(marker_dtype, cu.MemorySpace.GLOBAL), shape)
-    by_arguments = ext.memory == "arguments"
     pointer = cu.add_operation(SpliceMarkerPointer, ptr_ty, site=site,
-                               arrays=arrays if by_arguments else ())
+                               arrays=arrays if ext.memory == "arguments" else ())
     res = sig.result
     result_ty = cu.TileTy(marker_dtype if res is None else res.dtype, shape)
-    order = cu.MemoryOrder.RELAXED if by_arguments else cu.MemoryOrder.ACQ_REL
+    order = cu.MemoryOrder.ACQ_REL if ext.memory == "any" else cu.MemoryOrder.RELAXED
     value, _token = cu.add_operation_variadic(
         SpliceImpureCall, (result_ty, cu.TokenTy()), site=site, pointer=pointer, args=typed,
         memory_order=order, memory_scope=cu.MemoryScope.DEVICE)

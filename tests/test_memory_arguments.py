@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import splice
-from splice import trace
 from support import kernels as K
 from support.ptx_exec import run_build
+from support.token_order import ordered_after, token_ordered_ir
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
@@ -54,35 +54,7 @@ def _sig(n=128):
 
 
 def _token_ordered_ir(monkeypatch, kernel):
-    """The root block's operations right after cuTile's token-order pass (a trace, no
-    tileiras)."""
-    import cuda.tile._compile as compile_module
-    real = compile_module.token_order_pass
-    seen = []
-
-    def record(root_block, dataflow_result):
-        real(root_block, dataflow_result)
-        seen.append(list(root_block.operations))
-    monkeypatch.setattr(compile_module, "token_order_pass", record)
-    trace.trace_kernel(kernel, _sig(), "sm_90")
-    [ops] = seen
-    return ops
-
-
-def _ordered_after(op, ops) -> set[int]:
-    """The ids of the operations whose memory token ``op``'s input token descends from
-    (through joins and their own input tokens: everything cuTile orders it after)."""
-    defs = {v.name: o for o in ops for v in o.result_vars}
-    seen: set[int] = set()
-    todo = [op]
-    while todo:
-        for var in todo.pop().all_inputs():
-            o = defs.get(var.name)
-            if type(var.get_type()).__name__ == "TokenTy" and o is not None \
-                    and id(o) not in seen:
-                seen.add(id(o))
-                todo.append(o)
-    return seen
+    return token_ordered_ir(monkeypatch, kernel, _sig())
 
 
 def _memory_ops(ops):
@@ -100,19 +72,19 @@ def test_declared_call_is_ordered_against_its_arguments_only(monkeypatch):
     not after the store to Y, which it is not given."""
     ops = _token_ordered_ir(monkeypatch, store_then_bump)
     call, (store_x, store_y, _out), (_load_y, load_x) = _memory_ops(ops)
-    before = _ordered_after(call, ops)
+    before = ordered_after(call, ops)
     assert id(store_x) in before
     assert id(store_y) not in before
-    assert id(call) in _ordered_after(load_x, ops)
+    assert id(call) in ordered_after(load_x, ops)
     assert call.memory_order == ct.MemoryOrder.RELAXED        # the token pass's order
 
 
 def test_undeclared_call_is_ordered_against_every_array(monkeypatch):
     ops = _token_ordered_ir(monkeypatch, store_then_bump_any)
     call, (store_x, store_y, _out), (_load_y, load_x) = _memory_ops(ops)
-    before = _ordered_after(call, ops)
+    before = ordered_after(call, ops)
     assert {id(store_x), id(store_y)} <= before
-    assert id(call) in _ordered_after(load_x, ops)
+    assert id(call) in ordered_after(load_x, ops)
     assert call.memory_order == ct.MemoryOrder.ACQ_REL
 
 
@@ -125,7 +97,7 @@ def test_planted_missing_argument_alias_loses_the_store(monkeypatch):
                         lambda self, alias_set_of: _cutile.SPLICE_ALIAS_SET)
     ops = _token_ordered_ir(monkeypatch, store_then_bump)
     call, (store_x, _y, _out), _loads = _memory_ops(ops)
-    assert id(store_x) not in _ordered_after(call, ops)
+    assert id(store_x) not in ordered_after(call, ops)
 
 
 def test_declared_marker_is_acq_rel_in_the_bytecode():

@@ -220,21 +220,12 @@ def test_reduction_then_tile_call():
     assert store.instances == load.instances == 2          # 256 elements on the group's 128
 
 
-def _kloop_shape(ptx: str) -> tuple[int, int, tuple[int, ...]]:
-    """(``.reqntid``, ``wgmma.mma_async`` count, the ``wgmma.wait_group`` depths): the
-    proxy for the TMA matmul's GPU time (issue 21; benchmarks/warpgroup_tiles_cpu.md)."""
-    return (int(re.search(r"\.reqntid (\d+)", ptx).group(1)),
-            len(re.findall(r"wgmma\.mma_async", ptx)),
-            tuple(sorted({int(d) for d in
-                          re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)})))
-
-
 def test_plain_matmul_kloop_is_pipelined():
     """The baseline of the proxy: tileiras's plain 128x128x64 TMA matmul runs on two
     warpgroups (256 threads), issues a k-step's 8 wgmma before its loop and 8 in it, and
     keeps one group in flight across iterations (``wait_group 1`` in the loop)."""
     b = splice.compile(K.matmul_plain_kernel, _mm_sig(f16, 128), "sm_90")
-    assert _kloop_shape(b.ptx) == (256, 16, (0, 1))
+    assert K.kloop_shape(b.ptx) == (256, 16, (0, 1))
 
 
 def test_fused_epilogue_keeps_the_plain_kloop():
@@ -244,10 +235,10 @@ def test_fused_epilogue_keeps_the_plain_kloop():
     same kernel splits off an epilogue warpgroup and drains the k-loop."""
     plain = splice.compile(K.matmul_plain_kernel, _mm_sig(f16, 128), "sm_90")
     fused = splice.compile(fp8.matmul_fp8_scales, fp8.signature(), "sm_90")
-    assert _kloop_shape(fused.ptx) == _kloop_shape(plain.ptx) == (256, 16, (0, 1))
+    assert K.kloop_shape(fused.ptx) == K.kloop_shape(plain.ptx) == (256, 16, (0, 1))
     _check_tile_call(fused, 128)                           # the staging still proven
     undeclared = splice.compile(matmul_fp8_scales_any, fp8.signature(), "sm_90")
-    assert _kloop_shape(undeclared.ptx) == (384, 8, (0,))
+    assert K.kloop_shape(undeclared.ptx) == (384, 8, (0,))
 
 
 read_back = splice.extern(

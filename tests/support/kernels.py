@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import cuda.tile as ct
 import numpy as np
 from cuda.tile.compilation import (
@@ -303,6 +305,17 @@ def matmul_plain_kernel(A, B, C, tm: ConstInt, tn: ConstInt, tk: ConstInt):
     # no extern: the baseline for the epilogue's SASS
     acc = matmul_tile(A, B, tm, tn, tk)
     ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=ct.astype(acc, C.dtype))
+
+
+def kloop_shape(ptx: str) -> tuple[int, int, tuple[int, ...]]:
+    """(``.reqntid``, ``wgmma.mma_async`` count, the ``wgmma.wait_group`` depths) of a TMA
+    matmul's PTX: the proxy for its GPU time (issue 21; benchmarks/warpgroup_tiles_cpu.md).
+    The plain 128x128x64 matmul on sm_90 is (256, 16, (0, 1)): two warpgroups, one wgmma
+    group in flight across k-steps."""
+    return (int(re.search(r"\.reqntid (\d+)", ptx).group(1)),
+            len(re.findall(r"wgmma\.mma_async", ptx)),
+            tuple(sorted({int(d) for d in
+                          re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)})))
 
 
 # ---------------------------------------------------------------------------------------------
