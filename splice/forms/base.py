@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Union
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, Union
 
 from ..errors import SpliceRewriteError
 from ..names import marker_symbol
@@ -261,9 +261,11 @@ class CallForm(Protocol):
             SpliceDeclarationError: naming ``what``.
         """
 
-    def check_arguments(self, typed: list, describe: Callable[[Any], str]) -> str | None:
+    def check_arguments(self, typed: list, describe: Callable[[Any], str],
+                        positions: Sequence[int]) -> str | None:
         """What is wrong with a call's typed arguments (cuTile Vars, ``describe`` naming
-        one), or None; the trace raises it as a ``SpliceCallError``."""
+        one, ``positions`` their indices among the arguments the user's call passes), or
+        None; the trace raises it as a ``SpliceCallError``."""
 
     def for_call(self, pure_with_result: bool, atomic: bool) -> CallForm:
         """The form (marker variant) of one call: ``pure_with_result`` for a pure extern

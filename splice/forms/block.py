@@ -54,12 +54,12 @@ class BlockForm:
                                          f"externs (return them through a pointer argument)")
         return False   # a cooperative call is always kept, in place and in order
 
-    def check_arguments(self, typed, describe) -> str | None:
+    def check_arguments(self, typed, describe, positions) -> str | None:
         """Scalars and pointers: every thread of the block (of the group, for a subclass's
         scope) passes the same values. Its marker is then a 0-d atomic, which tileiras runs
         on one thread behind a ``tid.x == c`` guard (``docs/design.md#block-scope``;
         :mod:`splice.block`); tiles go to ``splice.tile`` parameters."""
-        for i, var in enumerate(typed):
+        for i, var in zip(positions, typed):
             if var.get_type().shape != ():
                 return (f"argument {i + 1} is {describe(var)}; a {self.scope}-scope extern "
                         f"(scope=\"{self.scope}\") takes scalars (0-d tiles, Python "
