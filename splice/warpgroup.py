@@ -112,7 +112,8 @@ GROUP_BARRIER = 15
 #: Threads in a warpgroup.
 GROUP_SIZE = 128
 #: The register the header's ``splice_group_rank()`` reads ``%tid.x`` into: the one raw
-#: ``%tid`` read :func:`callee_refusal` accepts (the header masks it to the rank).
+#: ``%tid`` read :func:`callee_refusal` accepts, and only as the header uses it (masked to
+#: the rank, ``and.b32 d, %splice_group_tid, 127``, and read nowhere else).
 RANK_REGISTER = "%splice_group_tid"
 
 _WGMMA_OPEN = ("wgmma.mma_async", "wgmma.commit_group")
@@ -651,6 +652,9 @@ def include_dir() -> Path:
 
 
 _RANK_READ = re.compile(r"^mov\.u32\s+" + re.escape(RANK_REGISTER) + r"\s*,\s*%tid\.x\s*;$")
+_RANK_MASK = re.compile(r"^and\.b32\s+%[\w$]+\s*,\s*" + re.escape(RANK_REGISTER) +
+                        rf"\s*,\s*{GROUP_SIZE - 1}\s*;$")
+_NAMES_RANK = re.compile(re.escape(RANK_REGISTER) + r"(?![\w$])")
 
 
 def callee_refusal(ins: Instruction, text: str, snippet: bool = False) -> tuple[str, str] | None:
@@ -680,6 +684,11 @@ def callee_refusal(ins: Instruction, text: str, snippet: bool = False) -> tuple[
             return (f"a barrier ('{text}') other than the group's (barrier.sync "
                     f"{GROUP_BARRIER}, {GROUP_SIZE})", f"Use {sync}")
         return None
+    if any(_NAMES_RANK.search(op) for op in ins.operands) and not (
+            _RANK_READ.match(text) or _RANK_MASK.match(text)):
+        return (f"a read of the thread index ('{text}': {RANK_REGISTER} holds %tid.x until "
+                f"it is masked to the rank), which is not the rank in a group that does not "
+                f"start at thread 0", f"Use {rank}")
     for op in ins.operands:
         if re.search(r"%ntid\b", op):
             return (f"a read of the block size ('{text}': blockDim), which is not the "

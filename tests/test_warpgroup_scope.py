@@ -119,6 +119,25 @@ extern "C" __device__ int bdim(int a) { return a + blockDim.x; }''', "bdim"),
     "threadIdx": (_refused_callee(r'''
 extern "C" __device__ int tidx(int a) { return a + threadIdx.x; }''', "tidx"),
                   r"a read of the thread index .*threadIdx.*splice_group_rank\(\)"),
+    # the header's register holds %tid.x until it is masked: used as it is, it is threadIdx
+    "the rank register unmasked": (_refused_callee(r'''
+extern "C" __device__ int raw_rank(int a) {
+    unsigned r;
+    asm volatile("{\n\t.reg .u32 %%splice_group_tid;\n\tmov.u32 %%splice_group_tid, %%tid.x;"
+                 "\n\tmov.u32 %0, %%splice_group_tid;\n\t}" : "=r"(r));
+    return a + r;
+}''', "raw_rank"),
+                                   r"a read of the thread index \('mov.u32 %r\d+, "
+                                   r"%splice_group_tid;'.*splice_group_rank\(\)"),
+    "the rank register masked otherwise": (_refused_callee(r'''
+extern "C" __device__ int wide_rank(int a) {
+    unsigned r;
+    asm volatile("{\n\t.reg .u32 %%splice_group_tid;\n\tmov.u32 %%splice_group_tid, %%tid.x;"
+                 "\n\tand.b32 %0, %%splice_group_tid, 255;\n\t}" : "=r"(r));
+    return a + r;
+}''', "wide_rank"),
+                                           r"a read of the thread index \('and.b32 %r\d+, "
+                                           r"%splice_group_tid, 255;'"),
 }
 
 # ---------------------------------------------------------------------------------------------
