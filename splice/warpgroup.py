@@ -385,7 +385,10 @@ def _join_barrier(body: Body, j: int) -> tuple[int, Instruction]:
             f"in a warp-specialised kernel that is its TMA warp, where tileiras puts scalar "
             f"code whose result no tile operation of the consumer warps needs at once. Use "
             f"the call's result in the tile code where it is computed (e.g. t = t * f(s) "
-            f"inside the branch), so that it runs in the consumer warpgroup")
+            f"inside the branch), so that it runs in the consumer warpgroup; a void call "
+            f"has none: declare it memory=\"arguments\" when it touches global memory only "
+            f"through its pointer arguments, or pass it the tile it works on (a splice.tile "
+            f"parameter)")
     if ins is None or ins.guard is not None or ins.opcode not in block.BARRIER_OPS + (
             "barrier.sync", "barrier.cta.sync"):
         raise WarpgroupRefusal("join barrier", f"the join label is not followed by an "
