@@ -386,9 +386,9 @@ def _join_barrier(body: Body, j: int) -> tuple[int, Instruction]:
             f"code whose result no tile operation of the consumer warps needs at once. Use "
             f"the call's result in the tile code where it is computed (e.g. t = t * f(s) "
             f"inside the branch), so that it runs in the consumer warpgroup; a void call "
-            f"has none: declare it memory=\"arguments\" when it touches global memory only "
-            f"through its pointer arguments, or pass it the tile it works on (a splice.tile "
-            f"parameter)")
+            f"has none, but a declaration memory=\"arguments\" (when it touches global "
+            f"memory only through its pointer arguments) or the tile it works on as an "
+            f"argument (a splice.tile parameter) can keep it there")
     if ins is None or ins.guard is not None or ins.opcode not in block.BARRIER_OPS + (
             "barrier.sync", "barrier.cta.sync"):
         raise WarpgroupRefusal("join barrier", f"the join label is not followed by an "
