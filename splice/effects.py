@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .collectives import collective_of, outside_ptx, site_module
+from .collectives import chain_names, collective_of, outside_ptx, site_module
 from .errors import SpliceLinkError
 from .ptx import Module, declared_variable_name, parse_instruction
 
@@ -219,8 +219,9 @@ def _check_one(ext, mod: Module, modules, what: str) -> None:
     reach = outside_ptx(mod, ext.symbol, modules)
     for (mi, name), chain in reach.reached:
         shared_use, effect, leaves = _scan(mods[mi], name, _shared_names(mods[mi]))
-        where = "in its own body" if len(chain) == 1 else \
-            f"in '{name}', reached through {' -> '.join(chain)}"
+        names = chain_names(ext, chain)
+        where = "in its own body" if len(names) == 1 else \
+            f"in '{names[-1]}', reached through {' -> '.join(names)}"
         if leaves is not None:
             raise SpliceLinkError(
                 f"{what} executes '{leaves[0]}' {where}: the thread would end inside the "

@@ -160,6 +160,15 @@ class TileFragment(Fragment):
                           self.describe())
         return _memoized(key or self.content_key(target), make)
 
+    def function_name(self, symbol: str) -> str:
+        """The staging's call function and the trampoline it calls are the user's function
+        to a message (a chain of calls reads "sort_row -> helper", not
+        "__splice_tile_0_call -> splice_tile_1a2b3c4d5e6f -> helper")."""
+        if symbol in (self.symbol("call"), self.callee):
+            declared = getattr(self.base, "declared", ())
+            return declared[0].cxx_name if declared else self.callee
+        return symbol
+
     @property
     def instance(self) -> str:
         """What the call instantiates, for messages: the function, its declaration, the

@@ -818,8 +818,9 @@ def check_sites(sites, fragments, target: str, keys: Mapping[int, str]) -> None:
         reach = collectives.outside_ptx(mod, ext.symbol, modules)
         outside = sorted(set(reach.undefined) - _SYSTEM_CALLS)
         if outside:
+            through = collectives.chain_names(ext, reach.undefined[outside[0]])
             raise SpliceLinkError(
-                f"{what}: calls '{outside[0]}' (through {' -> '.join(reach.undefined[outside[0]])}), "
+                f"{what}: calls '{through[-1]}' (through {' -> '.join(through)}), "
                 f"which no PTX of the kernel defines, so splice cannot check it for "
                 f"barriers; ship it as CUDA C, PTX or LTO-IR")
         mods = [mod, *[m for m in modules if m is not mod]]
@@ -827,8 +828,9 @@ def check_sites(sites, fragments, target: str, keys: Mapping[int, str]) -> None:
             hit = _first_refused(mods[mi], name, isinstance(ext.fragment, AsmSource))
             if hit is not None:
                 problem, fix = hit
-                where = "in its own body" if len(chain) == 1 else \
-                    f"in '{name}', reached through {' -> '.join(chain)}"
+                names = collectives.chain_names(ext, chain)
+                where = "in its own body" if len(names) == 1 else \
+                    f"in '{names[-1]}', reached through {' -> '.join(names)}"
                 raise SpliceLinkError(f"{what}, executes {problem}, {where}. A warpgroup "
                                       f"call runs on the {GROUP_SIZE} threads of one "
                                       f"warpgroup, not on the whole block. {fix}")

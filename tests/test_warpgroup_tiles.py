@@ -436,6 +436,47 @@ def test_called_callee_after_setmaxnreg_is_refused():
 # The shared-memory limit
 
 
+# a CTA barrier two calls deep: in a helper the template calls, and PTX that calls a
+# function no fragment defines
+HELPER_SYNC_SRC = r'''
+__device__ __noinline__ void helper_sync() { __syncthreads(); }
+template <int N> __device__ void sync_rows(const float (&m)[N], float* out) { helper_sync(); }'''
+CALLS_OUTSIDE_PTX = """.version 8.0
+.target sm_90
+.address_size 64
+.extern .func outside_f();
+.visible .func sync_rows(.param .b64 m, .param .b64 out)
+{
+\tcall outside_f, ();
+\tret;
+}
+"""
+
+
+@pytest.mark.parametrize("case", ["barrier in a helper", "call outside the PTX"])
+def test_callee_refusal_names_the_users_functions(case):
+    """The chain of calls a refusal names starts at the user's function, not at splice's
+    staging call and trampoline (``__splice_tile_0_call``, ``splice_tile_<hash>``), and
+    reads as C++ names."""
+    if case == "barrier in a helper":
+        fn = splice.extern(source=HELPER_SYNC_SRC, name="sync_rows", scope="warpgroup",
+                           signature="void(tile(float32), float32*)")
+        want = r"in '(helper_sync\(\)|_Z11helper_syncv)', reached through sync_rows -> " \
+               r"(helper_sync\(\)|_Z11helper_syncv)\."
+    else:
+        fn = splice.extern.from_ptx(ptx=CALLS_OUTSIDE_PTX, name="sync_rows", scope="warpgroup",
+                                    signature="void(tile(float32), float32*)")
+        want = r"calls 'outside_f' \(through sync_rows -> outside_f\)"
+
+    @splice.kernel
+    def sync_rows_kernel(x, out, TILE: ConstInt):
+        fn(ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False), out)
+    with pytest.raises(SpliceLinkError) as e:
+        splice.compile(sync_rows_kernel, _vec_sig(128), "sm_90")
+    assert re.search(want, e.value.message), e.value.message
+    assert "splice_tile" not in e.value.message
+
+
 def test_accumulator_does_not_fit_beside_tileiras(monkeypatch):
     def no_ptxas(*a, **kw):
         raise AssertionError("ptxas ran")
