@@ -132,6 +132,10 @@ def trace_kernel(kernel: ct.kernel, signature, arch: str, context=None,
     with trace_session(cu.python_function(kernel).__name__, atomic_sites) as session:
         try:
             lowered = cu.lower_to_bytecode(kernel, signatures, arch, context)
+        except OSError as e:
+            if str(e) not in _NO_SOURCE:
+                raise
+            raise _no_source_error(kernel) from None
         except ct.TileError as e:
             if isinstance(e, SpliceError) or not session.void_calls or not (
                     isinstance(e, ct.TileInternalError) or "None" in e.message):
@@ -140,6 +144,22 @@ def trace_kernel(kernel: ct.kernel, signature, arch: str, context=None,
     return TracedKernel(lowered.bytecode, lowered.symbols[0], tuple(session.sites),
                         lowered.lifecycle_providers, lowered.tileiras_flags,
                         lowered.timeout_sec, lowered.symbols)
+
+
+#: What :func:`inspect.findsource` raises for a function whose source Python has not kept.
+_NO_SOURCE = ("could not get source code", "source code not available")
+
+
+def _no_source_error(kernel) -> SpliceDeclarationError:
+    """The error for cuTile's frontend failing to read the source of the kernel or of a
+    function it calls (:func:`inspect.findsource`'s OSError, :data:`_NO_SOURCE`)."""
+    fn = cu.python_function(kernel)
+    code = fn.__code__
+    return SpliceDeclarationError(
+        f"kernel '{fn.__name__}' ({code.co_filename}:{code.co_firstlineno}): cuTile compiles "
+        f"a kernel, and every function it calls, from its Python source, and Python has "
+        f"none for one of them (a function defined by exec() or at the interactive "
+        f"prompt): define it in a .py file and import it")
 
 
 def _void_result_error(e, session: TraceSession) -> SpliceCallError:

@@ -743,3 +743,21 @@ def test_one_function_with_two_scopes_from_a_library():
     b = splice.compile(kern, K.signature(K.array(f32), K.array(f32), K.scalar(f32), 256),
                        "sm_90")
     assert [site.scope for site in b.sites] == ["element", "block"]
+
+
+def test_kernel_without_python_source_is_a_declaration_error(tmp_path, monkeypatch):
+    """cuTile compiles a kernel from its Python source: a kernel (or a function it calls)
+    defined where Python keeps none (exec, the interactive interpreter) is refused with a
+    SpliceDeclarationError naming it and the fix, not inspect's OSError."""
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(tmp_path / "cache"))
+    scope = {"ct": ct, "splice": splice}
+    exec("@splice.kernel\n"
+         "def sourceless(x, y, TILE: ct.Constant[int]):\n"
+         "    ct.store(y, index=(ct.bid(0),), tile=ct.load(x, index=(ct.bid(0),), "
+         "shape=(TILE,)))\n", scope)
+    with pytest.raises(splice.SpliceDeclarationError) as e:
+        splice.compile(scope["sourceless"], SIG, "sm_90")
+    msg = str(e.value)
+    assert "kernel 'sourceless' (<string>:" in msg, msg
+    assert "Python source" in msg and "define it in a .py file" in msg, msg
+    _assert_nothing_cached(tmp_path / "cache", "sourceless kernel")
