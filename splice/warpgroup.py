@@ -836,6 +836,65 @@ def check_sites(sites, fragments, target: str, keys: Mapping[int, str]) -> None:
                                       f"warpgroup, not on the whole block. {fix}")
 
 
+def check_block_sites(sites, fragments, target: str, keys: Mapping[int, str],
+                      block_threads: Sequence[int]) -> None:
+    """Refuse a block-scope site whose extern, or anything it calls, uses the group of
+    ``splice_group.h`` (its barrier, ``barrier.sync 15, 128``, or the rank it reads
+    through :data:`RANK_REGISTER`) in a kernel whose block is not one warpgroup: there
+    ``splice_group_size()`` (128) is not the block's size, two threads share each
+    ``splice_group_rank()``, and the barrier pairs any 4 warps that reach it. In a
+    128-thread block the group is the block, as at warpgroup scope.
+
+    Args:
+        sites: the traced call sites; those of scope="block" are checked.
+        fragments, target, keys: as for :func:`check_sites`.
+        block_threads: the ``.reqntid`` threads of each entry of the kernel.
+
+    Raises:
+        SpliceLinkError: naming the extern, the instruction, the block size and the fix.
+    """
+    from .fragments import BinarySource
+    wrong = sorted({n for n in block_threads if n != GROUP_SIZE})
+    if not wrong:
+        return
+    modules = [m for _, m in fragments.values()]
+    for site in sites:
+        ext = site.extern
+        if ext.form.scope != "block" or isinstance(ext.fragment, BinarySource):
+            continue
+        mod = collectives.site_module(ext, fragments, target, keys)
+        mods = [mod, *[m for m in modules if m is not mod]]
+        for (mi, name), chain in collectives.outside_ptx(mod, ext.symbol, modules).reached:
+            use = _group_use(mods[mi], name)
+            if use is None:
+                continue
+            names = collectives.chain_names(ext, chain)
+            where = "in its own body" if len(names) == 1 else \
+                f"in '{names[-1]}', reached through {' -> '.join(names)}"
+            raise SpliceLinkError(
+                f"block-scope extern '{ext.name}' (declared at {ext.where}), called at "
+                f"{site.where}, uses splice_group.h's group ('{use}' {where}) in a block of "
+                f"{wrong[0]} threads: the group is one warpgroup of {GROUP_SIZE}, so two "
+                f"threads of the block share each splice_group_rank() and "
+                f"splice_group_sync() meets any {GROUP_SIZE} of them. A block-scope call "
+                f"runs on the whole block: use threadIdx.x, blockDim.x and __syncthreads()")
+
+
+def _group_use(mod: Module, name: str) -> str | None:
+    """The first instruction of function ``name`` that uses splice_group.h's group: its
+    barrier (id :data:`GROUP_BARRIER`) or its rank register; None if none does."""
+    fn = next(f for f in mod.function_order if f.name == name and f.is_definition)
+    for st in mod.body_statements(fn):
+        if st.kind != "instruction":
+            continue
+        ins = parse_instruction(st, mod.text)
+        ids = barrier_operands(ins)
+        if (ids is not None and _immediate(ids[0]) == GROUP_BARRIER) or \
+                any(_NAMES_RANK.search(op) for op in ins.operands):
+            return " ".join(st.text(mod.text).split())
+    return None
+
+
 def _first_refused(mod: Module, name: str, snippet: bool) -> tuple[str, str] | None:
     """:func:`callee_refusal` of the first instruction of function ``name`` it refuses."""
     fn = next(f for f in mod.function_order if f.name == name and f.is_definition)
