@@ -235,8 +235,9 @@ def _check_one(ext, mod: Module, modules, what: str) -> None:
                 f"{what} uses dynamic shared memory ('{use[0]}', an extern __shared__ array: "
                 f"'{use[1]}' {where}): tileiras declares the kernel's shared memory "
                 f"statically and cuTile's launch reserves no dynamic shared memory for an "
-                f"extern, so the array has no size splice can promise. Declare a static __shared__ array of the size it needs (splice "
-                f"counts it in the block's shared memory)")
+                f"extern, so the array has no size splice can promise. Declare a static "
+                f"__shared__ array of the size it needs (splice counts it in the block's "
+                f"shared memory)")
         if ext.form.runs_collectives or _stages_a_tile(ext):
             continue   # a convergent (block) call: shared memory is its own, never pure; a
                        # tile's store/load site: splice's own buffers (splice.tiles proves them)

@@ -17,7 +17,6 @@ import re
 from typing import Any, Callable, Protocol
 
 from . import (
-    block,
     collectives,
     diagnose,
     effects,
@@ -27,7 +26,6 @@ from . import (
     rewrite,
     tiles,
     toolchain,
-    warpgroup,
 )
 from .errors import SpliceLinkError, SpliceToolchainError
 from .forms.base import CallForm, SiteCall, SiteInfo
@@ -201,9 +199,7 @@ def _compile_fragments(job: Driver, traced, lowered: _Lowered) -> _Compiled:
         _check_fragment(site, *modules[fkey], lowered)
     collectives.check_element_sites(traced.sites, modules, lowered.target, fkeys)
     for form, sites in _sites_by_form(traced.sites).items():
-        form.check_callees(sites, modules, lowered.target, fkeys)
-    warpgroup.check_block_sites(traced.sites, modules, lowered.target, fkeys,
-                                _block_threads(lowered.module))
+        form.check_callees(sites, modules, lowered.target, fkeys, lowered.module)
     effects.check_element_effects(traced.sites, modules, lowered.target, fkeys)
     linked = link.prepare(lowered.module, list(modules.values()), job.name,
                           frozenset(s.extern.symbol for s in traced.sites),
@@ -290,12 +286,6 @@ _PTX_TARGETS: dict[str, str] = {}
 def _fragments(traced) -> list[Fragment]:
     """The kernel's fragments, each once, in the order of its sites."""
     return list({id(s.extern.fragment): s.extern.fragment for s in traced.sites}.values())
-
-
-def _block_threads(module: Module) -> list[int]:
-    """The threads of each entry's (1-D) block, by its ``.reqntid``."""
-    dims = (block.block_dims(module, fn) for fn in module.entries())
-    return [int(d.split(",")[0]) for d in dims if d is not None]
 
 
 def _sites_by_form(sites) -> dict[CallForm, list]:

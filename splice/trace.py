@@ -303,8 +303,8 @@ def emit_call(ext, args, loc, shown=None):
 
     ``shown``: (the extern, the argument positions) that errors name, where ``ext`` is a
     staging site of a tile call (:mod:`splice.tile_trace`): the user's extern and where
-    each of ``args`` is among the arguments of the user's call. Default: ``ext`` and
-    ``args`` themselves.
+    each of ``args`` is among the arguments of the user's call. Default: ``ext``, and
+    the positions of ``args`` in ``args``.
 
     Raises:
         SpliceCallError: not inside a trace by splice, or arguments that do not fit the

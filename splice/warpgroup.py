@@ -837,7 +837,7 @@ def check_sites(sites, fragments, target: str, keys: Mapping[int, str]) -> None:
 
 
 def check_block_sites(sites, fragments, target: str, keys: Mapping[int, str],
-                      block_threads: Sequence[int]) -> None:
+                      kernel: Module) -> None:
     """Refuse a block-scope site whose extern, or anything it calls, uses the group of
     ``splice_group.h`` (its barrier, ``barrier.sync 15, 128``, or the rank it reads
     through :data:`RANK_REGISTER`) in a kernel whose block is not one warpgroup: there
@@ -846,21 +846,24 @@ def check_block_sites(sites, fragments, target: str, keys: Mapping[int, str],
     128-thread block the group is the block, as at warpgroup scope.
 
     Args:
-        sites: the traced call sites; those of scope="block" are checked.
+        sites: block-scope call sites (:meth:`splice.forms.block.BlockForm.check_callees`
+            passes them).
         fragments, target, keys: as for :func:`check_sites`.
-        block_threads: the ``.reqntid`` threads of each entry of the kernel.
+        kernel: the kernel's PTX: each entry's block (``.reqntid``).
 
     Raises:
         SpliceLinkError: naming the extern, the instruction, the block size and the fix.
     """
     from .fragments import BinarySource
-    wrong = sorted({n for n in block_threads if n != GROUP_SIZE})
+    dims = (block.block_dims(kernel, fn) for fn in kernel.entries())
+    wrong = sorted({n for d in dims if d is not None
+                    and (n := int(d.split(",")[0])) != GROUP_SIZE})
     if not wrong:
         return
     modules = [m for _, m in fragments.values()]
     for site in sites:
         ext = site.extern
-        if ext.form.scope != "block" or isinstance(ext.fragment, BinarySource):
+        if isinstance(ext.fragment, BinarySource):
             continue
         mod = collectives.site_module(ext, fragments, target, keys)
         mods = [mod, *[m for m in modules if m is not mod]]

@@ -22,7 +22,6 @@ from .base import (
     SiteInfo,
     generated_text,
     instances_text,
-    no_check_callees,
     no_function_edits,
     no_key_load,
 )
@@ -122,7 +121,11 @@ class BlockForm:
 
     key_load = staticmethod(no_key_load)
     function_edits = staticmethod(no_function_edits)
-    check_callees = staticmethod(no_check_callees)   # collectives are allowed in the callee
+    def check_callees(self, sites, fragments, target: str, keys, kernel) -> None:
+        """Collectives are allowed in the callee; splice_group.h's group only where the
+        block is one warpgroup (:func:`splice.warpgroup.check_block_sites`)."""
+        from .. import warpgroup
+        warpgroup.check_block_sites(sites, fragments, target, keys, kernel)
 
     def check_snippet(self, text: str, pack: int) -> str | None:
         """Every thread of the group runs a ``splice.asm`` snippet of this form once per
