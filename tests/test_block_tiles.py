@@ -200,7 +200,10 @@ def test_declaration_refusals(tmp_path):
     with pytest.raises(SpliceDeclarationError, match="binary object is linked after ptxas"):
         splice.extern.from_object(obj, name="f", scope="block",
                                   signature="void(tile(float32))")
-    with pytest.raises(SpliceDeclarationError, match="no tile argument to take it from"):
+    with pytest.raises(SpliceDeclarationError, match=r"no tile argument to take it from; "
+                                                     r"give it one: splice.tile\(ct.float32, "
+                                                     r"\(8,\)\) \(signature 'tile\(float32, "
+                                                     r"\(8,\)\)'\)"):
         splice.extern(source=REVERSE_SRC, name="r", scope="block",
                       signature="tile(float32)(int32)")
     with pytest.raises(SpliceDeclarationError, match="pointers to tiles"):
