@@ -669,6 +669,18 @@ def _message(what: str, where: str, hit: Hit) -> str:
             f"{_WHY}{hint}")
 
 
+def chain_names(ext, chain: Sequence[str]) -> list[str]:
+    """The functions of ``chain`` (a call chain from ``ext``'s symbol) as the user wrote
+    them: splice's generated functions by the user's (:meth:`Fragment.function_name`, once
+    for a run of them), C++ names demangled."""
+    names: list[str] = []
+    for symbol in chain:
+        name = ext.fragment.function_name(symbol)
+        if not names or names[-1] != name:
+            names.append(name)
+    return _demangled(names)
+
+
 def _demangled(names: Sequence[str]) -> list[str]:
     """C++ names readable (``c++filt`` when installed; error messages only)."""
     tool = shutil.which("c++filt")

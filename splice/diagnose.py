@@ -55,9 +55,10 @@ def explain_ptxas_failure(error: SpliceToolchainError, merged_text: str,
             f"call an extern declared from the source that defines it in this kernel too, "
             f"or define it in the same source", error.log)
     notes = []
-    for lm in re.finditer(r"line (\d+);\s*(error|warning)\s*:\s*(.*)", error.log):
+    # "fatal": a line ptxas cannot parse ("Parsing error near 'x': syntax error")
+    for lm in re.finditer(r"line (\d+);\s*(error|fatal|warning)\s*:\s*(.*)", error.log):
         n = int(lm.group(1))
-        if lm.group(2) != "error" or not 0 < n <= len(lines):
+        if lm.group(2) == "warning" or not 0 < n <= len(lines):
             continue
         notes.append(f"    {lm.group(3).strip()}\n      in {owner(n)}: {lines[n - 1].strip()}")
         if len(notes) >= 5:

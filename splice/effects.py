@@ -11,6 +11,13 @@ program can see.
   calls of every thread of the block: a data race unless the code indexes it by thread
   (which splice cannot prove). Any ``.shared`` variable that the extern, or a function it
   calls, declares or names is refused; ``scope="block"`` is the form for shared memory.
+- **Dynamic shared memory** (any scope). An ``extern __shared__`` array (``.extern
+  .shared``) has the bytes the launch gives the block beyond its static shared memory;
+  tileiras declares all of the kernel's shared memory statically and cuTile's launch
+  reserves none for an extern, so nothing gives the callee's array a size: its accesses
+  are out of range (the CPU executor: an illegal shared address), or land on memory no one
+  reserved for it. Refused; a static ``__shared__`` array (which splice counts in the
+  block's shared memory) is the fix.
 - **Pure with side effects.** A pure call (the default) may be removed when its result is
   unused, hoisted or duplicated (``docs/design.md#fma-marker``). So a pure extern's code may
   execute only what :data:`PURE_BASES` allows (reads, arithmetic, local memory, cache
@@ -31,9 +38,9 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .collectives import collective_of, outside_ptx, site_module
+from .collectives import chain_names, collective_of, outside_ptx, site_module
 from .errors import SpliceLinkError
-from .ptx import Module, parse_instruction
+from .ptx import Module, declared_variable_name, parse_instruction
 
 _PRINT = frozenset({"vprintf", "printf"})
 #: Calls of CUDA's device runtime that act outside the thread: the callee is not PTX the
@@ -96,6 +103,24 @@ def _shared_names(mod: Module) -> frozenset[str]:
             if idents:
                 out.add(idents[0])
     return frozenset(out)
+
+
+def _dynamic_shared_names(mod: Module) -> frozenset[str]:
+    """The module-level ``.extern .shared`` variables of ``mod`` (``extern __shared__``)."""
+    return frozenset(name for st in mod.statements
+                     if st.depth == 0 and st.kind == "directive" and st.head == ".extern"
+                     and any(t.text == ".shared" for t in st.tokens)
+                     and (name := declared_variable_name(st)) is not None)
+
+
+def _first_use(mod: Module, fn_name: str, names: frozenset[str]) -> tuple[str, str] | None:
+    """(the name, the statement) of the first statement of ``fn_name``'s body that names
+    one of ``names``, or None."""
+    for st in mod.body_statements(mod.functions[fn_name]):
+        for t in st.tokens:
+            if t.kind == "ident" and t.text in names:
+                return t.text, " ".join(st.text(mod.text).split())
+    return None
 
 
 def _effect(ins) -> str | None:
@@ -194,14 +219,25 @@ def _check_one(ext, mod: Module, modules, what: str) -> None:
     reach = outside_ptx(mod, ext.symbol, modules)
     for (mi, name), chain in reach.reached:
         shared_use, effect, leaves = _scan(mods[mi], name, _shared_names(mods[mi]))
-        where = "in its own body" if len(chain) == 1 else \
-            f"in '{name}', reached through {' -> '.join(chain)}"
+        names = chain_names(ext, chain)
+        where = "in its own body" if len(names) == 1 else \
+            f"in '{names[-1]}', reached through {' -> '.join(names)}"
         if leaves is not None:
             raise SpliceLinkError(
                 f"{what} executes '{leaves[0]}' {where}: the thread would end inside the "
                 f"call, and the kernel's code after it (its stores) would not run for that "
                 f"thread. Return from the function instead (or __trap() to abort the "
                 f"launch)")
+        dynamic = _dynamic_shared_names(mods[mi])
+        use = _first_use(mods[mi], name, dynamic) if dynamic else None
+        if use is not None:
+            raise SpliceLinkError(
+                f"{what} uses dynamic shared memory ('{use[0]}', an extern __shared__ array: "
+                f"'{use[1]}' {where}): tileiras declares the kernel's shared memory "
+                f"statically and cuTile's launch reserves no dynamic shared memory for an "
+                f"extern, so the array has no size splice can promise. Declare a static "
+                f"__shared__ array of the size it needs (splice counts it in the block's "
+                f"shared memory)")
         if ext.form.runs_collectives or _stages_a_tile(ext):
             continue   # a convergent (block) call: shared memory is its own, never pure; a
                        # tile's store/load site: splice's own buffers (splice.tiles proves them)

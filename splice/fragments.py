@@ -114,6 +114,11 @@ class Fragment:
         """How a message names ``ext``, an extern of this fragment."""
         return f"extern '{ext.name}' (declared at {ext.where})"
 
+    def function_name(self, symbol: str) -> str:
+        """How a message names ``symbol``, a function of this fragment's PTX, in a chain of
+        calls: as is (a generated fragment names its own functions after the user's)."""
+        return symbol
+
     def describe(self) -> str:
         raise NotImplementedError
 

@@ -199,7 +199,7 @@ def _compile_fragments(job: Driver, traced, lowered: _Lowered) -> _Compiled:
         _check_fragment(site, *modules[fkey], lowered)
     collectives.check_element_sites(traced.sites, modules, lowered.target, fkeys)
     for form, sites in _sites_by_form(traced.sites).items():
-        form.check_callees(sites, modules, lowered.target, fkeys)
+        form.check_callees(sites, modules, lowered.target, fkeys, lowered.module)
     effects.check_element_effects(traced.sites, modules, lowered.target, fkeys)
     linked = link.prepare(lowered.module, list(modules.values()), job.name,
                           frozenset(s.extern.symbol for s in traced.sites),

@@ -42,19 +42,22 @@ def emit_tile_call(ext, args, loc):
     if len(args) != len(sig.args):
         raise call_error(ext, f"expected {len(sig.args)} argument(s) for signature {sig}, "
                               f"got {len(args)}", loc)
-    tiles, scalars = [], []
+    tiles, scalars, positions = [], [], []
     for i, (var, t) in enumerate(zip(args, sig.args)):
         if isinstance(t, TileType):
             tiles.append((i, var, t, _tile_shape(ext, i, var, t, loc)))
         else:
             scalars.append(var)
+            positions.append(i)
     results = [(r, r.shape or tiles[0][3]) for r in result_tiles(sig)]
     where = loc_str(loc)
     group = session.next_tile_group()
     stores, call, loads = _staging_externs(ext, tiles, results, group, where, loc)
     for (_i, var, _t, shape), store in zip(tiles, stores):
         emit_call(store, (var, _row_major_index(shape)), loc)
-    out = emit_call(call, tuple(scalars), loc)
+    out = emit_call(call, tuple(scalars), loc, shown=(ext, positions))
+    if sig.result is None:
+        session.void_calls.append((ext, where))
     if not loads:
         return out
     outs = tuple(emit_call(load, (_row_major_index(shape),), loc)

@@ -160,6 +160,15 @@ class TileFragment(Fragment):
                           self.describe())
         return _memoized(key or self.content_key(target), make)
 
+    def function_name(self, symbol: str) -> str:
+        """The staging's call function and the trampoline it calls are the user's function
+        to a message (a chain of calls reads "sort_row -> helper", not
+        "__splice_tile_0_call -> splice_tile_1a2b3c4d5e6f -> helper")."""
+        if symbol in (self.symbol("call"), self.callee):
+            declared = getattr(self.base, "declared", ())
+            return declared[0].cxx_name if declared else self.callee
+        return symbol
+
     @property
     def instance(self) -> str:
         """What the call instantiates, for messages: the function, its declaration, the
@@ -404,11 +413,13 @@ def check_declaration(sig: Signature, form, fragment: Fragment, what: str) -> No
             f"{what}: tile parameters need device code splice can merge its shared-memory "
             f"staging with (CUDA C, PTX or LTO-IR); a binary object is linked after ptxas. "
             f"Ship PTX (from_ptx) or LTO-IR (from_ltoir)")
-    if any(r.shape is None for r in result_tiles(sig)) and \
-            not any(isinstance(a, TileType) for a in sig.args):
+    shapeless = [r for r in result_tiles(sig) if r.shape is None]
+    if shapeless and not any(isinstance(a, TileType) for a in sig.args):
+        dtype = shapeless[0].elem.name
         raise SpliceDeclarationError(
             f"{what}: the tile result has no shape and there is no tile argument to take it "
-            f"from; give it one: splice.tile(ct.int32, (8,))")
+            f"from; give it one: splice.tile(ct.{dtype}, (8,)) (signature "
+            f"'tile({dtype}, (8,))')")
 
 
 def callee_fragment(ext, abi: Signature, shapes, where: str) -> tuple[Fragment, str]:

@@ -132,6 +132,10 @@ def trace_kernel(kernel: ct.kernel, signature, arch: str, context=None,
     with trace_session(cu.python_function(kernel).__name__, atomic_sites) as session:
         try:
             lowered = cu.lower_to_bytecode(kernel, signatures, arch, context)
+        except OSError as e:
+            if str(e) not in _NO_SOURCE:
+                raise
+            raise _no_source_error(kernel) from None
         except ct.TileError as e:
             if isinstance(e, SpliceError) or not session.void_calls or not (
                     isinstance(e, ct.TileInternalError) or "None" in e.message):
@@ -140,6 +144,22 @@ def trace_kernel(kernel: ct.kernel, signature, arch: str, context=None,
     return TracedKernel(lowered.bytecode, lowered.symbols[0], tuple(session.sites),
                         lowered.lifecycle_providers, lowered.tileiras_flags,
                         lowered.timeout_sec, lowered.symbols)
+
+
+#: What :func:`inspect.findsource` raises for a function whose source Python has not kept.
+_NO_SOURCE = ("could not get source code", "source code not available")
+
+
+def _no_source_error(kernel) -> SpliceDeclarationError:
+    """The error for cuTile's frontend failing to read the source of the kernel or of a
+    function it calls (:func:`inspect.findsource`'s OSError, :data:`_NO_SOURCE`)."""
+    fn = cu.python_function(kernel)
+    code = fn.__code__
+    return SpliceDeclarationError(
+        f"kernel '{fn.__name__}' ({code.co_filename}:{code.co_firstlineno}): cuTile compiles "
+        f"a kernel, and every function it calls, from its Python source, and Python has "
+        f"none for one of them (a function defined by exec() or at the interactive "
+        f"prompt): define it in a .py file and import it")
 
 
 def _void_result_error(e, session: TraceSession) -> SpliceCallError:
@@ -277,9 +297,14 @@ def _handle_extern_call(callee, *args):
     return getattr(callee, "_splice_emit", emit_call)(ext, args, loc)
 
 
-def emit_call(ext, args, loc):
+def emit_call(ext, args, loc, shown=None):
     """Add the IR operations of one call of ``ext`` with argument Vars ``args``; its result
     Var (None for a void extern).
+
+    ``shown``: (the extern, the argument positions) that errors name, where ``ext`` is a
+    staging site of a tile call (:mod:`splice.tile_trace`): the user's extern and where
+    each of ``args`` is among the arguments of the user's call. Default: ``ext``, and
+    the positions of ``args`` in ``args``.
 
     Raises:
         SpliceCallError: not inside a trace by splice, or arguments that do not fit the
@@ -299,11 +324,12 @@ def emit_call(ext, args, loc):
     if len(args) != len(sig.args):
         raise call_error(ext, f"expected {len(sig.args)} argument(s) for signature {sig}, "
                               f"got {len(args)}", loc)
-    typed = [_typed_argument(ext, i, var, elem, loc)
-             for i, (var, elem) in enumerate(zip(args, sig.args))]
-    wrong = ext.form.check_arguments(typed, describe)
+    named, positions = shown or (ext, range(len(args)))
+    typed = [_typed_argument(named, i, var, elem, loc)
+             for i, var, elem in zip(positions, args, sig.args)]
+    wrong = ext.form.check_arguments(typed, describe, positions)
     if wrong is not None:
-        raise call_error(ext, wrong, loc)
+        raise call_error(named, wrong, loc)
     shape = _broadcast_shape(ext, typed, loc)
     key = session.site_key(loc)
     form = ext.form.for_call(ext.pure and sig.result is not None, key in session.atomic_sites)
@@ -344,15 +370,17 @@ def _typed_argument(ext, i, var, elem, loc):
     if isinstance(loose, cu.LooselyTypedScalar):
         if elem.kind == "f":  # the Python value, before cuTile's own float32 rounding
             _check_float_constant(ext, i, loose.value, elem, loc)
+        context = f"argument {i + 1}: constant not representable as {elem}"
         try:
             if elem.kind == "f" and isinstance(loose.value, (int, float)):
                 # from the Python value: the Var holds it rounded to float32 (cuTile's
                 # type for a Python float), which a float64 parameter must not see
                 return cu.strictly_typed_const(float(loose.value), cu.TileTy(elem.dtype, ()))
-            return cu.implicit_cast(var, elem.dtype, f"argument {i + 1}")
+            return cu.implicit_cast(var, elem.dtype, context)
         except (ct.TileTypeError, ct.TileValueError) as e:
-            raise call_error(ext, f"argument {i + 1}: constant not representable as "
-                                  f"{elem}: {getattr(e, 'message', e)}", loc) from None
+            # cuTile's message is "<context>: <why>", then its (unknown) location: the
+            # first line is the whole of it
+            raise call_error(ext, e.message.split("\n")[0], loc) from None
     if ty.dtype != elem.dtype:
         raise call_error(ext, f"argument {i + 1} is {describe(var)}, but the signature "
                               f"{ext.signature} expects {elem}; convert it with "
@@ -396,7 +424,8 @@ def _emit_atomic_call(session, ext, form, key, typed, call_shape, loc, arrays):
         SpliceImpureCall, (result_ty, cu.TokenTy()), site=site, pointer=pointer, args=typed,
         memory_order=order, memory_scope=cu.MemoryScope.DEVICE)
     if res is None:
-        session.void_calls.append((ext, loc_str(loc)))
+        if ext.staging is None:     # a tile call's sites: splice.tile_trace records the call
+            session.void_calls.append((ext, loc_str(loc)))
         return None
     return value if shape == call_shape else cu.reshape(value, call_shape)
 

@@ -112,7 +112,8 @@ GROUP_BARRIER = 15
 #: Threads in a warpgroup.
 GROUP_SIZE = 128
 #: The register the header's ``splice_group_rank()`` reads ``%tid.x`` into: the one raw
-#: ``%tid`` read :func:`callee_refusal` accepts (the header masks it to the rank).
+#: ``%tid`` read :func:`callee_refusal` accepts, and only as the header uses it (masked to
+#: the rank, ``and.b32 d, %splice_group_tid, 127``, and read nowhere else).
 RANK_REGISTER = "%splice_group_tid"
 
 _WGMMA_OPEN = ("wgmma.mma_async", "wgmma.commit_group")
@@ -384,7 +385,10 @@ def _join_barrier(body: Body, j: int) -> tuple[int, Instruction]:
             f"in a warp-specialised kernel that is its TMA warp, where tileiras puts scalar "
             f"code whose result no tile operation of the consumer warps needs at once. Use "
             f"the call's result in the tile code where it is computed (e.g. t = t * f(s) "
-            f"inside the branch), so that it runs in the consumer warpgroup")
+            f"inside the branch), so that it runs in the consumer warpgroup; a void call "
+            f"has none, but a declaration memory=\"arguments\" (when it touches global "
+            f"memory only through its pointer arguments) or the tile it works on as an "
+            f"argument (a splice.tile parameter) can keep it there")
     if ins is None or ins.guard is not None or ins.opcode not in block.BARRIER_OPS + (
             "barrier.sync", "barrier.cta.sync"):
         raise WarpgroupRefusal("join barrier", f"the join label is not followed by an "
@@ -651,6 +655,9 @@ def include_dir() -> Path:
 
 
 _RANK_READ = re.compile(r"^mov\.u32\s+" + re.escape(RANK_REGISTER) + r"\s*,\s*%tid\.x\s*;$")
+_RANK_MASK = re.compile(r"^and\.b32\s+%[\w$]+\s*,\s*" + re.escape(RANK_REGISTER) +
+                        rf"\s*,\s*{GROUP_SIZE - 1}\s*;$")
+_NAMES_RANK = re.compile(re.escape(RANK_REGISTER) + r"(?![\w$])")
 
 
 def callee_refusal(ins: Instruction, text: str, snippet: bool = False) -> tuple[str, str] | None:
@@ -680,6 +687,11 @@ def callee_refusal(ins: Instruction, text: str, snippet: bool = False) -> tuple[
             return (f"a barrier ('{text}') other than the group's (barrier.sync "
                     f"{GROUP_BARRIER}, {GROUP_SIZE})", f"Use {sync}")
         return None
+    if any(_NAMES_RANK.search(op) for op in ins.operands) and not (
+            _RANK_READ.match(text) or _RANK_MASK.match(text)):
+        return (f"a read of the thread index ('{text}': {RANK_REGISTER} holds %tid.x until "
+                f"it is masked to the rank), which is not the rank in a group that does not "
+                f"start at thread 0", f"Use {rank}")
     for op in ins.operands:
         if re.search(r"%ntid\b", op):
             return (f"a read of the block size ('{text}': blockDim), which is not the "
@@ -806,8 +818,9 @@ def check_sites(sites, fragments, target: str, keys: Mapping[int, str]) -> None:
         reach = collectives.outside_ptx(mod, ext.symbol, modules)
         outside = sorted(set(reach.undefined) - _SYSTEM_CALLS)
         if outside:
+            through = collectives.chain_names(ext, reach.undefined[outside[0]])
             raise SpliceLinkError(
-                f"{what}: calls '{outside[0]}' (through {' -> '.join(reach.undefined[outside[0]])}), "
+                f"{what}: calls '{through[-1]}' (through {' -> '.join(through)}), "
                 f"which no PTX of the kernel defines, so splice cannot check it for "
                 f"barriers; ship it as CUDA C, PTX or LTO-IR")
         mods = [mod, *[m for m in modules if m is not mod]]
@@ -815,11 +828,74 @@ def check_sites(sites, fragments, target: str, keys: Mapping[int, str]) -> None:
             hit = _first_refused(mods[mi], name, isinstance(ext.fragment, AsmSource))
             if hit is not None:
                 problem, fix = hit
-                where = "in its own body" if len(chain) == 1 else \
-                    f"in '{name}', reached through {' -> '.join(chain)}"
+                names = collectives.chain_names(ext, chain)
+                where = "in its own body" if len(names) == 1 else \
+                    f"in '{names[-1]}', reached through {' -> '.join(names)}"
                 raise SpliceLinkError(f"{what}, executes {problem}, {where}. A warpgroup "
                                       f"call runs on the {GROUP_SIZE} threads of one "
                                       f"warpgroup, not on the whole block. {fix}")
+
+
+def check_block_sites(sites, fragments, target: str, keys: Mapping[int, str],
+                      kernel: Module) -> None:
+    """Refuse a block-scope site whose extern, or anything it calls, uses the group of
+    ``splice_group.h`` (its barrier, ``barrier.sync 15, 128``, or the rank it reads
+    through :data:`RANK_REGISTER`) in a kernel whose block is not one warpgroup: there
+    ``splice_group_size()`` (128) is not the block's size, two threads share each
+    ``splice_group_rank()``, and the barrier pairs any 4 warps that reach it. In a
+    128-thread block the group is the block, as at warpgroup scope.
+
+    Args:
+        sites: block-scope call sites (:meth:`splice.forms.block.BlockForm.check_callees`
+            passes them).
+        fragments, target, keys: as for :func:`check_sites`.
+        kernel: the kernel's PTX: each entry's block (``.reqntid``).
+
+    Raises:
+        SpliceLinkError: naming the extern, the instruction, the block size and the fix.
+    """
+    from .fragments import BinarySource
+    dims = (block.block_dims(kernel, fn) for fn in kernel.entries())
+    wrong = sorted({n for d in dims if d is not None
+                    and (n := int(d.split(",")[0])) != GROUP_SIZE})
+    if not wrong:
+        return
+    modules = [m for _, m in fragments.values()]
+    for site in sites:
+        ext = site.extern
+        if isinstance(ext.fragment, BinarySource):
+            continue
+        mod = collectives.site_module(ext, fragments, target, keys)
+        mods = [mod, *[m for m in modules if m is not mod]]
+        for (mi, name), chain in collectives.outside_ptx(mod, ext.symbol, modules).reached:
+            use = _group_use(mods[mi], name)
+            if use is None:
+                continue
+            names = collectives.chain_names(ext, chain)
+            where = "in its own body" if len(names) == 1 else \
+                f"in '{names[-1]}', reached through {' -> '.join(names)}"
+            raise SpliceLinkError(
+                f"block-scope extern '{ext.name}' (declared at {ext.where}), called at "
+                f"{site.where}, uses splice_group.h's group ('{use}' {where}) in a block of "
+                f"{wrong[0]} threads: the group is one warpgroup of {GROUP_SIZE}, so two "
+                f"threads of the block share each splice_group_rank() and "
+                f"splice_group_sync() meets any {GROUP_SIZE} of them. A block-scope call "
+                f"runs on the whole block: use threadIdx.x, blockDim.x and __syncthreads()")
+
+
+def _group_use(mod: Module, name: str) -> str | None:
+    """The first instruction of function ``name`` that uses splice_group.h's group: its
+    barrier (id :data:`GROUP_BARRIER`) or its rank register; None if none does."""
+    fn = next(f for f in mod.function_order if f.name == name and f.is_definition)
+    for st in mod.body_statements(fn):
+        if st.kind != "instruction":
+            continue
+        ins = parse_instruction(st, mod.text)
+        ids = barrier_operands(ins)
+        if (ids is not None and _immediate(ids[0]) == GROUP_BARRIER) or \
+                any(_NAMES_RANK.search(op) for op in ins.operands):
+            return " ".join(st.text(mod.text).split())
+    return None
 
 
 def _first_refused(mod: Module, name: str, snippet: bool) -> tuple[str, str] | None:

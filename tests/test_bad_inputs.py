@@ -73,6 +73,16 @@ def _kvoid(ext):
     return kern
 
 
+def _kscalar(ext):
+    """``t * ext(sum(t))``: the 0-d call of a block- or warpgroup-scope extern, in a
+    128-thread block (no TMA: not warp-specialised)."""
+    @splice.kernel
+    def kern(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+        ct.store(y, index=(ct.bid(0),), tile=t * ext(ct.sum(t)), allow_tma=False)
+    return kern
+
+
 def _kasm(template, dtype, constraints=None, pack=1):
     @splice.kernel
     def kern(x, y, TILE: ct.Constant[int]):
@@ -166,6 +176,10 @@ def _kclash():
 VOID = 'extern "C" __device__ void v(float x) { }'
 SHARED = ('extern "C" __device__ float f(float x) { __shared__ float s[32];\n'
           '  s[threadIdx.x % 32] = x; return s[(threadIdx.x + 1) % 32]; }')
+# dynamic shared memory: cuTile gives its kernels none that splice can promise
+DYNAMIC_SHARED = ('#include <splice_group.h>\n'
+                  'extern "C" __device__ float f(float x) { extern __shared__ float d[];\n'
+                  '  d[splice_group_rank()] = x; splice_group_sync(); return d[0]; }')
 PAIR_STRUCT = 'struct R { float a; int b; };\nextern "C" __device__ R f(float x) { return R{x, 1}; }'
 AGGREGATE_PTX = PTX.replace("(.param .b32 func_retval0)", "(.param .align 4 .b8 func_retval0[12])")
 
@@ -355,6 +369,14 @@ BUILD_ROWS = [
      ["is a __global__ function, a kernel", 'declare it extern "C" __device__']),
     ("__shared__ in an element-scope extern", lambda: _k1(_cu(SHARED)),
      splice.SpliceLinkError, ["uses __shared__ memory", 'scope="block"', "called at"]),
+    ("extern __shared__ in a warpgroup-scope extern", lambda: _kscalar(_cu(
+        DYNAMIC_SHARED, scope="warpgroup")),
+     splice.SpliceLinkError, ["uses dynamic shared memory ('d'", "extern __shared__",
+                              "a static __shared__ array", "called at"]),
+    ("extern __shared__ in a block-scope extern", lambda: _kscalar(_cu(
+        DYNAMIC_SHARED.replace("splice_group_rank()", "threadIdx.x")
+        .replace("splice_group_sync()", "__syncthreads()"), scope="block")),
+     splice.SpliceLinkError, ["uses dynamic shared memory ('d'", "a static __shared__ array"]),
     ("pure extern with printf", lambda: _k1(_cu(
         'extern "C" __device__ float f(float x) { printf("%f", x); return x; }')),
      splice.SpliceLinkError, ["declared pure (the default)", "a printf", "pure=False"]),
@@ -400,7 +422,9 @@ FRAGMENT_KEPT = {"missing CUDA C symbol", "C++ name without extern C", "unresolv
                  "inline='always' on a callee with a stack frame",
                  "__shared__ in an element-scope extern", "pure extern with printf",
                  "pure extern with an atomic", "pure extern storing to global memory",
-                 "one source declared twice", "extern that exits the thread"}
+                 "one source declared twice", "extern that exits the thread",
+                 "extern __shared__ in a warpgroup-scope extern",
+                 "extern __shared__ in a block-scope extern"}
 
 
 def _assert_nothing_cached(root: Path, row_id: str):
@@ -719,3 +743,21 @@ def test_one_function_with_two_scopes_from_a_library():
     b = splice.compile(kern, K.signature(K.array(f32), K.array(f32), K.scalar(f32), 256),
                        "sm_90")
     assert [site.scope for site in b.sites] == ["element", "block"]
+
+
+def test_kernel_without_python_source_is_a_declaration_error(tmp_path, monkeypatch):
+    """cuTile compiles a kernel from its Python source: a kernel (or a function it calls)
+    defined where Python keeps none (exec, the interactive interpreter) is refused with a
+    SpliceDeclarationError naming it and the fix, not inspect's OSError."""
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(tmp_path / "cache"))
+    scope = {"ct": ct, "splice": splice}
+    exec("@splice.kernel\n"
+         "def sourceless(x, y, TILE: ct.Constant[int]):\n"
+         "    ct.store(y, index=(ct.bid(0),), tile=ct.load(x, index=(ct.bid(0),), "
+         "shape=(TILE,)))\n", scope)
+    with pytest.raises(splice.SpliceDeclarationError) as e:
+        splice.compile(scope["sourceless"], SIG, "sm_90")
+    msg = str(e.value)
+    assert "kernel 'sourceless' (<string>:" in msg, msg
+    assert "Python source" in msg and "define it in a .py file" in msg, msg
+    _assert_nothing_cached(tmp_path / "cache", "sourceless kernel")

@@ -11,7 +11,12 @@ import pytest
 
 import splice
 from splice import cccl
-from splice.errors import SpliceCallError, SpliceDeclarationError, SpliceRewriteError
+from splice.errors import (
+    SpliceCallError,
+    SpliceDeclarationError,
+    SpliceLinkError,
+    SpliceRewriteError,
+)
 from splice.forms import FORMS
 from splice.forms.base import SiteCall
 from splice.ptx import Module, Param
@@ -393,6 +398,56 @@ def test_too_much_shared_memory_is_a_clear_error():
 def one_warp_kernel(x, y):
     s = block_count(ct.bid(0))
     ct.store(y, index=(ct.bid(0),), tile=ct.full((1,), s, i32))
+
+
+# a sum over the group through per-warp partials and the group barrier (splice_group.h)
+GROUP_SUM_SRC = r'''
+#include <splice_group.h>
+extern "C" __device__ float group_sum(const float* x, int base) {
+    __shared__ float per_warp[4];
+    float v = 0.0f;
+    for (unsigned i = splice_group_rank(); i < 256; i += splice_group_size()) v += x[base + i];
+    for (int d = 16; d > 0; d /= 2) v += __shfl_xor_sync(0xffffffffu, v, d);
+    if (splice_group_rank() % 32 == 0) per_warp[splice_group_rank() / 32] = v;
+    splice_group_sync();
+    return per_warp[0] + per_warp[1] + per_warp[2] + per_warp[3];
+}'''
+group_sum = splice.extern(source=GROUP_SUM_SRC, name="group_sum", scope="block",
+                          signature="float32(float32*, int32)")
+
+
+def _group_sum_kernel(warps):
+    @splice.kernel(num_worker_warps=warps)
+    def group_sum_kernel(x, y, TILE: ConstInt):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+        s = group_sum(x, ct.bid(0) * TILE)
+        ct.store(y, index=(ct.bid(0),), tile=t * 0.0 + s, allow_tma=False)
+    return group_sum_kernel
+
+
+def test_group_header_in_a_block_of_one_warpgroup():
+    """splice_group.h's group is the block when the block is one warpgroup (128 threads):
+    the group sum is each row's sum."""
+    x = np.random.default_rng(5).integers(-50, 50, 512).astype(np.float32)
+    y = np.zeros_like(x)
+    b = splice.compile(_group_sum_kernel(4), K.signature(K.array(f32), K.array(f32), 256),
+                       "sm_90")
+    assert ".reqntid 128" in b.ptx
+    run_build(b, (2,), x, y)
+    np.testing.assert_array_equal(y.reshape(2, 256),
+                                  np.repeat(x.reshape(2, 256).sum(1, keepdims=True), 256, 1))
+
+
+def test_group_header_in_a_larger_block_refused():
+    """In a 256-thread block (num_worker_warps=8, no warp specialisation) two threads share
+    each splice_group_rank() and the group barrier meets any 4 warps: the callee races
+    (the executor's shared-memory race), so splice refuses it, naming the fix."""
+    with pytest.raises(SpliceLinkError, match=r"block-scope extern 'group_sum'.*uses "
+                                              r"splice_group.h's group .*in a block of 256 "
+                                              r"threads.*threadIdx.x, blockDim.x and "
+                                              r"__syncthreads\(\)"):
+        splice.compile(_group_sum_kernel(8), K.signature(K.array(f32), K.array(f32), 256),
+                       "sm_90")
 
 
 def test_one_warp_block_refused():

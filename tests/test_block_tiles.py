@@ -200,7 +200,10 @@ def test_declaration_refusals(tmp_path):
     with pytest.raises(SpliceDeclarationError, match="binary object is linked after ptxas"):
         splice.extern.from_object(obj, name="f", scope="block",
                                   signature="void(tile(float32))")
-    with pytest.raises(SpliceDeclarationError, match="no tile argument to take it from"):
+    with pytest.raises(SpliceDeclarationError, match=r"no tile argument to take it from; "
+                                                     r"give it one: splice.tile\(ct.float32, "
+                                                     r"\(8,\)\) \(signature 'tile\(float32, "
+                                                     r"\(8,\)\)'\)"):
         splice.extern(source=REVERSE_SRC, name="r", scope="block",
                       signature="tile(float32)(int32)")
     with pytest.raises(SpliceDeclarationError, match="pointers to tiles"):
@@ -367,6 +370,67 @@ def test_call_refusals():
                                                        K.scalar(i32), 32), "sm_90")
     with pytest.raises(SpliceCallError, match=r"argument 1 is a scalar float32.*takes a tile"):
         splice.compile(scalar_for_tile_kernel, _vec_sig(128), "sm_90")
+
+
+# a tile, then a pointer and a scalar: a bad scalar argument is the user's argument 2 or 3
+STAMP_SRC = r'''
+template <int N> __device__ void stamp(const float (&x)[N], float* out, int k) {
+    for (int i = threadIdx.x; i < N; i += blockDim.x) out[i] = x[i] + k;
+}'''
+
+
+def _stamp(scope):
+    return splice.extern(source=STAMP_SRC, name="stamp", scope=scope,
+                         signature="void(tile(float32), float32*, int32)")
+
+
+def _stamp_kernel(fn, case):
+    @splice.kernel
+    def stamp_kernel(x, y, TILE: ConstInt):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+        if case == "tile for pointer":
+            fn(t, t, 1)
+        elif case == "tile for scalar":
+            fn(t, y, ct.astype(t, ct.int32))
+        elif case == "array for scalar":
+            fn(t, y, x)
+        elif case == "float for int":
+            fn(t, y, ct.sum(t))
+        elif case == "constant out of range":
+            fn(t, y, 1 << 40)
+        else:
+            ct.store(y, index=(ct.bid(0),), tile=t + fn(t, y, 1))
+    return stamp_kernel
+
+
+_STAMP_REFUSALS = {
+    "tile for pointer": r"argument 2 is a float32 tile of shape \(128,\), but the signature "
+                        r"expects an array of float32",
+    "tile for scalar": r"argument 3 is a int32 tile of shape \(128,\); a {scope}-scope extern",
+    "array for scalar": r"argument 3 is a value of type Array",
+    "float for int": r"argument 3 is a scalar float32, but the signature "
+                     r"void\(tile\(float32\), float32\*, int32\) expects int32",
+    "constant out of range": r"argument 3: constant not representable as int32: "
+                             r"1099511627776 is out of range of int32$",
+    "void result used": r"The kernel calls void extern\(s\), whose result is None: extern "
+                        r"'stamp' \(declared at .*test_block_tiles.py:\d+, signature "
+                        r"void\(tile\(float32\), float32\*, int32\)\) called at "
+                        r"[^;]*test_block_tiles.py:\d+\. Do not",
+}
+
+
+@pytest.mark.parametrize("scope", ["block", "warpgroup"])
+@pytest.mark.parametrize("case", sorted(_STAMP_REFUSALS))
+def test_scalar_argument_refusals_name_the_users_call(scope, case):
+    """A bad pointer or scalar argument of a tile call is named as the user wrote the call
+    (its extern, its position among all the arguments, its signature), not as the staging
+    site that carries the scalars ("stamp (block call on the staged tiles)", argument 1)."""
+    with pytest.raises(SpliceCallError) as e:
+        splice.compile(_stamp_kernel(_stamp(scope), case), _vec_sig(128), "sm_90")
+    msg = e.value.message
+    assert re.search(_STAMP_REFUSALS[case].format(scope=scope), msg, re.M), msg
+    assert "stamp (" not in msg, msg          # no staging site's name
+    assert "Unknown location" not in msg, msg
 
 
 fixed_256 = splice.extern(source=r'''

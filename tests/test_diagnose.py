@@ -127,6 +127,7 @@ def test_merged_spans_move_with_the_inserted_fragments():
 # --------------------------------------------------------------------------- ptxas errors
 
 BAD = "\tfma.f32 \t%f1, %f2, %f3, %f1;\n"    # no rounding modifier: ptxas refuses it
+UNPARSED = "\tfoo bar baz;\n"     # not PTX: ptxas's "fatal : Parsing error", not an "error"
 
 
 def _ptxas_error(case: str) -> str:
@@ -135,6 +136,8 @@ def _ptxas_error(case: str) -> str:
         kernel = _kernel(BAD)
     elif case == "fragment":
         callees = _callees("\t.reg .f32 %f<4>;\n" + BAD)
+    elif case == "fragment syntax":
+        callees = _callees(UNPARSED)
     else:   # the call passes a .b64 where the callee takes a .b32
         sites[1] = dataclasses.replace(
             sites[1], params=(Param("x", ".param .b64", None, ".b64", ".param"),))
@@ -151,6 +154,7 @@ def _ptxas_error(case: str) -> str:
 
 @pytest.mark.parametrize("case, where, line", [
     ("fragment", "the callees", "fma.f32 \t%f1, %f2, %f3, %f1;"),
+    ("fragment syntax", "the callees", "foo bar baz;"),
     ("call", "the call sequence splice generated for callee1 at test:1 (site 1, instance 0)",
      "call (__splice_r), callee1, (__splice_p0);"),
     ("kernel", "the kernel's own PTX (tileiras output)", "fma.f32 \t%f1, %f2, %f3, %f1;"),

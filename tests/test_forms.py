@@ -33,7 +33,7 @@ class VoidOnly(element.ElementAtomic):
     def __init__(self):
         self.checked: list[list[str]] = []    # the extern names of each check_callees call
 
-    def check_callees(self, sites, fragments, target, keys):
+    def check_callees(self, sites, fragments, target, keys, kernel):
         self.checked.append([s.extern.name for s in sites])
         for site in sites:
             ext = site.extern

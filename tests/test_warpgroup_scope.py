@@ -119,6 +119,25 @@ extern "C" __device__ int bdim(int a) { return a + blockDim.x; }''', "bdim"),
     "threadIdx": (_refused_callee(r'''
 extern "C" __device__ int tidx(int a) { return a + threadIdx.x; }''', "tidx"),
                   r"a read of the thread index .*threadIdx.*splice_group_rank\(\)"),
+    # the header's register holds %tid.x until it is masked: used as it is, it is threadIdx
+    "the rank register unmasked": (_refused_callee(r'''
+extern "C" __device__ int raw_rank(int a) {
+    unsigned r;
+    asm volatile("{\n\t.reg .u32 %%splice_group_tid;\n\tmov.u32 %%splice_group_tid, %%tid.x;"
+                 "\n\tmov.u32 %0, %%splice_group_tid;\n\t}" : "=r"(r));
+    return a + r;
+}''', "raw_rank"),
+                                   r"a read of the thread index \('mov.u32 %r\d+, "
+                                   r"%splice_group_tid;'.*splice_group_rank\(\)"),
+    "the rank register masked otherwise": (_refused_callee(r'''
+extern "C" __device__ int wide_rank(int a) {
+    unsigned r;
+    asm volatile("{\n\t.reg .u32 %%splice_group_tid;\n\tmov.u32 %%splice_group_tid, %%tid.x;"
+                 "\n\tand.b32 %0, %%splice_group_tid, 255;\n\t}" : "=r"(r));
+    return a + r;
+}''', "wide_rank"),
+                                           r"a read of the thread index \('and.b32 %r\d+, "
+                                           r"%splice_group_tid, 255;'"),
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -294,6 +313,40 @@ def test_scalar_only_branch_on_the_tma_warp_is_refused():
     with pytest.raises(SpliceRewriteError, match=r"step 'join barrier': tileiras runs this "
                                                  r"site in a single warp.*t = t \* f\(s\)"):
         splice.compile(flag_scalar_kernel, FLAG_SIG, "sm_90")
+
+
+# a void call that records the tile's maximum: no result to use in the tile code
+RECORD_MAX_SRC = r'''
+#include <splice_group.h>
+extern "C" __device__ void record_max(float* out, float v) {
+    if (splice_group_rank() == 0) atomicAdd(out, v);
+}'''
+
+
+def _record_max_kernel(memory):
+    record_max = splice.extern(source=RECORD_MAX_SRC, name="record_max", scope="warpgroup",
+                               signature="void(float32*, float32)", memory=memory)
+
+    @splice.kernel
+    def record_max_kernel(A, B, C, out, tm: ConstInt, tn: ConstInt, tk: ConstInt):
+        acc = K.matmul_tile(A, B, tm, tn, tk)
+        record_max(out, ct.max(ct.max(acc, axis=1), axis=0))
+        ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=ct.astype(acc, C.dtype))
+    return record_max_kernel
+
+
+def test_void_call_on_the_tma_warp_names_a_fix_it_can_use():
+    """A void call has no result to use in the tile code: the refusal names what such a
+    call can do, and what it names works (memory="arguments" keeps it on the consumer
+    warpgroup)."""
+    sig = K.signature(K.array(f16, 2), K.array(f16, 2), K.array(f16, 2), K.array(f32),
+                      128, 128, 64)
+    with pytest.raises(SpliceRewriteError, match=r"tileiras runs this site in a single warp"
+                                                 r".*a void call.*memory=\"arguments\""):
+        splice.compile(_record_max_kernel("any"), sig, "sm_90")
+    b = splice.compile(_record_max_kernel("arguments"), sig, "sm_90")
+    [span] = _group_spans(b)
+    assert "barrier.red.popc.u32 \t%__splice_n, 15, 128" in span.text(b.spliced_ptx)
 
 
 def test_block_call_in_warp_specialised_kernel_names_warpgroup_scope():

@@ -427,6 +427,47 @@ def test_called_callee_after_setmaxnreg_is_refused():
 # The shared-memory limit
 
 
+# a CTA barrier two calls deep: in a helper the template calls, and PTX that calls a
+# function no fragment defines
+HELPER_SYNC_SRC = r'''
+__device__ __noinline__ void helper_sync() { __syncthreads(); }
+template <int N> __device__ void sync_rows(const float (&m)[N], float* out) { helper_sync(); }'''
+CALLS_OUTSIDE_PTX = """.version 8.0
+.target sm_90
+.address_size 64
+.extern .func outside_f();
+.visible .func sync_rows(.param .b64 m, .param .b64 out)
+{
+\tcall outside_f, ();
+\tret;
+}
+"""
+
+
+@pytest.mark.parametrize("case", ["barrier in a helper", "call outside the PTX"])
+def test_callee_refusal_names_the_users_functions(case):
+    """The chain of calls a refusal names starts at the user's function, not at splice's
+    staging call and trampoline (``__splice_tile_0_call``, ``splice_tile_<hash>``), and
+    reads as C++ names."""
+    if case == "barrier in a helper":
+        fn = splice.extern(source=HELPER_SYNC_SRC, name="sync_rows", scope="warpgroup",
+                           signature="void(tile(float32), float32*)")
+        want = r"in '(helper_sync\(\)|_Z11helper_syncv)', reached through sync_rows -> " \
+               r"(helper_sync\(\)|_Z11helper_syncv)\."
+    else:
+        fn = splice.extern.from_ptx(ptx=CALLS_OUTSIDE_PTX, name="sync_rows", scope="warpgroup",
+                                    signature="void(tile(float32), float32*)")
+        want = r"calls 'outside_f' \(through sync_rows -> outside_f\)"
+
+    @splice.kernel
+    def sync_rows_kernel(x, out, TILE: ConstInt):
+        fn(ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False), out)
+    with pytest.raises(SpliceLinkError) as e:
+        splice.compile(sync_rows_kernel, _vec_sig(128), "sm_90")
+    assert re.search(want, e.value.message), e.value.message
+    assert "splice_tile" not in e.value.message
+
+
 def test_accumulator_does_not_fit_beside_tileiras(monkeypatch):
     def no_ptxas(*a, **kw):
         raise AssertionError("ptxas ran")
@@ -540,7 +581,148 @@ def test_planted_wrong_slot_index_changes_the_values(monkeypatch, fresh_cache):
 
 
 # ---------------------------------------------------------------------------------------------
+# A persistent matmul (a for loop over C's row tiles) and an epilogue with two calls
+
+# scales[tile * N + r] = max(scales[...], m[r] / 448): the tile's rows by the tile index
+# passed in (a persistent block works on several tiles; blockIdx.x names none of them)
+TILE_SCALES_SRC = r'''
+#include <splice_group.h>
+template <int N> __device__ void tile_scales(const float (&m)[N], float* scales, int tile) {
+    __builtin_assume(__isGlobal(scales));
+    for (unsigned r = splice_group_rank(); r < N; r += splice_group_size())
+        atomicMax((int*)&scales[(long long)tile * N + r], __float_as_int(m[r] / 448.0f));
+}'''
+tile_scales = splice.extern(source=TILE_SCALES_SRC, name="tile_scales", scope="warpgroup",
+                            signature="void(tile(float32), float32*, int32)",
+                            memory="arguments")
+
+
+@splice.kernel
+def persistent_scales_kernel(A, B, C, scales, amax, tm: ConstInt, tn: ConstInt, tk: ConstInt):
+    # the example's signature (amax unused): a warpgroup tile call per row tile of C
+    for i in range(ct.bid(0), ct.num_tiles(C, axis=0, shape=(tm, tn)), ct.num_blocks(0)):
+        acc = ct.full((tm, tn), 0, dtype=ct.float32)
+        for k in range(ct.num_tiles(A, axis=1, shape=(tm, tk))):
+            a = ct.load(A, index=(i, k), shape=(tm, tk), padding_mode=ct.PaddingMode.ZERO)
+            b = ct.load(B, index=(k, 0), shape=(tk, tn), padding_mode=ct.PaddingMode.ZERO)
+            acc = ct.mma(a, b, acc)
+        c = ct.astype(acc, C.dtype)
+        ct.store(C, index=(i, 0), tile=c)
+        tile_scales(ct.astype(ct.max(ct.abs(c), axis=1), ct.float32), scales, i)
+
+
+def _persistent_reference(A, B):
+    """(C, scales) of the persistent kernel, in NumPy (A, B: float16 with small integer
+    values, so that C is exact)."""
+    c = (A.astype(np.float32) @ B.astype(np.float32)).astype(np.float16)
+    return c, np.abs(c).astype(np.float32).max(axis=1) / np.float32(448.0)
+
+
+def test_persistent_loop_call_site():
+    """On sm_90 (warp-specialised) the call in the persistent loop is proven at every copy
+    tileiras makes of the loop's epilogue (2, measured): each a group call whose (128,)
+    tile is one store per thread of the group."""
+    b = splice.compile(persistent_scales_kernel, fp8.signature(f16, 128), "sm_90")
+    assert "wgmma.mma_async" in b.ptx and "setmaxnreg.dec" in b.ptx
+    store, call = b.sites
+    assert call.scope == "warpgroup" and call.instances >= 1
+    assert store.instances == call.instances == len(_group_calls(b))
+
+
+def test_exec_persistent_loop_call():
+    """The persistent kernel on the CPU executor (sm_80: not warp-specialised, mma.sync, a
+    128-thread block): 2 blocks over 4 row tiles, each tile's scales exactly NumPy's."""
+    b = splice.compile(persistent_scales_kernel, fp8.signature(f16, 128), "sm_80")
+    assert ".reqntid 128" in b.ptx and len(_group_calls(b)) == 1
+    rng = np.random.default_rng(3)
+    A = rng.integers(-3, 4, (512, 64)).astype(np.float16)
+    B = rng.integers(-3, 4, (64, 128)).astype(np.float16)
+    C = np.zeros((512, 128), np.float16)
+    scales, amax = np.zeros(512, np.float32), np.zeros(1, np.float32)
+    run_build(b, (2, 1, 1), A, B, C, scales, amax)
+    want_c, want_scales = _persistent_reference(A, B)
+    np.testing.assert_array_equal(C, want_c)
+    np.testing.assert_array_equal(scales, want_scales)
+
+
+@splice.kernel
+def two_call_epilogue_kernel(A, B, C, sums, tm: ConstInt, tn: ConstInt, tk: ConstInt):
+    # C = acc / max|acc| per row (a tile result), and the rows' sums added into sums
+    acc = K.matmul_tile(A, B, tm, tn, tk)
+    inv = recip(ct.max(ct.abs(acc), axis=1))
+    row_sums(ct.sum(acc, axis=1), sums)
+    ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=ct.astype(acc * inv[:, None], C.dtype))
+
+
+ROW_SUMS_SRC = r'''
+#include <splice_group.h>
+template <int N> __device__ void row_sums(const float (&s)[N], float* sums) {
+    __builtin_assume(__isGlobal(sums));
+    for (unsigned r = splice_group_rank(); r < N; r += splice_group_size())
+        atomicAdd(&sums[blockIdx.x * N + r], s[r]);
+}'''
+row_sums = splice.extern(source=ROW_SUMS_SRC, name="row_sums", scope="warpgroup",
+                         signature="void(tile(float32), float32*)", memory="arguments")
+
+
+def _two_call_sig(dtype, tm):
+    return K.signature(K.array(dtype, 2), K.array(dtype, 2), K.array(dtype, 2), K.array(f32),
+                       tm, 128, 64)
+
+
+@pytest.mark.parametrize("case", ["bf16 64x128x64", "fp16 256x128x64"])
+def test_two_warpgroup_calls_in_one_epilogue(case):
+    """Two tile calls in the TMA matmul's epilogue: two group calls, each counting its own
+    site identity at its second entry barrier."""
+    dtype, tm = {"bf16 64x128x64": (bf16, 64), "fp16 256x128x64": (f16, 256)}[case]
+    b = splice.compile(two_call_epilogue_kernel, _two_call_sig(dtype, tm), "sm_90")
+    assert "wgmma.mma_async" in b.ptx
+    calls = _group_calls(b)
+    assert len(calls) == 2
+    idents = sorted(int(m.group(1)) for t in calls for m in
+                    [re.search(r"setp\.lt\.u32 \t%__splice_p, %__splice_rank, (\d+);", t)])
+    assert idents == sorted({warpgroup.site_identity(s) for s in b.sites
+                             if s.scope == "warpgroup"})
+    assert len(set(idents)) == 2
+
+
+# ---------------------------------------------------------------------------------------------
 # GPU: against PyTorch
+
+
+@pytest.mark.gpu
+def test_gpu_persistent_loop_call(torch):
+    """The persistent kernel on sm_90 (warp-specialised): fewer blocks than row tiles."""
+    from support.gpu import launch
+    rng = np.random.default_rng(3)
+    A_np = rng.integers(-3, 4, (1024, 128)).astype(np.float16)
+    B_np = rng.integers(-3, 4, (128, 128)).astype(np.float16)
+    A, B = torch.from_numpy(A_np).cuda(), torch.from_numpy(B_np).cuda()
+    C = torch.zeros(1024, 128, device="cuda", dtype=torch.float16)
+    scales = torch.zeros(1024, device="cuda", dtype=torch.float32)
+    amax = torch.zeros(1, device="cuda", dtype=torch.float32)
+    launch(torch, (3, 1, 1), persistent_scales_kernel, (A, B, C, scales, amax, 128, 128, 64))
+    want_c, want_scales = _persistent_reference(A_np, B_np)
+    np.testing.assert_array_equal(C.cpu().numpy(), want_c)
+    np.testing.assert_array_equal(scales.cpu().numpy(), want_scales)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["bf16 64x128x64", "fp16 256x128x64"])
+def test_gpu_two_warpgroup_calls_in_one_epilogue(torch, case):
+    from support.gpu import launch
+    dtype, tm = {"bf16 64x128x64": (bf16, 64), "fp16 256x128x64": (f16, 256)}[case]
+    dt = getattr(torch, "float16" if dtype is f16 else "bfloat16")
+    A = torch.randint(-3, 4, (2 * tm, 128), device="cuda").to(dt)
+    B = torch.randint(-3, 4, (128, 256), device="cuda").to(dt)
+    C = torch.empty(2 * tm, 256, device="cuda", dtype=dt)
+    sums = torch.zeros(2 * tm, device="cuda", dtype=torch.float32)
+    launch(torch, (2, 2, 1), two_call_epilogue_kernel, (A, B, C, sums, tm, 128, 64))
+    acc = A.float() @ B.float()                       # exact: small integers
+    blocks = acc.view(2 * tm, 2, 128).abs().amax(dim=2, keepdim=True)
+    want = (acc.view(2 * tm, 2, 128) / blocks).view(2 * tm, 256).to(dt)
+    torch.testing.assert_close(C, want, rtol=2e-2, atol=2e-2)
+    assert torch.equal(sums, acc.sum(dim=1)), (sums - acc.sum(dim=1)).abs().max()
 
 
 @pytest.mark.gpu

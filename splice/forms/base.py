@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Union
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, Union
 
 from ..errors import SpliceRewriteError
 from ..names import marker_symbol
@@ -261,9 +261,11 @@ class CallForm(Protocol):
             SpliceDeclarationError: naming ``what``.
         """
 
-    def check_arguments(self, typed: list, describe: Callable[[Any], str]) -> str | None:
+    def check_arguments(self, typed: list, describe: Callable[[Any], str],
+                        positions: Sequence[int]) -> str | None:
         """What is wrong with a call's typed arguments (cuTile Vars, ``describe`` naming
-        one), or None; the trace raises it as a ``SpliceCallError``."""
+        one, ``positions`` their indices among the arguments the user's call passes), or
+        None; the trace raises it as a ``SpliceCallError``."""
 
     def for_call(self, pure_with_result: bool, atomic: bool) -> CallForm:
         """The form (marker variant) of one call: ``pure_with_result`` for a pure extern
@@ -308,7 +310,7 @@ class CallForm(Protocol):
         """
 
     def check_callees(self, sites: list[CallSite], fragments: Mapping[str, tuple[str, Module]],
-                      target: str, keys: Mapping[int, str]) -> None:
+                      target: str, keys: Mapping[int, str], kernel: Module) -> None:
         """Refuse what the externs of ``sites`` (this form's sites of one kernel) or anything
         they call execute that a call of this form cannot run (:func:`no_check_callees`: a
         form without a callee policy of its own); run once per form present, after the
@@ -321,6 +323,7 @@ class CallForm(Protocol):
             target: the kernel's PTX target (``"sm_90a"``).
             keys: id(fragment) -> its key in ``fragments``, as the fragments stage took
                 them (a fragment's key is not taken again: a source saved mid-build).
+            kernel: the kernel's PTX (tileiras's output, not yet rewritten): its blocks.
 
         Raises:
             SpliceLinkError: naming the extern, its declaration, the call site and the fix.
@@ -356,7 +359,7 @@ def no_function_edits(body, key_loads, sites, first) -> tuple[list[Edit], dict[i
     return [], {}
 
 
-def no_check_callees(sites, fragments, target: str, keys) -> None:
+def no_check_callees(sites, fragments, target: str, keys, kernel) -> None:
     """:meth:`CallForm.check_callees` of a form whose callees face only the checks every
     site gets (:mod:`splice.collectives` by :attr:`CallForm.runs_collectives`,
     :mod:`splice.effects`)."""

@@ -22,7 +22,6 @@ from .base import (
     SiteInfo,
     generated_text,
     instances_text,
-    no_check_callees,
     no_function_edits,
     no_key_load,
 )
@@ -54,12 +53,12 @@ class BlockForm:
                                          f"externs (return them through a pointer argument)")
         return False   # a cooperative call is always kept, in place and in order
 
-    def check_arguments(self, typed, describe) -> str | None:
+    def check_arguments(self, typed, describe, positions) -> str | None:
         """Scalars and pointers: every thread of the block (of the group, for a subclass's
         scope) passes the same values. Its marker is then a 0-d atomic, which tileiras runs
         on one thread behind a ``tid.x == c`` guard (``docs/design.md#block-scope``;
         :mod:`splice.block`); tiles go to ``splice.tile`` parameters."""
-        for i, var in enumerate(typed):
+        for i, var in zip(positions, typed):
             if var.get_type().shape != ():
                 return (f"argument {i + 1} is {describe(var)}; a {self.scope}-scope extern "
                         f"(scope=\"{self.scope}\") takes scalars (0-d tiles, Python "
@@ -122,7 +121,11 @@ class BlockForm:
 
     key_load = staticmethod(no_key_load)
     function_edits = staticmethod(no_function_edits)
-    check_callees = staticmethod(no_check_callees)   # collectives are allowed in the callee
+    def check_callees(self, sites, fragments, target: str, keys, kernel) -> None:
+        """Collectives are allowed in the callee; splice_group.h's group only where the
+        block is one warpgroup (:func:`splice.warpgroup.check_block_sites`)."""
+        from .. import warpgroup
+        warpgroup.check_block_sites(sites, fragments, target, keys, kernel)
 
     def check_snippet(self, text: str, pack: int) -> str | None:
         """Every thread of the group runs a ``splice.asm`` snippet of this form once per

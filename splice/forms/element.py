@@ -49,7 +49,7 @@ class ElementAtomic:
     def declare(self, sig, pure: bool, what: str) -> bool:
         return pure
 
-    def check_arguments(self, typed, describe) -> str | None:
+    def check_arguments(self, typed, describe, positions) -> str | None:
         return None
 
     def for_call(self, pure_with_result: bool, atomic: bool):

@@ -79,9 +79,9 @@ class WarpgroupForm(BlockForm):
             raise ValueError(str(e)) from None
         return proof.guard, proof.join, warpgroup.GROUP_SIZE
 
-    def check_callees(self, sites, fragments, target: str, keys) -> None:
+    def check_callees(self, sites, fragments, target: str, keys, kernel) -> None:
         """Refuse the sites whose extern runs what the group cannot
-        (:func:`splice.warpgroup.check_sites`: same arguments)."""
+        (:func:`splice.warpgroup.check_sites`: the same arguments but ``kernel``)."""
         from .. import warpgroup
         warpgroup.check_sites(sites, fragments, target, keys)
 
