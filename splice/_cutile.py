@@ -258,8 +258,10 @@ def _find_tma_stored_reads(root_block, alias_set_of) -> None:
     (:func:`_install_alias_hook`), into the records of the running
     :func:`lower_to_bytecode`."""
     found = getattr(_hook_state, "found", None)
+    if found is None:       # not a trace by splice
+        return
     stores = tuple(_tma_stores(root_block, alias_set_of))
-    if found is None or not stores:
+    if not stores:
         return
     for op in _operations(root_block):
         ask = getattr(op, "splice_tma_stored_reads", None)
