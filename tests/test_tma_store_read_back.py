@@ -60,6 +60,16 @@ def matmul_read_back_kernel(A, B, C, Out, tm: ConstInt, tn: ConstInt, tk: ConstI
 
 
 @splice.kernel
+def matmul_read_before_store_kernel(A, B, C, Out, tm: ConstInt, tn: ConstInt,
+                                    tk: ConstInt):
+    """The block's C tile read back by the impure call *before* C's TMA store."""
+    acc = K.matmul_tile(A, B, tm, tn, tk)
+    ct.store(Out, index=(ct.bid(0), ct.bid(1)),
+             tile=read_back(C, _block_index(C.shape[1], tm, tn)))
+    ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=acc)
+
+
+@splice.kernel
 def matmul_read_a_kernel(A, B, C, Out, tm: ConstInt, tn: ConstInt, tk: ConstInt):
     """C = A @ B stored by TMA, then the impure call reads A (which the kernel only loads,
     by TMA) back: this block's (tm, tn) corner of it, into Out."""
@@ -86,6 +96,16 @@ def test_element_read_back_of_tma_stored_array_is_refused():
     assert f"{HERE}:{call_line}: argument 1 (C)" in msg
     assert re.search(rf"ct\.store at \S*{HERE}:{store_line}\b", msg)
     assert "allow_tma=False" in msg and "pass the stored tile itself" in msg
+
+
+def test_element_read_before_the_tma_store_is_refused_too():
+    """Conservative: a store anywhere in the kernel counts, not only one before the call (in
+    a loop, "after" the call is before it in the next iteration)."""
+    sig = K.signature(K.array(f16, 2), K.array(f16, 2), K.array(f32, 2), K.array(f32, 2),
+                      128, 128, 64)
+    with pytest.raises(SpliceCallError, match=r"argument 1 \(C\) is an array the kernel "
+                                              r"stores with ct\.store at "):
+        splice.compile(matmul_read_before_store_kernel, sig, "sm_90")
 
 
 def test_element_read_back_without_tma_compiles():
