@@ -152,9 +152,9 @@ class SpliceMarkerPointer(Operation, opcode="splice_marker_pointer"):
       :data:`splice._cutile.SPLICE_ALIAS_SET` (the tile staging's buffers), so the call is
       ordered against the kernel's operations on arrays that may alias its arguments, and
       against the other sites of its tile call, only;
-    - a ``splice.asm`` snippet of ``memory="none"`` (no array operands: the trace gives
-      ``arrays`` only to "arguments"): :data:`splice._cutile.SPLICE_ALIAS_SET` alone, so
-      it is ordered against splice's other calls only.
+    - a ``splice.asm`` snippet of ``memory="none"`` (no array operands):
+      :data:`splice._cutile.SPLICE_ALIAS_SET` alone, so it is ordered against splice's
+      other calls only.
 
     ``arrays``: the base pointers of the call's array arguments (whatever its ``memory=``),
     ``shown`` what each is for messages ("argument 1 (C)"), ``call`` the call

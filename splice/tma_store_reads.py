@@ -7,9 +7,9 @@ allows TMA (cuTile's default, ``allow_tma=True``) into a bulk store,
 only with ``cp.async.bulk.wait_group.read 0``: the bulk operation's *reads of shared
 memory* are complete, not its writes to global memory. Those writes are performed by the
 async proxy (PTX ISA, "Memory Consistency Model", "Proxies"), and only
-``cp.async.bulk.wait_group`` without ``.read`` (or an mbarrier of a bulk *load*) makes them
-visible to the issuing thread (PTX ISA, "Data Movement and Conversion Instructions",
-"Completion mechanisms for asynchronous copy operations", bulk async-group). cuTile's
+``cp.async.bulk.wait_group`` without ``.read`` waits for them to complete (PTX ISA, "Data
+Movement and Conversion Instructions", "Completion mechanisms for asynchronous copy
+operations", bulk async-group), in the issuing thread only. cuTile's
 memory token orders a later impure call after the store in program order, but nothing in
 the PTX orders the bulk writes before the call's loads: a call that reads the stored
 array through a pointer can read the values from before the store.
@@ -74,6 +74,6 @@ def check(reads, ptx: str) -> None:
         f"(cp.async.bulk...global.shared): their writes to global memory are not ordered "
         f"before the call's reads (tileiras waits only for a bulk store's reads of shared "
         f"memory, cp.async.bulk.wait_group.read), so the call could read the values from "
-        f"before the store. Store it with ct.store(..., allow_tma=False), or better, pass "
-        f"the stored tile itself to the extern (a tile argument) instead of reading it "
-        f"back from memory")
+        f"before the store. Give that store allow_tma=False (ct.store(..., "
+        f"allow_tma=False)), or better, pass the stored tile itself to the extern (a tile "
+        f"argument) instead of reading it back from memory")
