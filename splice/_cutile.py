@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import threading
 from typing import Any
 
 from .errors import SpliceToolchainError
@@ -69,7 +70,8 @@ _PRIVATE: dict[str, tuple[str, str | None]] = {
     **{n: ("cuda.tile._ir.ir", n) for n in (
         "Operation", "Var", "add_operation", "add_operation_variadic", "attribute",
         "operand")},
-    **{n: ("cuda.tile._ir.ops", n) for n in ("TileAtomicCAS", "arange", "cat", "extract")},
+    **{n: ("cuda.tile._ir.ops", n) for n in (
+        "TileAtomicCAS", "TileStore", "arange", "cat", "extract")},
     **{n: ("cuda.tile._ir.ops_utils", n) for n in (
         "BroadcastError", "broadcast_shapes2", "memory_order_to_bytecode",
         "memory_scope_to_bytecode")},
@@ -178,6 +180,9 @@ class Lowered:
     lifecycle_providers: tuple
     tileiras_flags: tuple[str, ...]   # as cuTile would pass them for the arch
     timeout_sec: float | None
+    #: what the operations with a ``splice_tma_stored_reads`` method found (their own
+    #: records: :func:`_install_alias_hook`), each once
+    tma_stored_reads: tuple = ()
 
 
 def lower_to_bytecode(kernel, signatures: tuple, arch: str, context=None) -> Lowered:
@@ -187,14 +192,20 @@ def lower_to_bytecode(kernel, signatures: tuple, arch: str, context=None) -> Low
     context = context or _private("default_tile_context")
     _install_alias_hook()
     options = kernel._compiler_options
-    result = _private("compile_tile")(kernel._annotated_function, signatures, arch, options,
-                                      context, return_bytecode=True, return_cubin=False)
+    found: dict = {}
+    _hook_state.found = found
+    try:
+        result = _private("compile_tile")(kernel._annotated_function, signatures, arch,
+                                          options, context, return_bytecode=True,
+                                          return_cubin=False)
+    finally:
+        _hook_state.found = None
     opt, device_debug = _private("_tileiras_effective_opt_and_device_debug")(options, arch)
     flags = ("--gpu-name", arch, f"-O{opt}", "--device-debug" if device_debug
              else "--lineinfo")
     return Lowered(bytes(result.bytecode), tuple(s.symbol for s in result.kernel_signatures),
                    tuple(result.library_lifecycle_providers), flags,
-                   context.config.compiler_timeout_sec)
+                   context.config.compiler_timeout_sec, tuple(found))
 
 
 #: An alias set of splice's own (cuTile's are ints, a bit per alias group counted from
@@ -211,7 +222,12 @@ def _install_alias_hook() -> None:
     None: leave cuTile's own). cuTile's token-order pass orders a memory operation by the
     alias set of its pointer (``token_order._get_input_var``): an operation with pointer
     ``p`` is joined with the earlier ones whose pointer's set overlaps ``p``'s. cuTile gives
-    the result of an operation it does not know the universe, which overlaps everything."""
+    the result of an operation it does not know the universe, which overlaps everything.
+
+    Then every operation with a ``splice_tma_stored_reads(stores, alias_set_of)`` method is
+    given the kernel's ``ct.store`` operations that may use TMA (``stores``: (alias set of
+    the stored array, "file:line") each); the records it returns are collected for
+    :func:`lower_to_bytecode` (:mod:`splice.tma_store_reads`)."""
     compile_module = _private("_compile_module")
     original = compile_module.dataflow_analysis
     if getattr(original, "_splice_alias_hook", False):
@@ -228,9 +244,39 @@ def _install_alias_hook() -> None:
             if alias_set is not None:
                 var = op.result_var
                 result.predicates[var.name] = result[var.name].replace(alias_set=alias_set)
+        _find_tma_stored_reads(root_block, alias_set_of)
         return result
     dataflow_analysis._splice_alias_hook = True
     compile_module.dataflow_analysis = dataflow_analysis
+
+
+_hook_state = threading.local()
+
+
+def _find_tma_stored_reads(root_block, alias_set_of) -> None:
+    """Give the kernel's stores that may use TMA to the operations that ask for them
+    (:func:`_install_alias_hook`), into the records of the running
+    :func:`lower_to_bytecode`."""
+    found = getattr(_hook_state, "found", None)
+    if found is None:       # not a trace by splice
+        return
+    stores = tuple(_tma_stores(root_block, alias_set_of))
+    if not stores:
+        return
+    for op in _operations(root_block):
+        ask = getattr(op, "splice_tma_stored_reads", None)
+        if ask is not None:
+            found.update(dict.fromkeys(ask(stores, alias_set_of)))
+
+
+def _tma_stores(root_block, alias_set_of):
+    """(alias set of the array, "file:line") of each ``ct.store`` (``TileStore``) of the
+    kernel whose ``allow_tma`` is not False (cuTile's default, None, allows TMA:
+    ``BytecodeContext.load_store_hints``)."""
+    for op in _operations(root_block):
+        if isinstance(op, _private("TileStore")) and op.allow_tma is not False:
+            array = op.view.get_aggregate().base_ptr  # as token_order._get_input_var
+            yield alias_set_of(array), f"{op.loc.filename}:{op.loc.line}"
 
 
 def _operations(block):

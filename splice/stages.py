@@ -25,6 +25,7 @@ from . import (
     nvshmem,
     rewrite,
     tiles,
+    tma_store_reads,
     toolchain,
 )
 from .errors import SpliceLinkError, SpliceToolchainError
@@ -165,7 +166,9 @@ class Spliced:
 
 
 def _lower(job: Driver, traced) -> _Lowered:
-    """tileiras on the bytecode, the fragments compiling ahead in threads meanwhile."""
+    """tileiras on the bytecode, the fragments compiling ahead in threads meanwhile; the
+    impure calls that read an array the PTX may have stored by TMA are refused
+    (:mod:`splice.tma_store_reads`)."""
     guess = predicted_ptx_target(_gpu_name(traced))
     with _fragments_compiled_ahead(traced, guess):
         capture = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags,
@@ -176,6 +179,7 @@ def _lower(job: Driver, traced) -> _Lowered:
     target = next((t for t in module.target if t.startswith("sm_")), None)
     if target is None:
         raise SpliceLinkError(f"tileiras PTX of {job.what} names no sm_ target")
+    tma_store_reads.check(traced.tma_stored_reads, capture.ptx)
     if target != guess:
         log.debug("%s: tileiras emitted PTX for %s, fragments were compiled ahead for %s",
                   job.what, target, guess)

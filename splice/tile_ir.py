@@ -36,6 +36,7 @@ from ._cutile import (
     typeid,
 )
 from .forms.base import CallSite
+from .tma_store_reads import StoredArrayRead
 from .types import Signature
 
 
@@ -151,22 +152,43 @@ class SpliceMarkerPointer(Operation, opcode="splice_marker_pointer"):
       :data:`splice._cutile.SPLICE_ALIAS_SET` (the tile staging's buffers), so the call is
       ordered against the kernel's operations on arrays that may alias its arguments, and
       against the other sites of its tile call, only;
-    - a ``splice.asm`` snippet of ``memory="none"`` (no array operands: the trace gives
-      ``arrays`` only to "arguments"): :data:`splice._cutile.SPLICE_ALIAS_SET` alone, so
-      it is ordered against splice's other calls only."""
+    - a ``splice.asm`` snippet of ``memory="none"`` (no array operands):
+      :data:`splice._cutile.SPLICE_ALIAS_SET` alone, so it is ordered against splice's
+      other calls only.
+
+    ``arrays``: the base pointers of the call's array arguments (whatever its ``memory=``),
+    ``shown`` what each is for messages ("argument 1 (C)"), ``call`` the call
+    ("call of extern 'f' ... at k.py:12"): :meth:`splice_tma_stored_reads`."""
 
     site: CallSite = attribute()
+    call: str = attribute()
+    shown: tuple[str, ...] = attribute(default=())
     arrays: tuple[Var, ...] = operand(default=())
 
     def splice_alias_set(self, alias_set_of) -> int | None:
         """The alias set of the pointer (None: cuTile's own, the universe); called by the
         dataflow hook of :mod:`splice._cutile`."""
-        if self.site.extern.memory == "any":
+        memory = self.site.extern.memory
+        if memory == "any":
             return None
         alias_set = SPLICE_ALIAS_SET
-        for array in self.arrays:
+        for array in self.arrays if memory == "arguments" else ():
             alias_set |= alias_set_of(array)
         return alias_set
+
+    def splice_tma_stored_reads(self, stores, alias_set_of) -> list[StoredArrayRead]:
+        """The array arguments of an impure call that may alias an array of ``stores``
+        ((alias set, "file:line") of each ``ct.store`` allowing TMA); called by the
+        dataflow hook of :mod:`splice._cutile` (:mod:`splice.tma_store_reads`)."""
+        if self.site.extern.pure:
+            return []
+        reads = []
+        for shown, array in zip(self.shown, self.arrays, strict=True):
+            mine = alias_set_of(array)
+            lines = tuple(dict.fromkeys(where for aset, where in stores if aset & mine))
+            if lines:
+                reads.append(StoredArrayRead(self.call, shown, lines))
+        return reads
 
     def generate_bytecode(self, ctx):
         tt = ctx.type_table

@@ -113,6 +113,8 @@ class TracedKernel:
     tileiras_flags: tuple[str, ...]
     timeout_sec: float | None
     symbols: tuple[str, ...] = ()   # every entry's symbol (several signatures: one each)
+    #: impure calls given an array the kernel may store by TMA (:mod:`splice.tma_store_reads`)
+    tma_stored_reads: tuple = ()
 
 
 
@@ -143,7 +145,7 @@ def trace_kernel(kernel: ct.kernel, signature, arch: str, context=None,
             raise _void_result_error(e, session) from None
     return TracedKernel(lowered.bytecode, lowered.symbols[0], tuple(session.sites),
                         lowered.lifecycle_providers, lowered.tileiras_flags,
-                        lowered.timeout_sec, lowered.symbols)
+                        lowered.timeout_sec, lowered.symbols, lowered.tma_stored_reads)
 
 
 #: What :func:`inspect.findsource` raises for a function whose source Python has not kept.
@@ -339,9 +341,10 @@ def emit_call(ext, args, loc, shown=None):
         raw = cu.add_operation(SplicePureCall, cu.TileTy(sig.result.dtype, shape), site=site,
                                args=tuple(cu.broadcast_to(v, shape) for v in typed))
     else:
-        arrays = tuple(var.get_aggregate().base_ptr
-                       for var, elem in zip(args, sig.args) if elem.kind == "p")
-        raw = _emit_atomic_call(session, ext, form, key, typed, shape, loc, arrays)
+        pointers = tuple((p, var) for p, var, elem in zip(positions, args, sig.args)
+                         if elem.kind == "p")
+        raw = _emit_atomic_call(session, ext, form, key, typed, shape, loc,
+                                (named, pointers))
     if not sig.results:
         return raw
     return cu.build_tuple(split_results(raw, sig.results, sig.offsets))
@@ -400,13 +403,15 @@ def _broadcast_shape(ext, typed, loc) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _emit_atomic_call(session, ext, form, key, typed, call_shape, loc, arrays):
+def _emit_atomic_call(session, ext, form, key, typed, call_shape, loc, shown):
     """The atomic marker of a call (impure, void, or a pure site in ``atomic_sites``), on
     the shape :func:`_marker_shape` gives; its result reshaped back to ``call_shape``.
-    ``arrays``: the base pointers of its array arguments, the memory an extern of
-    ``memory="arguments"`` is ordered against; a snippet of ``memory="none"`` is ordered
-    against none (:class:`splice.tile_ir.SpliceMarkerPointer`)."""
+    ``shown``: the extern errors name and (position, array Var) of each array argument;
+    their base pointers are the memory an extern of ``memory="arguments"`` is ordered
+    against (a snippet of ``memory="none"`` is ordered against none) and what
+    :mod:`splice.tma_store_reads` checks (:class:`splice.tile_ir.SpliceMarkerPointer`)."""
     from .tile_ir import SpliceImpureCall, SpliceMarkerPointer
+    named, pointers = shown
     sig = ext.signature
     typed = tuple(cu.broadcast_to(v, call_shape) for v in typed)
     shape = _marker_shape(call_shape, typed)
@@ -415,8 +420,12 @@ def _emit_atomic_call(session, ext, form, key, typed, call_shape, loc, arrays):
     site = session.new_site(ext, shape, loc_str(loc), call_shape, form, sig.marker_bits, key)
     marker_dtype = ct.uint64 if sig.marker_bits == 64 else ct.uint32
     ptr_ty = cu.TileTy(cu.pointer_dtype(marker_dtype, cu.MemorySpace.GLOBAL), shape)
-    pointer = cu.add_operation(SpliceMarkerPointer, ptr_ty, site=site,
-                               arrays=arrays if ext.memory == "arguments" else ())
+    pointer = cu.add_operation(
+        SpliceMarkerPointer, ptr_ty, site=site,
+        call=f"call of extern '{named.name}' (declared at {named.where}) in kernel "
+             f"'{session.kernel_name}' at {loc_str(loc)}",
+        shown=tuple(f"argument {p + 1} ({_array_name(var)})" for p, var in pointers),
+        arrays=tuple(var.get_aggregate().base_ptr for _, var in pointers))
     res = sig.result
     result_ty = cu.TileTy(marker_dtype if res is None else res.dtype, shape)
     order = cu.MemoryOrder.ACQ_REL if ext.memory == "any" else cu.MemoryOrder.RELAXED
@@ -428,6 +437,13 @@ def _emit_atomic_call(session, ext, form, key, typed, call_shape, loc, arrays):
             session.void_calls.append((ext, loc_str(loc)))
         return None
     return value if shape == call_shape else cu.reshape(value, call_shape)
+
+
+def _array_name(var) -> str:
+    """The kernel's name of an array Var (cuTile names a parameter's Var after it, with a
+    ``.<n>`` suffix for later versions), or "an array" where it has none."""
+    name = (getattr(var, "name", "") or "").split(".")[0]
+    return name if name.isidentifier() else "an array"
 
 
 #: Width of the fma marker of pure calls: f64, always. An f32 fma would serve signatures

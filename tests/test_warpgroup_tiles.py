@@ -241,36 +241,6 @@ def test_fused_epilogue_keeps_the_plain_kloop():
     assert K.kloop_shape(undeclared.ptx) == (384, 8, (0,))
 
 
-read_back = splice.extern(
-    name="read_back", signature="float32(float32*, int32)", pure=False,
-    source=r'''extern "C" __device__ float read_back(const float* c, int i) { return c[i]; }''')
-
-
-@splice.kernel
-def matmul_read_back_kernel(A, B, C, Out, tm: ConstInt, tn: ConstInt, tk: ConstInt):
-    """C = A @ B by TMA, then every element of the block's C tile read back from global
-    memory by an impure call (ordered after the store by the memory token), into Out."""
-    ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=K.matmul_tile(A, B, tm, tn, tk))
-    rows = ct.bid(0) * tm + ct.arange(tm, dtype=i32)
-    cols = ct.bid(1) * tn + ct.arange(tn, dtype=i32)
-    idx = ct.reshape(rows, (tm, 1)) * C.shape[1] + ct.reshape(cols, (1, tn))
-    ct.store(Out, index=(ct.bid(0), ct.bid(1)), tile=read_back(C, idx))
-
-
-def _read_back_sig():
-    return K.signature(K.array(f16, 2), K.array(f16, 2), K.array(f32, 2), K.array(f32, 2),
-                       128, 128, 64)
-
-
-def test_read_back_after_tma_store_compiles():
-    """The kernel of the GPU test below stores C by TMA and reads it back in the calls:
-    one site, 128 x 128 elements on 128 threads."""
-    b = splice.compile(matmul_read_back_kernel, _read_back_sig(), "sm_90")
-    assert re.search(r"cp\.async\.bulk\.tensor\.2d\.global\.shared", b.ptx)
-    [site] = b.sites
-    assert site.instances == 128
-
-
 def test_epilogue_group_is_the_second_warpgroup():
     """With a reduction in the epilogue tileiras splits off an epilogue warpgroup (threads
     128-255) after a setmaxnreg.dec; its site's guard tests tid.x - 128 (the leader is
@@ -739,24 +709,6 @@ def test_gpu_matmul_tile_result(torch, case):
     blocks = acc.view(2 * tm, 2, 128).abs().amax(dim=2, keepdim=True)
     want = (acc.view(2 * tm, 2, 128) / blocks).view(2 * tm, 256).to(dt)
     torch.testing.assert_close(C, want, rtol=2e-2, atol=2e-2)
-
-
-@pytest.mark.gpu
-def test_gpu_impure_call_reads_the_tma_stored_tile(torch):
-    """An impure call after ``ct.store(C)`` reads the stored values. tileiras orders the
-    call after the TMA store's ``cp.async.bulk.wait_group.read 0`` (the store's reads of
-    shared memory done), not after its writes to global memory: this fails if that race
-    shows."""
-    from support.gpu import launch
-    n = 2048
-    A = torch.randn(n, 256, device="cuda", dtype=torch.float16)
-    B = torch.randn(256, n, device="cuda", dtype=torch.float16)
-    C = torch.zeros(n, n, device="cuda", dtype=torch.float32)
-    out = torch.full((n, n), float("nan"), device="cuda", dtype=torch.float32)
-    launch(torch, (n // 128, n // 128, 1), matmul_read_back_kernel, (A, B, C, out, 128, 128,
-                                                                     64))
-    torch.testing.assert_close(C, A.float() @ B.float(), rtol=1e-3, atol=1e-2)
-    assert torch.equal(out, C), (out != C).sum().item()
 
 
 @pytest.mark.gpu
