@@ -581,9 +581,7 @@ def _refuse_sass_hit(site, what: str, before: tuple[str, ...], hit) -> None:
         return
     text, what_ptx, sass_chain = hit
     chain = (*before, *sass_chain)
-    reach = ("in its own body" if len(chain) == 1 else
-             f"in '{_demangled(chain)[-1]}', reached through "
-             f"{' -> '.join(_demangled(chain))}")
+    reach = reach_text(_demangled(chain))
     raise SpliceLinkError(
         f"{what}, called at {site.where}, executes the SASS instruction '{text}' {reach}, "
         f"which is what {what_ptx} becomes: a collective instruction. {_WHY}")
@@ -660,9 +658,7 @@ _PATTERN_HINT = (
 
 def _message(what: str, where: str, hit: Hit) -> str:
     c = hit.collective
-    reach = ("in its own body" if len(hit.chain) == 1 else
-             f"in '{_demangled([hit.function])[0]}', reached through "
-             f"{' -> '.join(_demangled(hit.chain))}")
+    reach = reach_text(_demangled(hit.chain))
     hint = _PATTERN_HINT if c.opcode in _PATTERN_ROWS else ""
     return (f"{what}, called at {where}, executes the {c.group}-collective instruction "
             f"'{hit.instruction}' {reach} (PTX ISA 9.4 section {c.section}: {c.rule}). "
@@ -679,6 +675,15 @@ def chain_names(ext, chain: Sequence[str]) -> list[str]:
         if not names or names[-1] != name:
             names.append(name)
     return _demangled(names)
+
+
+def reach_text(names: Sequence[str]) -> str:
+    """Where a refused instruction sits, for a message: "in its own body", or "in 'g',
+    reached through f -> g" (``names``: the readable call chain from the extern to the
+    function holding it, both included: :func:`chain_names`)."""
+    if len(names) == 1:
+        return "in its own body"
+    return f"in '{names[-1]}', reached through {' -> '.join(names)}"
 
 
 def _demangled(names: Sequence[str]) -> list[str]:

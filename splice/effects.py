@@ -38,7 +38,13 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .collectives import chain_names, collective_of, outside_ptx, site_module
+from .collectives import (
+    chain_names,
+    collective_of,
+    outside_ptx,
+    reach_text,
+    site_module,
+)
 from .errors import SpliceLinkError
 from .ptx import Module, declared_variable_name, parse_instruction
 
@@ -219,9 +225,7 @@ def _check_one(ext, mod: Module, modules, what: str) -> None:
     reach = outside_ptx(mod, ext.symbol, modules)
     for (mi, name), chain in reach.reached:
         shared_use, effect, leaves = _scan(mods[mi], name, _shared_names(mods[mi]))
-        names = chain_names(ext, chain)
-        where = "in its own body" if len(names) == 1 else \
-            f"in '{names[-1]}', reached through {' -> '.join(names)}"
+        where = reach_text(chain_names(ext, chain))
         if leaves is not None:
             raise SpliceLinkError(
                 f"{what} executes '{leaves[0]}' {where}: the thread would end inside the "

@@ -828,9 +828,7 @@ def check_sites(sites, fragments, target: str, keys: Mapping[int, str]) -> None:
             hit = _first_refused(mods[mi], name, isinstance(ext.fragment, AsmSource))
             if hit is not None:
                 problem, fix = hit
-                names = collectives.chain_names(ext, chain)
-                where = "in its own body" if len(names) == 1 else \
-                    f"in '{names[-1]}', reached through {' -> '.join(names)}"
+                where = collectives.reach_text(collectives.chain_names(ext, chain))
                 raise SpliceLinkError(f"{what}, executes {problem}, {where}. A warpgroup "
                                       f"call runs on the {GROUP_SIZE} threads of one "
                                       f"warpgroup, not on the whole block. {fix}")
@@ -871,9 +869,7 @@ def check_block_sites(sites, fragments, target: str, keys: Mapping[int, str],
             use = _group_use(mods[mi], name)
             if use is None:
                 continue
-            names = collectives.chain_names(ext, chain)
-            where = "in its own body" if len(names) == 1 else \
-                f"in '{names[-1]}', reached through {' -> '.join(names)}"
+            where = collectives.reach_text(collectives.chain_names(ext, chain))
             raise SpliceLinkError(
                 f"block-scope extern '{ext.name}' (declared at {ext.where}), called at "
                 f"{site.where}, uses splice_group.h's group ('{use}' {where}) in a block of "
@@ -886,25 +882,28 @@ def check_block_sites(sites, fragments, target: str, keys: Mapping[int, str],
 def _group_use(mod: Module, name: str) -> str | None:
     """The first instruction of function ``name`` that uses splice_group.h's group: its
     barrier (id :data:`GROUP_BARRIER`) or its rank register; None if none does."""
-    fn = next(f for f in mod.function_order if f.name == name and f.is_definition)
-    for st in mod.body_statements(fn):
-        if st.kind != "instruction":
-            continue
-        ins = parse_instruction(st, mod.text)
+    def uses_group(ins: Instruction, text: str) -> str | None:
         ids = barrier_operands(ins)
         if (ids is not None and _immediate(ids[0]) == GROUP_BARRIER) or \
                 any(_NAMES_RANK.search(op) for op in ins.operands):
-            return " ".join(st.text(mod.text).split())
-    return None
+            return text
+        return None
+    return _first_instruction(mod, name, uses_group)
 
 
 def _first_refused(mod: Module, name: str, snippet: bool) -> tuple[str, str] | None:
     """:func:`callee_refusal` of the first instruction of function ``name`` it refuses."""
+    return _first_instruction(mod, name, lambda ins, text: callee_refusal(ins, text, snippet))
+
+
+def _first_instruction(mod: Module, name: str, test: Callable):
+    """The first value other than None that ``test(instruction, its text, whitespace
+    normalised)`` gives for an instruction of function ``name``'s body, in order; None if
+    none."""
     fn = next(f for f in mod.function_order if f.name == name and f.is_definition)
     for st in mod.body_statements(fn):
         if st.kind == "instruction":
-            why = callee_refusal(parse_instruction(st, mod.text),
-                                 " ".join(st.text(mod.text).split()), snippet)
-            if why is not None:
-                return why
+            found = test(parse_instruction(st, mod.text), " ".join(st.text(mod.text).split()))
+            if found is not None:
+                return found
     return None
