@@ -353,19 +353,26 @@ class Reach:
     with their chains from the root, breadth first; ``undefined``, the functions it calls
     that no module defines (code linked from a binary object, or a system call such as
     ``vprintf``) with their chains; ``indirect``, a chain to a call through a register, or
-    None."""
+    None; ``modules``, the modules the indices of ``reached`` count (:func:`outside_ptx`:
+    the root's first)."""
 
     reached: tuple[tuple[tuple[int, str], tuple[str, ...]], ...]
     undefined: dict[str, tuple[str, ...]]
     indirect: tuple[str, ...] | None
+    modules: tuple[Module, ...] = ()
+
+    def functions(self):
+        """(module, function name, chain from the root) of each of ``reached``."""
+        for (mi, name), chain in self.reached:
+            yield self.modules[mi], name, chain
 
 
 def outside_ptx(root_module: Module, root: str,
                 others: Sequence[Module] = ()) -> Reach:
     """:class:`Reach` of ``root`` (as :func:`find_collective` walks it): what of its callees
     the PTX walk cannot see."""
-    mods = [root_module, *[m for m in others if m is not root_module]]
-    return _reach([_facts(m) for m in mods], root)
+    mods = (root_module, *[m for m in others if m is not root_module])
+    return dataclasses.replace(_reach([_facts(m) for m in mods], root), modules=mods)
 
 
 def _reach(facts: Sequence[_Facts], root: str) -> Reach:

@@ -221,10 +221,9 @@ def _stages_a_tile(ext) -> bool:
 
 
 def _check_one(ext, mod: Module, modules, what: str) -> None:
-    mods = [mod, *[m for m in modules if m is not mod]]
     reach = outside_ptx(mod, ext.symbol, modules)
-    for (mi, name), chain in reach.reached:
-        shared_use, effect, leaves = _scan(mods[mi], name, _shared_names(mods[mi]))
+    for fmod, name, chain in reach.functions():
+        shared_use, effect, leaves = _scan(fmod, name, _shared_names(fmod))
         where = reach_text(chain_names(ext, chain))
         if leaves is not None:
             raise SpliceLinkError(
@@ -232,8 +231,8 @@ def _check_one(ext, mod: Module, modules, what: str) -> None:
                 f"call, and the kernel's code after it (its stores) would not run for that "
                 f"thread. Return from the function instead (or __trap() to abort the "
                 f"launch)")
-        dynamic = _dynamic_shared_names(mods[mi])
-        use = _first_use(mods[mi], name, dynamic) if dynamic else None
+        dynamic = _dynamic_shared_names(fmod)
+        use = _first_use(fmod, name, dynamic) if dynamic else None
         if use is not None:
             raise SpliceLinkError(
                 f"{what} uses dynamic shared memory ('{use[0]}', an extern __shared__ array: "

@@ -823,9 +823,8 @@ def check_sites(sites, fragments, target: str, keys: Mapping[int, str]) -> None:
                 f"{what}: calls '{through[-1]}' (through {' -> '.join(through)}), "
                 f"which no PTX of the kernel defines, so splice cannot check it for "
                 f"barriers; ship it as CUDA C, PTX or LTO-IR")
-        mods = [mod, *[m for m in modules if m is not mod]]
-        for (mi, name), chain in reach.reached:
-            hit = _first_refused(mods[mi], name, isinstance(ext.fragment, AsmSource))
+        for fmod, name, chain in reach.functions():
+            hit = _first_refused(fmod, name, isinstance(ext.fragment, AsmSource))
             if hit is not None:
                 problem, fix = hit
                 where = collectives.reach_text(collectives.chain_names(ext, chain))
@@ -864,9 +863,8 @@ def check_block_sites(sites, fragments, target: str, keys: Mapping[int, str],
         if isinstance(ext.fragment, BinarySource):
             continue
         mod = collectives.site_module(ext, fragments, target, keys)
-        mods = [mod, *[m for m in modules if m is not mod]]
-        for (mi, name), chain in collectives.outside_ptx(mod, ext.symbol, modules).reached:
-            use = _group_use(mods[mi], name)
+        for fmod, name, chain in collectives.outside_ptx(mod, ext.symbol, modules).functions():
+            use = _group_use(fmod, name)
             if use is None:
                 continue
             where = collectives.reach_text(collectives.chain_names(ext, chain))
