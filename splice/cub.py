@@ -151,7 +151,7 @@ def _lib():
     """The one library of these templates (compiled per instantiation: :mod:`splice.tiles`)."""
     global _library
     from .cccl import include_dirs
-    from .externs import Library
+    from .inputs.externs import Library
     with _lock:
         if _library is None:
             _library = Library(_SOURCE, options=["-std=c++17"], include_dirs=include_dirs(),
@@ -174,7 +174,7 @@ def _extern(cxx_name: str, signature: str):
 
 def _tile(var, what: str, allowed, where: str, loc) -> ElementType:
     """The element type of tile argument ``var`` (1-D, one of ``allowed``)."""
-    from .trace import describe
+    from .tracing.trace import describe
     ty = var.get_type()
     if not isinstance(ty, cu.TileTy) or len(ty.shape) != 1:
         raise SpliceCallError(f"{what} at {where}: takes a 1-D tile, got {describe(var)}", loc)
@@ -195,12 +195,12 @@ def _constant(var, what: str, where: str, loc):
 
 
 def _call(name: str, signature: str, args, loc):
-    from .tile_trace import emit_tile_call
+    from .inputs.tile_trace import emit_tile_call
     return emit_tile_call(_extern(name, signature), tuple(args), loc)
 
 
 def _where():
-    from .trace import loc_str
+    from .tracing.trace import loc_str
     loc = cu.current_loc()
     return loc, loc_str(loc)
 
@@ -275,7 +275,7 @@ def _device_function(handler, doc: str):
     params = list(inspect.signature(handler).parameters.values())[1:]
 
     def fn(*args, **kwargs):
-        from .trace import python_caller
+        from .tracing.trace import python_caller
         raise SpliceCallError(f"splice.cub.{fn.__name__} called from Python at "
                               f"{python_caller()}: it is device code; call it inside a "
                               f"@splice.kernel function")

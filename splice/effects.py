@@ -30,7 +30,7 @@ program can see.
 
 They walk the functions the extern reaches as the collective check does
 (:func:`splice.collectives.outside_ptx`). The shared-memory and purity rules apply to the
-call forms that do not run collectives (``form.runs_collectives``, :mod:`splice.forms`):
+call forms that do not run convergently (``form.runs_convergently()``, :mod:`splice.forms`):
 a form whose threads call convergently (block) may use shared memory, and is never pure.
 """
 
@@ -38,15 +38,15 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .collectives import (
+from .analysis.collectives import (
     chain_names,
     collective_of,
     outside_ptx,
     reach_text,
-    site_module,
 )
 from .errors import SpliceLinkError
-from .ptx import Module, declared_variable_name, parse_instruction
+from .forms.base import site_module
+from .ptxtools.ptx import Module, declared_variable_name, parse_instruction
 
 _PRINT = frozenset({"vprintf", "printf"})
 #: Calls of CUDA's device runtime that act outside the thread: the callee is not PTX the
@@ -197,18 +197,17 @@ def check_element_effects(sites, fragments: Mapping[str, tuple[str, Module]],
         SpliceLinkError: naming the extern, its declaration, the instruction, the chain of
             functions that reaches it, the call site and the fix.
     """
-    from .fragments import AsmSource, BinarySource
     modules = [m for _, m in fragments.values()]
     done: set[tuple[int, str, bool]] = set()
     for site in sites:
         ext = site.extern
-        if isinstance(ext.fragment, BinarySource):
+        if not ext.fragment.has_ptx_body:   # a binary object: linked after ptxas
             continue
         mod = site_module(ext, fragments, target, keys)
         if (id(mod), ext.symbol, ext.pure) in done:
             continue
         done.add((id(mod), ext.symbol, ext.pure))
-        what = (f"inline PTX (splice.asm) at {ext.where}" if isinstance(ext.fragment, AsmSource)
+        what = (f"inline PTX (splice.asm) at {ext.where}" if ext.fragment.kind == "asm"
                 else f"extern '{ext.name}' (declared at {ext.where})")
         _check_one(ext, mod, modules, f"{what}, called at {site.where},")
 
@@ -241,7 +240,7 @@ def _check_one(ext, mod: Module, modules, what: str) -> None:
                 f"extern, so the array has no size splice can promise. Declare a static "
                 f"__shared__ array of the size it needs (splice counts it in the block's "
                 f"shared memory)")
-        if ext.form.runs_collectives or _stages_a_tile(ext):
+        if ext.form.runs_convergently() or _stages_a_tile(ext):
             continue   # a convergent (block) call: shared memory is its own, never pure; a
                        # tile's store/load site: splice's own buffers (splice.tiles proves them)
         if shared_use is not None:
@@ -252,7 +251,7 @@ def _check_one(ext, mod: Module, modules, what: str) -> None:
                 f"thread calls it once, convergently), or use local variables")
         if ext.pure and effect is not None:
             raise _impure(what, f"{effect[1]} ('{effect[0]}' {where})")
-    if ext.pure and not ext.form.runs_collectives:
+    if ext.pure and not ext.form.runs_convergently():
         for name, chain in reach.undefined.items():
             if name in _EFFECT_CALLS:
                 raise _impure(what, f"{_EFFECT_CALLS[name]} ('{name}', reached through "

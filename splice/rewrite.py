@@ -39,7 +39,7 @@ from .forms.base import CallForm, Edit, Refusal, SiteCall
 from .forms.marked import ADDR_RE, PLAIN_REG, MarkedBody, is_key_load
 from .forms.marked import rewrite_error as _fail
 from .names import MARKER_RE, RESERVED_PREFIXES
-from .ptx import (
+from .ptxtools.ptx import (
     Instruction,
     Module,
     PTXSyntaxError,
@@ -165,7 +165,7 @@ def _splice_function(b: MarkedBody, sites: Mapping[int, SiteCall], before: Mappi
         named = b.named_sites(ins)
         if not named:
             continue
-        per_function = {k for k in named if k in sites and sites[k].form.per_function}
+        per_function = {k for k in named if k in sites and sites[k].form.proves_per_function()}
         if per_function:
             form = sites[min(per_function)].form
             load = form.key_load(b, i, per_function, sites)
@@ -202,7 +202,7 @@ def _check_tile_staging(b: MarkedBody, sites, at: Mapping[int, list[int]]) -> No
     follow it (:func:`splice.tiles.check_staging`)."""
     if not any(sites[idx].staging is not None for idx in at):
         return
-    from .tiles import check_staging
+    from .forms.staging import check_staging
     why = check_staging(b.analysed, sites, at)
     if why is not None:
         raise b.fail(f"cannot prove the shared-memory staging of a tile call: {why}")

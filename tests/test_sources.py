@@ -333,7 +333,7 @@ class _Provider:
 
 def test_a_cuda_source_asks_each_header_provider(tmp_path):
     # include dirs, options, key, extern check, failure hints: what NVSHMEM and CCCL answer
-    from splice.fragments import CudaSource
+    from splice.inputs.fragments import CudaSource
     (tmp_path / "prov.h").write_text("#define PROV(x) ((x) * PROV_SCALE)\n")
     prov = _Provider(tmp_path)
     src = ('#include <prov.h>\nextern "C" __device__ float pf(float x) '

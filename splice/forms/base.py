@@ -25,7 +25,7 @@ from ..errors import SpliceRewriteError
 from ..names import marker_symbol
 
 if TYPE_CHECKING:
-    from ..ptx import Body, Module, Param
+    from ..ptxtools.ptx import Body, Module, Param
     from ..spans import Generated, Span
     from ..types import Signature
     from .marked import MarkedBody
@@ -225,6 +225,35 @@ class SiteInfo:
         return self.form.summary(self)
 
 
+class FlagAnswers:
+    """The answers of :class:`CallForm`'s questions that its flags give: a form class
+    inherits them (the flags are read only here and in the forms)."""
+
+    runs_collectives: bool
+    per_function: bool
+    takes_tiles: bool
+    straight_line_snippets: bool
+    scope: Scope
+
+    def runs_convergently(self) -> bool:
+        """Whether every thread of a group calls it together (:attr:`runs_collectives`): its
+        callee may execute collectives and owns the shared memory it declares."""
+        return self.runs_collectives
+
+    def proves_per_function(self) -> bool:
+        """Whether its markers are proven per function (:attr:`per_function`)."""
+        return self.per_function
+
+    def takes_tile_arguments(self) -> bool:
+        """Whether its calls may take and return whole tiles (:attr:`takes_tiles`)."""
+        return self.takes_tiles
+
+    def snippet_rule(self) -> Scope | None:
+        """The scope whose straight-line rule a ``splice.asm`` snippet of this form follows
+        (:attr:`straight_line_snippets`), or None."""
+        return self.scope if self.straight_line_snippets else None
+
+
 class CallForm(Protocol):
     """One way a call site runs (``splice/forms/__init__.py`` says how to add one).
 
@@ -253,6 +282,21 @@ class CallForm(Protocol):
     per_function: bool
     takes_tiles: bool
     straight_line_snippets: bool
+
+    def runs_convergently(self) -> bool:
+        """Whether every thread of a group calls it together: its callee may execute
+        collectives and owns the shared memory it declares (modules outside the forms ask
+        this, not :attr:`runs_collectives`)."""
+
+    def proves_per_function(self) -> bool:
+        """Whether its markers are proven per function (:attr:`per_function`)."""
+
+    def takes_tile_arguments(self) -> bool:
+        """Whether its calls may take and return whole tiles (:attr:`takes_tiles`)."""
+
+    def snippet_rule(self) -> Scope | None:
+        """The scope whose straight-line rule a ``splice.asm`` snippet of this form follows
+        (:attr:`straight_line_snippets`), or None."""
 
     def declare(self, sig: Signature, pure: bool, what: str) -> bool:
         """Check a declaration of this form; the ``pure`` the extern gets.
@@ -381,3 +425,13 @@ def no_key_load(body, i, named, sites) -> Refusal:
     """:meth:`CallForm.key_load` of a form without per-function markers (never called:
     the rewriter asks only forms with ``per_function`` set)."""
     raise AssertionError("key_load of a form without per-function markers")
+
+
+def site_module(ext, fragments: Mapping[str, tuple[str, Module]], target: str,
+                keys: Mapping[int, str] | None = None) -> Module:
+    """The PTX module of ``ext``'s fragment among ``fragments`` (content key ->
+    (description, module)), by the content key in ``keys`` (id(fragment) -> key, as the
+    fragments stage took them once a build); without ``keys`` the key is taken here (for
+    CUDA C, a walk of the source's headers)."""
+    frag = ext.fragment
+    return fragments[keys[id(frag)] if keys is not None else frag.content_key(target)][1]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import SpliceDeclarationError
 from .base import (
+    FlagAnswers,
     Marker,
     Scope,
     SiteInfo,
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from ..spans import Generated, Span
 
 
-class BlockForm:
+class BlockForm(FlagAnswers):
     """A block call on its 0-d atomic marker."""
 
     scope = Scope.BLOCK
@@ -75,8 +76,8 @@ class BlockForm:
         return self
 
     def global_edit(self, index: int) -> Generated:
-        from .. import block
         from ..spans import Generated
+        from . import block_proof as block
         return Generated(block.scratch_declaration(index, self.scope),
                          block.scratch_owner(self.scope), "splice", index)
 
@@ -84,9 +85,9 @@ class BlockForm:
         """The edits of one instance of the site's marker (statement ``i``): the guard
         retargeted, the marker replaced by thread 0's store of the arguments and every
         thread's call (see :mod:`splice.block`, which proves it)."""
-        from .. import block
-        from ..calls import call_block
         from ..spans import Generated
+        from . import block_proof as block
+        from .calls import call_block
         from .marked import rewrite_error
         parsed, kernel_name = body.parsed, body.kernel_name
         s, ins = parsed[i]
@@ -113,7 +114,7 @@ class BlockForm:
     def call_ends(self, body, i):
         """Thread 0's guard and the join at tileiras's ``bar.sync 0``
         (:func:`splice.block.prove_instance`), and the block's threads (``.reqntid``)."""
-        from .. import block
+        from . import block_proof as block
         g, j = block.prove_instance(body, i)
         dims = block.block_dims(body.module, body.fn)
         assert dims is not None     # prove_instance refuses a kernel without .reqntid
@@ -124,7 +125,7 @@ class BlockForm:
     def check_callees(self, sites, fragments, target: str, keys, kernel) -> None:
         """Collectives are allowed in the callee; splice_group.h's group only where the
         block is one warpgroup (:func:`splice.warpgroup.check_block_sites`)."""
-        from .. import warpgroup
+        from . import warpgroup_proof as warpgroup
         warpgroup.check_block_sites(sites, fragments, target, keys, kernel)
 
     def check_snippet(self, text: str, pack: int) -> str | None:
@@ -172,7 +173,8 @@ def _warp_specialised(site, module, ws: str) -> str:
     instruction that shows it), with the fix that works: a user's extern can be declared
     at warpgroup scope (tiles included) unless its code synchronises the whole block; a
     splice.cub call cannot (CUB synchronises the block), only a plain kernel runs it."""
-    from .. import cub_names, warpgroup
+    from .. import cub_names
+    from . import warpgroup_proof as warpgroup
     why = (f"tileiras warp-specialised this kernel ({ws!r}): its scalar operations run in a "
            f"subset of the block's warps, so splice cannot make every thread of the block "
            f"call")

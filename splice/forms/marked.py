@@ -9,7 +9,7 @@ from typing import Sequence
 
 from ..errors import SpliceRewriteError
 from ..names import MARKER_RE
-from ..ptx import Body, Function, Instruction, Module, Statement, registers_in
+from ..ptxtools.ptx import Body, Function, Instruction, Module, Statement, registers_in
 
 
 def rewrite_error(kernel_name: str, msg: str, stmt_text: str | None = None) -> SpliceRewriteError:

@@ -41,9 +41,9 @@ class WarpgroupForm(BlockForm):
         """The edits of one instance of the site's marker (statement ``i``): the guard
         retargeted, the marker replaced by the leader's store of the arguments and the
         group's call (see :mod:`splice.warpgroup`, which proves it)."""
-        from .. import warpgroup
-        from ..calls import call_block
         from ..spans import Generated
+        from . import warpgroup_proof as warpgroup
+        from .calls import call_block
         parsed = body.parsed
         s, ins = parsed[i]
         what = f"warpgroup-scope call of {site.label} (site {site.index})"
@@ -72,7 +72,7 @@ class WarpgroupForm(BlockForm):
         """The group's guard G and join J (:func:`splice.warpgroup.prove_site`), and the
         group's :data:`~splice.warpgroup.GROUP_SIZE` threads, over which tileiras spreads
         the elements of a tile it runs there."""
-        from .. import warpgroup
+        from . import warpgroup_proof as warpgroup
         try:
             proof = warpgroup.prove_site(body, i)
         except warpgroup.WarpgroupRefusal as e:
@@ -82,7 +82,7 @@ class WarpgroupForm(BlockForm):
     def check_callees(self, sites, fragments, target: str, keys, kernel) -> None:
         """Refuse the sites whose extern runs what the group cannot
         (:func:`splice.warpgroup.check_sites`: the same arguments but ``kernel``)."""
-        from .. import warpgroup
+        from . import warpgroup_proof as warpgroup
         warpgroup.check_sites(sites, fragments, target, keys)
 
     def describe(self, span: Span) -> str:

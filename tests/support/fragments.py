@@ -44,8 +44,8 @@ def save_source_mid_build(monkeypatch, frag) -> list:
     collectives check of a build has run: as a CUDA C source saved mid-build would, for the
     checks after it, which must use the keys and PTX the fragments stage took. Returns a
     list that is non-empty once that point was reached."""
-    from splice import collectives
-    cls, check, saved = type(frag), collectives.check_element_sites, []
+    from splice.forms import element_callees
+    cls, check, saved = type(frag), element_callees.check_element_sites, []
     real_key, real_module = cls.content_key, cls.module
 
     def content_key(self, target):
@@ -60,5 +60,5 @@ def save_source_mid_build(monkeypatch, frag) -> list:
         saved.append(True)
     monkeypatch.setattr(cls, "content_key", content_key)
     monkeypatch.setattr(cls, "module", module)
-    monkeypatch.setattr(collectives, "check_element_sites", check_then_save)
+    monkeypatch.setattr(element_callees, "check_element_sites", check_then_save)
     return saved
