@@ -39,7 +39,8 @@ from .errors import (
 _LAZY = {
     "kernel": ("driver.splice_kernel", "SpliceKernel"),
     "extern": ("inputs.externs", "extern"), "library": ("inputs.externs", "library"),
-    "Library": ("inputs.externs", "Library"), "ExternFunction": ("inputs.externs", "ExternFunction"),
+    "Library": ("inputs.externs", "Library"),
+    "ExternFunction": ("inputs.externs", "ExternFunction"),
     "asm": ("inputs.asm_frontend", "asm"),
     "Signature": ("types", "Signature"), "parse_signature": ("types", "parse_signature"),
     "pointer": ("types", "pointer"), "tile": ("types", "tile"),
@@ -48,7 +49,8 @@ _LAZY = {
     "export_kernel": ("integrations.export", "export_kernel"),
     "toolchain": ("toolchain", None), "cub": ("cub", None),
     "Build": ("driver.result", "Build"), "build": ("driver.pipeline", "build"),
-    "__version__": ("driver.pipeline", "__version__"), "PTXSyntaxError": ("ptxtools.ptx", "PTXSyntaxError"),
+    "__version__": ("driver.pipeline", "__version__"),
+    "PTXSyntaxError": ("ptxtools.ptx", "PTXSyntaxError"),
 }
 if TYPE_CHECKING:
     from . import cub, toolchain

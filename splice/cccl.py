@@ -184,7 +184,7 @@ def header_hint(header: str) -> str:
 
 
 class _Headers:
-    """CCCL as a :class:`splice.headers.HeaderProvider`: on every CUDA C source's include
+    """CCCL as a :class:`splice.inputs.headers.HeaderProvider`: on every CUDA C source's include
     path; its headers are hashed by the source's include walk (size and mtime)."""
 
     def include_dirs(self, texts) -> list[Path]:

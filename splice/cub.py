@@ -1,5 +1,5 @@
 """Tile operations cuTile lacks, on CUB's block algorithms and staged tiles
-(:mod:`splice.tiles`): call them inside a ``@splice.kernel`` on a 1-D tile::
+(:mod:`splice.forms.staging`): call them inside a ``@splice.kernel`` on a 1-D tile::
 
     y = splice.cub.sort(t)                          # ascending (descending=True)
     ks, vs = splice.cub.sort_pairs(keys, values)    # values follow their keys
@@ -20,7 +20,7 @@ tile shape and dtype (cached on disk). What they need:
   ``SpliceRewriteError`` when the kernel compiles (and traps at launch, should it get
   through). Not at warpgroup scope: CUB's block algorithms synchronise with
   ``__syncthreads()`` (``CTA_SYNC``), a barrier of the whole block, which the warpgroup
-  callee policy refuses (:func:`splice.warpgroup.callee_refusal`: the block's other warps
+  callee policy refuses (:func:`splice.forms.warpgroup_proof.callee_refusal`: the block's other warps
   never reach it in a warp-specialised kernel); a tile call there needs CUDA C written
   for the group (``splice_group_sync()``, ``examples/matmul_rowmax_fp8.py``).
 - **Tiles**: 1-D, of 128 x 2**j elements (128, 256 ... 2048; CUB's items per thread are
@@ -148,7 +148,7 @@ _externs: dict[tuple, object] = {}
 
 
 def _lib():
-    """The one library of these templates (compiled per instantiation: :mod:`splice.tiles`)."""
+    """The one library of these templates (compiled per instantiation: :mod:`splice.forms.staging`)."""
     global _library
     from .cccl import include_dirs
     from .inputs.externs import Library

@@ -4,7 +4,7 @@ program can see.
 
 - **exit** (also at block scope). A thread that exits inside the call skips the kernel's
   code after it: its stores are lost, silently (a barrier excuses exited threads) (``splice.asm`` snippets are checked for ``exit`` themselves,
-  :mod:`splice.asm_check`; this covers what they and externs call).
+  :mod:`splice.ptxtools.asm_check`; this covers what they and externs call).
 
 - **Shared memory.** An element-scope call runs on each thread that owns an element, all
   at once and in no order splice controls, so one ``__shared__`` variable is shared by the
@@ -29,7 +29,7 @@ program can see.
   (the stack) and ``.param`` are not effects the program can see.
 
 They walk the functions the extern reaches as the collective check does
-(:func:`splice.collectives.outside_ptx`). The shared-memory and purity rules apply to the
+(:func:`splice.analysis.collectives.outside_ptx`). The shared-memory and purity rules apply to the
 call forms that do not run convergently (``form.runs_convergently()``, :mod:`splice.forms`):
 a form whose threads call convergently (block) may use shared memory, and is never pure.
 """
@@ -71,7 +71,7 @@ _PRIVATE_SPACES = frozenset({"local", "param"})
 #: ``discard``, ``mbarrier``, fences (``fence``, ``membar``), ``griddepcontrol.wait``,
 #: ``trap``, ``brkpt``, ``pmevent`` and any instruction this list does not know. The
 #: warp-, warpgroup- and CTA-wide ones (``wgmma``, ``tcgen05``, ``setmaxnreg``,
-#: ``elect``, ``bar``, ...) are refused first as collectives (:mod:`splice.collectives`).
+#: ``elect``, ``bar``, ...) are refused first as collectives (:mod:`splice.analysis.collectives`).
 PURE_BASES = frozenset("""
     add sub mul mad mul24 mad24 sad div rem abs neg min max popc clz bfind fns brev bfe bfi
     szext bmsk dp4a dp2a addc subc madc
@@ -146,7 +146,7 @@ def _effect(ins) -> str | None:
         return None if "prefetch" in mods else _copy_effect(ins)
     if ins.base in PURE_BASES or ins.opcode.startswith("clusterlaunchcontrol.query_cancel") \
             or collective_of(ins.opcode) is not None:
-        return None   # a collective: refused by splice.collectives, with its own reason
+        return None   # a collective: refused by splice.analysis.collectives, with its own reason
     return _NAMED.get(ins.base, f"'{ins.base}', an instruction a pure call may not execute "
                                 f"(it is not a read, arithmetic or local-memory access)")
 
@@ -191,7 +191,7 @@ def check_element_effects(sites, fragments: Mapping[str, tuple[str, Module]],
             kernel, compiled for ``target``.
         target: the kernel's PTX target.
         keys: id(fragment) -> its content key for ``target``
-            (:func:`splice.collectives.site_module`).
+            (:func:`splice.forms.base.site_module`).
 
     Raises:
         SpliceLinkError: naming the extern, its declaration, the instruction, the chain of
@@ -215,7 +215,7 @@ def check_element_effects(sites, fragments: Mapping[str, tuple[str, Module]],
 def _stages_a_tile(ext) -> bool:
     """Whether ``ext`` is splice's generated store or load of a tile call: its shared memory
     is the call's staging buffers, each element written by its owner thread once and read
-    after the call's barriers (``splice.tiles.check_staging``, ``docs/design.md``)."""
+    after the call's barriers (``splice.forms.staging.check_staging``, ``docs/design.md``)."""
     return ext.staging is not None and ext.staging.role in ("store", "load")
 
 
@@ -242,7 +242,7 @@ def _check_one(ext, mod: Module, modules, what: str) -> None:
                 f"shared memory)")
         if ext.form.runs_convergently() or _stages_a_tile(ext):
             continue   # a convergent (block) call: shared memory is its own, never pure; a
-                       # tile's store/load site: splice's own buffers (splice.tiles proves them)
+                       # tile's store/load site: splice's own buffers (splice.forms.staging proves them)
         if shared_use is not None:
             raise SpliceLinkError(
                 f"{what} uses __shared__ memory ('{shared_use[0]}' {where}): an element-scope "

@@ -1,7 +1,7 @@
 """The PTX rewriter: every call-site marker in a kernel's PTX becomes a call of its extern.
 
 A call site reaches PTX as one or more marker instructions, one per tile element the
-executing thread owns (``docs/design.md#markers``, :mod:`splice.tile_ir`): an atomic
+executing thread owns (``docs/design.md#markers``, :mod:`splice.tracing.tile_ir`): an atomic
 compare-and-swap on the site's marker global, the arguments packed into its compare and swap
 operands (impure, void and block calls)::
 
@@ -14,7 +14,7 @@ marker LLVM changed is a :class:`Refusal` naming the sites in the report, and th
 gives them atomic markers.
 
 This module finds the markers and hands each to its site's call form (:mod:`splice.forms`),
-which gives the edits: a call sequence (:mod:`splice.calls`) for an element call, thread 0's
+which gives the edits: a call sequence (:mod:`splice.forms.calls`) for an element call, thread 0's
 argument store and every thread's call for a block call. It **proves** the rewrite instead
 of assuming it:
 
@@ -199,7 +199,7 @@ def _splice_function(b: MarkedBody, sites: Mapping[int, SiteCall], before: Mappi
 
 def _check_tile_staging(b: MarkedBody, sites, at: Mapping[int, list[int]]) -> None:
     """The proof that every tile call's stores precede its block call and its loads
-    follow it (:func:`splice.tiles.check_staging`)."""
+    follow it (:func:`splice.forms.staging.check_staging`)."""
     if not any(sites[idx].staging is not None for idx in at):
         return
     from .forms.staging import check_staging

@@ -706,7 +706,7 @@ def test_user_error_comes_before_header_warnings_in_the_log():
     assert 'operand of "*" must be a pointer' in log
     if "warning" in log:
         assert log.index('operand of "*"') < log.index("warning")
-    assert sorted(log.splitlines()) == sorted(splice.cuda_compile.errors_first(log).splitlines())
+    assert sorted(log.splitlines()) == sorted(splice.inputs.cuda_compile.errors_first(log).splitlines())
 
 
 def test_errors_first_keeps_every_line():

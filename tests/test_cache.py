@@ -275,9 +275,10 @@ import subprocess, sys
 sys.path[:0] = [sys.argv[1], sys.argv[2], sys.argv[2] + "/support"]  # kernels.py
 import cuda.tile as ct
 import kernels as K, splice
+from splice.tracing import trace
 sig = K.signature(K.array(ct.float32), K.array(ct.float32), K.array(ct.float32),
                   K.scalar(ct.float32), 256)
-splice.trace.trace_kernel(K.saxpy_kernel, sig, "sm_90")  # cuTile probes tileiras once
+trace.trace_kernel(K.saxpy_kernel, sig, "sm_90")  # cuTile probes tileiras once
 if sys.argv[3] == "warm":
     real_popen = subprocess.Popen
 

@@ -13,7 +13,7 @@ __match_all_sync(~0u, ...) == ~0u ...) { ... __shfl_sync(mask, ...) }`` (which N
 with the constant full mask, known equal to the group's there).
 
 :func:`proven` accepts a ``.sync`` instruction S of a function when all of this holds in
-the function's PTX (else it stays refused by :mod:`splice.collectives`):
+the function's PTX (else it stays refused by :mod:`splice.analysis.collectives`):
 
 - S is not predicated, and its membermask (the last operand) is, on every path from the
   function's entry to S, the result of the latest execution of an ``activemask.b32`` A
@@ -36,8 +36,8 @@ the function's PTX (else it stays refused by :mod:`splice.collectives`):
 Syncs are proven in rounds until none is added (a sync's result may make a later branch
 uniform). An ``activemask.b32`` is accepted with the S it feeds: alone, its value would be
 tileiras's layout. The proof stays in one function; calls are walked by
-:mod:`splice.collectives` as before. Binary objects (``from_object``) are not covered: their
-SASS is checked by :func:`splice.collectives.check_binary_sites` as before.
+:mod:`splice.analysis.collectives` as before. Binary objects (``from_object``) are not covered: their
+SASS is checked by :func:`splice.forms.element_callees.check_binary_sites` as before.
 """
 
 from __future__ import annotations
@@ -406,7 +406,7 @@ def _int(text: str) -> int | None:
 
 
 def _written(ins: Instruction) -> list[str]:
-    """Registers an instruction writes: :func:`splice.ptx.destinations`, and the registers
+    """Registers an instruction writes: :func:`splice.ptxtools.ptx.destinations`, and the registers
     in the result list of a ``call``."""
     if ins.base == "call":
         first = ins.operands[0] if ins.operands else ""

@@ -8,7 +8,7 @@ of the warp, warpgroup, CTA or cluster to execute it too (``bar.sync``, ``shfl.s
 function or anything it calls; :func:`check_element_sites` refuses such calls with a
 :class:`SpliceLinkError` that points at ``scope="block"``. Exempt: the opportunistic
 pattern, ``__activemask()`` feeding the membermask of ``.sync`` instructions, which is
-correct at any divergence where :mod:`splice.activemask` proves it
+correct at any divergence where :mod:`splice.analysis.activemask` proves it
 (``docs/design.md#active-mask``).
 
 :data:`COLLECTIVES` is the table, made from the PTX ISA 9.4 document (section numbers are

@@ -16,12 +16,12 @@
                for binary objects)                                             (toolchain)
 
 :func:`build` runs it for one kernel signature and architecture: trace, key and cache here,
-the stages of a miss in :mod:`splice.stages` (a cache hit does not load them). :class:`Job`
+the stages of a miss in :mod:`splice.driver.stages` (a cache hit does not load them). :class:`Job`
 times each stage (``Build.timings``, the ``splice`` logger at DEBUG) and writes each stage's
 output to ``$SPLICE_DUMP_DIR/<symbol>.<arch>/`` as it is made, so that a failed build
 leaves the stages before the failure. A build that keeps its stages (:func:`splice.compile`,
 ``inspect()``, a dump directory) caches their texts beside the cubin and hits like a launch. Linked cubins are cached on disk by content (:mod:`splice.cache`);
-fragments by their own content (:mod:`splice.fragments`). What each stage costs against
+fragments by their own content (:mod:`splice.inputs.fragments`). What each stage costs against
 plain cuTile, and why: ``docs/design.md#first-launch``.
 """
 
@@ -145,7 +145,7 @@ class Job:
 
     def trace(self, atomic: frozenset[str]):
         """The ``trace`` stage: pure sites whose key is in ``atomic`` get the atomic
-        marker (the fallback of :func:`splice.stages.lower_and_splice` traces again)."""
+        marker (the fallback of :func:`splice.driver.stages.lower_and_splice` traces again)."""
         return self.run("trace", _trace, self, atomic)
 
     def dump(self, suffix: str, data: str | bytes | None) -> None:

@@ -2,7 +2,7 @@
 
 cuTile's launcher calls ``ct.kernel._compile`` for each new signature and caches what it
 returns; :class:`SpliceKernel` overrides it to return the cubin of
-:func:`splice.pipeline.build`, so ``ct.launch``, its launch cache and its argument checks
+:func:`splice.driver.pipeline.build`, so ``ct.launch``, its launch cache and its argument checks
 work unchanged (``docs/design.md#cutile-hooks``).
 """
 
@@ -75,7 +75,7 @@ class SpliceKernel(ct.kernel):
         return type(self)(_cutile.python_function(self), **{**_cutile.kernel_options(self), **hints})
 
     def inspect(self, *args, signature=None, arch: str | None = None):
-        """Every stage of this kernel's compilation, as a :class:`splice.pipeline.Build`.
+        """Every stage of this kernel's compilation, as a :class:`splice.driver.pipeline.Build`.
 
         Pass the launch arguments (needs a GPU to derive the signature), or a
         ``cuda.tile.compilation.KernelSignature`` and an ``arch`` such as ``"sm_90"`` (no

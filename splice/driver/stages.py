@@ -1,4 +1,4 @@
-"""The stages of a cache miss, run by :func:`splice.pipeline.build`: lower, fragments,
+"""The stages of a cache miss, run by :func:`splice.driver.pipeline.build`: lower, fragments,
 splice (and the fma -> atomic marker fallback), link, assemble, the result.
 
 They live apart from the driver so that a cache hit -- a new process compiling a kernel it
@@ -34,7 +34,7 @@ log = logging.getLogger("splice")
 
 
 class Driver(Protocol):
-    """What the stages need of the build that runs them (:class:`splice.pipeline.Job`)."""
+    """What the stages need of the build that runs them (:class:`splice.driver.pipeline.Job`)."""
 
     arch: str
     name: str
@@ -163,7 +163,7 @@ class Spliced:
 def _lower(job: Driver, traced) -> _Lowered:
     """tileiras on the bytecode, the fragments compiling ahead in threads meanwhile; the
     impure calls that read an array the PTX may have stored by TMA are refused
-    (:mod:`splice.tma_store_reads`)."""
+    (:mod:`splice.ptxtools.tma_store_reads`)."""
     guess = predicted_ptx_target(_gpu_name(traced))
     with _fragments_compiled_ahead(traced, guess):
         capture = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags,

@@ -53,7 +53,7 @@ def elf_symbols(blob: bytes) -> list[str]:
 
 
 def verify_build(build) -> None:
-    """Check a :class:`splice.pipeline.Build`'s cubin as described above."""
+    """Check a :class:`splice.driver.pipeline.Build`'s cubin as described above."""
     what = f"kernel '{build.kernel_name}' ({build.symbol}, {build.arch})"
     bad = [n for n in elf_symbols(build.cubin) if MARKER in n]
     if bad:

@@ -2,12 +2,12 @@
 (edits, or a :class:`Refusal`), and the records of a call site that carry a form and that
 its methods take::
 
-    CallSite   recorded while cuTile traces the kernel (splice.trace): which extern, the
+    CallSite   recorded while cuTile traces the kernel (splice.tracing.trace): which extern, the
                tile shape, the source location, the form; ``key`` is stable across traces
                of one kernel signature
     SiteCall   how the rewriter calls it (splice.rewrite): the callee's PTX prototype,
                the body to inline
-    SiteInfo   what the build reports of it (splice.pipeline.Build.sites): instances in
+    SiteInfo   what the build reports of it (splice.driver.pipeline.Build.sites): instances in
                PTX, inlined or not and why, its marker and why it is not the fma marker
 
 Records and protocol live in one module because each names the other. This module imports
@@ -101,7 +101,7 @@ class CallSite:
 
     Attributes:
         index: order of the call in the trace (0, 1, ...); names the marker global.
-        extern: the called :class:`splice.externs.ExternFunction`.
+        extern: the called :class:`splice.inputs.externs.ExternFunction`.
         shape: the tile shape of the marker (the call's shape, last axis maybe split).
         where: "file:line" of the call in the user's source.
         call_shape: the tile shape of the call (``()`` for a scalar call).
@@ -168,7 +168,7 @@ class SiteCall:
     form: CallForm
     marker_bits: int = 0
     fma_rounding: str = "rn"
-    #: the part the site plays in a tile call (:class:`splice.tiles.Staging`), or None
+    #: the part the site plays in a tile call (:class:`splice.forms.staging.Staging`), or None
     staging: object = None
 
     @property
@@ -266,13 +266,13 @@ class CallForm(Protocol):
             (:meth:`instance_edits`).
         runs_collectives: whether the callee may execute collective instructions (warp or
             CTA barriers, shuffles, votes, NVSHMEM collectives): False for a form whose
-            call runs on a divergent subset of threads (:mod:`splice.collectives`).
+            call runs on a divergent subset of threads (:mod:`splice.analysis.collectives`).
         takes_tiles: whether its calls may take and return whole tiles (``splice.tile``,
-            staged in shared memory around the call: :mod:`splice.tiles`), which needs
+            staged in shared memory around the call: :mod:`splice.forms.staging`), which needs
             :meth:`call_ends`.
         straight_line_snippets: whether a ``splice.asm`` snippet of this form must be
             straight-line PTX (every thread of a group runs it once per execution, around
-            splice's barriers: :func:`splice.asm_check.check_snippet`'s ``straight_line``).
+            splice's barriers: :func:`splice.ptxtools.asm_check.check_snippet`'s ``straight_line``).
     """
 
     scope: Scope
@@ -405,7 +405,7 @@ def no_function_edits(body, key_loads, sites, first) -> tuple[list[Edit], dict[i
 
 def no_check_callees(sites, fragments, target: str, keys, kernel) -> None:
     """:meth:`CallForm.check_callees` of a form whose callees face only the checks every
-    site gets (:mod:`splice.collectives` by :attr:`CallForm.runs_collectives`,
+    site gets (:mod:`splice.analysis.collectives` by :attr:`CallForm.runs_collectives`,
     :mod:`splice.effects`)."""
 
 

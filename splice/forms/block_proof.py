@@ -1,8 +1,8 @@
 """Block-scope call sites (``scope="block"``): every thread of the block calls the extern
 once per execution of the call site, convergently, with thread 0's arguments.
 
-A block-scope call is traced as a 0-d atomic marker (:mod:`splice.trace`,
-:mod:`splice.tile_ir`). tileiras runs a 0-d atomic on one thread
+A block-scope call is traced as a 0-d atomic marker (:mod:`splice.tracing.trace`,
+:mod:`splice.tracing.tile_ir`). tileiras runs a 0-d atomic on one thread
 (``docs/design.md#block-scope``)::
 
         mov.u32          %r1, %tid.x;                   // T: the only definition of %r1

@@ -1,7 +1,7 @@
 """The call sequence that replaces one marker instance (:func:`call_block`): a scoped block
 that unpacks the marker's two operands into the callee's arguments, stores its ``.param``\\ s,
 ``call``\\ s it (``call``, not ``call.uni``: owner threads may diverge) -- or inlines its body
-(:mod:`splice.inline`) -- and writes the result register, predicated like the marker was.
+(:mod:`splice.ptxtools.inline`) -- and writes the result register, predicated like the marker was.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def _load_result(result: Param, width: int, dest: str, reg) -> list[str]:
 
 
 def _inline_call(site, values, body, reg, dest, width, instance):
-    """The callee's body in place of the call (see :mod:`splice.inline`)."""
+    """The callee's body in place of the call (see :mod:`splice.ptxtools.inline`)."""
     mod, fn = site.inline
     result = None
     if site.result is not None:

@@ -5,9 +5,9 @@ Two marker variants: :data:`ATOMIC` (an atomic compare-and-swap on the site's ma
 impure and void calls, and pure calls whose fma marker LLVM changed) and :data:`FMA` (an
 ``fma.rn.f64`` keyed by a load of the marker global: pure calls with a result, proven by
 :mod:`splice.forms.fma_proof`). Each instance becomes the call sequence of
-:func:`splice.calls.call_block`, predicated like its marker.
+:func:`splice.forms.calls.call_block`, predicated like its marker.
 
-Collectives: refused in the callee (:mod:`splice.collectives`): which threads of a warp or
+Collectives: refused in the callee (:mod:`splice.analysis.collectives`): which threads of a warp or
 CTA reach one instance together is tileiras's layout.
 
 The PTX analysis is imported when it runs: a cache hit loads the forms, not the rewriter.

@@ -160,7 +160,7 @@ _WHY = ("Element-scope calls run once per tile element, on the thread that owns 
         "convergently), or remove the collective")
 
 
-#: Rows whose instruction may be part of the opportunistic pattern (splice.activemask).
+#: Rows whose instruction may be part of the opportunistic pattern (splice.analysis.activemask).
 _PATTERN_ROWS = frozenset({"activemask", *activemask.MASKED})
 
 

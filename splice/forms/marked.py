@@ -37,7 +37,7 @@ class MarkedBody:
 
     @classmethod
     def parse(cls, module: Module, fn: Function, kernel_name: str) -> MarkedBody:
-        """The marked body of ``fn`` on its analysed :meth:`~splice.ptx.Module.body`."""
+        """The marked body of ``fn`` on its analysed :meth:`~splice.ptxtools.ptx.Module.body`."""
         body = module.body(fn)
         return cls(module, fn, kernel_name, body.parsed, body.defs, body)
 

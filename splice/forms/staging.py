@@ -22,7 +22,7 @@ puts a ``bar.sync 0`` between consecutive impure operations.
 :func:`check_staging`; anything else is a :class:`~splice.errors.SpliceRewriteError` naming
 the step):
 
-1. the block site is proven as any block site (:mod:`splice.block`): every thread of the
+1. the block site is proven as any block site (:mod:`splice.forms.block_proof`): every thread of the
    block executes it once per execution, and its first barrier orders everything before it
    (the stores) before the call, its last barrier the call's stores before what follows;
 2. *stores*: the instances of each store site lie in the straight-line stretch that ends at
@@ -37,15 +37,15 @@ the step):
 3. *loads*: the same for the load site, in the straight-line stretch after the block site's
    join.
 
-**At warpgroup scope** (:mod:`splice.warpgroup`) the same staging and the same proof hold
-with the warpgroup site in the block site's place: 1. is :func:`splice.warpgroup.prove_site`
+**At warpgroup scope** (:mod:`splice.forms.warpgroup_proof`) the same staging and the same proof hold
+with the warpgroup site in the block site's place: 1. is :func:`splice.forms.warpgroup_proof.prove_site`
 (every thread of one warpgroup reaches it once; splice's counting entry barrier over the
 group orders the stores before the call, its exit barrier the call before the loads), and
 the elements per thread of 2. and 3. count the group's 128 threads, not the block's: the
 ``threads`` of :meth:`~splice.forms.base.CallForm.call_ends`, which each form answers.
 
 **Shared memory**: the buffers of one call beyond :data:`MAX_SHARED_BYTES` are refused at
-the call (:mod:`splice.tile_trace`); once the fragments are merged,
+the call (:mod:`splice.inputs.tile_trace`); once the fragments are merged,
 :func:`check_shared_memory` adds every static ``.shared`` declaration of the kernel (the
 buffers, tileiras's own, the callee's ``__shared__``) and refuses a total beyond the
 block's maximum before ptxas runs, naming each owner's bytes (next to the 128x128x64 TMA
@@ -103,7 +103,7 @@ def check_shared_memory(merged: str, owner_of_line, target: str, what: str) -> N
     """Refuse, before ptxas runs, a kernel with tile calls whose static shared memory
     cannot fit in one block on ``target`` (:data:`BLOCK_SHARED_LIMIT`): ``merged`` is the
     merged PTX, ``owner_of_line`` the owner of each of its lines (a line number -> a name:
-    :func:`splice.diagnose.owner_of_line` over the spans of :class:`splice.link.Merged`). The
+    :func:`splice.driver.diagnose.owner_of_line` over the spans of :class:`splice.ptxtools.link.Merged`). The
     refusal counts what the kernel surely uses -- splice's staging buffers and tileiras's
     own declarations -- and names every owner's bytes, the callees' ``__shared__`` too
     (a total those push over the limit is ptxas's report, which names them alike).
@@ -137,7 +137,7 @@ _STOP = ("bra", "brx", "ret", "exit", "call", "trap")
 
 def check_staging(body, sites, at: Mapping[int, list[int]]) -> str | None:
     """Points 2 and 3 of the module docstring for every tile call of the function ``body``
-    (a :class:`splice.ptx.Body`): ``at`` holds the statement indices of each atomic site's
+    (a :class:`splice.ptxtools.ptx.Body`): ``at`` holds the statement indices of each atomic site's
     marker instances, ``sites`` the sites (``.staging``, ``.form``). The threads a call's
     elements are spread over come from its form (:meth:`~splice.forms.base.CallForm.call_ends`:
     the block's at block scope, the warpgroup's 128 at warpgroup scope). Returns why the

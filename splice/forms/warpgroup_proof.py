@@ -38,7 +38,7 @@ a :class:`WarpgroupRefusal` naming the step (the rewriter's
 3. **site shape**: the guard G is a branch taken exactly by the threads with
    ``tid.x != c`` (a single thread ``c``; tileiras's epilogue warpgroup tests
    ``tid.x - 128 != 0``: :func:`guard_thread`), the guarded code is straight-line and falls
-   through to the join J, which nothing but G names (as for block scope, :mod:`splice.block`).
+   through to the join J, which nothing but G names (as for block scope, :mod:`splice.forms.block_proof`).
 4. **join barrier**: J is followed, through straight-line code, by an unpredicated
    ``barrier.sync``/``bar.sync`` with immediate id and count (the warp-specialised case), or
    by ``bar.sync 0`` (a kernel that is not warp-specialised).
@@ -87,12 +87,12 @@ does not start at thread 0). The header ``splice_group.h`` gives ``splice_group_
 ``splice_group_size()`` and ``splice_group_sync()``.
 
 **Tiles.** A warpgroup call takes tile arguments and results as a block call does
-(:mod:`splice.tiles`: one staging for both scopes): the owner threads store each element
+(:mod:`splice.forms.staging`: one staging for both scopes): the owner threads store each element
 into splice's shared buffer in the straight-line code before G, every thread of the group
 loads the result after J, and the elements are spread over the group's
 :data:`GROUP_SIZE` threads (``call_ends`` of the form says so), not the block's. The
 buffers, tileiras's own shared memory and the callee's must fit in the block's maximum
-(:func:`splice.tiles.check_shared_memory`: about 35 KB next to the 128x128x64 TMA matmul's
+(:func:`splice.forms.staging.check_shared_memory`: about 35 KB next to the 128x128x64 TMA matmul's
 196,760 B): a (128,) vector fits, a 128x128 float32 accumulator does not.
 """
 
@@ -301,7 +301,8 @@ def guard_thread(guard: str, body: Body) -> int | None:
     if (ins.modifiers[0], negated) not in (("ne", False), ("eq", True)):
         return None
     _, a, b = ins.operands
-    reg, imm = (a, control.immediate(b)) if control.immediate(a) is None else (b, control.immediate(a))
+    imm_a, imm_b = control.immediate(a), control.immediate(b)
+    reg, imm = (a, imm_b) if imm_a is None else (b, imm_a)
     if imm is None:
         return None
     offset = _tid_offset(reg, body)
@@ -323,7 +324,8 @@ def _tid_offset(reg: str, body: Body) -> int | None:
             ins.operands[0] != reg:
         return None
     _, a, b = ins.operands
-    src, k = (a, control.immediate(b)) if control.immediate(a) is None else (b, control.immediate(a))
+    imm_a, imm_b = control.immediate(a), control.immediate(b)
+    src, k = (a, imm_b) if imm_a is None else (b, imm_a)
     return k if k is not None and control.tid_register(src, body) else None
 
 
@@ -520,7 +522,8 @@ def callee_refusal(ins: Instruction, text: str, snippet: bool = False) -> tuple[
             return (f"a barrier of the whole CTA ('{text}': __syncthreads(), CUB's CTA_SYNC), "
                     f"which the block's other warps (tileiras's TMA warps) never reach: a "
                     f"deadlock", f"Synchronise the group with {sync}")
-        if control.immediate(bid) != GROUP_BARRIER or control.immediate(count or "") != GROUP_SIZE or \
+        if control.immediate(bid) != GROUP_BARRIER or \
+                control.immediate(count or "") != GROUP_SIZE or \
                 "arrive" in ins.modifiers or "red" in ins.modifiers:
             return (f"a barrier ('{text}') other than the group's (barrier.sync "
                     f"{GROUP_BARRIER}, {GROUP_SIZE})", f"Use {sync}")
@@ -635,7 +638,7 @@ def check_sites(sites, fragments, target: str, keys: Mapping[int, str]) -> None:
             compiled for ``target``.
         target: the kernel's PTX target.
         keys: id(fragment) -> its content key for ``target``, as the fragments stage took
-            them (:func:`splice.collectives.site_module`).
+            them (:func:`splice.forms.base.site_module`).
 
     Raises:
         SpliceLinkError: naming the extern, its declaration, the instruction, the chain of

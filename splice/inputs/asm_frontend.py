@@ -2,8 +2,8 @@
 
 :func:`make_asm_function` makes ``splice.asm``, a plain function cuTile's frontend resolves
 to :func:`_handle_asm` inside a kernel: it checks the call, packs the inputs of a ``pack=k``
-snippet (:class:`splice.tile_ir.SplicePack`), and calls the snippet as an extern
-(:func:`splice.trace.emit_call`) whose source is an :class:`AsmSpec`.
+snippet (:class:`splice.tracing.tile_ir.SplicePack`), and calls the snippet as an extern
+(:func:`splice.tracing.trace.emit_call`) whose source is an :class:`AsmSpec`.
 
 Each distinct snippet becomes a small PTX ``.func`` (operands loaded from its parameters
 into registers typed by their dtypes, the snippet pasted in, outputs stored to the return
@@ -120,7 +120,7 @@ class AsmSpec:
     def check_control(self, straight_line: str | None = None, memory: str = "any") -> None:
         """Refuse a snippet control can leave or that leaves an output unwritten, a
         cooperative one (``straight_line``: its scope) that is not straight-line code, and
-        one of ``memory="none"`` that may touch global memory (:mod:`splice.asm_check`).
+        one of ``memory="none"`` that may touch global memory (:mod:`splice.ptxtools.asm_check`).
 
         Raises:
             SpliceCallError: naming the rule, the snippet and the call site.
@@ -306,11 +306,11 @@ def _constant(var, what, where):
 
 
 def _check_memory(memory, pure: bool, where: str, loc) -> None:
-    """The ``memory=`` of a snippet (:data:`splice.externs.ASM_MEMORY`), of a snippet that is
+    """The ``memory=`` of a snippet (:data:`splice.inputs.declaring.ASM_MEMORY`), of a snippet that is
     ``pure`` (after its scope's rule) or not.
 
     Raises:
-        SpliceCallError: :func:`splice.externs.check_memory`'s refusal, at the call.
+        SpliceCallError: :func:`splice.inputs.declaring.check_memory`'s refusal, at the call.
     """
     from .declaring import ASM_MEMORY, check_memory
     try:
@@ -455,7 +455,7 @@ Args:
         ``.shared``/``.shared::cta``/``.local``/``.param`` accesses, barriers, shuffles,
         votes): ordered only against splice's other calls, so tileiras may overlap it with
         the kernel's memory traffic (a warpgroup snippet in a TMA matmul's epilogue keeps
-        the plain k-loop). splice proves it on the PTX (:mod:`splice.asm_check`). Only on
+        the plain k-loop). splice proves it on the PTX (:mod:`splice.ptxtools.asm_check`). Only on
         an impure snippet (``pure=False``, no outputs, or block/warpgroup scope).
 
 Returns:
@@ -466,7 +466,7 @@ Raises:
         operand count/type mismatches, constraints that do not match the dtypes, pure not
         a bool, pack not 1/2/4/8 (or a bool), pack with bool outputs or a last axis it
         does not divide, a cooperative snippet with tile inputs; a snippet
-        :mod:`splice.asm_check` refuses: control that can leave it (``ret``, ``exit``,
+        :mod:`splice.ptxtools.asm_check` refuses: control that can leave it (``ret``, ``exit``,
         a branch to a label it does not define, a call), an output not written on every
         path, a directive other than .reg/.local/.param/.branchtargets, a ``.shared``
         variable, a register splice reserves for operands, and for a block/warpgroup

@@ -54,7 +54,7 @@ class Declared:
 @dataclasses.dataclass(frozen=True)
 class TileDeclared:
     """One call site's instantiation of a block-scope extern taking or returning tiles
-    (:mod:`splice.tiles`): an ``extern "C"`` trampoline ``symbol`` taking the tiles as
+    (:mod:`splice.forms.staging`): an ``extern "C"`` trampoline ``symbol`` taking the tiles as
     pointers (``sig``, the call's ABI: tiles as ``T*``, a tile result as a last ``T*``)
     and calling ``cxx_name`` with each pointer cast to a reference to an array of its
     tile's shape, so that a template is instantiated for the call's shapes.

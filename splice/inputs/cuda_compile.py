@@ -1,5 +1,5 @@
-"""Compiling a CUDA C source (:class:`splice.fragments.CudaSource`): NVRTC on its text plus
-the signature checks and trampolines splice generates for its externs (:mod:`splice.checks`),
+"""Compiling a CUDA C source (:class:`splice.inputs.fragments.CudaSource`): NVRTC on its text plus
+the signature checks and trampolines splice generates for its externs (:mod:`splice.inputs.checks`),
 nvJitLink for ``-dlto`` (:func:`lto_link_to_ptx`, also LTO-IR inputs'), and the error a
 failed compile becomes: the first error with the line it points at and the hints that fit
 (:func:`compile_source`).
@@ -24,7 +24,7 @@ def compile_source(full: str, name: str, target: str, options: list[str], *, dec
     ``options``, the checks of the externs ``declared`` from it appended; with ``dlto``,
     compiled to LTO-IR and linked to PTX holding ``roots`` ((symbol, Signature) pairs). A C
     symbol the type check cannot see at global scope is checked by redeclaration instead
-    (never dropped: see :mod:`splice.checks`).
+    (never dropped: see :mod:`splice.inputs.checks`).
 
     Raises:
         SpliceCompileError: naming ``what`` (the source), the first error and its line,
@@ -94,7 +94,7 @@ def _errors(log: str):
 def _first_error(log: str, source: str, name: str, generated=()) -> str:
     """The first error line of an NVRTC log, with the source line it points at: the user's
     source, a header (read from disk), or the code splice generated for an extern (named
-    with its declaration; ``generated``: :func:`splice.checks.generated_blocks`)."""
+    with its declaration; ``generated``: :func:`splice.inputs.checks.generated_blocks`)."""
     from .checks import owner_of_line
     lines = source.splitlines()
     for ln, file, n in _errors(log):

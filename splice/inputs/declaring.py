@@ -68,7 +68,7 @@ def check_text(text, what: str, arg: str, kind: str) -> None:
 
 def resolve_path(path, base: Path | None, what: str, kind: str) -> Path:
     """The file ``path`` names, for a declaration taking files of ``kind`` (a
-    :data:`splice.fragments.FILE_KINDS` value).
+    :data:`splice.inputs.fragments.FILE_KINDS` value).
 
     Raises:
         SpliceDeclarationError: text or bytes where a path goes, a suffix of another kind,
@@ -203,7 +203,7 @@ MEMORY = ("any", "arguments")
 
 #: ``memory=`` values of ``splice.asm``: "any" (default), as for an extern; "none": the
 #: snippet touches no global memory (registers, shared and local memory, barriers,
-#: shuffles, votes: ``splice.asm_check.check_snippet(..., memory="none")`` proves it) and
+#: shuffles, votes: ``splice.ptxtools.asm_check.check_snippet(..., memory="none")`` proves it) and
 #: is ordered only against splice's other calls.
 ASM_MEMORY = ("any", "none")
 

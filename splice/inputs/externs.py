@@ -28,7 +28,7 @@ from .declaring import (
 from .fragments import CudaSource, Fragment, PtxSource
 
 #: The header libraries a CUDA C source may include besides the CUDA toolkit's, in
-#: include-path order (:class:`splice.headers.HeaderProvider`): CCCL on every source's
+#: include-path order (:class:`splice.inputs.headers.HeaderProvider`): CCCL on every source's
 #: path, NVSHMEM on the path of a source that includes it.
 HEADER_PROVIDERS = (cccl.HEADERS, nvshmem.HEADERS)
 
@@ -69,7 +69,7 @@ class ExternFunction:
         self.form = form_of(scope, f"extern '{self.name}' at {self.where}")
     #: the C++ name called through a trampoline (None: ``symbol`` is the C name)
     cxx_name: str | None = None
-    #: the part this extern plays in a tile call (:class:`splice.tiles.Staging`), or None
+    #: the part this extern plays in a tile call (:class:`splice.forms.staging.Staging`), or None
     staging: Any = None
     #: the block size a block-scope function was compiled for (``splice.cub``: 128), or
     #: None: a tile call in a kernel with another ``.reqntid`` is refused at compile time
@@ -264,7 +264,7 @@ def _declare_cuda(stub, where: str, base: Path | None, *, source, path, name, si
                             scope=scope, memory=memory)
 
     def make(symbol, sig):
-        # a tile extern is checked and instantiated per call site (splice.tiles)
+        # a tile extern is checked and instantiated per call site (splice.forms.staging)
         return CudaSource(text=source, path=file, options=opts, include_dirs=incs,
                           defines=defs, where=where,
                           declared=() if sig.has_tiles else (Declared(symbol, None, sig,
@@ -449,7 +449,7 @@ def _declare_cxx(stub, cxx_name, signature, pure, inline, where, fragment, libra
     symbol = cxx_symbol(cxx_name, sig)
     decl = Declared(symbol, cxx_name, sig, where)
     if sig.has_tiles:
-        pass    # checked and instantiated per call site (splice.tiles)
+        pass    # checked and instantiated per call site (splice.forms.staging)
     elif library is not None:
         library._add(decl)
     else:
@@ -505,7 +505,7 @@ class Library:
                                     library=self, scope=scope, memory=memory)
 
             def make(symbol, sig):
-                if not sig.has_tiles:   # a tile extern: per call site (splice.tiles)
+                if not sig.has_tiles:   # a tile extern: per call site (splice.forms.staging)
                     self._add(Declared(symbol, None, sig, where))
                 return self.fragment
             return _declare(stub, symbol=sym, signature=signature, pure=pure,

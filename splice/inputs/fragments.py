@@ -3,15 +3,15 @@
 - :class:`CudaSource` -- CUDA C/C++ text or a ``.cu`` file, compiled by NVRTC to relocatable
   device code PTX (``-rdc=true``) for the kernel's own PTX target (e.g. ``sm_90a``). Its
   jobs have their own modules: the header walk behind its content key and the header
-  libraries (:mod:`splice.headers`), the NVRTC compile and its error messages
-  (:mod:`splice.cuda_compile`), the signature checks and trampolines appended to the source
-  (:mod:`splice.checks`).
+  libraries (:mod:`splice.inputs.headers`), the NVRTC compile and its error messages
+  (:mod:`splice.inputs.cuda_compile`), the signature checks and trampolines appended to the source
+  (:mod:`splice.inputs.checks`).
 - :class:`PtxSource` -- PTX text or a ``.ptx`` file, used as it is.
 - :class:`AsmSource` -- the ``.func`` wrapping a :func:`splice.asm` snippet.
 - :class:`LtoirSource` -- LTO-IR, linked to PTX by nvJitLink.
 - :class:`BinarySource` -- relocatable device code already compiled, linked after ptxas.
 
-Each fragment yields a parsed :class:`splice.ptx.Module` for a target and a content key
+Each fragment yields a parsed :class:`splice.ptxtools.ptx.Module` for a target and a content key
 (its bytes and options) for the cache. Files are read at every build, so an edit made while
 the process runs is seen.
 """
@@ -42,7 +42,7 @@ _memo_lock = threading.Lock()
 
 
 def _parse(text: str, what: str) -> Module:
-    """``text`` as a :class:`splice.ptx.Module` (the PTX parser is imported by the first
+    """``text`` as a :class:`splice.ptxtools.ptx.Module` (the PTX parser is imported by the first
     build, not by ``import splice``)."""
     from ..ptxtools.ptx import Module
     return Module(text, what)
@@ -174,10 +174,10 @@ class CudaSource(Fragment):
         include_dirs: extra ``-I`` directories; the CUDA headers from the installed wheels
             are always on the path.
         defines: ``-D`` macros.
-        declared: the externs declared from this source (:class:`splice.checks.Declared`):
+        declared: the externs declared from this source (:class:`splice.inputs.checks.Declared`):
             splice appends their signature checks and C++ trampolines to the source.
         providers: the header libraries it may include
-            (:class:`splice.headers.HeaderProvider`), in include-path order, after the CUDA
+            (:class:`splice.inputs.headers.HeaderProvider`), in include-path order, after the CUDA
             headers.
     """
 
@@ -242,7 +242,7 @@ class CudaSource(Fragment):
         found = [inc] if inc is not None else []
         for p in self.providers:
             found += p.include_dirs(texts)
-        if any("splice_group.h" in t for t in texts):   # splice.warpgroup's header
+        if any("splice_group.h" in t for t in texts):   # splice.forms.warpgroup_proof's header
             found.append(Path(__file__).parent.parent / "include")
         return list(dict.fromkeys(found))
 
@@ -259,7 +259,7 @@ class CudaSource(Fragment):
 
     def _nvrtc(self, full: str, name: str, target: str) -> str:
         """NVRTC (and nvJitLink for -dlto) on ``full``, the source's text, plus the
-        generated checks (:func:`splice.cuda_compile.compile_source`)."""
+        generated checks (:func:`splice.inputs.cuda_compile.compile_source`)."""
         return compile_source(full, name, target, self._options(target), declared=self.declared,
                               dlto=self.dlto, roots=self.roots, providers=self.providers,
                               what=self.describe())
@@ -275,7 +275,7 @@ class CudaSource(Fragment):
 
     def _headers(self, src: str) -> list[tuple[str, str]]:
         """(path, sha256) of every user header ``src`` (its text) includes
-        (:func:`splice.headers.included`)."""
+        (:func:`splice.inputs.headers.included`)."""
         return headers.included(self, src)
 
     def module(self, target: str, key: str | None = None) -> Module:
@@ -316,7 +316,7 @@ class AsmSource(Fragment):
     PTX target and checked by ptxas on its own, so that a malformed snippet is reported at
     its call site with ptxas's message."""
 
-    spec: Any = None  # splice.asm_frontend.AsmSpec, always given
+    spec: Any = None  # splice.inputs.asm_frontend.AsmSpec, always given
     kind = "asm"
 
     def describe(self) -> str:
@@ -437,7 +437,7 @@ class BinarySource(Fragment):
     """Relocatable device code already compiled: a ``.cubin`` (``-rdc``), ``.fatbin``, host
     object ``.o`` with embedded device code, or static library ``.a``. nvJitLink links it
     with the kernel's relocatable cubin -- possible only for kernels without tileiras host
-    callbacks (no TMA tensor maps), see :func:`splice.pipeline.build`."""
+    callbacks (no TMA tensor maps), see :func:`splice.driver.pipeline.build`."""
 
     path: Path = None  # type: ignore[assignment]  # always given
     where: str = "<unknown>"

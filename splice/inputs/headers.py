@@ -1,6 +1,6 @@
 """The headers of a CUDA C source: the libraries that provide some (:class:`HeaderProvider`:
 CCCL, NVSHMEM) and the include walk that finds every user header it includes, as NVRTC finds
-it (:func:`included`), for its cache key (:meth:`splice.fragments.CudaSource.content_key`)
+it (:func:`included`), for its cache key (:meth:`splice.inputs.fragments.CudaSource.content_key`)
 and its providers (:func:`texts`).
 """
 
@@ -23,7 +23,7 @@ _lock = threading.Lock()
 
 class HeaderProvider(Protocol):
     """A library of headers that a CUDA C source may include besides the CUDA toolkit's
-    (CCCL, NVSHMEM: ``splice.externs.HEADER_PROVIDERS``), asked by the source at each step
+    (CCCL, NVSHMEM: ``splice.inputs.externs.HEADER_PROVIDERS``), asked by the source at each step
     of its compile. ``texts``: the source and the text of every user header it includes.
     """
 
@@ -58,7 +58,7 @@ class HeaderProvider(Protocol):
 
 def included(source, src: str) -> list[tuple[str, str]]:
     """(path, sha256) of every user header ``src`` (the text of ``source``, a
-    :class:`splice.fragments.CudaSource`) includes, transitively, found as NVRTC finds it:
+    :class:`splice.inputs.fragments.CudaSource`) includes, transitively, found as NVRTC finds it:
     a quoted name beside the including file (for a text source, the directory of its NVRTC
     name: the current one when ``where`` has none), then the ``-I`` directories in NVRTC's
     order (``CudaSource._options``: ``include_dirs``, beside ``path``,

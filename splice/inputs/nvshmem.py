@@ -6,7 +6,7 @@ needs no NVSHMEM device library (whose bitcode libNVVM 13.x cannot read, and who
 library could only go through nvJitLink, which TMA kernels cannot use). The only symbol such
 PTX leaves undefined is the device state ``.extern .const .align 8 .b8
 nvshmemi_device_state_d[N];``: the merged kernel module defines it once
-(:func:`splice.link.prepare`, ``host_filled``), and ``nvshmem.core.library_init`` fills it
+(:func:`splice.ptxtools.link.prepare`, ``host_filled``), and ``nvshmem.core.library_init`` fills it
 when the module is loaded (:func:`lifecycle_provider`). IBGDA and GPUNetIO (GPU-initiated
 InfiniBand) are compiled out in this mode; NVLink peers and the proxy path work.
 
@@ -26,7 +26,7 @@ from ..errors import SpliceDeclarationError, SpliceLaunchError, SpliceToolchainE
 
 #: The device state NVSHMEM's host library fills in each loaded module.
 STATE_SYMBOL = "nvshmemi_device_state_d"
-#: ``.extern .const`` symbols the merged kernel module defines (for :mod:`splice.link`).
+#: ``.extern .const`` symbols the merged kernel module defines (for :mod:`splice.ptxtools.link`).
 HOST_FILLED = frozenset({STATE_SYMBOL})
 
 INSTALL_HINT = "pip install 'splice[nvshmem]'"
@@ -175,7 +175,7 @@ def check_scope(ext, source: str) -> None:
 
 
 class _Headers:
-    """NVSHMEM as a :class:`splice.headers.HeaderProvider`: for a source that includes
+    """NVSHMEM as a :class:`splice.inputs.headers.HeaderProvider`: for a source that includes
     it, its include directory, inlined device API, versions in the key and scope check."""
 
     def include_dirs(self, texts) -> list[Path]:

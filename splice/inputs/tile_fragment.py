@@ -14,7 +14,7 @@ from ..types import ElementType, Signature, TileType, pointer, result_tiles
 from .fragments import BinarySource, CudaSource, Fragment, _memoized, _parse
 
 #: The prefix of every symbol the staging defines (users cannot declare ``__splice`` names);
-#: shared-memory reports know the buffers by it (:data:`splice.block.TILE_BUFFER_OWNER`).
+#: shared-memory reports know the buffers by it (:data:`splice.ptxtools.shared_memory.TILE_BUFFER_OWNER`).
 PREFIX = "__splice_tile_"
 
 
@@ -31,7 +31,7 @@ def byte_size(elem: ElementType) -> int:
 @dataclasses.dataclass(eq=False)
 class TileFragment(Fragment):
     """The device code of one tile call: the extern's own fragment (for CUDA C, with the
-    trampoline of this call's shapes appended, :class:`splice.checks.TileDeclared`) and
+    trampoline of this call's shapes appended, :class:`splice.inputs.checks.TileDeclared`) and
     splice's staging after it: the ``.shared`` buffers, one store function per tile
     argument, the call function (the block site's callee) and the load function.
 
@@ -177,7 +177,7 @@ class TileFragment(Fragment):
 
     def _inlined_callee(self, base, values, res) -> list[str] | None:
         """The callee's body with ``values`` as its arguments and its result stored to
-        ``func_retval0`` (:mod:`splice.inline`), or None where it cannot be inlined."""
+        ``func_retval0`` (:mod:`splice.ptxtools.inline`), or None where it cannot be inlined."""
         from ..ptxtools.inline import inline_body, why_not_inlinable
         if base is None:
             return None
@@ -274,10 +274,10 @@ def abi_signature(sig: Signature) -> Signature:
 
 
 def check_declaration(sig: Signature, form, fragment: Fragment, what: str) -> None:
-    """A tile parameter or result needs a call form that takes tiles (``form.takes_tile_arguments()``:
-    ``scope="block"`` and ``scope="warpgroup"``) and device code splice can call with
-    pointers into its shared memory (not a binary object: its link runs after ptxas, where
-    the staging cannot be merged).
+    """A tile parameter or result needs a call form that takes tiles
+    (``form.takes_tile_arguments()``: ``scope="block"`` and ``scope="warpgroup"``) and
+    device code splice can call with pointers into its shared memory (not a binary object:
+    its link runs after ptxas, where the staging cannot be merged).
 
     Raises:
         SpliceDeclarationError: naming ``what``.

@@ -1,7 +1,7 @@
 """What splice proves of a ``splice.asm`` snippet before it pastes it into a ``.func``.
 
 A snippet is pasted between the code that loads its inputs and the code that copies its
-outputs out (:meth:`splice.asm_frontend.AsmSpec.ptx`), and that ``.func`` is then inlined
+outputs out (:meth:`splice.inputs.asm_frontend.AsmSpec.ptx`), and that ``.func`` is then inlined
 at every element. Two faults would compile and silently store garbage, so
 :func:`check_snippet` refuses them:
 
@@ -21,12 +21,12 @@ at every element. Two faults would compile and silently store garbage, so
    Paths that never reach the end (a loop with no exit) need nothing.
 3. **Control flow in a cooperative snippet.** A ``scope="block"``/``"warpgroup"`` snippet
    runs once per execution on every thread of its group, between the call's barriers
-   (:mod:`splice.block`): with ``straight_line=`` it must be straight-line code -- no
+   (:mod:`splice.forms.block_proof`): with ``straight_line=`` it must be straight-line code -- no
    ``bra``, ``brx``, ``call``, ``ret`` or ``exit`` (guarded or not) and no label, since
    any of them could send the threads of the group different ways around those barriers.
 
 4. **Global memory in a snippet declared ``memory="none"``.** Such a snippet is ordered
-   against none of the kernel's loads and stores (:class:`splice.tile_ir.SpliceMarkerPointer`),
+   against none of the kernel's loads and stores (:class:`splice.tracing.tile_ir.SpliceMarkerPointer`),
    so one that touched global memory could race with them. With ``memory="none"`` every
    instruction must be one that touches no memory (arithmetic, conversion, ``mov``,
    ``shfl``, ``vote``, ``redux``, ``bar``, ...: :data:`_NO_MEMORY`), or a memory access

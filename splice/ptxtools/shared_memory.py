@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-#: The tile calls' staging buffers (:mod:`splice.tiles`): their names hold this, and
+#: The tile calls' staging buffers (:mod:`splice.forms.staging`): their names hold this, and
 #: shared-memory reports name them so.
 TILE_BUFFER_MARK = "__splice_tile_"
 

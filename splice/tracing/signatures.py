@@ -142,7 +142,7 @@ def check_symbol(symbol, what: str) -> None:
 def kernel_signature(*params, symbol: str | None = None):
     """A ``cuda.tile.compilation.KernelSignature`` for :func:`splice.compile` and
     :func:`splice.export_kernel`, without a GPU: one argument per kernel parameter, each
-    text in the grammar of :mod:`splice.signatures` (``"array(float32)"``,
+    text in the grammar of :mod:`splice.tracing.signatures` (``"array(float32)"``,
     ``"array(float16, ndim=2)"``, ``"scalar(int32)"``, ``"1024"``), a Python int/float/bool
     constant for a ``ct.Constant`` parameter, or any cuTile parameter constraint
     (``ArrayConstraint`` ...) as is.

@@ -8,7 +8,7 @@ a ``TileAtomicCAS`` to cuTile's passes), and for pure calls with a result an ``f
 keyed by a load of the global (:class:`SplicePureCall`, ``docs/design.md#fma-marker``).
 
 The operations subclass cuTile's ``Operation``, so this module imports cuTile's compiler:
-it is imported on the first trace (by :mod:`splice.trace` and :mod:`splice.asm_frontend`), never by
+it is imported on the first trace (by :mod:`splice.tracing.trace` and :mod:`splice.inputs.asm_frontend`), never by
 ``import splice``, and takes every cuTile name from :mod:`splice._cutile`.
 """
 
@@ -179,7 +179,7 @@ class SpliceMarkerPointer(Operation, opcode="splice_marker_pointer"):
     def splice_tma_stored_reads(self, stores, alias_set_of) -> list[StoredArrayRead]:
         """The array arguments of an impure call that may alias an array of ``stores``
         ((alias set, "file:line") of each ``ct.store`` allowing TMA); called by the
-        dataflow hook of :mod:`splice._cutile` (:mod:`splice.tma_store_reads`)."""
+        dataflow hook of :mod:`splice._cutile` (:mod:`splice.ptxtools.tma_store_reads`)."""
         if self.site.extern.pure:
             return []
         reads = []

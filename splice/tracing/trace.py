@@ -1,7 +1,7 @@
 """Tracing a kernel: cuTile's frontend runs on the kernel's Python source, and each call of
 an extern in it reaches :func:`_handle_extern_call`, which checks the arguments against the
 extern's signature, records a :class:`~splice.forms.base.CallSite` in the current
-:class:`TraceSession` and adds the call's marker operations (:mod:`splice.tile_ir`).
+:class:`TraceSession` and adds the call's marker operations (:mod:`splice.tracing.tile_ir`).
 
 ::
 
@@ -48,7 +48,7 @@ class TraceSession:
         self.void_calls: list[tuple[Any, str]] = []
 
     def next_tile_group(self) -> int:
-        """The number of the next tile call (:mod:`splice.tiles`) of this trace."""
+        """The number of the next tile call (:mod:`splice.forms.staging`) of this trace."""
         self._tile_groups += 1
         return self._tile_groups - 1
 
@@ -113,7 +113,7 @@ class TracedKernel:
     tileiras_flags: tuple[str, ...]
     timeout_sec: float | None
     symbols: tuple[str, ...] = ()   # every entry's symbol (several signatures: one each)
-    #: impure calls given an array the kernel may store by TMA (:mod:`splice.tma_store_reads`)
+    #: impure calls given an array the kernel may store by TMA (:mod:`splice.ptxtools.tma_store_reads`)
     tma_stored_reads: tuple = ()
 
 
@@ -124,7 +124,7 @@ def trace_kernel(kernel: ct.kernel, signature, arch: str, context=None,
     each, as ``cuda.tile.compilation.export_kernel`` makes) and return its Tile IR bytecode
     with the call sites of every extern in it, and the tileiras flags cuTile would use for
     ``arch``. Pure call sites whose key (:attr:`CallSite.key`) is in ``atomic_sites`` get
-    the atomic marker (see :class:`splice.tile_ir.SplicePureCall`).
+    the atomic marker (see :class:`splice.tracing.tile_ir.SplicePureCall`).
 
     Raises:
         SpliceToolchainError: the installed cuda-tile is not supported.
@@ -304,7 +304,7 @@ def emit_call(ext, args, loc, shown=None):
     Var (None for a void extern).
 
     ``shown``: (the extern, the argument positions) that errors name, where ``ext`` is a
-    staging site of a tile call (:mod:`splice.tile_trace`): the user's extern and where
+    staging site of a tile call (:mod:`splice.inputs.tile_trace`): the user's extern and where
     each of ``args`` is among the arguments of the user's call. Default: ``ext``, and
     the positions of ``args`` in ``args``.
 
@@ -322,7 +322,7 @@ def emit_call(ext, args, loc, shown=None):
                  "splice.export_kernel and splice.jax.cutile_call (same arguments) instead",
             loc)
     sig: Signature = ext.signature
-    assert not sig.has_tiles, "tile calls are emitted by splice.tile_trace"
+    assert not sig.has_tiles, "tile calls are emitted by splice.inputs.tile_trace"
     if len(args) != len(sig.args):
         raise call_error(ext, f"expected {len(sig.args)} argument(s) for signature {sig}, "
                               f"got {len(args)}", loc)
@@ -409,7 +409,7 @@ def _emit_atomic_call(session, ext, form, key, typed, call_shape, loc, shown):
     ``shown``: the extern errors name and (position, array Var) of each array argument;
     their base pointers are the memory an extern of ``memory="arguments"`` is ordered
     against (a snippet of ``memory="none"`` is ordered against none) and what
-    :mod:`splice.tma_store_reads` checks (:class:`splice.tile_ir.SpliceMarkerPointer`)."""
+    :mod:`splice.ptxtools.tma_store_reads` checks (:class:`splice.tracing.tile_ir.SpliceMarkerPointer`)."""
     from .tile_ir import SpliceImpureCall, SpliceMarkerPointer
     named, pointers = shown
     sig = ext.signature
@@ -433,7 +433,7 @@ def _emit_atomic_call(session, ext, form, key, typed, call_shape, loc, shown):
         SpliceImpureCall, (result_ty, cu.TokenTy()), site=site, pointer=pointer, args=typed,
         memory_order=order, memory_scope=cu.MemoryScope.DEVICE)
     if res is None:
-        if ext.staging is None:     # a tile call's sites: splice.tile_trace records the call
+        if ext.staging is None:     # a tile call's sites: splice.inputs.tile_trace records the call
             session.void_calls.append((ext, loc_str(loc)))
         return None
     return value if shape == call_shape else cu.reshape(value, call_shape)
