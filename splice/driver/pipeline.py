@@ -12,14 +12,16 @@
     splice     every marker -> call of its extern, proven; or the fma markers
                the proof refuses, which become atomic markers: trace again     (rewrite)
     link       fragments merged into the kernel's PTX                          (link)
-    assemble   ptxas with tileiras's flags and --nv-host -> cubin (nvJitLink
+    assemble   the static shared memory checked; ptxas with tileiras's flags
+               and --nv-host -> cubin (nvJitLink
                for binary objects)                                             (toolchain)
 
 :func:`build` runs it for one kernel signature and architecture: trace, key and cache here,
 the stages of a miss in :mod:`splice.driver.stages` (a cache hit does not load them). :class:`Job`
 times each stage (``Build.timings``, the ``splice`` logger at DEBUG) and writes each stage's
-output to ``$SPLICE_DUMP_DIR/<symbol>.<arch>/`` as it is made, so that a failed build
-leaves the stages before the failure. A build that keeps its stages (:func:`splice.compile`,
+artefact to ``$SPLICE_DUMP_DIR/<symbol>.<arch>/`` as the stage returns it (the stages return
+their artefacts and dump nothing themselves), so that a failed build leaves the stages
+before the failure. A build that keeps its stages (:func:`splice.compile`,
 ``inspect()``, a dump directory) caches their texts beside the cubin and hits like a launch. Linked cubins are cached on disk by content (:mod:`splice.cache`);
 fragments by their own content (:mod:`splice.inputs.fragments`). What each stage costs against
 plain cuTile, and why: ``docs/design.md#first-launch``.
@@ -83,9 +85,9 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
         # a miss: tileiras, the rewriter, the linker (not loaded on a hit)
         from . import stages
         sp = stages.lower_and_splice(job, traced)
-        merged = job.run("link", stages.link_fragments, job, sp)
-        cubin = job.run("assemble", stages.assemble, job, sp, merged)
-        job.dump(".cubin", cubin)
+        merged = job.run("link", stages.link_fragments, job, sp, dumps=stages.merged_files)
+        cubin = job.run("assemble", stages.assemble, job, sp, merged,
+                        dumps=lambda cubin: [(".cubin", cubin)])
         out = stages.result(job, sp, merged, cubin)
         _finish(job, out, key if _key_held(job, traced, key) else None, sp)
         return out
@@ -133,20 +135,29 @@ class Job:
         return cls(kernel, signature, normalize_arch(arch, what), context,
                    keep_stages or dump_root is not None, name, what, dump_root, t0)
 
-    def run(self, stage: str, fn: Callable, *args, **kwargs):
-        """``fn(*args, **kwargs)``, its wall time added to ``timings[stage]``."""
+    def run(self, stage: str, fn: Callable, *args,
+            dumps: Callable[[Any], list[tuple[str, str | bytes | None]]] | None = None,
+            **kwargs):
+        """``fn(*args, **kwargs)``, the stage's artefact: its wall time added to
+        ``timings[stage]``, and the files ``dumps(artefact)`` names written to
+        ``$SPLICE_DUMP_DIR`` (:meth:`dump`) once the stage has made it."""
         t = time.perf_counter()
         try:
-            return fn(*args, **kwargs)
+            out = fn(*args, **kwargs)
         finally:
             dt = time.perf_counter() - t
             self.timings[stage] = self.timings.get(stage, 0.0) + dt
             log.debug("%s: %s took %.3f s", self.what, stage, dt)
+        if dumps is not None and self.dump_root is not None:
+            for suffix, data in dumps(out):
+                self.dump(suffix, data)
+        return out
 
     def trace(self, atomic: frozenset[str]):
         """The ``trace`` stage: pure sites whose key is in ``atomic`` get the atomic
         marker (the fallback of :func:`splice.driver.stages.lower_and_splice` traces again)."""
-        return self.run("trace", _trace, self, atomic)
+        return self.run("trace", _trace, self, atomic,
+                        dumps=lambda traced: [(".tilebc", traced.bytecode)])
 
     def dump(self, suffix: str, data: str | bytes | None) -> None:
         """Write one stage's output to ``$SPLICE_DUMP_DIR/<symbol>.<arch>/<symbol><suffix>``
@@ -199,7 +210,6 @@ def _trace(job: Job, atomic: frozenset[str]):
             raise
         raise _cutile_refusal(job, e) from None
     job.symbol = traced.symbol
-    job.dump(".tilebc", traced.bytecode)
     externs: dict[str, Any] = {}     # symbol -> ExternFunction
     for site in traced.sites:
         ext = site.extern
@@ -213,7 +223,8 @@ def _trace(job: Job, atomic: frozenset[str]):
 def _cache_key(job: Job, traced) -> str:
     """The cubin's content key: bytecode, tileiras flags, arch, every site's extern (per
     site: two externs of one library symbol may differ in scope, inline or signature,
-    which the bytecode does not always show), the tools. cache.load/store add splice's
+    which the bytecode does not always show: the extern's options record gives the first
+    two; ``pure`` and ``memory`` are in the bytecode), the tools. cache.load/store add splice's
     code identity; each fragment's key names its own tools."""
     content: dict[int, str] = {}
     for site in traced.sites:
@@ -222,8 +233,9 @@ def _cache_key(job: Job, traced) -> str:
             content[id(frag)] = frag.content_key(job.arch)
     return cache.key_of(
         "kernel", traced.bytecode, traced.tileiras_flags, job.arch,
-        [(e.symbol, str(e.signature), e.inline, e.fragment.kind, content[id(e.fragment)],
-          str(e.scope)) for e in (site.extern for site in traced.sites)],
+        [(e.symbol, str(e.signature), e.options.inline, e.fragment.kind,
+          content[id(e.fragment)], str(e.options.form.scope))
+         for e in (site.extern for site in traced.sites)],
         toolchain.tool_identity("tileiras", "ptxas"))
 
 

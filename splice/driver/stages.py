@@ -33,6 +33,10 @@ __all__ = ["Driver", "Spliced", "assemble", "link_fragments", "lower_and_splice"
 log = logging.getLogger("splice")
 
 
+#: The files a stage's artefact is dumped as (``$SPLICE_DUMP_DIR``): (suffix, data) pairs.
+Dumps = Callable[[Any], "list[tuple[str, str | bytes | None]]"]
+
+
 class Driver(Protocol):
     """What the stages need of the build that runs them (:class:`splice.driver.pipeline.Job`)."""
 
@@ -43,9 +47,8 @@ class Driver(Protocol):
     lowerings: int
     timings: dict[str, float]
 
-    def run(self, stage: str, fn: Callable, *args, **kwargs): ...
-
-    def dump(self, suffix: str, data: str | bytes | None) -> None: ...
+    def run(self, stage: str, fn: Callable, *args, dumps: Dumps | None = None,
+            **kwargs): ...
 
     def trace(self, atomic: frozenset[str]): ...
 
@@ -56,13 +59,13 @@ def lower_and_splice(job: Driver, traced) -> Spliced:
     adds at least one site to the atomic set, so the loop ends."""
     atomic: dict[str, str] = {}     # site key (CallSite.key) -> why it has the atomic marker
     while True:
-        lowered = job.run("lower", _lower, job, traced)
-        compiled = job.run("fragments", _compile_fragments, job, traced, lowered)
+        lowered = job.run("lower", _lower, job, traced, dumps=_Lowered.files)
+        compiled = job.run("fragments", _compile_fragments, job, traced, lowered,
+                           dumps=_Compiled.files)
         report = job.run("splice", rewrite.splice_calls, lowered.module, compiled.calls,
-                         kernel_name=job.name)
+                         kernel_name=job.name, dumps=_rewritten_files)
         if report.refused is None:
             assert report.module is not None   # the rewritten PTX, parsed by its check
-            job.dump(".rewritten.ptx", report.ptx)
             return Spliced(traced, lowered, compiled, report, report.module, atomic)
         atomic = _give_atomic_markers(job, traced, report.refused, atomic)
         job.lowerings += 1
@@ -71,16 +74,26 @@ def lower_and_splice(job: Driver, traced) -> Spliced:
 
 def link_fragments(job: Driver, sp: Spliced) -> link.Merged:
     """The fragments merged into the rewritten PTX."""
-    merged = link.insert(sp.module, sp.compiled.linked, job.name, sp.report.spans)
-    job.dump(".spliced.ptx", merged.text)
-    tiles.check_shared_memory(merged.text, lambda n: diagnose.owner_of_line(merged.spans, n),
-                              sp.lowered.target, job.what)
-    return merged
+    return link.insert(sp.module, sp.compiled.linked, job.name, sp.report.spans)
+
+
+def merged_files(merged: link.Merged) -> list[tuple[str, str | bytes | None]]:
+    """What the link stage dumps: the PTX ptxas assembles."""
+    return [(".spliced.ptx", merged.text)]
+
+
+def _rewritten_files(report: rewrite.SpliceReport) -> list[tuple[str, str | bytes | None]]:
+    """What the splice stage dumps: the rewritten PTX (nothing for a refusal: the kernel is
+    lowered again)."""
+    return [(".rewritten.ptx", report.ptx)] if report.refused is None else []
 
 
 def assemble(job: Driver, sp: Spliced, merged: link.Merged) -> bytes:
-    """ptxas with tileiras's flags and host object; with binary objects, ptxas -c and
+    """The kernel's static shared memory checked (before ptxas, naming each owner's bytes);
+    ptxas with tileiras's flags and host object; with binary objects, ptxas -c and
     nvJitLink, then the SASS check of the sites that call into them."""
+    tiles.check_shared_memory(merged.text, lambda n: diagnose.owner_of_line(merged.spans, n),
+                              sp.lowered.target, job.what)
     flags = list(sp.lowered.ptxas_flags)
     binaries = [f for f in _fragments(sp.traced) if f.link_input is not None]
     timeout = sp.traced.timeout_sec
@@ -133,6 +146,10 @@ class _Lowered:
     target: str                    # the PTX target, e.g. "sm_90a"
     ptxas_flags: tuple[str, ...]   # tileiras's, without its input/output/host paths
 
+    def files(self) -> list[tuple[str, str | bytes | None]]:
+        """What the lower stage dumps: tileiras's PTX and the Tile IR it embeds."""
+        return [(".ptx", self.capture.ptx), (".tileir", tileir_text(self.capture.ptx))]
+
 
 @dataclasses.dataclass(frozen=True)
 class _Compiled:
@@ -143,6 +160,10 @@ class _Compiled:
     calls: dict[int, SiteCall]        # site index -> call (or inlined body)
     not_inlined: dict[int, str]               # site index -> why its body is not inlined
     keys: dict[int, str]                      # id(fragment) -> its content key (modules')
+
+    def files(self) -> list[tuple[str, str | bytes | None]]:
+        """What the fragments stage dumps: each fragment's PTX, in the order compiled."""
+        return [(f".fragment{i}.ptx", m.text) for i, (_, m) in enumerate(self.modules.values())]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,20 +182,15 @@ class Spliced:
 
 
 def _lower(job: Driver, traced) -> _Lowered:
-    """tileiras on the bytecode, the fragments compiling ahead in threads meanwhile; the
-    impure calls that read an array the PTX may have stored by TMA are refused
-    (:mod:`splice.ptxtools.tma_store_reads`)."""
+    """tileiras on the bytecode, the fragments compiling ahead in threads meanwhile."""
     guess = predicted_ptx_target(_gpu_name(traced))
     with _fragments_compiled_ahead(traced, guess):
         capture = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags,
                                          timeout=traced.timeout_sec, what=job.what)
-    job.dump(".ptx", capture.ptx)
-    job.dump(".tileir", tileir_text(capture.ptx))
     module = Module(capture.ptx, f"tileiras PTX of {job.what}")
     target = next((t for t in module.target if t.startswith("sm_")), None)
     if target is None:
         raise SpliceLinkError(f"tileiras PTX of {job.what} names no sm_ target")
-    tma_store_reads.check(traced.tma_stored_reads, capture.ptx)
     if target != guess:
         log.debug("%s: tileiras emitted PTX for %s, fragments were compiled ahead for %s",
                   job.what, target, guess)
@@ -185,7 +201,9 @@ def _lower(job: Driver, traced) -> _Lowered:
 def _compile_fragments(job: Driver, traced, lowered: _Lowered) -> _Compiled:
     """Each fragment's PTX for the kernel's target (de-duplicated by content), checked
     against the kernel and each extern's declaration, prepared for merging; the call of
-    every site."""
+    every site. First, the impure calls that read an array the PTX may have stored by TMA
+    are refused (:mod:`splice.ptxtools.tma_store_reads`)."""
+    tma_store_reads.check(traced.tma_stored_reads, lowered.capture.ptx)
     # id(fragment) -> its content key, taken once a build (for CUDA C, a header walk)
     fkeys = {id(f): f.content_key(lowered.target) for f in _fragments(traced)}
     modules: dict[str, tuple[str, Module]] = {}
@@ -194,7 +212,6 @@ def _compile_fragments(job: Driver, traced, lowered: _Lowered) -> _Compiled:
         fkey = fkeys[id(frag)]
         if fkey not in modules:
             modules[fkey] = (frag.describe(), frag.module(lowered.target, fkey))
-            job.dump(f".fragment{len(modules) - 1}.ptx", modules[fkey][1].text)
         _check_fragment(site, *modules[fkey], lowered)
     for form, sites in _sites_by_form(traced.sites).items():
         form.check_callees(sites, modules, lowered.target, fkeys, lowered.module)

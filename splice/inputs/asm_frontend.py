@@ -29,6 +29,7 @@ from ..forms import form_of
 from ..ptxtools.asm_check import SnippetFault, check_snippet
 from ..tracing.trace import describe, emit_call, loc_str, python_caller, split_results
 from ..types import ElementType, Signature, element_type, results_layout
+from .declaring import CallOptions
 
 #: Register type and constraint letter of each element type (CUDA C / Triton constraint
 #: letters: h = 16-bit, r = 32-bit, l = 64-bit, f = f32, d = f64, b = predicate; 8-bit
@@ -360,9 +361,11 @@ def _snippet_extern(text, outputs, args, constraints, pure: bool, where, loc, fo
         raise SpliceCallError(e.message, loc) from None
     pure = form.declare(sig, pure and bool(outputs), f"inline PTX at {where}")
     _check_memory(memory, pure, where, loc)
-    # inline="auto": a snippet that declares .local/.shared scratch stays a call
-    return ExternFunction(f"asm@{where}", spec.symbol, sig, pure, AsmSource(spec=spec), where,
-                          inline="auto", form=form, memory=memory), offsets
+    # the options checked above; inline="auto": a snippet that declares .local/.shared
+    # scratch stays a call
+    options = CallOptions(pure, "auto", form, memory)
+    return ExternFunction(f"asm@{where}", spec.symbol, sig, AsmSource(spec=spec), where,
+                          options), offsets
 
 
 def _unpack_output(var, t: ElementType, k: int, shape, padded):

@@ -6,11 +6,18 @@ names the declaration."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import SpliceDeclarationError
+from ..forms import element
+
+if TYPE_CHECKING:
+    from ..forms.base import CallForm
+    from ..types import Signature
 from .checks import is_cxx_name
 from .fragments import ENTRY_POINTS, FILE_KINDS
 
@@ -237,3 +244,70 @@ _MEMORY_HINTS: dict[tuple[str, ...], dict[str, str]] = {
     ASM_MEMORY: {"arguments": "; a snippet has no pointer arguments: use memory='none' "
                               "for one that touches no global memory"},
 }
+
+
+#: The values of ``inline=``.
+INLINE = ("auto", "always", "never")
+
+
+def check_inline(inline, what: str) -> None:
+    """Raise SpliceDeclarationError naming ``what`` unless ``inline`` is one of
+    :data:`INLINE`."""
+    if inline not in INLINE:
+        raise SpliceDeclarationError(f"{what}: inline must be 'auto', 'always' or 'never', "
+                                     f"got {inline!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class CallOptions:
+    """How the calls of one extern run, as one record validated once, when the extern is
+    declared (:meth:`declared`); the trace, the stages and the cache key read it, not the
+    declaration's keywords.
+
+    Attributes:
+        pure: whether a call may be removed when unused, hoisted or duplicated (the form's
+            answer: a block or warpgroup call never is).
+        inline: ``"auto"``, ``"always"`` or ``"never"`` (:data:`INLINE`).
+        form: the call form of the declaration's ``scope=`` (:mod:`splice.forms`).
+        memory: the memory an impure call touches, which it is ordered against
+            (:data:`MEMORY`; a ``splice.asm`` snippet's: :data:`ASM_MEMORY`).
+
+    Example:
+        >>> from splice.inputs.declaring import CallOptions
+        >>> from splice.types import parse_signature
+        >>> o = CallOptions.declared(parse_signature("float32(float32)"), scope="block",
+        ...                          pure=True, what="extern 'f'")
+        >>> (o.pure, o.inline, str(o.form.scope), o.memory)
+        (False, 'auto', 'block', 'any')
+    """
+
+    pure: bool
+    inline: str = "auto"
+    form: CallForm = element.ATOMIC
+    memory: str = "any"
+
+    @classmethod
+    def declared(cls, sig: Signature, *, pure, scope="element", inline="auto", memory="any",
+                 what: str, memory_values: tuple[str, ...] = MEMORY) -> CallOptions:
+        """The options of a declaration of signature ``sig``, each checked.
+
+        Args:
+            sig: the extern's signature (the form's rules on results).
+            pure, scope, inline, memory: the declaration's keywords.
+            what: the declaration in messages ("extern 'f' at k.py:3").
+            memory_values: the values ``memory`` may take.
+
+        Returns:
+            CallOptions: with the pure the form gives (block calls are never pure).
+
+        Raises:
+            SpliceDeclarationError: a keyword of the wrong type or value, naming ``what``.
+        """
+        from ..forms import form_of
+        if not isinstance(pure, bool):
+            raise SpliceDeclarationError(f"{what}: pure must be True or False")
+        form = scope if not isinstance(scope, str) else form_of(scope, what)
+        check_inline(inline, what)
+        pure = form.declare(sig, pure, what)
+        check_memory(memory, pure, what, memory_values)
+        return cls(pure, inline, form, memory)

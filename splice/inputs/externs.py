@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import cccl
 from ..errors import SpliceDeclarationError
-from ..forms import element, form_of
+from ..forms import form_of
 from ..forms.base import CallForm
 from ..tracing import trace
 from ..types import Signature, parse_signature, signature_from_annotations
@@ -18,7 +18,8 @@ from . import nvshmem, tile_fragment
 from .checks import Declared, cxx_symbol, is_cxx_name
 from .declaring import (
     _C_IDENT,
-    check_memory,
+    CallOptions,
+    check_inline,
     check_options,
     check_stub,
     check_symbol,
@@ -54,19 +55,30 @@ class ExternFunction:
     name: str
     symbol: str
     signature: Signature
-    pure: bool
     fragment: Fragment
     where: str
-    inline: str = "auto"
-    form: CallForm = element.ATOMIC
+    #: pure, inline, the call form and memory, validated at declaration
+    options: CallOptions = CallOptions(True)
+
+    @property
+    def pure(self) -> bool:
+        return self.options.pure
+
+    @property
+    def inline(self) -> str:
+        return self.options.inline
+
+    @property
+    def form(self) -> CallForm:
+        return self.options.form
+
+    @property
+    def memory(self) -> str:
+        return self.options.memory
 
     @property
     def scope(self) -> str:
         return self.form.scope
-
-    @scope.setter
-    def scope(self, scope: str) -> None:
-        self.form = form_of(scope, f"extern '{self.name}' at {self.where}")
     #: the C++ name called through a trampoline (None: ``symbol`` is the C name)
     cxx_name: str | None = None
     #: the part this extern plays in a tile call (:class:`splice.forms.staging.Staging`), or None
@@ -74,9 +86,6 @@ class ExternFunction:
     #: the block size a block-scope function was compiled for (``splice.cub``: 128), or
     #: None: a tile call in a kernel with another ``.reqntid`` is refused at compile time
     block_threads: int | None = None
-    #: the memory an impure call touches, which it is ordered against (:data:`MEMORY`,
-    #: :data:`ASM_MEMORY`)
-    memory: str = "any"
 
     def __repr__(self) -> str:
         return (f"<splice extern {self.name}: {self.signature} = {self.symbol} from "
@@ -99,12 +108,11 @@ def _func_where(func) -> tuple[str, Path | None]:
 def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name,
              inline="auto", display_name=None, scope="element", cxx_name=None,
              memory="any"):
+    what = f"extern '{name}' at {where}"
     if not isinstance(pure, bool):
-        raise SpliceDeclarationError(f"extern '{name}' at {where}: pure must be True or False")
-    form = form_of(scope, f"extern '{name}' at {where}")
-    if inline not in ("auto", "always", "never"):
-        raise SpliceDeclarationError(f"extern '{name}' at {where}: inline must be 'auto', "
-                                     f"'always' or 'never', got {inline!r}")
+        raise SpliceDeclarationError(f"{what}: pure must be True or False")
+    form = form_of(scope, what)
+    check_inline(inline, what)
     try:
         sig = signature_from_annotations(stub) if signature is None else \
             signature if isinstance(signature, Signature) else parse_signature(signature)
@@ -121,10 +129,10 @@ def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name,
                 f"the signature {sig} has {len(sig.args)}")
     fragment = fragment_factory(symbol, sig)
     tile_fragment.check_declaration(sig, form, fragment, f"extern '{name}' at {where}")
-    pure = form.declare(sig, pure, f"extern '{name}' at {where}")
-    check_memory(memory, pure, f"extern '{name}' at {where}")
-    ext = ExternFunction(display_name or name, symbol, sig, pure, fragment, where, inline,
-                         form, cxx_name, memory=memory)
+    options = CallOptions.declared(sig, pure=pure, scope=form, inline=inline, memory=memory,
+                                   what=what)
+    ext = ExternFunction(display_name or name, symbol, sig, fragment, where, options,
+                         cxx_name)
     if sig.has_tiles:
         from .tile_trace import emit_tile_call
         return trace.make_callable_stub(ext, stub, emit_tile_call)

@@ -129,10 +129,11 @@ def _staging_externs(ext, tiles, results, group: int, where: str, loc):
 
     def derived(symbol, name, dsig, elements, what, form=element.ATOMIC):
         own = form is ext.form      # the call itself: the extern's form (its scope)
+        options = dataclasses.replace(ext.options, pure=False, form=form,
+                                      inline=ext.inline if own else "auto")
         return dataclasses.replace(
             ext, name=f"{ext.name} ({name})", symbol=frag.symbol(symbol), signature=dsig,
-            pure=False, fragment=frag, inline=ext.inline if own else "auto", form=form,
-            cxx_name=None,
+            fragment=frag, options=options, cxx_name=None,
             staging=Staging(symbol.rstrip("0123456789"), group, elements, what,
                             ext.block_threads if own else None))
     stores = [derived(f"store{k}", f"tile argument {i + 1} into shared memory",
