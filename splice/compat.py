@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .toolchain import cuda_release as release
+
 #: CUDA toolkit minors (tileiras, ptxas, NVRTC, nvJitLink, nvdisasm all of one minor) tested.
 TESTED_TOOLKITS: tuple[tuple[int, int], ...] = ((13, 4), (13, 5))
 #: cuda-tile minors tested (splice uses cuTile internals: ``splice/_cutile.py``).
@@ -31,12 +33,6 @@ class Component:
     name: str
     version: tuple[int, int] | None
     detail: str
-
-
-def release(text: str) -> tuple[int, int] | None:
-    """The (major, minor) of a CUDA tool's ``--version`` text (``release 13.5, V13.5.37``)."""
-    m = re.search(r"release (\d+)\.(\d+)", text)
-    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def _probe(name: str, get) -> Component:

@@ -74,6 +74,12 @@ def run_version(path: Path) -> str:
     return (lines[-1] if lines else out.stdout).strip()
 
 
+def cuda_release(text: str) -> tuple[int, int] | None:
+    """The (major, minor) of a CUDA tool's ``--version`` text (``release 13.5, V13.5.37``)."""
+    m = re.search(r"release (\d+)\.(\d+)", text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 @functools.cache
 def tileiras_version() -> str:
     return run_version(tileiras())
@@ -549,9 +555,8 @@ def nvjitlink_link(inputs: list[tuple[str, bytes, str]], target: str, what: str)
     """
     from cuda.bindings import nvjitlink
 
-    from .compat import release
     have = tuple(nvjitlink.version())
-    need = release(ptxas_version()) or have
+    need = cuda_release(ptxas_version()) or have
     if have < need:
         raise SpliceToolchainError(
             f"linking {what} with a binary object needs nvJitLink {need[0]}.{need[1]} or newer "
