@@ -143,6 +143,7 @@ def _cmd_doctor(a) -> int:
         print(f"[{'ok' if ok else '!!'}] {what}: {detail}")
 
     _doctor_compilers(line)
+    _doctor_versions(line)
     _doctor_files(line)
     _doctor_optional()
     print(_doctor_gpu())
@@ -175,6 +176,18 @@ def _doctor_compilers(line) -> None:
         line(True, "nvJitLink", f"{major}.{minor}")
     except Exception as e:
         line(False, "nvJitLink", e)
+
+
+def _doctor_versions(line) -> None:
+    """Each component's version, and whether the set is one splice is tested on (with the
+    pip command that installs one when it is not)."""
+    from . import compat
+    components = compat.installed()
+    print("versions: " + ", ".join(
+        f"{c.name} {'.'.join(map(str, c.version)) if c.version else 'missing'}"
+        for c in components))
+    tested, text = compat.assess(components)
+    line(tested, "toolchain set", text)
 
 
 def _doctor_files(line) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import site
 import sys
 import threading
@@ -123,6 +124,21 @@ def include_dirs() -> list[str]:
     with _lock:
         _chosen[:] = [dirs] if dirs else []
     return list(dirs)
+
+
+def version() -> tuple[int, int, int] | None:
+    """The (major, minor, patch) of the CCCL in :func:`include_dirs`, from
+    ``cuda/std/__cccl/version.h``'s ``CCCL_VERSION``; None where there is no CCCL or no such
+    line (a file over 64 KiB is not read)."""
+    for d in include_dirs():
+        path = os.path.join(d, "cuda", "std", "__cccl", "version.h")
+        if os.path.isfile(path) and os.path.getsize(path) < 65536:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                m = re.search(r"#\s*define\s+CCCL_VERSION\s+(\d+)", f.read())
+            if m:
+                v = int(m.group(1))
+                return (v // 1000000, v // 1000 % 1000, v % 1000)
+    return None
 
 
 _lock = threading.Lock()

@@ -22,7 +22,8 @@ def _run(*args, env_extra=None):
 def test_doctor_reports_the_toolchain():
     out = _run("doctor")
     assert out.returncode == 0, out.stdout + out.stderr
-    for what in ("cuda-tile", "tileiras", "ptxas", "libnvvm", "NVRTC", "nvJitLink", "cache"):
+    for what in ("cuda-tile", "tileiras", "ptxas", "libnvvm", "NVRTC", "nvJitLink", "cache",
+                 "toolchain set"):
         assert f"[ok] {what}" in out.stdout
 
 

@@ -3,8 +3,6 @@ cubins, built with NVRTC for the tests."""
 
 from __future__ import annotations
 
-import re
-
 LTO_SRC = b'extern "C" __device__ float lto_f(float x) { return x * 3.0f + 1.0f; }\n'
 OBJ_SRC = b'extern "C" __device__ float obj_f(float x) { return x * 5.0f - 1.0f; }\n'
 
@@ -35,8 +33,9 @@ def nvjitlink_too_old() -> bool:
     from cuda.bindings import nvjitlink
 
     from splice import toolchain
-    m = re.search(r"release (\d+)\.(\d+)", toolchain.ptxas_version())
-    return bool(m) and tuple(nvjitlink.version()) < (int(m.group(1)), int(m.group(2)))
+    from splice.compat import release
+    need = release(toolchain.ptxas_version())
+    return need is not None and tuple(nvjitlink.version()) < need
 
 
 def save_source_mid_build(monkeypatch, frag) -> list:
