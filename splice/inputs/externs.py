@@ -79,6 +79,11 @@ class ExternFunction:
     @property
     def scope(self) -> str:
         return self.form.scope
+
+    @scope.setter
+    def scope(self, scope: str) -> None:
+        form = form_of(scope, f"extern '{self.name}' at {self.where}")
+        self.options = dataclasses.replace(self.options, form=form)
     #: the C++ name called through a trampoline (None: ``symbol`` is the C name)
     cxx_name: str | None = None
     #: the part this extern plays in a tile call (:class:`splice.forms.staging.Staging`), or None
