@@ -7,11 +7,15 @@ kernels, the test kernels and the fuzzers' cases, has its output (the rewritten 
 sites it refused, or the error it raised) written there, one file per call, named by test
 and call number. Run it before and after a change and diff the two directories::
 
-    SPLICE_EQUALITY_DIR=/tmp/before PYTHONPATH=$PWD python -m pytest -q -p support.equality \\
-        -p no:cacheprovider tests/test_corpus.py tests/test_block_scope.py ...
+    SPLICE_EQUALITY_DIR=/tmp/before PYTHONHASHSEED=0 PYTHONPATH=$PWD:$PWD/tests \\
+        python -m pytest -q -p support.equality -p no:cacheprovider --hypothesis-seed=0 \\
+        tests/test_corpus.py tests/test_block_scope.py ...
     diff -r /tmp/before /tmp/after
 
-The tests' cache starts empty (tests/conftest.py), so each run splices the same builds.
+Run both from a checkout at the same path: the PTX names the kernels' source files (and a
+fragment's tag hashes its text). The tests' cache starts empty (tests/conftest.py), so each
+run splices the same builds; ``PYTHONHASHSEED`` and the hypothesis seed make the fuzzers'
+cases (and a test that names a function by ``hash()``) the same in both runs.
 """
 
 from __future__ import annotations
