@@ -30,7 +30,9 @@ or gives up.
 
 from __future__ import annotations
 
+import functools
 import re
+from typing import Callable
 
 from .ptx import Body
 
@@ -125,7 +127,7 @@ def _cvt(ev: _Evaluator, mods, srcs, at) -> Values | None:
     return dbits, tuple(v % (1 << dbits) for v in wide)
 
 
-def _binary(ev: _Evaluator, base: str, mods, srcs, at) -> Values | None:
+def _binary(ev: _Evaluator, mods, srcs, at, *, base: str) -> Values | None:
     if len(mods) != 1 or mods[0] not in _TYPES or len(srcs) != 2:
         return None
     bits = _TYPES[mods[0]][0]
@@ -160,7 +162,7 @@ def _mul(ev: _Evaluator, mods, srcs, at) -> Values | None:
     return out, tuple(conv(x) * conv(y) % (1 << out) for x, y in zip(a[1], b[1]))
 
 
-def _shift(ev: _Evaluator, base: str, mods, srcs, at) -> Values | None:
+def _shift(ev: _Evaluator, mods, srcs, at, *, base: str) -> Values | None:
     """``shl.b``, ``shr.{b,u,s}``: the amount a u32; amounts past the width clamp (PTX)."""
     if len(mods) != 1 or mods[0] not in _TYPES or len(srcs) != 2 or \
             (base == "shl" and mods[0][0] != "b"):
@@ -195,11 +197,12 @@ def _setp(ev: _Evaluator, mods, srcs, at) -> Values | None:
     return 1, tuple(int(test(conv(x), conv(y))) for x, y in zip(a[1], b[1]))
 
 
-_RULES = {"mov": _mov, "cvt": _cvt, "not": _not, "mul": _mul, "setp": _setp,
-          **{op: (lambda ev, mods, srcs, at, op=op: _binary(ev, op, mods, srcs, at))
-             for op in _BINARY},
-          **{op: (lambda ev, mods, srcs, at, op=op: _shift(ev, op, mods, srcs, at))
-             for op in ("shl", "shr")}}
+_Rule = Callable[[_Evaluator, tuple, tuple, int], "Values | None"]
+_RULES: dict[str, _Rule] = {"mov": _mov, "cvt": _cvt, "not": _not, "mul": _mul, "setp": _setp}
+for _op in _BINARY:
+    _RULES[_op] = functools.partial(_binary, base=_op)
+for _op in ("shl", "shr"):
+    _RULES[_op] = functools.partial(_shift, base=_op)
 
 
 def guard_values(guard: str, body: Body, use: int, threads: int) -> tuple[bool, ...] | None:
