@@ -646,6 +646,9 @@ def _nvrtc_program(nvrtc, source: bytes, name: str, options: list[str], ltoir: b
         buf = bytearray(size)
         (err,) = nvrtc.nvrtcGetProgramLog(prog, buf)
         log = bytes(buf).rstrip(b"\0").decode(errors="replace")
+        if pch:     # NVRTC's notes on its PCH file are no news to the user
+            log = "".join(ln for ln in log.splitlines(keepends=True)
+                          if "precompiled header file" not in ln)
         if cerr != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise SpliceCompileError(f"NVRTC: {cerr.name}", log)
         if ltoir:

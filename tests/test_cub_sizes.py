@@ -21,6 +21,7 @@ import pytest
 
 import splice
 from splice import cccl, cub
+from splice.errors import SpliceCallError
 from support import kernels as K
 from support.kernels import ArrayConstraint
 from support.ptx_exec import run_build
@@ -141,6 +142,16 @@ def test_documented_shape_compiles_sample(op, dtype, n):
                          ids=_ids([c for c in MATRIX if c not in SAMPLE]))
 def test_documented_shape_compiles(op, dtype, n):
     _one_call_per_block(_compile(op, dtype, n), op)
+
+
+def test_tiles_beyond_shared_memory_refused_with_the_nearest_shape_that_fits():
+    """Past the documented sizes the limit is shared memory: a (16384,) float64 sort
+    stages 2 x 128 KiB; the refusal names the limit and the nearest tiles that fit."""
+    with pytest.raises(SpliceCallError, match=r"262144 bytes of shared memory .*more than any "
+                                              r"GPU gives a block \(232448 on sm_90\).*"
+                                              r"nearest that fits .*8192 x float64, "
+                                              r"8192 x float64"):
+        _compile("sort", "float64", 16384)
 
 
 # ---------------------------------------------------------------------------------------------
