@@ -39,7 +39,7 @@ def compile_source(full: str, name: str, target: str, options: list[str], *, dec
     from .checks import generated_blocks, lookup_failures, results_hint
     from .nvrtc_pch import wanted
     from .ptx import arch_words
-    pch = wanted(full)
+    pch = wanted(full, options)
     start = time.perf_counter()
     redeclare: frozenset = frozenset()
     c_symbols = {d.symbol for d in declared if d.cxx_name is None}

@@ -5,7 +5,9 @@ is its own NVRTC program (:mod:`splice.tiles` appends a trampoline for its shape
 parses them again. With ``-pch``, NVRTC saves the parsed state of the source's leading
 ``#include`` lines the first time and loads it for every later program that starts with
 the same lines and options, in this process: a later CUB compile takes about half the
-time or less (``benchmarks/first_launch.md``, case (f)).
+time or less (``benchmarks/cub_first_compile.md``). splice turns it on from the second
+compile of the same include lines (:func:`wanted`): a process that compiles one CUB call
+does not pay for creating it.
 
 Two details make it work and keep it safe:
 
@@ -27,6 +29,7 @@ Without a usable directory, or with an NVRTC older than 12.8, sources compile as
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
 import re
 import shutil
@@ -39,27 +42,42 @@ from pathlib import Path
 HEAP_BYTES = 512 << 20
 
 _USES_CCCL = re.compile(r"^\s*#\s*include\s*[<\"](cub|thrust|cuda|nv)/", re.M)
+_INCLUDE = re.compile(r"^\s*#\s*include\b.*$", re.M)
+_prefixes: set[str] = set()     # the include prefixes (and options) compiled so far
 _lock = threading.RLock()
 _state: dict[str, object] = {}
 
 
-def wanted(source: str) -> bool:
-    """Whether ``source`` includes a CCCL header (``<cub/...>``, ``<thrust/...>``,
-    ``<cuda/...>``, ``<nv/...>``): the compiles a PCH pays for.
+def wanted(source: str, options: list[str]) -> bool:
+    """Whether to compile ``source`` with the PCH: it includes a CCCL header
+    (``<cub/...>``, ``<thrust/...>``, ``<cuda/...>``, ``<nv/...>``) and this process has
+    compiled a source with the same leading ``#include`` lines and ``options`` before.
+    The first such compile runs without (creating the PCH costs more than it saves for a
+    single compile: about 2.3 s against 1.5 s for CUB's radix sort); the second creates
+    it, the later ones load it.
 
     Args:
         source: CUDA C text.
+        options: NVRTC's options for it.
 
     Returns:
-        True for a source that includes one.
+        True when the PCH pays.
 
     Example:
-        >>> wanted("#include <cub/block/block_scan.cuh>\\n")
-        True
-        >>> wanted("#include <cuda_fp16.h>\\n")
-        False
+        >>> src = "#include <cub/block/block_scan.cuh>\\nint x;\\n"
+        >>> wanted(src, ["-arch=sm_90a"]), wanted(src, ["-arch=sm_90a"])
+        (False, True)
+        >>> wanted("#include <cuda_fp16.h>\\n", []), wanted("#include <cuda_fp16.h>\\n", [])
+        (False, False)
     """
-    return _USES_CCCL.search(source) is not None
+    if _USES_CCCL.search(source) is None:
+        return False
+    last = max(m.end() for m in _INCLUDE.finditer(source))
+    key = hashlib.sha256("\0".join([source[:last], *options]).encode()).hexdigest()
+    with _lock:
+        seen = key in _prefixes
+        _prefixes.add(key)
+    return seen
 
 
 def _private_dir() -> Path | None:
