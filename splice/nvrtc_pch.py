@@ -42,7 +42,10 @@ from pathlib import Path
 HEAP_BYTES = 512 << 20
 
 _USES_CCCL = re.compile(r"^\s*#\s*include\s*[<\"](cub|thrust|cuda|nv)/", re.M)
-_INCLUDE = re.compile(r"^\s*#\s*include\b.*$", re.M)
+_INCLUDE = re.compile(r"^\s*#\s*include\s*(\S+).*$", re.M)
+#: The headers a PCH may cover: CCCL's and the CUDA toolkit's, which do not change while
+#: the process runs (a user's header could, and NVRTC would have to notice).
+_TOOLKIT_HEADER = re.compile(r"<(?:(?:cub|thrust|cuda|nv)/[\w/.]+|cuda_\w+\.hp?p?)>")
 _prefixes: set[str] = set()     # the include prefixes (and options) compiled so far
 _lock = threading.RLock()
 _state: dict[str, object] = {}
@@ -50,8 +53,10 @@ _state: dict[str, object] = {}
 
 def wanted(source: str, options: list[str]) -> bool:
     """Whether to compile ``source`` with the PCH: it includes a CCCL header
-    (``<cub/...>``, ``<thrust/...>``, ``<cuda/...>``, ``<nv/...>``) and this process has
-    compiled a source with the same leading ``#include`` lines and ``options`` before.
+    (``<cub/...>``, ``<thrust/...>``, ``<cuda/...>``, ``<nv/...>``), every header it
+    includes is CCCL's or the toolkit's (``<cuda_fp16.h>``: none of the user's, which could
+    change while the process runs), and this process has compiled a source with the same
+    leading ``#include`` lines and ``options`` before.
     The first such compile runs without (creating the PCH costs more than it saves for a
     single compile: about 2.3 s against 1.5 s for CUB's radix sort); the second creates
     it, the later ones load it.
@@ -70,7 +75,8 @@ def wanted(source: str, options: list[str]) -> bool:
         >>> wanted("#include <cuda_fp16.h>\\n", []), wanted("#include <cuda_fp16.h>\\n", [])
         (False, False)
     """
-    if _USES_CCCL.search(source) is None:
+    if _USES_CCCL.search(source) is None or \
+            not all(_TOOLKIT_HEADER.fullmatch(m.group(1)) for m in _INCLUDE.finditer(source)):
         return False
     last = max(m.end() for m in _INCLUDE.finditer(source))
     key = hashlib.sha256("\0".join([source[:last], *options]).encode()).hexdigest()

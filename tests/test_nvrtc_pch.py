@@ -37,13 +37,16 @@ def _options():
 
 def test_wanted_from_the_second_compile_of_cccl_includes(monkeypatch):
     monkeypatch.setattr(nvrtc_pch, "_prefixes", set())
-    cub = "#  include \"cub/block/block_scan.cuh\"\nint f(int x) { return x; }\n"
+    cub = "#  include <cub/block/block_scan.cuh>\n#include <cuda_fp16.h>\nint f(int x);\n"
     assert [nvrtc_pch.wanted(cub, ["-arch=sm_90a"]) for _ in range(3)] == [False, True, True]
     # another body after the same includes: the same PCH; other options: another
-    assert nvrtc_pch.wanted(cub.replace("return x", "return -x"), ["-arch=sm_90a"])
+    assert nvrtc_pch.wanted(cub + "int g(int x);\n", ["-arch=sm_90a"])
     assert not nvrtc_pch.wanted(cub, ["-arch=sm_100a"])
     plain = "#include <cuda_fp16.h>\n// #include <cub/cub.cuh> no\n"
     assert [nvrtc_pch.wanted(plain, []) for _ in range(2)] == [False, False]
+    # a user's header among them (quoted, or not the toolkit's): never
+    for mine in ('#include "mine.h"\n', "#include <mine/cub.h>\n"):
+        assert [nvrtc_pch.wanted(mine + cub, []) for _ in range(2)] == [False, False]
 
 
 def test_pch_gives_the_same_ptx_from_a_private_directory(fresh_pch):
