@@ -17,7 +17,8 @@ semantics (widths, truncation, sign extension, shift clamping), so that any deri
 tileiras emits -- a round trip, a mask, an offset -- is judged by the values it computes.
 
 **Why the values are the register's values.** Each register followed must have exactly one
-writing instruction in the function (:attr:`splice.ptx.Body.defs`), unpredicated, placed
+writing instruction in the function (:attr:`splice.ptx.Body.defs`; no ``call`` returns
+into it either), unpredicated, placed
 before the instruction that reads it, whose sources are again such registers, integer
 immediates or ``%tid.x``: tileiras's PTX is in SSA form, so that definition is the value
 every read sees, in every thread, and it is a function of ``tid.x`` alone. Anything else
@@ -34,7 +35,7 @@ import functools
 import re
 from typing import Callable
 
-from .ptx import Body
+from .ptx import Body, registers_in
 
 #: Integer types: name -> (bits, signed). ``b`` types are bit patterns (unsigned here).
 _TYPES = {f"{k}{w}": (w, k == "s") for k in ("b", "u", "s") for w in (8, 16, 32, 64)}
@@ -77,6 +78,12 @@ class _Evaluator:
         self.body, self.threads = body, threads
         self.memo: dict[str, Values | None] = {}
         self.active: set[str] = set()
+        # a call's return registers are written too, but not in Body.defs (``call`` has
+        # no destination operand there)
+        self.call_written = {r for _, ins in body.parsed
+                             if ins is not None and ins.base == "call"
+                             for op in ins.operands if op.startswith("(")
+                             for r in registers_in(op)}
 
     def operand(self, text: str, bits: int, use: int) -> Values | None:
         """``text`` read as a ``bits``-bit operand by the instruction at ``use``."""
@@ -91,7 +98,7 @@ class _Evaluator:
     def register(self, reg: str, use: int) -> Values | None:
         defs = self.body.defs.get(reg, ())
         if len(defs) != 1 or defs[0] >= use or reg in self.active or \
-                len(self.active) >= _MAX_DEPTH:
+                reg in self.call_written or len(self.active) >= _MAX_DEPTH:
             return None
         if reg not in self.memo:
             self.active.add(reg)

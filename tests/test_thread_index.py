@@ -97,6 +97,7 @@ def test_block_size_bounds_the_threads():
     "mov.u32 %r1, %tid.x; setp.ne.and.b32 %p1, %r1, 0, %p2;",               # combined
     "mov.u32 %r1, %tid.x; setp.ne.b32 %p1|%p2, %r1, 0;",                    # a pair
     "mov.u32 %r1, %tid.x; selp.b32 %r2, 1, 0, %p3; setp.ne.b32 %p1, %r2, 0;",
+    "mov.u32 %r1, %tid.x; call (%r1), f, (%r1); setp.ne.b32 %p1, %r1, 0;",  # a call's return
 ])
 def test_not_evaluated(lines):
     assert _guard(lines) is None
