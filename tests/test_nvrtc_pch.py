@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from splice import cccl, cuda_compile, nvrtc_pch, toolchain
+from splice import cccl, nvrtc_pch, toolchain
+from splice.inputs import cuda_compile
 
 _SOURCE = """#include <cuda/std/limits>
 extern "C" __device__ int biggest(int x) {

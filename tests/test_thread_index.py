@@ -1,4 +1,4 @@
-"""splice.thread_index: a guard's derivation from %tid.x evaluated for every thread, with
+"""splice.analysis.thread_index: a guard's derivation from %tid.x evaluated for every thread, with
 PTX's integer semantics (each checked against NumPy's), and what it refuses to evaluate."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from splice.ptx import Module
-from splice.thread_index import guard_values
+from splice.analysis.thread_index import guard_values
+from splice.ptxtools.ptx import Module
 
 THREADS = 128
 _tid = np.arange(THREADS, dtype=np.uint32)
