@@ -2,9 +2,10 @@
 sm_90), values of a sample on the CPU executor and the GPU, and a test for each public
 parameter that fails if it is ignored.
 
-The full matrix (every op, every documented dtype, every size 128 x 2**j) is marked
-``slow`` and runs with ``pytest -m slow tests/test_cub_sizes.py`` (or
-``SPLICE_SLOW_TESTS=1``); every run compiles :data:`SAMPLE`, which holds each op, each
+The full matrix (every op, every documented dtype, every size 128 x 2**j: 300 compiles)
+is marked ``slow`` and runs with ``pytest -m slow tests/test_cub_sizes.py`` (or
+``SPLICE_SLOW_TESTS=1``; about 20 minutes on 2 busy cores, all 300 passed on 2026-12-04);
+every run compiles :data:`SAMPLE`, which holds each op, each
 dtype family, the largest documented size of each op and every shape issue 37 found
 refused (the guard's ``cvt.u64.u32`` round trip that tileiras emits for arrays not known
 to be 16-byte aligned, :mod:`splice.thread_index`).
