@@ -22,6 +22,7 @@ from . import (
     effects,
     inline,
     link,
+    memory_proof,
     nvshmem,
     rewrite,
     tiles,
@@ -205,6 +206,7 @@ def _compile_fragments(job: Driver, traced, lowered: _Lowered) -> _Compiled:
     for form, sites in _sites_by_form(traced.sites).items():
         form.check_callees(sites, modules, lowered.target, fkeys, lowered.module)
     effects.check_element_effects(traced.sites, modules, lowered.target, fkeys)
+    memory_proof.check_argument_sites(traced.sites, modules, lowered.target, fkeys)
     linked = link.prepare(lowered.module, list(modules.values()), job.name,
                           frozenset(s.extern.symbol for s in traced.sites),
                           host_filled=nvshmem.HOST_FILLED)
