@@ -103,7 +103,7 @@ import re
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from . import block, collectives
+from . import block, collectives, warpgroup_callee
 from .errors import SpliceLinkError
 from .ptx import Body, Instruction, Module, parse_instruction
 
@@ -824,7 +824,8 @@ def check_sites(sites, fragments, target: str, keys: Mapping[int, str]) -> None:
                 f"which no PTX of the kernel defines, so splice cannot check it for "
                 f"barriers; ship it as CUDA C, PTX or LTO-IR")
         for fmod, name, chain in reach.functions():
-            hit = _first_refused(fmod, name, isinstance(ext.fragment, AsmSource))
+            hit = _first_refused(fmod, name, isinstance(ext.fragment, AsmSource)) or \
+                warpgroup_callee.warp_refusal(fmod, name)
             if hit is not None:
                 problem, fix = hit
                 where = collectives.reach_text(collectives.chain_names(ext, chain))
