@@ -55,6 +55,10 @@ from typing import Mapping
 
 from .collectives import chain_names, outside_ptx, reach_text, site_module
 from .errors import SpliceLinkError
+
+#: The prefix of splice's tile staging symbols (:data:`splice.tiles.PREFIX`; not imported:
+#: splice.tiles imports the fragments this module's callers pass).
+TILE_PREFIX = "__splice_tile_"
 from .ptx import (
     Instruction,
     Module,
@@ -304,12 +308,12 @@ class _Proof:
             for d in _written(ins):
                 new = self._transfer(f, ins, text, d, returned)
                 if not new <= f.regs.get(d, frozenset()):
-                    f.regs[d] = f.regs.get(d, frozenset()) | new
+                    f.regs[d] = _join(f.regs.get(d, frozenset()), new)
         return grew
 
     def _grow_result(self, f: _Fn, value: frozenset) -> bool:
         old = self.results[id(f)]
-        self.results[id(f)] = old | value
+        self.results[id(f)] = _join(old, value)
         return not value <= old
 
     def _call(self, f: _Fn, ins: Instruction, text: str, pending) -> tuple[frozenset, bool]:
@@ -324,7 +328,7 @@ class _Proof:
             for i, a in enumerate(args[:len(ps)]):
                 v = pending.get(a, frozenset({N}))
                 if not v <= ps[i]:
-                    ps[i] = ps[i] | v
+                    ps[i] = _join(ps[i], v)
                     grew = True
         out: frozenset = frozenset()
         for g in callees:
@@ -345,8 +349,8 @@ class _Proof:
             return f.regs.get(op, frozenset()) if _width(f, op) >= 64 else frozenset({N})
         if _NUMBER_RE.match(op):
             return frozenset({Z}) if re.fullmatch(r"-?0+[uU]?", op) else frozenset({N})
-        sym = re.split(r"[+\-\s]", op, maxsplit=1)[0]
-        return frozenset({_symbol_origin(f, sym, op)})
+        sym, _, offset = op.replace(" ", "").partition("+")
+        return frozenset({_symbol_origin(f, sym, _int(offset or "0"))})
 
     def _transfer(self, f: _Fn, ins: Instruction, text: str, dest: str, returned) \
             -> frozenset:
@@ -361,8 +365,8 @@ class _Proof:
         if base in ("mov", "cvta", "mapa") or (base == "cvt" and vals):
             return vals[0] if vals else frozenset({N})
         if base == "selp":
-            return vals[0] | vals[1]
-        return _arithmetic(base, vals, text)
+            return _join(vals[0], vals[1])
+        return _shift(_arithmetic(base, vals, text), _constant_offset(base, ops, vals))
 
     def _param_load(self, f: _Fn, op: str, returned: frozenset) -> frozenset:
         sym = _bracket_symbol(op)
@@ -371,8 +375,10 @@ class _Proof:
         return returned
 
 
-def _symbol_origin(f: _Fn, sym: str, op: str) -> Origin:
+def _symbol_origin(f: _Fn, sym: str, offset: int | None) -> Origin:
     space = f.symbols.get(sym)
+    if sym.startswith(TILE_PREFIX):
+        return ("D", f"{sym}@{'?' if offset is None else offset}")
     if space in (".shared", ".local", ".const"):
         return D
     if space == ".func":
@@ -404,6 +410,60 @@ def _arithmetic(base: str, vals: list[frozenset], text: str) -> frozenset:
         return bad
     out = frozenset(o for v in vals for o in v if o[0] in ("L", "X"))
     return out or frozenset({N})
+
+
+def _int(text: str) -> int | None:
+    """An integer immediate's value (decimal or hex, signed), or None."""
+    try:
+        return int(text.rstrip("uU"), 0)
+    except ValueError:
+        return None
+
+
+def _has_address(v: frozenset) -> bool:
+    return any(k in _ADDRESS for k, _ in v)
+
+
+def _constant_offset(base: str, ops: list[str], vals: list[frozenset]) -> int | None:
+    """For ``add``/``sub`` of one address and immediates: the constant it adds (``sub``
+    subtracts its second operand); 0 for an instruction that keeps the address (``mov``);
+    None where the offset is not a constant (the tracked offsets become unknown)."""
+    if base not in ("add", "sub") or len(ops) != 2 or _has_address(vals[1]) == \
+            _has_address(vals[0]):
+        return None
+    other = ops[1] if _has_address(vals[0]) else ops[0]
+    k = _int(other.strip())
+    if k is None:
+        return None
+    return -k if base == "sub" else k
+
+
+def _shift(origins: frozenset, by: int | None) -> frozenset:
+    """``origins`` with each tracked buffer offset (``("D", "buf@8")``) moved by ``by``
+    bytes, or made unknown (``None``)."""
+    out = set()
+    for kind, why in origins:
+        if kind == "D" and "@" in why:
+            sym, off = why.rsplit("@", 1)
+            why = f"{sym}@?" if by is None or off == "?" else f"{sym}@{int(off) + by}"
+        out.add((kind, why))
+    return frozenset(out)
+
+
+def _join(a: frozenset, b: frozenset) -> frozenset:
+    """The union of two origin sets, widened: a buffer seen at two different offsets is
+    at an unknown one (so that a loop that steps a pointer reaches a fixed point)."""
+    out = a | b
+    offsets: dict[str, set[str]] = {}
+    for kind, why in out:
+        if kind == "D" and "@" in why:
+            sym, off = why.rsplit("@", 1)
+            offsets.setdefault(sym, set()).add(off)
+    wide = {sym for sym, offs in offsets.items() if len(offs) > 1}
+    if not wide:
+        return out
+    return frozenset(o for o in out if not (o[0] == "D" and o[1].rsplit("@", 1)[0] in wide)) \
+        | frozenset(("D", f"{sym}@?") for sym in wide)
 
 
 def _bracket_symbol(op: str) -> str | None:
@@ -548,7 +608,8 @@ def prove_arguments_only(ext, mod: Module, modules) -> tuple[str, str] | None:
 def check_argument_sites(sites, fragments: Mapping[str, tuple[str, Module]], target: str,
                          keys: Mapping[int, str] | None = None) -> None:
     """Refuse every call site whose extern is declared ``memory="arguments"`` unless
-    :func:`prove_arguments_only` proves it.
+    :func:`prove_arguments_only` proves it, and every tile call that
+    :func:`check_tile_bounds` refuses.
 
     Args:
         sites: the traced call sites (``.extern``, ``.where``).
@@ -560,7 +621,8 @@ def check_argument_sites(sites, fragments: Mapping[str, tuple[str, Module]], tar
 
     Raises:
         SpliceLinkError: naming the extern, its declaration, the instruction, the chain of
-            functions that reaches it, the call site and the fix (``memory="any"``).
+            functions that reaches it, the call site and the fix (``memory="any"``); or,
+            for a tile call, the tile and the bytes outside it.
 
     Example:
         >>> check_argument_sites(traced.sites, modules, "sm_90a", keys)  # doctest: +SKIP
@@ -569,6 +631,9 @@ def check_argument_sites(sites, fragments: Mapping[str, tuple[str, Module]], tar
     done: set[tuple[int, str]] = set()
     for site in sites:
         ext = site.extern
+        if ext.staging is not None and ext.staging.role == "call" and \
+                ext.fragment.has_ptx_body:
+            check_tile_bounds(site, site_module(ext, fragments, target, keys), modules)
         if ext.memory != "arguments" or (ext.staging is not None and
                                          ext.staging.role in ("store", "load")):
             continue
@@ -591,3 +656,98 @@ def check_argument_sites(sites, fragments: Mapping[str, tuple[str, Module]], tar
                 f"every load and store of the kernel), or pass the memory it touches as a "
                 f"pointer argument")
         done.add((id(mod), ext.symbol))
+
+
+# ---------------------------------------------------------------------------------------------
+# Tile calls: no constant offset outside a staged tile
+
+_BITS_RE = re.compile(r"^[bsuf](\d+)$")
+
+
+def _access_bytes(ins: Instruction) -> int:
+    """The bytes an ``ld``/``st``/``atom``/``red`` accesses (its type times its vector
+    length)."""
+    bits = next((int(m.group(1)) for mod in reversed(ins.modifiers)
+                 if (m := _BITS_RE.match(mod))), 8)
+    vec = next((int(mod[1:]) for mod in ins.modifiers if re.fullmatch(r"v\d", mod)), 1)
+    return max(bits // 8, 1) * vec
+
+
+def _tile_ranges(frag) -> dict[str, tuple[int, int, str]]:
+    """Each staging buffer of a tile call's fragment -> (first byte, end byte, which tile)
+    relative to its symbol (after the guard words in check mode)."""
+    from .tiles import byte_size
+    lead = getattr(frag, "guard_bytes", 0)
+    first_result = len(frag.buffers) - frag.results
+    out = {}
+    for k, (elem, n) in enumerate(frag.buffers):
+        which = (f"tile argument {frag.tile_positions[k] + 1}" if k < first_result else
+                 "the tile result" if frag.results == 1 else
+                 f"tile result {k - first_result + 1}")
+        out[frag.buffer(k)] = (lead, lead + n * byte_size(elem),
+                               f"{which} ({n} x {elem.name}, {n * byte_size(elem)} bytes)")
+    return out
+
+
+def _out_of_tile(proof: _Proof, f: _Fn, ins: Instruction, ranges) -> str | None:
+    if ins.base not in ("ld", "st", "atom", "red") or "param" in ins.modifiers or \
+            "local" in ins.modifiers:
+        return None
+    op = next((o for o in ins.operands if o.strip().startswith("[")), None)
+    if op is None:
+        return None
+    head, _, off = op.strip()[1:-1].replace(" ", "").partition("+")
+    imm = _int(off or "0")
+    if imm is None:
+        return None
+    size = _access_bytes(ins)
+    for kind, why in _shift(proof.value(f, head), imm):
+        sym, _, at = why.rpartition("@")
+        if kind != "D" or sym not in ranges or at == "?":
+            continue
+        lo, hi, which = ranges[sym]
+        a = int(at)
+        if a < lo or a + size > hi:
+            side = "before the start" if a < lo else "past the end"
+            return (f"accesses bytes {a - lo}..{a - lo + size - 1} of {which}: {side} of "
+                    f"the tile")
+    return None
+
+
+def check_tile_bounds(site, mod: Module, modules) -> None:
+    """Refuse a tile call (``site.extern.staging.role == "call"``) whose callee, or a
+    function it reaches, accesses a staged tile at a constant offset outside it: the
+    address is the buffer's plus constants only (``y[N] = -1.0f``, one past a result of
+    N elements), so it lands in other shared memory (splice's next buffer, tileiras's).
+
+    Args:
+        site: the tile call's block or warpgroup site (``.extern``, ``.where``).
+        mod: the PTX module of its fragment (:class:`splice.tiles.TileFragment`).
+        modules: every fragment module of the kernel.
+
+    Raises:
+        SpliceLinkError: naming the call, the instruction, the tile, the bytes and the fix.
+
+    Example:
+        >>> check_tile_bounds(site, module, [module])          # doctest: +SKIP
+    """
+    ext = site.extern
+    ranges = _tile_ranges(ext.fragment)
+    reach = outside_ptx(mod, ext.symbol, modules)
+    spaces: dict[int, dict[str, str]] = {}
+    fns = [_function(m, n, tuple(c), spaces.setdefault(id(m), _symbol_spaces(m)))
+           for m, n, c in reach.functions()]
+    if not fns:
+        return
+    proof = _Proof(fns, _root_params(ext, len(fns[0].params)))
+    proof.run()
+    for f in fns:
+        for ins, text in f.code:
+            why = _out_of_tile(proof, f, ins, ranges)
+            if why is not None:
+                raise SpliceLinkError(
+                    f"tile call of extern '{ext.name}' (declared at {ext.where}), called "
+                    f"at {site.where}: '{text}' {reach_text(chain_names(ext, f.chain))} "
+                    f"{why}, into shared memory splice or tileiras uses for something "
+                    f"else. Index the tile within its shape (pass the number of valid "
+                    f"elements as a scalar argument if it varies)")
