@@ -698,8 +698,8 @@ def _out_of_tile(proof: _Proof, f: _Fn, ins: Instruction, ranges) -> str | None:
         return None
     head, _, off = op.strip()[1:-1].replace(" ", "").partition("+")
     imm = _int(off or "0")
-    if imm is None:
-        return None
+    if imm is None or not head.startswith("%"):
+        return None       # a symbol's own address: splice's staging code, not the callee's
     size = _access_bytes(ins)
     for kind, why in _shift(proof.value(f, head), imm):
         sym, _, at = why.rpartition("@")

@@ -12,6 +12,7 @@ import math
 import cuda.tile as ct
 
 from . import _cutile as cu
+from . import tile_guards
 from .forms import element
 from .tiles import MAX_SHARED_BYTES, Staging, TileFragment, byte_size, callee_fragment
 from .trace import call_error, current_session, describe, emit_call, loc_str
@@ -123,7 +124,8 @@ def _staging_externs(ext, tiles, results, group: int, where: str, loc):
     base, callee = callee_fragment(ext, abi, tuple(shapes), where)
     frag = TileFragment(base=base, callee=callee, abi=abi, group=group,
                         buffers=tuple(buffers), tile_positions=tuple(positions), where=where,
-                        results=len(results))
+                        results=len(results), scope=str(ext.form.scope),
+                        guard_bytes=tile_guards.GUARD_BYTES if tile_guards.enabled() else 0)
     label = f"'{ext.name}' at {where}"
 
     def derived(symbol, name, dsig, elements, what, form=element.ATOMIC):
