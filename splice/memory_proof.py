@@ -53,6 +53,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from . import tile_guards
 from .collectives import chain_names, outside_ptx, reach_text, site_module
 from .errors import SpliceLinkError
 
@@ -307,14 +308,13 @@ class _Proof:
                 continue
             for d in _written(ins):
                 new = self._transfer(f, ins, text, d, returned)
-                if not new <= f.regs.get(d, frozenset()):
-                    f.regs[d] = _join(f.regs.get(d, frozenset()), new)
+                f.regs[d] = _join(f.regs.get(d, frozenset()), new)
         return grew
 
     def _grow_result(self, f: _Fn, value: frozenset) -> bool:
         old = self.results[id(f)]
         self.results[id(f)] = _join(old, value)
-        return not value <= old
+        return self.results[id(f)] != old
 
     def _call(self, f: _Fn, ins: Instruction, text: str, pending) -> tuple[frozenset, bool]:
         target = ins.call_target or ""
@@ -327,8 +327,9 @@ class _Proof:
             ps = self.params[id(g)]
             for i, a in enumerate(args[:len(ps)]):
                 v = pending.get(a, frozenset({N}))
-                if not v <= ps[i]:
-                    ps[i] = _join(ps[i], v)
+                joined = _join(ps[i], v)
+                if joined != ps[i]:
+                    ps[i] = joined
                     grew = True
         out: frozenset = frozenset()
         for g in callees:
@@ -450,10 +451,22 @@ def _shift(origins: frozenset, by: int | None) -> frozenset:
     return frozenset(out)
 
 
+def _compact(origins: frozenset) -> frozenset:
+    """``origins`` with one reason kept per kind of refused origin (the first in order):
+    a refusal names one, and the sets stay small in a long callee."""
+    kept: dict[str, Origin] = {}
+    for o in sorted(origins):
+        if o[0] in ("L", "G", "X"):
+            kept.setdefault(o[0], o)
+    return frozenset(o for o in origins if o[0] not in ("L", "G", "X")) | \
+        frozenset(kept.values())
+
+
 def _join(a: frozenset, b: frozenset) -> frozenset:
     """The union of two origin sets, widened: a buffer seen at two different offsets is
-    at an unknown one (so that a loop that steps a pointer reaches a fixed point)."""
-    out = a | b
+    at an unknown one (so that a loop that steps a pointer reaches a fixed point); one
+    reason per refused kind (:func:`_compact`)."""
+    out = _compact(a | b)
     offsets: dict[str, set[str]] = {}
     for kind, why in out:
         if kind == "D" and "@" in why:
@@ -676,16 +689,11 @@ def _access_bytes(ins: Instruction) -> int:
 def _tile_ranges(frag) -> dict[str, tuple[int, int, str]]:
     """Each staging buffer of a tile call's fragment -> (first byte, end byte, which tile)
     relative to its symbol (after the guard words in check mode)."""
-    from .tiles import byte_size
     lead = getattr(frag, "guard_bytes", 0)
-    first_result = len(frag.buffers) - frag.results
     out = {}
-    for k, (elem, n) in enumerate(frag.buffers):
-        which = (f"tile argument {frag.tile_positions[k] + 1}" if k < first_result else
-                 "the tile result" if frag.results == 1 else
-                 f"tile result {k - first_result + 1}")
-        out[frag.buffer(k)] = (lead, lead + n * byte_size(elem),
-                               f"{which} ({n} x {elem.name}, {n * byte_size(elem)} bytes)")
+    for k, ((elem, n), which) in enumerate(zip(frag.buffers, tile_guards.tile_names(frag))):
+        size = frag.buffer_bytes(k)
+        out[frag.buffer(k)] = (lead, lead + size, f"{which} ({n} x {elem.name}, {size} bytes)")
     return out
 
 

@@ -92,9 +92,7 @@ def _rank(scope: str) -> list[str]:
 
 def _guard_offsets(frag, k: int) -> list[tuple[str, int]]:
     """(side, byte offset from the buffer's symbol) of each guard byte of buffer ``k``."""
-    from .tiles import byte_size
-    elem, n = frag.buffers[k]
-    end = GUARD_BYTES + n * byte_size(elem)
+    end = GUARD_BYTES + frag.buffer_bytes(k)
     return [("before", i) for i in range(GUARD_BYTES)] + \
         [("after", end + i) for i in range(GUARD_BYTES)]
 

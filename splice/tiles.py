@@ -200,6 +200,11 @@ class TileFragment(Fragment):
     def buffer(self, k: int) -> str:
         return f"{PREFIX}{self.group}_buf{k}"
 
+    def buffer_bytes(self, k: int) -> int:
+        """The bytes of buffer ``k``'s tile (without guards)."""
+        elem, n = self.buffers[k]
+        return n * byte_size(elem)
+
     def buffer_address(self, k: int) -> str:
         """The address of buffer ``k``'s first element (past its guard, in check mode)."""
         return self.buffer(k) + (f"+{self.guard_bytes}" if self.guard_bytes else "")
