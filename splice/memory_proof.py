@@ -45,6 +45,13 @@ that let cuTile order the call against less than every memory operation of the k
 
   A refusal names the extern, its declaration, the instruction, the chain of functions
   that reaches it, the call site, and the fix (``memory="any"``).
+
+- **Tile calls** (any ``memory=``): the same analysis tracks, for an address derived from
+  one of splice's staging buffers (``__splice_tile_<g>_buf<k>``), its constant offset
+  (``("D", "buf@8")``; ``add``/``sub`` of an immediate moves it, anything else makes it
+  unknown, and a register seen at two offsets, as a loop's pointer, is at an unknown one);
+  an ``ld``/``st``/``atom``/``red`` at a known offset outside the tile is refused
+  (:func:`check_tile_bounds`). Run time checks of the rest: :mod:`splice.tile_guards`.
 """
 
 from __future__ import annotations
@@ -378,7 +385,7 @@ class _Proof:
 
 def _symbol_origin(f: _Fn, sym: str, offset: int | None) -> Origin:
     space = f.symbols.get(sym)
-    if sym.startswith(TILE_PREFIX):
+    if sym.startswith(TILE_PREFIX) and space == ".shared":
         return ("D", f"{sym}@{'?' if offset is None else offset}")
     if space in (".shared", ".local", ".const"):
         return D
