@@ -396,8 +396,7 @@ def _symbol_origin(f: _Fn, sym: str, offset: int | None) -> Origin:
 
 def _arithmetic(base: str, vals: list[frozenset], text: str) -> frozenset:
     """Origins of the result of ``base`` on operands of origins ``vals`` (rule 2)."""
-    def has_address(v):
-        return any(k in _ADDRESS for k, _ in v)
+    has_address = _has_address
     bad = frozenset({("X", f"'{text}', arithmetic splice does not follow on an address")})
     terms = vals
     if base == "mad" and len(vals) == 3:
@@ -577,6 +576,19 @@ def _first_fault(proof: _Proof) -> tuple[_Fn, str, str] | None:
     return None
 
 
+def _proven(ext, reach) -> _Proof | None:
+    """The fixed point over the functions ``ext``'s symbol reaches (``reach``:
+    :func:`splice.collectives.outside_ptx`), or None when it reaches none."""
+    spaces: dict[int, dict[str, str]] = {}
+    fns = [_function(m, n, tuple(c), spaces.setdefault(id(m), _symbol_spaces(m)))
+           for m, n, c in reach.functions()]
+    if not fns:
+        return None
+    proof = _Proof(fns, _root_params(ext, len(fns[0].params)))
+    proof.run()
+    return proof
+
+
 def _root_params(ext, fn_params: int) -> list[frozenset]:
     kinds = [t.kind for t in ext.signature.args]
     return [frozenset({D}) if k in ("p", "t") else frozenset({N})
@@ -611,14 +623,8 @@ def prove_arguments_only(ext, mod: Module, modules) -> tuple[str, str] | None:
                 f"{reach_text(chain_names(ext, chain[:-1]))} calls '{name}', which no PTX "
                 f"fragment defines (code of a binary object): splice cannot read what it "
                 f"touches")
-    spaces: dict[int, dict[str, str]] = {}
-    fns = [_function(m, n, tuple(c), spaces.setdefault(id(m), _symbol_spaces(m)))
-           for m, n, c in reach.functions()]
-    if not fns:
-        return None
-    proof = _Proof(fns, _root_params(ext, len(fns[0].params)))
-    proof.run()
-    hit = _first_fault(proof)
+    proof = _proven(ext, reach)
+    hit = _first_fault(proof) if proof is not None else None
     if hit is None:
         return None
     f, text, why = hit
@@ -748,15 +754,10 @@ def check_tile_bounds(site, mod: Module, modules) -> None:
     """
     ext = site.extern
     ranges = _tile_ranges(ext.fragment)
-    reach = outside_ptx(mod, ext.symbol, modules)
-    spaces: dict[int, dict[str, str]] = {}
-    fns = [_function(m, n, tuple(c), spaces.setdefault(id(m), _symbol_spaces(m)))
-           for m, n, c in reach.functions()]
-    if not fns:
+    proof = _proven(ext, outside_ptx(mod, ext.symbol, modules))
+    if proof is None:
         return
-    proof = _Proof(fns, _root_params(ext, len(fns[0].params)))
-    proof.run()
-    for f in fns:
+    for f in proof.fns:
         for ins, text in f.code:
             why = _out_of_tile(proof, f, ins, ranges)
             if why is not None:
