@@ -79,15 +79,14 @@ def tile_names(frag) -> list[str]:
             f"tile result {k - first_result + 1}" for k in range(len(frag.buffers))]
 
 
-def _rank(scope: str) -> list[str]:
-    """``%splice_guard_p`` = whether this thread is the group's rank 0 (at warpgroup scope
-    read as ``splice_group.h`` reads the rank, which the callee check accepts)."""
-    if scope == "warpgroup":
-        return ["\t.reg .u32 \t%splice_group_tid;",
-                "\tmov.u32 \t%splice_group_tid, %tid.x;",
-                f"\tand.b32 \t{_REG}r, %splice_group_tid, 127;",
-                f"\tsetp.eq.u32 \t{_REG}p, {_REG}r, 0;"]
-    return [f"\tmov.u32 \t{_REG}r, %tid.x;", f"\tsetp.eq.u32 \t{_REG}p, {_REG}r, 0;"]
+#: ``%splice_guard_p`` = whether this thread is the group's rank 0, by scope (at warpgroup
+#: scope read as ``splice_group.h`` reads the rank, which the callee check accepts).
+_RANK = {
+    "block": [f"\tmov.u32 \t{_REG}r, %tid.x;", f"\tsetp.eq.u32 \t{_REG}p, {_REG}r, 0;"],
+    "warpgroup": ["\t.reg .u32 \t%splice_group_tid;", "\tmov.u32 \t%splice_group_tid, %tid.x;",
+                  f"\tand.b32 \t{_REG}r, %splice_group_tid, 127;",
+                  f"\tsetp.eq.u32 \t{_REG}p, {_REG}r, 0;"],
+}
 
 
 def _guard_offsets(frag, k: int) -> list[tuple[str, int]]:
@@ -100,7 +99,7 @@ def _guard_offsets(frag, k: int) -> list[tuple[str, int]]:
 def prologue(frag, scope: str) -> list[str]:
     """Rank 0 fills the guards; then the group meets."""
     lines = ["\t{ // splice: SPLICE_CHECK_TILES, the guards set", f"\t.reg .b32 \t{_REG}r;",
-             f"\t.reg .pred \t{_REG}p;", f"\t.reg .b16 \t{_REG}v;", *_rank(scope),
+             f"\t.reg .pred \t{_REG}p;", f"\t.reg .b16 \t{_REG}v;", *_RANK[scope],
              f"\tmov.b16 \t{_REG}v, {PATTERN};"]
     for k in range(len(frag.buffers)):
         for _side, off in _guard_offsets(frag, k):
@@ -113,7 +112,7 @@ def epilogue(frag, scope: str) -> list[str]:
     buffer that changed."""
     lines = ["\t{ // splice: SPLICE_CHECK_TILES, the guards checked",
              f"\t.reg .b32 \t{_REG}r, {_REG}x, {_REG}b;", f"\t.reg .pred \t{_REG}p, {_REG}q;",
-             f"\t.reg .b64 \t{_REG}m;", f"\t{_BARRIER[scope]}", *_rank(scope)]
+             f"\t.reg .b64 \t{_REG}m;", f"\t{_BARRIER[scope]}", *_RANK[scope]]
     for k in range(len(frag.buffers)):
         for side in ("before", "after"):
             lines.append(f"\tmov.u32 \t{_REG}x, 0;")
