@@ -1,4 +1,4 @@
-"""``memory="arguments"`` proven on the callee's PTX (:mod:`splice.memory_proof`): every
+"""``memory="arguments"`` proven on the callee's PTX (:mod:`splice.analysis.memory_proof`): every
 global or generic access of the callee, and of every function it reaches, is at an address
 derived from its pointer arguments. Refusals through the whole pipeline (an unpassed
 ``__device__`` global, a pointer loaded from memory), accepted forms (offsets, loops,
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import splice
-from splice.memory_proof import prove_arguments_only
-from splice.ptx import Module
+from splice.analysis.memory_proof import prove_arguments_only
+from splice.ptxtools.ptx import Module
 from support import kernels as K
 from support.ptx_exec import run_build
 

@@ -1,6 +1,6 @@
 """Out-of-tile accesses of a cooperative tile call: refused on the PTX where the offset is a
-constant (:func:`splice.memory_proof.check_tile_bounds`), caught at run time by the guard
-words of ``SPLICE_CHECK_TILES=1`` (:mod:`splice.tile_guards`) where it is not: on the CPU
+constant (:func:`splice.analysis.memory_proof.check_tile_bounds`), caught at run time by the guard
+words of ``SPLICE_CHECK_TILES=1`` (:mod:`splice.inputs.tile_guards`) where it is not: on the CPU
 executor and, marked gpu, on the GPU."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Warp collectives and wgmma in a warpgroup-scope callee (:mod:`splice.warpgroup_callee`):
+"""Warp collectives and wgmma in a warpgroup-scope callee (:mod:`splice.forms.warpgroup_callee`):
 the full mask and the proven ``__activemask()`` pattern are accepted, any other membermask
 is refused; a wgmma group closed (``wgmma.wait_group 0``) before every return is accepted,
 an open one refused. Through the pipeline (the TMA matmul, whose epilogue group calls)
@@ -11,8 +11,8 @@ import pytest
 
 import splice
 from splice.errors import SpliceLinkError
-from splice.ptx import Module
-from splice.warpgroup_callee import warp_refusal
+from splice.forms.warpgroup_callee import warp_refusal
+from splice.ptxtools.ptx import Module
 from support import kernels as K
 
 f16 = ct.float16
