@@ -4,7 +4,7 @@ program can see.
 
 - **exit** (also at block scope). A thread that exits inside the call skips the kernel's
   code after it: its stores are lost, silently (a barrier excuses exited threads) (``splice.asm`` snippets are checked for ``exit`` themselves,
-  :mod:`splice.ptxtools.asm_check`; this covers what they and externs call).
+  :mod:`splice.analysis.asm_check`; this covers what they and externs call).
 
 - **Shared memory.** An element-scope call runs on each thread that owns an element, all
   at once and in no order splice controls, so one ``__shared__`` variable is shared by the

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import splice
-from splice.ptxtools.asm_check import SnippetFault, check_snippet
+from splice.analysis.asm_check import SnippetFault, check_snippet
 from support import kernels as K
 from support.ptx_exec import run_build
 from support.token_order import ordered_after, token_ordered_ir

@@ -229,7 +229,7 @@ def test_cooperative_forms_take_straight_line_snippets(text, pack, why):
     # them different ways around the barriers; an element snippet has no such rule. The
     # form's own rule (check_snippet: pack=) first, then asm_check's straight-line mode,
     # which the form asks for with straight_line_snippets
-    from splice.ptxtools.asm_check import SnippetFault, check_snippet
+    from splice.analysis.asm_check import SnippetFault, check_snippet
 
     def refusal(form):
         why = form.check_snippet(text, pack)

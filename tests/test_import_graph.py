@@ -254,3 +254,13 @@ def test_no_module_outside_the_forms_reads_a_forms_capability_flags():
     assert not {p: f for p, f in found.items() if f}
     assert flag_reads("if site.form.per_function and f(ext.form.runs_collectives): pass") == [
         "per_function", "runs_collectives"]
+
+
+def test_the_ptx_tools_sit_below_the_analyses_and_the_forms():
+    # the layers of the PTX wing, bottom up: PTX tools, analyses, forms, the rewriter
+    graph = import_graph()
+    above = {"ptxtools": {"analysis", "forms", "rewrite"}, "analysis": {"forms", "rewrite"},
+             "forms": {"rewrite"}}
+    bad = {m: sorted(d for d in reached(graph, m) if _layer(d) in above[_layer(m)])
+           for m in graph if _layer(m) in above}
+    assert not {m: d for m, d in bad.items() if d}

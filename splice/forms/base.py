@@ -272,7 +272,7 @@ class CallForm(Protocol):
             :meth:`call_ends`.
         straight_line_snippets: whether a ``splice.asm`` snippet of this form must be
             straight-line PTX (every thread of a group runs it once per execution, around
-            splice's barriers: :func:`splice.ptxtools.asm_check.check_snippet`'s ``straight_line``).
+            splice's barriers: :func:`splice.analysis.asm_check.check_snippet`'s ``straight_line``).
     """
 
     scope: Scope

@@ -158,7 +158,7 @@ def marker_result(body, i: int, what: str) -> str:
 def scalar_snippet(scope: str, text: str, pack: int) -> str | None:
     """What is wrong with a ``splice.asm`` snippet (PTX template ``text``, ``pack=``) that
     runs once per execution on every thread of its ``scope``'s group, or None: it takes
-    scalars (its straight-line rule is :mod:`splice.ptxtools.asm_check`'s, by
+    scalars (its straight-line rule is :mod:`splice.analysis.asm_check`'s, by
     :attr:`~splice.forms.base.CallForm.straight_line_snippets`)."""
     if pack != 1:
         return f"pack={pack} packs tile elements; a {scope}-scope snippet takes scalars"

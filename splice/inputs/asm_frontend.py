@@ -24,9 +24,9 @@ import re
 import cuda.tile as ct
 
 from .. import _cutile as cu
+from ..analysis.asm_check import SnippetFault, check_snippet
 from ..errors import SpliceCallError, SpliceDeclarationError, SpliceError
 from ..forms import form_of
-from ..ptxtools.asm_check import SnippetFault, check_snippet
 from ..tracing.trace import describe, emit_call, loc_str, python_caller, split_results
 from ..types import ElementType, Signature, element_type, results_layout
 from .declaring import CallOptions
@@ -121,7 +121,7 @@ class AsmSpec:
     def check_control(self, straight_line: str | None = None, memory: str = "any") -> None:
         """Refuse a snippet control can leave or that leaves an output unwritten, a
         cooperative one (``straight_line``: its scope) that is not straight-line code, and
-        one of ``memory="none"`` that may touch global memory (:mod:`splice.ptxtools.asm_check`).
+        one of ``memory="none"`` that may touch global memory (:mod:`splice.analysis.asm_check`).
 
         Raises:
             SpliceCallError: naming the rule, the snippet and the call site.
@@ -458,7 +458,7 @@ Args:
         ``.shared``/``.shared::cta``/``.local``/``.param`` accesses, barriers, shuffles,
         votes): ordered only against splice's other calls, so tileiras may overlap it with
         the kernel's memory traffic (a warpgroup snippet in a TMA matmul's epilogue keeps
-        the plain k-loop). splice proves it on the PTX (:mod:`splice.ptxtools.asm_check`). Only on
+        the plain k-loop). splice proves it on the PTX (:mod:`splice.analysis.asm_check`). Only on
         an impure snippet (``pure=False``, no outputs, or block/warpgroup scope).
 
 Returns:
@@ -469,7 +469,7 @@ Raises:
         operand count/type mismatches, constraints that do not match the dtypes, pure not
         a bool, pack not 1/2/4/8 (or a bool), pack with bool outputs or a last axis it
         does not divide, a cooperative snippet with tile inputs; a snippet
-        :mod:`splice.ptxtools.asm_check` refuses: control that can leave it (``ret``, ``exit``,
+        :mod:`splice.analysis.asm_check` refuses: control that can leave it (``ret``, ``exit``,
         a branch to a label it does not define, a call), an output not written on every
         path, a directive other than .reg/.local/.param/.branchtargets, a ``.shared``
         variable, a register splice reserves for operands, and for a block/warpgroup

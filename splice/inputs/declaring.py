@@ -210,7 +210,7 @@ MEMORY = ("any", "arguments")
 
 #: ``memory=`` values of ``splice.asm``: "any" (default), as for an extern; "none": the
 #: snippet touches no global memory (registers, shared and local memory, barriers,
-#: shuffles, votes: ``splice.ptxtools.asm_check.check_snippet(..., memory="none")`` proves it) and
+#: shuffles, votes: ``splice.analysis.asm_check.check_snippet(..., memory="none")`` proves it) and
 #: is ordered only against splice's other calls.
 ASM_MEMORY = ("any", "none")
 

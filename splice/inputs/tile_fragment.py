@@ -88,7 +88,7 @@ class TileFragment(Fragment):
     def instance(self) -> str:
         """What the call instantiates, for messages: the function, its declaration, the
         call site and the tiles' C types (``float[1024]``)."""
-        from ..inputs.checks import TileDeclared
+        from .checks import TileDeclared
         declared = getattr(self.base, "declared", ())
         if declared and isinstance(declared[0], TileDeclared):
             return declared[0].label
@@ -336,7 +336,7 @@ def callee_fragment(ext, abi: Signature, shapes, where: str) -> tuple[Fragment, 
     """The fragment defining the function the staging calls and its symbol: for CUDA C, the
     extern's source with a trampoline instantiating it for ``shapes``; otherwise the
     extern's own code, which takes the tiles as pointers."""
-    from ..inputs.checks import TileDeclared
+    from .checks import TileDeclared
     frag = ext.fragment
     if not isinstance(frag, CudaSource):
         return frag, ext.symbol

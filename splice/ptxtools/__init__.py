@@ -2,11 +2,11 @@
 
 :mod:`.ptx` parses a module into statements and function bodies (:class:`~.ptx.Body`),
 :mod:`.link` merges fragments into the kernel's PTX, :mod:`.inline` inlines a callee's body
-at a call, :mod:`.asm_check` checks a ``splice.asm`` snippet, :mod:`.tma_store_reads` finds
-the reads a TMA store makes.
+at a call, :mod:`.shared_memory` counts the kernel's static shared memory by owner,
+:mod:`.tma_store_reads` finds the reads a TMA store makes. (A ``splice.asm`` snippet's
+check, which uses the ``memory=`` proofs, is an analysis: :mod:`splice.analysis.asm_check`.)
 
 May import: :mod:`splice.errors`, :mod:`splice.names`, :mod:`splice.spans`,
-:mod:`splice.types` and each other (and :mod:`.asm_check` the ``memory="none"`` rule of
-:mod:`splice.analysis.memory_proof`, the one module of both ``memory=`` rules); nothing of a call site, a form, an input kind, the
-compilers, the toolchain runner or the cache (``tests/test_import_graph.py``).
+:mod:`splice.types` and each other; nothing of the analyses, a call site, a form, an input
+kind, the compilers, the toolchain runner or the cache (``tests/test_import_graph.py``).
 """

@@ -51,8 +51,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from ..analysis.memory_proof import MemoryFault, check_no_global_memory
-from .ptx import (
+from ..ptxtools.ptx import (
     Instruction,
     PTXSyntaxError,
     Statement,
@@ -60,6 +59,7 @@ from .ptx import (
     parse_instruction,
     split_statements,
 )
+from .memory_proof import MemoryFault, check_no_global_memory
 
 #: Directives a snippet may hold: declarations local to a function body.
 _ALLOWED_DIRECTIVES = frozenset({".reg", ".local", ".param", ".pragma", ".branchtargets",
