@@ -59,7 +59,7 @@ from ..ptxtools.ptx import (
     parse_instruction,
     split_statements,
 )
-from .memory_proof import MemoryFault, check_no_global_memory
+from .memory_none import MemoryFault, check_no_global_memory
 
 #: Directives a snippet may hold: declarations local to a function body.
 _ALLOWED_DIRECTIVES = frozenset({".reg", ".local", ".param", ".pragma", ".branchtargets",
@@ -282,7 +282,7 @@ def _unwritten(code, outputs: list[str], targets: dict[str, list[str]]) -> list[
 
 
 def _check_no_global_memory(ins: Instruction) -> None:
-    """Rule 4, :func:`splice.analysis.memory_proof.check_no_global_memory` (one analysis module holds
+    """Rule 4, :func:`splice.analysis.memory_none.check_no_global_memory` (one analysis module holds
     both ``memory=`` rules)."""
     try:
         check_no_global_memory(ins)
