@@ -264,3 +264,10 @@ def test_the_ptx_tools_sit_below_the_analyses_and_the_forms():
     bad = {m: sorted(d for d in reached(graph, m) if _layer(d) in above[_layer(m)])
            for m in graph if _layer(m) in above}
     assert not {m: d for m, d in bad.items() if d}
+
+
+def test_no_module_of_splice_is_longer_than_750_lines():
+    # a module that grows past it has two jobs: split it along them (issue 32)
+    long = {str(p.relative_to(PKG)): n for p in PKG.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 750}
+    assert not long
