@@ -28,8 +28,6 @@ refuses a constant offset outside a tile in either mode.
 
 from __future__ import annotations
 
-from ..analysis.memory_proof import tile_names
-
 #: Bytes of guard before and after each staging buffer (a multiple of its 16-byte
 #: alignment, so the buffer keeps it).
 GUARD_BYTES = 16
@@ -61,6 +59,8 @@ def message_symbol(group: int, k: int, side: str) -> str:
 def declarations(frag, base_text: str) -> list[str]:
     """The message strings (one per buffer and side) and ``__assertfail``'s declaration
     (unless the callee's PTX declares it)."""
+    # imported here: the analysis (and the PTX parser it loads) is a miss's, never a hit's
+    from ..analysis.memory_proof import tile_names
     out = []
     if "__assertfail" not in base_text:
         out.append(".extern .func __assertfail(.param .b64 message, .param .b64 file, "
