@@ -18,6 +18,8 @@ that is also a :class:`SpliceError` (a :class:`CuTileError`, made by
 
 from __future__ import annotations
 
+from typing import Any
+
 from cuda.tile import (
     TileCompilerExecutionError,
     TileCompilerTimeoutError,
@@ -185,7 +187,7 @@ def as_cutile_error(e: TileError, context: str = "") -> TileError:
         >>> isinstance(err, ct.TileValueError), isinstance(err, SpliceError), err.message
         (True, True, 'bad shape')
     """
-    cls = cutile_error_class(type(e))
+    cls: Any = cutile_error_class(type(e))
     err = cls.__new__(cls)
     err.__dict__.update(e.__dict__)
     err.args = e.args

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import cuda.tile as ct
+import cutile_suite_compare as cmp
 import pytest
 
-import cutile_suite_compare as cmp
 import splice
 from splice.testing import dropin
 

@@ -29,7 +29,7 @@ def recursion(x):
 
 
 def unpacking(x):
-    a, b = (1, 2, 3)
+    a, b = (1, 2, 3)  # noqa: F841
 
 
 def bf16_atomic_add_on_sm80(x):
@@ -43,7 +43,7 @@ def static_iter_too_long(x):
 
 
 def static_eval_raises(x):
-    n = ct.static_eval(1 // 0)
+    n = ct.static_eval(1 // 0)  # noqa: F841
 
 
 def static_exception(x):

@@ -6,9 +6,8 @@ and messages (``tests/test_dropin_plugin.py`` runs them both ways)."""
 
 from io import BytesIO
 
-import pytest
-
 import cuda.tile as ct
+import pytest
 from refused_kernels import REFUSED
 
 
