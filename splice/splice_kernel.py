@@ -67,7 +67,9 @@ class SpliceKernel(ct.kernel):
     def _compile(self, signature, context, compute_capability=None):
         from . import pipeline
         arch = _cutile.arch_name(compute_capability or _cutile.get_compute_capability())
-        built = pipeline.build(self, signature, arch, context)
+        from .reloading import launching
+        with launching(self):    # externs reached: a re-declaration warns (StaleKernelWarning)
+            built = pipeline.build(self, signature, arch, context)
         return built.cubin, built.symbol, None, built.lifecycle_providers
 
     def replace_hints(self, **hints):
