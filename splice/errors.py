@@ -54,6 +54,18 @@ class SpliceDeclarationError(SpliceError, TypeError):
     are given something other than a kernel and a ``KernelSignature``."""
 
 
+class SpliceOptionValueError(SpliceDeclarationError, ValueError):
+    """A kernel option cuTile refuses with a ``ValueError`` (``num_ctas=3``, an
+    ``opt_level`` out of range): a :class:`SpliceDeclarationError` that is also the
+    ``ValueError`` ``@ct.kernel`` raises, so ``except ValueError`` catches it as for cuTile.
+
+    Example:
+        >>> from splice.errors import SpliceOptionValueError, SpliceDeclarationError
+        >>> issubclass(SpliceOptionValueError, ValueError)
+        True
+    """
+
+
 class SpliceCallError(SpliceError, TileTypeError):
     """A call of an extern inside a kernel does not match its declaration (arity, dtypes,
     shapes), or an extern is called where it cannot be (from Python, from a plain

@@ -5,7 +5,7 @@ test's outcome.
 ::
 
     python tests/cutile_suite_compare.py path/to/cutile-python/test --out /tmp/cmp [-n 4]
-        [-- extra pytest arguments]
+        [--files test_a.py ...] [-- extra pytest arguments]
 
 Each run writes a junit xml (``plain.xml``, ``splice.xml``) and the comparison
 ``compare.json`` under ``--out``; it prints the counts of each run and every test that passes
@@ -32,9 +32,11 @@ PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
 
 def pytest_argv(test_dir: Path, xml: Path, *, through_splice: bool, workers: int,
-                extra: list[str]) -> list[str]:
-    """The pytest command line of one run (``-n`` only where pytest-xdist is installed)."""
-    argv = [sys.executable, "-m", "pytest", str(test_dir), "-q", "-rN", "-p", "no:cacheprovider",
+                extra: list[str], files: list[str] = ()) -> list[str]:
+    """The pytest command line of one run (``-n`` only where pytest-xdist is installed;
+    ``files``: only these files of ``test_dir``)."""
+    targets = [str(test_dir / f) for f in files] or [str(test_dir)]
+    argv = [sys.executable, "-m", "pytest", *targets, "-q", "-rN", "-p", "no:cacheprovider",
             f"--junitxml={xml}", "-o", "junit_family=xunit1"]
     if through_splice:
         argv += ["-p", PLUGIN]
@@ -44,10 +46,10 @@ def pytest_argv(test_dir: Path, xml: Path, *, through_splice: bool, workers: int
 
 
 def run(test_dir: Path, xml: Path, *, through_splice: bool, workers: int = 1,
-        extra: list[str] = (), timeout: float | None = None) -> float:
-    """Run pytest on ``test_dir`` (in it, as cuTile's CI does), writing ``xml``; seconds."""
+        extra: list[str] = (), timeout: float | None = None, files: list[str] = ()) -> float:
+    """Run pytest on ``test_dir`` (in it), writing ``xml``; seconds."""
     argv = pytest_argv(test_dir, xml, through_splice=through_splice, workers=workers,
-                       extra=list(extra))
+                       extra=list(extra), files=list(files))
     t0 = time.perf_counter()
     subprocess.run(argv, cwd=test_dir, timeout=timeout, env=os.environ.copy())
     return time.perf_counter() - t0
@@ -112,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="directory for the results")
     ap.add_argument("-n", type=int, default=4, help="pytest-xdist workers (if installed)")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per run")
+    ap.add_argument("--files", nargs="*", default=[],
+                    help="only these files of test_dir (default: all)")
     ap.add_argument("--only", choices=("plain", "splice"), default=None,
                     help="run one of the two (the other's xml must already be in --out)")
     args, extra = ap.parse_known_args(argv)
@@ -122,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.only in (None, which):
             xml = (args.out / f"{which}.xml").resolve()
             s = run(test_dir, xml, through_splice=which == "splice", workers=args.n,
-                    extra=extra, timeout=args.timeout)
+                    extra=extra, timeout=args.timeout, files=args.files)
             print(f"{which}: {s:.0f} s", flush=True)
     result = compare(outcomes(args.out / "plain.xml"), outcomes(args.out / "splice.xml"))
     (args.out / "compare.json").write_text(json.dumps(result, indent=1))

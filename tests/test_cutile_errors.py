@@ -140,3 +140,27 @@ def test_cutile_error_is_made_only_by_as_cutile_error():
     with pytest.raises(TypeError, match="not a cuda.tile.TileError class"):
         cutile_error_class(ValueError)
     assert inspect.getdoc(CuTileError)
+
+
+@pytest.mark.parametrize("options", [{"num_ctas": 3}, {"opt_level": 9},
+                                     {"num_worker_warps": 3}], ids=str)
+def test_kernel_options_cutile_refuses_keep_its_value_error(options):
+    def body():
+        pass
+    with pytest.raises(ValueError) as plain:
+        ct.kernel(body, **options)
+    with pytest.raises(ValueError) as e:
+        splice.kernel(body, **options)
+    assert isinstance(e.value, splice.SpliceDeclarationError)
+    assert str(plain.value) in str(e.value)
+
+
+def test_kernel_option_of_the_wrong_type_keeps_its_type_error():
+    def body():
+        pass
+    with pytest.raises(TypeError):
+        ct.kernel(body, opt_level="fast")
+    with pytest.raises(TypeError) as e:
+        splice.kernel(body, opt_level="fast")
+    assert isinstance(e.value, splice.SpliceDeclarationError)
+    assert not isinstance(e.value, ValueError)
