@@ -189,3 +189,33 @@ def test_ipython_output_history_is_not_a_binding(fresh_cache, tmp_path):
     mod._ = mod._3 = mod.f
     _rerun_cell(tmp_path, mod, DEF_FORM.format(k=7))
     assert _value(splice.compile(mod.k, SIG, "sm_80")) == 14.0
+
+
+FILE_FORM = '''
+@splice.extern(path="f.cu")
+def f(x: ct.float32) -> ct.float32: ...
+'''
+
+
+def test_edited_cu_file_and_header_are_compiled_anew(fresh_cache, tmp_path):
+    (tmp_path / "scale.h").write_text("#define SCALE 5.0f\n")
+    cu = tmp_path / "f.cu"
+    cu.write_text('#include "scale.h"\n'
+                  'extern "C" __device__ float f(float x) { return x * SCALE; }\n')
+    mod = _module(tmp_path, FILE_FORM)
+    assert _value(splice.compile(mod.k, SIG, "sm_80")) == 10.0
+    (tmp_path / "scale.h").write_text("#define SCALE 6.0f\n")          # the header
+    assert _value(splice.compile(mod.k, SIG, "sm_80")) == 12.0
+    cu.write_text('#include "scale.h"\n'
+                  'extern "C" __device__ float f(float x) { return x * SCALE + 1.0f; }\n')
+    assert _value(splice.compile(mod.k, SIG, "sm_80")) == 13.0          # the .cu file
+    assert _value(mod.k.inspect(signature=SIG, arch="sm_80")) == 13.0
+
+
+def test_a_frozen_global_is_not_picked_up(fresh_cache, tmp_path):
+    # cuTile's rule, which splice keeps: what the docs page says
+    mod = _module(tmp_path, DEF_FORM.replace("x * {k}.0f", "x") + "\nSCALE = 2.0\n")
+    _rerun_cell(tmp_path, mod, MODULE.format(extern="").replace("f(t)", "f(t) * SCALE"))
+    assert _value(splice.compile(mod.k, SIG, "sm_80")) == 4.0
+    mod.SCALE = 3.0
+    assert _value(splice.compile(mod.k.replace_hints(), SIG, "sm_80")) == 4.0
