@@ -108,3 +108,19 @@ def test_two_dimensional_tiles_and_reduction():
         ct.store(s, index=(ct.bid(0),), tile=ct.sum(t, axis=1))
 
     export(kernel, ["array(float32, ndim=2)", "array(float32)"])
+
+
+def test_one_compile_per_export_as_cutiles_dispatcher_tests_count():
+    # cuTile's own tests count calls of its compile_tile by patching it
+    from unittest.mock import patch
+
+    import cuda.tile._compile
+
+    @ct.kernel
+    def kernel(x):
+        ct.store(x, index=(0,), tile=ct.load(x, index=(0,), shape=(16,)) + 1)
+
+    with patch("cuda.tile._compile.compile_tile",
+               side_effect=cuda.tile._compile.compile_tile) as mock_compile:
+        export(kernel, ["array(float32)"])
+        assert mock_compile.call_count == 1
