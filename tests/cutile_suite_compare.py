@@ -13,6 +13,19 @@ plain but not through splice, with its error, then the reverse. Exit status 1 wh
 passes plain and fails through splice (0 otherwise). ``-n`` uses pytest-xdist when it can
 be imported (else the runs are serial). The runs use this interpreter; the plugin needs
 splice importable (``PYTHONPATH=<splice checkout>``).
+
+On the H200 (a run there lasts 10 minutes at most: one run per command, each interrupted at
+``--timeout`` so that its xml still holds the tests that ran), from the checkout's root,
+carrying ``.devtc`` (``shared/device/pack.sh``), ``.cutile-tests`` (NVIDIA cutile-python's
+``test/`` only, never committed) and ``.dropin-pkgs`` (pytest-xdist and execnet, pure
+Python, with their dist-info)::
+
+    source .devtc/setup.sh && export PYTHONPATH="$PYTHONPATH:$PWD/.dropin-pkgs" &&
+        python3 tests/cutile_suite_compare.py .cutile-tests/test --out $OUT --only plain \
+        -n 8 --timeout 540
+    (the same with --only splice)
+
+then here, with both xmls in one directory: ``--out DIR --only none`` prints the comparison.
 """
 
 from __future__ import annotations
@@ -21,6 +34,7 @@ import argparse
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -47,11 +61,24 @@ def pytest_argv(test_dir: Path, xml: Path, *, through_splice: bool, workers: int
 
 def run(test_dir: Path, xml: Path, *, through_splice: bool, workers: int = 1,
         extra: list[str] = (), timeout: float | None = None, files: list[str] = ()) -> float:
-    """Run pytest on ``test_dir`` (in it), writing ``xml``; seconds."""
+    """Run pytest on ``test_dir`` (in it), writing ``xml``; seconds. Past ``timeout`` pytest
+    is interrupted (SIGINT: it still writes the xml of the tests that ran), and killed 60 s
+    later."""
     argv = pytest_argv(test_dir, xml, through_splice=through_splice, workers=workers,
                        extra=list(extra), files=list(files))
     t0 = time.perf_counter()
-    subprocess.run(argv, cwd=test_dir, timeout=timeout, env=os.environ.copy())
+    proc = subprocess.Popen(argv, cwd=test_dir, env=os.environ.copy())
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"interrupting pytest after {timeout:.0f} s: the xml holds the tests that ran",
+              flush=True)
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
     return time.perf_counter() - t0
 
 
@@ -60,6 +87,8 @@ def outcomes(xml: Path) -> dict[str, tuple[str, str]]:
     message of its failure, error or skip: first 800 characters)."""
     out: dict[str, tuple[str, str]] = {}
     for case in ET.parse(xml).getroot().iter("testcase"):
+        if case.get("name") is None:      # the test an interrupt stopped
+            continue
         name = f"{case.get('file') or case.get('classname', '')}::{case.get('name')}"
         status, said = PASSED, ""
         for child in case:
