@@ -72,7 +72,8 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
 
     Raises:
         SpliceCallError, SpliceCompileError, SpliceLinkError, SpliceRewriteError,
-        SpliceToolchainError.
+        SpliceToolchainError; cuTile's own TileError classes where cuTile refuses the
+        kernel's code (:func:`splice.errors.as_cutile_error`).
     """
     with _gc_paused():
         job = Job.start(kernel, signature, arch, context, keep_stages)
