@@ -34,7 +34,7 @@ def test_cutile_style_directory_passes_plain_and_through_splice(tmp_path, monkey
         results[which] = cmp.outcomes(xml)
     result = cmp.compare(results["plain"], results["splice"])
     from cutile_style.refused_kernels import REFUSED
-    # test_refusals.py: one per refused kernel and 3 more; test_features.py: 9
+    # test_style_refusals.py: one per refused kernel and 3 more; test_style_features.py: 9
     want = {"passed": len(REFUSED) + 3 + 9, "failed": 0, "skipped": 0}
     assert result["plain"] == want, cmp.report(result)
     assert result["splice"] == want, cmp.report(result)
