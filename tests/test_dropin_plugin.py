@@ -34,10 +34,11 @@ def test_cutile_style_directory_passes_plain_and_through_splice(tmp_path, monkey
         results[which] = cmp.outcomes(xml)
     result = cmp.compare(results["plain"], results["splice"])
     from cutile_style.refused_kernels import REFUSED
-    # test_style_refusals.py: one per refused kernel and 3 more; test_style_features.py: 9
-    want = {"passed": len(REFUSED) + 3 + 9, "failed": 0, "skipped": 0}
-    assert result["plain"] == want, cmp.report(result)
-    assert result["splice"] == want, cmp.report(result)
+    # test_style_refusals.py: one per refused kernel and 3 more; test_style_features.py: 9;
+    # the GPU tests (one per refused kernel) skip without a GPU
+    assert result["plain"]["failed"] == 0, cmp.report(result)
+    assert result["plain"]["passed"] >= len(REFUSED) + 3 + 9, cmp.report(result)
+    assert result["splice"] == result["plain"], cmp.report(result)
     assert result["regressions"] == {} and result["missing"] == []
 
 

@@ -65,3 +65,18 @@ def test_kernel_type(request):
 
     dropin = request.config.pluginmanager.has_plugin("splice.testing.dropin")
     assert (type(kernel).__module__.startswith("splice")) == dropin
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("func, exc, arch, param, said", REFUSED,
+                         ids=[r[0].__name__ for r in REFUSED])
+def test_refused_at_launch(torch, func, exc, arch, param, said):
+    # ct.launch compiles for this GPU: refusals of another architecture do not apply
+    major, minor = torch.cuda.get_device_capability()
+    if arch != f"sm_{major}{minor}" and arch != "sm_90":
+        pytest.skip(f"refused on {arch} only")
+    dtype = {"array(float32)": torch.float32, "array(bfloat16)": torch.bfloat16}[param]
+    x = torch.zeros(16, dtype=dtype, device="cuda")
+    with pytest.raises(exc) as e:
+        ct.launch(torch.cuda.current_stream(), (1,), ct.kernel(func), (x,))
+    assert e.value.message.startswith(said)
