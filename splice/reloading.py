@@ -8,7 +8,8 @@ declared the extern at top level now binds that name to another extern of the sa
 declared at top level in the same module -- the extern was declared again -- the call
 compiles the new declaration. The trace, the content key (each site's extern), the cache,
 ``splice.compile``, ``inspect()``, ``export_kernel`` and a kernel's first launch of a new
-signature all follow, since each traces the kernel anew.
+signature all follow, since each traces the kernel anew; ``splice.jax`` builds a kernel it
+keeps again once an extern was declared again (:func:`generation`).
 
 ``ct.launch`` does not trace a kernel object again for a signature it has launched (cuTile's
 launcher caches the cubin in the kernel object, out of Python's reach), so re-declaring an
@@ -151,6 +152,29 @@ def _note_reached(callee) -> None:
         pass
 
 
+#: how many re-declarations this process has seen (:func:`generation`)
+_generation = 0
+
+
+def generation() -> int:
+    """A number that changes whenever an extern is declared again: a cache of compiled
+    kernels kept by kernel object (``splice.jax``'s) is stale when it changed since the
+    entry was made.
+
+    Returns:
+        int: the count of re-declarations so far.
+
+    Raises:
+        Nothing.
+
+    Example:
+        >>> from splice.reloading import generation
+        >>> generation() >= 0
+        True
+    """
+    return _generation
+
+
 def declared(new, pyfunc) -> None:
     """Called for each extern object as it is declared: set its home module and warn
     (:class:`StaleKernelWarning`) where it re-declares an extern that launched kernels
@@ -160,8 +184,11 @@ def declared(new, pyfunc) -> None:
     if g is None:
         return
     name = new._splice_extern.name
-    for old in [v for v in list(g.values()) if v is not new
-                and _same_extern(v, new._splice_home, name)]:
+    olds = [v for v in list(g.values()) if v is not new and _same_extern(v, new._splice_home, name)]
+    if olds:
+        global _generation
+        _generation += 1
+    for old in olds:
         kernels = sorted(k._pyfunc.__name__ for k in getattr(old, "_splice_launched", ()))
         if kernels:
             warnings.warn(StaleKernelWarning(

@@ -219,3 +219,14 @@ def test_a_frozen_global_is_not_picked_up(fresh_cache, tmp_path):
     assert _value(splice.compile(mod.k, SIG, "sm_80")) == 4.0
     mod.SCALE = 3.0
     assert _value(splice.compile(mod.k.replace_hints(), SIG, "sm_80")) == 4.0
+
+
+def test_generation_counts_redeclarations_only(fresh_cache, tmp_path):
+    # splice.jax keeps built kernels per kernel object and rebuilds once this changed
+    from splice.reloading import generation
+    before = generation()
+    mod = _module(tmp_path, DEF_FORM, k=5)
+    _module(tmp_path, DEF_FORM, k=5)              # another module's f: not a re-declaration
+    assert generation() == before
+    _rerun_cell(tmp_path, mod, DEF_FORM.format(k=6))
+    assert generation() == before + 1
