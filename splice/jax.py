@@ -39,8 +39,8 @@ from cuda.tile.jax import InputOutput, OutputPlaceholder
 from jax.interpreters import mlir
 
 from . import _cutile
+from .driver.splice_kernel import SpliceKernel
 from .errors import SpliceDeclarationError
-from .splice_kernel import SpliceKernel
 
 __all__ = ["cutile_call", "OutputPlaceholder", "InputOutput"]
 
@@ -296,11 +296,11 @@ def _constraint_key(c):
 def _compile(kernel, constraints) -> tuple[str, bytes, bytes]:
     """(symbol, cubin, sha256 of the cubin) of ``kernel`` for ``constraints``, built by
     splice for the current GPU; kept per kernel object and signature for the process, and
-    built again once an extern was declared again (:func:`splice.reloading.generation`)."""
+    built again once an extern was declared again (:func:`splice.tracing.reloading.generation`)."""
     from cuda.tile.compilation import KernelSignature
 
-    from . import pipeline
-    from .reloading import generation
+    from .driver import pipeline
+    from .tracing.reloading import generation
     gen, arch = generation(), _arch()
     key = (id(kernel), arch, tuple(_constraint_key(c) for c in constraints))
     hit = _compiled.get(key)

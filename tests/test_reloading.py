@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import splice
-from splice.reloading import StaleKernelWarning
+from splice.tracing.reloading import StaleKernelWarning
 from support.ptx_exec import run_build
 
 SIG = splice.kernel_signature("array(float32)", "array(float32)")
@@ -223,7 +223,7 @@ def test_a_frozen_global_is_not_picked_up(fresh_cache, tmp_path):
 
 def test_generation_counts_redeclarations_only(fresh_cache, tmp_path):
     # splice.jax keeps built kernels per kernel object and rebuilds once this changed
-    from splice.reloading import generation
+    from splice.tracing.reloading import generation
     before = generation()
     mod = _module(tmp_path, DEF_FORM, k=5)
     _module(tmp_path, DEF_FORM, k=5)              # another module's f: not a re-declaration

@@ -20,8 +20,8 @@ from __future__ import annotations
 import cuda.tile as ct
 import cuda.tile.compilation as ctc
 
-from ..export import export_kernel as _splice_export
-from ..splice_kernel import SpliceKernel
+from ..driver.splice_kernel import SpliceKernel
+from ..integrations.export import export_kernel as _splice_export
 
 #: what this plugin replaced: (module, attribute, cuTile's own value)
 _saved: list[tuple[object, str, object]] = []
