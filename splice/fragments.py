@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from . import cache, headers, toolchain
+from . import cache, headers, safe_fs, toolchain
 from .cuda_compile import compile_source, lto_link_to_ptx
 from .errors import (
     SpliceCompileError,
@@ -61,8 +61,10 @@ def _memoized(key: str, make, still=None) -> Module:
 
 
 def _read_bytes(path: Path, what: str) -> bytes:
+    """A source or fragment file: a regular file, of at most
+    :data:`splice.safe_fs.MAX_SOURCE_BYTES` (a FIFO or a device is refused, not read)."""
     try:
-        return path.read_bytes()
+        return safe_fs.read_regular(path, safe_fs.MAX_SOURCE_BYTES, f"{what}: the file")
     except OSError as e:
         raise SpliceDeclarationError(f"{what}: cannot read {path}: {e.strerror}") from None
 

@@ -42,7 +42,7 @@ from cuda.tile import TileError
 from . import _cutile, cache, nvshmem, settings, toolchain, trace, verify
 from .errors import SpliceCallError, SpliceError, SpliceLinkError, SpliceToolchainError
 from .forms.base import SiteInfo
-from .result import Build, dump_dir, tileir_text
+from .result import Build, dump_dir, dump_file, tileir_text
 from .spans import Span
 
 if TYPE_CHECKING:
@@ -151,13 +151,14 @@ class Job:
 
         Raises:
             SpliceToolchainError: the directory cannot be written.
+            SpliceUnsafePathError: ``<symbol>.<arch>`` is another user's, or others can
+                write it.
         """
         if self.dump_root is None or data is None:
             return
         try:
             d = dump_dir(Path(self.dump_root), self.symbol, self.arch)
-            f = d / f"{self.symbol}{suffix}"
-            f.write_bytes(data) if isinstance(data, bytes) else f.write_text(data)
+            dump_file(d, f"{self.symbol}{suffix}", data)
         except OSError as e:
             raise SpliceToolchainError(
                 f"{self.what}: cannot write its stages to SPLICE_DUMP_DIR={self.dump_root} "
