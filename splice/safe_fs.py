@@ -94,8 +94,11 @@ def describe(st: os.stat_result) -> str:
 
 
 def untrusted_why(st: os.stat_result, trust: Trust = PRIVATE) -> str | None:
-    """Why ``st`` (of a directory or file) is not trusted, or None when it is."""
-    if st.st_uid not in (os.geteuid(), 0) and st.st_uid not in trust.uids:
+    """Why ``st`` (of a directory or file) is not trusted, or None when it is. A trusted
+    group's file is trusted whoever owns it (only its members, or writers of a directory of
+    the group's, which is trusted only when no one else can write it, give it that group)."""
+    if st.st_uid not in (os.geteuid(), 0) and st.st_uid not in trust.uids and \
+            st.st_gid not in trust.gids:
         return "another user owns it"
     if st.st_mode & stat.S_IWOTH:
         return "every user can write it"

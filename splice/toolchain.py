@@ -359,17 +359,21 @@ def _valid_overlay(root: Path, real: Path) -> bool:
     "failed to compile Tile IR program").
 
     Raises:
-        SpliceUnsafePathError: a part of it is another user's, or others can write it.
+        SpliceUnsafePathError: its directory is another user's, or others can write it
+            (what is inside a directory of this user's is rebuilt instead).
     """
     tool, script = root / "bin" / "tileiras", root / "bin" / "ptxas"
-    for p in (root, root / "bin", tool, script):
+    st = root.lstat()
+    if not stat.S_ISDIR(st.st_mode):
+        return False
+    safe_fs.check(root, st, "the tileiras overlay", safe_fs.PRIVATE)
+    for p in (root / "bin", tool, script):   # in a directory of this user's: rebuilt
         try:
             st = p.lstat()
         except OSError:
             return False
-        if stat.S_ISLNK(st.st_mode):
+        if stat.S_ISLNK(st.st_mode) or safe_fs.untrusted_why(st) is not None:
             return False
-        safe_fs.check(p, st, "the tileiras overlay", safe_fs.PRIVATE)
     real_st, st = real.stat(), tool.stat()
     if (st.st_size, st.st_mtime_ns) != (real_st.st_size, real_st.st_mtime_ns):
         return False
