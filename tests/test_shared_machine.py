@@ -62,7 +62,8 @@ def _world() -> Path:
     (w / "group-gid").write_text(str(GROUP))
     for name, mode in (("marks", 0o1777), ("sync", 0o1777), ("results", 0o1777), ("tmp", 0o1777),
                        ("tmp2", 0o1777), ("dumps", 0o1777), ("world-cache", 0o777),
-                       ("ro-cache", 0o755), ("pkgs", 0o777), ("src", 0o755)):
+                       ("ro-cache", 0o755), ("pkgs", 0o777), ("pkgs-root", 0o755),
+                       ("src", 0o755)):
         _make(w / name, mode)
     _make(w / "group-cache", 0o2770, 0, GROUP)
     _make(w / "victim", 0o755, VICTIM, VICTIM)
@@ -74,7 +75,8 @@ def _world() -> Path:
     for name in ("precious-size", "precious-dump"):
         (w / "victim" / name).write_text("precious")
         os.chown(w / "victim" / name, VICTIM, VICTIM)
-    _fake_toolkit(w / "pkgs")
+    _fake_toolkit(w / "pkgs")        # in a directory every user can write
+    _fake_toolkit(w / "pkgs-root")   # in one only root can
     return w
 
 

@@ -100,6 +100,22 @@ def _forget():
                 f.cache_clear()
 
 
+@contextlib.contextmanager
+def toolkit(root: Path):
+    """splice running the tileiras of the toolkit copy under ``root`` (the test's
+    ``_fake_toolkit``)."""
+    real = toolchain.tileiras
+    toolchain.tileiras = lambda: root / "cu13" / "bin" / "tileiras"
+    toolchain.ptxas.cache_clear()
+    _forget()
+    try:
+        yield
+    finally:
+        toolchain.tileiras = real
+        toolchain.ptxas.cache_clear()
+        _forget()
+
+
 class Hung(Exception):
     pass
 
@@ -179,8 +195,11 @@ def attacker_plant(world: Path) -> dict:
         forge(entry, lambda ptx: ptx.replace(GENUINE.encode(), FORGED.encode()))
     ov = toolchain.overlay()
     uid = world.joinpath("victim-uid").read_text().strip()
-    # 1. $TMPDIR/splice-<uid> (with the overlay), and an empty 0700 one in another TMPDIR
-    plant_overlay(ov, world / "tmp" / f"splice-{uid}" / ov.name, marks / "tmp")
+    # 1. $TMPDIR/splice-<uid> (with the overlay of a toolkit whose parent no one can
+    #    write), and an empty 0700 one in another TMPDIR
+    with toolkit(world / "pkgs-root"), env(SPLICE_CACHE_DIR=str(own / "fake-root")):
+        fake = toolchain.overlay()
+    plant_overlay(fake, world / "tmp" / f"splice-{uid}" / fake.name, marks / "tmp")
     (world / "tmp2" / f"splice-{uid}").mkdir(mode=0o700)
     # 2. <cache>/toolchain of a world-writable cache, and of a group-shared one
     for name, mode in (("world-cache", 0o777), ("group-cache", 0o2770)):
@@ -192,9 +211,7 @@ def attacker_plant(world: Path) -> dict:
     (group / ".size").symlink_to(world / "victim" / "precious-size")
     (group / ".lock").symlink_to(world / "victim" / "made-by-lock")
     # 3. <toolkit>/../.splice-overlay of a toolkit in a directory others can write
-    toolchain.tileiras = lambda: world / "pkgs" / "cu13" / "bin" / "tileiras"
-    toolchain.ptxas.cache_clear()
-    with env(SPLICE_CACHE_DIR=str(own / "fake")):
+    with toolkit(world / "pkgs"), env(SPLICE_CACHE_DIR=str(own / "fake")):
         fake = toolchain.overlay()
     plant_overlay(fake, world / "pkgs" / ".splice-overlay" / fake.name, marks / "near")
     # 4. the dump directory of kernel a, its cubin a link to the victim's file
@@ -250,11 +267,12 @@ def victim_lock(world: Path) -> dict:
 
 
 def victim_temporary(world: Path) -> dict:
-    """The cache cannot hold the overlay: a read-only cache directory."""
+    """The cache cannot hold the overlay (a read-only cache directory), nor the toolkit's
+    parent directory."""
     out = {}
     for name in ("tmp", "tmp2"):
         tempfile.tempdir = str(world / name)
-        with env(SPLICE_CACHE_DIR=str(world / "ro-cache")):
+        with toolkit(world / "pkgs-root"), env(SPLICE_CACHE_DIR=str(world / "ro-cache")):
             out[name] = attempt(lambda: (build(str(world), "b").symbol, marks(world)))
     tempfile.tempdir = None
     return out
@@ -262,15 +280,8 @@ def victim_temporary(world: Path) -> dict:
 
 def victim_near(world: Path) -> dict:
     """A toolkit whose parent directory others can write."""
-    real = toolchain.tileiras
-    toolchain.tileiras = lambda: world / "pkgs" / "cu13" / "bin" / "tileiras"
-    toolchain.ptxas.cache_clear()
-    try:
-        with env(SPLICE_CACHE_DIR=str(world / "ro-cache")):
-            return attempt(lambda: (build(str(world), "b").symbol, marks(world)))
-    finally:
-        toolchain.tileiras = real
-        toolchain.ptxas.cache_clear()
+    with toolkit(world / "pkgs"), env(SPLICE_CACHE_DIR=str(world / "ro-cache")):
+        return attempt(lambda: (build(str(world), "b").symbol, marks(world)))
 
 
 def _built(world: Path, name: str) -> dict:
