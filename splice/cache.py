@@ -55,7 +55,8 @@ _warned_readonly = False
 STALE_TEMP_SECONDS = 600
 #: The default of ``$SPLICE_CACHE_MAX_BYTES``.
 DEFAULT_MAX_BYTES = 4 << 30
-#: Directories under the cache root that hold no entries (the tileiras overlay).
+#: Directories under the cache root that hold no entries (the tileiras overlay; in a shared
+#: cache, each user's is ``toolchain-<uid>``).
 _NOT_ENTRIES = ("toolchain",)
 
 
@@ -310,7 +311,7 @@ def entries(kind: str | None = None) -> list[Path]:
     out = []
     for k in kinds:
         d = root / k
-        if k not in _NOT_ENTRIES and d.is_dir():
+        if k not in _NOT_ENTRIES and not k.startswith("toolchain-") and d.is_dir():
             out.extend(sorted(p for p in d.glob("??/*.bin") if _is_entry_name(p)))
     return out
 

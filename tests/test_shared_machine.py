@@ -265,6 +265,15 @@ def test_entries_another_user_wrote_are_misses(world, fresh_cache):
     assert all(e.stat().st_uid == 0 for e in cache.entries())   # replaced by its own
 
 
+def test_entries_of_a_trusted_user_are_hits(world, fresh_cache, monkeypatch):
+    lab.build(str(world), "a")
+    for e in cache.entries():
+        os.chown(e, OTHER, OTHER)
+    monkeypatch.setenv("SPLICE_CACHE_TRUST", str(OTHER))
+    lab._forget()
+    assert lab.build(str(world), "a").from_cache
+
+
 def test_cache_made_private(world, fresh_cache):
     """Directories 0700, files 0600 (the overlay's tools: 0700, or root's hard link)."""
     lab.build(str(world), "a")
