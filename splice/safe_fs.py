@@ -108,7 +108,13 @@ def untrusted_why(st: os.stat_result, trust: Trust = PRIVATE) -> str | None:
 
 
 def check(path: Path | str, st: os.stat_result, what: str, trust: Trust = PRIVATE) -> None:
-    """Refuse ``path`` (whose stat is ``st``) unless trusted.
+    """Refuse ``path`` unless trusted.
+
+    Args:
+        path: the path, for the message.
+        st (os.stat_result): its stat (of an open descriptor where there is one).
+        what (str): what it is to splice ("the cache directory"), for the message.
+        trust (Trust): who besides the user and root is trusted.
 
     Raises:
         SpliceUnsafePathError: naming the path, its owner and mode, and the fix.
@@ -125,6 +131,14 @@ def check(path: Path | str, st: os.stat_result, what: str, trust: Trust = PRIVAT
 def private_dir(path: Path, what: str, trust: Trust = PRIVATE) -> Path:
     """``path`` created (with its missing parents) 0700 (0770 in a shared cache), or
     checked when it exists.
+
+    Args:
+        path (Path): the directory.
+        what (str): what it is to splice, for the message.
+        trust (Trust): who besides the user and root is trusted.
+
+    Returns:
+        Path: ``path``.
 
     Raises:
         SpliceUnsafePathError: it exists and is not trusted, or is not a directory.
@@ -165,7 +179,15 @@ def write_file(path: Path, data: bytes | str, what: str, *, trust: Trust = PRIVA
                executable: bool = False, sync: bool = False) -> None:
     """Write ``path`` whole: a fresh temporary file in its (trusted) directory renamed over
     it; a link at ``path`` is replaced, not followed. 0600 (0700 ``executable``; group
-    read in a shared cache). ``sync``: on disk before it is renamed.
+    read in a shared cache).
+
+    Args:
+        path (Path): the file.
+        data (bytes | str): its whole content (str: UTF-8).
+        what (str): what its directory is to splice, for the message.
+        trust (Trust): who besides the user and root is trusted.
+        executable (bool): a program (the capturing ptxas).
+        sync (bool): on disk before it is renamed (cache entries).
 
     Raises:
         SpliceUnsafePathError: the directory is not trusted.
@@ -194,8 +216,17 @@ def write_file(path: Path, data: bytes | str, what: str, *, trust: Trust = PRIVA
 
 def read_regular(path: Path | str, limit: int, what: str, *, trust: Trust | None = None,
                  follow: bool = True) -> bytes:
-    """The bytes of the regular file ``path``, at most ``limit``. ``trust``: also refuse a
-    file it does not trust; ``follow=False``: refuse a symlink.
+    """The bytes of the regular file ``path``.
+
+    Args:
+        path: the file.
+        limit (int): the most bytes it may have.
+        what (str): what it is to splice, for the message.
+        trust (Trust | None): also refuse a file this does not trust.
+        follow (bool): False: refuse a symlink.
+
+    Returns:
+        bytes: its content.
 
     Raises:
         SpliceUnsafePathError: not a regular file (a FIFO, a device), larger than
@@ -228,8 +259,14 @@ def read_regular(path: Path | str, limit: int, what: str, *, trust: Trust | None
 def locked(path: Path, what: str, trust: Trust = PRIVATE,
            timeout: float | None = None):
     """Holds ``flock`` of the lock file ``path`` (created 0600, never through a link, in a
-    trusted directory), waiting at most ``timeout`` seconds (default
-    :data:`LOCK_TIMEOUT_SECONDS`).
+    trusted directory).
+
+    Args:
+        path (Path): the lock file.
+        what (str): what it is to splice, for the message.
+        trust (Trust): who besides the user and root is trusted (0660 when a group is).
+        timeout (float | None): the most seconds to wait (default
+            :data:`LOCK_TIMEOUT_SECONDS`).
 
     Raises:
         SpliceUnsafePathError: the lock file or its directory is not trusted.
