@@ -69,7 +69,8 @@ def cache_trust() -> Trust:
 
 @functools.cache
 def _parse_trust(text: str) -> Trust:
-    uids, gids = set(), set()
+    uids: set[int] = set()
+    gids: set[int] = set()
     for item in filter(None, (t.strip() for t in text.split(","))):
         group = item.startswith("@")
         name = item[1:] if group else item
