@@ -304,7 +304,7 @@ def overlay() -> Path:
     """
     real = tileiras().resolve()
     st = real.stat()
-    key = hashlib.sha256(f"{real}|{st.st_size}|{st.st_mtime_ns}|v6".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{real}|{st.st_size}|{st.st_mtime_ns}|v5".encode()).hexdigest()[:16]
     why: list[str] = []
     for base in _overlay_bases(real):
         root = _overlay_in(base, f"overlay-{key}", real, why)
