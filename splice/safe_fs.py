@@ -129,6 +129,29 @@ def check(path: Path | str, st: os.stat_result, what: str, trust: Trust = PRIVAT
             f"splice elsewhere (docs/security.md)")
 
 
+def check_ancestors(path: Path, what: str, trust: Trust = PRIVATE) -> None:
+    """Refuse ``path`` when one of the directories above it that exist could be renamed or
+    replaced by another user: not trusted, and not sticky (``/tmp``: each user can rename
+    only their own entries). What splice runs from ``path`` then stays what it checked.
+
+    Args:
+        path (Path): the directory whose ancestors are checked (not itself).
+        what (str): what ``path`` is to splice, for the message.
+        trust (Trust): who besides the user and root is trusted.
+
+    Raises:
+        SpliceUnsafePathError: naming the ancestor.
+    """
+    for d in Path(os.path.abspath(path)).parents:
+        try:
+            st = os.stat(d)
+        except FileNotFoundError:
+            continue   # made by splice, 0700
+        why = untrusted_why(st, trust)
+        if why is not None and not (st.st_mode & stat.S_ISVTX and "owns" not in why):
+            check(d, st, f"a directory above {what} at", trust)
+
+
 def private_dir(path: Path, what: str, trust: Trust = PRIVATE) -> Path:
     """``path`` created (with its missing parents) 0700 (0770 in a shared cache), or
     checked when it exists.

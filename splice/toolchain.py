@@ -317,9 +317,7 @@ def _overlay_in(base: Path, name: str, real: Path, why: list[str]) -> Path | Non
     """The valid overlay ``name`` in ``base``, found or built; None (the reason appended to
     ``why``) when ``base`` is not trusted or cannot be written."""
     try:
-        if base.parent.exists():   # beside a package: its directory must be trusted too
-            safe_fs.check(base.parent, base.parent.stat(), "the directory above",
-                          safe_fs.cache_trust())
+        safe_fs.check_ancestors(base, "the tileiras overlay", safe_fs.cache_trust())
         safe_fs.private_dir(base, "the tileiras overlay directory")
     except (OSError, SpliceUnsafePathError) as e:
         why.append(f"{base}: {e}")

@@ -359,3 +359,14 @@ def test_trust_setting_names_users_and_groups(monkeypatch):
     with pytest.raises(splice.SpliceUnsafePathError, match="no-such-user-splice"):
         safe_fs.cache_trust()
 
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777])
+def test_overlay_kept_only_where_no_one_else_can_rename_a_directory_above(tmp_path,
+                                                                          monkeypatch, mode):
+    shared = _make(tmp_path / "shared", mode)   # /tmp is 1777: others cannot rename ours
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(shared / "cache"))
+    try:
+        assert (shared in _fresh_overlay().parents) == bool(mode & stat.S_ISVTX)
+    finally:
+        toolchain.overlay.cache_clear()
