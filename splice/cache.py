@@ -35,12 +35,14 @@ only when regular and written only through a fresh temporary file, never through
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import hashlib
 import json
 import os
 import re
+import shutil
 import tempfile
 import time
 import warnings
@@ -78,8 +80,10 @@ def cache_root() -> Path:
 
 @functools.cache
 def _temporary_root() -> Path:
-    """A private temporary cache for this process, said once in a warning."""
+    """A private temporary cache for this process (removed at exit), said once in a
+    warning."""
     root = Path(tempfile.mkdtemp(prefix="splice-cache-"))
+    atexit.register(shutil.rmtree, root, True)
     warnings.warn(f"splice: no home directory (HOME unset, uid {os.getuid()} has no passwd "
                   f"entry); caching in {root} for this process only: set SPLICE_CACHE_DIR "
                   f"to keep compiled kernels", RuntimeWarning, stacklevel=3)
@@ -147,7 +151,11 @@ def _entry_path(kind: str, key: str) -> Path:
 
 def load(kind: str, key: str) -> tuple[dict, bytes] | None:
     """The (header, payload) stored under ``key``, or None. A hit marks the entry used; a
-    corrupt entry is removed."""
+    corrupt entry is removed.
+
+    Raises:
+        SpliceUnsafePathError: the cache directory is not trusted (``docs/security.md``).
+    """
     hit = read(_entry_path(kind, key))
     return None if hit is None else (hit[0]["meta"], hit[1])
 
@@ -197,7 +205,11 @@ def _digest(meta: dict, payload: bytes) -> str:
 def store(kind: str, key: str, meta: dict, payload: bytes) -> bool:
     """Write an entry atomically; when the entries now pass :func:`max_bytes`, evict the
     least recently used (never this one). Returns False (after one warning per process)
-    when the cache directory cannot be written."""
+    when the cache directory cannot be written.
+
+    Raises:
+        SpliceUnsafePathError: the cache directory, or one below it, is not trusted.
+    """
     global _warned_readonly
     path = _entry_path(kind, key)
     header = json.dumps({"key": path.stem, "size": len(payload),
