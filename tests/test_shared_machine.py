@@ -361,7 +361,7 @@ def test_trust_setting_names_users_and_groups(monkeypatch):
 
 
 
-@pytest.mark.parametrize("mode", [0o777, 0o1777])
+@pytest.mark.parametrize("mode", [0o777, 0o1777], ids=["world-writable", "sticky"])
 def test_overlay_kept_only_where_no_one_else_can_rename_a_directory_above(tmp_path,
                                                                           monkeypatch, mode):
     shared = _make(tmp_path / "shared", mode)   # /tmp is 1777: others cannot rename ours
