@@ -27,7 +27,8 @@ import cuda.tile as ct
 from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature
 
 import splice
-from splice import cache, fragments, toolchain
+from splice import cache, toolchain
+from splice.inputs import fragments
 
 ARCH = "sm_90"
 #: 5.0f, what the extern multiplies by; the forged fragment multiplies by 7.0f.
