@@ -35,7 +35,13 @@ import warnings
 from pathlib import Path
 
 from . import safe_fs
-from .errors import SpliceCompileError, SpliceToolchainError, SpliceUnsafePathError
+from .errors import (
+    SpliceCompileError,
+    SpliceTileirasError,
+    SpliceTileirasTimeout,
+    SpliceToolchainError,
+    SpliceUnsafePathError,
+)
 
 _STRIPPED_ENV = ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT")
 
@@ -501,8 +507,9 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
     """Lower Tile IR bytecode with tileiras, capturing PTX, host object and ptxas flags.
 
     Raises:
-        SpliceToolchainError: tileiras failed or timed out, or did not call ptxas exactly
-            once.
+        SpliceTileirasError: tileiras failed (also cuTile's TileCompilerExecutionError).
+        SpliceTileirasTimeout: it timed out (also cuTile's TileCompilerTimeoutError).
+        SpliceToolchainError: it cannot run, or did not call ptxas exactly once.
     """
     ov = _live_overlay()
     with tempfile.TemporaryDirectory(prefix="splice-tileiras-") as work:
@@ -522,9 +529,9 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
         try:
             proc = subprocess.run(argv, capture_output=True, env=env, timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise SpliceToolchainError(
+            raise SpliceTileirasTimeout(
                 f"tileiras exceeded the compile timeout of {timeout}s on {what} "
-                f"(CUDA_TILE_COMPILER_TIMEOUT_SEC)") from None
+                f"(CUDA_TILE_COMPILER_TIMEOUT_SEC)", flags=shlex.join(flags)) from None
         except OSError as e:
             raise SpliceToolchainError(f"cannot run tileiras for {what}: {e}") from None
         log = (proc.stdout + proc.stderr).decode(errors="replace")
@@ -536,9 +543,10 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
                     f"tileiras cannot compile {what} for {unsupported.group(1)}: it supports "
                     f"{', '.join(tileiras_architectures()) or '(see tileiras --help)'}; pass "
                     f"one of them as arch=", log)
-            raise SpliceToolchainError(
+            raise SpliceTileirasError(
                 f"tileiras failed (exit {proc.returncode}) on {what}; command: "
-                f"{shlex.join(argv[1:])}{_missing_libnvvm_hint()}", log)
+                f"{shlex.join(argv[1:])}{_missing_libnvvm_hint()}", log,
+                flags=shlex.join(flags))
         calls = sorted(cap.glob("call*.argv"))
         if len(calls) != 1:
             raise SpliceToolchainError(
