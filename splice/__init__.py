@@ -28,6 +28,7 @@ from .errors import (
     SpliceLinkError,
     SpliceRewriteError,
     SpliceToolchainError,
+    SpliceUnsafePathError,
 )
 
 #: Every other public name -> (its module, its name there; None: the module itself), loaded
@@ -116,5 +117,6 @@ __all__ = [
     "ExternFunction", "Signature", "parse_signature", "pointer", "tile", "ELEMENT_TYPES",
     "SpliceError", "SpliceCallError", "SpliceCompileError", "SpliceDeclarationError",
     "SpliceLaunchError", "SpliceLinkError", "SpliceRewriteError", "SpliceToolchainError",
+    "SpliceUnsafePathError",
     "PTXSyntaxError", "toolchain", "cub", "__version__", "kernel_signature", "export_kernel",
 ]

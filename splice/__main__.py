@@ -193,7 +193,8 @@ def _doctor_versions(line) -> None:
 def _doctor_files(line) -> None:
     """nvdisasm, the CUDA headers, CUDA_HOME/CUDA_PATH (a warning, not a problem) and the
     cache directory, each reported by ``line(ok, what, detail)``."""
-    from . import cache, toolchain
+    from . import cache, safe_fs, toolchain
+    from .errors import SpliceUnsafePathError
     dis = toolchain.nvdisasm()
     line(dis is not None, "nvdisasm", dis or "not found (no SASS listings)")
     inc = toolchain.cuda_include_dir()
@@ -205,13 +206,15 @@ def _doctor_files(line) -> None:
                   f"may pick it up")
     root = cache.cache_root()
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        safe_fs.private_dir(root, "the cache directory", safe_fs.cache_trust())
         probe = root / ".doctor-probe"
-        probe.write_text("ok")
+        safe_fs.write_file(probe, "ok", "the cache directory", trust=safe_fs.cache_trust())
         probe.unlink()
         line(True, "cache", root)
     except OSError as e:
         line(False, "cache", f"{root} not writable ({e}); splice compiles without caching")
+    except SpliceUnsafePathError as e:
+        line(False, "cache", e)
 
 
 def _doctor_optional() -> None:

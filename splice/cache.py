@@ -25,25 +25,31 @@ Temporary files of writers in progress are never touched (a writer that died lea
 removed after :data:`STALE_TEMP_SECONDS`).
 
 The directory is ``$SPLICE_CACHE_DIR``, else ``$XDG_CACHE_HOME/splice``, else
-``~/.cache/splice``. A cache directory that cannot be written makes splice compile without
-caching, with one warning.
+``~/.cache/splice`` (without a home directory, a private temporary one, with one warning).
+A cache directory that cannot be written makes splice compile without caching, with one
+warning. On a shared machine (``docs/security.md``, :mod:`splice.safe_fs`) the cache's
+directories are made 0700 and its files 0600; a directory or entry another user owns or can
+write is refused, unless ``$SPLICE_CACHE_TRUST`` names that user or group; files are read
+only when regular and written only through a fresh temporary file, never through a link.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
-import fcntl
 import functools
 import hashlib
 import json
 import os
 import re
+import shutil
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
-from . import identity, settings
+from . import identity, safe_fs, settings
+from .errors import SpliceUnsafePathError
 
 _MAGIC = b"splice-cache-v2\n"  # v2: the checksum covers the meta
 _warned_readonly = False
@@ -51,7 +57,8 @@ _warned_readonly = False
 STALE_TEMP_SECONDS = 600
 #: The default of ``$SPLICE_CACHE_MAX_BYTES``.
 DEFAULT_MAX_BYTES = 4 << 30
-#: Directories under the cache root that hold no entries (the tileiras overlay).
+#: Directories under the cache root that hold no entries (the tileiras overlay; in a shared
+#: cache, each user's is ``toolchain-<uid>``).
 _NOT_ENTRIES = ("toolchain",)
 
 
@@ -63,8 +70,39 @@ def cache_root() -> Path:
     if env:
         return Path(env).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "splice"
+    if xdg:
+        return Path(xdg) / "splice"
+    try:
+        return Path.home() / ".cache" / "splice"
+    except RuntimeError:   # no $HOME and no passwd entry (a container run with -u)
+        return _temporary_root()
+
+
+@functools.cache
+def _temporary_root() -> Path:
+    """A private temporary cache for this process (removed at exit), said once in a
+    warning."""
+    root = Path(tempfile.mkdtemp(prefix="splice-cache-"))
+    atexit.register(shutil.rmtree, root, True)
+    warnings.warn(f"splice: no home directory (HOME unset, uid {os.getuid()} has no passwd "
+                  f"entry); caching in {root} for this process only: set SPLICE_CACHE_DIR "
+                  f"to keep compiled kernels", RuntimeWarning, stacklevel=3)
+    return root
+
+
+def _trusted_root() -> Path:
+    """:func:`cache_root`, refused when it exists and is not trusted.
+
+    Raises:
+        SpliceUnsafePathError: another user owns it or can write it.
+    """
+    root = cache_root()
+    try:
+        st = os.stat(root)
+    except OSError:
+        return root
+    safe_fs.check(root, st, "the cache directory", safe_fs.cache_trust())
+    return root
 
 
 def max_bytes() -> int:
@@ -108,12 +146,16 @@ def key_of(*parts) -> str:
 
 def _entry_path(kind: str, key: str) -> Path:
     full = key_of(code_identity(), kind, key)
-    return cache_root() / kind / full[:2] / f"{full}.bin"
+    return _trusted_root() / kind / full[:2] / f"{full}.bin"
 
 
 def load(kind: str, key: str) -> tuple[dict, bytes] | None:
     """The (header, payload) stored under ``key``, or None. A hit marks the entry used; a
-    corrupt entry is removed."""
+    corrupt entry is removed.
+
+    Raises:
+        SpliceUnsafePathError: the cache directory is not trusted (``docs/security.md``).
+    """
     hit = read(_entry_path(kind, key))
     return None if hit is None else (hit[0]["meta"], hit[1])
 
@@ -121,10 +163,12 @@ def load(kind: str, key: str) -> tuple[dict, bytes] | None:
 def read(path: Path, touch: bool = True) -> tuple[dict, bytes] | None:
     """The (header, payload) of the entry file ``path``, or None when it is missing (an
     entry may be evicted at any time) or corrupt (then it is removed). ``touch`` marks it
-    used (listing the cache does not)."""
+    used (listing the cache does not). An entry that is a link, not a regular file, or
+    written by a user the cache does not trust is a miss (and left alone)."""
     try:
-        data = path.read_bytes()
-    except OSError:
+        data = safe_fs.read_regular(path, max(max_bytes(), 1 << 30), "the cache entry",
+                                    trust=safe_fs.cache_trust(), follow=False)
+    except (OSError, SpliceUnsafePathError):
         return None
     try:
         if not data.startswith(_MAGIC):
@@ -161,27 +205,21 @@ def _digest(meta: dict, payload: bytes) -> str:
 def store(kind: str, key: str, meta: dict, payload: bytes) -> bool:
     """Write an entry atomically; when the entries now pass :func:`max_bytes`, evict the
     least recently used (never this one). Returns False (after one warning per process)
-    when the cache directory cannot be written."""
+    when the cache directory cannot be written.
+
+    Raises:
+        SpliceUnsafePathError: the cache directory, or one below it, is not trusted.
+    """
     global _warned_readonly
     path = _entry_path(kind, key)
     header = json.dumps({"key": path.stem, "size": len(payload),
                          "sha256": _digest(meta, payload), "meta": meta},
                         sort_keys=True).encode()
-    tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
-            f.write(_MAGIC + header + b"\n" + payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        _cache_dirs(path.parent)
+        safe_fs.write_file(path, _MAGIC + header + b"\n" + payload, "the cache directory",
+                           trust=safe_fs.cache_trust(), sync=True)
     except OSError as e:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
         if not _warned_readonly:
             _warned_readonly = True
             warnings.warn(f"splice: cannot write the cache directory {cache_root()} ({e}); "
@@ -192,21 +230,56 @@ def store(kind: str, key: str, meta: dict, payload: bytes) -> bool:
     return True
 
 
+def _cache_dirs(directory: Path) -> None:
+    """The cache root, the kind's directory and ``directory`` (an entry's), created 0700
+    (0770 shared) or checked.
+
+    Raises:
+        SpliceUnsafePathError: one of them is not trusted.
+    """
+    root = cache_root()
+    trust = safe_fs.cache_trust()
+    for d in (root, directory.parent, directory):
+        safe_fs.private_dir(d, "the cache directory", trust)
+
+
 @contextlib.contextmanager
 def _locked():
-    """Holds ``<root>/.lock`` (``flock``) for the byte count; without locks (some network
-    filesystems) runs unlocked: evicting concurrently is safe, only the count may be off."""
-    fd = None
+    """Holds ``<root>/.lock`` (``flock``, 0600 in the 0700 root) for the byte count, at most
+    :data:`splice.safe_fs.LOCK_TIMEOUT_SECONDS`; without locks (some network filesystems),
+    or past the timeout (one warning naming the lock), runs unlocked: evicting concurrently
+    is safe, only the count may be off."""
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(safe_fs.locked(cache_root() / ".lock", "the cache lock",
+                                               safe_fs.cache_trust()))
+        except TimeoutError as e:
+            _warn_lock(str(e.strerror))
+        except OSError:
+            pass
+        yield
+
+
+@functools.cache
+def _warn_lock(why: str) -> None:
+    warnings.warn(f"splice: {why}; counting the cache's size without it", RuntimeWarning,
+                  stacklevel=4)
+
+
+def _read_ledger(ledger: Path) -> int | None:
     try:
-        fd = os.open(cache_root() / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        return int(safe_fs.read_regular(ledger, 64, "the cache size file",
+                                        trust=safe_fs.cache_trust(), follow=False))
+    except (OSError, ValueError, SpliceUnsafePathError):
+        return None
+
+
+def _write_ledger(ledger: Path, total: int) -> None:
+    try:
+        safe_fs.write_file(ledger, str(total), "the cache directory",
+                           trust=safe_fs.cache_trust())
     except OSError:
         pass
-    try:
-        yield
-    finally:
-        if fd is not None:
-            os.close(fd)
 
 
 def _account(added: int, keep: Path) -> None:
@@ -218,16 +291,12 @@ def _account(added: int, keep: Path) -> None:
     limit = max_bytes()
     ledger = cache_root() / ".size"
     with _locked():
-        try:
-            total = int(ledger.read_text()) + added
-        except (OSError, ValueError):
-            total = None
+        total = _read_ledger(ledger)
+        if total is not None:
+            total += added
         if total is None or total > limit:
             total = _prune(limit - limit // 10, keep)[2]
-        try:
-            ledger.write_text(str(total))
-        except OSError:
-            pass
+        _write_ledger(ledger, total)
 
 
 def _remove_stale_temps(directory: Path) -> None:
@@ -254,7 +323,7 @@ def entries(kind: str | None = None) -> list[Path]:
     out = []
     for k in kinds:
         d = root / k
-        if k not in _NOT_ENTRIES and d.is_dir():
+        if k not in _NOT_ENTRIES and not k.startswith("toolchain-") and d.is_dir():
             out.extend(sorted(p for p in d.glob("??/*.bin") if _is_entry_name(p)))
     return out
 
@@ -294,10 +363,7 @@ def prune(limit: int) -> tuple[int, int]:
     are not entries."""
     with _locked():
         removed, freed, total = _prune(limit, None)
-        try:
-            (cache_root() / ".size").write_text(str(total))
-        except OSError:
-            pass
+        _write_ledger(cache_root() / ".size", total)
     return removed, freed
 
 

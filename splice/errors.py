@@ -246,3 +246,16 @@ class SpliceTileirasTimeout(_TileirasFailure, TileCompilerTimeoutError):
         >>> issubclass(SpliceTileirasTimeout, ct.TileCompilerTimeoutError)
         True
     """
+
+
+class SpliceUnsafePathError(SpliceError):
+    """A directory or file splice would run, load or write is not safe on a shared machine:
+    another user owns it or can write it, it is a link where splice writes, or it is not a
+    regular file (a FIFO, a device) where splice reads. The message names the path, its
+    owner and mode, and the fix (``docs/security.md``).
+
+    Example:
+        >>> from splice.errors import SpliceUnsafePathError, SpliceError
+        >>> issubclass(SpliceUnsafePathError, SpliceError)
+        True
+    """

@@ -30,10 +30,8 @@ from __future__ import annotations
 
 import atexit
 import hashlib
-import os
 import re
 import shutil
-import stat
 import tempfile
 import threading
 from pathlib import Path
@@ -88,20 +86,18 @@ def wanted(source: str, options: list[str]) -> bool:
 
 def _private_dir() -> Path | None:
     """This process's PCH directory (made once), or None when the cache root is not a
-    directory only this user can write."""
+    directory only this user (or root) can write (:func:`splice.safe_fs.private_dir`)."""
     if "dir" in _state:
         return _state["dir"]  # type: ignore[return-value]
+    from . import safe_fs
     from .cache import cache_root
+    from .errors import SpliceUnsafePathError
     found = None
     try:
-        root = cache_root()
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = os.lstat(root)
-        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and \
-                not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            found = Path(tempfile.mkdtemp(prefix="pch-", dir=root))
-            atexit.register(shutil.rmtree, found, True)
-    except OSError:
+        root = safe_fs.private_dir(cache_root(), "the cache directory")   # never shared
+        found = Path(tempfile.mkdtemp(prefix="pch-", dir=root))
+        atexit.register(shutil.rmtree, found, True)
+    except (OSError, SpliceUnsafePathError):
         found = None
     _state["dir"] = found
     return found

@@ -4,6 +4,7 @@ that a value set from Python after ``import splice`` counts).
 =========================  ====================================================
 ``SPLICE_CACHE_DIR``       the cubin cache's directory (:func:`splice.cache.cache_root`)
 ``SPLICE_CACHE_MAX_BYTES`` the cache's size bound (:func:`splice.cache.max_bytes`)
+``SPLICE_CACHE_TRUST``     users/groups whose cache entries are used (:mod:`splice.safe_fs`)
 ``SPLICE_DUMP_DIR``        write every build's stages there (:mod:`splice.driver.pipeline`)
 ``SPLICE_VERIFY``          check the linked cubin itself (:mod:`splice.driver.verify`)
 ``SPLICE_CHECK_TILES``     guard words around tile staging (:mod:`splice.inputs.tile_guards`)
@@ -23,6 +24,12 @@ def cache_dir() -> str | None:
 def cache_max_bytes() -> str:
     """``$SPLICE_CACHE_MAX_BYTES`` as written (stripped; "" when unset)."""
     return os.environ.get("SPLICE_CACHE_MAX_BYTES", "").strip()
+
+
+def cache_trust() -> str:
+    """``$SPLICE_CACHE_TRUST`` as written (stripped; "" when unset): the other users and
+    ``@groups`` a shared cache trusts (``docs/security.md``)."""
+    return os.environ.get("SPLICE_CACHE_TRUST", "").strip()
 
 
 def dump_dir() -> str | None:

@@ -17,23 +17,30 @@
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
 import hashlib
 import os
 import re
+import secrets
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
+import time
+import warnings
 from pathlib import Path
 
+from . import safe_fs
 from .errors import (
     SpliceCompileError,
     SpliceTileirasError,
     SpliceTileirasTimeout,
     SpliceToolchainError,
+    SpliceUnsafePathError,
 )
 
 _STRIPPED_ENV = ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT")
@@ -275,14 +282,14 @@ def _capture_script() -> str:
 def _overlay_bases(real: Path) -> list[Path]:
     """Where the overlay may live, best first: on tileiras's filesystem, so that tileiras
     is hard-linked rather than copied (about 100 MB). The cache directory when it is on
-    that filesystem, else a directory beside the toolkit (``<toolkit>/../.splice-overlay``)
-    when writable, then the cache directory, then the temporary directory."""
+    that filesystem, else a directory beside the toolkit (``<toolkit>/../.splice-overlay``),
+    then the cache directory. In a shared cache (``$SPLICE_CACHE_TRUST``) each user has
+    their own (``toolchain-<uid>``): the overlay is never shared."""
     from .cache import cache_root
-    in_cache = cache_root() / "toolchain"
+    shared = safe_fs.cache_trust().shared
+    in_cache = cache_root() / (f"toolchain-{os.geteuid()}" if shared else "toolchain")
     near = real.parent.parent.parent / ".splice-overlay"
-    tmp = Path(tempfile.gettempdir()) / f"splice-{os.getuid()}"
-    first = [in_cache, near] if _same_filesystem(in_cache, real) else [near, in_cache]
-    return first + [tmp]
+    return [in_cache, near] if _same_filesystem(in_cache, real) else [near, in_cache]
 
 
 def _same_filesystem(directory: Path, file: Path) -> bool:
@@ -299,23 +306,122 @@ def _same_filesystem(directory: Path, file: Path) -> bool:
 def overlay() -> Path:
     """Directory laid out like tileiras's own toolkit root, with a capturing ptxas.
     Built once per tileiras binary (keyed by its path, size and mtime), in the first
-    writable of :func:`_overlay_bases`. Not a cache entry: never counted nor evicted."""
+    of :func:`_overlay_bases` that this user owns (or root does) and no one else can write;
+    else in a fresh private temporary directory for this process (one warning). Not a
+    cache entry: never counted nor evicted.
+
+    Raises:
+        SpliceUnsafePathError: an overlay found in a trusted place is not trusted itself
+            (the message names the path to delete).
+        SpliceToolchainError: no overlay can be made anywhere.
+    """
     real = tileiras().resolve()
-    real_root = real.parent.parent
     st = real.stat()
     key = hashlib.sha256(f"{real}|{st.st_size}|{st.st_mtime_ns}|v5".encode()).hexdigest()[:16]
-    bases = _overlay_bases(real)
-    for base in bases:
-        root = base / f"overlay-{key}"
-        if (root / "bin" / "tileiras").is_file() and (root / "bin" / "ptxas").is_file():
-            _check_script(root / "bin" / "ptxas")
+    why: list[str] = []
+    for base in _overlay_bases(real):
+        root = _overlay_in(base, f"overlay-{key}", real, why)
+        if root is not None:
             return root
+    return _private_overlay(f"overlay-{key}", real, "; ".join(why))
+
+
+def _overlay_in(base: Path, name: str, real: Path, why: list[str]) -> Path | None:
+    """The valid overlay ``name`` in ``base``, found or built; None (the reason appended to
+    ``why``) when ``base`` is not trusted or cannot be written."""
+    try:
+        safe_fs.check_ancestors(base, "the tileiras overlay", safe_fs.cache_trust())
+        safe_fs.private_dir(base, "the tileiras overlay directory")
+    except (OSError, SpliceUnsafePathError) as e:
+        why.append(f"{base}: {e}")
+        return None
+    _remove_leftovers(base)
+    root = base / name
+    if os.path.lexists(root):
+        if _valid_overlay(root, real):
+            return root
+        _discard(root)   # tileiras deleted, truncated or replaced: built again
+    try:
+        return _build_overlay(root, real)
+    except OSError as e:
+        why.append(f"{base}: {e.strerror or e}")
+        return None
+
+
+#: An ``overlay-tmp-*`` directory older than this (seconds) was left by a killed build.
+STALE_BUILD_SECONDS = 600
+
+
+def _remove_leftovers(base: Path) -> None:
+    """Remove what killed builds left in ``base`` (a trusted directory)."""
+    now = time.time()
+    for p in base.glob("overlay-tmp-*"):
         try:
-            return _build_overlay(root, real, real_root)
+            if now - p.lstat().st_mtime > STALE_BUILD_SECONDS:
+                shutil.rmtree(p)
         except OSError:
-            continue  # not writable: try the next place
-    raise SpliceToolchainError(f"cannot create the tileiras overlay in any of "
-                               f"{', '.join(map(str, bases))}")
+            pass
+
+
+def _valid_overlay(root: Path, real: Path) -> bool:
+    """Whether the overlay ``root`` found on disk can run: its directories and tools
+    trusted, its tileiras the same size and mtime as the real one. A capturing ptxas that
+    is not splice's is rewritten (an edited or truncated one failed every tileiras run with
+    "failed to compile Tile IR program").
+
+    Raises:
+        SpliceUnsafePathError: its directory is another user's, or others can write it
+            (what is inside a directory of this user's is rebuilt instead).
+    """
+    tool, script = root / "bin" / "tileiras", root / "bin" / "ptxas"
+    st = root.lstat()
+    if not stat.S_ISDIR(st.st_mode):
+        return False
+    safe_fs.check(root, st, "the tileiras overlay", safe_fs.PRIVATE)
+    for p in (root / "bin", tool, script):   # in a directory of this user's: rebuilt
+        try:
+            st = p.lstat()
+        except OSError:
+            return False
+        if stat.S_ISLNK(st.st_mode) or safe_fs.untrusted_why(st) is not None:
+            return False
+    real_st, st = real.stat(), tool.stat()
+    if (st.st_size, st.st_mtime_ns) != (real_st.st_size, real_st.st_mtime_ns):
+        return False
+    _check_script(script)
+    return True
+
+
+def _discard(root: Path) -> None:
+    """Remove a broken overlay of this user (renamed aside first: atomic for readers)."""
+    aside = root.with_name(f"overlay-tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        os.rename(root, aside)
+    except OSError as e:
+        raise SpliceToolchainError(
+            f"the tileiras overlay {root} is broken and cannot be removed "
+            f"({e.strerror or e}): delete it") from None
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+_warned_private = False
+
+
+def _private_overlay(name: str, real: Path, why: str) -> Path:
+    """The overlay in a fresh private temporary directory, removed when the process
+    exits; said once in a warning."""
+    global _warned_private
+    base = Path(tempfile.mkdtemp(prefix="splice-overlay-"))
+    atexit.register(shutil.rmtree, base, True)
+    if not _warned_private:
+        _warned_private = True
+        warnings.warn(f"splice: the tileiras overlay cannot be kept ({why}); building it in "
+                      f"{base} for this process", RuntimeWarning, stacklevel=4)
+    try:
+        return _build_overlay(base / name, real)
+    except OSError as e:
+        raise SpliceToolchainError(f"cannot create the tileiras overlay in {base}: "
+                                   f"{e.strerror or e} (and {why})") from None
 
 
 def _live_overlay() -> Path:
@@ -330,29 +436,26 @@ def _live_overlay() -> Path:
 
 
 def _check_script(script: Path) -> None:
-    """The capturing ptxas of an overlay found on disk, rewritten (atomically) when it is
-    not splice's: an edited or truncated script failed every tileiras run of every process
-    with "failed to compile Tile IR program", and nothing said to remove the overlay."""
+    """The capturing ptxas of an overlay found on disk, rewritten (atomically, never
+    through a link) when it is not splice's."""
     text = _capture_script()
     try:
-        if script.read_text() == text:
+        if safe_fs.read_regular(script, 1 << 16, "the capturing ptxas",
+                                follow=False).decode() == text:
             return
-        tmp = script.with_name(f".ptxas-{os.getpid()}")
-        tmp.write_text(text)
-        tmp.chmod(0o755)
-        os.replace(tmp, script)
-    except (OSError, UnicodeDecodeError):
+        safe_fs.write_file(script, text, "the tileiras overlay", executable=True)
+    except (OSError, UnicodeDecodeError, SpliceUnsafePathError):
         pass   # unreadable or read-only: tileiras's error says what went wrong
 
 
-def _build_overlay(root: Path, real: Path, real_root: Path) -> Path:
-    root.parent.mkdir(parents=True, exist_ok=True)
+def _build_overlay(root: Path, real: Path) -> Path:
+    real_root = real.parent.parent
     tmp = Path(tempfile.mkdtemp(prefix="overlay-tmp-", dir=root.parent))
     try:
         for entry in real_root.iterdir():
             if entry.name != "bin":
                 os.symlink(entry, tmp / entry.name)
-        (tmp / "bin").mkdir()
+        (tmp / "bin").mkdir(0o700)
         for entry in real.parent.iterdir():
             if entry.name not in ("tileiras", "ptxas"):
                 os.symlink(entry, tmp / "bin" / entry.name)
@@ -360,15 +463,15 @@ def _build_overlay(root: Path, real: Path, real_root: Path) -> Path:
             os.link(real, tmp / "bin" / "tileiras")
         except OSError:
             shutil.copy2(real, tmp / "bin" / "tileiras")
-        script = tmp / "bin" / "ptxas"
-        script.write_text(_capture_script())
-        script.chmod(0o755)
+            os.chmod(tmp / "bin" / "tileiras", 0o700)
+        safe_fs.write_file(tmp / "bin" / "ptxas", _capture_script(), "the tileiras overlay",
+                           executable=True)
         try:
             os.replace(tmp, root)
         except OSError:
             # another process finished first: use theirs
             shutil.rmtree(tmp, ignore_errors=True)
-            if not (root / "bin" / "ptxas").is_file():
+            if not _valid_overlay(root, real):
                 raise
     except BaseException:   # any failure, an interrupt too: no half-made overlay left
         shutil.rmtree(tmp, ignore_errors=True)

@@ -128,7 +128,7 @@ def test_writer_killed_mid_write_leaves_no_valid_entry(fresh_cache):
         sys.path.insert(0, {str(ROOT)!r})
         from splice import cache
         real_replace = os.replace
-        def slow(*a):
+        def slow(*a, **k):   # (os.replace with dir_fd keywords: splice.safe_fs)
             print("writing", flush=True)
             time.sleep(60)
         cache.os.replace = slow

@@ -48,7 +48,7 @@ from ..inputs import nvshmem
 from ..spans import Span
 from ..tracing import trace
 from . import verify
-from .result import Build, dump_dir, tileir_text
+from .result import Build, dump_dir, dump_file, tileir_text
 
 if TYPE_CHECKING:
     from .stages import Spliced
@@ -166,13 +166,14 @@ class Job:
 
         Raises:
             SpliceToolchainError: the directory cannot be written.
+            SpliceUnsafePathError: ``<symbol>.<arch>`` is another user's, or others can
+                write it.
         """
         if self.dump_root is None or data is None:
             return
         try:
             d = dump_dir(Path(self.dump_root), self.symbol, self.arch)
-            f = d / f"{self.symbol}{suffix}"
-            f.write_bytes(data) if isinstance(data, bytes) else f.write_text(data)
+            dump_file(d, f"{self.symbol}{suffix}", data)
         except OSError as e:
             raise SpliceToolchainError(
                 f"{self.what}: cannot write its stages to SPLICE_DUMP_DIR={self.dump_root} "

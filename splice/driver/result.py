@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from .. import toolchain
+from .. import safe_fs, toolchain
 from ..forms.base import SiteInfo
 from ..spans import Span
 
@@ -164,15 +164,17 @@ class Build:
 
         Raises:
             OSError: the directory cannot be written.
+            SpliceUnsafePathError: ``root/<symbol>.<arch>`` is another user's, or others
+                can write it (``docs/security.md``).
         """
         d = dump_dir(root, self.symbol, self.arch)
         for stage, suffix in (("tileir", ".tileir"), ("ptx", ".ptx"),
                               ("spliced_ptx", ".spliced.ptx"), ("sass", ".sass")):
             value = self[stage]
             if value is not None:
-                (d / f"{self.symbol}{suffix}").write_text(value)
-        (d / f"{self.symbol}.cubin").write_bytes(self.cubin)
-        (d / f"{self.symbol}.timings.json").write_text(self.timings_json())
+                dump_file(d, f"{self.symbol}{suffix}", value)
+        dump_file(d, f"{self.symbol}.cubin", self.cubin)
+        dump_file(d, f"{self.symbol}.timings.json", self.timings_json())
         return d
 
     def timings_json(self) -> str:
@@ -182,10 +184,16 @@ class Build:
 
 
 def dump_dir(root: Path, symbol: str, arch: str) -> Path:
-    """``root/<symbol>.<arch>``, created."""
-    d = Path(root) / f"{symbol}.{arch}"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    """``root/<symbol>.<arch>``, created 0700 (with ``root`` when missing), or checked:
+    its name is predictable, so in a shared ``root`` (``/tmp``) another user could have
+    made it first."""
+    return safe_fs.private_dir(Path(root) / f"{symbol}.{arch}", "the dump directory")
+
+
+def dump_file(directory: Path, name: str, data: str | bytes) -> None:
+    """Write a stage to ``directory/name`` (0600) through a fresh temporary file: a link
+    planted at the name is replaced, never followed."""
+    safe_fs.write_file(directory / name, data, "the dump directory")
 
 
 #: A SASS register operand (``CALL.ABS.NOINC R8``): a call target held in a register.

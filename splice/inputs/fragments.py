@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from .. import cache, toolchain
+from .. import cache, safe_fs, toolchain
 from ..errors import (
     SpliceCompileError,
     SpliceDeclarationError,
@@ -62,8 +62,10 @@ def _memoized(key: str, make, still=None) -> Module:
 
 
 def _read_bytes(path: Path, what: str) -> bytes:
+    """A source or fragment file: a regular file, of at most
+    :data:`splice.safe_fs.MAX_SOURCE_BYTES` (a FIFO or a device is refused, not read)."""
     try:
-        return path.read_bytes()
+        return safe_fs.read_regular(path, safe_fs.MAX_SOURCE_BYTES, f"{what}: the file")
     except OSError as e:
         raise SpliceDeclarationError(f"{what}: cannot read {path}: {e.strerror}") from None
 

@@ -15,6 +15,9 @@ import threading
 from pathlib import Path
 from typing import Protocol, Sequence
 
+from .. import safe_fs
+from ..errors import SpliceUnsafePathError
+
 log = logging.getLogger("splice")
 
 INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
@@ -107,7 +110,7 @@ def included(source, src: str) -> list[tuple[str, str]]:
                 continue
             key = str(Path(path).resolve())
             if key not in seen:
-                data = Path(path).read_bytes()
+                data = _read(path)
                 seen[key] = hashlib.sha256(data).hexdigest()
                 todo.append((data.decode("utf-8", "replace"), os.path.dirname(path),
                              False))
@@ -118,8 +121,13 @@ def included(source, src: str) -> list[tuple[str, str]]:
 def texts(src: str, headers: Sequence[tuple[str, str]]) -> list[str]:
     """``src`` and the text of every user header of ``headers`` (:func:`included`), which
     the providers read to tell whether the source uses their library."""
-    return [src, *(Path(p).read_text(errors="replace") for p, h in headers
+    return [src, *(_read(p).decode(errors="replace") for p, h in headers
                    if not h.startswith(STAT))]
+
+
+def _read(path: str) -> bytes:
+    """A user header: a regular file of at most :data:`splice.safe_fs.MAX_SOURCE_BYTES`."""
+    return safe_fs.read_regular(path, safe_fs.MAX_SOURCE_BYTES, "the #include'd file")
 
 
 def _find_header(name: str, dirs) -> tuple[str, bool, os.stat_result] | None:
@@ -133,6 +141,10 @@ def _find_header(name: str, dirs) -> tuple[str, bool, os.stat_result] | None:
             continue
         if stat.S_ISREG(st.st_mode):
             return path, own, st
+        if not stat.S_ISDIR(st.st_mode):   # NVRTC would open it: a FIFO hangs it
+            raise SpliceUnsafePathError(
+                f"splice refuses the #include'd file {path}: it is not a regular file (a "
+                f"FIFO, a device or a socket); give a file")
     return None
 
 
