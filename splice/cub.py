@@ -594,7 +594,7 @@ def _operator(value, named: dict, what: str, where: str, loc) -> tuple[str, str 
 def _scalar_initial(initial, elem: ElementType):
     """``initial`` as a scalar Var of ``elem`` (a Python number is converted where the call
     is emitted; None is 0)."""
-    if initial is None:
+    if initial is None or (initial.is_constant() and initial.get_constant() is None):
         return cu.strictly_typed_const(0.0 if elem.kind == "f" else 0, cu.TileTy(elem.dtype, ()))
     return initial
 
