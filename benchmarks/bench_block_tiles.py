@@ -150,7 +150,7 @@ CASES = {   # name: (kernel, parameters of its signature)
 
 def compile_only():
     print(f"no GPU: each kernel compiled for sm_90 (rows of {N} elements, one block per row)")
-    print(f"{'kernel':<10} {'sites':>5} {'stores/thr':>10} {'loads/thr':>9} "
+    print(f"{'kernel':<14} {'sites':>5} {'stores/thr':>10} {'loads/thr':>9} "
           f"{'static smem B':>13} {'compile s':>9}")
     for name, (kernel, params) in CASES.items():
         t0 = time.perf_counter()
@@ -161,7 +161,7 @@ def compile_only():
         ptx = b.spliced_ptx.split(".nv_intermediate_source_section")[0]
         smem = sum(int(m.group(1)) * int(m.group(2)) // 8 for m in re.finditer(
             r"^\s*(?:\.weak\s+)?\.shared\s[^;]*?\.b(\d+)\s+[\w$]+\[(\d+)\];", ptx, re.M))
-        print(f"{name:<10} {len(b.sites):>5} {stores:>10} {loads:>9} {smem:>13} {dt:>9.2f}")
+        print(f"{name:<14} {len(b.sites):>5} {stores:>10} {loads:>9} {smem:>13} {dt:>9.2f}")
 
 
 def _cub_kernel():

@@ -217,6 +217,24 @@ def test_merge_sort_pairs_greater_is_stable():
     np.testing.assert_array_equal(vs, v[order])
 
 
+@splice.kernel
+def sort_pairs_descending_kernel(k, v, ks, vs, N: ConstInt):
+    a, b = splice.cub.sort_pairs(_row(k, N), _row(v, N), descending=True)
+    _put(ks, a)
+    _put(vs, b)
+
+
+def test_radix_sort_pairs_descending_is_stable():
+    # splice.cub.sort_pairs's descending (issue 37: ignoring it passed every test)
+    k = _rng.integers(0, 10, N).astype(np.float32)                 # ties
+    v = np.arange(N, dtype=np.int32)
+    ks, vs = np.zeros_like(k), np.zeros_like(v)
+    _exec(sort_pairs_descending_kernel, _sig(f32, i32, f32, i32, N), k, v, ks, vs)
+    order = np.argsort(-k, kind="stable")
+    np.testing.assert_array_equal(ks, k[order])
+    np.testing.assert_array_equal(vs, v[order])
+
+
 # ---------------------------------------------------------------------------------------------
 # Runs
 
