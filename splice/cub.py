@@ -6,6 +6,16 @@
     vals, idx = splice.cub.top_k(t, 8)              # the 8 largest, descending, and where
     s = splice.cub.inclusive_sum(t)                 # like ct.cumsum
     h = splice.cub.histogram(t, 256)                # counts of the values 0..255
+    e = splice.cub.exclusive_sum(t, initial=0)      # and exclusive_scan(t, op, initial)
+    m = splice.cub.inclusive_scan(t, "max")         # op "sum"/"max"/"min" or C++ text
+    r = splice.cub.reduce(t, "cuda::minimum<>{}")   # a scalar, on every thread
+    y = splice.cub.merge_sort(t, less="greater")    # stable, by a comparator (C++ text)
+    vals, counts = splice.cub.unique_counts(t)      # runs; flag_heads, flag_tails,
+    t = splice.cub.run_length_decode(vals, counts)  # and back
+
+The scans, reductions, merge sorts and runs (CUB's ``BlockScan``, ``BlockReduce``,
+``BlockMergeSort``, ``BlockDiscontinuity``, ``BlockRunLengthDecode``) are documented
+function by function below and in ``docs/guide/cub.md``; what follows holds for all.
 
 Each is a block-scope call (``scope="block"``): every thread of the block runs CUB's
 ``BlockRadixSort`` / ``BlockScan`` (or, for ``histogram``, shared-memory atomics as CUB's
@@ -321,6 +331,7 @@ _OPS_SOURCE = r'''
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_merge_sort.cuh>
 #include <cub/block/block_discontinuity.cuh>
+#include <cub/block/block_run_length_decode.cuh>
 
 namespace splice_cub {
 constexpr int THREADS = 128;   // tileiras's block for kernels that are not warp-specialised
@@ -475,6 +486,24 @@ __device__ void unique_counts(const T (&x)[N], T (&vals)[N], int (&counts)[N]) {
     __syncthreads();
     for (int i = 0; i < I; ++i) counts[threadIdx.x * I + i] = len[i];
 }
+
+// the inverse: value r repeated counts[r] times (a negative count as 0), the first N items,
+// then T{}; 64-bit offsets (N counts of up to 2**31 - 1 do not overflow)
+template <class T, int N>
+__device__ void run_length_decode(const T (&vals)[N], const int (&counts)[N], T (&y)[N]) {
+    constexpr int I = items<N>::value;
+    using Decode = cub::BlockRunLengthDecode<T, THREADS, I, I, unsigned long long>;
+    __shared__ typename Decode::TempStorage tmp;
+    check_block();
+    blocked<T, N> v, out;
+    unsigned long long c[I], total;
+    v.load(vals);
+    for (int i = 0; i < I; ++i) c[i] = (unsigned long long)max(counts[threadIdx.x * I + i], 0);
+    Decode(tmp, v.v, c, total).RunLengthDecode(out.v, 0ull);
+    for (int i = 0; i < I; ++i)
+        if ((unsigned long long)(threadIdx.x * I + i) >= total) out.v[i] = T{};
+    out.store(y);
+}
 }  // namespace splice_cub
 '''
 
@@ -513,6 +542,12 @@ def _ops_extern(cxx_name: str, signature: str, user_op: str | None = None):
         with _lock:
             _externs[key] = hit
     return hit
+
+
+def _ops_call(cxx_name: str, signature: str, args, loc, user_op: str | None = None):
+    """Emit one call of a template instance of :data:`_OPS_SOURCE` on ``args`` (Vars)."""
+    from .tile_trace import emit_tile_call
+    return emit_tile_call(_ops_extern(cxx_name, signature, user_op), tuple(args), loc)
 
 
 def _balanced(text: str) -> bool:
@@ -602,43 +637,37 @@ def _scalar_initial(initial, elem: ElementType):
 def _handle_exclusive_sum(callee, t, initial):
     loc, where = _where()
     elem = _tile(t, "splice.cub.exclusive_sum", _SCANNABLE, where, loc)
-    ext = _ops_extern(f"splice_cub::exclusive_sum<{elem.c_type}>",
-                      f"tile({elem})(tile({elem}), {elem})")
-    from .tile_trace import emit_tile_call
-    return emit_tile_call(ext, (t, _scalar_initial(initial, elem)), loc)
+    return _ops_call(f"splice_cub::exclusive_sum<{elem.c_type}>",
+                     f"tile({elem})(tile({elem}), {elem})", (t, _scalar_initial(initial, elem)),
+                     loc)
+
+
+def _scan_operands(fn: str, t, op):
+    """(loc, element type, operator's C++ type, operator source or None) of a call of
+    ``splice.cub.<fn>(t, op, ...)``."""
+    loc, where = _where()
+    elem = _tile(t, f"splice.cub.{fn}", _SCANNABLE, where, loc)
+    what = f"splice.cub.{fn}: op"
+    name, src = _operator(_constant(op, what, where, loc), SCAN_OPS, what, where, loc)
+    return loc, elem, name, src
 
 
 def _handle_inclusive_scan(callee, t, op):
-    loc, where = _where()
-    elem = _tile(t, "splice.cub.inclusive_scan", _SCANNABLE, where, loc)
-    name, src = _operator(_constant(op, "splice.cub.inclusive_scan: op", where, loc),
-                          SCAN_OPS, "splice.cub.inclusive_scan: op", where, loc)
-    ext = _ops_extern(f"splice_cub::inclusive_scan<{elem.c_type}, {name}>",
-                      f"tile({elem})(tile({elem}))", src)
-    from .tile_trace import emit_tile_call
-    return emit_tile_call(ext, (t,), loc)
+    loc, elem, name, src = _scan_operands("inclusive_scan", t, op)
+    return _ops_call(f"splice_cub::inclusive_scan<{elem.c_type}, {name}>",
+                     f"tile({elem})(tile({elem}))", (t,), loc, src)
 
 
 def _handle_exclusive_scan(callee, t, op, initial):
-    loc, where = _where()
-    elem = _tile(t, "splice.cub.exclusive_scan", _SCANNABLE, where, loc)
-    name, src = _operator(_constant(op, "splice.cub.exclusive_scan: op", where, loc),
-                          SCAN_OPS, "splice.cub.exclusive_scan: op", where, loc)
-    ext = _ops_extern(f"splice_cub::exclusive_scan<{elem.c_type}, {name}>",
-                      f"tile({elem})(tile({elem}), {elem})", src)
-    from .tile_trace import emit_tile_call
-    return emit_tile_call(ext, (t, initial), loc)
+    loc, elem, name, src = _scan_operands("exclusive_scan", t, op)
+    return _ops_call(f"splice_cub::exclusive_scan<{elem.c_type}, {name}>",
+                     f"tile({elem})(tile({elem}), {elem})", (t, initial), loc, src)
 
 
 def _handle_reduce(callee, t, op):
-    loc, where = _where()
-    elem = _tile(t, "splice.cub.reduce", _SCANNABLE, where, loc)
-    name, src = _operator(_constant(op, "splice.cub.reduce: op", where, loc),
-                          SCAN_OPS, "splice.cub.reduce: op", where, loc)
-    ext = _ops_extern(f"splice_cub::reduce<{elem.c_type}, {name}>",
-                      f"{elem}(tile({elem}))", src)
-    from .tile_trace import emit_tile_call
-    return emit_tile_call(ext, (t,), loc)
+    loc, elem, name, src = _scan_operands("reduce", t, op)
+    return _ops_call(f"splice_cub::reduce<{elem.c_type}, {name}>",
+                     f"{elem}(tile({elem}))", (t,), loc, src)
 
 
 def _order(less, what, where, loc):
@@ -650,10 +679,8 @@ def _handle_merge_sort(callee, t, less):
     loc, where = _where()
     elem = _tile(t, "splice.cub.merge_sort", _SORTABLE, where, loc)
     name, src = _order(less, "splice.cub.merge_sort: less", where, loc)
-    ext = _ops_extern(f"splice_cub::merge_sort<{elem.c_type}, {name}>",
-                      f"tile({elem})(tile({elem}))", src)
-    from .tile_trace import emit_tile_call
-    return emit_tile_call(ext, (t,), loc)
+    return _ops_call(f"splice_cub::merge_sort<{elem.c_type}, {name}>",
+                     f"tile({elem})(tile({elem}))", (t,), loc, src)
 
 
 def _handle_merge_sort_pairs(callee, keys, values, less):
@@ -666,19 +693,27 @@ def _handle_merge_sort_pairs(callee, keys, values, less):
                               f"have one shape, got {keys.get_type().shape} and "
                               f"{values.get_type().shape}", loc)
     name, src = _order(less, "splice.cub.merge_sort_pairs: less", where, loc)
-    ext = _ops_extern(f"splice_cub::merge_sort_pairs<{k.c_type}, {v.c_type}, {name}>",
-                      f"(tile({k}), tile({v}))(tile({k}), tile({v}))", src)
-    from .tile_trace import emit_tile_call
-    return emit_tile_call(ext, (keys, values), loc)
+    return _ops_call(f"splice_cub::merge_sort_pairs<{k.c_type}, {v.c_type}, {name}>",
+                     f"(tile({k}), tile({v}))(tile({k}), tile({v}))", (keys, values), loc, src)
 
 
 def _runs_call(template: str, result: str, t):
     loc, where = _where()
     elem = _tile(t, f"splice.cub.{template}", _SORTABLE, where, loc)
-    ext = _ops_extern(f"splice_cub::{template}<{elem.c_type}>",
-                      result.format(e=elem) + f"(tile({elem}))")
-    from .tile_trace import emit_tile_call
-    return emit_tile_call(ext, (t,), loc)
+    return _ops_call(f"splice_cub::{template}<{elem.c_type}>",
+                     result.format(e=elem) + f"(tile({elem}))", (t,), loc)
+
+
+def _handle_run_length_decode(callee, values, counts):
+    loc, where = _where()
+    elem = _tile(values, "splice.cub.run_length_decode (values)", _SORTABLE, where, loc)
+    _tile(counts, "splice.cub.run_length_decode (counts)", ("int32",), where, loc)
+    if values.get_type().shape != counts.get_type().shape:
+        raise SpliceCallError(f"splice.cub.run_length_decode at {where}: values and counts "
+                              f"must have one shape, got {values.get_type().shape} and "
+                              f"{counts.get_type().shape}", loc)
+    return _ops_call(f"splice_cub::run_length_decode<{elem.c_type}>",
+                     f"tile({elem})(tile({elem}), tile(int32))", (values, counts), loc)
 
 
 def _handle_flag_heads(callee, t):
@@ -911,5 +946,28 @@ unique_counts = _device_function(_handle_unique_counts, _doc("""The runs of equa
         ``vals, counts = splice.cub.unique_counts(splice.cub.sort(t))``
     """))
 
+run_length_decode = _device_function(_handle_run_length_decode, _doc("""The inverse of
+    :func:`unique_counts`: ``values[0]`` repeated ``counts[0]`` times, then ``values[1]``
+    ``counts[1]`` times... (``torch.repeat_interleave(values, counts)``), cut or padded to
+    the tile's size (CUB ``BlockRunLengthDecode``).
+
+    Args:
+        values: a tile, {_SORT_LIMITS}.
+        counts: an int32 tile of ``values``' shape; a negative count counts as 0.
+
+    Returns:
+        A tile of ``values``' shape and dtype: the first ``n`` decoded items; past the sum
+        of the counts, 0 of its dtype.
+
+    Raises:
+        SpliceCallError: tiles that are not 1-D, of another dtype (``counts`` must be int32:
+            ``.astype(ct.int32)``), or of different shapes.
+        SpliceCompileError: a tile that is not a multiple of 128 elements.
+
+    Example:
+        ``expanded = splice.cub.run_length_decode(*splice.cub.unique_counts(t))`` (``t``)
+    """))
+
 __all__ += ["exclusive_sum", "inclusive_scan", "exclusive_scan", "reduce", "merge_sort",
-            "merge_sort_pairs", "flag_heads", "flag_tails", "unique_counts"]
+            "merge_sort_pairs", "flag_heads", "flag_tails", "unique_counts",
+            "run_length_decode"]

@@ -13,7 +13,8 @@ PUBLIC = {"sort_keys": "sort", "sort_pairs": "sort_pairs", "top_k": "top_k",
           "exclusive_sum": "exclusive_sum", "inclusive_scan": "inclusive_scan",
           "exclusive_scan": "exclusive_scan", "reduce": "reduce", "merge_sort": "merge_sort",
           "merge_sort_pairs": "merge_sort_pairs", "flag_heads": "flag_heads",
-          "flag_tails": "flag_tails", "unique_counts": "unique_counts"}
+          "flag_tails": "flag_tails", "unique_counts": "unique_counts",
+          "run_length_decode": "run_length_decode"}
 
 
 def call_of(label: str) -> tuple[str, str] | None:

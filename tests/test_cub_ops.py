@@ -262,6 +262,23 @@ def test_unique_counts_is_a_run_length_encoding():
     assert not vals[runs:].any() and not counts[runs:].any()
 
 
+@splice.kernel
+def run_length_decode_kernel(v, c, y, N: ConstInt):
+    _put(y, splice.cub.run_length_decode(_row(v, N), _row(c, N)))
+
+
+@pytest.mark.parametrize("most", [3, 1], ids=["cut", "padded"])
+def test_run_length_decode_repeats_each_value_its_count(most):
+    # counts 0..3 sum past the tile (cut at n); 0..1 short of it (padded with 0)
+    v = _rng.standard_normal(N).astype(np.float32)
+    c = _rng.integers(0, most + 1, N).astype(np.int32)
+    c[5] = -4                                                       # counts as 0
+    y = np.full(N, 9, np.float32)
+    _exec(run_length_decode_kernel, _sig(f32, i32, f32, N), v, c, y)
+    want = np.repeat(v, np.maximum(c, 0))[:N]
+    np.testing.assert_array_equal(y, np.concatenate([want, np.zeros(N - len(want), np.float32)]))
+
+
 # ---------------------------------------------------------------------------------------------
 # Refusals
 
@@ -356,7 +373,7 @@ def test_every_new_template_names_its_public_function():
     assert templates <= set(cub_names.PUBLIC)
     assert {cub_names.PUBLIC[t] for t in templates} == {
         "exclusive_sum", "inclusive_scan", "exclusive_scan", "reduce", "merge_sort",
-        "merge_sort_pairs", "flag_heads", "flag_tails", "unique_counts"}
+        "merge_sort_pairs", "flag_heads", "flag_tails", "unique_counts", "run_length_decode"}
     assert all(getattr(splice.cub, cub_names.PUBLIC[t]).__doc__.count("Args:") == 1
                for t in templates)
 
@@ -414,6 +431,19 @@ def test_gpu_merge_sorts(torch):
     ref = torch.sort(k.view(ROWS, GN), -1, descending=True, stable=True)
     assert torch.equal(ks.view(ROWS, GN), ref.values)
     assert torch.equal(vs.view(ROWS, GN), v.view(ROWS, GN).gather(1, ref.indices))
+
+
+@pytest.mark.gpu
+def test_gpu_run_length_decode(torch):
+    from support.gpu import launch
+    v = torch.randn(ROWS * GN, device="cuda")
+    c = torch.randint(0, 3, (ROWS * GN,), device="cuda", dtype=torch.int32)
+    y = torch.empty_like(v)
+    launch(torch, (ROWS,), run_length_decode_kernel, (v, c, y, GN))
+    for i in range(ROWS):
+        r = slice(i * GN, (i + 1) * GN)
+        want = torch.repeat_interleave(v[r], c[r])[:GN]
+        assert torch.equal(y[r][:len(want)], want) and not y[r][len(want):].any()
 
 
 @pytest.mark.gpu
