@@ -13,7 +13,8 @@
     (i) runs of each sorted row of int32 values 0..15: splice.cub.unique_counts vs
         torch.unique_consecutive(return_counts=True) (all rows in one call, each row's
         values offset by row * 16)
-    (e)-(i) flush the L2 before each timed launch (_timing's flush_l2).
+    (j) (i)'s runs decoded back: splice.cub.run_length_decode vs torch.repeat_interleave
+    (e)-(j) flush the L2 before each timed launch (_timing's flush_l2).
 
 One block per row, M = 16384 by default; medians of interleaved launches (CUDA events).
 Also the first launch (trace, compile, splice, link, load; empty caches) of each spliced
@@ -110,6 +111,13 @@ def unique_counts_rows(x, v, c, N: ct.Constant[int]):
     ct.store(c, index=(ct.bid(0),), tile=b)
 
 
+@splice.kernel
+def run_length_decode_rows(v, c, y, N: ct.Constant[int]):
+    a = ct.load(v, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    b = ct.load(c, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    ct.store(y, index=(ct.bid(0),), tile=splice.cub.run_length_decode(a, b))
+
+
 @ct.kernel
 def cumsum_rows(x, y, N: ct.Constant[int]):
     t = ct.load(x, index=(ct.bid(0),), shape=(N,), allow_tma=False)
@@ -145,6 +153,8 @@ CASES = {   # name: (kernel, parameters of its signature)
     "reduce_max": (max_rows, ("array(float32)", "array(float32)", N)),
     "merge_sort": (merge_sort_rows, ("array(float32)", "array(float32)", N)),
     "unique_counts": (unique_counts_rows, ("array(int32)", "array(int32)", "array(int32)", N)),
+    "rl_decode": (run_length_decode_rows,
+                  ("array(int32)", "array(int32)", "array(int32)", N)),
 }
 
 
@@ -256,6 +266,10 @@ def new_ops_tables(torch, m, launcher, x, rows):
     launcher(unique_counts_rows, (xs, uv, uc, N))()
     _, counts = torch.unique_consecutive(xs, return_counts=True)
     assert torch.equal(uc[uc > 0], counts.int())
+    yd = torch.empty_like(xs)
+    launcher(run_length_decode_rows, (uv, uc, yd, N))()
+    assert torch.equal(yd, xs)
+    assert torch.equal(torch.repeat_interleave(uv, uc, output_size=m * N), xs)
     return {
         f"(e) row exclusive sum of ({m}, {N}) float32": {
             "splice.cub.exclusive_sum": launcher(exclusive_sum_rows, (x, y, N)),
@@ -275,6 +289,10 @@ def new_ops_tables(torch, m, launcher, x, rows):
             "splice.cub.unique_counts": launcher(unique_counts_rows, (xs, uv, uc, N)),
             "torch.unique_consecutive": lambda: torch.unique_consecutive(
                 xs, return_counts=True)},
+        f"(j) run-length decode of (i)'s runs, ({m}, {N}) int32": {
+            "splice.cub.run_length_decode": launcher(run_length_decode_rows, (uv, uc, yd, N)),
+            "torch.repeat_interleave": lambda: torch.repeat_interleave(
+                uv, uc, output_size=m * N)},
     }
 
 

@@ -14,7 +14,7 @@
     t = splice.cub.run_length_decode(vals, counts)  # and back
 
 The scans, reductions, merge sorts and runs (CUB's ``BlockScan``, ``BlockReduce``,
-``BlockMergeSort``, ``BlockDiscontinuity``, ``BlockRunLengthDecode``) are documented
+``BlockMergeSort``, ``BlockDiscontinuity``) are documented
 function by function below and in ``docs/guide/cub.md``; what follows holds for all.
 
 Each is a block-scope call (``scope="block"``): every thread of the block runs CUB's
@@ -331,7 +331,6 @@ _OPS_SOURCE = r'''
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_merge_sort.cuh>
 #include <cub/block/block_discontinuity.cuh>
-#include <cub/block/block_run_length_decode.cuh>
 
 namespace splice_cub {
 constexpr int THREADS = 128;   // tileiras's block for kernels that are not warp-specialised
@@ -488,21 +487,31 @@ __device__ void unique_counts(const T (&x)[N], T (&vals)[N], int (&counts)[N]) {
 }
 
 // the inverse: value r repeated counts[r] times (a negative count as 0), the first N items,
-// then T{}; 64-bit offsets (N counts of up to 2**31 - 1 do not overflow)
+// then T{}. Not CUB's BlockRunLengthDecode: within a thread's items it steps from a run to
+// the next one, so a run of length 0 there (CUB allows them only as trailing padding) puts
+// that run's value out (seen on the executor). Each element finds its run by a binary search of the runs' starts instead;
+// 64-bit starts (N counts of up to 2**31 - 1 do not overflow).
 template <class T, int N>
 __device__ void run_length_decode(const T (&vals)[N], const int (&counts)[N], T (&y)[N]) {
     constexpr int I = items<N>::value;
-    using Decode = cub::BlockRunLengthDecode<T, THREADS, I, I, unsigned long long>;
-    __shared__ typename Decode::TempStorage tmp;
+    using Scan = cub::BlockScan<unsigned long long, THREADS>;
+    __shared__ typename Scan::TempStorage tmp;
+    __shared__ unsigned long long start[N];
     check_block();
-    blocked<T, N> v, out;
     unsigned long long c[I], total;
-    v.load(vals);
     for (int i = 0; i < I; ++i) c[i] = (unsigned long long)max(counts[threadIdx.x * I + i], 0);
-    Decode(tmp, v.v, c, total).RunLengthDecode(out.v, 0ull);
-    for (int i = 0; i < I; ++i)
-        if ((unsigned long long)(threadIdx.x * I + i) >= total) out.v[i] = T{};
-    out.store(y);
+    Scan(tmp).ExclusiveSum(c, c, total);
+    for (int i = 0; i < I; ++i) start[threadIdx.x * I + i] = c[i];
+    __syncthreads();
+    for (int i = 0; i < I; ++i) {
+        unsigned long long j = threadIdx.x * I + i;
+        int lo = 0, hi = N;                    // the first run that starts after j
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            if (start[mid] <= j) lo = mid + 1; else hi = mid;
+        }
+        y[j] = j < total ? vals[lo - 1] : T{};  // lo >= 1: start[0] = 0 <= j
+    }
 }
 }  // namespace splice_cub
 '''
@@ -949,7 +958,9 @@ unique_counts = _device_function(_handle_unique_counts, _doc("""The runs of equa
 run_length_decode = _device_function(_handle_run_length_decode, _doc("""The inverse of
     :func:`unique_counts`: ``values[0]`` repeated ``counts[0]`` times, then ``values[1]``
     ``counts[1]`` times... (``torch.repeat_interleave(values, counts)``), cut or padded to
-    the tile's size (CUB ``BlockRunLengthDecode``).
+    the tile's size: CUB ``BlockScan`` for the runs' starts, then a binary search per
+    element (CUB's ``BlockRunLengthDecode`` takes runs of length 0 only as trailing padding;
+    here any count may be 0).
 
     Args:
         values: a tile, {_SORT_LIMITS}.
