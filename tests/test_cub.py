@@ -295,7 +295,7 @@ def test_benchmark_compiles_and_reports_without_a_gpu():
     assert out.returncode == 0, out.stdout + out.stderr
     rows = {ln.split()[0]: ln.split()[1:] for ln in out.stdout.splitlines()[2:]}
     assert set(rows) == {"sort", "scan", "top_k", "histogram", "exclusive_sum", "cummax",
-                         "reduce_max", "merge_sort", "unique_counts"}
+                         "reduce_max", "merge_sort", "unique_counts", "rl_decode"}
     assert rows["sort"][:3] == ["3", "8", "8"] and rows["top_k"][:3] == ["4", "8", "2"]
 
 

@@ -374,8 +374,18 @@ def test_every_new_template_names_its_public_function():
     assert {cub_names.PUBLIC[t] for t in templates} == {
         "exclusive_sum", "inclusive_scan", "exclusive_scan", "reduce", "merge_sort",
         "merge_sort_pairs", "flag_heads", "flag_tails", "unique_counts", "run_length_decode"}
-    assert all(getattr(splice.cub, cub_names.PUBLIC[t]).__doc__.count("Args:") == 1
-               for t in templates)
+
+
+
+def test_every_new_op_documents_its_parameters_returns_raises_and_an_example():
+    from test_docstrings import _undocumented
+    for name in ("exclusive_sum", "inclusive_scan", "exclusive_scan", "reduce", "merge_sort",
+                 "merge_sort_pairs", "flag_heads", "flag_tails", "unique_counts",
+                 "run_length_decode"):
+        fn = getattr(splice.cub, name)
+        assert _undocumented(fn) == [], name
+        assert all(f"\n    {part}:" in fn.__doc__ for part in ("Returns", "Raises", "Example"))
+        assert name in splice.cub.__all__
 
 
 # ---------------------------------------------------------------------------------------------
