@@ -635,11 +635,19 @@ def _operator(value, named: dict, what: str, where: str, loc) -> tuple[str, str 
                               f" }}\"", loc) from None
 
 
-def _scalar_initial(initial, elem: ElementType):
+def _initial(initial, elem: ElementType, fn: str, loc):
     """``initial`` as a scalar Var of ``elem`` (a Python number is converted where the call
-    is emitted; None is 0)."""
+    is emitted; omitted, 0); a tile or a scalar of another dtype is refused at the call."""
+    from .trace import describe
     if initial is None or (initial.is_constant() and initial.get_constant() is None):
         return cu.strictly_typed_const(0.0 if elem.kind == "f" else 0, cu.TileTy(elem.dtype, ()))
+    ty = initial.get_type()
+    loose = isinstance(initial.get_loose_type(), cu.LooselyTypedScalar)
+    if not loose and (not isinstance(ty, cu.TileTy) or ty.shape != () or ty.dtype != elem.dtype):
+        _, where = _where()
+        raise SpliceCallError(f"splice.cub.{fn} at {where}: initial must be a scalar of the "
+                              f"tile's dtype {elem} or a Python number, got {describe(initial)}"
+                              f"; convert it with .astype(ct.{elem.name})", loc)
     return initial
 
 
@@ -647,7 +655,7 @@ def _handle_exclusive_sum(callee, t, initial):
     loc, where = _where()
     elem = _tile(t, "splice.cub.exclusive_sum", _SCANNABLE, where, loc)
     return _ops_call(f"splice_cub::exclusive_sum<{elem.c_type}>",
-                     f"tile({elem})(tile({elem}), {elem})", (t, _scalar_initial(initial, elem)),
+                     f"tile({elem})(tile({elem}), {elem})", (t, _initial(initial, elem, "exclusive_sum", loc)),
                      loc)
 
 
@@ -670,7 +678,8 @@ def _handle_inclusive_scan(callee, t, op):
 def _handle_exclusive_scan(callee, t, op, initial):
     loc, elem, name, src = _scan_operands("exclusive_scan", t, op)
     return _ops_call(f"splice_cub::exclusive_scan<{elem.c_type}, {name}>",
-                     f"tile({elem})(tile({elem}), {elem})", (t, initial), loc, src)
+                     f"tile({elem})(tile({elem}), {elem})",
+                     (t, _initial(initial, elem, "exclusive_scan", loc)), loc, src)
 
 
 def _handle_reduce(callee, t, op):

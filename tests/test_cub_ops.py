@@ -338,7 +338,9 @@ def test_other_refusals():
     with pytest.raises(SpliceCallError, match="takes a 1-D tile"):
         splice.compile(reduce_2d_kernel, K.signature(K.array(f32, 2), K.array(f32), 16),
                        "sm_90")
-    with pytest.raises(SpliceCallError, match="convert it with .astype"):   # initial's dtype
+    with pytest.raises(SpliceCallError, match=r"splice.cub.exclusive_sum at .*: initial must "
+                                              r"be a scalar of the tile's dtype float32 .*"
+                                              r"convert it with .astype\(ct.float32\)"):
         splice.compile(exclusive_sum_kernel, _sig(f32, f32, (i32,), 128), "sm_90")
     with pytest.raises(SpliceCallError, match="device code"):
         splice.cub.merge_sort(None)
