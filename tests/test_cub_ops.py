@@ -365,6 +365,9 @@ def test_a_user_operator_is_part_of_the_code_it_keys():
     assert user_operator(XOR) == (a, src_a)
     with pytest.raises(ValueError, match="a comment"):
         user_operator("cuda::maximum<>{} // x")
+    # the operator is in the compiled source, so in the content key of what is cached
+    keys = {splice.cub._ops_lib(src).fragment.content_key("sm_90") for src in (None, src_a, src_b)}
+    assert len(keys) == 3
 
 
 def test_every_new_template_names_its_public_function():
