@@ -256,7 +256,9 @@ def new_ops_tables(torch, m, launcher, x, rows):
     xs = (xs + torch.arange(m, device="cuda", dtype=torch.int32)[:, None] * 16).reshape(-1)
     uv, uc = torch.empty_like(xs), torch.empty_like(xs)
     launcher(exclusive_sum_rows, (x, y, N))()
-    torch.testing.assert_close(y.view(m, N), torch.cumsum(rows, -1) - rows)
+    # float32 sums in CUB's order and in torch's: equal up to rounding
+    torch.testing.assert_close(y.view(m, N), torch.cumsum(rows, -1) - rows, atol=1e-3,
+                               rtol=1e-4)
     launcher(cummax_rows, (x, y, N))()
     assert torch.equal(y.view(m, N), torch.cummax(rows, -1).values)
     launcher(max_rows, (x, mx, N))()
