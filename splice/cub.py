@@ -746,16 +746,18 @@ def _handle_unique_counts(callee, t):
     return _runs_call("unique_counts", "(tile({e}), tile(int32))", t)
 
 
-_SCAN_LIMITS = """1-D, of 128 x 2**j elements (128 ... 2048; ``n / 128`` items per
-            thread), int32, int64, uint32, uint64, float32 or float64"""
+_SCAN_LIMITS = """1-D, of 128 x 2**j elements (128 ... 4096, larger while shared
+            memory holds them; ``n / 128`` items per thread), int32, int64, uint32,
+            uint64, float32 or float64"""
 _OP_DOC = """``"sum"``, ``"max"``, ``"min"`` (``cuda::maximum<>``/``cuda::minimum<>``:
             ``a < b ? b : a``, so a NaN's effect depends on where it is), or a C++
             expression of an associative binary callable, compiled by NVRTC with the CUB code
             (``"cuda::maximum<>{}"``, ``"[](float a, float b) { return a * b; }"``; one
             expression: brackets that close, no ``#`` or comments; it is code, and the
             compile is cached under its text). A compile-time constant string"""
-_SORT_LIMITS = """1-D, of 128 x 2**j elements, int8 ... int64, uint8 ... uint64,
-            float16, bfloat16, float32 or float64"""
+_SORT_LIMITS = """1-D, of 128 x 2**j elements (128 ... 4096, larger while shared
+            memory holds them), int8 ... int64, uint8 ... uint64, float16, bfloat16,
+            float32 or float64"""
 _LESS_DOC = """the order: ``"less"`` (ascending, the default), ``"greater"``
             (descending) or a C++ expression of a strict weak ordering ``less(a, b)``
             (true when ``a`` goes before ``b``; e.g. ``"[](float a, float b) { return
