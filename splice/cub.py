@@ -529,7 +529,7 @@ _ops_libraries: dict[str, object] = {}
 def _ops_lib(user_op: str | None):
     """The library of :data:`_OPS_SOURCE`, with ``user_op``'s struct appended if given."""
     from .cccl import include_dirs
-    from .externs import Library
+    from .inputs.externs import Library
     key = user_op or ""
     with _lock:
         if key not in _ops_libraries:
@@ -555,7 +555,7 @@ def _ops_extern(cxx_name: str, signature: str, user_op: str | None = None):
 
 def _ops_call(cxx_name: str, signature: str, args, loc, user_op: str | None = None):
     """Emit one call of a template instance of :data:`_OPS_SOURCE` on ``args`` (Vars)."""
-    from .tile_trace import emit_tile_call
+    from .inputs.tile_trace import emit_tile_call
     return emit_tile_call(_ops_extern(cxx_name, signature, user_op), tuple(args), loc)
 
 
@@ -638,7 +638,7 @@ def _operator(value, named: dict, what: str, where: str, loc) -> tuple[str, str 
 def _initial(initial, elem: ElementType, fn: str, loc):
     """``initial`` as a scalar Var of ``elem`` (a Python number is converted where the call
     is emitted; omitted, 0); a tile or a scalar of another dtype is refused at the call."""
-    from .trace import describe
+    from .tracing.trace import describe
     if initial is None or (initial.is_constant() and initial.get_constant() is None):
         return cu.strictly_typed_const(0.0 if elem.kind == "f" else 0, cu.TileTy(elem.dtype, ()))
     ty = initial.get_type()
