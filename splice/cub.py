@@ -6,6 +6,16 @@
     vals, idx = splice.cub.top_k(t, 8)              # the 8 largest, descending, and where
     s = splice.cub.inclusive_sum(t)                 # like ct.cumsum
     h = splice.cub.histogram(t, 256)                # counts of the values 0..255
+    e = splice.cub.exclusive_sum(t, initial=0)      # and exclusive_scan(t, op, initial)
+    m = splice.cub.inclusive_scan(t, "max")         # op "sum"/"max"/"min" or C++ text
+    r = splice.cub.reduce(t, "cuda::minimum<>{}")   # a scalar, on every thread
+    y = splice.cub.merge_sort(t, less="greater")    # stable, by a comparator (C++ text)
+    vals, counts = splice.cub.unique_counts(t)      # runs; flag_heads, flag_tails,
+    t = splice.cub.run_length_decode(vals, counts)  # and back
+
+The scans, reductions, merge sorts and runs (CUB's ``BlockScan``, ``BlockReduce``,
+``BlockMergeSort``, ``BlockDiscontinuity``) are documented
+function by function below and in ``docs/guide/cub.md``; what follows holds for all.
 
 Each is a block-scope call (``scope="block"``): every thread of the block runs CUB's
 ``BlockRadixSort`` / ``BlockScan`` (or, for ``histogram``, shared-memory atomics as CUB's
@@ -275,9 +285,9 @@ def _handle_histogram(callee, t, bins):
                  f"tile(int32, ({b},))(tile({elem}))", (t,), loc)
 
 
-def _device_function(handler, doc: str):
+def _device_function(handler, doc: str, optional=("descending",)):
     """A function cuTile resolves to ``handler`` inside a kernel; called from Python it
-    raises."""
+    raises. Its parameters named in ``optional`` default to None."""
     import inspect
     params = list(inspect.signature(handler).parameters.values())[1:]
 
@@ -289,7 +299,7 @@ def _device_function(handler, doc: str):
     fn.__name__ = fn.__qualname__ = handler.__name__.removeprefix("_handle_")
     fn.__doc__ = doc
     fn.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [p.replace(default=None) if p.name in ("descending",) else p for p in params])
+        [p.replace(default=None) if p.name in optional else p for p in params])
     cu.resolve_calls(fn, handler)
     return fn
 
@@ -318,3 +328,682 @@ histogram = _device_function(_handle_histogram, """The counts of the values
     65536. The tile: 128 x 2**j elements (128 ... 4096 for every integer dtype).""")
 
 __all__ = ["sort", "sort_pairs", "top_k", "inclusive_sum", "histogram"]
+
+
+# --------------------------------------------------------------------------------------------
+# Scans, reductions, merge sort and runs: CUB's BlockScan with an operator, BlockReduce,
+# BlockMergeSort and BlockDiscontinuity. A library of their own (a smaller source to parse
+# than the radix sort's), plus one per user operator: the operator's C++ text is part of
+# that library's source, hence of every fragment's content key.
+
+_OPS_SOURCE = r'''
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cuda/functional>
+#include <cuda/std/functional>
+#include <cub/block/block_scan.cuh>
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_merge_sort.cuh>
+#include <cub/block/block_discontinuity.cuh>
+
+namespace splice_cub {
+constexpr int THREADS = 128;   // tileiras's block for kernels that are not warp-specialised
+
+__device__ __forceinline__ void check_block() {
+    if (blockDim.x != THREADS || blockDim.y != 1 || blockDim.z != 1) __trap();
+}
+
+template <int N> struct items {
+    static_assert(N % THREADS == 0, "splice.cub: the tile must have a multiple of 128 elements "
+                                    "(tileiras's 128 threads, n / 128 items each)");
+    static constexpr int value = N / THREADS;
+};
+
+// the named operators (a user's operator is a struct user_op_<hash> appended to this source)
+struct op_sum {
+    template <class T>
+    __device__ __forceinline__ T operator()(const T &a, const T &b) const { return a + b; }
+};
+using op_max = cuda::maximum<>;
+using op_min = cuda::minimum<>;
+using op_less = cuda::std::less<>;
+using op_greater = cuda::std::greater<>;
+
+template <class T, int N> struct blocked {       // thread t holds elements t*I ... t*I+I-1
+    static constexpr int I = items<N>::value;
+    T v[I];
+    __device__ __forceinline__ void load(const T (&x)[N]) {
+        for (int i = 0; i < I; ++i) v[i] = x[threadIdx.x * I + i];
+    }
+    __device__ __forceinline__ void store(T (&y)[N]) const {
+        for (int i = 0; i < I; ++i) y[threadIdx.x * I + i] = v[i];
+    }
+};
+
+template <class T, class Op, int N>
+__device__ void inclusive_scan(const T (&x)[N], T (&y)[N]) {
+    using Scan = cub::BlockScan<T, THREADS>;
+    __shared__ typename Scan::TempStorage tmp;
+    check_block();
+    blocked<T, N> b;
+    b.load(x);
+    Scan(tmp).InclusiveScan(b.v, b.v, Op{});
+    b.store(y);
+}
+
+template <class T, class Op, int N>
+__device__ void exclusive_scan(const T (&x)[N], T initial, T (&y)[N]) {
+    using Scan = cub::BlockScan<T, THREADS>;
+    __shared__ typename Scan::TempStorage tmp;
+    check_block();
+    blocked<T, N> b;
+    b.load(x);
+    Scan(tmp).ExclusiveScan(b.v, b.v, initial, Op{});
+    b.store(y);
+}
+
+template <class T, int N>
+__device__ void exclusive_sum(const T (&x)[N], T initial, T (&y)[N]) {
+    exclusive_scan<T, op_sum, N>(x, initial, y);
+}
+
+template <class T, class Op, int N>
+__device__ T reduce(const T (&x)[N]) {
+    using Reduce = cub::BlockReduce<T, THREADS>;
+    __shared__ typename Reduce::TempStorage tmp;
+    __shared__ T total;
+    check_block();
+    blocked<T, N> b;
+    b.load(x);
+    T r = Reduce(tmp).Reduce(b.v, Op{});       // valid in thread 0 only
+    if (threadIdx.x == 0) total = r;
+    __syncthreads();
+    return total;                              // every thread's result
+}
+
+template <class T, class Less, int N>
+__device__ void merge_sort(const T (&x)[N], T (&y)[N]) {
+    using Sort = cub::BlockMergeSort<T, THREADS, items<N>::value>;
+    __shared__ typename Sort::TempStorage tmp;
+    check_block();
+    blocked<T, N> b;
+    b.load(x);
+    Sort(tmp).StableSort(b.v, Less{});
+    b.store(y);
+}
+
+template <class K, class V, class Less, int N>
+__device__ void merge_sort_pairs(const K (&k)[N], const V (&v)[N], K (&ks)[N], V (&vs)[N]) {
+    using Sort = cub::BlockMergeSort<K, THREADS, items<N>::value, V>;
+    __shared__ typename Sort::TempStorage tmp;
+    check_block();
+    blocked<K, N> a;
+    blocked<V, N> b;
+    a.load(k);
+    b.load(v);
+    Sort(tmp).StableSort(a.v, b.v, Less{});
+    a.store(ks);
+    b.store(vs);
+}
+
+template <class T, int N>
+__device__ void flag_heads(const T (&x)[N], int (&f)[N]) {
+    using Disc = cub::BlockDiscontinuity<T, THREADS>;
+    __shared__ typename Disc::TempStorage tmp;
+    check_block();
+    blocked<T, N> b;
+    blocked<int, N> h;
+    b.load(x);
+    Disc(tmp).FlagHeads(h.v, b.v, cuda::std::not_equal_to<>{});
+    h.store(f);
+}
+
+template <class T, int N>
+__device__ void flag_tails(const T (&x)[N], int (&f)[N]) {
+    using Disc = cub::BlockDiscontinuity<T, THREADS>;
+    __shared__ typename Disc::TempStorage tmp;
+    check_block();
+    blocked<T, N> b;
+    blocked<int, N> t;
+    b.load(x);
+    Disc(tmp).FlagTails(t.v, b.v, cuda::std::not_equal_to<>{});
+    t.store(f);
+}
+
+// runs of equal elements: run r's value in vals[r], its length in counts[r]; past the
+// number of runs, T{} and 0
+template <class T, int N>
+__device__ void unique_counts(const T (&x)[N], T (&vals)[N], int (&counts)[N]) {
+    constexpr int I = items<N>::value;
+    using Disc = cub::BlockDiscontinuity<T, THREADS>;
+    using Scan = cub::BlockScan<int, THREADS>;
+    __shared__ union { typename Disc::TempStorage disc; typename Scan::TempStorage scan; } tmp;
+    check_block();
+    blocked<T, N> b;
+    int head[I], run[I];
+    b.load(x);
+    Disc(tmp.disc).FlagHeads(head, b.v, cuda::std::not_equal_to<>{});
+    __syncthreads();                           // tmp is reused by the scan
+    int runs;
+    Scan(tmp.scan).ExclusiveSum(head, run, runs);
+    for (int i = 0; i < I; ++i) { vals[threadIdx.x * I + i] = T{}; counts[threadIdx.x * I + i] = 0; }
+    __syncthreads();
+    for (int i = 0; i < I; ++i)                // the run's value and where it starts
+        if (head[i]) { vals[run[i]] = b.v[i]; counts[run[i]] = threadIdx.x * I + i; }
+    __syncthreads();
+    int len[I];
+    for (int i = 0; i < I; ++i) {
+        int r = threadIdx.x * I + i;
+        len[i] = r < runs ? (r + 1 < runs ? counts[r + 1] : N) - counts[r] : 0;
+    }
+    __syncthreads();
+    for (int i = 0; i < I; ++i) counts[threadIdx.x * I + i] = len[i];
+}
+
+// the inverse: value r repeated counts[r] times (a negative count as 0), the first N items,
+// then T{}. Not CUB's BlockRunLengthDecode: within a thread's items it steps from a run to
+// the next one, so a run of length 0 there (CUB allows them only as trailing padding) puts
+// that run's value out (seen on the executor). Each element finds its run by a binary search of the runs' starts instead;
+// 64-bit starts (N counts of up to 2**31 - 1 do not overflow).
+template <class T, int N>
+__device__ void run_length_decode(const T (&vals)[N], const int (&counts)[N], T (&y)[N]) {
+    constexpr int I = items<N>::value;
+    using Scan = cub::BlockScan<unsigned long long, THREADS>;
+    __shared__ typename Scan::TempStorage tmp;
+    __shared__ unsigned long long start[N];
+    check_block();
+    unsigned long long c[I], total;
+    for (int i = 0; i < I; ++i) c[i] = (unsigned long long)max(counts[threadIdx.x * I + i], 0);
+    Scan(tmp).ExclusiveSum(c, c, total);
+    for (int i = 0; i < I; ++i) start[threadIdx.x * I + i] = c[i];
+    __syncthreads();
+    for (int i = 0; i < I; ++i) {
+        unsigned long long j = threadIdx.x * I + i;
+        int lo = 0, hi = N;                    // the first run that starts after j
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            if (start[mid] <= j) lo = mid + 1; else hi = mid;
+        }
+        y[j] = j < total ? vals[lo - 1] : T{};  // lo >= 1: start[0] = 0 <= j
+    }
+}
+}  // namespace splice_cub
+'''
+
+#: The operators ``op=`` names for scans and reductions (their C++ type in the source).
+SCAN_OPS = {"sum": "splice_cub::op_sum", "max": "splice_cub::op_max",
+            "min": "splice_cub::op_min"}
+#: The orders ``less=`` names for the merge sorts.
+ORDERS = {"less": "splice_cub::op_less", "greater": "splice_cub::op_greater"}
+_SCANNABLE = _SUMMABLE
+_MAX_OP_CHARS = 2000
+_ops_libraries: dict[str, object] = {}
+
+
+def _ops_lib(user_op: str | None):
+    """The library of :data:`_OPS_SOURCE`, with ``user_op``'s struct appended if given."""
+    from .cccl import include_dirs
+    from .inputs.externs import Library
+    key = user_op or ""
+    with _lock:
+        if key not in _ops_libraries:
+            _ops_libraries[key] = Library(_OPS_SOURCE + key, options=["-std=c++17"],
+                                          include_dirs=include_dirs(),
+                                          _where=("splice.cub", None))
+        return _ops_libraries[key]
+
+
+def _ops_extern(cxx_name: str, signature: str, user_op: str | None = None):
+    """The block-scope extern of one template instance of :data:`_OPS_SOURCE`."""
+    key = (cxx_name, signature, user_op)
+    with _lock:
+        hit = _externs.get(key)
+    if hit is None:
+        hit = _ops_lib(user_op).extern(cxx_name, signature=signature,
+                                       scope="block")._splice_extern
+        hit.block_threads = THREADS
+        with _lock:
+            _externs[key] = hit
+    return hit
+
+
+def _ops_call(cxx_name: str, signature: str, args, loc, user_op: str | None = None):
+    """Emit one call of a template instance of :data:`_OPS_SOURCE` on ``args`` (Vars)."""
+    from .inputs.tile_trace import emit_tile_call
+    return emit_tile_call(_ops_extern(cxx_name, signature, user_op), tuple(args), loc)
+
+
+def _balanced(text: str) -> bool:
+    """Whether ``text``'s brackets ``()[]{}`` nest and close (strings not considered)."""
+    pairs, stack = {")": "(", "]": "[", "}": "{"}, []
+    for c in text:
+        if c in "([{":
+            stack.append(c)
+        elif c in pairs and (not stack or stack.pop() != pairs[c]):
+            return False
+    return not stack
+
+
+def user_operator(text: str) -> tuple[str, str]:
+    """The C++ type name and the struct definition of a user's operator: a C++ expression
+    whose value is a callable of two arguments, such as ``"cuda::maximum<>{}"`` or
+    ``"[](float a, float b) { return a > b ? a : b; }"``.
+
+    The text is compiled by NVRTC as the user's code (the trust of a
+    :func:`splice.extern` source), inside ``(`` ... ``)(a, b)`` in a member function of a
+    struct named by the text's hash; it must be one expression: brackets that nest and close,
+    no ``#`` (preprocessor lines), no line-comment (``//``) or block comment, under
+    2000 characters.
+
+    Args:
+        text (str): the operator's C++ expression.
+
+    Returns:
+        tuple[str, str]: (``"splice_cub::user_op_<hash>"``, the struct's C++ source).
+
+    Raises:
+        ValueError: text that is not one such expression (the handlers turn it into a
+            :class:`~splice.errors.SpliceCallError` at the user's call).
+
+    Example:
+        >>> name, source = user_operator("cuda::maximum<>{}")
+        >>> name.startswith("splice_cub::user_op_") and "cuda::maximum<>{}" in source
+        True
+    """
+    import hashlib
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("must be a non-empty string of C++")
+    bad = [why for why, hit in (("a '#'", "#" in text),
+                                ("a comment", "//" in text or "/*" in text),
+                                (f"more than {_MAX_OP_CHARS} characters",
+                                 len(text) > _MAX_OP_CHARS),
+                                ("brackets that do not nest and close", not _balanced(text)))
+           if hit]
+    if bad:
+        raise ValueError(f"must be one C++ expression, but has {' and '.join(bad)}")
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    name = f"user_op_{digest}"
+    source = ("\nnamespace splice_cub {\n"
+              f"struct {name} {{   // the operator of a splice.cub call\n"
+              "    template <class A, class B>\n"
+              "    __device__ __forceinline__ auto operator()(const A &a, const B &b) const {\n"
+              f"        return (\n{text}\n        )(a, b);\n    }}\n}};\n}}\n")
+    return f"splice_cub::{name}", source
+
+
+def _operator(value, named: dict, what: str, where: str, loc) -> tuple[str, str | None]:
+    """(C++ type, source to append or None) of an ``op``/``less`` argument: a name of
+    ``named`` or a user's C++ expression (:func:`user_operator`)."""
+    if not isinstance(value, str):
+        raise SpliceCallError(f"{what} at {where}: must be a string, one of "
+                              f"{', '.join(map(repr, named))} or a C++ expression "
+                              f"(\"cuda::maximum<>{{}}\"), got {value!r}", loc)
+    if value in named:
+        return named[value], None
+    try:
+        return user_operator(value)
+    except ValueError as e:
+        raise SpliceCallError(f"{what} at {where}: {e}; pass one of "
+                              f"{', '.join(map(repr, named))} or one C++ expression of a "
+                              f"callable, e.g. \"[](float a, float b) {{ return a < b ? b : a;"
+                              f" }}\"", loc) from None
+
+
+def _initial(initial, elem: ElementType, fn: str, loc):
+    """``initial`` as a scalar Var of ``elem`` (a Python number is converted where the call
+    is emitted; omitted, 0); a tile or a scalar of another dtype is refused at the call."""
+    from .tracing.trace import describe
+    if initial is None or (initial.is_constant() and initial.get_constant() is None):
+        return cu.strictly_typed_const(0.0 if elem.kind == "f" else 0, cu.TileTy(elem.dtype, ()))
+    ty = initial.get_type()
+    loose = isinstance(initial.get_loose_type(), cu.LooselyTypedScalar)
+    if not loose and (not isinstance(ty, cu.TileTy) or ty.shape != () or ty.dtype != elem.dtype):
+        _, where = _where()
+        raise SpliceCallError(f"splice.cub.{fn} at {where}: initial must be a scalar of the "
+                              f"tile's dtype {elem} or a Python number, got {describe(initial)}"
+                              f"; convert it with .astype(ct.{elem.name})", loc)
+    return initial
+
+
+def _handle_exclusive_sum(callee, t, initial):
+    loc, where = _where()
+    elem = _tile(t, "splice.cub.exclusive_sum", _SCANNABLE, where, loc)
+    return _ops_call(f"splice_cub::exclusive_sum<{elem.c_type}>",
+                     f"tile({elem})(tile({elem}), {elem})", (t, _initial(initial, elem, "exclusive_sum", loc)),
+                     loc)
+
+
+def _scan_operands(fn: str, t, op):
+    """(loc, element type, operator's C++ type, operator source or None) of a call of
+    ``splice.cub.<fn>(t, op, ...)``."""
+    loc, where = _where()
+    elem = _tile(t, f"splice.cub.{fn}", _SCANNABLE, where, loc)
+    what = f"splice.cub.{fn}: op"
+    name, src = _operator(_constant(op, what, where, loc), SCAN_OPS, what, where, loc)
+    return loc, elem, name, src
+
+
+def _handle_inclusive_scan(callee, t, op):
+    loc, elem, name, src = _scan_operands("inclusive_scan", t, op)
+    return _ops_call(f"splice_cub::inclusive_scan<{elem.c_type}, {name}>",
+                     f"tile({elem})(tile({elem}))", (t,), loc, src)
+
+
+def _handle_exclusive_scan(callee, t, op, initial):
+    loc, elem, name, src = _scan_operands("exclusive_scan", t, op)
+    return _ops_call(f"splice_cub::exclusive_scan<{elem.c_type}, {name}>",
+                     f"tile({elem})(tile({elem}), {elem})",
+                     (t, _initial(initial, elem, "exclusive_scan", loc)), loc, src)
+
+
+def _handle_reduce(callee, t, op):
+    loc, elem, name, src = _scan_operands("reduce", t, op)
+    return _ops_call(f"splice_cub::reduce<{elem.c_type}, {name}>",
+                     f"{elem}(tile({elem}))", (t,), loc, src)
+
+
+def _order(less, what, where, loc):
+    value = _constant(less, what, where, loc)
+    return _operator("less" if value is None else value, ORDERS, what, where, loc)
+
+
+def _handle_merge_sort(callee, t, less):
+    loc, where = _where()
+    elem = _tile(t, "splice.cub.merge_sort", _SORTABLE, where, loc)
+    name, src = _order(less, "splice.cub.merge_sort: less", where, loc)
+    return _ops_call(f"splice_cub::merge_sort<{elem.c_type}, {name}>",
+                     f"tile({elem})(tile({elem}))", (t,), loc, src)
+
+
+def _handle_merge_sort_pairs(callee, keys, values, less):
+    loc, where = _where()
+    k = _tile(keys, "splice.cub.merge_sort_pairs (keys)", _SORTABLE, where, loc)
+    v = _tile(values, "splice.cub.merge_sort_pairs (values)", _SORTABLE + ("bool",), where,
+              loc)
+    if keys.get_type().shape != values.get_type().shape:
+        raise SpliceCallError(f"splice.cub.merge_sort_pairs at {where}: keys and values must "
+                              f"have one shape, got {keys.get_type().shape} and "
+                              f"{values.get_type().shape}", loc)
+    name, src = _order(less, "splice.cub.merge_sort_pairs: less", where, loc)
+    return _ops_call(f"splice_cub::merge_sort_pairs<{k.c_type}, {v.c_type}, {name}>",
+                     f"(tile({k}), tile({v}))(tile({k}), tile({v}))", (keys, values), loc, src)
+
+
+def _runs_call(template: str, result: str, t):
+    loc, where = _where()
+    elem = _tile(t, f"splice.cub.{template}", _SORTABLE, where, loc)
+    return _ops_call(f"splice_cub::{template}<{elem.c_type}>",
+                     result.format(e=elem) + f"(tile({elem}))", (t,), loc)
+
+
+def _handle_run_length_decode(callee, values, counts):
+    loc, where = _where()
+    elem = _tile(values, "splice.cub.run_length_decode (values)", _SORTABLE, where, loc)
+    _tile(counts, "splice.cub.run_length_decode (counts)", ("int32",), where, loc)
+    if values.get_type().shape != counts.get_type().shape:
+        raise SpliceCallError(f"splice.cub.run_length_decode at {where}: values and counts "
+                              f"must have one shape, got {values.get_type().shape} and "
+                              f"{counts.get_type().shape}", loc)
+    return _ops_call(f"splice_cub::run_length_decode<{elem.c_type}>",
+                     f"tile({elem})(tile({elem}), tile(int32))", (values, counts), loc)
+
+
+def _handle_flag_heads(callee, t):
+    return _runs_call("flag_heads", "tile(int32)", t)
+
+
+def _handle_flag_tails(callee, t):
+    return _runs_call("flag_tails", "tile(int32)", t)
+
+
+def _handle_unique_counts(callee, t):
+    return _runs_call("unique_counts", "(tile({e}), tile(int32))", t)
+
+
+_SCAN_LIMITS = """1-D, of 128 x 2**j elements (128 ... 4096, larger while shared
+            memory holds them; ``n / 128`` items per thread), int32, int64, uint32,
+            uint64, float32 or float64"""
+_OP_DOC = """``"sum"``, ``"max"``, ``"min"`` (``cuda::maximum<>``/``cuda::minimum<>``:
+            ``a < b ? b : a``, so a NaN's effect depends on where it is), or a C++
+            expression of an associative binary callable, compiled by NVRTC with the CUB code
+            (``"cuda::maximum<>{}"``, ``"[](float a, float b) { return a * b; }"``; one
+            expression: brackets that close, no ``#`` or comments; it is code, and the
+            compile is cached under its text). A compile-time constant string"""
+_SORT_LIMITS = """1-D, of 128 x 2**j elements (128 ... 4096, larger while shared
+            memory holds them), int8 ... int64, uint8 ... uint64, float16, bfloat16,
+            float32 or float64"""
+_LESS_DOC = """the order: ``"less"`` (ascending, the default), ``"greater"``
+            (descending) or a C++ expression of a strict weak ordering ``less(a, b)``
+            (true when ``a`` goes before ``b``; e.g. ``"[](float a, float b) { return
+            fabsf(a) < fabsf(b); }"``), compiled by NVRTC as for :func:`inclusive_scan`'s
+            ``op``. NaNs are not ordered by ``"less"``/``"greater"`` (a tile with NaNs has
+            no defined order: use :func:`sort`)"""
+_RUN_DOC = """Runs are maximal stretches of equal neighbours (``!=``: -0.0 equals
+    +0.0, every NaN is a run of its own). """
+
+def _doc(text: str) -> str:
+    """A docstring with its shared parts (``{_SCAN_LIMITS}``...) filled in (not an
+    f-string: the C++ examples have braces)."""
+    for name in ("_SCAN_LIMITS", "_OP_DOC", "_SORT_LIMITS", "_LESS_DOC", "_RUN_DOC"):
+        text = text.replace("{" + name + "}", globals()[name])
+    return text
+
+
+exclusive_sum = _device_function(_handle_exclusive_sum, _doc("""The exclusive prefix sum of a
+    1-D tile: ``y[0] = initial``, ``y[i] = initial + t[0] + ... + t[i-1]`` (CUB
+    ``BlockScan::ExclusiveScan`` with ``+``).
+
+    Args:
+        t: a tile, {_SCAN_LIMITS}.
+        initial: the first element of the result and the start of every sum: a scalar of
+            ``t``'s dtype, or a Python number (converted; refused if not representable).
+            Default 0.
+
+    Returns:
+        A tile of ``t``'s shape and dtype. Integers wrap on overflow; floats are added in
+        CUB's order (per thread, then across threads), not left to right.
+
+    Raises:
+        SpliceCallError: a tile that is not 1-D or of another dtype; ``initial`` of another
+            dtype (convert it with ``.astype``).
+        SpliceCompileError: a tile that is not a multiple of 128 elements.
+
+    Example:
+        ``offsets = splice.cub.exclusive_sum(counts)`` (``torch.cumsum(x, 0) - x``)
+    """), optional=("initial",))
+
+inclusive_scan = _device_function(_handle_inclusive_scan, _doc("""The inclusive scan of a 1-D
+    tile with an operator: ``y[i] = t[0] op t[1] op ... op t[i]`` (CUB
+    ``BlockScan::InclusiveScan``).
+
+    Args:
+        t: a tile, {_SCAN_LIMITS}.
+        op: {_OP_DOC}. Its arguments are two elements of ``t``'s dtype; its result is
+            converted to that dtype.
+
+    Returns:
+        A tile of ``t``'s shape and dtype (``op="max"``: ``torch.cummax(t, 0).values``).
+        ``op`` is applied in CUB's order (per thread, then across threads): an operator
+        that is not associative gives an order-dependent result.
+
+    Raises:
+        SpliceCallError: a tile that is not 1-D or of another dtype; ``op`` not a constant
+            string, or not one C++ expression.
+        SpliceCompileError: an ``op`` that does not compile for the dtype (NVRTC's message,
+            naming the call); a tile that is not a multiple of 128 elements.
+
+    Example:
+        ``running_max = splice.cub.inclusive_scan(t, "max")``
+    """))
+
+exclusive_scan = _device_function(_handle_exclusive_scan, _doc("""The exclusive scan of a 1-D
+    tile with an operator: ``y[0] = initial``, ``y[i] = initial op t[0] op ... op t[i-1]``
+    (CUB ``BlockScan::ExclusiveScan``).
+
+    Args:
+        t: a tile, {_SCAN_LIMITS}.
+        op: {_OP_DOC}.
+        initial: the first element of the result and the left operand of every other: a
+            scalar of ``t``'s dtype or a Python number (for ``"max"``, the dtype's lowest
+            value, e.g. ``-math.inf``, makes it a running maximum of the elements before).
+
+    Returns:
+        A tile of ``t``'s shape and dtype.
+
+    Raises:
+        SpliceCallError: as :func:`inclusive_scan`, and ``initial`` of another dtype.
+        SpliceCompileError: as :func:`inclusive_scan`.
+
+    Example:
+        ``before = splice.cub.exclusive_scan(t, "min", math.inf)``
+    """))
+
+reduce = _device_function(_handle_reduce, _doc("""The reduction of a 1-D tile with an operator
+    (CUB ``BlockReduce::Reduce``): ``t[0] op t[1] op ... op t[n-1]``, in CUB's order.
+
+    Args:
+        t: a tile, {_SCAN_LIMITS}.
+        op: {_OP_DOC}.
+
+    Returns:
+        A scalar of ``t``'s dtype, the same on every thread (``ct.max(t, 0)`` for
+        ``"max"``).
+
+    Raises:
+        SpliceCallError: as :func:`inclusive_scan`.
+        SpliceCompileError: as :func:`inclusive_scan`.
+
+    Example:
+        ``m = splice.cub.reduce(t, "[](float a, float b) { return fmaxf(fabsf(a), fabsf(b)); }")``
+    """))
+
+
+merge_sort = _device_function(_handle_merge_sort, _doc("""The tile's elements in the order of
+    a comparator (CUB ``BlockMergeSort::StableSort``): stable, equal elements keep their
+    order.
+
+    Args:
+        t: a tile, {_SORT_LIMITS}.
+        less: {_LESS_DOC}.
+
+    Returns:
+        A tile of ``t``'s shape and dtype.
+
+    Raises:
+        SpliceCallError: a tile that is not 1-D or of another dtype; ``less`` not a
+            constant string or not one C++ expression.
+        SpliceCompileError: a comparator that does not compile for the dtype; a tile that
+            is not a multiple of 128 elements.
+
+    Example:
+        ``by_magnitude = splice.cub.merge_sort(t, "[](float a, float b) { return fabsf(a) <
+        fabsf(b); }")``
+    """), optional=("less",))
+
+merge_sort_pairs = _device_function(_handle_merge_sort_pairs, _doc("""``(sorted keys, values in
+    the keys' order)`` by a comparator on the keys (CUB ``BlockMergeSort::StableSort`` with
+    values): stable, equal keys keep their values' order (``torch.sort(stable=True)``).
+
+    Args:
+        keys: a tile, {_SORT_LIMITS}.
+        values: a tile of ``keys``' shape, any of those dtypes or bool.
+        less: {_LESS_DOC}.
+
+    Returns:
+        tuple: (keys sorted, values permuted alike), tiles of the inputs' shapes and dtypes.
+
+    Raises:
+        SpliceCallError: as :func:`merge_sort`, and keys and values of different shapes.
+        SpliceCompileError: as :func:`merge_sort`.
+
+    Example:
+        ``ks, idx = splice.cub.merge_sort_pairs(k, ct.arange(1024, dtype=ct.int32),
+        "greater")`` (an argsort, descending, ties by index)
+    """), optional=("less",))
+
+
+flag_heads = _device_function(_handle_flag_heads, _doc("""1 where a run of equal elements
+    starts, else 0 (CUB ``BlockDiscontinuity::FlagHeads``): ``f[0] = 1``,
+    ``f[i] = t[i] != t[i-1]``. {_RUN_DOC}
+
+    Args:
+        t: a tile, {_SORT_LIMITS}.
+
+    Returns:
+        An int32 tile of ``t``'s shape.
+
+    Raises:
+        SpliceCallError: a tile that is not 1-D or of another dtype.
+        SpliceCompileError: a tile that is not a multiple of 128 elements.
+
+    Example:
+        ``segment_ids = splice.cub.inclusive_scan(splice.cub.flag_heads(t), "sum") - 1``
+    """))
+
+flag_tails = _device_function(_handle_flag_tails, _doc("""1 where a run of equal elements
+    ends, else 0 (CUB ``BlockDiscontinuity::FlagTails``): ``f[n-1] = 1``,
+    ``f[i] = t[i] != t[i+1]``. {_RUN_DOC}
+
+    Args:
+        t: a tile, {_SORT_LIMITS}.
+
+    Returns:
+        An int32 tile of ``t``'s shape.
+
+    Raises:
+        SpliceCallError: a tile that is not 1-D or of another dtype.
+        SpliceCompileError: a tile that is not a multiple of 128 elements.
+
+    Example:
+        ``last = splice.cub.flag_tails(t)``
+    """))
+
+unique_counts = _device_function(_handle_unique_counts, _doc("""The runs of equal elements of a
+    1-D tile and their lengths (``torch.unique_consecutive(t, return_counts=True)``, padded
+    to the tile's size): a run-length encoding, on CUB's ``BlockDiscontinuity`` and
+    ``BlockScan``. {_RUN_DOC}
+
+    Args:
+        t: a tile, {_SORT_LIMITS}.
+
+    Returns:
+        tuple: ``(values, counts)``, tiles of ``t``'s shape: run ``r``'s value and length
+        for ``r`` below the number of runs, then zeros (``values`` 0 of its dtype,
+        ``counts`` 0); ``ct.sum(counts > 0)`` is the number of runs, ``ct.sum(counts)``
+        the tile's size. Sort first (:func:`sort`) for the counts of each distinct value.
+
+    Raises:
+        SpliceCallError: a tile that is not 1-D or of another dtype.
+        SpliceCompileError: a tile that is not a multiple of 128 elements.
+
+    Example:
+        ``vals, counts = splice.cub.unique_counts(splice.cub.sort(t))``
+    """))
+
+run_length_decode = _device_function(_handle_run_length_decode, _doc("""The inverse of
+    :func:`unique_counts`: ``values[0]`` repeated ``counts[0]`` times, then ``values[1]``
+    ``counts[1]`` times... (``torch.repeat_interleave(values, counts)``), cut or padded to
+    the tile's size: CUB ``BlockScan`` for the runs' starts, then a binary search per
+    element (CUB's ``BlockRunLengthDecode`` takes runs of length 0 only as trailing padding;
+    here any count may be 0).
+
+    Args:
+        values: a tile, {_SORT_LIMITS}.
+        counts: an int32 tile of ``values``' shape; a negative count counts as 0.
+
+    Returns:
+        A tile of ``values``' shape and dtype: the first ``n`` decoded items; past the sum
+        of the counts, 0 of its dtype.
+
+    Raises:
+        SpliceCallError: tiles that are not 1-D, of another dtype (``counts`` must be int32:
+            ``.astype(ct.int32)``), or of different shapes.
+        SpliceCompileError: a tile that is not a multiple of 128 elements.
+
+    Example:
+        ``expanded = splice.cub.run_length_decode(*splice.cub.unique_counts(t))`` (``t``)
+    """))
+
+__all__ += ["exclusive_sum", "inclusive_scan", "exclusive_scan", "reduce", "merge_sort",
+            "merge_sort_pairs", "flag_heads", "flag_tails", "unique_counts",
+            "run_length_decode"]

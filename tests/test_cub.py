@@ -294,7 +294,8 @@ def test_benchmark_compiles_and_reports_without_a_gpu():
                          timeout=900, env=python_env(root))
     assert out.returncode == 0, out.stdout + out.stderr
     rows = {ln.split()[0]: ln.split()[1:] for ln in out.stdout.splitlines()[2:]}
-    assert set(rows) == {"sort", "scan", "top_k", "histogram"}
+    assert set(rows) == {"sort", "scan", "top_k", "histogram", "exclusive_sum", "cummax",
+                         "reduce_max", "merge_sort", "unique_counts", "rl_decode"}
     assert rows["sort"][:3] == ["3", "8", "8"] and rows["top_k"][:3] == ["4", "8", "2"]
 
 
@@ -324,7 +325,8 @@ def test_every_template_names_its_public_function():
     import re
 
     from splice import cub_names
-    templates = set(re.findall(r"__device__ \w+ (\w+)\(", splice.cub._SOURCE))
+    templates = set(re.findall(r"__device__ \w+ (\w+)\(",
+                               splice.cub._SOURCE + splice.cub._OPS_SOURCE))
     assert templates == set(cub_names.PUBLIC)
     assert all(callable(getattr(splice.cub, f)) for f in cub_names.PUBLIC.values())
     assert cub_names.call_of("splice_cub::top_k<int> (block call on the staged tiles) at "
