@@ -40,7 +40,7 @@ _LAZY = {
     "kernel": ("splice_kernel", "SpliceKernel"),
     "extern": ("externs", "extern"), "library": ("externs", "library"),
     "Library": ("externs", "Library"), "ExternFunction": ("externs", "ExternFunction"),
-    "asm": ("asm_frontend", "asm"),
+    "asm": ("asm_frontend", "asm"), "cuda": ("cuda_frontend", "cuda"),
     "Signature": ("types", "Signature"), "parse_signature": ("types", "parse_signature"),
     "pointer": ("types", "pointer"), "tile": ("types", "tile"),
     "ELEMENT_TYPES": ("types", "ELEMENT_TYPES"),
@@ -53,6 +53,7 @@ _LAZY = {
 if TYPE_CHECKING:
     from . import cub, toolchain
     from .asm_frontend import asm
+    from .cuda_frontend import cuda
     from .export import export_kernel
     from .externs import ExternFunction, Library, extern, library
     from .pipeline import __version__, build
@@ -107,7 +108,7 @@ def compile(kernel, signature, arch: str = "sm_90") -> "Build":
 
 
 __all__ = [
-    "kernel", "extern", "asm", "library", "Library", "compile", "build", "Build",
+    "kernel", "extern", "asm", "cuda", "library", "Library", "compile", "build", "Build",
     "ExternFunction", "Signature", "parse_signature", "pointer", "tile", "ELEMENT_TYPES",
     "SpliceError", "SpliceCallError", "SpliceCompileError", "SpliceDeclarationError",
     "SpliceLaunchError", "SpliceLinkError", "SpliceRewriteError", "SpliceToolchainError",
