@@ -14,6 +14,9 @@
    4c. the same leaky-ReLU epilogue written in cuTile               (reported)
    4b. a fast-GELU epilogue (x / (1 + exp(-1.702 x))) inlined vs. the same epilogue
        written in cuTile                                        (reported)
+5. the polynomial of 1 as inline CUDA C (splice.cuda, the extern's body pasted in the
+   kernel) vs. the same code as an extern                       (target <= 1.00)
+   5b. the same splice.cuda snippet vs. pure cuTile             (reported; 1's target)
 
     python benchmarks/bench_inline.py [--reps 30]
 """
@@ -41,6 +44,18 @@ poly_inlined = splice.extern(source=_POLY_SRC, name="poly32",
                              signature="float32(float32)")(lambda x: None)
 poly_called = splice.extern(source=_POLY_SRC, name="poly32", inline="never",
                             signature="float32(float32)")(lambda x: None)
+
+
+#: The body of poly32 as a splice.cuda snippet (its parameter: x).
+POLY_BODY = _POLY_SRC.split("{", 1)[1].rsplit("}", 1)[0]
+
+
+@splice.kernel
+def poly_cuda_kernel(x, y, reps: int, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    for r in range(reps):
+        t = splice.cuda(POLY_BODY, dtype=ct.float32, x=t)
+    ct.store(y, index=(ct.bid(0),), tile=t)
 
 
 def _poly_kernel(fn):
@@ -160,7 +175,7 @@ def main(argv=None):
     # 1 + 2: compute-bound polynomial
     n, tile = 16 << 20, 1024
     x = torch.rand(n, device="cuda") * 2 - 1
-    ys = {k: torch.empty_like(x) for k in ("inlined", "called", "cutile")}
+    ys = {k: torch.empty_like(x) for k in ("inlined", "called", "cutile", "cuda")}
     grid = (n // tile,)
     ys["inlined_const"], ys["cutile_const"] = torch.empty_like(x), torch.empty_like(x)
     med = time_side_by_side(torch, {
@@ -169,7 +184,9 @@ def main(argv=None):
         "cutile": (grid, poly_cutile_kernel, (x, ys["cutile"], REPS, tile)),
         "inlined_const": (grid, poly_inlined_const_kernel, (x, ys["inlined_const"], tile)),
         "cutile_const": (grid, poly_cutile_const_kernel, (x, ys["cutile_const"], tile)),
+        "cuda": (grid, poly_cuda_kernel, (x, ys["cuda"], REPS, tile)),
     }, reps=a.reps)
+    torch.testing.assert_close(ys["cuda"], ys["inlined"], rtol=0, atol=0)  # the same code
     for k in ("called", "cutile", "inlined_const", "cutile_const"):
         torch.testing.assert_close(ys[k], ys["inlined"], rtol=1e-4, atol=1e-5)
     flops = 2 * 32 * REPS * n
@@ -180,6 +197,10 @@ def main(argv=None):
                  med["inlined_const"], med["cutile_const"], None, "loop unrolled by LLVM"))
     rows.append(("2 poly32 x16, extern called / inlined", med["called"], med["inlined"], None,
                  ""))
+    rows.append(("5 poly32 x16, splice.cuda / extern (inlined)", med["cuda"], med["inlined"],
+                 1.0, "the same CUDA C, pasted in the kernel / declared"))
+    rows.append(("5b poly32 x16, splice.cuda / pure cuTile", med["cuda"], med["cutile"], None,
+                 f"{flops / med['cuda'] / 1e12:.1f} TFLOP/s"))
 
     # 3: inline PTX vs Triton inline_asm_elementwise
     n, tile = 64 << 20, 1024
@@ -234,6 +255,8 @@ def main(argv=None):
     b = poly_inlined_kernel.inspect(x[:1024].clone(), ys["inlined"][:1024].clone(), REPS,
                                     1024)
     print("SASS CALLs in the inlined polynomial kernel:", b.sass_call_count("poly32"))
+    b = poly_cuda_kernel.inspect(x[:1024].clone(), ys["cuda"][:1024].clone(), REPS, 1024)
+    print("SASS CALLs in the splice.cuda polynomial kernel:", b.sass_call_count())
 
 
 if __name__ == "__main__":
