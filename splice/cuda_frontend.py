@@ -216,7 +216,8 @@ class CudaSnippetSource(CudaSource):
             said = _first_other_error(e.log, full)
         hints = header_hint(e.log, self.providers) + \
             "".join(p.compile_hint(e.log) for p in self.providers)
-        return (f"{head}: {said}\n    snippet: {self.snippet.code.strip()}\n    "
+        code = "\n      ".join(self.snippet.code.strip().splitlines())
+        return (f"{head}: {said}\n    snippet: {code}\n    "
                 f"{self.snippet.describe_params()}{hints}")
 
 

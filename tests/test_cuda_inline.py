@@ -328,6 +328,7 @@ def test_compile_error_points_at_the_snippet_line_and_the_call(fresh_cache):
     assert f"splice.cuda) at {__file__}:{line}" in msg
     assert 'error at line 2, column 12 of the snippet: identifier "yy" is undefined' in msg
     assert "return s * yy;\n                 ^" in msg
+    assert "snippet: float s = x;\n      return s * yy;" in msg
     assert "parameters (float x); returns float" in msg
     assert "splice_cuda.cu" not in msg.split("--- tool log")[0]
     assert not list(fresh_cache.rglob("*.cubin"))
