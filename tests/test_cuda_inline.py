@@ -483,3 +483,47 @@ def test_gpu_block_scope(torch):
     sums = x.reshape(8, 128).sum(axis=1, dtype=np.float64)
     np.testing.assert_allclose(y.cpu().numpy(), x + np.repeat(sums, 128), rtol=1e-5,
                                atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- warpgroup
+
+@splice.kernel
+def group_size_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    n = splice.cuda("return splice_group_size() + a;", dtype=ct.int32, scope="warpgroup",
+                    includes="splice_group.h", a=ct.bid(0))
+    ct.store(y, index=(ct.bid(0),), tile=t + n)
+
+
+@splice.kernel
+def group_barrier_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    n = splice.cuda("__syncthreads(); return a;", dtype=ct.int32, scope="warpgroup",
+                    a=ct.bid(0))
+    ct.store(y, index=(ct.bid(0),), tile=t + n)
+
+
+I32x2 = K.signature(K.array(ct.int32), K.array(ct.int32), 128)
+
+
+def test_warpgroup_scope_values():
+    x = np.arange(256, dtype=np.int32)
+    y = np.zeros_like(x)
+    b = _exec(group_size_kernel, I32x2, (2,), x, y)
+    np.testing.assert_array_equal(y, x + 128 + np.repeat(np.arange(2, dtype=np.int32), 128))
+    assert "warpgroup scope" in b.summary()
+
+
+def test_warpgroup_snippet_with_a_block_barrier_is_refused():
+    with pytest.raises(SpliceLinkError, match=r"splice.cuda.*(barrier|__syncthreads)"):
+        splice.compile(group_barrier_kernel, I32x2, "sm_80")
+
+
+@pytest.mark.parametrize("code, said", [
+    ('asm volatile("exit;"); return x;', "executes 'exit;'"),
+    ("__shared__ float s[128]; s[threadIdx.x] = x; return s[(threadIdx.x + 1) % 128];",
+     "uses __shared__ memory")], ids=["exit", "shared"])
+def test_exit_and_shared_memory_are_refused_per_element(code, said):
+    with pytest.raises(SpliceLinkError, match="extern 'splice.cuda'") as e:
+        splice.compile(_options_kernel(code=code, pure=False), F32x2, "sm_90")
+    assert said in str(e.value)
