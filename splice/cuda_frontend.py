@@ -163,10 +163,11 @@ class CudaSnippet:
         lines += self._body(lines)
         lines += ["}",
                   f'extern "C" __device__ {carrier.c_type} {symbol}({self.param_list()}) {{',
-                  f"    {symbol}_results r = {symbol}_body({args});",
-                  f"    {carrier.c_type} u = 0;",
-                  "    memcpy(&u, &r, sizeof r);",
-                  "    return u;",
+                  # local names an input cannot have (no input name starts with "__")
+                  f"    {symbol}_results __r = {symbol}_body({args});",
+                  f"    {carrier.c_type} __u = 0;",
+                  "    memcpy(&__u, &__r, sizeof __r);",
+                  "    return __u;",
                   "}"]
         return lines
 

@@ -56,7 +56,7 @@ def sincos_kernel(x, s, c, TILE: ConstInt):
 @splice.kernel
 def divmod_kernel(x, q, r, TILE: ConstInt):
     t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
-    a, b = splice.cuda("{x / d, (short)(x % d)}", dtype=(ct.int32, ct.int16), x=t, d=7)
+    a, b = splice.cuda("{r / u, (short)(r % u)}", dtype=(ct.int32, ct.int16), r=t, u=7)
     ct.store(q, index=(ct.bid(0),), tile=a)
     ct.store(r, index=(ct.bid(0),), tile=b)
 
@@ -135,6 +135,20 @@ def twice_kernel(x, y, z, TILE: ConstInt):
                                                      x=t + 1.0))
 
 
+def _softsign(t, flag):
+    return splice.cuda("flip ? -x / (1.0f + fabsf(x)) : x / (1.0f + fabsf(x))",
+                       dtype=ct.float32, x=t, flip=flag)
+
+
+@splice.kernel
+def helper_kernel(x, y, z, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=_softsign(t, False))
+    ct.store(z, index=(ct.bid(0),), tile=_softsign(ct.reshape(t, (TILE // 16, 16)), True)
+             .reshape((TILE,)) + splice.cuda("r * 0.0f", dtype=ct.float32,
+                                             r=ct.reshape(t, (1, TILE))).reshape((TILE,)))
+
+
 # ----------------------------------------------------------------------------- values
 
 def test_expression_and_body_values():
@@ -153,6 +167,15 @@ def test_no_sass_call(arch):
     if b.sass is None:
         pytest.skip("no nvdisasm")
     assert b.sass_call_count() == 0
+
+
+def test_in_a_helper_function_with_bool_constants_and_2d_tiles():
+    x = _x()
+    y, z = np.zeros_like(x), np.zeros_like(x)
+    b = _exec(helper_kernel, F32x3, (2,), x, y, z)
+    np.testing.assert_allclose(y, x / (1 + np.abs(x)), rtol=1e-6)
+    np.testing.assert_allclose(z, -x / (1 + np.abs(x)), rtol=1e-6)
+    assert len(b.sites) == 3 and all(s.inlined for s in b.sites)
 
 
 def test_several_results_values():
