@@ -45,6 +45,13 @@ def gauss_kernel(x, y, z, TILE: ConstInt):
 
 
 @splice.kernel
+def gelu_kernel(x, y, TILE: ConstInt):   # the README's first example
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    g = splice.cuda("__fdividef(x, 1.0f + __expf(-1.702f * x))", dtype=ct.float32, x=t)
+    ct.store(y, index=(ct.bid(0),), tile=g)
+
+
+@splice.kernel
 def sincos_kernel(x, s, c, TILE: ConstInt):
     t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
     a, b = splice.cuda("float s, c; sincosf(x, &s, &c); return {s, c};",
@@ -160,6 +167,16 @@ def test_expression_and_body_values():
     assert all(s.inlined for s in b.sites) and len(b.sites) == 2
 
 
+def test_readme_example_values():
+    x = _x(lo=-6.0, hi=6.0)
+    y = np.zeros_like(x)
+    b = _exec(gelu_kernel, F32x2, (2,), x, y)
+    ref = x.astype(np.float64) / (1 + np.exp(-1.702 * x.astype(np.float64)))
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5)
+    if b.sass is not None:
+        assert b.sass_call_count() == 0    # no IEEE-division slow path either
+
+
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_100"])
 def test_no_sass_call(arch):
     b = splice.compile(gauss_kernel, F32x3, arch)
@@ -260,6 +277,17 @@ def _dtype_kernel(code, dtype):
     return k
 
 
+def _family_input(npt, n=256):
+    """``n`` random values of NumPy type ``npt`` over its whole range (normal floats)."""
+    rng = np.random.default_rng(0)
+    if npt == np.bool_:
+        return rng.integers(0, 2, n).astype(np.bool_)
+    if np.issubdtype(npt, np.integer):
+        info = np.iinfo(npt)
+        return rng.integers(info.min, info.max, n, dtype=npt, endpoint=True)
+    return rng.standard_normal(n).astype(npt)
+
+
 def _brev(x):
     u = x.view(np.uint32)
     return np.array([int(f"{int(v):032b}"[::-1], 2) for v in u], np.uint32).view(np.int32)
@@ -267,14 +295,7 @@ def _brev(x):
 
 @pytest.mark.parametrize("dtype, npt, code, ref", DTYPES, ids=[d[0].name for d in DTYPES])
 def test_every_dtype_family(dtype, npt, code, ref):
-    rng = np.random.default_rng(0)
-    if npt == np.bool_:
-        x = rng.integers(0, 2, 256).astype(np.bool_)
-    elif np.issubdtype(npt, np.integer):
-        info = np.iinfo(npt)
-        x = rng.integers(info.min, info.max, 256, dtype=npt, endpoint=True)
-    else:
-        x = rng.standard_normal(256).astype(npt)
+    x = _family_input(npt)
     y = np.zeros_like(x)
     _exec(_dtype_kernel(code, dtype), K.signature(K.array(dtype), K.array(dtype), 128), (2,),
           x, y)
@@ -490,6 +511,14 @@ def test_gpu_expression_body_and_results(torch):
 
 
 @pytest.mark.gpu
+def test_gpu_readme_example(torch):
+    x = torch.randn(1 << 20, device="cuda")
+    y = torch.empty_like(x)
+    _launch(torch, (x.numel() // 1024,), gelu_kernel, (x, y, 1024))
+    torch.testing.assert_close(y, x * torch.sigmoid(1.702 * x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.gpu
 def test_gpu_pointers_and_void(torch):
     x = np.random.default_rng(1).integers(0, 1000, 1024, dtype=np.int32)
     counts = torch.zeros(4, dtype=torch.uint32, device="cuda")
@@ -550,3 +579,16 @@ def test_exit_and_shared_memory_are_refused_per_element(code, said):
     with pytest.raises(SpliceLinkError, match="extern 'splice.cuda'") as e:
         splice.compile(_options_kernel(code=code, pure=False), F32x2, "sm_90")
     assert said in str(e.value)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, npt, code, ref", DTYPES, ids=[d[0].name for d in DTYPES])
+def test_gpu_every_dtype_family(torch, dtype, npt, code, ref):
+    x = _family_input(npt)
+    xs = torch.from_numpy(x).cuda()
+    if dtype == ct.bfloat16:
+        xs = xs.view(torch.bfloat16)
+    ys = torch.empty_like(xs)
+    _launch(torch, (2,), _dtype_kernel(code, dtype), (xs, ys, 128))
+    got = (ys.view(torch.uint16) if dtype == ct.bfloat16 else ys).cpu().numpy()
+    np.testing.assert_array_equal(got, (ref or _brev)(x))
