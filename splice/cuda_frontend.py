@@ -215,6 +215,9 @@ class CudaSnippetSource(CudaSource):
         said = _first_snippet_error(e.log, self.snippet.code)
         if said is None:
             said = _first_other_error(e.log, full)
+        if "missing return statement" in said:
+            said += ("\n    hint: a path through the snippet reaches its end without "
+                     "return; every path must return the result")
         hints = header_hint(e.log, self.providers) + \
             "".join(p.compile_hint(e.log) for p in self.providers)
         code = "\n      ".join(self.snippet.code.strip().splitlines())
@@ -259,6 +262,10 @@ def _first_other_error(log: str, full: str) -> str:
 
 # --------------------------------------------------------------------------------------------
 # The front end: splice.cuda inside a kernel
+
+#: NVRTC's option making "missing return statement at end of non-void function" (#940, a
+#: warning: the result would be garbage) an error.
+MISSING_RETURN = "--diag-error=940"
 
 #: ``memory=`` values of a snippet (those of an extern, :data:`splice.externs.MEMORY`).
 MEMORY = ("any", "arguments")
@@ -386,6 +393,8 @@ def _fragment(snippet: CudaSnippet, where: str) -> CudaSnippetSource:
     frag = shared.get(snippet.symbol)
     if frag is None:
         opts, incs, defs = snippet.build
+        if snippet.outputs:     # a path that ends without return: garbage, not a warning
+            opts = (MISSING_RETURN, *opts)
         frag = CudaSnippetSource(text=snippet.source(), options=opts, include_dirs=incs,
                                  defines=defs, where=where, providers=HEADER_PROVIDERS,
                                  snippet=snippet)

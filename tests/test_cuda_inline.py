@@ -385,6 +385,17 @@ def typo_kernel_line() -> int:
     return first + next(i for i, ln in enumerate(src) if "the call's line" in ln) - 1
 
 
+def test_a_path_without_return_is_a_compile_error():
+    with pytest.raises(SpliceCompileError) as e:
+        splice.compile(_dtype_kernel("float y = x;\nif (x > 0) return y;", ct.float32),
+                       F32x2, "sm_90")
+    assert "missing return statement" in str(e.value)
+    assert "every path must return the result" in str(e.value)
+    # the same body with a return on every path compiles
+    splice.compile(_dtype_kernel("float y = x;\nif (x > 0) return y;\nreturn 0.0f;",
+                                 ct.float32), F32x2, "sm_90")
+
+
 @pytest.mark.parametrize("code", ["__shfl_sync(0xffffffff, x, 0)",
                                   "(__syncthreads(), x)"])
 def test_collective_refused_per_element(code):
