@@ -323,6 +323,21 @@ def _handle_cuda(callee, code, args, dtype, pure, memory, scope, includes, inclu
     return emit_call(ext, tuple(inputs.values()), loc)
 
 
+def _check_broadcast(call: _Call, inputs: dict) -> None:
+    """The tile inputs of an element snippet broadcast to a common shape (at block and
+    warpgroup scope each tile is passed whole)."""
+    shape: tuple[int, ...] = ()
+    tiles = [(n, v.get_type()) for n, v in inputs.items()
+             if isinstance(v.get_type(), cu.TileTy)]
+    try:
+        for _, ty in tiles:
+            shape = cu.broadcast_shapes2(shape, ty.shape)
+    except cu.BroadcastError:
+        said = ", ".join(f"{n} {tuple(ty.shape)}" for n, ty in tiles)
+        raise call.error(f"the inputs' shapes do not broadcast to a common shape: "
+                         f"{said}") from None
+
+
 def _output_types(call: _Call, dt) -> tuple[ElementType, ...]:
     """The element types of ``dtype=`` (a dtype, a tuple of them, None for void)."""
     if dt is Ellipsis:
@@ -360,6 +375,8 @@ def _snippet_extern(call: _Call, text: str, outputs, inputs: dict, pure, memory,
     pure_v = call.constant(pure, "pure")
     if not isinstance(pure_v, bool):
         raise call.error("pure must be True or False")
+    if not form.takes_tiles:
+        _check_broadcast(call, inputs)
     names, params = _parameters(call, inputs, form)
     includes, opts, incs, defs = _compile_inputs(call, *compile_args)
     snippet = CudaSnippet(text, names, params, outputs, includes, (opts, incs, defs))

@@ -111,6 +111,21 @@ def block_sum_kernel(x, y, TILE: ConstInt):
 
 
 @splice.kernel
+def group_sum_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+    s = splice.cuda("float s = 0;\nfor (int i = 0; i < 128; ++i) s += v[i];\nreturn s;",
+                    dtype=ct.float32, scope="warpgroup", v=t)
+    ct.store(y, index=(ct.bid(0),), tile=t + s)
+
+
+@splice.kernel
+def mismatch_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    u = ct.load(x, index=(ct.bid(0),), shape=(TILE // 2,))
+    ct.store(y, index=(ct.bid(0),), tile=splice.cuda("a + b", dtype=ct.float32, a=t, b=u))
+
+
+@splice.kernel
 def half_round_kernel(x, y, TILE: ConstInt):
     t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
     ct.store(y, index=(ct.bid(0),), tile=splice.cuda(
@@ -302,14 +317,16 @@ def test_every_dtype_family(dtype, npt, code, ref):
     np.testing.assert_array_equal(y, (ref or _brev)(x))
 
 
-def test_block_scope_sees_the_tile_as_an_array():
+@pytest.mark.parametrize("kernel, scope", [(block_sum_kernel, "block"),
+                                           (group_sum_kernel, "warpgroup")])
+def test_block_scope_sees_the_tile_as_an_array(kernel, scope):
     x = _x()
     y = np.zeros_like(x)
-    b = _exec(block_sum_kernel, F32x2, (2,), x, y)
+    b = _exec(kernel, F32x2, (2,), x, y)
     sums = x.reshape(2, 128).sum(axis=1, dtype=np.float64)
     np.testing.assert_allclose(y, x + np.repeat(sums, 128), rtol=1e-5, atol=1e-4)
-    assert [s.form.scope for s in b.sites if s.extern == "splice.cuda (block call on the "
-            "staged tiles)"] == ["block"]
+    assert [s.form.scope for s in b.sites if s.extern == f"splice.cuda ({scope} call on the "
+            f"staged tiles)"] == [scope]
 
 
 def test_includes():
@@ -464,6 +481,7 @@ def non_constant_code_kernel(x, y, TILE: ConstInt):
     (tuple_input_kernel, "input 'x' is"),
     (keyword_name_kernel, "cannot be a C parameter name"),
     (non_constant_code_kernel, "the code must be a compile-time constant"),
+    (mismatch_kernel, "do not broadcast to a common shape: a (128,), b (64,)"),
     (_options_kernel(code=""), "non-empty str"),
     (_options_kernel(dtype=(ct.float32,)), "at least two dtypes"),
     (_options_kernel(dtype=(ct.float64, ct.float64)), "64 bits"),
@@ -476,7 +494,8 @@ def non_constant_code_kernel(x, y, TILE: ConstInt):
     (_options_kernel(includes=(1,)), "includes must"),
     (_options_kernel(defines=(1,)), "defines must"),
     (_options_kernel(include_dirs="/no/such/dir"), "not a directory"),
-], ids=["no-dtype", "positional", "tuple-input", "keyword-name", "non-constant-code", "empty",
+], ids=["no-dtype", "positional", "tuple-input", "keyword-name", "non-constant-code",
+        "shapes", "empty",
         "one-tuple", "128-bit-results", "bad-dtype", "memory-on-pure", "memory-none", "scope",
         "pure", "dlto", "includes", "defines", "include-dirs"])
 def test_bad_calls_are_call_errors(kernel, said, fresh_cache):
