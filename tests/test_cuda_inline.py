@@ -119,6 +119,15 @@ def group_sum_kernel(x, y, TILE: ConstInt):
 
 
 @splice.kernel
+def two_tiles_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+    u = ct.reshape(t, (TILE // 16, 16))
+    s = splice.cuda("return v[0] + w[TILE_ROWS - 1][15];", dtype=ct.float32, scope="block",
+                    defines=(("TILE_ROWS", 8),), v=t, w=u)
+    ct.store(y, index=(ct.bid(0),), tile=t + s)
+
+
+@splice.kernel
 def mismatch_kernel(x, y, TILE: ConstInt):
     t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
     u = ct.load(x, index=(ct.bid(0),), shape=(TILE // 2,))
@@ -327,6 +336,14 @@ def test_block_scope_sees_the_tile_as_an_array(kernel, scope):
     np.testing.assert_allclose(y, x + np.repeat(sums, 128), rtol=1e-5, atol=1e-4)
     assert [s.form.scope for s in b.sites if s.extern == f"splice.cuda ({scope} call on the "
             f"staged tiles)"] == [scope]
+
+
+def test_block_scope_takes_tiles_of_different_shapes():
+    x = _x()
+    y = np.zeros_like(x)
+    _exec(two_tiles_kernel, F32x2, (2,), x, y)
+    ends = x.reshape(2, 128)[:, 0] + x.reshape(2, 128)[:, 127]
+    np.testing.assert_allclose(y, x + np.repeat(ends, 128), rtol=1e-6)
 
 
 def test_includes():
