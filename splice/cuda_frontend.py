@@ -166,7 +166,7 @@ class CudaSnippet:
                   # local names an input cannot have (no input name starts with "__")
                   f"    {symbol}_results __r = {symbol}_body({args});",
                   f"    {carrier.c_type} __u = 0;",
-                  "    __builtin_memcpy(&__u, &__r, sizeof __r);",
+                  "    ::memcpy(&__u, &__r, sizeof __r);",
                   "    return __u;",
                   "}"]
         return lines

@@ -63,7 +63,8 @@ def sincos_kernel(x, s, c, TILE: ConstInt):
 @splice.kernel
 def divmod_kernel(x, q, r, TILE: ConstInt):
     t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
-    a, b = splice.cuda("{r / u, (short)(r % u)}", dtype=(ct.int32, ct.int16), r=t, u=7)
+    a, b = splice.cuda("{r / memcpy, (short)(r % memcpy)}", dtype=(ct.int32, ct.int16), r=t,
+                       memcpy=7)
     ct.store(q, index=(ct.bid(0),), tile=a)
     ct.store(r, index=(ct.bid(0),), tile=b)
 
