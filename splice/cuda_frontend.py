@@ -40,6 +40,7 @@ from .trace import describe, loc_str, python_caller
 from .types import (
     ElementType,
     Signature,
+    TileTuple,
     TileType,
     element_type,
     pointer,
@@ -79,6 +80,9 @@ class CudaSnippet:
         names: the parameters' names (the call's input names, in order).
         params: their types: element types, pointers, or (block and warpgroup scope) tiles.
         outputs: the results' element types (none: void).
+        tile_outputs: the tile results of a block or warpgroup snippet (then no
+            ``outputs``): arrays it writes, parameters after the inputs named ``out`` (one)
+            or ``out0``, ``out1``... (several).
         includes: headers to ``#include`` before the function.
         build: NVRTC's inputs besides the text (options, include directories, defines),
             part of the symbol: one text compiled two ways is two functions.
@@ -90,6 +94,7 @@ class CudaSnippet:
     outputs: tuple[ElementType, ...]
     includes: tuple[str, ...] = ()
     build: tuple = ()
+    tile_outputs: tuple[TileType, ...] = ()
 
     @property
     def is_body(self) -> bool:
@@ -107,8 +112,17 @@ class CudaSnippet:
         return results_layout(self.outputs)
 
     def signature(self) -> Signature:
+        if self.tile_outputs:
+            tiles = self.tile_outputs
+            return Signature(self.params, tiles[0] if len(tiles) == 1 else TileTuple.of(tiles))
         carrier, _ = self.carrier()
         return Signature(self.params, carrier, self.outputs if len(self.outputs) > 1 else ())
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """The parameter names of the tile results: ``out``, or ``out0``, ``out1``..."""
+        n = len(self.tile_outputs)
+        return ("out",) if n == 1 else tuple(f"out{i}" for i in range(n))
 
     @property
     def symbol(self) -> str:
@@ -121,7 +135,8 @@ class CudaSnippet:
     def param_list(self) -> str:
         """``float x, const float* p, float (&t)[16]``."""
         out = []
-        for name, t in zip(self.names, self.params):
+        for name, t in zip((*self.names, *self.output_names),
+                           (*self.params, *self.tile_outputs)):
             if isinstance(t, TileType):
                 dims = "".join(f"[{n}]" for n in t.shape or ())
                 out.append(f"{t.elem.c_type} (&{name}){dims}")
@@ -134,11 +149,11 @@ class CudaSnippet:
         symbol = symbol or self.symbol
         heads = {t.c_header for t in (*self.params, *self.outputs)
                  if t.c_header and not isinstance(t, TileType)}
-        heads |= {t.elem.c_header for t in self.params if isinstance(t, TileType)
-                  and t.elem.c_header}
+        heads |= {t.elem.c_header for t in (*self.params, *self.tile_outputs)
+                  if isinstance(t, TileType) and t.elem.c_header}
         lines = [f"#include <{h}>" for h in sorted(heads)]
         lines += [f"#include {h}" for h in self.includes]
-        tiles = any(isinstance(t, TileType) for t in self.params)
+        tiles = self.tile_outputs or any(isinstance(t, TileType) for t in self.params)
         linkage = "" if tiles else 'extern "C" '   # a tile function is called by the
         # staging trampoline (splice.checks.tile_trampoline), by its C++ name
         if len(self.outputs) > 1:
@@ -183,7 +198,8 @@ class CudaSnippet:
     def describe_params(self) -> str:
         ret = "void" if not self.outputs else ", ".join(t.c_type for t in self.outputs)
         several = " (return {a, b, ...})" if len(self.outputs) > 1 else ""
-        return f"parameters ({self.param_list() or 'none'}); returns {ret}{several}"
+        writes = f"; writes {', '.join(self.output_names)}" if self.tile_outputs else ""
+        return f"parameters ({self.param_list() or 'none'}); returns {ret}{several}{writes}"
 
 
 @dataclasses.dataclass(eq=False)
@@ -352,9 +368,14 @@ def _output_types(call: _Call, dt) -> tuple[ElementType, ...]:
     if isinstance(dt, tuple) and len(types) < 2:
         raise call.error("a tuple dtype= needs at least two dtypes; write one dtype "
                          "(ct.float32, not (ct.float32,)) for one result")
-    if any(t.kind in ("p", "t") for t in types):
-        raise call.error("a result is an element type (ct.float32...), not a pointer or a "
-                         "tile")
+    if any(t.kind in ("p", "r") for t in types):
+        raise call.error("a result is a dtype (ct.float32...) or a splice.tile, not a "
+                         "pointer or a tuple of tiles (give a tuple of splice.tile)")
+    if any(isinstance(t, TileType) for t in types):
+        if not all(isinstance(t, TileType) for t in types):
+            raise call.error("tile and element results do not mix: every result is a "
+                             "splice.tile, or none is")
+        return types
     if len(types) > 1:
         try:
             results_layout(types)
@@ -378,8 +399,12 @@ def _snippet_extern(call: _Call, text: str, outputs, inputs: dict, pure, memory,
     if not form.takes_tiles:
         _check_broadcast(call, inputs)
     names, params = _parameters(call, inputs, form)
+    tile_outputs = _tile_outputs(call, outputs, names, params, form)
+    if tile_outputs:
+        outputs = ()
     includes, opts, incs, defs = _compile_inputs(call, *compile_args)
-    snippet = CudaSnippet(text, names, params, outputs, includes, (opts, incs, defs))
+    snippet = CudaSnippet(text, names, params, outputs, includes, (opts, incs, defs),
+                          tile_outputs)
     sig = snippet.signature()
     what = f"inline CUDA C (splice.cuda) at {call.where}"
     memory_v = call.constant(memory, "memory")
@@ -419,6 +444,35 @@ def _fragment(snippet: CudaSnippet, where: str) -> CudaSnippetSource:
             frag.roots = ((snippet.symbol, snippet.signature()),)
         shared[snippet.symbol] = frag
     return frag
+
+
+def _tile_outputs(call: _Call, outputs, names, params, form) -> tuple[TileType, ...]:
+    """The tile results (``dtype=splice.tile(...)``), each with its shape: its own, or that
+    of the first tile input. None but at block and warpgroup scope.
+
+    Raises:
+        SpliceCallError: a tile result at element scope, one without a shape and no tile
+            input, an input named like a result parameter (``out``, ``out0``...).
+    """
+    tiles = tuple(t for t in outputs if isinstance(t, TileType))
+    if not tiles:
+        return ()
+    if not form.takes_tiles:
+        raise call.error(f"a tile result (splice.tile) is for scope=\"block\" or "
+                         f"\"warpgroup\", where the snippet writes the whole tile; an "
+                         f"{form.scope} snippet returns one element "
+                         f"(dtype=ct.{tiles[0].elem.name})")
+    first = next((t.shape for t in params if isinstance(t, TileType)), None)
+    if any(t.shape is None for t in tiles) and first is None:
+        raise call.error(f"the tile result has no shape and there is no tile input to take "
+                         f"it from; give it one: splice.tile(ct.{tiles[0].elem.name}, "
+                         f"(128,))")
+    taken = set(names) & set(("out",) if len(tiles) == 1 else
+                             (f"out{i}" for i in range(len(tiles))))
+    if taken:
+        raise call.error(f"input {sorted(taken)[0]!r}: the snippet's tile results are the "
+                         f"parameters out (one) or out0, out1... (several); rename the input")
+    return tuple(TileType.of(t.elem, t.shape or first) for t in tiles)
 
 
 def _parameters(call: _Call, inputs: dict, form) -> tuple[tuple[str, ...],

@@ -128,6 +128,24 @@ def two_tiles_kernel(x, y, TILE: ConstInt):
     ct.store(y, index=(ct.bid(0),), tile=t + s)
 
 
+#: Tile results of block snippets (module globals: a kernel reads them as constants).
+F32_TILE = splice.tile(ct.float32)
+I32_TILE = splice.tile(ct.int32, (128,))
+
+
+@splice.kernel
+def reverse_kernel(x, y, z, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+    r = splice.cuda("for (int i = threadIdx.x; i < 128; i += blockDim.x) out[i] = v[127 - i];",
+                    dtype=F32_TILE, scope="block", v=t)
+    a, b = splice.cuda("for (int i = threadIdx.x; i < 128; i += blockDim.x) {\n"
+                       "    out0[i] = 2.0f * v[i];\n"
+                       "    out1[i] = (int)i * k;\n"
+                       "}", dtype=(F32_TILE, I32_TILE), scope="block", v=t, k=3)
+    ct.store(y, index=(ct.bid(0),), tile=r + a)
+    ct.store(z, index=(ct.bid(0),), tile=b.astype(ct.float32))
+
+
 @splice.kernel
 def mismatch_kernel(x, y, TILE: ConstInt):
     t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
@@ -347,6 +365,16 @@ def test_block_scope_takes_tiles_of_different_shapes():
     np.testing.assert_allclose(y, x + np.repeat(ends, 128), rtol=1e-6)
 
 
+def test_block_scope_tile_results():
+    x = _x()
+    y, z = np.zeros_like(x), np.zeros_like(x)
+    b = _exec(reverse_kernel, F32x3, (2,), x, y, z)
+    rows = x.reshape(2, 128)
+    np.testing.assert_array_equal(y, (rows[:, ::-1] + 2 * rows).reshape(-1))
+    np.testing.assert_array_equal(z, np.tile(np.arange(128, dtype=np.float32) * 3, 2))
+    assert len([s for s in b.sites if "tile result" in s.extern]) == 3
+
+
 def test_includes():
     x = _x(lo=-3.0, hi=3.0) + np.float32(1e-4)
     y = np.zeros_like(x)
@@ -500,6 +528,8 @@ def non_constant_code_kernel(x, y, TILE: ConstInt):
     (keyword_name_kernel, "cannot be a C parameter name"),
     (non_constant_code_kernel, "the code must be a compile-time constant"),
     (mismatch_kernel, "do not broadcast to a common shape: a (128,), b (64,)"),
+    (_options_kernel(dtype=F32_TILE), "a tile result (splice.tile) is for scope=\"block\""),
+    (_options_kernel(dtype=(F32_TILE, ct.float32), scope="block"), "do not mix"),
     (_options_kernel(code=""), "non-empty str"),
     (_options_kernel(dtype=(ct.float32,)), "at least two dtypes"),
     (_options_kernel(dtype=(ct.float64, ct.float64)), "64 bits"),
@@ -513,7 +543,7 @@ def non_constant_code_kernel(x, y, TILE: ConstInt):
     (_options_kernel(defines=(1,)), "defines must"),
     (_options_kernel(include_dirs="/no/such/dir"), "not a directory"),
 ], ids=["no-dtype", "positional", "tuple-input", "keyword-name", "non-constant-code",
-        "shapes", "empty",
+        "shapes", "tile-result-per-element", "tile-and-element-results", "empty",
         "one-tuple", "128-bit-results", "bad-dtype", "memory-on-pure", "memory-none", "scope",
         "pure", "dlto", "includes", "defines", "include-dirs"])
 def test_bad_calls_are_call_errors(kernel, said, fresh_cache):
