@@ -558,7 +558,11 @@ Args:
         compile-time constant.
     dtype: the result's dtype (required): a cuTile dtype, a tuple of at least two
         (at most 64 bits together; the call returns a tuple of tiles), or None (no
-        result: a side effect only, always impure).
+        result: a side effect only, always impure). At block and warpgroup scope also a
+        tile result, ``splice.tile(ct.float32)`` (the shape of the first tile input) or
+        ``splice.tile(ct.int32, (8,))``, or a tuple of them (a module-level name: a kernel
+        cannot call ``splice.tile``): the snippet writes it as the array ``out``
+        (several: ``out0``, ``out1``...) and returns nothing.
     pure (bool): True (default): no side effect, the result depends only on the inputs
         (as for ``splice.extern``): an unused call may be removed, a call hoisted or moved
         across the kernel's loads and stores. False: kept in place and in order, run
@@ -570,7 +574,8 @@ Args:
         block / warpgroup runs it once per execution of the call (``__syncthreads``,
         shuffles, ``__shared__`` memory allowed as for an extern of that scope); a tile
         input is then the whole tile, an array of its shape in shared memory
-        (``float (&t)[16]``); the result is a scalar, thread 0's.
+        (``float (&t)[16]``); the result is a scalar (thread 0's) or tiles the snippet
+        writes (see ``dtype``).
     includes (str | tuple[str, ...]): headers to ``#include`` before the snippet
         (``"cuda_fp16.h"``, ``"<cuda/std/cmath>"``, ``'"my.h"'``).
     include_dirs (str | tuple[str, ...]): extra include directories.
@@ -595,7 +600,8 @@ Raises:
         not a C parameter name, an input that is not a tile, scalar, constant or array,
         inputs that do not broadcast, more than 128 bits of element inputs, ``memory`` not
         "any" or "arguments" (or not "any" on a pure snippet), a bad scope, a tile result
-        at block scope, bad includes/options/defines (as for ``splice.extern``).
+        at element scope (or mixed with element results, or without a shape to take),
+        bad includes/options/defines (as for ``splice.extern``).
     SpliceCompileError: NVRTC rejected the snippet: its message at the snippet's line and
         column, the snippet, its parameters and the call site.
     SpliceLinkError: what an extern's code gets: a collective (``__syncthreads``,
