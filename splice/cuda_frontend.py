@@ -220,9 +220,9 @@ class CudaSnippetSource(CudaSource):
         try:
             return super()._nvrtc(full, PROGRAM, target)
         except SpliceCompileError as e:
-            raise SpliceCompileError(self._compile_message(e, full, target), e.log) from None
+            raise SpliceCompileError(self._compile_message(e, target), e.log) from None
 
-    def _compile_message(self, e: SpliceCompileError, full: str, target: str) -> str:
+    def _compile_message(self, e: SpliceCompileError, target: str) -> str:
         """The first error of NVRTC's log: in the snippet, its line, column and text;
         elsewhere (a header, the generated code around the snippet), NVRTC's own lines."""
         from .cuda_compile import header_hint
@@ -230,7 +230,7 @@ class CudaSnippetSource(CudaSource):
         head = f"{self.describe()} does not compile for {arch_words(target)}"
         said = _first_snippet_error(e.log, self.snippet.code)
         if said is None:
-            said = _first_other_error(e.log, full)
+            said = _first_other_error(e.log)
         if "missing return statement" in said:
             said += ("\n    hint: a path through the snippet reaches its end without "
                      "return; every path must return the result")
@@ -265,13 +265,17 @@ def _first_snippet_error(log: str, code: str) -> str | None:
     return None
 
 
-def _first_other_error(log: str, full: str) -> str:
-    """NVRTC's first error outside the snippet, with the lines NVRTC shows under it."""
+def _first_other_error(log: str) -> str:
+    """NVRTC's first error outside the snippet (in the code generated around it, or in a
+    header), with the lines NVRTC shows under it."""
     lines = log.splitlines()
     for k, ln in enumerate(lines):
-        if _LOG_ERROR.match(ln):
+        m = _LOG_ERROR.match(ln)
+        if m:
             shown = [x for x in lines[k + 1:k + 3] if x.strip()]
-            return (f"error in the code splice generated around the snippet: {ln.strip()}"
+            where = "the code splice generated around the snippet" \
+                if m.group(1) == PROGRAM else m.group(1)
+            return (f"error in {where}: {ln.strip()}"
                     + "".join(f"\n      {x}" for x in shown))
     return log.strip().splitlines()[0] if log.strip() else "unknown NVRTC error"
 

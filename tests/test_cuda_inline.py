@@ -459,6 +459,17 @@ def test_a_path_without_return_is_a_compile_error():
                                  ct.float32), F32x2, "sm_90")
 
 
+def test_an_error_in_a_header_names_the_header():
+    k = _options_kernel(code="splice_test_broken(x)", includes='"splice_test_broken.h"',
+                        include_dirs=HEADER_DIR)
+    with pytest.raises(SpliceCompileError) as e:
+        splice.compile(k, F32x2, "sm_90")
+    said = str(e.value).split("--- tool log")[0]
+    assert f"error in {HEADER_DIR}/splice_test_broken.h: " in said
+    assert 'identifier "undefined_name" is undefined' in said
+    assert "snippet: splice_test_broken(x)" in said
+
+
 @pytest.mark.parametrize("code", ["__shfl_sync(0xffffffff, x, 0)",
                                   "(__syncthreads(), x)"])
 def test_collective_refused_per_element(code):
