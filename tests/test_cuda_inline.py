@@ -681,3 +681,35 @@ def test_gpu_every_dtype_family(torch, dtype, npt, code, ref):
     _launch(torch, (2,), _dtype_kernel(code, dtype), (xs, ys, 128))
     got = (ys.view(torch.uint16) if dtype == ct.bfloat16 else ys).cpu().numpy()
     np.testing.assert_array_equal(got, (ref or _brev)(x))
+
+
+# ----------------------------------------------------------------------------- TMA matmul
+
+@splice.kernel
+def matmul_group_kernel(A, B, C, tm: ConstInt, tn: ConstInt, tk: ConstInt):
+    acc = K.matmul_tile(A, B, tm, tn, tk)
+    s = splice.cuda("return (float)splice_group_size() + a;", dtype=ct.float32,
+                    scope="warpgroup", includes="splice_group.h", a=ct.bid(0))
+    ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=ct.astype(acc + s, C.dtype))
+
+
+MATMUL_F16 = K.signature(K.array(ct.float16, 2), K.array(ct.float16, 2),
+                         K.array(ct.float16, 2), 128, 128, 64)
+
+
+def test_warpgroup_snippet_in_a_warp_specialised_matmul_compiles():
+    b = splice.compile(matmul_group_kernel, MATMUL_F16, "sm_90")
+    assert "warpgroup scope" in b.summary()
+    if b.sass is not None:
+        assert b.sass_call_count() == 0
+
+
+@pytest.mark.gpu
+def test_gpu_warpgroup_snippet_in_a_matmul(torch):
+    A = torch.randn(256, 128, device="cuda", dtype=torch.float16)
+    B = torch.randn(128, 256, device="cuda", dtype=torch.float16)
+    C = torch.empty(256, 256, device="cuda", dtype=torch.float16)
+    _launch(torch, (2, 2, 1), matmul_group_kernel, (A, B, C, 128, 128, 64))
+    want = (A.float() @ B.float() + torch.tensor([[0.0], [1.0]], device="cuda")
+            .repeat_interleave(128, 0) + 128.0).half()
+    torch.testing.assert_close(C, want, rtol=2e-2, atol=2e-1)
