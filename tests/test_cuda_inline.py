@@ -575,7 +575,7 @@ def test_memory_arguments_is_passed_to_the_extern():
     def k(x, counts, TILE: ConstInt):
         t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
         splice.cuda("atomicAdd(c, v)", dtype=None, memory="arguments", c=counts, v=t)
-    from splice.trace import trace_kernel
+    from splice.tracing.trace import trace_kernel
     sig = K.signature(K.array(ct.uint32), K.array(ct.uint32), 128)
     assert [s.extern.memory for s in trace_kernel(k, sig, "sm_80").sites] == ["arguments"]
     x = np.arange(256, dtype=np.uint32)

@@ -35,7 +35,7 @@ def test_every_snippet_is_found():
 def test_aot_snippet_writes_a_cubin(tmp_path):
     out = _run("aot", tmp_path)
     assert out.returncode == 0, out.stderr
-    from splice.verify import elf_symbols
+    from splice.driver.verify import elf_symbols
     blob = (tmp_path / "scale.cubin").read_bytes()
     assert any(n.startswith("scale_") for n in elf_symbols(blob))
     assert not any("__splice_marker" in n for n in elf_symbols(blob))
