@@ -23,6 +23,7 @@ from ..types import (
     pointer,
     result_tiles,
 )
+from . import tile_guards
 from .tile_fragment import MAX_SHARED_BYTES, TileFragment, byte_size, callee_fragment
 
 _INT32 = ELEMENT_TYPES["int32"]
@@ -124,7 +125,8 @@ def _staging_externs(ext, tiles, results, group: int, where: str, loc):
     base, callee = callee_fragment(ext, abi, tuple(shapes), where)
     frag = TileFragment(base=base, callee=callee, abi=abi, group=group,
                         buffers=tuple(buffers), tile_positions=tuple(positions), where=where,
-                        results=len(results))
+                        results=len(results), scope=str(ext.form.scope),
+                        guard_bytes=tile_guards.GUARD_BYTES if tile_guards.enabled() else 0)
     label = f"'{ext.name}' at {where}"
 
     def derived(symbol, name, dsig, elements, what, form=element.ATOMIC):
