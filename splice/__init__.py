@@ -104,6 +104,9 @@ def compile(kernel, signature, arch: str = "sm_90") -> "Build":
         SpliceCallError, SpliceCompileError, SpliceLinkError, SpliceRewriteError,
         SpliceToolchainError (an architecture tileiras cannot compile for): see
             :mod:`splice.errors`.
+        cuda.tile.TileError: cuTile refuses the kernel's code: an instance of cuTile's own
+            class (``ct.TileStaticAssertionError``, ``ct.TileSyntaxError``...) that is also
+            a SpliceError (:class:`splice.errors.CuTileError`), with cuTile's message.
     """
     from .driver.pipeline import build
     return build(kernel, signature, arch, None, keep_stages=True)

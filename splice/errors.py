@@ -7,11 +7,25 @@ carries the log of the tool that failed (NVRTC, nvJitLink, tileiras, ptxas) in `
 Errors found while cuTile traces a kernel (wrong arity, wrong dtypes) are also cuTile
 ``TileTypeError``\\ s, so cuTile prints the call site with its source line and the chain of
 helper functions that led to it.
+
+cuTile's own refusals of a kernel's code keep cuTile's class: through ``@splice.kernel`` a
+``ct.static_assert`` that fails raises an instance of cuTile's ``TileStaticAssertionError``
+that is also a :class:`SpliceError` (a :class:`CuTileError`, made by
+:func:`as_cutile_error`), with cuTile's message; tileiras failing raises
+:class:`SpliceTileirasError` (a ``TileCompilerExecutionError``) or
+:class:`SpliceTileirasTimeout` (a ``TileCompilerTimeoutError``).
 """
 
 from __future__ import annotations
 
-from cuda.tile import TileTypeError
+from typing import Any
+
+from cuda.tile import (
+    TileCompilerExecutionError,
+    TileCompilerTimeoutError,
+    TileError,
+    TileTypeError,
+)
 
 
 class SpliceError(Exception):
@@ -38,6 +52,18 @@ class SpliceDeclarationError(SpliceError, TypeError):
     missing annotation, bad option, text where a path goes, a file of another kind. Raised
     when the declaration is made. Also raised when ``splice.compile``/``build``/``inspect``
     are given something other than a kernel and a ``KernelSignature``."""
+
+
+class SpliceOptionValueError(SpliceDeclarationError, ValueError):
+    """A kernel option cuTile refuses with a ``ValueError`` (``num_ctas=3``, an
+    ``opt_level`` out of range): a :class:`SpliceDeclarationError` that is also the
+    ``ValueError`` ``@ct.kernel`` raises, so ``except ValueError`` catches it as for cuTile.
+
+    Example:
+        >>> from splice.errors import SpliceOptionValueError, SpliceDeclarationError
+        >>> issubclass(SpliceOptionValueError, ValueError)
+        True
+    """
 
 
 class SpliceCallError(SpliceError, TileTypeError):
@@ -81,3 +107,142 @@ class SpliceToolchainError(SpliceError):
 class SpliceLaunchError(SpliceError):
     """A built kernel cannot be loaded or launched in this process as it stands (e.g. its
     externs call NVSHMEM and NVSHMEM is not initialised)."""
+
+
+class CuTileError(SpliceError):
+    """cuTile's own refusal of a ``@splice.kernel``'s code (a failed ``ct.static_assert``,
+    unsupported syntax, a value cuTile rejects...), raised as an instance of a subclass of
+    cuTile's own exception class and of this one, so that ``except ct.TileStaticAssertionError``
+    (or any cuTile class) catches it exactly as for a ``@ct.kernel``. ``.message`` and
+    ``.loc`` are cuTile's; ``str()`` is cuTile's text followed by a line naming the kernel
+    (and a hint where splice has one). Made by :func:`as_cutile_error`.
+
+    Example:
+        >>> import cuda.tile as ct, splice
+        >>> @splice.kernel
+        ... def k(x):
+        ...     ct.static_assert(False, "no")
+        >>> try:
+        ...     splice.compile(k, splice.kernel_signature("array(float32)"), arch="sm_90")
+        ... except ct.TileStaticAssertionError as e:
+        ...     print(type(e).__name__, isinstance(e, splice.SpliceError), e.message)
+        StaticAssertionError True Static assertion failed: no
+    """
+
+    #: the kernel named in ``str()`` and what splice adds (set by :func:`as_cutile_error`)
+    context: str = ""
+
+    def __init__(self, *args, **kwargs):   # made by as_cutile_error only
+        raise TypeError("CuTileError is made by splice.errors.as_cutile_error(e, context)")
+
+    def __str__(self) -> str:
+        text = super(SpliceError, self).__str__()   # cuTile's class's own text
+        return f"{text.rstrip()}\n{self.context}" if self.context else text
+
+
+#: cuTile's exception class -> its CuTileError subclass (made once each)
+_CUTILE_CLASSES: dict[type, type] = {}
+
+
+def cutile_error_class(cls: type) -> type:
+    """The class of :func:`as_cutile_error`'s errors for cuTile's exception class ``cls``:
+    a subclass of both ``cls`` and :class:`CuTileError`, named as ``cls``.
+
+    Args:
+        cls (type): a subclass of ``cuda.tile.TileError``.
+
+    Returns:
+        type: the subclass (the same object for the same ``cls``).
+
+    Raises:
+        TypeError: ``cls`` is not a ``cuda.tile.TileError`` class.
+
+    Example:
+        >>> import cuda.tile as ct
+        >>> from splice.errors import cutile_error_class
+        >>> issubclass(cutile_error_class(ct.TileValueError), ct.TileValueError)
+        True
+    """
+    if not (isinstance(cls, type) and issubclass(cls, TileError)):
+        raise TypeError(f"not a cuda.tile.TileError class: {cls!r}")
+    if issubclass(cls, CuTileError):
+        return cls
+    sub = _CUTILE_CLASSES.get(cls)
+    if sub is None:
+        sub = type(cls.__name__, (CuTileError, cls), {
+            "__module__": __name__, "__qualname__": f"CuTileError.{cls.__name__}",
+            "__doc__": f"cuTile's {cls.__name__} raised through splice (see CuTileError)."})
+        _CUTILE_CLASSES[cls] = sub
+    return sub
+
+
+def as_cutile_error(e: TileError, context: str = "") -> TileError:
+    """cuTile's error ``e`` as an instance of ``cutile_error_class(type(e))``: the same
+    class for ``except`` (and a :class:`SpliceError`), the same ``.message``, ``.loc`` and
+    attributes, ``context`` added as a last line of ``str()``.
+
+    Args:
+        e (cuda.tile.TileError): the error cuTile raised.
+        context (str): what splice adds (the kernel's name and file:line, a hint).
+
+    Returns:
+        cuda.tile.TileError: the new error (raise it ``from e.__cause__``: cuTile prints a
+        ``static_eval`` error's traceback from its cause).
+
+    Raises:
+        TypeError: ``e`` is not a ``cuda.tile.TileError``.
+
+    Example:
+        >>> import cuda.tile as ct
+        >>> from splice.errors import as_cutile_error, SpliceError
+        >>> err = as_cutile_error(ct.TileValueError("bad shape"), "in kernel 'k'")
+        >>> isinstance(err, ct.TileValueError), isinstance(err, SpliceError), err.message
+        (True, True, 'bad shape')
+    """
+    cls: Any = cutile_error_class(type(e))
+    err = cls.__new__(cls)
+    err.__dict__.update(e.__dict__)
+    err.args = e.args
+    err.log = getattr(e, "log", "")
+    err.context = context
+    return err
+
+
+class _TileirasFailure(SpliceToolchainError):
+    """tileiras failing: a SpliceToolchainError with the attributes of cuTile's
+    ``InternalCompilerError`` (``compiler_flags``, ``compiler_version``)."""
+
+    def __init__(self, message: str, log: str = "", *, flags: str = ""):
+        Exception.__init__(self, message)   # (cuTile's __init__s take other arguments)
+        self.loc = TileError("").loc      # cuTile's unknown location
+        self.message = message
+        self.log = log
+        self.compiler_flags = flags
+        self.compiler_version = None
+
+    __str__ = SpliceError.__str__
+
+
+class SpliceTileirasError(_TileirasFailure, TileCompilerExecutionError):
+    """tileiras failed on a kernel's Tile IR: a ``SpliceToolchainError`` (``.log`` holds
+    tileiras's output) that is also cuTile's ``TileCompilerExecutionError``, as cuTile
+    raises when tileiras fails for a ``@ct.kernel``.
+
+    Example:
+        >>> import cuda.tile as ct
+        >>> from splice.errors import SpliceTileirasError
+        >>> issubclass(SpliceTileirasError, ct.TileCompilerExecutionError)
+        True
+    """
+
+
+class SpliceTileirasTimeout(_TileirasFailure, TileCompilerTimeoutError):
+    """tileiras exceeded the compile timeout (``CUDA_TILE_COMPILER_TIMEOUT_SEC``): a
+    ``SpliceToolchainError`` that is also cuTile's ``TileCompilerTimeoutError``.
+
+    Example:
+        >>> import cuda.tile as ct
+        >>> from splice.errors import SpliceTileirasTimeout
+        >>> issubclass(SpliceTileirasTimeout, ct.TileCompilerTimeoutError)
+        True
+    """

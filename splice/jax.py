@@ -295,20 +295,22 @@ def _constraint_key(c):
 
 def _compile(kernel, constraints) -> tuple[str, bytes, bytes]:
     """(symbol, cubin, sha256 of the cubin) of ``kernel`` for ``constraints``, built by
-    splice for the current GPU; kept per kernel object and signature for the process."""
+    splice for the current GPU; kept per kernel object and signature for the process, and
+    built again once an extern was declared again (:func:`splice.tracing.reloading.generation`)."""
     from cuda.tile.compilation import KernelSignature
 
     from .driver import pipeline
-    arch = _arch()
+    from .tracing.reloading import generation
+    gen, arch = generation(), _arch()
     key = (id(kernel), arch, tuple(_constraint_key(c) for c in constraints))
     hit = _compiled.get(key)
-    if hit is not None:
-        return hit[1:]
+    if hit is not None and hit[-1] == generation():   # no extern declared again since
+        return hit[1:-1]
     signature = KernelSignature(constraints, _ct.calling_convention_for(constraints)) \
         .with_mangled_symbol(_cutile.python_function(kernel).__name__)
     b = pipeline.build(kernel, signature, arch)
     log.info("splice.jax.cutile_call: %s for %s (%s)", b.kernel_name, arch,
              "cached" if b.from_cache else f"compiled in {b.seconds:.3f} s")
-    out = (kernel, b.symbol, b.cubin, hashlib.sha256(b.cubin).digest())
+    out = (kernel, b.symbol, b.cubin, hashlib.sha256(b.cubin).digest(), gen)
     _compiled[key] = out      # holds the kernel: its id stays unique while the entry lives
-    return out[1:]
+    return out[1:-1]

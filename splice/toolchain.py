@@ -29,7 +29,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .errors import SpliceCompileError, SpliceToolchainError
+from .errors import (
+    SpliceCompileError,
+    SpliceTileirasError,
+    SpliceTileirasTimeout,
+    SpliceToolchainError,
+)
 
 _STRIPPED_ENV = ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT")
 
@@ -399,8 +404,9 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
     """Lower Tile IR bytecode with tileiras, capturing PTX, host object and ptxas flags.
 
     Raises:
-        SpliceToolchainError: tileiras failed or timed out, or did not call ptxas exactly
-            once.
+        SpliceTileirasError: tileiras failed (also cuTile's TileCompilerExecutionError).
+        SpliceTileirasTimeout: it timed out (also cuTile's TileCompilerTimeoutError).
+        SpliceToolchainError: it cannot run, or did not call ptxas exactly once.
     """
     ov = _live_overlay()
     with tempfile.TemporaryDirectory(prefix="splice-tileiras-") as work:
@@ -420,9 +426,9 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
         try:
             proc = subprocess.run(argv, capture_output=True, env=env, timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise SpliceToolchainError(
+            raise SpliceTileirasTimeout(
                 f"tileiras exceeded the compile timeout of {timeout}s on {what} "
-                f"(CUDA_TILE_COMPILER_TIMEOUT_SEC)") from None
+                f"(CUDA_TILE_COMPILER_TIMEOUT_SEC)", flags=shlex.join(flags)) from None
         except OSError as e:
             raise SpliceToolchainError(f"cannot run tileiras for {what}: {e}") from None
         log = (proc.stdout + proc.stderr).decode(errors="replace")
@@ -434,9 +440,10 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
                     f"tileiras cannot compile {what} for {unsupported.group(1)}: it supports "
                     f"{', '.join(tileiras_architectures()) or '(see tileiras --help)'}; pass "
                     f"one of them as arch=", log)
-            raise SpliceToolchainError(
+            raise SpliceTileirasError(
                 f"tileiras failed (exit {proc.returncode}) on {what}; command: "
-                f"{shlex.join(argv[1:])}{_missing_libnvvm_hint()}", log)
+                f"{shlex.join(argv[1:])}{_missing_libnvvm_hint()}", log,
+                flags=shlex.join(flags))
         calls = sorted(cap.glob("call*.argv"))
         if len(calls) != 1:
             raise SpliceToolchainError(
@@ -599,33 +606,51 @@ def _check_nvrtc(err, what: str, log: str = ""):
         raise SpliceToolchainError(f"{what} failed: {err.name}", log)
 
 
-def nvrtc_compile_ltoir(source: bytes, name: str, options: list[str]) -> bytes:
-    """Compile CUDA C to LTO-IR with NVRTC (``options`` must hold ``-dlto``).
+def nvrtc_compile_ltoir(source: bytes, name: str, options: list[str], *,
+                       pch: bool = False) -> bytes:
+    """Compile CUDA C to LTO-IR with NVRTC (``options`` must hold ``-dlto``); ``pch``: with
+    NVRTC's automatic precompiled header (:mod:`splice.nvrtc_pch`).
 
     Raises:
         SpliceCompileError: the source did not compile; ``.log`` is NVRTC's log.
     """
-    return _nvrtc(source, name, options, ltoir=True)[0]
+    return _nvrtc(source, name, options, ltoir=True, pch=pch)[0]
 
 
-def nvrtc_compile(source: bytes, name: str, options: list[str]) -> tuple[str, str]:
-    """Compile CUDA C to PTX with NVRTC. Returns (ptx, log).
+def nvrtc_compile(source: bytes, name: str, options: list[str], *,
+                  pch: bool = False) -> tuple[str, str]:
+    """Compile CUDA C to PTX with NVRTC. Returns (ptx, log). ``pch``: with NVRTC's
+    automatic precompiled header (:mod:`splice.nvrtc_pch`).
 
     Raises:
         SpliceCompileError: the source did not compile; ``.log`` is NVRTC's log.
     """
-    out, log = _nvrtc(source, name, options, ltoir=False)
+    out, log = _nvrtc(source, name, options, ltoir=False, pch=pch)
     return out.decode(), log
 
 
-def _nvrtc(source: bytes, name: str, options: list[str], ltoir: bool):
-    """NVRTC: (PTX or LTO-IR bytes, log)."""
+def _nvrtc(source: bytes, name: str, options: list[str], ltoir: bool, pch: bool = False):
+    """NVRTC: (PTX or LTO-IR bytes, log). PCH compiles run one at a time
+    (:data:`splice.nvrtc_pch._lock`)."""
     from cuda.bindings import nvrtc
+    if not pch:
+        return _nvrtc_program(nvrtc, source, name, options, ltoir, pch=False)
+    from . import nvrtc_pch
+    with nvrtc_pch._lock:
+        extra = nvrtc_pch.options(nvrtc)
+        return _nvrtc_program(nvrtc, source, name, options + extra, ltoir, pch=bool(extra))
+
+
+def _nvrtc_program(nvrtc, source: bytes, name: str, options: list[str], ltoir: bool,
+                   pch: bool):
     err, prog = nvrtc.nvrtcCreateProgram(source, name.encode(), 0, [], [])
     _check_nvrtc(err, "nvrtcCreateProgram")
     try:
         opts = [o.encode() for o in options]
         (cerr,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        if pch:
+            from . import nvrtc_pch
+            nvrtc_pch.after_compile(nvrtc, prog)
         err, size = nvrtc.nvrtcGetProgramLogSize(prog)
         _check_nvrtc(err, "nvrtcGetProgramLogSize")
         # A fresh mutable buffer: NVRTC writes into it. (``b" " * 1`` would be CPython's
@@ -633,6 +658,9 @@ def _nvrtc(source: bytes, name: str, options: list[str], ltoir: bool):
         buf = bytearray(size)
         (err,) = nvrtc.nvrtcGetProgramLog(prog, buf)
         log = bytes(buf).rstrip(b"\0").decode(errors="replace")
+        if pch:     # NVRTC's notes on its PCH file are no news to the user
+            log = "".join(ln for ln in log.splitlines(keepends=True)
+                          if "precompiled header file" not in ln)
         if cerr != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise SpliceCompileError(f"NVRTC: {cerr.name}", log)
         if ltoir:

@@ -380,14 +380,18 @@ def _unknown_keyword_kernel(x, y, TILE: ConstInt):
     (_list_dtype_kernel, "Unsupported syntax"),
     (_unknown_keyword_kernel, "asm(): got an unexpected keyword argument 'packk'"),
 ], ids=["bytes template", "dtype list", "unknown keyword"])
-def test_arguments_cutile_refuses_are_splice_errors(fresh_cache, kernel, said):
-    # cuTile checks a call's arguments before splice sees them: its refusal comes back as a
-    # SpliceCallError at the call's line that says what splice.asm takes
+def test_arguments_cutile_refuses_are_cutile_errors_with_a_hint(fresh_cache, kernel, said):
+    # cuTile checks a call's arguments before splice sees them: its refusal comes back as
+    # cuTile's own error (also a SpliceError) at the call's line, with a line that says what
+    # splice.asm takes
     line = _line_in(kernel)
-    with pytest.raises(splice.SpliceCallError) as e:
+    with pytest.raises(ct.TileError) as e:
         splice.build(kernel, I32, "sm_90")
+    assert isinstance(e.value, splice.SpliceError)
+    assert not isinstance(e.value, splice.SpliceCallError)
+    assert said in e.value.message
+    assert (e.value.loc.filename, e.value.loc.line) == (__file__, line)
     msg = str(e.value)
-    assert f"cuTile cannot compile the code at {__file__}:{line}: {said}" in msg
     assert "splice.asm takes a str template" in msg and "dtype= (a cuTile dtype" in msg
     assert not list(fresh_cache.rglob("*.cubin"))
 

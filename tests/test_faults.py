@@ -41,14 +41,19 @@ def test_tileiras_exits_nonzero(fresh_cache, tmp_path, monkeypatch):
     with pytest.raises(splice.SpliceToolchainError, match=r"tileiras failed \(exit 3\)") as e:
         splice.build(K.ptx_kernel, SIG, "sm_90")
     assert "something broke" in e.value.log
+    # as cuTile raises when tileiras fails on a @ct.kernel
+    assert isinstance(e.value, ct.TileCompilerExecutionError)
+    assert not isinstance(e.value, ct.TileCompilerTimeoutError)
     assert _no_entries()
 
 
 def test_tileiras_times_out(fresh_cache, tmp_path, monkeypatch):
     monkeypatch.setattr(toolchain, "overlay", lambda: _fake_overlay(tmp_path, "sleep 30\n"))
     t0 = time.time()
-    with pytest.raises(splice.SpliceToolchainError, match="exceeded the compile timeout"):
+    with pytest.raises(splice.SpliceToolchainError, match="exceeded the compile timeout") as e:
         toolchain.run_tileiras(b"bytecode", ("--gpu-name", "sm_90"), timeout=1, what="k")
+    assert isinstance(e.value, ct.TileCompilerTimeoutError)   # as cuTile raises
+    assert not isinstance(e.value, ct.TileCompilerExecutionError)
     assert time.time() - t0 < 20
 
 

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from cuda.tile import TileError
 
 from .. import _cutile, cache, settings, toolchain
-from ..errors import SpliceCallError, SpliceError, SpliceLinkError, SpliceToolchainError
+from ..errors import SpliceError, SpliceLinkError, SpliceToolchainError, as_cutile_error
 from ..forms.base import SiteInfo
 from ..inputs import nvshmem
 from ..spans import Span
@@ -70,7 +70,8 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
 
     Raises:
         SpliceCallError, SpliceCompileError, SpliceLinkError, SpliceRewriteError,
-        SpliceToolchainError.
+        SpliceToolchainError; cuTile's own TileError classes where cuTile refuses the
+        kernel's code (:func:`splice.errors.as_cutile_error`).
     """
     with _gc_paused():
         job = Job.start(kernel, signature, arch, context, keep_stages)
@@ -174,19 +175,19 @@ class Job:
 # trace, key, cache
 
 
-def _cutile_refusal(job: Job, e) -> SpliceCallError:
-    """cuTile's frontend refusing the kernel's code (``e``: a ``cuda.tile.TileError``) as a
-    SpliceCallError at the same place, saying what splice.asm takes when the line calls it
-    (cuTile checks a call's arguments before splice sees them)."""
+def _cutile_refusal(job: Job, e) -> TileError:
+    """cuTile's frontend refusing the kernel's code (``e``: a ``cuda.tile.TileError``) as an
+    error of cuTile's own class that is also a SpliceError (:func:`errors.as_cutile_error`):
+    cuTile's message and location, a line naming the kernel, and what splice.asm takes when
+    the line calls it (cuTile checks a call's arguments before splice sees them)."""
     import linecache
     loc = e.loc
     line = "" if loc is None or loc.is_unknown() else linecache.getline(loc.filename, loc.line)
-    said = e.message.strip().rstrip(".") or type(e).__name__
-    hint = (". splice.asm takes a str template (a literal, not bytes), tiles or scalars as "
+    hint = ("; splice.asm takes a str template (a literal, not bytes), tiles or scalars as "
             "inputs, and the keywords dtype= (a cuTile dtype such as ct.int32, or a tuple of "
             "them), constraints=, pure=, pack= and scope=" if "asm(" in line else "")
-    return SpliceCallError(f"{job.what}: cuTile cannot compile the code at "
-                           f"{trace.loc_str(loc)}: {said}{hint}", loc)
+    return as_cutile_error(e, f"(cuTile refused the code of {job.what}, compiled by "
+                              f"@splice.kernel{hint})")
 
 
 def _trace(job: Job, atomic: frozenset[str]):
@@ -197,7 +198,7 @@ def _trace(job: Job, atomic: frozenset[str]):
     except TileError as e:
         if isinstance(e, SpliceError):
             raise
-        raise _cutile_refusal(job, e) from None
+        raise _cutile_refusal(job, e) from e.__cause__
     job.symbol = traced.symbol
     job.dump(".tilebc", traced.bytecode)
     externs: dict[str, Any] = {}     # symbol -> ExternFunction

@@ -14,7 +14,11 @@ import types
 import cuda.tile as ct
 
 from .. import _cutile
-from ..errors import SpliceDeclarationError, SpliceToolchainError
+from ..errors import (
+    SpliceDeclarationError,
+    SpliceOptionValueError,
+    SpliceToolchainError,
+)
 
 
 def signature_from_args(kernel, args):
@@ -58,7 +62,10 @@ class SpliceKernel(ct.kernel):
         except (TypeError, ValueError) as e:  # cuTile checks the options
             code = function.__code__
             given = ", ".join(f"{k}={v!r}" for k, v in options.items())
-            raise SpliceDeclarationError(
+            # cuTile's class kept: ValueError for a bad value, TypeError for a bad type
+            cls = SpliceOptionValueError if isinstance(e, ValueError) else \
+                SpliceDeclarationError
+            raise cls(
                 f"@splice.kernel '{function.__name__}' ({code.co_filename}:"
                 f"{code.co_firstlineno}): cuTile refuses the options {given}: {e}; num_ctas, "
                 f"occupancy, opt_level and num_worker_warps take ints (or ct.ByTarget)"
@@ -67,7 +74,9 @@ class SpliceKernel(ct.kernel):
     def _compile(self, signature, context, compute_capability=None):
         from . import pipeline
         arch = _cutile.arch_name(compute_capability or _cutile.get_compute_capability())
-        built = pipeline.build(self, signature, arch, context)
+        from ..tracing.reloading import launching
+        with launching(self):    # externs reached: a re-declaration warns (StaleKernelWarning)
+            built = pipeline.build(self, signature, arch, context)
         return built.cubin, built.symbol, None, built.lifecycle_providers
 
     def replace_hints(self, **hints):

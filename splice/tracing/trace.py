@@ -289,6 +289,8 @@ def _check_float_constant(ext, i, value, elem, loc):
 
 
 def _handle_extern_call(callee, *args):
+    from .reloading import latest
+    callee = latest(callee)   # the extern declared again since cuTile froze the kernel's globals
     ext = callee._splice_extern
     loc = cu.current_loc()
     if len(args) == 2 and isinstance(args[0], tuple):  # cuTile packs *args, **kwargs
@@ -522,6 +524,8 @@ def make_callable_stub(ext, pyfunc, emit=None):
     stub._splice_extern = ext  # type: ignore[attr-defined]
     if emit is not None:
         stub._splice_emit = emit  # type: ignore[attr-defined]
+    from .reloading import declared
+    declared(stub, pyfunc)
     return stub
 
 
