@@ -405,9 +405,9 @@ def test_identical_snippets_share_one_fragment(fresh_cache, monkeypatch):
     calls = []
     real = toolchain.nvrtc_compile
 
-    def counting(source, name, options):
+    def counting(source, name, options, **kw):
         calls.append(source)
-        return real(source, name, options)
+        return real(source, name, options, **kw)
     monkeypatch.setattr(toolchain, "nvrtc_compile", counting)
     x = _x()
     y, z = np.zeros_like(x), np.zeros_like(x)
