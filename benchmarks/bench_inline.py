@@ -14,6 +14,11 @@
    4c. the same leaky-ReLU epilogue written in cuTile               (reported)
    4b. a fast-GELU epilogue (x / (1 + exp(-1.702 x))) inlined vs. the same epilogue
        written in cuTile                                        (reported)
+5. the polynomial of 1 as inline CUDA C (splice.cuda, the extern's body pasted in the
+   kernel) vs. the same code as an extern                       (target <= 1.00)
+   5b. the same splice.cuda snippet vs. pure cuTile             (reported; 1's target)
+   5c. the fast-GELU matmul epilogue of 4b as a splice.cuda snippet vs. the extern
+                                                                (target <= 1.00)
 
     python benchmarks/bench_inline.py [--reps 30]
 """
@@ -41,6 +46,18 @@ poly_inlined = splice.extern(source=_POLY_SRC, name="poly32",
                              signature="float32(float32)")(lambda x: None)
 poly_called = splice.extern(source=_POLY_SRC, name="poly32", inline="never",
                             signature="float32(float32)")(lambda x: None)
+
+
+#: The body of poly32 as a splice.cuda snippet (its parameter: x).
+POLY_BODY = _POLY_SRC.split("{", 1)[1].rsplit("}", 1)[0]
+
+
+@splice.kernel
+def poly_cuda_kernel(x, y, reps: int, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    for r in range(reps):
+        t = splice.cuda(POLY_BODY, dtype=ct.float32, x=t)
+    ct.store(y, index=(ct.bid(0),), tile=t)
 
 
 def _poly_kernel(fn):
@@ -117,6 +134,13 @@ def matmul_gelu_kernel(A, B, C, tm: ConstInt, tn: ConstInt, tk: ConstInt):
     ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=ct.astype(fast_gelu(acc), C.dtype))
 
 
+@splice.kernel
+def matmul_cuda_gelu_kernel(A, B, C, tm: ConstInt, tn: ConstInt, tk: ConstInt):
+    acc = matmul_tile(A, B, tm, tn, tk)
+    g = splice.cuda("x / (1.0f + __expf(-1.702f * x))", dtype=ct.float32, x=acc)
+    ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=ct.astype(g, C.dtype))
+
+
 @ct.kernel
 def matmul_plain_kernel(A, B, C, tm: ConstInt, tn: ConstInt, tk: ConstInt):
     acc = matmul_tile(A, B, tm, tn, tk)
@@ -160,7 +184,7 @@ def main(argv=None):
     # 1 + 2: compute-bound polynomial
     n, tile = 16 << 20, 1024
     x = torch.rand(n, device="cuda") * 2 - 1
-    ys = {k: torch.empty_like(x) for k in ("inlined", "called", "cutile")}
+    ys = {k: torch.empty_like(x) for k in ("inlined", "called", "cutile", "cuda")}
     grid = (n // tile,)
     ys["inlined_const"], ys["cutile_const"] = torch.empty_like(x), torch.empty_like(x)
     med = time_side_by_side(torch, {
@@ -169,7 +193,9 @@ def main(argv=None):
         "cutile": (grid, poly_cutile_kernel, (x, ys["cutile"], REPS, tile)),
         "inlined_const": (grid, poly_inlined_const_kernel, (x, ys["inlined_const"], tile)),
         "cutile_const": (grid, poly_cutile_const_kernel, (x, ys["cutile_const"], tile)),
+        "cuda": (grid, poly_cuda_kernel, (x, ys["cuda"], REPS, tile)),
     }, reps=a.reps)
+    torch.testing.assert_close(ys["cuda"], ys["inlined"], rtol=0, atol=0)  # the same code
     for k in ("called", "cutile", "inlined_const", "cutile_const"):
         torch.testing.assert_close(ys[k], ys["inlined"], rtol=1e-4, atol=1e-5)
     flops = 2 * 32 * REPS * n
@@ -180,6 +206,10 @@ def main(argv=None):
                  med["inlined_const"], med["cutile_const"], None, "loop unrolled by LLVM"))
     rows.append(("2 poly32 x16, extern called / inlined", med["called"], med["inlined"], None,
                  ""))
+    rows.append(("5 poly32 x16, splice.cuda / extern (inlined)", med["cuda"], med["inlined"],
+                 1.0, "the same CUDA C, pasted in the kernel / declared"))
+    rows.append(("5b poly32 x16, splice.cuda / pure cuTile", med["cuda"], med["cutile"], None,
+                 f"{flops / med['cuda'] / 1e12:.1f} TFLOP/s"))
 
     # 3: inline PTX vs Triton inline_asm_elementwise
     n, tile = 64 << 20, 1024
@@ -199,8 +229,8 @@ def main(argv=None):
     M = N = K = 4096
     A = torch.randn(M, K, dtype=torch.float16, device="cuda")
     B = torch.randn(K, N, dtype=torch.float16, device="cuda")
-    C1, C2, C3, C4, C5 = (torch.empty(M, N, dtype=torch.float16, device="cuda")
-                          for _ in range(5))
+    C1, C2, C3, C4, C5, C6 = (torch.empty(M, N, dtype=torch.float16, device="cuda")
+                              for _ in range(6))
     g = (M // 128, N // 128)
     med = time_side_by_side(torch, {
         "epilogue": (g, matmul_epilogue_kernel, (A, B, C1, 128, 128, 64)),
@@ -208,6 +238,7 @@ def main(argv=None):
         "gelu": (g, matmul_gelu_kernel, (A, B, C4, 128, 128, 64)),
         "cutile_epilogue": (g, matmul_cutile_epilogue_kernel, (A, B, C3, 128, 128, 64)),
         "cutile_leaky": (g, matmul_cutile_leaky_kernel, (A, B, C5, 128, 128, 64)),
+        "cuda_gelu": (g, matmul_cuda_gelu_kernel, (A, B, C6, 128, 128, 64)),
     }, reps=a.reps)
     acc = C2.float()
     torch.testing.assert_close(C1.float(), torch.maximum(acc, 0.01 * acc), rtol=2e-2,
@@ -215,6 +246,7 @@ def main(argv=None):
     torch.testing.assert_close(C4.float(), acc / (1 + torch.exp(-1.702 * acc)), rtol=2e-2,
                                atol=2e-2)
     torch.testing.assert_close(C1, C5)
+    torch.testing.assert_close(C6, C4, rtol=0, atol=0)      # the same CUDA C
     fl = 2 * M * N * K
     rows.append(("4 TMA matmul 4096^3 fp16, leaky-ReLU epilogue / plain", med["epilogue"],
                  med["plain"], 1.03, f"{fl / med['epilogue'] / 1e12:.0f} vs "
@@ -224,6 +256,8 @@ def main(argv=None):
     rows.append(("4b fast-GELU epilogue, inlined / cuTile-written", med["gelu"],
                  med["cutile_epilogue"], None,
                  f"{fl / med['cutile_epilogue'] / 1e12:.0f} TFLOP/s cuTile epilogue"))
+    rows.append(("5c fast-GELU epilogue, splice.cuda / extern", med["cuda_gelu"], med["gelu"],
+                 1.0, f"{fl / med['cuda_gelu'] / 1e12:.0f} TFLOP/s"))
 
     print(f"splice inline benchmarks on {torch.cuda.get_device_name()}, {a.reps} reps, medians")
     print(f"{'case':<52} {'ms':>9} {'base ms':>9} {'ratio':>7} {'target':>7}  notes")
@@ -234,6 +268,8 @@ def main(argv=None):
     b = poly_inlined_kernel.inspect(x[:1024].clone(), ys["inlined"][:1024].clone(), REPS,
                                     1024)
     print("SASS CALLs in the inlined polynomial kernel:", b.sass_call_count("poly32"))
+    b = poly_cuda_kernel.inspect(x[:1024].clone(), ys["cuda"][:1024].clone(), REPS, 1024)
+    print("SASS CALLs in the splice.cuda polynomial kernel:", b.sass_call_count())
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ _LAZY = {
     "extern": ("inputs.externs", "extern"), "library": ("inputs.externs", "library"),
     "Library": ("inputs.externs", "Library"),
     "ExternFunction": ("inputs.externs", "ExternFunction"),
-    "asm": ("inputs.asm_frontend", "asm"),
+    "asm": ("inputs.asm_frontend", "asm"), "cuda": ("inputs.cuda_frontend", "cuda"),
     "Signature": ("types", "Signature"), "parse_signature": ("types", "parse_signature"),
     "pointer": ("types", "pointer"), "tile": ("types", "tile"),
     "ELEMENT_TYPES": ("types", "ELEMENT_TYPES"),
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from .driver.result import Build
     from .driver.splice_kernel import SpliceKernel as kernel
     from .inputs.asm_frontend import asm
+    from .inputs.cuda_frontend import cuda
     from .inputs.externs import ExternFunction, Library, extern, library
     from .integrations.export import export_kernel
     from .ptxtools.ptx import PTXSyntaxError
@@ -113,7 +114,7 @@ def compile(kernel, signature, arch: str = "sm_90") -> "Build":
 
 
 __all__ = [
-    "kernel", "extern", "asm", "library", "Library", "compile", "build", "Build",
+    "kernel", "extern", "asm", "cuda", "library", "Library", "compile", "build", "Build",
     "ExternFunction", "Signature", "parse_signature", "pointer", "tile", "ELEMENT_TYPES",
     "SpliceError", "SpliceCallError", "SpliceCompileError", "SpliceDeclarationError",
     "SpliceLaunchError", "SpliceLinkError", "SpliceRewriteError", "SpliceToolchainError",

@@ -1,0 +1,627 @@
+"""Inline CUDA C in cuTile kernels: ``splice.cuda``, the C counterpart of ``splice.asm``.
+
+:func:`make_cuda_function` makes ``splice.cuda``, a plain function cuTile's frontend
+resolves to :func:`_handle_cuda` inside a kernel. A call::
+
+    y = splice.cuda("__expf(-x * x)", dtype=ct.float32, x=t)
+
+becomes an extern whose device code is a generated ``extern "C" __device__`` function
+(:class:`CudaSnippet`): one parameter per named input, typed from its cuTile dtype (the C
+types of :data:`splice.types.ELEMENT_TYPES`, ``T*`` for an array), the snippet as its body
+(an expression is returned). The extern goes through the CUDA C path of any extern
+(:class:`CudaSnippetSource`, a :class:`splice.inputs.fragments.CudaSource`: NVRTC, the
+content-keyed cache, inlining, every check of the pipeline); its trace is an extern call's
+(:func:`splice.tracing.trace.emit_call`, :func:`splice.inputs.tile_trace.emit_tile_call` for tiles at
+block or warpgroup scope).
+
+The generated text does not hold the call's location, so two calls of one snippet with
+the same types share a symbol and a fragment (one NVRTC compile, one module). ``#line``
+directives give the snippet its own line numbers, so that an NVRTC error is reported at
+the snippet's line and column and at the kernel line of the call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import weakref
+from typing import Any
+
+from .. import _cutile as cu
+from ..errors import (
+    SpliceCallError,
+    SpliceCompileError,
+    SpliceDeclarationError,
+    SpliceError,
+)
+from ..tracing.trace import describe, loc_str, python_caller
+from ..types import (
+    ElementType,
+    Signature,
+    TileTuple,
+    TileType,
+    element_type,
+    pointer,
+    results_layout,
+)
+from .fragments import CudaSource
+
+#: The file name NVRTC reports the snippet's lines under (``#line 1 "..."``): a path that
+#: cannot exist (``/dev/null`` is no directory), so no code that reads an error's file
+#: (:func:`splice.inputs.cuda_compile.compile_source`) finds one another user placed.
+SNIPPET_FILE = "/dev/null/splice.cuda"
+
+#: The NVRTC program name of every snippet (the location of the call is not in the text,
+#: so that equal snippets share their compile): the generated lines' file name.
+PROGRAM = "splice_cuda.cu"
+
+_C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_RETURN = re.compile(r"\breturn\b")
+
+#: C and C++ keywords and the names the generated code uses, which an input cannot be named.
+_RESERVED = frozenset("""
+alignas alignof and asm auto bool break case catch char char16_t char32_t char8_t class
+compl concept const consteval constexpr constinit const_cast continue decltype default delete
+do double dynamic_cast else enum explicit export extern false float for friend goto if
+inline int long mutable namespace new noexcept not nullptr operator or private protected
+public register reinterpret_cast requires return short signed sizeof static static_assert
+static_cast struct switch template this thread_local throw true try typedef typeid typename
+union unsigned using virtual void volatile wchar_t while xor
+""".split())
+
+
+@dataclasses.dataclass(frozen=True)
+class CudaSnippet:
+    """One inline CUDA C snippet with its parameters' and results' types.
+
+    Attributes:
+        code: the C++ expression or function body, as written.
+        names: the parameters' names (the call's input names, in order).
+        params: their types: element types, pointers, or (block and warpgroup scope) tiles.
+        outputs: the results' element types (none: void).
+        tile_outputs: the tile results of a block or warpgroup snippet (then no
+            ``outputs``): arrays it writes, parameters after the inputs named ``out`` (one)
+            or ``out0``, ``out1``... (several).
+        includes: headers to ``#include`` before the function.
+        build: NVRTC's inputs besides the text (options, include directories, defines),
+            part of the symbol: one text compiled two ways is two functions.
+    """
+
+    code: str
+    names: tuple[str, ...]
+    params: tuple[ElementType, ...]
+    outputs: tuple[ElementType, ...]
+    includes: tuple[str, ...] = ()
+    build: tuple = ()
+    tile_outputs: tuple[TileType, ...] = ()
+
+    @property
+    def is_body(self) -> bool:
+        """A function body (it returns with ``return``), not an expression. A void snippet
+        is pasted as statements either way."""
+        return bool(self.outputs) and bool(_RETURN.search(self.code))
+
+    def carrier(self) -> tuple[ElementType | None, tuple[int, ...]]:
+        """The element type the function returns (None: void; several results: their
+        unsigned carrier, :func:`splice.types.results_layout`) and each result's offset."""
+        if not self.outputs:
+            return None, ()
+        if len(self.outputs) == 1:
+            return self.outputs[0], (0,)
+        return results_layout(self.outputs)
+
+    def signature(self) -> Signature:
+        if self.tile_outputs:
+            tiles = self.tile_outputs
+            return Signature(self.params, tiles[0] if len(tiles) == 1 else TileTuple.of(tiles))
+        carrier, _ = self.carrier()
+        return Signature(self.params, carrier, self.outputs if len(self.outputs) > 1 else ())
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """The parameter names of the tile results: ``out``, or ``out0``, ``out1``..."""
+        n = len(self.tile_outputs)
+        return ("out",) if n == 1 else tuple(f"out{i}" for i in range(n))
+
+    @property
+    def symbol(self) -> str:
+        """The function's C name: a hash of the generated text and NVRTC's inputs, so equal
+        snippets share it."""
+        h = hashlib.sha256(repr((self.source("splice_cuda"), self.build)).encode()
+                           ).hexdigest()[:12]
+        return f"splice_cuda_{h}"
+
+    def param_list(self) -> str:
+        """``float x, const float* p, float (&t)[16]``."""
+        out = []
+        for name, t in zip((*self.names, *self.output_names),
+                           (*self.params, *self.tile_outputs)):
+            if isinstance(t, TileType):
+                dims = "".join(f"[{n}]" for n in t.shape or ())
+                out.append(f"{t.elem.c_type} (&{name}){dims}")
+            else:
+                out.append(f"{t.c_type} {name}")
+        return ", ".join(out)
+
+    def source(self, symbol: str | None = None) -> str:
+        """The CUDA C of the function ``symbol`` (default: :attr:`symbol`)."""
+        symbol = symbol or self.symbol
+        heads = {t.c_header for t in (*self.params, *self.outputs)
+                 if t.c_header and not isinstance(t, TileType)}
+        heads |= {t.elem.c_header for t in (*self.params, *self.tile_outputs)
+                  if isinstance(t, TileType) and t.elem.c_header}
+        lines = [f"#include <{h}>" for h in sorted(heads)]
+        lines += [f"#include {h}" for h in self.includes]
+        tiles = self.tile_outputs or any(isinstance(t, TileType) for t in self.params)
+        linkage = "" if tiles else 'extern "C" '   # a tile function is called by the
+        # staging trampoline (splice.inputs.checks.tile_trampoline), by its C++ name
+        if len(self.outputs) > 1:
+            return "\n".join(lines + self._several(symbol)) + "\n"
+        ret = "void" if not self.outputs else self.outputs[0].c_type
+        lines.append(f"{linkage}__device__ {ret} {symbol}({self.param_list()}) {{")
+        lines += self._body(lines)
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def _several(self, symbol: str) -> list[str]:
+        """A struct of the results, the snippet returning it (``return {a, b};``), and the
+        ``extern "C"`` function packing it into the carrier (its C layout is the offsets
+        :func:`splice.types.results_layout` gives)."""
+        carrier, _ = self.carrier()
+        assert carrier is not None
+        members = " ".join(f"{t.c_type} r{i};" for i, t in enumerate(self.outputs))
+        args = ", ".join(self.names)
+        lines = [f"struct {symbol}_results {{ {members} }};",
+                 f"static __device__ __forceinline__ {symbol}_results {symbol}_body("
+                 f"{self.param_list()}) {{"]
+        lines += self._body(lines)
+        lines += ["}",
+                  f'extern "C" __device__ {carrier.c_type} {symbol}({self.param_list()}) {{',
+                  # local names an input cannot have (no input name starts with "__")
+                  f"    {symbol}_results __r = {symbol}_body({args});",
+                  f"    {carrier.c_type} __u = 0;",
+                  "    ::memcpy(&__u, &__r, sizeof __r);",
+                  "    return __u;",
+                  "}"]
+        return lines
+
+    def _body(self, before: list[str]) -> list[str]:
+        """The snippet's lines, numbered from 1 in :data:`SNIPPET_FILE`; then the line
+        numbers of the generated text again (``before``: the lines before these)."""
+        head = [] if self.is_body or not self.outputs else ["return"]
+        code = self.code.strip("\n")
+        n_after = len(before) + len(head) + 2 + code.count("\n") + 2
+        tail = [] if self.is_body else [";"]
+        return [*head, f'#line 1 "{SNIPPET_FILE}"', code, f'#line {n_after} "{PROGRAM}"', *tail]
+
+    def describe_params(self) -> str:
+        ret = "void" if not self.outputs else ", ".join(t.c_type for t in self.outputs)
+        several = " (return {a, b, ...})" if len(self.outputs) > 1 else ""
+        writes = f"; writes {', '.join(self.output_names)}" if self.tile_outputs else ""
+        return f"parameters ({self.param_list() or 'none'}); returns {ret}{several}{writes}"
+
+
+@dataclasses.dataclass(eq=False)
+class CudaSnippetSource(CudaSource):
+    """The CUDA C of a :class:`CudaSnippet`, compiled as any CUDA C source; a compile
+    error is said at the snippet's line and column and the call's kernel line."""
+
+    snippet: Any = None   # CudaSnippet, always given
+    kind = "cuda"
+
+    def describe(self) -> str:
+        return f"inline CUDA C (splice.cuda) at {self.where}"
+
+    def naming(self, ext) -> str:
+        return f"inline CUDA C (splice.cuda) at {ext.where}"
+
+    def _nvrtc(self, full: str, name: str, target: str) -> str:
+        try:
+            return super()._nvrtc(full, PROGRAM, target)
+        except SpliceCompileError as e:
+            raise SpliceCompileError(self._compile_message(e, target), e.log) from None
+
+    def _compile_message(self, e: SpliceCompileError, target: str) -> str:
+        """The first error of NVRTC's log: in the snippet, its line, column and text;
+        elsewhere (a header, the generated code around the snippet), NVRTC's own lines."""
+        from ..ptxtools.ptx import arch_words
+        from .cuda_compile import header_hint
+        head = f"{self.describe()} does not compile for {arch_words(target)}"
+        said = _first_snippet_error(e.log, self.snippet.code)
+        if said is None:
+            said = _first_other_error(e.log)
+        if "missing return statement" in said:
+            said += ("\n    hint: a path through the snippet reaches its end without "
+                     "return; every path must return the result")
+        hints = header_hint(e.log, self.providers) + \
+            "".join(p.compile_hint(e.log) for p in self.providers)
+        code = "\n      ".join(self.snippet.code.strip().splitlines())
+        return (f"{head}: {said}\n    snippet: {code}\n    "
+                f"{self.snippet.describe_params()}{hints}")
+
+
+_LOG_ERROR = re.compile(r"^(.*)\((\d+)\): (?:catastrophic )?error: (.*)$")
+
+
+def _first_snippet_error(log: str, code: str) -> str | None:
+    """"line L, column C of the snippet: <message>" with the line and a caret, for the
+    first error NVRTC reports in the snippet (None: its first error is elsewhere)."""
+    lines = log.splitlines()
+    for k, ln in enumerate(lines):
+        m = _LOG_ERROR.match(ln)
+        if m is None:
+            continue
+        if m.group(1) != SNIPPET_FILE:
+            return None
+        n = int(m.group(2))
+        src = code.strip("\n").splitlines()
+        text = src[n - 1] if 0 < n <= len(src) else ""
+        caret = lines[k + 2] if k + 2 < len(lines) and lines[k + 2].strip() == "^" else ""
+        col = len(caret) - 2 if caret else 0   # NVRTC echoes the line indented by 2
+        at = f"line {n}, column {col}" if col > 0 else f"line {n}"
+        mark = f"\n      {' ' * (col - 1)}^" if col > 0 else ""
+        return f"error at {at} of the snippet: {m.group(3)}\n      {text}{mark}"
+    return None
+
+
+def _first_other_error(log: str) -> str:
+    """NVRTC's first error outside the snippet (in the code generated around it, or in a
+    header), with the lines NVRTC shows under it."""
+    lines = log.splitlines()
+    for k, ln in enumerate(lines):
+        m = _LOG_ERROR.match(ln)
+        if m:
+            shown = [x for x in lines[k + 1:k + 3] if x.strip()]
+            where = "the code splice generated around the snippet" \
+                if m.group(1) == PROGRAM else m.group(1)
+            return (f"error in {where}: {ln.strip()}"
+                    + "".join(f"\n      {x}" for x in shown))
+    return log.strip().splitlines()[0] if log.strip() else "unknown NVRTC error"
+
+
+# --------------------------------------------------------------------------------------------
+# The front end: splice.cuda inside a kernel
+
+#: NVRTC's option making "missing return statement at end of non-void function" (#940, a
+#: warning: the result would be garbage) an error.
+MISSING_RETURN = "--diag-error=940"
+
+#: ``memory=`` values of a snippet (those of an extern, :data:`splice.inputs.declaring.MEMORY`).
+MEMORY = ("any", "arguments")
+
+
+def make_cuda_function():
+    """``splice.cuda``: a plain function cuTile resolves to :func:`_handle_cuda`."""
+    def cuda(code, *args, dtype=..., pure=True, memory="any", scope=None, includes=(),
+             include_dirs=(), defines=(), options=(), **inputs):
+        raise SpliceCallError(f"splice.cuda called from Python at {python_caller()}: it is "
+                              f"device code; use it inside a @splice.kernel function")
+    cu.resolve_calls(cuda, _handle_cuda)
+    return cuda
+
+
+@dataclasses.dataclass
+class _Call:
+    """The location of one ``splice.cuda`` call, for its errors."""
+
+    loc: Any
+    where: str
+
+    def error(self, message: str) -> SpliceCallError:
+        return SpliceCallError(f"inline CUDA C (splice.cuda) at {self.where}: {message}",
+                               self.loc)
+
+    def constant(self, var, what: str):
+        if var is None:
+            return None
+        if not var.is_constant():
+            raise self.error(f"{what} must be a compile-time constant (a literal or a "
+                             f"ct.Constant parameter)")
+        return var.get_constant()
+
+
+def _handle_cuda(callee, code, args, dtype, pure, memory, scope, includes, include_dirs,
+                 defines, options, inputs):
+    loc = cu.current_loc()
+    call = _Call(loc, loc_str(loc))
+    text = call.constant(code, "the code")
+    if not isinstance(text, str) or not text.strip():
+        raise call.error(f"the code must be a non-empty str of CUDA C (an expression such as "
+                         f"'__expf(-x * x)' or a body with return), got {text!r:.60}")
+    if args:
+        raise call.error(f"inputs are passed by name, as the snippet's parameters: "
+                         f"splice.cuda(code, dtype=..., x=t), not {len(args)} positional "
+                         f"input(s)")
+    outputs = _output_types(call, call.constant(dtype, "dtype"))
+    ext = _snippet_extern(call, text, outputs, inputs, pure, memory, scope,
+                          (includes, include_dirs, defines, options))
+    if ext.signature.has_tiles:
+        from .tile_trace import emit_tile_call
+        return emit_tile_call(ext, tuple(inputs.values()), loc)
+    from ..tracing.trace import emit_call
+    return emit_call(ext, tuple(inputs.values()), loc)
+
+
+def _check_broadcast(call: _Call, inputs: dict) -> None:
+    """The tile inputs of an element snippet broadcast to a common shape (at block and
+    warpgroup scope each tile is passed whole)."""
+    shape: tuple[int, ...] = ()
+    tiles = [(n, v.get_type()) for n, v in inputs.items()
+             if isinstance(v.get_type(), cu.TileTy)]
+    try:
+        for _, ty in tiles:
+            shape = cu.broadcast_shapes2(shape, ty.shape)
+    except cu.BroadcastError:
+        said = ", ".join(f"{n} {tuple(ty.shape)}" for n, ty in tiles)
+        raise call.error(f"the inputs' shapes do not broadcast to a common shape: "
+                         f"{said}") from None
+
+
+def _output_types(call: _Call, dt) -> tuple[ElementType, ...]:
+    """The element types of ``dtype=`` (a dtype, a tuple of them, None for void)."""
+    if dt is Ellipsis:
+        raise call.error("dtype= is required: the result's dtype (dtype=ct.float32), a tuple "
+                         "of dtypes for several results, or dtype=None for a snippet without "
+                         "a result")
+    try:
+        types = () if dt is None else tuple(element_type(d) for d in (
+            dt if isinstance(dt, tuple) else (dt,)))
+    except SpliceError as e:
+        raise call.error(f"dtype: {getattr(e, 'message', e)}") from None
+    if isinstance(dt, tuple) and len(types) < 2:
+        raise call.error("a tuple dtype= needs at least two dtypes; write one dtype "
+                         "(ct.float32, not (ct.float32,)) for one result")
+    if any(t.kind in ("p", "r") for t in types):
+        raise call.error("a result is a dtype (ct.float32...) or a splice.tile, not a "
+                         "pointer or a tuple of tiles (give a tuple of splice.tile)")
+    if any(isinstance(t, TileType) for t in types):
+        if not all(isinstance(t, TileType) for t in types):
+            raise call.error("tile and element results do not mix: every result is a "
+                             "splice.tile, or none is")
+        return types
+    if len(types) > 1:
+        try:
+            results_layout(types)
+        except SpliceDeclarationError as e:
+            raise call.error(e.message) from None
+    return types
+
+
+def _snippet_extern(call: _Call, text: str, outputs, inputs: dict, pure, memory, scope,
+                    compile_args):
+    """The extern calling the snippet (its fragment a :class:`CudaSnippetSource`)."""
+    from ..forms import form_of
+    from .declaring import check_memory
+    from .externs import ExternFunction
+    try:
+        form = form_of(call.constant(scope, "scope") or "element", "scope=")
+    except SpliceDeclarationError as e:
+        raise call.error(e.message) from None
+    pure_v = call.constant(pure, "pure")
+    if not isinstance(pure_v, bool):
+        raise call.error("pure must be True or False")
+    if not form.takes_tile_arguments():
+        _check_broadcast(call, inputs)
+    names, params = _parameters(call, inputs, form)
+    tile_outputs = _tile_outputs(call, outputs, names, params, form)
+    if tile_outputs:
+        outputs = ()
+    includes, opts, incs, defs = _compile_inputs(call, *compile_args)
+    snippet = CudaSnippet(text, names, params, outputs, includes, (opts, incs, defs),
+                          tile_outputs)
+    sig = snippet.signature()
+    what = f"inline CUDA C (splice.cuda) at {call.where}"
+    memory_v = call.constant(memory, "memory")
+    try:
+        sig.packing()
+        pure_v = form.declare(sig, pure_v and bool(outputs), what)
+        check_memory(memory_v, pure_v, what, MEMORY)
+    except SpliceDeclarationError as e:
+        raise SpliceCallError(e.message, call.loc) from None
+    return ExternFunction("splice.cuda", snippet.symbol, sig, pure_v,
+                          _fragment(snippet, call.where), call.where, inline="auto",
+                          form=form, memory=memory_v)
+
+
+#: The fragment of each snippet (by symbol) in each trace: equal snippets of one kernel
+#: share one object, so the pipeline compiles it once (its fragments are compiled ahead, in
+#: parallel, by object) and a compile error names the first call.
+_SHARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _fragment(snippet: CudaSnippet, where: str) -> CudaSnippetSource:
+    """The :class:`CudaSnippetSource` of ``snippet``, first called at ``where``: the one
+    of this trace's earlier calls of the snippet, if any."""
+    from ..tracing.trace import current_session
+    from .externs import HEADER_PROVIDERS
+    session = current_session()
+    shared = _SHARED.setdefault(session, {}) if session is not None else {}
+    frag = shared.get(snippet.symbol)
+    if frag is None:
+        opts, incs, defs = snippet.build
+        if snippet.outputs:     # a path that ends without return: garbage, not a warning
+            opts = (MISSING_RETURN, *opts)
+        frag = CudaSnippetSource(text=snippet.source(), options=opts, include_dirs=incs,
+                                 defines=defs, where=where, providers=HEADER_PROVIDERS,
+                                 snippet=snippet)
+        if not snippet.signature().has_tiles:
+            frag.roots = ((snippet.symbol, snippet.signature()),)
+        shared[snippet.symbol] = frag
+    return frag
+
+
+def _tile_outputs(call: _Call, outputs, names, params, form) -> tuple[TileType, ...]:
+    """The tile results (``dtype=splice.tile(...)``), each with its shape: its own, or that
+    of the first tile input. None but at block and warpgroup scope.
+
+    Raises:
+        SpliceCallError: a tile result at element scope, one without a shape and no tile
+            input, an input named like a result parameter (``out``, ``out0``...).
+    """
+    tiles = tuple(t for t in outputs if isinstance(t, TileType))
+    if not tiles:
+        return ()
+    if not form.takes_tile_arguments():
+        raise call.error(f"a tile result (splice.tile) is for scope=\"block\" or "
+                         f"\"warpgroup\", where the snippet writes the whole tile; an "
+                         f"{form.scope} snippet returns one element "
+                         f"(dtype=ct.{tiles[0].elem.name})")
+    first = next((t.shape for t in params if isinstance(t, TileType)), None)
+    if any(t.shape is None for t in tiles) and first is None:
+        raise call.error(f"the tile result has no shape and there is no tile input to take "
+                         f"it from; give it one: splice.tile(ct.{tiles[0].elem.name}, "
+                         f"(128,))")
+    taken = set(names) & set(("out",) if len(tiles) == 1 else
+                             (f"out{i}" for i in range(len(tiles))))
+    if taken:
+        raise call.error(f"input {sorted(taken)[0]!r}: the snippet's tile results are the "
+                         f"parameters out (one) or out0, out1... (several); rename the input")
+    return tuple(TileType.of(t.elem, t.shape or first) for t in tiles)
+
+
+def _parameters(call: _Call, inputs: dict, form) -> tuple[tuple[str, ...],
+                                                           tuple[ElementType, ...]]:
+    """The snippet's parameter names and types from the call's named inputs: a tile or
+    scalar's dtype, an array's ``T*``; at block and warpgroup scope a tile of a shape is
+    the array of that shape (``float (&t)[16]``)."""
+    names, params = [], []
+    for name, var in inputs.items():
+        if not _C_IDENT.fullmatch(name) or name in _RESERVED or name.startswith("__") or \
+                name.startswith("splice_"):
+            raise call.error(f"input {name!r} cannot be a C parameter name (a C++ keyword, or "
+                             f"a name starting with '__' or 'splice_'); rename it")
+        ty = var.get_type()
+        try:
+            if isinstance(ty, cu.ArrayTy):
+                t: ElementType = pointer(element_type(ty.dtype))
+            elif isinstance(ty, cu.TileTy):
+                elem = element_type(ty.dtype)
+                t = TileType.of(elem, tuple(ty.shape)) if ty.shape and form.takes_tile_arguments() \
+                    else elem
+            else:
+                raise call.error(f"input {name!r} is {describe(var)}; inputs are tiles, "
+                                 f"scalars, Python constants or arrays")
+        except (SpliceDeclarationError, AttributeError) as e:
+            raise call.error(f"input {name!r}: {getattr(e, 'message', e)}") from None
+        names.append(name)
+        params.append(t)
+    return tuple(names), tuple(params)
+
+
+def _compile_inputs(call: _Call, includes, include_dirs, defines, options):
+    """``includes`` as ``#include`` operands, and the checked (options, include
+    directories, defines) of :func:`splice.inputs.declaring.check_options`."""
+    from .declaring import check_options
+    inc = call.constant(includes, "includes")
+    inc = (inc,) if isinstance(inc, str) else inc
+    if not isinstance(inc, tuple) or not all(isinstance(h, str) and h.strip() for h in inc):
+        raise call.error(f"includes must be a header name or a tuple of them, such as "
+                         f"('cuda_fp16.h', 'cuda/std/cmath'), got {inc!r:.80}")
+    heads = tuple(h.strip() if h.strip()[0] in "<\"" else f"<{h.strip()}>" for h in inc)
+    opts = call.constant(options, "options")
+    dirs = call.constant(include_dirs, "include_dirs")
+    defs = call.constant(defines, "defines")
+    if isinstance(defs, tuple):   # a kernel has no dict literal: (("N", 4), ("FAST", None))
+        if not all(isinstance(d, tuple) and len(d) == 2 for d in defs):
+            raise call.error(f"defines must be a dict, or a tuple of (name, value) pairs, "
+                             f"got {defs!r:.80}")
+        defs = dict(defs)
+    if isinstance(opts, tuple):
+        opts = list(opts)
+    if isinstance(opts, list) and any(o in ("-dlto", "--dlto") for o in opts
+                                      if isinstance(o, str)):
+        raise call.error("option -dlto is not for snippets: splice inlines the snippet's PTX")
+    try:
+        o, d, df = check_options(opts, dirs, defs, f"inline CUDA C (splice.cuda) at "
+                                                   f"{call.where}")
+    except SpliceDeclarationError as e:
+        raise SpliceCallError(e.message, call.loc) from None
+    return heads, o, d, df
+
+
+def _public_cuda():
+    f = make_cuda_function()
+    f.__doc__ = CUDA_DOC
+    f.__module__ = "splice"
+    return f
+
+
+CUDA_DOC = """Inline CUDA C applied to every element of its input tiles (inside a
+@splice.kernel), as an extern of that code would be.
+
+    y = splice.cuda("__expf(-x * x)", dtype=ct.float32, x=t)
+    p = splice.cuda("float s, c; __sincosf(x, &s, &c); return s * c;", dtype=ct.float32, x=t)
+    s, c = splice.cuda("float s, c; __sincosf(x, &s, &c); return {s, c};",
+                       dtype=(ct.float32, ct.float32), x=t)
+    splice.cuda("atomicAdd(counter, v)", dtype=None, counter=counts, v=t)
+
+Args:
+    code (str): a C++ expression (its value is the result), or a function body that
+        returns with ``return`` (several results: ``return {a, b};``); a snippet of
+        ``dtype=None`` is pasted as statements (a trailing ``;`` is optional). A
+        compile-time constant.
+    dtype: the result's dtype (required): a cuTile dtype, a tuple of at least two
+        (at most 64 bits together; the call returns a tuple of tiles), or None (no
+        result: a side effect only, always impure). At block and warpgroup scope also a
+        tile result, ``splice.tile(ct.float32)`` (the shape of the first tile input) or
+        ``splice.tile(ct.int32, (8,))``, or a tuple of them (a module-level name: a kernel
+        cannot call ``splice.tile``): the snippet writes it as the array ``out``
+        (several: ``out0``, ``out1``...) and returns nothing.
+    pure (bool): True (default): no side effect, the result depends only on the inputs
+        (as for ``splice.extern``): an unused call may be removed, a call hoisted or moved
+        across the kernel's loads and stores. False: kept in place and in order, run
+        exactly once per element.
+    memory (str): which memory an impure snippet touches: "any" (default) or "arguments"
+        (global memory only through its array inputs), as for ``splice.extern``.
+    scope (str): "element" (default): the snippet runs once per element of the broadcast
+        inputs, on the thread that owns it. "block" / "warpgroup": every thread of the
+        block / warpgroup runs it once per execution of the call (``__syncthreads``,
+        shuffles, ``__shared__`` memory allowed as for an extern of that scope); a tile
+        input is then the whole tile, an array of its shape in shared memory
+        (``float (&t)[16]``); the result is a scalar (thread 0's) or tiles the snippet
+        writes (see ``dtype``).
+    includes (str | tuple[str, ...]): headers to ``#include`` before the snippet
+        (``"cuda_fp16.h"``, ``"<cuda/std/cmath>"``, ``'"my.h"'``).
+    include_dirs (str | tuple[str, ...]): extra include directories.
+    defines (dict | tuple): preprocessor macros, a dict or (inside a kernel, which has
+        no dict literals) a tuple of (name, value) pairs; values as for
+        ``splice.extern(defines=)``.
+    options (tuple[str, ...]): extra NVRTC options (``("--use_fast_math",)``); not
+        ``-dlto``.
+    **inputs: the snippet's parameters, by name: tiles and scalars (broadcast to a common
+        shape; the C type of their dtype, ``float`` for float32, ``__half`` for float16...),
+        Python constants (int32, float32 or bool, as cuTile types them), arrays (a ``T*``
+        to the array's first element). A name must be a C identifier, not a C++ keyword,
+        not one of the option names above.
+
+Returns:
+    A tile (or tuple of tiles) of the inputs' broadcast shape, or None.
+
+Raises:
+    SpliceCallError: at the call, before tileiras runs: code or an option that is not a
+        compile-time constant, code that is not a str, a missing ``dtype=``, a dtype that is
+        not one, more than 64 bits of results, positional inputs, an input name that is
+        not a C parameter name, an input that is not a tile, scalar, constant or array,
+        inputs that do not broadcast, more than 128 bits of element inputs, ``memory`` not
+        "any" or "arguments" (or not "any" on a pure snippet), a bad scope, a tile result
+        at element scope (or mixed with element results, or without a shape to take),
+        bad includes/options/defines (as for ``splice.extern``).
+    SpliceCompileError: NVRTC rejected the snippet: its message at the snippet's line and
+        column, the snippet, its parameters and the call site.
+    SpliceLinkError: what an extern's code gets: a collective (``__syncthreads``,
+        ``__shfl_sync``...) in an element snippet, an effect in a pure snippet, ``exit``,
+        too much shared memory, a warpgroup snippet that synchronises the whole block.
+
+Example:
+    >>> import cuda.tile as ct, splice
+    >>> @splice.kernel
+    ... def k(x, y, TILE: ct.Constant[int]):
+    ...     t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ...     ct.store(y, index=(ct.bid(0),),
+    ...              tile=splice.cuda("__expf(-x * x)", dtype=ct.float32, x=t))
+"""
+
+
+#: The public ``splice.cuda`` (``splice/__init__.py`` loads it on first use).
+cuda = _public_cuda()
