@@ -363,6 +363,8 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
     (any shape; scalars too); several arguments broadcast to a common shape.
 
     Args:
+        func: must not be given: ``@splice.extern`` without arguments is an error (the
+            source is required).
         source (str): CUDA C/C++ source text defining ``extern "C" __device__`` function(s).
         path (str | os.PathLike): a ``.cu`` file instead of ``source``; relative paths are
             looked up beside the declaring file, then in the working directory.
@@ -429,8 +431,10 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
     ``int`` for int32, ``__half`` for float16, ...); this is checked when it compiles.
 
     Returns:
-        ExternFunction: with ``name=`` and ``signature=``, the extern (which still decorates
-        a stub); otherwise a decorator that turns a typed stub into one.
+        Callable: with ``name=`` and ``signature=``, the extern (which still decorates a
+        stub); otherwise a decorator that turns a typed stub into one. An extern is called
+        inside ``@splice.kernel`` functions (device code: from Python it raises
+        SpliceCallError).
 
     Raises:
         SpliceDeclarationError: bad signature, symbol, options, scope, memory, or missing
@@ -445,10 +449,10 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
         extern "C" __device__ float fast_gelu(float x) { return x / (1.0f + __expf(-1.702f * x)); }''')
         def fast_gelu(x: ct.float32) -> ct.float32: ...
 
-                @splice.kernel
-                def k(x, y, TILE: ct.Constant[int]):
-                    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
-                    ct.store(y, index=(ct.bid(0),), tile=fast_gelu(t))
+        @splice.kernel
+        def k(x, y, TILE: ct.Constant[int]):
+            t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+            ct.store(y, index=(ct.bid(0),), tile=fast_gelu(t))
 
         print(splice.compile(k, splice.kernel_signature("array(float32)", "array(float32)", 128), "sm_90").summary())
         ```
@@ -590,10 +594,10 @@ def from_ptx(path=None, /, *, ptx: str | None = None, name: str, signature: str,
         }'''
         neg = splice.extern.from_ptx(ptx=PTX, name="neg", signature="float32(float32)")
 
-                @splice.kernel
-                def k(x, y, TILE: ct.Constant[int]):
-                    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
-                    ct.store(y, index=(ct.bid(0),), tile=neg(t))
+        @splice.kernel
+        def k(x, y, TILE: ct.Constant[int]):
+            t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+            ct.store(y, index=(ct.bid(0),), tile=neg(t))
 
         print(splice.compile(k, splice.kernel_signature("array(float32)", "array(float32)", 128), "sm_90").summary())
         ```
@@ -635,7 +639,8 @@ def from_ltoir(path=None, /, *, data: bytes | None = None, name: str, signature:
         memory (str): "any" or "arguments", as for :func:`extern`.
 
     Returns:
-        ExternFunction: a function to call inside ``@splice.kernel`` functions.
+        Callable: the extern, to call inside ``@splice.kernel`` functions (device code:
+        called from Python it raises SpliceCallError).
 
     Raises:
         SpliceDeclarationError: bad signature or symbol, missing file, or both/neither of
@@ -651,10 +656,10 @@ def from_ltoir(path=None, /, *, data: bytes | None = None, name: str, signature:
                                  ["-dlto", "-rdc=true", "-arch=compute_90"])
         sq = splice.extern.from_ltoir(data=ir, name="sq", signature="float32(float32)")
 
-                @splice.kernel
-                def k(x, y, TILE: ct.Constant[int]):
-                    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
-                    ct.store(y, index=(ct.bid(0),), tile=sq(t))
+        @splice.kernel
+        def k(x, y, TILE: ct.Constant[int]):
+            t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+            ct.store(y, index=(ct.bid(0),), tile=sq(t))
 
         print(splice.compile(k, splice.kernel_signature("array(float32)", "array(float32)", 128), "sm_90").summary())
         ```
@@ -698,7 +703,8 @@ def from_object(path, /, *, name: str, signature: str, pure: bool = True,
         memory (str): "any" or "arguments", as for :func:`extern`.
 
     Returns:
-        ExternFunction: a function to call inside ``@splice.kernel`` functions.
+        Callable: the extern, to call inside ``@splice.kernel`` functions (device code:
+        called from Python it raises SpliceCallError).
 
     Raises:
         SpliceDeclarationError: bad signature or symbol, missing file, unknown suffix,
@@ -710,8 +716,11 @@ def from_object(path, /, *, name: str, signature: str, pure: bool = True,
 
         open("f.cubin", "wb").write(b"")   # nvcc -rdc=true -cubin -arch=sm_90a f.cu -o f.cubin
         f = splice.extern.from_object("f.cubin", name="f", signature="float32(float32)")
-        print(f.name, f.signature, f.inline)          # read and linked when a kernel calls it
-        assert f.inline == "never"
+        print(f.__name__, "declared: read and linked when a kernel calls it")
+        try:
+            f(1.0)                                 # device code
+        except splice.SpliceCallError as e:
+            print(str(e).splitlines()[0])
         ```
     """
     from .fragments import BINARY_SUFFIXES, BinarySource
@@ -819,8 +828,8 @@ class Library:
             memory (str): as for :func:`extern`.
 
         Returns:
-            ExternFunction: given ``name`` and ``signature``, the extern; otherwise a
-            decorator for a typed stub.
+            Callable: given ``name`` and ``signature``, the extern; otherwise a decorator
+            for a typed stub.
 
         Raises:
             SpliceDeclarationError: as for :func:`extern`.
@@ -897,10 +906,10 @@ def library(source=None, *, path=None, options=(), include_dirs=(), defines=None
         sq = lib.extern("sq", signature="float32(float32)")
         cube = lib.extern("cube", signature="float32(float32)")
 
-                @splice.kernel
-                def k(x, y, TILE: ct.Constant[int]):
-                    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
-                    ct.store(y, index=(ct.bid(0),), tile=sq(t) + cube(t))
+        @splice.kernel
+        def k(x, y, TILE: ct.Constant[int]):
+            t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+            ct.store(y, index=(ct.bid(0),), tile=sq(t) + cube(t))
 
         print(splice.compile(k, splice.kernel_signature("array(float32)", "array(float32)", 128), "sm_90").summary())
         ```

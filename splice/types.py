@@ -134,10 +134,10 @@ def pointer(elem) -> ElementType:
         extern "C" __device__ float at(const float *p, int i) { return p[i]; }''')
         def at(p: splice.pointer(ct.float32), i: ct.int32) -> ct.float32: ...
 
-                @splice.kernel
-                def k(x, y, TILE: ct.Constant[int]):
-                    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
-                    ct.store(y, index=(ct.bid(0),), tile=t + at(x, 0))
+        @splice.kernel
+        def k(x, y, TILE: ct.Constant[int]):
+            t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+            ct.store(y, index=(ct.bid(0),), tile=t + at(x, 0))
 
         print(splice.compile(k, splice.kernel_signature("array(float32)", "array(float32)", 128), "sm_90").summary())
         ```
@@ -240,10 +240,10 @@ def tile(dtype, shape=None) -> TileType:
         }''')
         def rev(x: splice.tile(ct.float32)) -> splice.tile(ct.float32): ...
 
-                @splice.kernel
-                def k(x, y, TILE: ct.Constant[int]):
-                    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
-                    ct.store(y, index=(ct.bid(0),), tile=rev(t))
+        @splice.kernel
+        def k(x, y, TILE: ct.Constant[int]):
+            t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+            ct.store(y, index=(ct.bid(0),), tile=rev(t))
 
         print(splice.compile(k, splice.kernel_signature("array(float32)", "array(float32)", 128), "sm_90").summary())
         ```

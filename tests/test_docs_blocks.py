@@ -1,5 +1,6 @@
 """Every ```python block of README.md and docs/**/*.md, and every ```python example in a
-public docstring, runs ALONE, as printed, in a fresh Python process in a temporary directory.
+public docstring, runs ALONE, as printed, in a fresh Python process in a temporary directory;
+every script under examples/ runs as a script (the tutorials; docs/examples.md shows them).
 
 A block whose first line is ``# requires: gpu`` needs a GPU (skipped without one, run in the
 GPU run, where it asserts its values); ``# requires: cccl`` needs CCCL's headers (CUB: skipped
@@ -47,6 +48,11 @@ def page_blocks() -> list[tuple[str, str]]:
 
 def _public_callables():
     import splice
+    try:
+        import splice.jax
+        yield "splice.jax.cutile_call", splice.jax.cutile_call
+    except ImportError:     # JAX is not installed: its example runs where it is
+        pass
     for name in splice.__all__:
         obj = getattr(splice, name)
         if inspect.isfunction(obj) or inspect.isclass(obj):
@@ -122,3 +128,91 @@ def test_every_public_function_has_an_example():
     missing = [q for q, obj in _public_callables()
                if inspect.isfunction(obj) and "```python" not in (inspect.getdoc(obj) or "")]
     assert missing == []
+
+
+# ---------------------------------------------------------------------------------------------
+# The examples: the tutorials, each runnable as a script
+
+EXAMPLES = ROOT / "examples"
+_EXAMPLE_NEEDS = {"nvshmem_allgather.py": "nvshmem", "row_sort.py": "cccl",
+                  "row_top_k.py": "cccl", "block_reduce_rows.py": "cccl"}
+
+
+def example_scripts() -> list[Path]:
+    """Every example script (not the helper that regenerates a committed input)."""
+    return sorted(p for p in EXAMPLES.rglob("*.py") if p.name != "make_ptx.py")
+
+
+def _example_params():
+    out = []
+    for p in example_scripts():
+        need = _EXAMPLE_NEEDS.get(p.name)
+        marks = _marks(f"# requires: {need}") if need else []
+        out.append(pytest.param(p, id=str(p.relative_to(ROOT)), marks=marks))
+    return out
+
+
+def _run_example(script: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
+                          cwd=EXAMPLES, env=python_env(ROOT), timeout=600)
+
+
+@pytest.mark.parametrize("script", _example_params())
+def test_example_compiles_and_reports_its_call_sites(script):
+    out = _run_example(script, "--compile-only")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "site 0:" in out.stdout
+    assert "in PTX" in out.stdout and "SASS" in out.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("script", [p for p in example_scripts()
+                                    if p.name != "nvshmem_allgather.py"],   # several GPUs
+                         ids=lambda p: p.name)
+def test_example_runs_and_checks_on_the_gpu(script):
+    pytest.importorskip("torch")
+    out = _run_example(script)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "OK" in out.stdout
+
+
+def test_every_example_is_on_the_examples_page():
+    page = (ROOT / "docs" / "examples.md").read_text()
+    missing = [str(p.relative_to(ROOT)) for p in example_scripts()
+               if f'--8<-- "{p.relative_to(ROOT)}"' not in page]
+    assert missing == []
+
+
+def test_committed_ptx_matches_its_source():
+    """examples/ptx_import/saxpy.ptx is what make_ptx.py generates from saxpy.cu (modulo
+    the NVRTC version line)."""
+    from splice.toolchain import nvrtc_compile
+    d = EXAMPLES / "ptx_import"
+    ptx, _ = nvrtc_compile((d / "saxpy.cu").read_bytes(), "saxpy.cu",
+                           ["-arch=sm_80", "-rdc=true"])
+
+    def body(text):  # without the NVRTC banner and .version (NVRTC 13.0 writes 9.0)
+        return [ln for ln in text.splitlines()
+                if not ln.startswith("//") and not ln.startswith(".version")]
+    assert body(ptx) == body((d / "saxpy.ptx").read_text())
+
+
+# ---------------------------------------------------------------------------------------------
+# The pages cover what they must
+
+def test_every_error_class_has_a_section():
+    import splice
+    page = (ROOT / "docs" / "errors.md").read_text()
+    errors = [n for n in splice.__all__ if n.startswith("Splice") and n.endswith("Error")
+              and n != "SpliceError"]
+    assert [n for n in errors if f"## `{n}`" not in page] == []
+
+
+def test_every_page_is_in_the_navigation():
+    nav = (ROOT / "mkdocs.yml").read_text()
+    pages = [str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md")]
+    assert [p for p in pages if p not in nav] == []
+
+
+def test_readme_is_a_front_page():
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 300
