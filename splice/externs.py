@@ -348,14 +348,14 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
     """Declare an extern device function written in CUDA C, callable from a
     ``@splice.kernel``.
 
-    Use as a decorator on a typed stub whose body is never run::
+    Use as a decorator on a typed stub whose body is never run:
 
         @splice.extern(source=r'''
         extern "C" __device__ float fast_gelu(float x) { ... }''')
         def fast_gelu(x: ct.float32) -> ct.float32: ...
 
     or, given ``name=`` and ``signature=``, without a stub: it returns the extern itself
-    (and still decorates a stub it is applied to)::
+    (and still decorates a stub it is applied to):
 
         fast_gelu = splice.extern(source=SRC, name="fast_gelu", signature="float32(float32)")
 
@@ -783,7 +783,7 @@ def _declare_cxx(stub, cxx_name, signature, pure, inline, where, fragment, libra
 
 
 class Library:
-    """CUDA C/C++ compiled once, from which several externs are declared::
+    """CUDA C/C++ compiled once, from which several externs are declared:
 
         lib = splice.library(path="mylib.cu", include_dirs=["include"], options=["-std=c++17"])
         scale = lib.extern("my_ns::scale<float>", signature="float32(float32)")
