@@ -216,3 +216,10 @@ def test_every_page_is_in_the_navigation():
 
 def test_readme_is_a_front_page():
     assert len((ROOT / "README.md").read_text().splitlines()) <= 300
+
+
+def test_every_public_name_is_in_the_reference():
+    import splice
+    page = (ROOT / "docs" / "reference.md").read_text()
+    missing = [n for n in splice.__all__ if n != "__version__" and f"::: splice.{n}\n" not in page]
+    assert missing == []
