@@ -262,7 +262,7 @@ class StageTimes:
         self.recording = False
 
     def install(self) -> None:
-        import splice.pipeline as pipeline
+        import splice.driver.pipeline as pipeline
         real = pipeline.build
 
         def build(*args, **kwargs):

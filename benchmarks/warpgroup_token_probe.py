@@ -96,7 +96,7 @@ def _patch_tokens(choose) -> None:
     import cuda.tile._passes.token_order as to
     from cuda.tile._ir.ops import JoinTokens
 
-    from splice.tile_ir import SpliceImpureCall
+    from splice.tracing.tile_ir import SpliceImpureCall
     original = to._get_input_token
 
     def get_input_token(token_key, op, token_map, memory_order, ctx):
@@ -135,7 +135,7 @@ def _exchange_markers() -> None:
     compare-and-swap: its tokens as before. splice's rewriter does not take it, so these
     variants show tileiras's PTX only."""
     from splice import _cutile as cu
-    from splice import tile_ir
+    from splice.tracing import tile_ir
 
     def exchange(ctx, site, pointer, args, token, order):
         tt = ctx.type_table
@@ -152,7 +152,7 @@ def _exchange_markers() -> None:
 
 
 def _relaxed_markers() -> None:
-    import splice.trace as trace
+    import splice.tracing.trace as trace
     original = trace.cu.add_operation_variadic
 
     def add(op, types, **kw):
@@ -231,7 +231,8 @@ def probe(name: str) -> str:
         setup()
     try:
         if "tileiras PTX" in what:
-            from splice import toolchain, trace
+            from splice import toolchain
+            from splice.tracing import trace
             traced = trace.trace_kernel(kernel(), sig(), "sm_90")
             ptx = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags,
                                          timeout=None, what=name).ptx

@@ -37,29 +37,31 @@ from .errors import (
 #: importing a submodule would rebind the package attribute of that name
 #: (``docs/design.md#first-launch``).
 _LAZY = {
-    "kernel": ("splice_kernel", "SpliceKernel"),
-    "extern": ("externs", "extern"), "library": ("externs", "library"),
-    "Library": ("externs", "Library"), "ExternFunction": ("externs", "ExternFunction"),
-    "asm": ("asm_frontend", "asm"),
+    "kernel": ("driver.splice_kernel", "SpliceKernel"),
+    "extern": ("inputs.externs", "extern"), "library": ("inputs.externs", "library"),
+    "Library": ("inputs.externs", "Library"),
+    "ExternFunction": ("inputs.externs", "ExternFunction"),
+    "asm": ("inputs.asm_frontend", "asm"),
     "Signature": ("types", "Signature"), "parse_signature": ("types", "parse_signature"),
     "pointer": ("types", "pointer"), "tile": ("types", "tile"),
     "ELEMENT_TYPES": ("types", "ELEMENT_TYPES"),
-    "kernel_signature": ("signatures", "kernel_signature"),
-    "export_kernel": ("export", "export_kernel"),
+    "kernel_signature": ("tracing.signatures", "kernel_signature"),
+    "export_kernel": ("integrations.export", "export_kernel"),
     "toolchain": ("toolchain", None), "cub": ("cub", None),
-    "Build": ("result", "Build"), "build": ("pipeline", "build"),
-    "__version__": ("pipeline", "__version__"), "PTXSyntaxError": ("ptx", "PTXSyntaxError"),
+    "Build": ("driver.result", "Build"), "build": ("driver.pipeline", "build"),
+    "__version__": ("driver.pipeline", "__version__"),
+    "PTXSyntaxError": ("ptxtools.ptx", "PTXSyntaxError"),
 }
 if TYPE_CHECKING:
     from . import cub, toolchain
-    from .asm_frontend import asm
-    from .export import export_kernel
-    from .externs import ExternFunction, Library, extern, library
-    from .pipeline import __version__, build
-    from .ptx import PTXSyntaxError
-    from .result import Build
-    from .signatures import kernel_signature
-    from .splice_kernel import SpliceKernel as kernel
+    from .driver.pipeline import __version__, build
+    from .driver.result import Build
+    from .driver.splice_kernel import SpliceKernel as kernel
+    from .inputs.asm_frontend import asm
+    from .inputs.externs import ExternFunction, Library, extern, library
+    from .integrations.export import export_kernel
+    from .ptxtools.ptx import PTXSyntaxError
+    from .tracing.signatures import kernel_signature
     from .types import ELEMENT_TYPES, Signature, parse_signature, pointer, tile
 
 
@@ -122,7 +124,7 @@ def compile(kernel, signature, arch: str = "sm_90") -> "Build":
         assert b.sites[0].instances >= 1
         ```
     """
-    from .pipeline import build
+    from .driver.pipeline import build
     return build(kernel, signature, arch, None, keep_stages=True)
 
 

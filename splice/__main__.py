@@ -35,7 +35,7 @@ def _load_kernel(path: str, name: str):
     kern = getattr(module, name, None)
     if kern is None:
         raise SystemExit(f"{path} has no kernel named {name!r}")
-    from .splice_kernel import SpliceKernel
+    from .driver.splice_kernel import SpliceKernel
     if not isinstance(kern, SpliceKernel):
         raise SystemExit(f"{name!r} in {path} is not a @splice.kernel")
     return kern
@@ -45,7 +45,7 @@ def parse_signature(text: str):
     """A ``KernelSignature`` from ``--sig`` text: :func:`splice.kernel_signature`'s grammar,
     comma-separated."""
     from .errors import SpliceDeclarationError
-    from .signatures import kernel_signature, parse_parameters
+    from .tracing.signatures import kernel_signature, parse_parameters
     try:
         return kernel_signature(*parse_parameters(text))
     except SpliceDeclarationError as e:
@@ -85,7 +85,7 @@ def _cmd_compile(a) -> int:
     import splice
 
     from . import _cutile
-    from .export import check_output_path
+    from .integrations.export import check_output_path
     kern = _load_kernel(a.file, a.kernel)
     sig = parse_signature(a.sig)
     _check_arity(kern, sig, a.sig)
@@ -143,6 +143,7 @@ def _cmd_doctor(a) -> int:
         print(f"[{'ok' if ok else '!!'}] {what}: {detail}")
 
     _doctor_compilers(line)
+    _doctor_versions(line)
     _doctor_files(line)
     _doctor_optional()
     print(_doctor_gpu())
@@ -177,6 +178,18 @@ def _doctor_compilers(line) -> None:
         line(False, "nvJitLink", e)
 
 
+def _doctor_versions(line) -> None:
+    """Each component's version, and whether the set is one splice is tested on (with the
+    pip command that installs one when it is not)."""
+    from . import compat
+    components = compat.installed()
+    print("versions: " + ", ".join(
+        f"{c.name} {'.'.join(map(str, c.version)) if c.version else 'missing'}"
+        for c in components))
+    tested, text = compat.assess(components)
+    line(tested, "toolchain set", text)
+
+
 def _doctor_files(line) -> None:
     """nvdisasm, the CUDA headers, CUDA_HOME/CUDA_PATH (a warning, not a problem) and the
     cache directory, each reported by ``line(ok, what, detail)``."""
@@ -203,7 +216,8 @@ def _doctor_files(line) -> None:
 
 def _doctor_optional() -> None:
     """The optional headers (not problems when missing): CCCL/CUB and NVSHMEM."""
-    from . import cccl, nvshmem
+    from . import cccl
+    from .inputs import nvshmem
     found = cccl.include_dirs()
     print(f"[{'ok' if found else '--'}] CCCL/CUB headers: " +
           (", ".join(found) if found else f"not found (optional, for <cub/...> and "

@@ -14,25 +14,25 @@ What splice uses, and why (``docs/design.md#cutile-hooks``):
 - ``_cutile_custom_implementation_handler``: a plain function carrying this attribute is
   resolved by cuTile's frontend (``hir2ir._try_find_function_impl``) to splice's handler
   (:func:`resolve_calls`), which adds splice's own IR operations for the call
-  (:mod:`splice.trace`, :mod:`splice.asm_frontend`).
+  (:mod:`splice.tracing.trace`, :mod:`splice.inputs.asm_frontend`).
 - ``cuda.tile._ir``: ``Operation``, ``operand``/``attribute``, ``add_operation``,
   ``broadcast_to``, ``implicit_cast``, ``TileTy``...; ``TileAtomicCAS`` is subclassed so
   that cuTile's token-order pass orders impure calls against the kernel's memory operations.
 - ``cuda.tile._bytecode`` encoders: each call site lowers to a per-site module global and a
-  *marker* on it (``docs/design.md#markers``, :mod:`splice.tile_ir`).
+  *marker* on it (``docs/design.md#markers``, :mod:`splice.tracing.tile_ir`).
 - ``cuda.tile._compile``: ``compile_tile`` (bytecode only), the tileiras it would run, and its
   optimisation flags (:func:`lower_to_bytecode`, :func:`tileiras_path`); its
   ``dataflow_analysis`` is wrapped so that an operation may name the alias set of its
   result (:func:`lower_to_bytecode`, ``splice_alias_set``): how a call declared
   ``memory="arguments"`` is ordered only against the arrays it is given.
-- ``ct.kernel._compile`` is overridden by :class:`splice.splice_kernel.SpliceKernel` to
+- ``ct.kernel._compile`` is overridden by :class:`splice.driver.splice_kernel.SpliceKernel` to
   return splice's cubin to cuTile's own launcher and launch cache.
 - ``cuda.tile.jax._jax`` (``_array_constraint``, ``pack_scalar``,
   ``_calling_convention_for``, the ``cutile_launch`` FFI target) and
   ``cuda.tile._annotated_function``'s node types: :mod:`splice.jax` launches splice's cubin
   exactly as ``cuda.tile.jax.cutile_call`` launches cuTile's (:func:`jax_internals`).
 
-splice's IR operations (:mod:`splice.tile_ir`) subclass cuTile's ``Operation`` and
+splice's IR operations (:mod:`splice.tracing.tile_ir`) subclass cuTile's ``Operation`` and
 ``TileAtomicCAS`` and encode bytecode with ``cuda.tile._bytecode``; they live in their own
 module and take every cuTile name from this one. This module stays the list of what splice
 depends on, short enough to check against a new cuda-tile release in one reading, and
@@ -227,7 +227,7 @@ def _install_alias_hook() -> None:
     Then every operation with a ``splice_tma_stored_reads(stores, alias_set_of)`` method is
     given the kernel's ``ct.store`` operations that may use TMA (``stores``: (alias set of
     the stored array, "file:line") each); the records it returns are collected for
-    :func:`lower_to_bytecode` (:mod:`splice.tma_store_reads`)."""
+    :func:`lower_to_bytecode` (:mod:`splice.ptxtools.tma_store_reads`)."""
     compile_module = _private("_compile_module")
     original = compile_module.dataflow_analysis
     if getattr(original, "_splice_alias_hook", False):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import site
 import sys
 import threading
@@ -125,6 +126,21 @@ def include_dirs() -> list[str]:
     return list(dirs)
 
 
+def version() -> tuple[int, int, int] | None:
+    """The (major, minor, patch) of the CCCL in :func:`include_dirs`, from
+    ``cuda/std/__cccl/version.h``'s ``CCCL_VERSION``; None where there is no CCCL or no such
+    line (a file over 64 KiB is not read)."""
+    for d in include_dirs():
+        path = os.path.join(d, "cuda", "std", "__cccl", "version.h")
+        if os.path.isfile(path) and os.path.getsize(path) < 65536:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                m = re.search(r"#\s*define\s+CCCL_VERSION\s+(\d+)", f.read())
+            if m:
+                v = int(m.group(1))
+                return (v // 1000000, v // 1000 % 1000, v % 1000)
+    return None
+
+
 _lock = threading.Lock()
 _chosen: list[list[str]] = []    # include_dirs()'s answer, while complete
 
@@ -184,7 +200,7 @@ def header_hint(header: str) -> str:
 
 
 class _Headers:
-    """CCCL as a :class:`splice.headers.HeaderProvider`: on every CUDA C source's include
+    """CCCL as a :class:`splice.inputs.headers.HeaderProvider`: on every CUDA C source's include
     path; its headers are hashed by the source's include walk (size and mtime)."""
 
     def include_dirs(self, texts) -> list[Path]:

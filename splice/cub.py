@@ -1,5 +1,5 @@
 """Tile operations cuTile lacks, on CUB's block algorithms and staged tiles
-(:mod:`splice.tiles`): call them inside a ``@splice.kernel`` on a 1-D tile::
+(:mod:`splice.forms.staging`): call them inside a ``@splice.kernel`` on a 1-D tile::
 
     y = splice.cub.sort(t)                          # ascending (descending=True)
     ks, vs = splice.cub.sort_pairs(keys, values)    # values follow their keys
@@ -20,7 +20,7 @@ tile shape and dtype (cached on disk). What they need:
   ``SpliceRewriteError`` when the kernel compiles (and traps at launch, should it get
   through). Not at warpgroup scope: CUB's block algorithms synchronise with
   ``__syncthreads()`` (``CTA_SYNC``), a barrier of the whole block, which the warpgroup
-  callee policy refuses (:func:`splice.warpgroup.callee_refusal`: the block's other warps
+  callee policy refuses (:func:`splice.forms.warpgroup_proof.callee_refusal`: the block's other warps
   never reach it in a warp-specialised kernel); a tile call there needs CUDA C written
   for the group (``splice_group_sync()``, ``examples/matmul_rowmax_fp8.py``).
 - **Tiles**: 1-D, of 128 x 2**j elements (128, 256 ... 2048; CUB's items per thread are
@@ -148,10 +148,10 @@ _externs: dict[tuple, object] = {}
 
 
 def _lib():
-    """The one library of these templates (compiled per instantiation: :mod:`splice.tiles`)."""
+    """The one library of these templates (compiled per instantiation: :mod:`splice.forms.staging`)."""
     global _library
     from .cccl import include_dirs
-    from .externs import Library
+    from .inputs.externs import Library
     with _lock:
         if _library is None:
             _library = Library(_SOURCE, options=["-std=c++17"], include_dirs=include_dirs(),
@@ -174,7 +174,7 @@ def _extern(cxx_name: str, signature: str):
 
 def _tile(var, what: str, allowed, where: str, loc) -> ElementType:
     """The element type of tile argument ``var`` (1-D, one of ``allowed``)."""
-    from .trace import describe
+    from .tracing.trace import describe
     ty = var.get_type()
     if not isinstance(ty, cu.TileTy) or len(ty.shape) != 1:
         raise SpliceCallError(f"{what} at {where}: takes a 1-D tile, got {describe(var)}", loc)
@@ -195,12 +195,12 @@ def _constant(var, what: str, where: str, loc):
 
 
 def _call(name: str, signature: str, args, loc):
-    from .tile_trace import emit_tile_call
+    from .inputs.tile_trace import emit_tile_call
     return emit_tile_call(_extern(name, signature), tuple(args), loc)
 
 
 def _where():
-    from .trace import loc_str
+    from .tracing.trace import loc_str
     loc = cu.current_loc()
     return loc, loc_str(loc)
 
@@ -275,7 +275,7 @@ def _device_function(handler, doc: str):
     params = list(inspect.signature(handler).parameters.values())[1:]
 
     def fn(*args, **kwargs):
-        from .trace import python_caller
+        from .tracing.trace import python_caller
         raise SpliceCallError(f"splice.cub.{fn.__name__} called from Python at "
                               f"{python_caller()}: it is device code; call it inside a "
                               f"@splice.kernel function")

@@ -4,7 +4,7 @@ program can see.
 
 - **exit** (also at block scope). A thread that exits inside the call skips the kernel's
   code after it: its stores are lost, silently (a barrier excuses exited threads) (``splice.asm`` snippets are checked for ``exit`` themselves,
-  :mod:`splice.asm_check`; this covers what they and externs call).
+  :mod:`splice.ptxtools.asm_check`; this covers what they and externs call).
 
 - **Shared memory.** An element-scope call runs on each thread that owns an element, all
   at once and in no order splice controls, so one ``__shared__`` variable is shared by the
@@ -29,8 +29,8 @@ program can see.
   (the stack) and ``.param`` are not effects the program can see.
 
 They walk the functions the extern reaches as the collective check does
-(:func:`splice.collectives.outside_ptx`). The shared-memory and purity rules apply to the
-call forms that do not run collectives (``form.runs_collectives``, :mod:`splice.forms`):
+(:func:`splice.analysis.collectives.outside_ptx`). The shared-memory and purity rules apply to the
+call forms that do not run convergently (``form.runs_convergently()``, :mod:`splice.forms`):
 a form whose threads call convergently (block) may use shared memory, and is never pure.
 """
 
@@ -38,15 +38,15 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .collectives import (
+from .analysis.collectives import (
     chain_names,
     collective_of,
     outside_ptx,
     reach_text,
-    site_module,
 )
 from .errors import SpliceLinkError
-from .ptx import Module, declared_variable_name, parse_instruction
+from .forms.base import site_module
+from .ptxtools.ptx import Module, declared_variable_name, parse_instruction
 
 _PRINT = frozenset({"vprintf", "printf"})
 #: Calls of CUDA's device runtime that act outside the thread: the callee is not PTX the
@@ -71,7 +71,7 @@ _PRIVATE_SPACES = frozenset({"local", "param"})
 #: ``discard``, ``mbarrier``, fences (``fence``, ``membar``), ``griddepcontrol.wait``,
 #: ``trap``, ``brkpt``, ``pmevent`` and any instruction this list does not know. The
 #: warp-, warpgroup- and CTA-wide ones (``wgmma``, ``tcgen05``, ``setmaxnreg``,
-#: ``elect``, ``bar``, ...) are refused first as collectives (:mod:`splice.collectives`).
+#: ``elect``, ``bar``, ...) are refused first as collectives (:mod:`splice.analysis.collectives`).
 PURE_BASES = frozenset("""
     add sub mul mad mul24 mad24 sad div rem abs neg min max popc clz bfind fns brev bfe bfi
     szext bmsk dp4a dp2a addc subc madc
@@ -146,7 +146,7 @@ def _effect(ins) -> str | None:
         return None if "prefetch" in mods else _copy_effect(ins)
     if ins.base in PURE_BASES or ins.opcode.startswith("clusterlaunchcontrol.query_cancel") \
             or collective_of(ins.opcode) is not None:
-        return None   # a collective: refused by splice.collectives, with its own reason
+        return None   # a collective: refused by splice.analysis.collectives, with its own reason
     return _NAMED.get(ins.base, f"'{ins.base}', an instruction a pure call may not execute "
                                 f"(it is not a read, arithmetic or local-memory access)")
 
@@ -191,24 +191,23 @@ def check_element_effects(sites, fragments: Mapping[str, tuple[str, Module]],
             kernel, compiled for ``target``.
         target: the kernel's PTX target.
         keys: id(fragment) -> its content key for ``target``
-            (:func:`splice.collectives.site_module`).
+            (:func:`splice.forms.base.site_module`).
 
     Raises:
         SpliceLinkError: naming the extern, its declaration, the instruction, the chain of
             functions that reaches it, the call site and the fix.
     """
-    from .fragments import AsmSource, BinarySource
     modules = [m for _, m in fragments.values()]
     done: set[tuple[int, str, bool]] = set()
     for site in sites:
         ext = site.extern
-        if isinstance(ext.fragment, BinarySource):
+        if not ext.fragment.has_ptx_body:   # a binary object: linked after ptxas
             continue
         mod = site_module(ext, fragments, target, keys)
         if (id(mod), ext.symbol, ext.pure) in done:
             continue
         done.add((id(mod), ext.symbol, ext.pure))
-        what = (f"inline PTX (splice.asm) at {ext.where}" if isinstance(ext.fragment, AsmSource)
+        what = (f"inline PTX (splice.asm) at {ext.where}" if ext.fragment.kind == "asm"
                 else f"extern '{ext.name}' (declared at {ext.where})")
         _check_one(ext, mod, modules, f"{what}, called at {site.where},")
 
@@ -216,7 +215,7 @@ def check_element_effects(sites, fragments: Mapping[str, tuple[str, Module]],
 def _stages_a_tile(ext) -> bool:
     """Whether ``ext`` is splice's generated store or load of a tile call: its shared memory
     is the call's staging buffers, each element written by its owner thread once and read
-    after the call's barriers (``splice.tiles.check_staging``, ``docs/design.md``)."""
+    after the call's barriers (``splice.forms.staging.check_staging``, ``docs/design.md``)."""
     return ext.staging is not None and ext.staging.role in ("store", "load")
 
 
@@ -241,9 +240,9 @@ def _check_one(ext, mod: Module, modules, what: str) -> None:
                 f"extern, so the array has no size splice can promise. Declare a static "
                 f"__shared__ array of the size it needs (splice counts it in the block's "
                 f"shared memory)")
-        if ext.form.runs_collectives or _stages_a_tile(ext):
+        if ext.form.runs_convergently() or _stages_a_tile(ext):
             continue   # a convergent (block) call: shared memory is its own, never pure; a
-                       # tile's store/load site: splice's own buffers (splice.tiles proves them)
+                       # tile's store/load site: splice's own buffers (splice.forms.staging proves them)
         if shared_use is not None:
             raise SpliceLinkError(
                 f"{what} uses __shared__ memory ('{shared_use[0]}' {where}): an element-scope "
@@ -252,7 +251,7 @@ def _check_one(ext, mod: Module, modules, what: str) -> None:
                 f"thread calls it once, convergently), or use local variables")
         if ext.pure and effect is not None:
             raise _impure(what, f"{effect[1]} ('{effect[0]}' {where})")
-    if ext.pure and not ext.form.runs_collectives:
+    if ext.pure and not ext.form.runs_convergently():
         for name, chain in reach.undefined.items():
             if name in _EFFECT_CALLS:
                 raise _impure(what, f"{_EFFECT_CALLS[name]} ('{name}', reached through "

@@ -77,9 +77,9 @@ class _SameCode:
         if not fullname.startswith(f"{__package__}.") or path is None:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
-        if spec is not None and spec.origin and Path(spec.origin).resolve().parent == _PKG:
-            check_unchanged(spec.origin)
-        elif spec is None and fullname.count(".") == 1:
+        if spec is not None and spec.origin and _PKG in Path(spec.origin).resolve().parents:
+            check_unchanged(spec.origin)     # a module of the package or of a subpackage
+        elif spec is None:
             _refuse_another_copy(self, fullname, path, target)
         return spec
 
@@ -89,7 +89,7 @@ def _refuse_another_copy(finder, fullname: str, path, target) -> None:
     one that a later finder (an editable install of another splice checkout) would load
     from another copy of splice. Either way the process would mix two splices: raise
     SpliceToolchainError. Nothing found anywhere stays a plain ModuleNotFoundError."""
-    rel = f"{fullname.partition('.')[2]}.py"
+    rel = fullname.partition(".")[2].replace(".", "/") + ".py"
     if rel in _FILES:
         check_unchanged(_PKG / rel)    # raises: the file is gone
     for other in sys.meta_path:

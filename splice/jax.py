@@ -39,8 +39,8 @@ from cuda.tile.jax import InputOutput, OutputPlaceholder
 from jax.interpreters import mlir
 
 from . import _cutile
+from .driver.splice_kernel import SpliceKernel
 from .errors import SpliceDeclarationError
-from .splice_kernel import SpliceKernel
 
 __all__ = ["cutile_call", "OutputPlaceholder", "InputOutput"]
 
@@ -322,7 +322,7 @@ def _compile(kernel, constraints) -> tuple[str, bytes, bytes]:
     splice for the current GPU; kept per kernel object and signature for the process."""
     from cuda.tile.compilation import KernelSignature
 
-    from . import pipeline
+    from .driver import pipeline
     arch = _arch()
     key = (id(kernel), arch, tuple(_constraint_key(c) for c in constraints))
     hit = _compiled.get(key)

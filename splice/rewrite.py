@@ -1,7 +1,7 @@
 """The PTX rewriter: every call-site marker in a kernel's PTX becomes a call of its extern.
 
 A call site reaches PTX as one or more marker instructions, one per tile element the
-executing thread owns (``docs/design.md#markers``, :mod:`splice.tile_ir`): an atomic
+executing thread owns (``docs/design.md#markers``, :mod:`splice.tracing.tile_ir`): an atomic
 compare-and-swap on the site's marker global, the arguments packed into its compare and swap
 operands (impure, void and block calls)::
 
@@ -14,7 +14,7 @@ marker LLVM changed is a :class:`Refusal` naming the sites in the report, and th
 gives them atomic markers.
 
 This module finds the markers and hands each to its site's call form (:mod:`splice.forms`),
-which gives the edits: a call sequence (:mod:`splice.calls`) for an element call, thread 0's
+which gives the edits: a call sequence (:mod:`splice.forms.calls`) for an element call, thread 0's
 argument store and every thread's call for a block call. It **proves** the rewrite instead
 of assuming it:
 
@@ -39,7 +39,7 @@ from .forms.base import CallForm, Edit, Refusal, SiteCall
 from .forms.marked import ADDR_RE, PLAIN_REG, MarkedBody, is_key_load
 from .forms.marked import rewrite_error as _fail
 from .names import MARKER_RE, RESERVED_PREFIXES
-from .ptx import (
+from .ptxtools.ptx import (
     Instruction,
     Module,
     PTXSyntaxError,
@@ -165,7 +165,7 @@ def _splice_function(b: MarkedBody, sites: Mapping[int, SiteCall], before: Mappi
         named = b.named_sites(ins)
         if not named:
             continue
-        per_function = {k for k in named if k in sites and sites[k].form.per_function}
+        per_function = {k for k in named if k in sites and sites[k].form.proves_per_function()}
         if per_function:
             form = sites[min(per_function)].form
             load = form.key_load(b, i, per_function, sites)
@@ -199,10 +199,10 @@ def _splice_function(b: MarkedBody, sites: Mapping[int, SiteCall], before: Mappi
 
 def _check_tile_staging(b: MarkedBody, sites, at: Mapping[int, list[int]]) -> None:
     """The proof that every tile call's stores precede its block call and its loads
-    follow it (:func:`splice.tiles.check_staging`)."""
+    follow it (:func:`splice.forms.staging.check_staging`)."""
     if not any(sites[idx].staging is not None for idx in at):
         return
-    from .tiles import check_staging
+    from .forms.staging import check_staging
     why = check_staging(b.analysed, sites, at)
     if why is not None:
         raise b.fail(f"cannot prove the shared-memory staging of a tile call: {why}")

@@ -4,8 +4,8 @@ that a value set from Python after ``import splice`` counts).
 =========================  ====================================================
 ``SPLICE_CACHE_DIR``       the cubin cache's directory (:func:`splice.cache.cache_root`)
 ``SPLICE_CACHE_MAX_BYTES`` the cache's size bound (:func:`splice.cache.max_bytes`)
-``SPLICE_DUMP_DIR``        write every build's stages there (:mod:`splice.pipeline`)
-``SPLICE_VERIFY``          check the linked cubin itself (:mod:`splice.verify`)
+``SPLICE_DUMP_DIR``        write every build's stages there (:mod:`splice.driver.pipeline`)
+``SPLICE_VERIFY``          check the linked cubin itself (:mod:`splice.driver.verify`)
 =========================  ====================================================
 """
 

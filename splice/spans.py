@@ -1,14 +1,14 @@
 """Where each piece of the PTX splice writes came from, as data.
 
 The code that writes PTX -- the rewriter's call sequences (:mod:`splice.rewrite`), the
-fragments and declarations the linker inserts (:mod:`splice.link`) -- returns, next to the
+fragments and declarations the linker inserts (:mod:`splice.ptxtools.link`) -- returns, next to the
 text, a :class:`Span` per piece: which lines it occupies and what it belongs to (a
-fragment, a call site's instance). :mod:`splice.diagnose` uses them to say which code a
+fragment, a call site's instance). :mod:`splice.driver.diagnose` uses them to say which code a
 ptxas error points at. The ``// splice:`` comments in the PTX are for people reading a
 dump; nothing parses them.
 
 A piece of generated text is a :class:`Generated` string that carries its span's owner
-through the edit lists of :func:`splice.ptx.apply_edits`; :func:`spans_of_edits` then
+through the edit lists of :func:`splice.ptxtools.ptx.apply_edits`; :func:`spans_of_edits` then
 says where each one landed.
 """
 
@@ -61,7 +61,7 @@ class Span:
 
 class Generated(str):
     """PTX text splice generated, tagged with what it belongs to (a :class:`Span` without
-    its lines): an edit's replacement text in :func:`splice.ptx.apply_edits`, which joins
+    its lines): an edit's replacement text in :func:`splice.ptxtools.ptx.apply_edits`, which joins
     it like any string, and :func:`spans_of_edits` finds it there."""
 
     owner: str
@@ -82,7 +82,7 @@ class Generated(str):
 
 
 def spans_of_edits(text: str, edits: Iterable[tuple[int, int, str]]) -> list[Span]:
-    """The spans, in the text :func:`splice.ptx.apply_edits` makes of ``text`` and
+    """The spans, in the text :func:`splice.ptxtools.ptx.apply_edits` makes of ``text`` and
     ``edits``, of every :class:`Generated` replacement text among the edits."""
     out = []
     line = 1        # the line of the original text at ``pos``

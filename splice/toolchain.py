@@ -63,7 +63,8 @@ def ptxas() -> Path:
     return p
 
 
-def _run_version(path: Path) -> str:
+def run_version(path: Path) -> str:
+    """The version line that a CUDA tool prints for ``--version`` (``... release 13.5, V13.5.37``)."""
     try:
         out = subprocess.run([str(path), "--version"], capture_output=True, text=True,
                              env=clean_env(), timeout=60)
@@ -73,14 +74,20 @@ def _run_version(path: Path) -> str:
     return (lines[-1] if lines else out.stdout).strip()
 
 
+def cuda_release(text: str) -> tuple[int, int] | None:
+    """The (major, minor) of a CUDA tool's ``--version`` text (``release 13.5, V13.5.37``)."""
+    m = re.search(r"release (\d+)\.(\d+)", text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 @functools.cache
 def tileiras_version() -> str:
-    return _run_version(tileiras())
+    return run_version(tileiras())
 
 
 @functools.cache
 def ptxas_version() -> str:
-    return _run_version(ptxas())
+    return run_version(ptxas())
 
 
 @functools.cache
@@ -546,12 +553,10 @@ def nvjitlink_link(inputs: list[tuple[str, bytes, str]], target: str, what: str)
         SpliceToolchainError: nvJitLink is older than ptxas.
         SpliceLinkError: nvJitLink failed (its log attached).
     """
-    import re
-
     from cuda.bindings import nvjitlink
+
     have = tuple(nvjitlink.version())
-    m = re.search(r"release (\d+)\.(\d+)", ptxas_version())
-    need = (int(m.group(1)), int(m.group(2))) if m else have
+    need = cuda_release(ptxas_version()) or have
     if have < need:
         raise SpliceToolchainError(
             f"linking {what} with a binary object needs nvJitLink {need[0]}.{need[1]} or newer "

@@ -319,7 +319,7 @@ class Signature:
         results: for several results, their element types in order (else empty).
     """
 
-    args: tuple[ElementType, ...]      # TileType among them: a tile call (splice.tiles)
+    args: tuple[ElementType, ...]      # TileType among them: a tile call (splice.forms.staging)
     result: ElementType | None
     results: tuple[ElementType, ...] = ()
 
@@ -332,7 +332,7 @@ class Signature:
     @property
     def has_tiles(self) -> bool:
         """Whether a tile is passed or returned (a block-scope call staged through shared
-        memory: :mod:`splice.tiles`)."""
+        memory: :mod:`splice.forms.staging`)."""
         return any(map(_is_tile, (*self.args, self.result)))
 
     @property

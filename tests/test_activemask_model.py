@@ -6,8 +6,8 @@ so that the sweep can fail. CPU only."""
 
 import pytest
 
-from splice import collectives
-from splice.ptx import Module
+from splice.analysis import collectives
+from splice.ptxtools.ptx import Module
 from support import warp_model as W
 from support.activemask import OLDER_GROUPS_BALLOT
 

@@ -7,7 +7,7 @@ import cuda.tile as ct
 import pytest
 
 import splice
-from splice.asm_check import SnippetFault, check_snippet
+from splice.ptxtools.asm_check import SnippetFault, check_snippet
 from support import kernels as K
 
 RESERVED = ["%a0", "%a1", "%a2", "%t32", "%t64", "%c64"]

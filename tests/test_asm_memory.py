@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import splice
-from splice.asm_check import SnippetFault, check_snippet
+from splice.ptxtools.asm_check import SnippetFault, check_snippet
 from support import kernels as K
 from support.ptx_exec import run_build
 from support.token_order import ordered_after, token_ordered_ir
@@ -85,7 +85,7 @@ def test_extern_refuses_none_and_names_arguments():
 
 def test_memory_is_recorded_on_the_snippets_extern(monkeypatch):
     ops = token_ordered_ir(monkeypatch, _elem_kernel(MAD), _sig())
-    from splice.tile_ir import SpliceImpureCall
+    from splice.tracing.tile_ir import SpliceImpureCall
     [call] = [o for o in ops if isinstance(o, SpliceImpureCall)]
     assert call.site.extern.memory == "none" and not call.site.extern.pure
 
@@ -298,7 +298,7 @@ def test_block_scope_snippet_is_checked_too():
 
 
 def _calls_and_stores(ops):
-    from splice.tile_ir import SpliceImpureCall
+    from splice.tracing.tile_ir import SpliceImpureCall
     calls = [o for o in ops if isinstance(o, SpliceImpureCall)]
     stores = [o for o in ops if type(o).__name__ == "TileStore"]
     return calls, stores
@@ -335,7 +335,7 @@ def test_any_snippet_is_ordered_after_the_store(monkeypatch):
 def test_planted_universe_alias_orders_after_the_store(monkeypatch):
     """The ordering test above can fail: a marker pointer of cuTile's own (universe) alias
     set, relaxed, is ordered after the store of z again."""
-    from splice.tile_ir import SpliceMarkerPointer
+    from splice.tracing.tile_ir import SpliceMarkerPointer
     monkeypatch.setattr(SpliceMarkerPointer, "splice_alias_set", lambda self, of: None)
     ops = token_ordered_ir(monkeypatch, two_snippets_kernel, _sig())
     (first, _second), (store_z, _y) = _calls_and_stores(ops)
@@ -483,7 +483,7 @@ def test_memory_is_in_the_bytecode_and_refused_before_the_cache(fresh_cache):
     """memory= reaches the cache key through the bytecode (the token order differs); the
     refusal runs at the trace, so a cached build of the same snippet under "any" does not
     let it through under "none"."""
-    from splice import trace
+    from splice.tracing import trace
     kinds = {m: trace.trace_kernel(_elem_kernel(MAD, memory=m), _sig(), "sm_90").bytecode
              for m in ("any", "none")}
     assert kinds["any"] != kinds["none"]

@@ -706,11 +706,11 @@ def test_user_error_comes_before_header_warnings_in_the_log():
     assert 'operand of "*" must be a pointer' in log
     if "warning" in log:
         assert log.index('operand of "*"') < log.index("warning")
-    assert sorted(log.splitlines()) == sorted(splice.cuda_compile.errors_first(log).splitlines())
+    assert sorted(log.splitlines()) == sorted(splice.inputs.cuda_compile.errors_first(log).splitlines())
 
 
 def test_errors_first_keeps_every_line():
-    from splice.cuda_compile import errors_first
+    from splice.inputs.cuda_compile import errors_first
     log = ("h.hpp(1): warning #1444-D: deprecated\n  code\n     ^\n\n"
            "src(2): error: bad\n  x +* 1\n\n1 error detected\n")
     out = errors_first(log)

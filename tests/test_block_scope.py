@@ -19,7 +19,7 @@ from splice.errors import (
 )
 from splice.forms import FORMS
 from splice.forms.base import SiteCall
-from splice.ptx import Module, Param
+from splice.ptxtools.ptx import Module, Param
 from splice.rewrite import splice_calls
 from splice.types import parse_signature
 from support import kernels as K

@@ -21,9 +21,9 @@ from splice.errors import (
 )
 from splice.forms import FORMS
 from splice.forms.base import SiteCall
-from splice.ptx import Module, Param
+from splice.forms.staging import Staging
+from splice.ptxtools.ptx import Module, Param
 from splice.rewrite import splice_calls
-from splice.tiles import Staging
 from splice.types import TileType, parse_signature
 from support import kernels as K
 from support.ptx_exec import run_build
@@ -934,7 +934,7 @@ def _staging_of(ptx: str, roles, elements):
     (``roles``: index -> role), each atomic marker instance found by its global."""
     from types import SimpleNamespace
 
-    from splice import tiles
+    from splice.forms import staging as tiles
     from splice.rewrite import MARKER_RE
     mod = Module(ptx)
     [fn] = [f for f in mod.function_order if f.kind == ".entry"]

@@ -117,7 +117,7 @@ def test_inspect_without_a_gpu():
 
 
 def test_verify_mode_checks_the_cubin(fresh_cache, monkeypatch):
-    from splice import verify
+    from splice.driver import verify
     monkeypatch.setenv("SPLICE_VERIFY", "1")
     called = splice.extern.from_ptx(ptx=K.PTX_SCALE, name="ptx_scale", inline="never",
                                     signature="float32(float32, float32)")
@@ -141,7 +141,9 @@ def test_verify_mode_checks_the_cubin(fresh_cache, monkeypatch):
 
 
 def test_verify_catches_a_cubin_with_markers(fresh_cache):
-    from splice import toolchain, trace, verify
+    from splice import toolchain
+    from splice.driver import verify
+    from splice.tracing import trace
     sig = K.signature(K.array(ct.float32), K.array(ct.float32), 512)
     traced = trace.trace_kernel(K.ptx_kernel, sig, "sm_90")
     cap = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags, timeout=None,
@@ -273,9 +275,10 @@ import subprocess, sys
 sys.path[:0] = [sys.argv[1], sys.argv[2], sys.argv[2] + "/support"]  # kernels.py
 import cuda.tile as ct
 import kernels as K, splice
+from splice.tracing import trace
 sig = K.signature(K.array(ct.float32), K.array(ct.float32), K.array(ct.float32),
                   K.scalar(ct.float32), 256)
-splice.trace.trace_kernel(K.saxpy_kernel, sig, "sm_90")  # cuTile probes tileiras once
+trace.trace_kernel(K.saxpy_kernel, sig, "sm_90")  # cuTile probes tileiras once
 if sys.argv[3] == "warm":
     real_popen = subprocess.Popen
 

@@ -6,8 +6,8 @@ must change the key, else the cache serves the old header's cubin."""
 
 import pytest
 
-from splice.externs import HEADER_PROVIDERS
-from splice.fragments import CudaSource
+from splice.inputs.externs import HEADER_PROVIDERS
+from splice.inputs.fragments import CudaSource
 
 BODY = "__device__ float f(float x) { return x + V; }\n"
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from splice import cccl
-from splice.externs import HEADER_PROVIDERS
-from splice.fragments import CudaSource
+from splice.inputs.externs import HEADER_PROVIDERS
+from splice.inputs.fragments import CudaSource
 
 SRC = ('#include <lib/top.cuh>\n'
        'extern "C" __device__ int f(int x) { return x + DEEP; }\n')

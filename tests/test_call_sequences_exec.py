@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 import splice
-from splice import link
 from splice.forms import FORMS
 from splice.forms.base import SiteCall
-from splice.ptx import Module, Param
+from splice.ptxtools import link
+from splice.ptxtools.ptx import Module, Param
 from splice.rewrite import splice_calls
 from splice.types import parse_signature
 from support import kernels as K

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 import splice
-from splice import cccl, nvshmem, toolchain
-from splice.externs import HEADER_PROVIDERS
-from splice.fragments import CudaSource
+from splice import cccl, toolchain
+from splice.inputs import nvshmem
+from splice.inputs.externs import HEADER_PROVIDERS
+from splice.inputs.fragments import CudaSource
 
 BODY = 'extern "C" __device__ float f(float x) { return x + (float)WHO; }\n'
 

@@ -22,7 +22,8 @@ def _run(*args, env_extra=None):
 def test_doctor_reports_the_toolchain():
     out = _run("doctor")
     assert out.returncode == 0, out.stdout + out.stderr
-    for what in ("cuda-tile", "tileiras", "ptxas", "libnvvm", "NVRTC", "nvJitLink", "cache"):
+    for what in ("cuda-tile", "tileiras", "ptxas", "libnvvm", "NVRTC", "nvJitLink", "cache",
+                 "toolchain set"):
         assert f"[ok] {what}" in out.stdout
 
 
@@ -134,7 +135,7 @@ def test_doctor_reports_optional_headers():
 def test_sig_takes_fp8_and_tf32_arrays():
     import cuda.tile as ct
 
-    from splice.signatures import parse_parameters
+    from splice.tracing.signatures import parse_parameters
     params = parse_parameters("array(float8_e4m3fn), array(float8_e5m2, ndim=2), "
                               "array(tfloat32)")
     assert [p.dtype for p in params] == [ct.float8_e4m3fn, ct.float8_e5m2, ct.tfloat32]

@@ -54,7 +54,7 @@ assert "splice.rewrite" not in sys.modules   # the rewriter is imported by a cac
 with open(sys.argv[2], "a") as f:
     f.write("# edited after import\\n")
 try:
-    from splice import stages   # what a cache miss imports
+    from splice.driver import stages   # what a cache miss imports
 except splice.SpliceToolchainError as e:
     print("refused:", e)
 """
@@ -83,9 +83,9 @@ def test_an_unchanged_package_loads_lazily_even_when_touched(tmp_path):
     code = ("import os, sys\nsys.path.insert(0, sys.argv[1])\nimport splice\n"
             "p = os.path.join(sys.argv[1], 'splice', 'rewrite.py')\n"
             "os.utime(p, ns=(os.stat(p).st_atime_ns, os.stat(p).st_mtime_ns + 10**9))\n"
-            "from splice import stages\n"
+            "from splice.driver import stages\n"
             "print(splice.build.__module__, 'splice.rewrite' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code, str(copy)], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["splice.pipeline", "True"]
+    assert out.stdout.split() == ["splice.driver.pipeline", "True"]

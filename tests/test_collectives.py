@@ -12,8 +12,10 @@ import cuda.tile as ct
 import pytest
 
 import splice
-from splice import cache, cccl, collectives, toolchain
-from splice.ptx import Module
+from splice import cache, cccl, toolchain
+from splice.analysis import collectives
+from splice.forms import element_callees
+from splice.ptxtools.ptx import Module
 from support import kernels as K
 
 SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 256)
@@ -211,12 +213,12 @@ def test_an_extern_with_block_scope_is_not_refused_here():
     frags = {ext.fragment.content_key(target): ("d", ext.fragment.module(target))}
     site = types.SimpleNamespace(extern=ext, where="k.py:1")
     with pytest.raises(splice.SpliceLinkError):
-        collectives.check_element_sites([site], frags, target)
+        element_callees.check_element_sites([site], frags, target)
     ext.scope = "block"
-    collectives.check_element_sites([site], frags, target)
+    element_callees.check_element_sites([site], frags, target)
     ext.scope = "element"
     with pytest.raises(splice.SpliceLinkError):
-        collectives.check_element_sites([site], frags, target)
+        element_callees.check_element_sites([site], frags, target)
 
 
 # ---------------------------------------------------------------------------------------------

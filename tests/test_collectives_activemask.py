@@ -18,10 +18,12 @@ import numpy as np
 import pytest
 
 import splice
-from splice import activemask, cache, collectives, toolchain
-from splice.externs import HEADER_PROVIDERS
-from splice.fragments import CudaSource
-from splice.ptx import Module, parse_instruction
+from splice import cache, toolchain
+from splice.analysis import activemask, collectives
+from splice.forms import element_callees
+from splice.inputs.externs import HEADER_PROVIDERS
+from splice.inputs.fragments import CudaSource
+from splice.ptxtools.ptx import Module, parse_instruction
 from support import kernels as K
 from support.activemask import HEADER, OLDER_GROUPS_BALLOT
 from support.activemask import ptx_fn as _ptx_fn
@@ -558,7 +560,7 @@ def test_the_pipeline_refusal_is_unchanged_for_a_near_miss():
 def test_check_element_sites_accepts_the_pattern():
     ext = agg_ticket._splice_extern
     frags = {ext.fragment.content_key("sm_90a"): ("d", ext.fragment.module("sm_90a"))}
-    collectives.check_element_sites([types.SimpleNamespace(extern=ext, where="k.py:1")],
+    element_callees.check_element_sites([types.SimpleNamespace(extern=ext, where="k.py:1")],
                                     frags, "sm_90a")
 
 
@@ -694,7 +696,7 @@ def _refusal(body: str, options=()) -> str:
                         options=options)(lambda x: None)._splice_extern
     frags = {ext.fragment.content_key("sm_90"): ("d", ext.fragment.module("sm_90"))}
     with pytest.raises(splice.SpliceLinkError) as e:
-        collectives.check_element_sites([types.SimpleNamespace(extern=ext, where="k.py:7")],
+        element_callees.check_element_sites([types.SimpleNamespace(extern=ext, where="k.py:7")],
                                         frags, "sm_90")
     return str(e.value)
 

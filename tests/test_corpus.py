@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from splice import link, toolchain
-from splice.ptx import Module, parse_instruction
+from splice import toolchain
+from splice.ptxtools import link
+from splice.ptxtools.ptx import Module, parse_instruction
 from splice.rewrite import MARKER_RE, splice_calls
 from support.ptx_interp import HEADER
 from support.sites import callee_ptx, site_call, with_calls_replaced

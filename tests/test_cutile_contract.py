@@ -9,7 +9,8 @@ import cuda.tile as ct
 import pytest
 
 import splice
-from splice import _cutile, tile_ir, trace
+from splice import _cutile
+from splice.tracing import tile_ir, trace
 from support import kernels as K
 from support.env import python_env
 

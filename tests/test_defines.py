@@ -4,8 +4,9 @@ and 0 (``-DFAST=True`` made ``#if FAST`` false: ``True`` is an unknown identifie
 
 import pytest
 
-from splice.externs import HEADER_PROVIDERS, _check_options
-from splice.fragments import CudaSource
+from splice.inputs.declaring import check_options as _check_options
+from splice.inputs.externs import HEADER_PROVIDERS
+from splice.inputs.fragments import CudaSource
 
 SRC = """extern "C" __device__ int pick() {
 #if FAST

@@ -10,9 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import splice
-from splice import diagnose, link, toolchain
+from splice import toolchain
+from splice.driver import diagnose
 from splice.errors import SpliceLinkError, SpliceToolchainError
-from splice.ptx import Module, Param, apply_edits
+from splice.ptxtools import link
+from splice.ptxtools.ptx import Module, Param, apply_edits
 from splice.rewrite import splice_calls
 from splice.spans import Generated, Span, span_at, spans_of_edits
 from support import kernels as K
@@ -223,7 +225,7 @@ def test_nvrtc_error_in_generated_code_names_the_extern():
 
 
 def test_generated_blocks_own_their_lines():
-    from splice.checks import Declared, generated_blocks, owner_of_line
+    from splice.inputs.checks import Declared, generated_blocks, owner_of_line
     from splice.types import parse_signature
     declared = [Declared("f", None, parse_signature("float16(float16)"), "a.py:1"),
                 Declared("g0", "ns::g", parse_signature("float32(float32)"), "a.py:2")]

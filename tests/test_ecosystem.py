@@ -11,7 +11,7 @@ from cuda.tile.compilation import ArrayConstraint, ConstantConstraint, ScalarCon
 
 import splice
 from splice.__main__ import parse_signature
-from splice.verify import elf_symbols
+from splice.driver.verify import elf_symbols
 from support import eco
 from support.eco import TWICE, eco_kernel, eco_twice
 from support.eco import sig as _sig
@@ -260,8 +260,8 @@ def include_dir(request, tmp_path, monkeypatch):
     ("type_traits", "include <cuda/std/type_traits>"),
 ])
 def test_standard_headers_point_at_libcuxx(include_dir, header, says):
-    from splice.cuda_compile import header_hint
-    from splice.externs import HEADER_PROVIDERS
+    from splice.inputs.cuda_compile import header_hint
+    from splice.inputs.externs import HEADER_PROVIDERS
     hint = header_hint(_log(header), HEADER_PROVIDERS)
     assert says in hint
     assert ("cuda-toolkit[cccl]" in hint) != include_dir
@@ -270,8 +270,8 @@ def test_standard_headers_point_at_libcuxx(include_dir, header, says):
 @pytest.mark.parametrize("header", ["nv/target", "cub/block/block_reduce.cuh",
                                     "cuda/std/cstdint", "thrust/complex.h"])
 def test_cccl_headers_say_how_to_install_cccl(include_dir, header):
-    from splice.cuda_compile import header_hint
-    from splice.externs import HEADER_PROVIDERS
+    from splice.inputs.cuda_compile import header_hint
+    from splice.inputs.externs import HEADER_PROVIDERS
     hint = header_hint(_log(header), HEADER_PROVIDERS)
     if include_dir:
         assert "is not in CCCL at" in hint
@@ -281,8 +281,8 @@ def test_cccl_headers_say_how_to_install_cccl(include_dir, header):
 
 
 def test_other_missing_headers_get_no_cccl_hint():
-    from splice.cuda_compile import header_hint
-    from splice.externs import HEADER_PROVIDERS
+    from splice.inputs.cuda_compile import header_hint
+    from splice.inputs.externs import HEADER_PROVIDERS
     assert header_hint(_log("my_header.h"), HEADER_PROVIDERS) == ""
     assert header_hint("x.cu(3): error: identifier \"y\" is undefined",
                        HEADER_PROVIDERS) == ""
@@ -428,14 +428,14 @@ def test_half_stubless_extern_still_decorates_a_stub():
     ("nvshmem.h", "#include <nvshmem.h>"),
 ])
 def test_common_missing_headers_get_a_hint(header, says):
-    from splice.cuda_compile import header_hint
-    from splice.externs import HEADER_PROVIDERS
+    from splice.inputs.cuda_compile import header_hint
+    from splice.inputs.externs import HEADER_PROVIDERS
     assert says in header_hint(_log(header), HEADER_PROVIDERS)
 
 
 def test_user_headers_in_like_named_folders_get_no_nvshmem_hint():
-    from splice.cuda_compile import header_hint
-    from splice.externs import HEADER_PROVIDERS
+    from splice.inputs.cuda_compile import header_hint
+    from splice.inputs.externs import HEADER_PROVIDERS
     assert "NVSHMEM" not in header_hint(_log("host/config.h"), HEADER_PROVIDERS)
     assert "NVSHMEM" not in header_hint(_log("device/my_nvshmem_wrappers.hpp"),
                                         HEADER_PROVIDERS)

@@ -4,7 +4,7 @@
 import pytest
 
 from splice.effects import _effect
-from splice.ptx import Instruction
+from splice.ptxtools.ptx import Instruction
 
 
 @pytest.mark.parametrize("opcode, what", [

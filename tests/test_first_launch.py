@@ -17,7 +17,8 @@ import cuda.tile as ct
 import pytest
 
 import splice
-from splice import pipeline, stages, toolchain
+from splice import toolchain
+from splice.driver import pipeline, stages
 from splice.errors import SpliceToolchainError
 from support import kernels as K
 from support.env import python_env
@@ -73,7 +74,7 @@ def test_fragments_compile_in_a_thread_while_tileiras_runs(monkeypatch):
 
 
 def test_a_wrong_prediction_gives_the_same_cubin(monkeypatch, tmp_path):
-    from splice import fragments
+    from splice.inputs import fragments
     kernel = _fresh_kernel("return x * 5.0f - 1.0f;")
     want = splice.compile(kernel, SIG, "sm_90")
     monkeypatch.setenv("SPLICE_CACHE_DIR", str(tmp_path))  # no fragment cache entry...
@@ -224,8 +225,8 @@ _KERNEL_PTX = """.version 8.0
 def test_inserted_fragments_are_parsed_after_the_kernel_header(inserted, error):
     # link.insert parses only the header plus the inserted text (the kernel is parsed); the
     # merged module must parse exactly when that does
-    from splice import link
-    from splice.ptx import Module, PTXSyntaxError
+    from splice.ptxtools import link
+    from splice.ptxtools.ptx import Module, PTXSyntaxError
     kernel = Module(_KERNEL_PTX)
     linked = link.Linked(inserted, {})
     if error is None:
@@ -244,11 +245,12 @@ def test_a_cache_hit_in_a_new_process_loads_no_miss_stage(tmp_path):
     # are loaded by a miss
     code = ("import sys\n"
             "from support import kernels as K\n"
-            "from splice import pipeline\n"
+            "from splice.driver import pipeline\n"
             "sig = K.signature(K.array(K.ct.float64), K.array(K.ct.float64), 256)\n"
             "b = pipeline.build(K.same_arg_kernel, sig, 'sm_90')\n"
-            "miss = ('splice.stages', 'splice.rewrite', 'splice.link', 'splice.ptx',\n"
-            "        'splice.inline', 'splice.collectives')\n"
+            "miss = ('splice.driver.stages', 'splice.rewrite', 'splice.ptxtools.link',\n"
+            "        'splice.ptxtools.ptx', 'splice.ptxtools.inline',\n"
+            "        'splice.analysis.collectives')\n"
             "print(b.from_cache, [m for m in miss if m in sys.modules])\n")
     env = python_env(Path(__file__).parent, Path(splice.__file__).parent.parent,
                      SPLICE_CACHE_DIR=str(tmp_path))
@@ -256,7 +258,7 @@ def test_a_cache_hit_in_a_new_process_loads_no_miss_stage(tmp_path):
                            env=env, timeout=300) for _ in range(2)]
     assert [r.returncode for r in runs] == [0, 0], runs[-1].stderr
     first, second = (r.stdout.strip().splitlines()[-1] for r in runs)
-    assert first.startswith("False ['splice.stages'")   # the miss loads them
+    assert first.startswith("False ['splice.driver.stages'")   # the miss loads them
     assert second == "True []"
 
 
@@ -437,12 +439,13 @@ import splice
 class Editable:   # as setuptools' editable-install finder: splice.* from another checkout
     def find_spec(self, fullname, path, target=None):
         if fullname.startswith("splice."):
-            return importlib.machinery.PathFinder.find_spec(fullname, [sys.argv[2]], target)
+            where = os.path.join(sys.argv[2], *fullname.split(".")[1:-1])
+            return importlib.machinery.PathFinder.find_spec(fullname, [where], target)
 
 
 sys.meta_path.append(Editable())
-os.remove(os.path.join(sys.argv[1], "splice", "externs.py"))
-for name in ("splice.stages", "splice.externs", "splice.no_such_module"):
+os.remove(os.path.join(sys.argv[1], "splice", "inputs", "externs.py"))
+for name in ("splice.driver.stages", "splice.inputs.externs", "splice.no_such_module"):
     try:
         __import__(name)
         print(name, "loaded from", sys.modules[name].__file__)
@@ -460,15 +463,15 @@ def test_a_submodule_is_never_loaded_from_another_copy_of_splice(tmp_path):
     copy = tmp_path / "pkg"
     shutil.copytree(Path(splice.__file__).parent, copy / "splice",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    (copy / "splice" / "stages.py").unlink()          # not in this copy from the start
+    (copy / "splice" / "driver" / "stages.py").unlink()          # not in this copy from the start
     out = subprocess.run([sys.executable, "-c", _MIXED, str(copy),
                           str(Path(splice.__file__).parent)],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     stages, externs, missing = out.stdout.splitlines()
-    assert stages.startswith("splice.stages refused: splice.stages is not part of the splice")
+    assert stages.startswith("splice.driver.stages refused: splice.driver.stages is not part of the splice")
     assert "another copy of splice" in stages
-    assert externs.startswith("splice.externs refused: splice/externs.py changed on disk")
+    assert externs.startswith("splice.inputs.externs refused: splice/inputs/externs.py changed on disk")
     assert missing.startswith("splice.no_such_module not found")
 
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from splice.ptx import Module
+from splice.ptxtools.ptx import Module
 from splice.rewrite import splice_calls
 from support import fuzz
 from support.ptx_interp import (

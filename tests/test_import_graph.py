@@ -182,10 +182,75 @@ def test_import_splice_leaves_cutiles_compiler_unloaded():
     # cuTile's compiler (cuda.tile._compile, its IR and passes) is imported by the first
     # trace (splice._cutile), not by `import splice`: it takes longer than cuda.tile itself
     assert _loaded_by_import_splice("cuda.tile._compile", "cuda.tile._ir",
-                                    "cuda.tile._passes", "splice.tile_ir") == []
+                                    "cuda.tile._passes", "splice.tracing.tile_ir") == []
 
 
 def test_the_generic_cuda_c_input_imports_no_header_library():
     # CCCL and NVSHMEM are header providers a CUDA C source is given (splice.externs), so
     # that the fragments sit below them (the module graph was 14 floors through them)
-    assert not import_graph()["fragments"] & {"nvshmem", "cccl"}
+    assert not import_graph()["inputs.fragments"] & {"inputs.nvshmem", "cccl"}
+
+
+#: The PTX wing (issue 32): the PTX tools, the analyses, the rewriter and the forms work on
+#: PTX alone, so that each can be loaded and tested on hand-written PTX.
+PTX_WING = ("ptxtools", "analysis", "rewrite", "forms")
+#: What the PTX wing must not reach: the input kinds (CUDA C through NVRTC, the header
+#: providers, the fragments, the declarations), CCCL's header provider, the toolchain
+#: runner, the cache, the tracing of cuTile and the driver.
+NOT_BELOW_PTX = ("inputs", "cccl", "toolchain", "cache", "tracing", "driver", "integrations")
+
+
+def _layer(module: str) -> str:
+    return module.split(".")[0]
+
+
+def reached(graph: dict[str, set[str]], module: str) -> set[str]:
+    """Every module ``module`` imports, directly or through others."""
+    seen: set[str] = set()
+    work = [module]
+    while work:
+        for d in graph.get(work.pop(), ()):
+            if d not in seen:
+                seen.add(d)
+                work.append(d)
+    return seen
+
+
+def test_the_ptx_wing_reaches_no_input_compiler_toolchain_or_cache():
+    graph = import_graph()
+    bad = {m: sorted(d for d in reached(graph, m) if _layer(d) in NOT_BELOW_PTX)
+           for m in graph if _layer(m) in PTX_WING}
+    assert not {m: d for m, d in bad.items() if d}
+
+
+def test_the_rule_checker_sees_a_function_level_import_of_the_compiler():
+    source = "def f():\n    from ..inputs import fragments\n    return fragments\n"
+    deps = module_imports(source, {"inputs.fragments", "forms.block"}, ("splice", "forms"))
+    assert deps == {"inputs.fragments"}
+    graph = {"forms.block": deps, "inputs.fragments": {"toolchain"}, "toolchain": set()}
+    assert reached(graph, "forms.block") == {"inputs.fragments", "toolchain"}
+
+
+def test_every_subpackage_says_its_job_and_what_it_may_import():
+    for init in sorted(PKG.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        assert "import" in doc.lower() and len(doc.splitlines()) >= 3, init.parent.name
+
+
+#: A form's capability flags (splice.forms.base.CallForm): read only by the forms, which
+#: answer the questions the other modules ask (``form.runs_convergently()``, ...).
+FORM_FLAGS = ("runs_collectives", "per_function", "takes_tiles", "straight_line_snippets")
+
+
+def flag_reads(source: str) -> list[str]:
+    """The capability flags ``source`` reads as attributes (``x.per_function``)."""
+    return [n.attr for n in ast.walk(ast.parse(source))
+            if isinstance(n, ast.Attribute) and n.attr in FORM_FLAGS]
+
+
+def test_no_module_outside_the_forms_reads_a_forms_capability_flags():
+    found = {str(p.relative_to(PKG)): flag_reads(p.read_text())
+             for p in sorted(PKG.rglob("*.py")) if p.parent.name != "forms"}
+    assert not {p: f for p, f in found.items() if f}
+    assert flag_reads("if site.form.per_function and f(ext.form.runs_collectives): pass") == [
+        "per_function", "runs_collectives"]

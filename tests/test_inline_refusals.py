@@ -1,8 +1,8 @@
 """Every reason why_not_inlinable gives, pinned word for word (the rewriter reports it)."""
 import pytest
 
-from splice.inline import why_not_inlinable
-from splice.ptx import Module
+from splice.ptxtools.inline import why_not_inlinable
+from splice.ptxtools.ptx import Module
 
 HEAD = ".version 8.0\n.target sm_90\n.address_size 64\n"
 SIG = ".visible .func (.param .b32 r) pf(.param .b32 x)"

@@ -59,7 +59,7 @@ def _token_ordered_ir(monkeypatch, kernel):
 
 def _memory_ops(ops):
     """(the call, [store X, store Y, store Out], [load Y, load X]) in program order."""
-    from splice.tile_ir import SpliceImpureCall
+    from splice.tracing.tile_ir import SpliceImpureCall
     [call] = [o for o in ops if isinstance(o, SpliceImpureCall)]
     stores = [o for o in ops if type(o).__name__ == "TileStore"]
     loads = [o for o in ops if type(o).__name__ == "TileLoad"]
@@ -92,7 +92,7 @@ def test_planted_missing_argument_alias_loses_the_store(monkeypatch):
     """The ordering test above can fail: a marker pointer that does not take its array
     arguments' alias sets is not ordered after the store to X."""
     from splice import _cutile
-    from splice.tile_ir import SpliceMarkerPointer
+    from splice.tracing.tile_ir import SpliceMarkerPointer
     monkeypatch.setattr(SpliceMarkerPointer, "splice_alias_set",
                         lambda self, alias_set_of: _cutile.SPLICE_ALIAS_SET)
     ops = _token_ordered_ir(monkeypatch, store_then_bump)
@@ -239,7 +239,7 @@ def test_planted_unordered_staging_is_refused(monkeypatch, fresh_cache):
     and the example is refused, never miscompiled."""
     import matmul_rowmax_fp8 as fp8
 
-    from splice.tile_ir import SpliceMarkerPointer
+    from splice.tracing.tile_ir import SpliceMarkerPointer
 
     def arrays_only(self, alias_set_of):
         alias_set = 0

@@ -16,8 +16,10 @@ import cuda.tile as ct
 import pytest
 
 import splice
-from splice import _cutile, cccl, link, nvshmem
-from splice.ptx import Module
+from splice import _cutile, cccl
+from splice.inputs import nvshmem
+from splice.ptxtools import link
+from splice.ptxtools.ptx import Module
 from support import kernels as K
 from support.env import python_env
 

@@ -9,9 +9,11 @@ import cuda.tile as ct
 import pytest
 
 import splice
-from splice import rewrite, stages, trace
+from splice import rewrite
+from splice.driver import stages
 from splice.errors import SpliceCompileError, SpliceRewriteError
 from splice.forms.base import Marker
+from splice.tracing import trace
 from support import kernels as K
 
 f32 = ct.float32

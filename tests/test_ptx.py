@@ -7,7 +7,7 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from splice.ptx import PTXSyntaxError, tokenize
+from splice.ptxtools.ptx import PTXSyntaxError, tokenize
 from support import fuzz
 
 _OLD_TOKEN_RE = re.compile(r"""

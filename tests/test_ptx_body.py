@@ -1,7 +1,7 @@
 """ptx.Body: one function's statements parsed once, with its defs and labels, memoised per
 module (the rewriter's forms and the inliner share it)."""
 
-from splice.ptx import Module
+from splice.ptxtools.ptx import Module
 
 TEXT = """.version 8.0
 .target sm_90a

@@ -14,9 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from splice import link, toolchain
+from splice import toolchain
 from splice.errors import SpliceRewriteError
-from splice.ptx import Module, split_statements
+from splice.ptxtools import link
+from splice.ptxtools.ptx import Module, split_statements
 from splice.rewrite import splice_calls
 from splice.types import parse_signature
 from support import fuzz
@@ -368,7 +369,7 @@ def test_user_atomic_cas_is_left_alone():
     ("\u00e9", "unexpected character"),
 ])
 def test_malformed_ptx(bad, needle):
-    from splice.ptx import PTXSyntaxError
+    from splice.ptxtools.ptx import PTXSyntaxError
     with pytest.raises(PTXSyntaxError, match=re.escape(needle)):
         Module(HEADER + bad)
 
@@ -381,13 +382,13 @@ def test_malformed_ptx(bad, needle):
 ])
 def test_tokenizer_errors_point_past_the_whitespace(text, where):
     # the token pattern takes the whitespace before a token in the same match
-    from splice.ptx import PTXSyntaxError, tokenize
+    from splice.ptxtools.ptx import PTXSyntaxError, tokenize
     with pytest.raises(PTXSyntaxError, match=re.escape(where)):
         list(tokenize(text))
 
 
 def test_tokens_start_after_whitespace_and_comments():
-    from splice.ptx import tokenize
+    from splice.ptxtools.ptx import tokenize
     text = "  mov.b32 \t%r1, /* c */ 0f3F800000; // end\n\t \n"
     toks = list(tokenize(text))
     assert [t if isinstance(t, str) else (t.kind, t.text) for t in toks] == [

@@ -56,7 +56,7 @@ def test_only_the_parameter_lists_count_a_call_as_the_rewriters():
     # as the rewriter does not count it among the markers it replaced by calls
     import dataclasses
 
-    from splice.ptx import Module
+    from splice.ptxtools.ptx import Module
     site = dataclasses.replace(fma_sites()[0], callee="__splice_tile_0_call")
     decl = ".visible .func __splice_tile_0_call();\n"
     bare = Module(_kernel("\tcall __splice_tile_0_call, ();\n", decl))

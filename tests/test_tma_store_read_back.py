@@ -16,7 +16,7 @@ import pytest
 
 import splice
 from splice.errors import SpliceCallError
-from splice.tma_store_reads import BULK_GLOBAL_STORE
+from splice.ptxtools.tma_store_reads import BULK_GLOBAL_STORE
 from support import kernels as K
 from support.ptx_exec import run_build
 

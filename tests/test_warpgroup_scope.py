@@ -15,7 +15,7 @@ from splice import cccl
 from splice.errors import SpliceDeclarationError, SpliceLinkError, SpliceRewriteError
 from splice.forms import form_of
 from splice.forms.base import SiteCall
-from splice.ptx import Module, Param
+from splice.ptxtools.ptx import Module, Param
 from splice.rewrite import splice_calls
 from splice.types import parse_signature
 from support import kernels as K
@@ -703,11 +703,11 @@ def test_warp_analysis_finds_the_roles_of_the_tma_matmul(matmul_ptx):
     """The analysis of which warps reach each statement finds tileiras's roles (design.md,
     warpgroup-scope): warps 0-3 at the epilogue's site, warp 4 (TMA loads) and warp 5 (TMA
     store) at their setmaxnreg.dec, warps 6-7 at theirs."""
-    from splice import warpgroup
+    from splice.analysis import control
     m = Module(matmul_ptx)
     [fn] = [f for f in m.function_order if f.is_definition]
     b = m.body(fn)
-    reach = warpgroup.warps_reaching(b, 8)
+    reach = control.warps_reaching(b, 8)
     [site] = [k for k, (_, ins) in enumerate(b.parsed) if ins is not None and ins.base == "atom"]
     assert reach[site] == frozenset(range(4))
     dec = [reach[k] for k, (_, ins) in enumerate(b.parsed)

@@ -14,13 +14,14 @@ import numpy as np
 import pytest
 
 import splice
-from splice import toolchain, warpgroup
+from splice import toolchain
 from splice.errors import SpliceLinkError, SpliceRewriteError
 from splice.forms import FORMS
+from splice.forms import warpgroup_proof as warpgroup
 from splice.forms.base import SiteCall
-from splice.ptx import Module, Param
+from splice.forms.staging import Staging
+from splice.ptxtools.ptx import Module, Param
 from splice.rewrite import splice_calls
-from splice.tiles import Staging
 from splice.types import parse_signature
 from support import kernels as K
 from support.ptx_exec import ExecError, run_build
@@ -532,7 +533,7 @@ def test_exec_example_row_scales_without_its_barrier_is_caught():
 def test_planted_wrong_slot_index_changes_the_values(monkeypatch, fresh_cache):
     """The executor test above can fail: staging each element one slot off (the store's
     address of element i + 1) gives other values."""
-    from splice import tiles
+    from splice.inputs import tile_fragment as tiles
     real = tiles._address
 
     def off_by_one(buf, elem):

@@ -17,7 +17,13 @@ summary text           :meth:`summary` (``SiteInfo.__str__``)
 =====================  ==========================================================
 
 The forms: :mod:`.element` (``scope="element"``: :data:`element.ATOMIC` and
-:data:`element.FMA`, whose proof is :mod:`.fma_proof`) and :mod:`.block` (``scope="block"``).
+:data:`element.FMA`, whose proof is :mod:`.fma_proof`, whose callee policy is
+:mod:`.element_callees`), :mod:`.block` (``scope="block"``: its proof and call sequence in
+:mod:`.block_proof`, which also holds the steps the warpgroup form shares) and
+:mod:`.warpgroup` (``scope="warpgroup"``: :mod:`.warpgroup_proof`). Around them:
+:mod:`.base` (the protocol, the site records), :mod:`.marked` (a function body with its
+markers), :mod:`.calls` (the PTX call sequence of one site), :mod:`.staging` (the proof of a
+tile call's staging, for the forms that take tiles).
 :data:`FORMS` maps a declaration's ``scope=`` to the form a declaration of that scope gets
 (:func:`form_of` validates it, once, when the extern is declared); each traced call then
 takes its marker variant (``form.for_call(...)``), which ``CallSite``, ``SiteCall`` and
@@ -28,22 +34,29 @@ in a warp-specialised kernel):
 
 1. Write ``splice/forms/<name>.py`` with a class that has every attribute and method of
    :class:`~splice.forms.base.CallForm` and one instance of it. Copy :mod:`.block` for a
-   cooperative call: its ``instance_edits`` runs :func:`splice.block.prove_instance`
+   cooperative call: its ``instance_edits`` runs :func:`splice.forms.block_proof.prove_instance`
    (thread 0's guard, straight-line code to the join) and emits
-   :func:`splice.block.thread0_block` / :func:`splice.block.all_threads_block`; a
+   :func:`.block_proof.thread0_block` / :func:`.block_proof.all_threads_block`; a
    warpgroup form reuses that proof with its own join barrier (the named ``bar.sync N,
    128`` instead of ``bar.sync 0``) and its own policy on the callee's barriers
    (:meth:`~base.CallForm.check_callees`, which the fragments stage runs for each form
    present; :func:`~base.no_check_callees` for none beyond :attr:`runs_collectives`); its
    spans get its :attr:`span_kind`; with ``takes_tiles`` and
    :meth:`~base.CallForm.call_ends` (the guard and join of a proven instance) its calls
-   take tiles, staged by :mod:`splice.tiles`.
+   take tiles, staged by :mod:`.staging`.
 2. Add its scope to :class:`~splice.forms.base.Scope` and one line to :data:`FORMS`
    (``Scope.WARPGROUP: warpgroup.WARPGROUP``). Nothing else dispatches on the scope: the
    declaration (``splice.extern(scope=...)``), the trace, the rewriter, the collective
    checks and the reports ask the form. (A form for a test only: :func:`register`.)
 3. Test it as ``tests/test_block_scope.py`` does block: declaration, the PTX a site
    becomes, every refusal (CPU), a GPU check against NumPy.
+
+May import: the analyses (:mod:`splice.analysis`), the PTX tools (:mod:`splice.ptxtools`),
+:mod:`splice.types`, :mod:`splice.spans`, :mod:`splice.names` and :mod:`splice.errors`;
+nothing of the input kinds, the compilers, the toolchain runner, the cache or the header
+providers (a callee's fragment is asked, not imported: ``fragment.has_ptx_body``,
+``fragment.kind``). Outside this package no module reads a form's capability flags: it
+asks the form.
 """
 
 from __future__ import annotations

@@ -2,12 +2,12 @@
 (edits, or a :class:`Refusal`), and the records of a call site that carry a form and that
 its methods take::
 
-    CallSite   recorded while cuTile traces the kernel (splice.trace): which extern, the
+    CallSite   recorded while cuTile traces the kernel (splice.tracing.trace): which extern, the
                tile shape, the source location, the form; ``key`` is stable across traces
                of one kernel signature
     SiteCall   how the rewriter calls it (splice.rewrite): the callee's PTX prototype,
                the body to inline
-    SiteInfo   what the build reports of it (splice.pipeline.Build.sites): instances in
+    SiteInfo   what the build reports of it (splice.driver.pipeline.Build.sites): instances in
                PTX, inlined or not and why, its marker and why it is not the fma marker
 
 Records and protocol live in one module because each names the other. This module imports
@@ -25,7 +25,7 @@ from ..errors import SpliceRewriteError
 from ..names import marker_symbol
 
 if TYPE_CHECKING:
-    from ..ptx import Body, Module, Param
+    from ..ptxtools.ptx import Body, Module, Param
     from ..spans import Generated, Span
     from ..types import Signature
     from .marked import MarkedBody
@@ -101,7 +101,7 @@ class CallSite:
 
     Attributes:
         index: order of the call in the trace (0, 1, ...); names the marker global.
-        extern: the called :class:`splice.externs.ExternFunction`.
+        extern: the called :class:`splice.inputs.externs.ExternFunction`.
         shape: the tile shape of the marker (the call's shape, last axis maybe split).
         where: "file:line" of the call in the user's source.
         call_shape: the tile shape of the call (``()`` for a scalar call).
@@ -168,7 +168,7 @@ class SiteCall:
     form: CallForm
     marker_bits: int = 0
     fma_rounding: str = "rn"
-    #: the part the site plays in a tile call (:class:`splice.tiles.Staging`), or None
+    #: the part the site plays in a tile call (:class:`splice.forms.staging.Staging`), or None
     staging: object = None
 
     @property
@@ -225,6 +225,35 @@ class SiteInfo:
         return self.form.summary(self)
 
 
+class FlagAnswers:
+    """The answers of :class:`CallForm`'s questions that its flags give: a form class
+    inherits them (the flags are read only here and in the forms)."""
+
+    runs_collectives: bool
+    per_function: bool
+    takes_tiles: bool
+    straight_line_snippets: bool
+    scope: Scope
+
+    def runs_convergently(self) -> bool:
+        """Whether every thread of a group calls it together (:attr:`runs_collectives`): its
+        callee may execute collectives and owns the shared memory it declares."""
+        return self.runs_collectives
+
+    def proves_per_function(self) -> bool:
+        """Whether its markers are proven per function (:attr:`per_function`)."""
+        return self.per_function
+
+    def takes_tile_arguments(self) -> bool:
+        """Whether its calls may take and return whole tiles (:attr:`takes_tiles`)."""
+        return self.takes_tiles
+
+    def snippet_rule(self) -> Scope | None:
+        """The scope whose straight-line rule a ``splice.asm`` snippet of this form follows
+        (:attr:`straight_line_snippets`), or None."""
+        return self.scope if self.straight_line_snippets else None
+
+
 class CallForm(Protocol):
     """One way a call site runs (``splice/forms/__init__.py`` says how to add one).
 
@@ -237,13 +266,13 @@ class CallForm(Protocol):
             (:meth:`instance_edits`).
         runs_collectives: whether the callee may execute collective instructions (warp or
             CTA barriers, shuffles, votes, NVSHMEM collectives): False for a form whose
-            call runs on a divergent subset of threads (:mod:`splice.collectives`).
+            call runs on a divergent subset of threads (:mod:`splice.analysis.collectives`).
         takes_tiles: whether its calls may take and return whole tiles (``splice.tile``,
-            staged in shared memory around the call: :mod:`splice.tiles`), which needs
+            staged in shared memory around the call: :mod:`splice.forms.staging`), which needs
             :meth:`call_ends`.
         straight_line_snippets: whether a ``splice.asm`` snippet of this form must be
             straight-line PTX (every thread of a group runs it once per execution, around
-            splice's barriers: :func:`splice.asm_check.check_snippet`'s ``straight_line``).
+            splice's barriers: :func:`splice.ptxtools.asm_check.check_snippet`'s ``straight_line``).
     """
 
     scope: Scope
@@ -253,6 +282,21 @@ class CallForm(Protocol):
     per_function: bool
     takes_tiles: bool
     straight_line_snippets: bool
+
+    def runs_convergently(self) -> bool:
+        """Whether every thread of a group calls it together: its callee may execute
+        collectives and owns the shared memory it declares (modules outside the forms ask
+        this, not :attr:`runs_collectives`)."""
+
+    def proves_per_function(self) -> bool:
+        """Whether its markers are proven per function (:attr:`per_function`)."""
+
+    def takes_tile_arguments(self) -> bool:
+        """Whether its calls may take and return whole tiles (:attr:`takes_tiles`)."""
+
+    def snippet_rule(self) -> Scope | None:
+        """The scope whose straight-line rule a ``splice.asm`` snippet of this form follows
+        (:attr:`straight_line_snippets`), or None."""
 
     def declare(self, sig: Signature, pure: bool, what: str) -> bool:
         """Check a declaration of this form; the ``pure`` the extern gets.
@@ -361,7 +405,7 @@ def no_function_edits(body, key_loads, sites, first) -> tuple[list[Edit], dict[i
 
 def no_check_callees(sites, fragments, target: str, keys, kernel) -> None:
     """:meth:`CallForm.check_callees` of a form whose callees face only the checks every
-    site gets (:mod:`splice.collectives` by :attr:`CallForm.runs_collectives`,
+    site gets (:mod:`splice.analysis.collectives` by :attr:`CallForm.runs_collectives`,
     :mod:`splice.effects`)."""
 
 
@@ -381,3 +425,13 @@ def no_key_load(body, i, named, sites) -> Refusal:
     """:meth:`CallForm.key_load` of a form without per-function markers (never called:
     the rewriter asks only forms with ``per_function`` set)."""
     raise AssertionError("key_load of a form without per-function markers")
+
+
+def site_module(ext, fragments: Mapping[str, tuple[str, Module]], target: str,
+                keys: Mapping[int, str] | None = None) -> Module:
+    """The PTX module of ``ext``'s fragment among ``fragments`` (content key ->
+    (description, module)), by the content key in ``keys`` (id(fragment) -> key, as the
+    fragments stage took them once a build); without ``keys`` the key is taken here (for
+    CUDA C, a walk of the source's headers)."""
+    frag = ext.fragment
+    return fragments[keys[id(frag)] if keys is not None else frag.content_key(target)][1]

@@ -6,7 +6,7 @@ Arguments: scalars and pointers (every thread passes the same values). Marker: a
 which tileiras runs on thread 0 behind a ``tid.x == 0`` guard; its global becomes the
 arguments' shared scratch. Each instance: thread 0 stores the arguments, the guard is
 retargeted so that every thread calls the extern, joined at tileiras's ``bar.sync 0``
-(:func:`splice.block.prove_instance` proves it; ``docs/design.md#block-scope``).
+(:func:`splice.forms.block_proof.prove_instance` proves it; ``docs/design.md#block-scope``).
 Collectives: allowed in the callee. The PTX analysis is imported when it runs: a cache hit
 loads the forms, not the rewriter.
 """
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import SpliceDeclarationError
 from .base import (
+    FlagAnswers,
     Marker,
     Scope,
     SiteInfo,
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from ..spans import Generated, Span
 
 
-class BlockForm:
+class BlockForm(FlagAnswers):
     """A block call on its 0-d atomic marker."""
 
     scope = Scope.BLOCK
@@ -57,7 +58,7 @@ class BlockForm:
         """Scalars and pointers: every thread of the block (of the group, for a subclass's
         scope) passes the same values. Its marker is then a 0-d atomic, which tileiras runs
         on one thread behind a ``tid.x == c`` guard (``docs/design.md#block-scope``;
-        :mod:`splice.block`); tiles go to ``splice.tile`` parameters."""
+        :mod:`splice.forms.block_proof`); tiles go to ``splice.tile`` parameters."""
         for i, var in zip(positions, typed):
             if var.get_type().shape != ():
                 return (f"argument {i + 1} is {describe(var)}; a {self.scope}-scope extern "
@@ -75,18 +76,18 @@ class BlockForm:
         return self
 
     def global_edit(self, index: int) -> Generated:
-        from .. import block
         from ..spans import Generated
+        from . import block_proof as block
         return Generated(block.scratch_declaration(index, self.scope),
                          block.scratch_owner(self.scope), "splice", index)
 
     def instance_edits(self, body, i, site, instance):
         """The edits of one instance of the site's marker (statement ``i``): the guard
         retargeted, the marker replaced by thread 0's store of the arguments and every
-        thread's call (see :mod:`splice.block`, which proves it)."""
-        from .. import block
-        from ..calls import call_block
+        thread's call (see :mod:`splice.forms.block_proof`, which proves it)."""
         from ..spans import Generated
+        from . import block_proof as block
+        from .calls import call_block
         from .marked import rewrite_error
         parsed, kernel_name = body.parsed, body.kernel_name
         s, ins = parsed[i]
@@ -112,8 +113,8 @@ class BlockForm:
 
     def call_ends(self, body, i):
         """Thread 0's guard and the join at tileiras's ``bar.sync 0``
-        (:func:`splice.block.prove_instance`), and the block's threads (``.reqntid``)."""
-        from .. import block
+        (:func:`splice.forms.block_proof.prove_instance`), and the block's threads (``.reqntid``)."""
+        from . import block_proof as block
         g, j = block.prove_instance(body, i)
         dims = block.block_dims(body.module, body.fn)
         assert dims is not None     # prove_instance refuses a kernel without .reqntid
@@ -123,8 +124,8 @@ class BlockForm:
     function_edits = staticmethod(no_function_edits)
     def check_callees(self, sites, fragments, target: str, keys, kernel) -> None:
         """Collectives are allowed in the callee; splice_group.h's group only where the
-        block is one warpgroup (:func:`splice.warpgroup.check_block_sites`)."""
-        from .. import warpgroup
+        block is one warpgroup (:func:`splice.forms.warpgroup_proof.check_block_sites`)."""
+        from . import warpgroup_proof as warpgroup
         warpgroup.check_block_sites(sites, fragments, target, keys, kernel)
 
     def check_snippet(self, text: str, pack: int) -> str | None:
@@ -157,7 +158,7 @@ def marker_result(body, i: int, what: str) -> str:
 def scalar_snippet(scope: str, text: str, pack: int) -> str | None:
     """What is wrong with a ``splice.asm`` snippet (PTX template ``text``, ``pack=``) that
     runs once per execution on every thread of its ``scope``'s group, or None: it takes
-    scalars (its straight-line rule is :mod:`splice.asm_check`'s, by
+    scalars (its straight-line rule is :mod:`splice.ptxtools.asm_check`'s, by
     :attr:`~splice.forms.base.CallForm.straight_line_snippets`)."""
     if pack != 1:
         return f"pack={pack} packs tile elements; a {scope}-scope snippet takes scalars"
@@ -172,7 +173,8 @@ def _warp_specialised(site, module, ws: str) -> str:
     instruction that shows it), with the fix that works: a user's extern can be declared
     at warpgroup scope (tiles included) unless its code synchronises the whole block; a
     splice.cub call cannot (CUB synchronises the block), only a plain kernel runs it."""
-    from .. import cub_names, warpgroup
+    from .. import cub_names
+    from . import warpgroup_proof as warpgroup
     why = (f"tileiras warp-specialised this kernel ({ws!r}): its scalar operations run in a "
            f"subset of the block's warps, so splice cannot make every thread of the block "
            f"call")

@@ -5,9 +5,9 @@ Two marker variants: :data:`ATOMIC` (an atomic compare-and-swap on the site's ma
 impure and void calls, and pure calls whose fma marker LLVM changed) and :data:`FMA` (an
 ``fma.rn.f64`` keyed by a load of the marker global: pure calls with a result, proven by
 :mod:`splice.forms.fma_proof`). Each instance becomes the call sequence of
-:func:`splice.calls.call_block`, predicated like its marker.
+:func:`splice.forms.calls.call_block`, predicated like its marker.
 
-Collectives: refused in the callee (:mod:`splice.collectives`): which threads of a warp or
+Collectives: refused in the callee (:mod:`splice.analysis.collectives`): which threads of a warp or
 CTA reach one instance together is tileiras's layout.
 
 The PTX analysis is imported when it runs: a cache hit loads the forms, not the rewriter.
@@ -18,13 +18,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .base import (
+    FlagAnswers,
     Marker,
     Scope,
     SiteInfo,
     generated_text,
     instances_text,
     no_call_ends,
-    no_check_callees,
     no_check_snippet,
     no_function_edits,
     no_key_load,
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ..spans import Span
 
 
-class ElementAtomic:
+class ElementAtomic(FlagAnswers):
     """An element call on an atomic marker."""
 
     scope = Scope.ELEMENT
@@ -62,7 +62,7 @@ class ElementAtomic:
         return f"// splice: marker global of site {index} removed"
 
     def instance_edits(self, body, i, site, instance):
-        from ..calls import call_block
+        from .calls import call_block
         s, ins = body.parsed[i]
         dest, _addr, cmp, swap = ins.operands
         return [(s.start, s.end, call_block(site, ins.guard, dest, (cmp, swap), instance))]
@@ -70,8 +70,13 @@ class ElementAtomic:
     key_load = staticmethod(no_key_load)
     call_ends = staticmethod(no_call_ends)
     function_edits = staticmethod(no_function_edits)
-    #: its collective policy is :attr:`runs_collectives` (:mod:`splice.collectives`)
-    check_callees = staticmethod(no_check_callees)
+
+    def check_callees(self, sites, fragments, target: str, keys, kernel) -> None:
+        """No warp- or CTA-collective instruction in the callee or anything it calls
+        (:func:`splice.forms.element_callees.check_element_sites`)."""
+        from . import element_callees
+        element_callees.check_element_sites(sites, fragments, target, keys)
+
     #: a snippet runs per element like any element call: no rule of its own
     check_snippet = staticmethod(no_check_snippet)
 

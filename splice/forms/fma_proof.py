@@ -21,9 +21,9 @@ import dataclasses
 from collections import defaultdict
 from typing import Mapping, Sequence
 
-from ..calls import call_block
-from ..ptx import Instruction, destinations, registers_in
+from ..ptxtools.ptx import Instruction, destinations, registers_in
 from .base import Refusal, SiteCall
+from .calls import call_block
 from .marked import ADDR_RE as _ADDR_RE
 from .marked import PLAIN_REG as _PLAIN_REG
 from .marked import MarkedBody, rewrite_error

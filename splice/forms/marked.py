@@ -9,7 +9,7 @@ from typing import Sequence
 
 from ..errors import SpliceRewriteError
 from ..names import MARKER_RE
-from ..ptx import Body, Function, Instruction, Module, Statement, registers_in
+from ..ptxtools.ptx import Body, Function, Instruction, Module, Statement, registers_in
 
 
 def rewrite_error(kernel_name: str, msg: str, stmt_text: str | None = None) -> SpliceRewriteError:
@@ -37,7 +37,7 @@ class MarkedBody:
 
     @classmethod
     def parse(cls, module: Module, fn: Function, kernel_name: str) -> MarkedBody:
-        """The marked body of ``fn`` on its analysed :meth:`~splice.ptx.Module.body`."""
+        """The marked body of ``fn`` on its analysed :meth:`~splice.ptxtools.ptx.Module.body`."""
         body = module.body(fn)
         return cls(module, fn, kernel_name, body.parsed, body.defs, body)
 

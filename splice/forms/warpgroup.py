@@ -4,16 +4,16 @@ the thread tileiras ran the 0-d operation on.
 
 Declaration: any result but a pointer; always kept in place and in order (never pure).
 Arguments: scalars, pointers and tiles, as for block calls (tiles staged in shared memory
-around the call by :mod:`splice.tiles`, spread over the group's 128 threads). Marker: a 0-d atomic, which tileiras runs on one thread of the
+around the call by :mod:`splice.forms.staging`, spread over the group's 128 threads). Marker: a 0-d atomic, which tileiras runs on one thread of the
 consumer warpgroup behind a ``tid.x != c`` guard, joined at its named barrier
 (``barrier.sync 1, 128``) in a warp-specialised kernel, at ``bar.sync 0`` in a 128-thread
 kernel that is not; its global becomes the arguments' shared scratch. Each instance:
-:func:`splice.warpgroup.prove_site` proves which threads reach it (one warpgroup), the
+:func:`splice.forms.warpgroup_proof.prove_site` proves which threads reach it (one warpgroup), the
 leader stores the arguments, the guard is retargeted so that every thread of the group calls
 the extern between splice's own counting barriers (``docs/design.md#warpgroup-scope``).
 Collectives: warp-level ones and the group's barrier in the callee; CTA barriers, other
 barriers and raw ``blockDim``/``threadIdx`` reads are refused
-(:meth:`WarpgroupForm.check_callees`, which :mod:`splice.stages` runs for every form
+(:meth:`WarpgroupForm.check_callees`, which :mod:`splice.driver.stages` runs for every form
 present). The PTX analysis is imported when it runs: a cache hit loads the forms, not the
 rewriter.
 """
@@ -40,10 +40,10 @@ class WarpgroupForm(BlockForm):
     def instance_edits(self, body, i, site, instance):
         """The edits of one instance of the site's marker (statement ``i``): the guard
         retargeted, the marker replaced by the leader's store of the arguments and the
-        group's call (see :mod:`splice.warpgroup`, which proves it)."""
-        from .. import warpgroup
-        from ..calls import call_block
+        group's call (see :mod:`splice.forms.warpgroup_proof`, which proves it)."""
         from ..spans import Generated
+        from . import warpgroup_proof as warpgroup
+        from .calls import call_block
         parsed = body.parsed
         s, ins = parsed[i]
         what = f"warpgroup-scope call of {site.label} (site {site.index})"
@@ -69,10 +69,10 @@ class WarpgroupForm(BlockForm):
                                            instance))]
 
     def call_ends(self, body, i):
-        """The group's guard G and join J (:func:`splice.warpgroup.prove_site`), and the
-        group's :data:`~splice.warpgroup.GROUP_SIZE` threads, over which tileiras spreads
+        """The group's guard G and join J (:func:`splice.forms.warpgroup_proof.prove_site`), and the
+        group's :data:`~splice.forms.warpgroup_proof.GROUP_SIZE` threads, over which tileiras spreads
         the elements of a tile it runs there."""
-        from .. import warpgroup
+        from . import warpgroup_proof as warpgroup
         try:
             proof = warpgroup.prove_site(body, i)
         except warpgroup.WarpgroupRefusal as e:
@@ -81,8 +81,8 @@ class WarpgroupForm(BlockForm):
 
     def check_callees(self, sites, fragments, target: str, keys, kernel) -> None:
         """Refuse the sites whose extern runs what the group cannot
-        (:func:`splice.warpgroup.check_sites`: the same arguments but ``kernel``)."""
-        from .. import warpgroup
+        (:func:`splice.forms.warpgroup_proof.check_sites`: the same arguments but ``kernel``)."""
+        from . import warpgroup_proof as warpgroup
         warpgroup.check_sites(sites, fragments, target, keys)
 
     def describe(self, span: Span) -> str:

@@ -18,7 +18,8 @@ sys.path.insert(0, str(HERE.parent))
 import cuda.tile as ct
 
 import splice
-from splice import toolchain, trace
+from splice import toolchain
+from splice.tracing import trace
 from support import kernels as K
 
 f32 = ct.float32

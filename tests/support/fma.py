@@ -17,7 +17,7 @@ import pytest
 
 import splice
 from splice.errors import SpliceError
-from splice.ptx import Module, destinations, parse_instruction
+from splice.ptxtools.ptx import Module, destinations, parse_instruction
 from splice.rewrite import MARKER_RE
 
 from . import kernels as K

@@ -3,8 +3,6 @@ cubins, built with NVRTC for the tests."""
 
 from __future__ import annotations
 
-import re
-
 LTO_SRC = b'extern "C" __device__ float lto_f(float x) { return x * 3.0f + 1.0f; }\n'
 OBJ_SRC = b'extern "C" __device__ float obj_f(float x) { return x * 5.0f - 1.0f; }\n'
 
@@ -35,17 +33,19 @@ def nvjitlink_too_old() -> bool:
     from cuda.bindings import nvjitlink
 
     from splice import toolchain
-    m = re.search(r"release (\d+)\.(\d+)", toolchain.ptxas_version())
-    return bool(m) and tuple(nvjitlink.version()) < (int(m.group(1)), int(m.group(2)))
+    from splice.compat import release
+    need = release(toolchain.ptxas_version())
+    return need is not None and tuple(nvjitlink.version()) < need
 
 
 def save_source_mid_build(monkeypatch, frag) -> list:
-    """Make ``frag``'s content key change, and reading its PTX again fail, once the element
-    collectives check of a build has run: as a CUDA C source saved mid-build would, for the
-    checks after it, which must use the keys and PTX the fragments stage took. Returns a
-    list that is non-empty once that point was reached."""
-    from splice import collectives
-    cls, check, saved = type(frag), collectives.check_element_sites, []
+    """Make ``frag``'s content key change, and reading its PTX again fail, once the
+    fragments stage has compiled the fragments and starts the forms' callee checks
+    (``check_callees``): as a CUDA C source saved mid-build would, for the checks after it,
+    which must use the keys and PTX the fragments stage took. Returns a list that is
+    non-empty once that point was reached."""
+    from splice.driver import stages
+    cls, group, saved = type(frag), stages._sites_by_form, []
     real_key, real_module = cls.content_key, cls.module
 
     def content_key(self, target):
@@ -55,10 +55,11 @@ def save_source_mid_build(monkeypatch, frag) -> list:
         assert not (saved and self is frag), "the fragment was read again after the stage"
         return real_module(self, target, *a, **kw)
 
-    def check_then_save(*a, **kw):
-        check(*a, **kw)
+    def group_then_save(sites):
+        out = group(sites)
         saved.append(True)
+        return out
     monkeypatch.setattr(cls, "content_key", content_key)
     monkeypatch.setattr(cls, "module", module)
-    monkeypatch.setattr(collectives, "check_element_sites", check_then_save)
+    monkeypatch.setattr(stages, "_sites_by_form", group_then_save)
     return saved

@@ -19,7 +19,7 @@ import re
 
 import numpy as np
 
-from splice.ptx import Module
+from splice.ptxtools.ptx import Module
 from splice.rewrite import MARKER_RE, splice_calls
 
 from .sites import fma_sites

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from splice.forms import element
 from splice.forms.base import SiteCall
-from splice.ptx import Param
+from splice.ptxtools.ptx import Param
 from splice.types import parse_signature
 
 

@@ -3,7 +3,7 @@ after its token-order pass (a trace, no tileiras): what an impure call is ordere
 
 from __future__ import annotations
 
-from splice import trace
+from splice.tracing import trace
 
 
 def token_ordered_ir(monkeypatch, kernel, sig, arch: str = "sm_90"):

@@ -18,7 +18,7 @@ import itertools
 import random
 import re
 
-from splice.ptx import Module, parse_instruction
+from splice.ptxtools.ptx import Module, parse_instruction
 
 LANES = 3
 FULL = (1 << LANES) - 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from splice.ptx import Function
+from splice.ptxtools.ptx import Function
 
 from . import values as V
 from .decode import Program, entry_param_offsets

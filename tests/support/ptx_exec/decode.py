@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from splice.ptx import Instruction, Module, Statement, parse_instruction
+from splice.ptxtools.ptx import Instruction, Module, Statement, parse_instruction
 
 from . import ops, runtime
 from .memory import ExecError

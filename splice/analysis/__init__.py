@@ -1,0 +1,12 @@
+"""PTX analyses the forms' proofs and callee policies share, on PTX alone.
+
+:mod:`.control` (a function body's control flow: a thread's next statements, paths between
+instructions, which warps reach each statement, values as functions of the thread or warp
+index), :mod:`.collectives` (the collective instructions of the PTX ISA and of SASS, the
+call graph across modules and what a function reaches), :mod:`.activemask` (the
+opportunistic ``__activemask()`` pattern proven warp-uniform).
+
+May import: the PTX tools (:mod:`splice.ptxtools`), :mod:`splice.errors` and each other;
+nothing of a form, a call site's declaration, an input kind, the compilers, the toolchain
+runner or the cache (``tests/test_import_graph.py``).
+"""

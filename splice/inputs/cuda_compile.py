@@ -1,0 +1,212 @@
+"""Compiling a CUDA C source (:class:`splice.inputs.fragments.CudaSource`): NVRTC on its text plus
+the signature checks and trampolines splice generates for its externs (:mod:`splice.inputs.checks`),
+nvJitLink for ``-dlto`` (:func:`lto_link_to_ptx`, also LTO-IR inputs'), and the error a
+failed compile becomes: the first error with the line it points at and the hints that fit
+(:func:`compile_source`).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+from .. import toolchain
+from ..errors import SpliceCompileError
+
+if TYPE_CHECKING:
+    from .headers import HeaderProvider
+
+
+def compile_source(full: str, name: str, target: str, options: list[str], *, declared,
+                   dlto: bool, roots, providers: Sequence[HeaderProvider], what: str) -> str:
+    """The PTX of CUDA C text ``full`` (NVRTC file name ``name``) for ``target`` with NVRTC
+    ``options``, the checks of the externs ``declared`` from it appended; with ``dlto``,
+    compiled to LTO-IR and linked to PTX holding ``roots`` ((symbol, Signature) pairs). A C
+    symbol the type check cannot see at global scope is checked by redeclaration instead
+    (never dropped: see :mod:`splice.inputs.checks`).
+
+    Raises:
+        SpliceCompileError: naming ``what`` (the source), the first error and its line,
+            with the hints that fit (``providers``' among them) and NVRTC's log, errors
+            first.
+        SpliceLinkError: nvJitLink rejected the LTO-IR.
+    """
+    from ..ptxtools.ptx import arch_words
+    from .checks import generated_blocks, lookup_failures, results_hint
+    redeclare: frozenset = frozenset()
+    c_symbols = {d.symbol for d in declared if d.cxx_name is None}
+    while True:
+        blocks = generated_blocks(declared, redeclare)
+        code = "".join(text for _, text in blocks)
+        try:
+            if dlto:
+                ltoir = toolchain.nvrtc_compile_ltoir((full + code).encode(), name,
+                                                      options + ["-dlto"])
+                return lto_link_to_ptx([(ltoir, name)], target, roots, what)
+            return toolchain.nvrtc_compile((full + code).encode(), name, options)[0]
+        except SpliceCompileError as e:
+            missing = (lookup_failures(e.log) & c_symbols) - redeclare
+            if missing:
+                redeclare = redeclare | missing
+                continue
+            raise SpliceCompileError(
+                f"{what} does not compile for {arch_words(target)}: "
+                f"{_first_error(e.log, full, name, blocks)}"
+                f"{_overload_hint(e.log, declared)}"
+                f"{results_hint(e.log, declared)}"
+                f"{_kernel_hint(full, declared)}"
+                f"{header_hint(e.log, providers)}"
+                f"{''.join(p.compile_hint(e.log) for p in providers)}",
+                errors_first(e.log)) from None
+
+
+_ERR_RE = re.compile(r"^(.*)\((\d+)\): (?:catastrophic )?error")
+
+
+_DIAGNOSTIC_RE = re.compile(r"^\S.*\(\d+\): (?:catastrophic )?(error|warning|remark|note)")
+
+
+def errors_first(log: str) -> str:
+    """NVRTC's log with its error diagnostics (each with the lines under it) before its
+    warnings: CCCL's and the CUDA headers' own deprecation warnings (``#1444-D``, some
+    forty lines) would otherwise bury the user's error. Nothing is dropped."""
+    blocks: list[list[str]] = [[]]
+    end = "\n" if log.endswith("\n") else ""
+    for ln in log[:len(log) - len(end)].split("\n"):
+        if _DIAGNOSTIC_RE.match(ln):
+            blocks.append([])
+        blocks[-1].append(ln)
+    head, body = blocks[0], blocks[1:]
+    is_error = [bool(re.match(r"^\S.*\(\d+\): (?:catastrophic )?error", b[0])) for b in body]
+    ordered = [b for b, e in zip(body, is_error) if e] + \
+        [b for b, e in zip(body, is_error) if not e]
+    return "\n".join(ln for b in (head, *ordered) for ln in b) + end
+
+
+def _errors(log: str):
+    for ln in log.splitlines():
+        m = _ERR_RE.match(ln.strip())
+        if m:
+            yield ln.strip(), m.group(1), int(m.group(2))
+
+
+def _first_error(log: str, source: str, name: str, generated=()) -> str:
+    """The first error line of an NVRTC log, with the source line it points at: the user's
+    source, a header (read from disk), or the code splice generated for an extern (named
+    with its declaration; ``generated``: :func:`splice.inputs.checks.generated_blocks`)."""
+    from .checks import owner_of_line
+    lines = source.splitlines()
+    for ln, file, n in _errors(log):
+        if file == name:
+            if 0 < n <= len(lines):
+                return f"{ln}\n    line {n}: {lines[n - 1].strip()}"
+            gen = "".join(text for _, text in generated).splitlines()
+            k = n - len(lines)
+            owner = owner_of_line(list(generated), k)
+            text = gen[k - 1].strip() if 0 < k <= len(gen) else ""
+            return (f"{ln}\n    in the code splice generated for extern "
+                    f"{owner or '(unknown)'}: {text}")
+        try:
+            text = Path(file).read_text(errors="replace").splitlines()[n - 1].strip()
+        except (OSError, IndexError):
+            text = ""
+        return f"{ln}\n    {file}:{n}: {text}"
+    for ln in log.splitlines():
+        if "error" in ln:
+            return ln.strip()
+    return log.strip().splitlines()[0] if log.strip() else "unknown NVRTC error"
+
+
+_OVERLOADED = re.compile(r'cannot determine which instance of overloaded function "([^"]+)"')
+
+
+def _overload_hint(log: str, declared) -> str:
+    """How to call an overloaded C++ function declared by its plain (C) name."""
+    for m in _OVERLOADED.finditer(log):
+        for d in declared:
+            if d.cxx_name is None and d.symbol == m.group(1).lstrip(":"):
+                return (f"\n    '{d.symbol}' (extern declared at {d.where}) is an overloaded "
+                        f"C++ function, not one extern \"C\" symbol: declare it by its "
+                        f"qualified C++ name, name=\"::{d.symbol}\" (or \"ns::{d.symbol}\" "
+                        f"in a namespace), and splice calls the overload whose parameters "
+                        f"match the signature {d.sig}")
+    return ""
+
+
+def _kernel_hint(source: str, declared) -> str:
+    """The fix when an extern names a ``__global__`` function (a kernel, which the type
+    check reports as returning the wrong type)."""
+    for d in declared:
+        name = (d.cxx_name or d.symbol).split("::")[-1].split("<")[0]
+        if re.search(rf"__global__[^;{{}}]*\b{re.escape(name)}\s*\(", source):
+            return (f"\n    '{name}' (extern declared at {d.where}) is a __global__ function, "
+                    f"a kernel: an extern calls a __device__ function; declare it "
+                    f"extern \"C\" __device__ (a kernel cannot be called from a kernel "
+                    f"without dynamic parallelism)")
+    return ""
+
+
+def _known_header_hint(header: str) -> str:
+    """The hint for headers that nvcc code often includes and NVRTC does without (math,
+    printf); "" for others."""
+    if header == "math.h":
+        return ("CUDA's math functions (expf, sqrtf, __fmaf_rn...) are built into NVRTC and "
+                "need no include: drop <math.h> (libcu++'s <cuda/std/cmath> has the C++ "
+                "overloads)")
+    if header in ("stdio.h", "cstdio"):
+        return f"NVRTC declares device printf itself: drop <{header}>"
+    if header in ("assert.h", "cassert"):
+        return (f"NVRTC declares device assert itself: drop <{header}> (a failed assert "
+                f"traps the launch)")
+    return ""
+
+
+_CANNOT_OPEN = re.compile(r'cannot open source file "([^"]+)"')
+
+
+def header_hint(log: str, providers: Sequence[HeaderProvider]) -> str:
+    """How to get a header NVRTC could not open (``providers``: the source's, which know
+    their own headers: CCCL's, NVSHMEM's), or what to include instead; "" when the log
+    names no such header."""
+    m = _CANNOT_OPEN.search(log)
+    if m is None:
+        return ""
+    header = m.group(1)
+    for hint in (_known_header_hint(header), *(p.header_hint(header) for p in providers)):
+        if hint:
+            return f"\n    hint: {hint}"
+    return ""
+
+
+def lto_link_to_ptx(inputs: list[tuple[bytes, str]], target: str, roots, what: str) -> str:
+    """Link LTO-IR with nvJitLink (``-lto -ptx``) into PTX holding the functions ``roots``
+    ((symbol, Signature) pairs).
+
+    LTO drops every function no kernel uses, so a generated root kernel takes the address
+    of each requested function; the root is removed from the PTX afterwards.
+
+    Raises:
+        SpliceLinkError: nvJitLink rejected the inputs (its log attached).
+    """
+    from ..ptxtools.ptx import Module, apply_edits, arch_words
+    from .checks import c_declaration, include_headers
+    keep = " ".join(f"p[{i}] = (void *)&{sym};" for i, (sym, _) in enumerate(roots))
+    root_src = (include_headers(sig for _, sig in roots)
+                + "".join(c_declaration(sym, sig) for sym, sig in roots)
+                + f"extern \"C\" __global__ void __splice_lto_root(void **p) {{ {keep} }}\n")
+    opts = [f"-arch={target}", "-rdc=true", "-dlto"]
+    inc = toolchain.cuda_include_dir()
+    if inc is not None:
+        opts.append(f"-I{inc}")
+    root = toolchain.nvrtc_compile_ltoir(root_src.encode(), "splice_lto_root.cu", opts)
+    buf = toolchain.nvjitlink_run(
+        [f"-arch={target}", "-lto", "-ptx"],
+        [("LTOIR", data, name) for data, name in [*inputs, (root, "splice_lto_root.ltoir")]],
+        "ptx", f"the LTO-IR of {what} for {arch_words(target)}")
+    text = bytes(buf).rstrip(b"\0").decode()
+    mod = Module(text, f"nvJitLink output for {what}")
+    fn = mod.functions.get("__splice_lto_root")
+    if fn is not None and fn.body is not None:
+        text = apply_edits(text, [(fn.header.start, mod.statements[fn.body[1]].end, "")])
+    return text

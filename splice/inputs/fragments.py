@@ -1,0 +1,469 @@
+"""Fragments: the device code externs come from, one class per input kind.
+
+- :class:`CudaSource` -- CUDA C/C++ text or a ``.cu`` file, compiled by NVRTC to relocatable
+  device code PTX (``-rdc=true``) for the kernel's own PTX target (e.g. ``sm_90a``). Its
+  jobs have their own modules: the header walk behind its content key and the header
+  libraries (:mod:`splice.inputs.headers`), the NVRTC compile and its error messages
+  (:mod:`splice.inputs.cuda_compile`), the signature checks and trampolines appended to the source
+  (:mod:`splice.inputs.checks`).
+- :class:`PtxSource` -- PTX text or a ``.ptx`` file, used as it is.
+- :class:`AsmSource` -- the ``.func`` wrapping a :func:`splice.asm` snippet.
+- :class:`LtoirSource` -- LTO-IR, linked to PTX by nvJitLink.
+- :class:`BinarySource` -- relocatable device code already compiled, linked after ptxas.
+
+Each fragment yields a parsed :class:`splice.ptxtools.ptx.Module` for a target and a content key
+(its bytes and options) for the cache. Files are read at every build, so an edit made while
+the process runs is seen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from .. import cache, toolchain
+from ..errors import (
+    SpliceCompileError,
+    SpliceDeclarationError,
+    SpliceLinkError,
+    SpliceToolchainError,
+)
+from . import headers
+from .cuda_compile import compile_source, lto_link_to_ptx
+
+if TYPE_CHECKING:
+    from ..ptxtools.ptx import Module
+
+_memo: dict[str, Module] = {}
+_memo_lock = threading.Lock()
+
+
+def _parse(text: str, what: str) -> Module:
+    """``text`` as a :class:`splice.ptxtools.ptx.Module` (the PTX parser is imported by the first
+    build, not by ``import splice``)."""
+    from ..ptxtools.ptx import Module
+    return Module(text, what)
+
+
+def _memoized(key: str, make, still=None) -> Module:
+    """The parsed fragment module for a content key, made once per process; not remembered
+    when ``still(key)`` says the inputs no longer have that key after ``make``."""
+    with _memo_lock:
+        hit = _memo.get(key)
+    if hit is None:
+        hit = make(key)
+        if still is None or still(key):
+            with _memo_lock:
+                _memo[key] = hit
+    return hit
+
+
+def _read_bytes(path: Path, what: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise SpliceDeclarationError(f"{what}: cannot read {path}: {e.strerror}") from None
+
+
+def _read_text(path: Path, what: str) -> str:
+    data = _read_bytes(path, what)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SpliceDeclarationError(
+            f"{what}: {path} is not UTF-8 text (byte {e.start}: {data[e.start:e.start + 4]!r})"
+        ) from None
+
+
+class Fragment:
+    """Base of the fragment kinds. ``describe`` names it in error messages; the pipeline
+    asks it, not its class, what it can do:
+
+    - :attr:`has_ptx_body`: :meth:`module` holds the code's PTX (False: declarations only,
+      the code is linked by nvJitLink after ptxas, :attr:`link_input`);
+    - :attr:`compiles_ahead`: :meth:`module` compiles (NVRTC, nvJitLink, ptxas), so the
+      pipeline runs it in a thread while tileiras runs;
+    - :meth:`read`, :meth:`check_extern`, :meth:`naming`.
+    """
+
+    kind = "fragment"
+    has_ptx_body = True
+    compiles_ahead = True
+
+    @property
+    def link_input(self) -> str | None:
+        """nvJitLink's input kind (``"CUBIN"``, ``"FATBIN"``, ``"OBJECT"``, ``"LIBRARY"``)
+        for code linked after ptxas; None: merged into the kernel's PTX."""
+        return None
+
+    def read(self) -> str | bytes | None:
+        """The code as declared (text, or a file's bytes); None for generated code."""
+        return None
+
+    def check_extern(self, ext) -> None:
+        """Check an extern of this fragment before anything compiles (the CUDA C source:
+        its NVSHMEM collectives fit the extern's scope).
+
+        Raises:
+            SpliceDeclarationError: naming the extern.
+        """
+
+    def naming(self, ext) -> str:
+        """How a message names ``ext``, an extern of this fragment."""
+        return f"extern '{ext.name}' (declared at {ext.where})"
+
+    def function_name(self, symbol: str) -> str:
+        """How a message names ``symbol``, a function of this fragment's PTX, in a chain of
+        calls: as is (a generated fragment names its own functions after the user's)."""
+        return symbol
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def content_key(self, target: str) -> str:
+        raise NotImplementedError
+
+    def module(self, target: str, key: str | None = None) -> Module:
+        """The fragment's PTX for ``target``; ``key``: its :meth:`content_key` for
+        ``target``, when the caller has just taken it (a header walk, for CUDA C)."""
+        raise NotImplementedError
+
+
+@dataclasses.dataclass(eq=False)
+class PtxSource(Fragment):
+    """PTX device code (text or a ``.ptx`` file), merged into the kernel as written."""
+
+    text: str | None = None
+    path: Path | None = None
+    where: str = "<unknown>"
+    kind = "ptx"
+    compiles_ahead = False    # parsed as written
+
+    def describe(self) -> str:
+        return f"PTX file {self.path} (declared at {self.where})" if self.path else \
+            f"PTX text declared at {self.where}"
+
+    def read(self) -> str:
+        if self.path is not None:
+            return _read_text(self.path, self.describe())
+        assert self.text is not None  # declared with text or path
+        return self.text
+
+    def content_key(self, target: str) -> str:
+        return cache.key_of("ptx", self.read())
+
+    def module(self, target: str, key: str | None = None) -> Module:
+        text = self.read()
+        from ..ptxtools.ptx import PTXSyntaxError
+        try:
+            return _parse(text, self.describe())
+        except PTXSyntaxError as e:
+            raise SpliceLinkError(e.message) from None
+
+
+@dataclasses.dataclass(eq=False)
+class CudaSource(Fragment):
+    """CUDA C/C++ device code (text or a ``.cu`` file) compiled with NVRTC.
+
+    Attributes:
+        options: extra NVRTC options (``-std=c++17``, ``--use_fast_math``, ...); NVRTC
+            rejects unknown ones, and so does splice.
+        include_dirs: extra ``-I`` directories; the CUDA headers from the installed wheels
+            are always on the path.
+        defines: ``-D`` macros.
+        declared: the externs declared from this source (:class:`splice.inputs.checks.Declared`):
+            splice appends their signature checks and C++ trampolines to the source.
+        providers: the header libraries it may include
+            (:class:`splice.inputs.headers.HeaderProvider`), in include-path order, after the CUDA
+            headers.
+    """
+
+    text: str | None = None
+    path: Path | None = None
+    options: tuple[str, ...] = ()
+    include_dirs: tuple[str, ...] = ()
+    defines: tuple[tuple[str, str | None], ...] = ()
+    where: str = "<unknown>"
+    declared: tuple = ()
+    roots: tuple = ()   # (symbol, Signature) to keep when linking -dlto output
+    providers: tuple[headers.HeaderProvider, ...] = dataclasses.field(kw_only=True)
+
+    @property
+    def checks(self) -> str:
+        from .checks import generated_code
+        return generated_code(self.declared)
+    kind = "cuda"
+
+    def describe(self) -> str:
+        return f"CUDA C file {self.path} (declared at {self.where})" if self.path else \
+            f"CUDA C source declared at {self.where}"
+
+    def read(self) -> str:
+        if self.path is not None:
+            return _read_text(self.path, self.describe())
+        assert self.text is not None  # declared with text or path
+        return self.text
+
+    def check_extern(self, ext) -> None:
+        src = self.read()
+        for p in self.providers:
+            p.check_extern(ext, src)
+
+    def _options(self, target: str, found=None) -> list[str]:
+        """NVRTC's options. The include path: ``include_dirs``, the directory of ``path``,
+        ``-I`` of ``options``, then splice's own (:meth:`default_include_dirs`): the user's
+        directories come first, as nvcc's ``-I`` precede the toolkit's."""
+        opts = [f"-arch={target}", "-rdc=true"]
+        for d in self.include_dirs:
+            opts.append(f"-I{d}")
+        if self.path is not None:
+            opts.append(f"-I{self.path.parent}")
+        for name, value in self.defines:
+            opts.append(f"-D{name}" if value is None else f"-D{name}={value}")
+        texts = self._texts(found)
+        for p in self.providers:
+            opts.extend(p.options(texts))
+        opts.extend(o for o in self.options if o not in ("-dlto", "--dlto"))
+        opts.extend(f"-I{d}" for d in self.default_include_dirs(texts))
+        return opts
+
+    def default_include_dirs(self, texts: Sequence[str] = ()) -> list[Path]:
+        """splice's own ``-I`` directories for the source (``texts``: it and the user
+        headers it includes), after the user's: the CUDA headers
+        (:func:`splice.toolchain.cuda_include_dir`), then each provider's.
+
+        Raises:
+            SpliceToolchainError: the source uses a provider's library, not installed.
+        """
+        inc = toolchain.cuda_include_dir()
+        found = [inc] if inc is not None else []
+        for p in self.providers:
+            found += p.include_dirs(texts)
+        if any("splice_group.h" in t for t in texts):   # splice.forms.warpgroup_proof's header
+            found.append(Path(__file__).parent.parent / "include")
+        return list(dict.fromkeys(found))
+
+    def _texts(self, found=None) -> list[str]:
+        """The source and the text of every user header it includes (``found``:
+        :meth:`_headers` of the source, when already found)."""
+        src = self.read()
+        return headers.texts(src, self._headers(src) if found is None else found)
+
+    @property
+    def dlto(self) -> bool:
+        """Compiled to LTO-IR (``-dlto``) and linked to PTX by nvJitLink."""
+        return any(o in ("-dlto", "--dlto") for o in self.options)
+
+    def _nvrtc(self, full: str, name: str, target: str) -> str:
+        """NVRTC (and nvJitLink for -dlto) on ``full``, the source's text, plus the
+        generated checks (:func:`splice.inputs.cuda_compile.compile_source`)."""
+        return compile_source(full, name, target, self._options(target), declared=self.declared,
+                              dlto=self.dlto, roots=self.roots, providers=self.providers,
+                              what=self.describe())
+
+    def content_key(self, target: str) -> str:
+        src = self.read()
+        found = self._headers(src)
+        tools = ("nvrtc", "nvJitLink") if self.dlto else ("nvrtc",)
+        texts = self._texts(found)
+        return cache.key_of("cuda", src, self.checks, self._options(target, found),
+                            toolchain.tool_identity(*tools), found,
+                            [p.key(texts) for p in self.providers])
+
+    def _headers(self, src: str) -> list[tuple[str, str]]:
+        """(path, sha256) of every user header ``src`` (its text) includes
+        (:func:`splice.inputs.headers.included`)."""
+        return headers.included(self, src)
+
+    def module(self, target: str, key: str | None = None) -> Module:
+        """The PTX for ``target``, compiled once per content key. Not remembered nor cached
+        when the source or a header it includes changed while NVRTC ran (a file saved
+        during a compile): NVRTC may have read either version, so the PTX belongs to
+        neither key."""
+        kept: list[bool] = []   # _compile: whether the key held while NVRTC ran
+        return _memoized(key or self.content_key(target),
+                         lambda key: self._compile(key, target, kept), lambda key: all(kept))
+
+    def _compile(self, key: str, target: str, kept: list[bool]) -> Module:
+        stored = cache.load("fragment", key)
+        if stored is not None:
+            text = stored[1].decode()
+        else:
+            src = self.read()
+            if not src.strip():
+                raise SpliceCompileError(f"{self.describe()} is empty")
+            name = str(self.path) if self.path else f"extern_source@{self.where}"
+            full = src if src.endswith("\n") else src + "\n"
+            text = self._nvrtc(full, name, target)
+            kept.append(self.content_key(target) == key)
+            if kept[-1]:
+                cache.store("fragment", key, {"what": self.describe()}, text.encode())
+        return _parse(text, f"NVRTC output for {self.describe()}")
+
+
+# PTX ISA version a generated wrapper declares for a target: at least what the target needs,
+# at most what tileiras 13.x emits (9.x).
+_PTX_VERSION_FOR = {80: "7.0", 86: "7.1", 87: "7.4", 89: "7.8", 90: "8.0", 100: "8.6",
+                    101: "8.6", 103: "8.8", 110: "9.0", 120: "8.7", 121: "8.8"}
+
+
+@dataclasses.dataclass(eq=False)
+class AsmSource(Fragment):
+    """The ``.func`` wrapping a :func:`splice.asm` snippet, generated for the kernel's own
+    PTX target and checked by ptxas on its own, so that a malformed snippet is reported at
+    its call site with ptxas's message."""
+
+    spec: Any = None  # splice.inputs.asm_frontend.AsmSpec, always given
+    kind = "asm"
+
+    def describe(self) -> str:
+        return f"inline PTX at {self.spec.where}"
+
+    def naming(self, ext) -> str:
+        return f"inline PTX (splice.asm) at {ext.where}"
+
+    def content_key(self, target: str) -> str:
+        s = self.spec
+        return cache.key_of("asm", s.template, [t.name for t in s.outputs],
+                            [t.name for t in s.inputs], target, toolchain.tool_identity("ptxas"))
+
+    def module(self, target: str, key: str | None = None) -> Module:
+        return _memoized(key or self.content_key(target),
+                         lambda key: self._generate(key, target))
+
+    def _generate(self, key: str, target: str) -> Module:
+        num = int(re.sub(r"\D", "", target) or 0)
+        text = self.spec.ptx(target, _PTX_VERSION_FOR.get(num, "9.0"))
+        if cache.load("asm-checked", key) is None:
+            try:
+                toolchain.run_ptxas(text, ["-arch", target, "-c"], None, timeout=120,
+                                    what=self.describe())
+            except SpliceToolchainError as e:   # with ptxas's log
+                msgs = [re.split(r"error\s*:", ln, maxsplit=1)[-1].strip() for ln in
+                        getattr(e, "log", "").splitlines() if re.search(r"error\s*:", ln)]
+                raise SpliceCompileError(
+                    f"inline PTX at {self.spec.where} rejected by ptxas: "
+                    f"{'; '.join(msgs) or e}\n    snippet: {self.spec.template.strip()}\n"
+                    f"    operands: {self.spec.operands_text()} (Python int constants are "
+                    f"int32, floats float32: convert with e.g. ct.int64(1))",
+                    getattr(e, "log", "")) from None
+            cache.store("asm-checked", key, {}, b"ok")
+        return _parse(text, self.describe())
+
+
+@dataclasses.dataclass(eq=False)
+class LtoirSource(Fragment):
+    """LTO-IR (a ``.ltoir`` file or bytes, e.g. from ``nvcc -dlto`` or NVRTC ``-dlto``),
+    linked by nvJitLink into PTX for the kernel's target."""
+
+    data: bytes | None = None
+    path: Path | None = None
+    where: str = "<unknown>"
+    roots: tuple = ()
+    kind = "ltoir"
+
+    def describe(self) -> str:
+        return f"LTO-IR file {self.path} (declared at {self.where})" if self.path else \
+            f"LTO-IR declared at {self.where}"
+
+    def read(self) -> bytes:
+        if self.path is not None:
+            return _read_bytes(self.path, self.describe())
+        assert self.data is not None  # declared with data or path
+        return self.data
+
+    def content_key(self, target: str) -> str:
+        return cache.key_of("ltoir", self.read(), [(s, str(g)) for s, g in self.roots], target,
+                            toolchain.tool_identity("nvJitLink"))
+
+    def module(self, target: str, key: str | None = None) -> Module:
+        def link(key):
+            try:
+                text = lto_link_to_ptx([(self.read(), self.path.name if self.path else "input")],
+                                       target, self.roots, self.describe())
+            except SpliceLinkError as e:
+                if "_INPUT" not in e.message:
+                    raise
+                raise SpliceLinkError(
+                    f"{e.message}: {self.describe()} is not LTO-IR that this nvJitLink reads; "
+                    f"make it with nvcc -dlto or NVRTC -dlto of a CUDA version no newer than "
+                    f"nvJitLink's (PTX goes to from_ptx, a cubin or object to from_object)",
+                    e.log) from None
+            return _parse(text, self.describe())
+        return _memoized(key or self.content_key(target), link)
+
+
+#: File suffixes of binary device-code inputs and their nvJitLink input types.
+BINARY_SUFFIXES = {".cubin": "CUBIN", ".fatbin": "FATBIN", ".o": "OBJECT", ".obj": "OBJECT",
+                   ".a": "LIBRARY", ".lib": "LIBRARY"}
+
+#: The one table of device-code file kinds: suffix -> kind. A declaration refuses a file
+#: whose suffix names another kind (``extern(path="f.ptx")`` -> "use from_ptx").
+FILE_KINDS = {".cu": "cuda", ".cuh": "cuda", ".ptx": "ptx", ".ltoir": "ltoir",
+              **{s: "binary" for s in BINARY_SUFFIXES}}
+
+#: The declaration that takes each kind of file, and how to pass that kind as text/bytes.
+ENTRY_POINTS = {
+    "cuda": ("splice.extern(path=...) or splice.library(path=...)",
+             "pass CUDA C text as splice.extern(source=...) or splice.library(source=...)"),
+    "ptx": ("splice.extern.from_ptx(path, ...)",
+            "pass PTX text as splice.extern.from_ptx(ptx=...)"),
+    "ltoir": ("splice.extern.from_ltoir(path, ...)",
+              "pass LTO-IR bytes as splice.extern.from_ltoir(data=...)"),
+    "binary": ("splice.extern.from_object(path, ...)",
+               "from_object takes a file; pass PTX text as from_ptx(ptx=...) or LTO-IR bytes "
+               "as from_ltoir(data=...)"),
+}
+
+
+def abi_prototype(symbol: str, sig) -> str:
+    """The ``.extern .func`` declaration of an ``extern "C"`` function with ``sig`` in the
+    PTX ABI NVCC/NVRTC use (integers narrower than 32 bits promoted to ``.b32``,
+    ``__half``/``__nv_bfloat16`` as ``.align 2 .b8[2]``)."""
+    def decl(t, name):
+        if t.kind == "f" and t.bits == 16:
+            return f".param .align 2 .b8 {name}[2]"
+        return f".param .b{max(t.bits, 32)} {name}"
+    params = ", ".join(decl(t, f"{symbol}_param_{i}") for i, t in enumerate(sig.args))
+    ret = "" if sig.result is None else f"({decl(sig.result, 'func_retval0')}) "
+    return f".extern .func {ret}{symbol}({params});\n"
+
+
+@dataclasses.dataclass(eq=False)
+class BinarySource(Fragment):
+    """Relocatable device code already compiled: a ``.cubin`` (``-rdc``), ``.fatbin``, host
+    object ``.o`` with embedded device code, or static library ``.a``. nvJitLink links it
+    with the kernel's relocatable cubin -- possible only for kernels without tileiras host
+    callbacks (no TMA tensor maps), see :func:`splice.driver.pipeline.build`."""
+
+    path: Path = None  # type: ignore[assignment]  # always given
+    where: str = "<unknown>"
+    roots: tuple = ()
+    kind = "binary"
+    has_ptx_body = False
+    compiles_ahead = False    # linked by nvJitLink after ptxas
+
+    def describe(self) -> str:
+        return f"{self.path.suffix} file {self.path} (declared at {self.where})"
+
+    @property
+    def link_input(self) -> str:
+        return BINARY_SUFFIXES[self.path.suffix.lower()]
+
+    def read(self) -> bytes:
+        return _read_bytes(self.path, self.describe())
+
+    def content_key(self, target: str) -> str:
+        return cache.key_of("binary", self.read(), self.link_input,
+                            [(s, str(g)) for s, g in self.roots],
+                            toolchain.tool_identity("nvJitLink"))
+
+    def module(self, target: str, key: str | None = None) -> Module:
+        """Declarations only: the code is linked by nvJitLink after ptxas."""
+        num = int(re.sub(r"\D", "", target) or 0)
+        text = (f".version {_PTX_VERSION_FOR.get(num, '9.0')}\n.target {target}\n"
+                f".address_size 64\n" + "".join(abi_prototype(s, g) for s, g in self.roots))
+        return _parse(text, self.describe())

@@ -1,0 +1,244 @@
+"""The headers of a CUDA C source: the libraries that provide some (:class:`HeaderProvider`:
+CCCL, NVSHMEM) and the include walk that finds every user header it includes, as NVRTC finds
+it (:func:`included`), for its cache key (:meth:`splice.inputs.fragments.CudaSource.content_key`)
+and its providers (:func:`texts`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import stat
+import threading
+from pathlib import Path
+from typing import Protocol, Sequence
+
+log = logging.getLogger("splice")
+
+INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
+_lock = threading.Lock()
+
+
+class HeaderProvider(Protocol):
+    """A library of headers that a CUDA C source may include besides the CUDA toolkit's
+    (CCCL, NVSHMEM: ``splice.inputs.externs.HEADER_PROVIDERS``), asked by the source at each step
+    of its compile. ``texts``: the source and the text of every user header it includes.
+    """
+
+    def include_dirs(self, texts: Sequence[str]) -> list[Path]:
+        """Its ``-I`` directories for the source (none when it does not use the library).
+
+        Raises:
+            SpliceToolchainError: the source uses the library, which is not installed.
+        """
+
+    def options(self, texts: Sequence[str]) -> list[str]:
+        """Its extra NVRTC options for the source."""
+
+    def key(self, texts: Sequence[str]) -> str:
+        """What identifies its headers in the source's cache key, beyond the headers the
+        include walk hashes ("" when nothing)."""
+
+    def check_extern(self, ext, source: str) -> None:
+        """Check an extern declared from ``source`` (e.g. its calls fit the scope).
+
+        Raises:
+            SpliceDeclarationError: naming the extern.
+        """
+
+    def compile_hint(self, log: str) -> str:
+        """A hint (``"\\n    ..."``) for NVRTC's failure ``log``, or ""."""
+
+    def header_hint(self, header: str) -> str:
+        """How to get (or what to include instead of) ``header``, which NVRTC could not
+        open, when it is the library's; else ""."""
+
+
+def included(source, src: str) -> list[tuple[str, str]]:
+    """(path, sha256) of every user header ``src`` (the text of ``source``, a
+    :class:`splice.inputs.fragments.CudaSource`) includes, transitively, found as NVRTC finds it:
+    a quoted name beside the including file (for a text source, the directory of its NVRTC
+    name: the current one when ``where`` has none), then the ``-I`` directories in NVRTC's
+    order (``CudaSource._options``: ``include_dirs``, beside ``path``,
+    ``-I``/``--include-path`` of ``options``, then splice's own); ``-include``/
+    ``--pre-include`` files too. A header found in splice's own directories (CUDA, CCCL) is
+    identified by its size and mtime, and what it includes is followed too (an edit to a
+    CCCL header several includes deep must not hit a stale entry); NVSHMEM's, last on the
+    path, are not searched: its version is in the key. An ``#include`` inside a disabled
+    ``#if`` is still hashed: the key may change when it need not, never the reverse; so for
+    ``#include MACRO`` in a user file, every quoted or ``<>`` name the macro is defined to
+    (in the files read, ``defines`` or ``-D``), directly or through other macros, is
+    followed (:class:`_Macros`)."""
+    toolkit = [str(d) for d in source.default_include_dirs()]
+    dirs = [str(d) for d in source.include_dirs]
+    if source.path is not None:
+        dirs.append(str(source.path.parent))
+    dirs += option_values(source.options, INCLUDE_OPTS) + toolkit
+    pre = "".join(f'#include "{f}"\n' for f in option_values(source.options, PRE_OPTS))
+    here = source.path.parent if source.path is not None else \
+        Path(f"extern_source@{source.where}").parent
+    seen: dict[str, str] = {}
+    todo = [(pre + src, str(here), False)]
+    mine = {os.path.normpath(d) for d in toolkit}   # splice's own (the user may name one)
+    tagged = [(d, os.path.normpath(d) in mine) for d in dirs]
+    found: dict[tuple[str, bool, str], tuple[str, bool, os.stat_result] | None] = {}
+    macros = _Macros(source.defines, option_values(source.options, ("-D", "--define-macro")))
+    while todo or (todo := macros.follow()):
+        text, here_, in_toolkit = todo.pop()
+        if not in_toolkit:
+            macros.read(text, here_)
+        for m in INCLUDE_RE.finditer(text):
+            quoted, name = m.group(1) == '"', m.group(2)
+            where = (here_, in_toolkit, name) if quoted else ("", False, name)
+            if where not in found:   # CUB's headers include each other hundreds of times
+                found[where] = _find_header(
+                    name, ([(here_, in_toolkit)] if quoted else []) + tagged)
+            hit = found[where]
+            if hit is None:
+                continue
+            path, own, st = hit
+            if own:   # a wheel pip may upgrade apart from NVRTC's: size and mtime
+                path = os.path.normpath(path)
+                if path not in seen:
+                    seen[path] = f"{STAT}{st.st_size} {st.st_mtime_ns}"
+                    todo.append((_toolkit_text(path, st), os.path.dirname(path), True))
+                continue
+            key = str(Path(path).resolve())
+            if key not in seen:
+                data = Path(path).read_bytes()
+                seen[key] = hashlib.sha256(data).hexdigest()
+                todo.append((data.decode("utf-8", "replace"), os.path.dirname(path),
+                             False))
+    macros.warn_unresolved(source.describe())
+    return sorted(seen.items())
+
+
+def texts(src: str, headers: Sequence[tuple[str, str]]) -> list[str]:
+    """``src`` and the text of every user header of ``headers`` (:func:`included`), which
+    the providers read to tell whether the source uses their library."""
+    return [src, *(Path(p).read_text(errors="replace") for p, h in headers
+                   if not h.startswith(STAT))]
+
+
+def _find_header(name: str, dirs) -> tuple[str, bool, os.stat_result] | None:
+    """The first regular file ``name`` in ``dirs`` ((directory, splice's own) pairs): its
+    path, whether the directory is splice's own, its stat; None when none has it."""
+    for d, own in dirs:
+        path = os.path.join(d, name)
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):   # ValueError: a NUL in the name
+            continue
+        if stat.S_ISREG(st.st_mode):
+            return path, own, st
+    return None
+
+
+#: ``#include MACRO`` (or an expression such as ``MACRO(x)``, which is not followed)
+_MACROINCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+([A-Za-z_][^\n]*?)[ \t]*'
+                               r'(?:/[/*].*)?$', re.M)
+_DEFINE_RE = re.compile(r'^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+(\S.*?)[ \t]*$', re.M)
+_HEADER_NAME_RE = re.compile(r'"[^"\n]+"|<[^>\n]+>')
+
+
+class _Macros:
+    """The ``#include MACRO`` lines of the user's files, followed to every header name the
+    macro is defined to in any file read, ``defines`` or ``-D`` (conservative: a
+    definition under a disabled ``#if`` counts too). One defined to no header name (a
+    function-like macro, token pasting) stays out of the key, with a warning."""
+
+    def __init__(self, defines, options):
+        self.values: dict[str, set[str]] = {}
+        for name, value in defines:
+            self.values.setdefault(name, set()).add("1" if value is None else str(value))
+        for o in options:
+            name, _, value = o.partition("=")
+            self.values.setdefault(name, set()).add(value or "1")
+        self.sites: set[tuple[str, str]] = set()     # (macro, directory of the includer)
+        self.followed: set[tuple[str, str]] = set()  # (header name, directory)
+
+    def read(self, text: str, here: str) -> None:
+        """Learn ``text``'s definitions and its ``#include MACRO`` lines."""
+        for m in _DEFINE_RE.finditer(text):
+            self.values.setdefault(m.group(1), set()).add(m.group(2))
+        self.sites.update((m.group(1), here) for m in _MACROINCLUDE_RE.finditer(text))
+
+    def follow(self) -> list[tuple[str, str, bool]]:
+        """``#include <name>`` texts, for :func:`included`, of the header names
+        not followed before."""
+        out = []
+        for macro, here in sorted(self.sites):
+            for name in sorted(self._names(macro)):
+                if (name, here) not in self.followed:
+                    self.followed.add((name, here))
+                    out.append((f"#include {name}\n", here, False))
+        return out
+
+    def _names(self, macro: str) -> set[str]:
+        names, todo, seen = set(), [macro], set()
+        while todo:
+            m = todo.pop()
+            if m not in seen:
+                seen.add(m)
+                for v in self.values.get(m, ()):
+                    if _HEADER_NAME_RE.fullmatch(v):
+                        names.add(v)
+                    elif re.fullmatch(r"[A-Za-z_]\w*", v):
+                        todo.append(v)
+        return names
+
+    def warn_unresolved(self, what: str) -> None:
+        for macro in sorted({m for m, _ in self.sites if not self._names(m)}):
+            if (what, macro) not in _warned_macros:
+                _warned_macros.add((what, macro))
+                log.warning("%s: '#include %s' names a header splice cannot tell (the macro "
+                            "is not #define'd to a quoted or <> name), so an edit to that "
+                            "header does not change the cache key: write its name in the "
+                            "#include", what, macro)
+
+
+_warned_macros: set[tuple[str, str]] = set()
+
+
+#: How :func:`included` marks a toolkit header, keyed by its size and mtime.
+STAT = "stat "
+_toolkit_texts: dict[tuple[str, int, int], str] = {}
+
+
+def _toolkit_text(path: str, st) -> str:
+    """The ``#include`` lines of a toolkit header (CUDA, CCCL), read once per process per
+    version of the file (CUB's block headers include some hundreds)."""
+    key = (path, st.st_size, st.st_mtime_ns)
+    with _lock:
+        text = _toolkit_texts.get(key)
+    if text is None:
+        try:
+            full = Path(path).read_text(errors="replace")
+        except OSError:   # unreadable: NVRTC says so; its size and mtime are in the key
+            full = ""
+        text = "\n".join(m.group(0) for m in INCLUDE_RE.finditer(full))
+        with _lock:
+            _toolkit_texts[key] = text
+    return text
+
+
+INCLUDE_OPTS = ("-I", "--include-path")
+PRE_OPTS = ("-include", "--pre-include")
+
+
+def option_values(options, names) -> list[str]:
+    """The values of NVRTC options ``names`` in ``options``: ``-Ix``, ``-I x``,
+    ``--include-path=x``, ``--include-path x``."""
+    out = []
+    it = iter(options)
+    for o in it:
+        for n in names:
+            if o == n:
+                out.append(next(it, ""))
+            elif o.startswith(n + "="):
+                out.append(o[len(n) + 1:])
+            elif len(n) == 2 and o.startswith(n):
+                out.append(o[len(n):])
+    return [v for v in out if v]
