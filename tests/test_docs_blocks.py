@@ -83,7 +83,8 @@ def _marks(code: str):
         from splice import cccl
         return [pytest.mark.skipif(not cccl.include_dirs(), reason="no CCCL installed")]
     if need.group(1) == "nvshmem":
-        from splice import cccl, nvshmem
+        from splice import cccl
+        from splice.inputs import nvshmem
         return [pytest.mark.skipif(nvshmem.header_version() is None or not cccl.include_dirs(),
                                    reason="no NVSHMEM headers or CCCL installed")]
     raise AssertionError(f"unknown '# requires: {need.group(1)}'")
