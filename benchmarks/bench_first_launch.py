@@ -12,6 +12,10 @@ disk cache, splice's disk cache nor its fragment memo hits. Cases:
     d  128x128x64 fp16 TMA matmul + extern GELU epilogue   (target <= 1.3, sm_90 and newer)
     warm    a new process compiling (a) from a warm splice cache vs. one compiling the
             plain kernel from a warm cuTile cache            (target <= 1.1)
+    cub     the six-size sweep of ``splice.cub.sort`` on float32 tiles of 128 ... 4096
+            elements vs. a plain kernel of each shape (load, add, store): the summed first
+            compiles of six sizes, in a new process with cold caches (issue 37: target
+            <= 3; ``--reps`` processes, median)
     import  ``import splice`` vs. ``import cuda.tile`` in a new process (target <= 1.2)
     declare ``import splice`` and first use of its declaration API (``splice.extern``,
             ``splice.kernel``, ``splice.asm``: loaded on first use) vs. ``import
@@ -25,7 +29,7 @@ times the real first ``ct.launch`` (compile, load, run, synchronise).
 ``--stages`` adds, under each of (a)-(d), the median of each stage of the timed splice
 builds (``Build.timings``, ms) and what the build spent outside them.
 
-    python benchmarks/bench_first_launch.py [--arch sm_90] [--reps 7] [--cases a,b,c,d,warm,import,declare] [--stages]
+    python benchmarks/bench_first_launch.py [--arch sm_90] [--reps 7] [--cases a,b,c,d,warm,cub,import,declare] [--stages]
 """
 
 from __future__ import annotations
@@ -50,11 +54,12 @@ os.environ.setdefault("CUDA_TILE_CACHE_DIR", tempfile.mkdtemp(prefix="cutile-ben
 # after an importer took benchmarks/ off sys.path again
 import _kernels  # noqa: F401
 
-TARGETS = {"a": 1.3, "b": 1.3, "c": 1.6, "d": 1.3, "warm": 1.1, "import": 1.2,
+TARGETS = {"a": 1.3, "b": 1.3, "c": 1.6, "d": 1.3, "warm": 1.1, "cub": 3.0, "import": 1.2,
            "declare": None}
 TITLES = {"a": "(a) elementwise + CUDA C extern", "b": "(b) elementwise + PTX extern",
           "c": "(c) 4 sites, 2 externs, if/else", "d": "(d) TMA matmul 128x128x64 + epilogue",
-          "warm": "(e) new process, warm cache", "import": "import splice / cuda.tile",
+          "warm": "(e) new process, warm cache",
+          "cub": "(f) cub.sort f32, 6 sizes 128..4096", "import": "import splice / cuda.tile",
           "declare": "import + declaration API"}
 
 _HEADER = """\
@@ -171,7 +176,20 @@ def plain(A, B, C, tm: ConstInt, tn: ConstInt, tk: ConstInt):
     ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=ct.astype(g, C.dtype))
 ''',
 }
-_C0 = {"a": 1.0, "b": 1.0, "c": 1.0, "d": 0.044715}
+SOURCES["cub"] = '''
+# rep {rep}
+@splice.kernel
+def spliced(x, y, N: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    ct.store(y, index=(ct.bid(0),), tile=splice.cub.sort(t))
+
+@ct.kernel
+def plain(x, y, N: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    ct.store(y, index=(ct.bid(0),), tile=t + {c})
+'''
+_C0 = {"a": 1.0, "b": 1.0, "c": 1.0, "d": 0.044715, "cub": 1.0}
+CUB_SIZES = (128, 256, 512, 1024, 2048, 4096)
 
 _counter = [0]
 
@@ -203,10 +221,10 @@ def _array(ct, dtype, ndim=1):
                            base_addr_divisible_by=16, shape_divisible_by=16)
 
 
-def signature(case: str):
+def signature(case: str, n: int = 1024):
     import cuda.tile as ct
     from cuda.tile.compilation import CallingConvention, KernelSignature
-    params = {"a": lambda: (_array(ct, ct.float32), _array(ct, ct.float32), 1024),
+    params = {"cub": lambda: (_array(ct, ct.float32), _array(ct, ct.float32), n),"a": lambda: (_array(ct, ct.float32), _array(ct, ct.float32), 1024),
               "b": lambda: (_array(ct, ct.float32), _array(ct, ct.float32), 1024),
               "c": lambda: (_array(ct, ct.float32), _array(ct, ct.float32), 3, 256),
               "d": lambda: (_array(ct, ct.float16, 2),) * 3 + (128, 128, 64)}[case]()
@@ -225,8 +243,11 @@ def compile_once(kernel, sig, arch: str) -> float:
 # ---------------------------------------------------------------------------------------------
 # With a GPU: the real first ct.launch
 
-def _gpu_launch(case: str):
+def _gpu_launch(case: str, n: int = 1024):
     import torch
+    if case == "cub":
+        x = torch.randn(64 * n, device="cuda")
+        return (64,), (x, torch.empty_like(x), n)
     if case in ("a", "b"):
         n, tile = 1 << 20, 1024
         x = torch.randn(n, device="cuda")
@@ -326,6 +347,39 @@ def _child(side: str, arch: str, workdir: Path, gpu: bool) -> None:
     print(json.dumps({"seconds": t}))
 
 
+def _cub_child(arch: str, workdir: Path, gpu: bool) -> None:
+    """Case (f) in this new process: one-time costs paid on case (a), then the plain and
+    the splice sweeps of :data:`CUB_SIZES`, cold (the caches are this process's own)."""
+    for k in load_case("a", workdir, rep=0):
+        (launch_once(k, *_gpu_launch("a")) if gpu else compile_once(k, signature("a"), arch))
+    plain_k, splice_k = load_case("cub", workdir, rep=0)
+    out = {}
+    for side, k in (("plain", plain_k), ("splice", splice_k)):
+        t = 0.0
+        for n in CUB_SIZES:
+            t += launch_once(k, *_gpu_launch("cub", n)) if gpu else \
+                compile_once(k, signature("cub", n), arch)
+        out[side] = t
+    print(json.dumps(out))
+
+
+def cub_medians(reps: int, arch: str, gpu: bool, workdir: Path):
+    """(plain, splice) seconds of the six-size sweeps, each rep a new process with its own
+    cold caches (the CUB source is the same every time: only a fresh cache misses)."""
+    plain, spliced = [], []
+    for _ in range(reps):
+        env = dict(os.environ, SPLICE_CACHE_DIR=tempfile.mkdtemp(prefix="splice-cub-"),
+                   CUDA_TILE_CACHE_DIR=tempfile.mkdtemp(prefix="cutile-cub-"))
+        argv = [sys.executable, __file__, "--child", "cub", "--arch", arch, "--workdir",
+                str(workdir)] + (["--gpu"] if gpu else ["--cpu"])
+        out = subprocess.run(argv, env=env, capture_output=True, text=True,
+                             check=True).stdout
+        got = json.loads(out.strip().splitlines()[-1])
+        plain.append(got["plain"])
+        spliced.append(got["splice"])
+    return statistics.median(plain), statistics.median(spliced)
+
+
 def _run_child(side: str, arch: str, workdir: Path, gpu: bool, env: dict) -> float:
     argv = [sys.executable, __file__, "--child", side, "--arch", arch, "--workdir",
             str(workdir)] + (["--gpu"] if gpu else ["--cpu"])
@@ -381,11 +435,11 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--arch", default=None, help="sm_90 (default: the GPU's, else sm_90)")
     p.add_argument("--reps", type=int, default=7)
-    p.add_argument("--cases", default="a,b,c,d,warm,import,declare")
+    p.add_argument("--cases", default="a,b,c,d,warm,cub,import,declare")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--gpu", action="store_true", help="time ct.launch (default with a GPU)")
     g.add_argument("--cpu", action="store_true", help="time _compile (default without)")
-    p.add_argument("--child", choices=("plain", "splice"), help=argparse.SUPPRESS)
+    p.add_argument("--child", choices=("plain", "splice", "cub"), help=argparse.SUPPRESS)
     p.add_argument("--workdir", help=argparse.SUPPRESS)
     p.add_argument("--stages", action="store_true",
                    help="under (a)-(d), the splice builds' median ms per stage")
@@ -398,6 +452,8 @@ def main(argv=None):
         else:
             a.arch = "sm_90"
     workdir = Path(a.workdir) if a.workdir else Path(tempfile.mkdtemp(prefix="bench-fl-"))
+    if a.child == "cub":
+        return _cub_child(a.arch, workdir, gpu)
     if a.child:
         return _child(a.child, a.arch, workdir, gpu)
 
@@ -415,6 +471,8 @@ def main(argv=None):
             continue
         if case == "warm":
             plain, spliced = warm_medians(a.reps, a.arch, gpu, workdir)
+        elif case == "cub":
+            plain, spliced = cub_medians(max(1, a.reps // 3), a.arch, gpu, workdir)
         elif case in _IMPORTS:
             plain, spliced = import_medians(case, a.reps)
         else:

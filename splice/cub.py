@@ -23,17 +23,24 @@ tile shape and dtype (cached on disk). What they need:
   callee policy refuses (:func:`splice.forms.warpgroup_proof.callee_refusal`: the block's other warps
   never reach it in a warp-specialised kernel); a tile call there needs CUDA C written
   for the group (``splice_group_sync()``, ``examples/matmul_rowmax_fp8.py``).
-- **Tiles**: 1-D, of 128 x 2**j elements (128, 256 ... 2048; CUB's items per thread are
-  ``n / 128``), dtypes int8 ... int64, uint8 ... uint64, float16, bfloat16, float32,
-  float64 for ``sort``/``sort_pairs``/``top_k`` keys (radix sort: -0.0 sorts before
-  +0.0, NaNs after +inf ascending), any of those for ``sort_pairs`` values, int32 indices
-  for ``top_k``; ``inclusive_sum`` for int32, int64, uint32, uint64, float32, float64;
+- **Tiles**: 1-D, of 128 x 2**j elements (CUB's items per thread are ``n / 128``): every
+  op and dtype below compiles at 128, 256, 512, 1024, 2048 and 4096 elements (the matrix
+  of ``tests/test_cub_sizes.py``), aligned or not; larger tiles while shared memory holds
+  them (below: a float32 ``sort`` of 16384 elements fits, a float64 one does not). A tile
+  of fewer than 128 elements is a ``SpliceCompileError`` (``n`` must be a multiple of
+  128). Dtypes: int8 ... int64, uint8 ... uint64, float16, bfloat16, float32, float64 for
+  ``sort``/``sort_pairs``/``top_k`` keys (radix sort: -0.0 sorts before +0.0, NaNs after
+  +inf ascending), any of those or bool for ``sort_pairs`` values, int32 indices for
+  ``top_k``; ``inclusive_sum`` for int32, int64, uint32, uint64, float32, float64;
   ``histogram`` of integer tiles (values outside ``[0, bins)`` are not counted), ``bins``
-  a power of two, int32 counts.
+  a power of two up to 65536, int32 counts.
 - **Shared memory**: the staging buffers (the input tile(s) and the result(s)) plus CUB's
   temporary storage (``BlockRadixSort<T, 128, n / 128>::TempStorage``: about
   ``n * sizeof(T)`` bytes and more for 8-bit keys) plus tileiras's own: a (2048,) float32
-  sort needs about 24 KB. Too much is a ``SpliceLinkError`` naming each owner.
+  sort needs about 24 KB. A block gets at most 232448 bytes (227 KiB) on sm_90: staging
+  buffers beyond it are a ``SpliceCallError`` when the kernel is traced, naming the
+  nearest tiles that fit (a (16384,) float64 sort: 8192 elements); the total beyond what
+  the GPU gives is a ``SpliceLinkError`` naming each owner.
 
 A partial tile (the last one of an array, padded by ``ct.load``) is sorted with its
 padding: load it with a padding value that sorts last (``padding_mode=ct.PaddingMode.
@@ -289,18 +296,25 @@ def _device_function(handler, doc: str):
 
 sort = _device_function(_handle_sort, """The tile's elements in ascending order (descending
     with ``descending=True``): CUB ``BlockRadixSort``. ``t``: a 1-D tile of 128 x 2**j
-    elements of an integer or floating dtype; returns a tile of its shape and dtype.""")
+    elements (128 ... 4096 for every dtype; larger while shared memory holds 2 tiles and
+    CUB's storage) of an integer or floating dtype; returns a tile of its shape and
+    dtype.""")
 sort_pairs = _device_function(_handle_sort_pairs, """``(sorted keys, values in the keys'
-    order)``: CUB ``BlockRadixSort`` with values; ``keys`` and ``values`` 1-D tiles of one
-    shape (128 x 2**j elements). Equal keys keep their order (the sort is stable).""")
+    order)``: CUB ``BlockRadixSort`` with values, ascending (descending with
+    ``descending=True``); ``keys`` and ``values`` 1-D tiles of one shape (128 x 2**j
+    elements: 128 ... 4096 for every dtype; larger while shared memory holds 4 tiles and
+    CUB's storage). Equal keys keep their order (the sort is stable, both ways).""")
 top_k = _device_function(_handle_top_k, """``(values, indices)`` of the ``k`` largest
     elements of a 1-D tile, largest first (``torch.topk(t, k)``): tiles of shape ``(k,)``,
-    the indices int32; ``k`` a power of two up to the tile's size. Equal values: the lower
-    index first.""")
+    the indices int32; ``k`` a power of two up to the tile's size. The tile: 128 x 2**j
+    elements (128 ... 4096 for every dtype). Equal values: the lower index first.""")
 inclusive_sum = _device_function(_handle_inclusive_sum, """The inclusive prefix sum of a
-    1-D tile (``ct.cumsum``): CUB ``BlockScan::InclusiveSum``.""")
+    1-D tile (``ct.cumsum``): CUB ``BlockScan::InclusiveSum``. The tile: 128 x 2**j
+    elements (128 ... 4096 for every dtype) of int32, int64, uint32, uint64, float32 or
+    float64.""")
 histogram = _device_function(_handle_histogram, """The counts of the values
     ``0 .. bins - 1`` in an integer 1-D tile, as an int32 tile of shape ``(bins,)`` (shared
-    -memory atomics); values outside are not counted. ``bins``: a power of two.""")
+    -memory atomics); values outside are not counted. ``bins``: a power of two up to
+    65536. The tile: 128 x 2**j elements (128 ... 4096 for every integer dtype).""")
 
 __all__ = ["sort", "sort_pairs", "top_k", "inclusive_sum", "histogram"]

@@ -6,6 +6,7 @@ that a value set from Python after ``import splice`` counts).
 ``SPLICE_CACHE_MAX_BYTES`` the cache's size bound (:func:`splice.cache.max_bytes`)
 ``SPLICE_DUMP_DIR``        write every build's stages there (:mod:`splice.driver.pipeline`)
 ``SPLICE_VERIFY``          check the linked cubin itself (:mod:`splice.driver.verify`)
+``SPLICE_CHECK_TILES``     guard words around tile staging (:mod:`splice.inputs.tile_guards`)
 =========================  ====================================================
 """
 
@@ -27,6 +28,11 @@ def cache_max_bytes() -> str:
 def dump_dir() -> str | None:
     """``$SPLICE_DUMP_DIR``, or None when unset or empty."""
     return os.environ.get("SPLICE_DUMP_DIR") or None
+
+
+def check_tiles() -> bool:
+    """Whether ``$SPLICE_CHECK_TILES`` is set to anything but "", "0", "false" or "no"."""
+    return os.environ.get("SPLICE_CHECK_TILES", "").strip() not in ("", "0", "false", "no")
 
 
 def verify() -> bool:

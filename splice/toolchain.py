@@ -599,33 +599,51 @@ def _check_nvrtc(err, what: str, log: str = ""):
         raise SpliceToolchainError(f"{what} failed: {err.name}", log)
 
 
-def nvrtc_compile_ltoir(source: bytes, name: str, options: list[str]) -> bytes:
-    """Compile CUDA C to LTO-IR with NVRTC (``options`` must hold ``-dlto``).
+def nvrtc_compile_ltoir(source: bytes, name: str, options: list[str], *,
+                       pch: bool = False) -> bytes:
+    """Compile CUDA C to LTO-IR with NVRTC (``options`` must hold ``-dlto``); ``pch``: with
+    NVRTC's automatic precompiled header (:mod:`splice.nvrtc_pch`).
 
     Raises:
         SpliceCompileError: the source did not compile; ``.log`` is NVRTC's log.
     """
-    return _nvrtc(source, name, options, ltoir=True)[0]
+    return _nvrtc(source, name, options, ltoir=True, pch=pch)[0]
 
 
-def nvrtc_compile(source: bytes, name: str, options: list[str]) -> tuple[str, str]:
-    """Compile CUDA C to PTX with NVRTC. Returns (ptx, log).
+def nvrtc_compile(source: bytes, name: str, options: list[str], *,
+                  pch: bool = False) -> tuple[str, str]:
+    """Compile CUDA C to PTX with NVRTC. Returns (ptx, log). ``pch``: with NVRTC's
+    automatic precompiled header (:mod:`splice.nvrtc_pch`).
 
     Raises:
         SpliceCompileError: the source did not compile; ``.log`` is NVRTC's log.
     """
-    out, log = _nvrtc(source, name, options, ltoir=False)
+    out, log = _nvrtc(source, name, options, ltoir=False, pch=pch)
     return out.decode(), log
 
 
-def _nvrtc(source: bytes, name: str, options: list[str], ltoir: bool):
-    """NVRTC: (PTX or LTO-IR bytes, log)."""
+def _nvrtc(source: bytes, name: str, options: list[str], ltoir: bool, pch: bool = False):
+    """NVRTC: (PTX or LTO-IR bytes, log). PCH compiles run one at a time
+    (:data:`splice.nvrtc_pch._lock`)."""
     from cuda.bindings import nvrtc
+    if not pch:
+        return _nvrtc_program(nvrtc, source, name, options, ltoir, pch=False)
+    from . import nvrtc_pch
+    with nvrtc_pch._lock:
+        extra = nvrtc_pch.options(nvrtc)
+        return _nvrtc_program(nvrtc, source, name, options + extra, ltoir, pch=bool(extra))
+
+
+def _nvrtc_program(nvrtc, source: bytes, name: str, options: list[str], ltoir: bool,
+                   pch: bool):
     err, prog = nvrtc.nvrtcCreateProgram(source, name.encode(), 0, [], [])
     _check_nvrtc(err, "nvrtcCreateProgram")
     try:
         opts = [o.encode() for o in options]
         (cerr,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        if pch:
+            from . import nvrtc_pch
+            nvrtc_pch.after_compile(nvrtc, prog)
         err, size = nvrtc.nvrtcGetProgramLogSize(prog)
         _check_nvrtc(err, "nvrtcGetProgramLogSize")
         # A fresh mutable buffer: NVRTC writes into it. (``b" " * 1`` would be CPython's
@@ -633,6 +651,9 @@ def _nvrtc(source: bytes, name: str, options: list[str], ltoir: bool):
         buf = bytearray(size)
         (err,) = nvrtc.nvrtcGetProgramLog(prog, buf)
         log = bytes(buf).rstrip(b"\0").decode(errors="replace")
+        if pch:     # NVRTC's notes on its PCH file are no news to the user
+            log = "".join(ln for ln in log.splitlines(keepends=True)
+                          if "precompiled header file" not in ln)
         if cerr != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise SpliceCompileError(f"NVRTC: {cerr.name}", log)
         if ltoir:

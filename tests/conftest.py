@@ -28,11 +28,24 @@ HAVE_GPU = _gpu_available()
 
 
 def pytest_collection_modifyitems(config, items):
+    _skip_slow_unless_asked(config, items)
     if HAVE_GPU:
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU and driver")
     for item in items:
         if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def _skip_slow_unless_asked(config, items):
+    """``slow`` tests (the full splice.cub shape matrix) run only under ``-m slow`` (or an
+    expression naming it) or ``SPLICE_SLOW_TESTS=1``."""
+    if "slow" in (config.getoption("markexpr") or "") or \
+            os.environ.get("SPLICE_SLOW_TESTS", "") not in ("", "0"):
+        return
+    skip = pytest.mark.skip(reason="slow: run with -m slow or SPLICE_SLOW_TESTS=1")
+    for item in items:
+        if "slow" in item.keywords:
             item.add_marker(skip)
 
 

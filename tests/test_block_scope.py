@@ -544,6 +544,74 @@ _BROKEN = {
 }
 
 
+# tileiras derives the guard from %tid.x in more than one way; the proof evaluates the
+# derivation for every tid.x of the block (splice.thread_index), so each of these is
+# accepted as it computes exactly tid.x != 0 (the first is what tileiras emits for arrays
+# not known to be 16-byte aligned), and each in _LOSSY_GUARDS is refused.
+_TID = "\tmov.u32 \t%r1, %tid.x;\n\tsetp.ne.b32 \t%p1, %r1, 0;"
+_ROUND_TRIP_GUARDS = {
+    "cvt.u64.u32 round trip": "\tmov.u32 \t%r2, %tid.x;\n\tcvt.u64.u32 \t%rd4, %r2;\n"
+                              "\tcvt.u32.u64 \t%r1, %rd4;\n\tsetp.ne.b32 \t%p1, %r1, 0;",
+    "cvt.u8 truncation in a 128-thread block (no value lost)":
+        "\tmov.u32 \t%r2, %tid.x;\n\tcvt.u8.u32 \t%rs1, %r2;\n"
+        "\tcvt.u32.u8 \t%r1, %rs1;\n\tsetp.ne.b32 \t%p1, %r1, 0;",
+    "offset and back": "\tmov.u32 \t%r2, %tid.x;\n\tadd.s32 \t%r3, %r2, -128;\n"
+                       "\tsub.s32 \t%r1, %r3, -128;\n\tsetp.ne.b32 \t%p1, %r1, 0;",
+    "mask, shift and an unsigned >= 1": "\tmov.u32 \t%r2, %tid.x;\n"
+                                         "\tand.b32 \t%r3, %r2, 127;\n"
+                                         "\tshl.b32 \t%r1, %r3, 2;\n"
+                                         "\tsetp.ge.u32 \t%p1, %r1, 1;",
+    "64-bit product": "\tmov.u32 \t%r2, %tid.x;\n\tmul.wide.u32 \t%rd4, %r2, 3;\n"
+                      "\tsetp.ne.b64 \t%p1, %rd4, 0;",
+}
+_LOSSY_GUARDS = {
+    # in a 512-thread block tid.x = 256 truncates to 0: it would not be skipped
+    "cvt.u8 truncation in a 512-thread block": (
+        ".reqntid 512", "\tmov.u32 \t%r2, %tid.x;\n\tcvt.u8.u32 \t%rs1, %r2;\n"
+                        "\tcvt.u32.u8 \t%r1, %rs1;\n\tsetp.ne.b32 \t%p1, %r1, 0;"),
+    # tid.x >> 1 is 0 for threads 0 and 1: thread 1 would not be skipped
+    "a shift that drops a bit": (
+        ".reqntid 128", "\tmov.u32 \t%r2, %tid.x;\n\tshr.u32 \t%r1, %r2, 1;\n"
+                        "\tsetp.ne.b32 \t%p1, %r1, 0;"),
+    "a guard that skips thread 0": (
+        ".reqntid 128", "\tmov.u32 \t%r1, %tid.x;\n\tsetp.eq.b32 \t%p1, %r1, 0;"),
+    "a saturating conversion (not evaluated)": (
+        ".reqntid 128", "\tmov.u32 \t%r2, %tid.x;\n\tcvt.sat.u8.u32 \t%rs1, %r2;\n"
+                        "\tcvt.u32.u8 \t%r1, %rs1;\n\tsetp.ne.b32 \t%p1, %r1, 0;"),
+    "a load in the derivation": (
+        ".reqntid 128", "\tld.shared.u32 \t%r2, [smem];\n\tsetp.ne.b32 \t%p1, %r2, 0;"),
+    "a register defined twice": (
+        ".reqntid 128", "\tmov.u32 \t%r2, %tid.x;\n\tmov.u32 \t%r2, %tid.x;\n"
+                        "\tsetp.ne.b32 \t%p1, %r2, 0;"),
+    "a definition after the guard": (
+        ".reqntid 128", "\tsetp.ne.b32 \t%p1, %r2, 0;\n\tmov.u32 \t%r2, %tid.x;"),
+    "a predicated definition": (
+        ".reqntid 128", "\tmov.u32 \t%r1, %tid.x;\n\t@%p2 mov.u32 \t%r1, 0;\n"
+                        "\tsetp.ne.b32 \t%p1, %r1, 0;"),
+    "another special register": (
+        ".reqntid 128", "\tmov.u32 \t%r1, %laneid;\n\tsetp.ne.b32 \t%p1, %r1, 0;"),
+}
+_GOOD_WIDE = _GOOD.replace("\t.reg .b32 \t%r<8>;",
+                           "\t.reg .b32 \t%r<8>;\n\t.reg .b16 \t%rs<4>;")
+
+
+@pytest.mark.parametrize("case", sorted(_ROUND_TRIP_GUARDS))
+def test_hand_written_guard_derivations_accepted(case):
+    assert _TID in _GOOD_WIDE
+    text = _GOOD_WIDE.replace(_TID, _ROUND_TRIP_GUARDS[case], 1)
+    rep = splice_calls(Module(text), {0: _block_site()}, kernel_name="k")
+    assert rep.replaced == {0: 1}
+
+
+@pytest.mark.parametrize("case", sorted(_LOSSY_GUARDS))
+def test_hand_written_lossy_guard_derivations_refused(case):
+    dims, guard = _LOSSY_GUARDS[case]
+    text = _GOOD_WIDE.replace(_TID, guard, 1).replace(".reqntid 128", dims, 1)
+    with pytest.raises(SpliceRewriteError, match="does not skip exactly the threads with "
+                                                 "tid.x != 0"):
+        splice_calls(Module(text), {0: _block_site()}, kernel_name="k")
+
+
 def _block_site(scope="block"):
     form = FORMS[scope]
     sig = parse_signature("int32(int32*, int32)")

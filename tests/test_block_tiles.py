@@ -141,6 +141,20 @@ def _rows(n, rows=2, seed=0):
     return np.random.default_rng(seed).standard_normal(rows * n).astype(np.float32)
 
 
+def test_user_tile_call_on_an_unaligned_16384_tile():
+    """Issue 37: a block tile call on a (16384,) float32 tile of arrays not known to be
+    aligned was refused ("does not skip exactly the threads with tid.x != 0": tileiras
+    takes tid.x through cvt.u64.u32 and back); the proof evaluates that round trip."""
+    n = 16384
+    sig = K.signature(K.unaligned_array(f32), K.unaligned_array(f32), n)
+    b = splice.compile(reverse_kernel, sig, "sm_90")
+    assert re.search(r"cvt\.u32\.u64\s+%r\d+, %rd\d+;", b.ptx)
+    x, y = _rows(n, rows=1), np.zeros(n, np.float32)
+    launch = run_build(b, (1,), x, y)
+    assert not launch.approx
+    np.testing.assert_array_equal(y, x[::-1] + 1.0)
+
+
 # ---------------------------------------------------------------------------------------------
 # Declarations
 

@@ -2,6 +2,7 @@
 inliner writes for unusual but legal callees."""
 
 import cuda.tile as ct
+import pytest
 
 import splice
 from support import kernels as K
@@ -75,3 +76,66 @@ def test_parameter_named_like_a_register():
         t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
         ct.store(y, index=(ct.bid(0),), tile=ext(t))
     splice.compile(kern, K.signature(K.array(ct.int32), K.array(ct.int32), 256), "sm_90")
+
+
+# ---------------------------------------------------------------------------------------------
+# Values on the CPU executor: what the inliner rewrites (a guarded result store, a signed
+# narrow argument) computes what the called function computes
+
+def _int_kern(ext, dtype=ct.int32):
+    @splice.kernel
+    def kern(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+        ct.store(y, index=(ct.bid(0),), tile=ext(t), allow_tma=False)
+    return kern
+
+
+def _exec_int(ext, x, dtype):
+    import numpy as np
+
+    from support.ptx_exec import run_build
+    n = 128
+    b = splice.compile(_int_kern(ext), K.signature(K.array(dtype), K.array(ct.int32), n),
+                       "sm_90")
+    y = np.zeros(x.size, np.int32)
+    launch = run_build(b, (x.size // n,), x, y)
+    assert not launch.approx
+    return b, y
+
+
+# the result stored under @p and under @!p: 3 x for x < 0, x + 100 otherwise
+GUARDED_RESULT = (HEAD + ".visible .func (.param .b32 r) pg(.param .b32 x)\n{\n"
+                  ".reg .b32 %r<4>;\n.reg .pred %p<2>;\nld.param.b32 %r1, [x];\n"
+                  "setp.lt.s32 %p1, %r1, 0;\nmul.lo.s32 %r2, %r1, 3;\nadd.s32 %r3, %r1, 100;\n"
+                  "@%p1 st.param.b32 [r], %r2;\n@!%p1 st.param.b32 [r], %r3;\nret;\n}\n")
+
+
+@pytest.mark.parametrize("inline", ["always", "never"])
+def test_exec_guarded_result_stores_keep_their_guards(inline):
+    import numpy as np
+    ext = splice.extern.from_ptx(ptx=GUARDED_RESULT, name="pg", signature="int32(int32)",
+                                 inline=inline)
+    x = np.random.default_rng(1).integers(-1000, 1000, 256).astype(np.int32)
+    b, y = _exec_int(ext, x, ct.int32)
+    assert b.sites[0].inlined == (inline == "always")
+    np.testing.assert_array_equal(y, np.where(x < 0, 3 * x, x + 100))
+
+
+# 2 x of a narrow signed argument, read with its signed type
+NARROW_ARG = (HEAD + ".visible .func (.param .b32 r) pn(.param .b32 x)\n{\n"
+              ".reg .b32 %r<4>;\nld.param.sBITS %r1, [x];\nmul.lo.s32 %r2, %r1, 2;\n"
+              "st.param.b32 [r], %r2;\nret;\n}\n")
+
+
+@pytest.mark.parametrize("inline", ["always", "never"])
+@pytest.mark.parametrize("dtype, bits", [(ct.int16, 16), (ct.int8, 8)], ids=["int16", "int8"])
+def test_exec_signed_narrow_argument_is_sign_extended(inline, dtype, bits):
+    import numpy as np
+    ext = splice.extern.from_ptx(ptx=NARROW_ARG.replace("BITS", str(bits)), name="pn",
+                                 signature=f"int32({dtype.name})", inline=inline)
+    lo, hi = -(1 << (bits - 1)), 1 << (bits - 1)
+    x = np.random.default_rng(bits).integers(lo, hi, 256).astype(f"int{bits}")
+    x[:2] = (lo, -1)
+    b, y = _exec_int(ext, x, dtype)
+    assert b.sites[0].inlined == (inline == "always")
+    np.testing.assert_array_equal(y, 2 * x.astype(np.int32))

@@ -899,3 +899,108 @@ def test_argument_scratch_is_named_for_the_warpgroup_scope():
     assert re.search(r"\.shared \.align 8 \.b8 __splice_block_0\[16\]; // splice: arguments "
                      r"of warpgroup-scope site 0", b.spliced_ptx)
     assert "block-scope site" not in b.spliced_ptx
+
+
+# ---------------------------------------------------------------------------------------------
+# Values in each group position of a 256-thread warp-specialised block: the group at threads
+# 0-127 and the epilogue group at 128-255 (tileiras's guard there is tid.x - 128 != 0)
+
+# tileiras's shape: a branch on the warp id opens the group's region; the guard lets the
+# group's first thread to the marker, which stores the result; after the join barrier
+# every thread of the group reads it and stores it at out[tid]. SKIP: the warps that are
+# not the group's.
+_WS_KERNEL = """.version 8.0
+.target sm_90
+.address_size 64
+.visible .global .align 4 .b8 __splice_marker_0[4];
+.visible .entry k(.param .u64 k_out, .param .u64 k_in, .param .u64 k_calls)
+.reqntid 256
+{
+	.reg .pred 	%p<4>;
+	.reg .b32 	%r<12>;
+	.reg .b64 	%rd<16>;
+	.shared .align 8 .b8 smem[8];
+	ld.param.u64 	%rd1, [k_out];
+	ld.param.u64 	%rd2, [k_in];
+	ld.param.u64 	%rd3, [k_calls];
+	mov.u32 	%r1, %tid.x;
+	shr.u32 	%r2, %r1, 5;
+	shfl.sync.idx.b32 	%r3, %r2, 0, 31, -1;
+	setp.SKIP.u32 	%p2, %r3, 3;
+	@%p2 bra 	$L__END;
+	ld.global.b32 	%r5, [%rd2];
+	add.s32 	%r4, %r1, -FIRST;
+	setp.ne.s32 	%p1, %r4, 0;
+	@%p1 bra 	$L__JOIN;
+	mov.b64 	%rd9, __splice_marker_0;
+	atom.global.acq_rel.cas.b64 	%rd10, [%rd9], %rd3, %rd11;
+	st.shared.b32 	[smem], %rd10;
+$L__JOIN:
+	barrier.sync 	1, 128;
+	ld.shared.b32 	%r6, [smem];
+	mul.wide.u32 	%rd7, %r1, 4;
+	add.s64 	%rd8, %rd1, %rd7;
+	st.global.b32 	[%rd8], %r6;
+$L__END:
+	ret;
+}
+"""
+
+# every calling thread counts itself at calls[0]; the result is 3 b + 1
+_WS_CALLEE = """.version 8.0
+.target sm_90
+.address_size 64
+.visible .func (.param .b32 r) callee0(.param .b64 p0, .param .b32 p1)
+{
+	.reg .b32 	%r<6>;
+	.reg .b64 	%rd<4>;
+	ld.param.b64 	%rd1, [p0];
+	ld.param.b32 	%r1, [p1];
+	atom.global.add.u32 	%r2, [%rd1], 1;
+	mad.lo.s32 	%r3, %r1, 3, 1;
+	st.param.b32 	[r], %r3;
+	ret;
+}
+"""
+
+
+def _ws_site(inline: bool):
+    from splice.forms import FORMS
+    from splice.types import parse_signature
+    sig = parse_signature("int32(int32*, int32)")
+    body = (Module(_WS_CALLEE), Module(_WS_CALLEE).functions["callee0"]) if inline else None
+    return SiteCall(0, "callee0", (Param("p0", ".param .b64", None, ".b64", ".param"),
+                                   Param("p1", ".param .b32", None, ".b32", ".param")),
+                    Param("r", ".param .b32", None, ".b32", ".param"), sig,
+                    "callee0 at test:1", body, FORMS["warpgroup"], 64)
+
+
+@pytest.mark.parametrize("inline", [False, True], ids=["called", "inlined"])
+@pytest.mark.parametrize("first", [0, 128], ids=["threads 0-127", "threads 128-255"])
+def test_exec_warpgroup_site_in_each_group_position(first, inline):
+    """Every thread of the group (and no other) calls once; the leader's result reaches
+    every thread of the group after the call (the leader goes on after the marker only
+    if it is told apart by tid.x, not by its rank, in a group that starts at 128)."""
+    import numpy as np
+
+    from splice.ptxtools import link
+    from splice.rewrite import splice_calls
+    from support.ptx_exec import Pointer, run
+    text = _WS_KERNEL.replace("SKIP", "gt" if first == 0 else "le") \
+        .replace("%r1, -FIRST", f"%r1, -{first}") \
+        .replace("[%rd9], %rd3, %rd11", "[%rd9], %rd3, %rd12")
+    text = text.replace("ld.global.b32 \t%r5, [%rd2];",
+                        "ld.global.b32 \t%r5, [%rd2];\n\tcvt.u64.u32 \t%rd12, %r5;")
+    report = splice_calls(Module(text), {0: _ws_site(inline)}, kernel_name="k")
+    assert report.replaced == {0: 1}
+    assert ("call.uni (" in report.module.text or "\tcall " in report.module.text) != inline
+    merged = link.merge(report.module, [("the callee", Module(_WS_CALLEE))], "k")
+    for b in (7, -40):
+        out = np.full(256, -1, np.int32)
+        calls = np.zeros(2, np.uint32)
+        run(merged.text, "k", (1,), Pointer(out), Pointer(np.array([b], np.int32)),
+            Pointer(calls), block=(256,))
+        group = slice(first, first + 128)
+        np.testing.assert_array_equal(out[group], np.full(128, 3 * b + 1, np.int32))
+        np.testing.assert_array_equal(np.delete(out, np.arange(first, first + 128)), -1)
+        assert calls[0] == 128

@@ -4,7 +4,9 @@
 instructions, which warps reach each statement, values as functions of the thread or warp
 index), :mod:`.collectives` (the collective instructions of the PTX ISA and of SASS, the
 call graph across modules and what a function reaches), :mod:`.activemask` (the
-opportunistic ``__activemask()`` pattern proven warp-uniform).
+opportunistic ``__activemask()`` pattern proven warp-uniform), :mod:`.memory_proof` (what
+``memory="none"`` and ``memory="arguments"`` claim, proven on the PTX; a tile call's
+accesses at constant offsets outside its tiles).
 
 May import: the PTX tools (:mod:`splice.ptxtools`), :mod:`splice.errors` and each other;
 nothing of a form, a call site's declaration, an input kind, the compilers, the toolchain

@@ -17,6 +17,7 @@ import re
 from typing import Any, Callable, Protocol
 
 from .. import effects, rewrite, toolchain
+from ..analysis import memory_proof
 from ..errors import SpliceLinkError, SpliceToolchainError
 from ..forms import element_callees
 from ..forms import staging as tiles
@@ -199,6 +200,7 @@ def _compile_fragments(job: Driver, traced, lowered: _Lowered) -> _Compiled:
     for form, sites in _sites_by_form(traced.sites).items():
         form.check_callees(sites, modules, lowered.target, fkeys, lowered.module)
     effects.check_element_effects(traced.sites, modules, lowered.target, fkeys)
+    memory_proof.check_argument_sites(traced.sites, modules, lowered.target, fkeys)
     linked = link.prepare(lowered.module, list(modules.values()), job.name,
                           frozenset(s.extern.symbol for s in traced.sites),
                           host_filled=nvshmem.HOST_FILLED)

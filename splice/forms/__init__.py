@@ -20,7 +20,8 @@ The forms: :mod:`.element` (``scope="element"``: :data:`element.ATOMIC` and
 :data:`element.FMA`, whose proof is :mod:`.fma_proof`, whose callee policy is
 :mod:`.element_callees`), :mod:`.block` (``scope="block"``: its proof and call sequence in
 :mod:`.block_proof`, which also holds the steps the warpgroup form shares) and
-:mod:`.warpgroup` (``scope="warpgroup"``: :mod:`.warpgroup_proof`). Around them:
+:mod:`.warpgroup` (``scope="warpgroup"``: :mod:`.warpgroup_proof`, its callees' warp and wgmma
+rules :mod:`.warpgroup_callee`). Around them:
 :mod:`.base` (the protocol, the site records), :mod:`.marked` (a function body with its
 markers), :mod:`.calls` (the PTX call sequence of one site), :mod:`.staging` (the proof of a
 tile call's staging, for the forms that take tiles).

@@ -32,8 +32,12 @@ and :mod:`splice.forms.block` (``BlockForm.instance_edits``, with the texts belo
 anything else is a :class:`~splice.errors.SpliceRewriteError`):
 
 1. The block is one-dimensional (``.reqntid N``), so ``tid.x == 0`` is one thread, and the
-   guard's predicate is exactly ``tid.x != 0`` (P and T above, each the register's only
-   definition).
+   guard's predicate is exactly ``tid.x != 0``: its definitions (P and T above, or any
+   chain of ``mov``/``cvt``/integer arithmetic from ``%tid.x``, such as the
+   ``cvt.u64.u32``/``cvt.u32.u64`` round trip tileiras emits for unaligned arrays), each
+   the register's only definition, are evaluated for every ``tid.x`` in ``0 .. N - 1``
+   (:mod:`splice.analysis.thread_index`), and the predicate must hold for all but thread 0; a
+   derivation that cannot be evaluated exactly is refused.
 2. S2 and S3 are straight-line code (no label, branch, ``ret``/``exit``, call, barrier or
    other marker), and nothing but G names J. So the only ways to reach J are G's branch
    (threads with ``tid.x != 0``) and falling through S3 (thread 0, after S2 and M), and
@@ -76,7 +80,7 @@ from __future__ import annotations
 
 import re
 
-from ..analysis import control
+from ..analysis.thread_index import guard_values
 from ..ptxtools.ptx import Body, Instruction, Module
 
 BARRIER_OPS = ("bar.sync", "bar.cta.sync", "barrier.sync.aligned", "barrier.cta.sync.aligned")
@@ -139,26 +143,13 @@ def _is_barrier0(ins: Instruction | None) -> bool:
         ins.operands == ("0",)
 
 
-def _guard_is_not_thread0(guard: str, body: Body) -> bool:
-    """Whether ``@guard`` is true exactly for threads with ``tid.x != 0``."""
-    parsed, defs = body.parsed, body.defs
-    negated = guard.startswith("!")
-    pred = guard.lstrip("!")
-    if len(defs.get(pred, ())) != 1:
-        return False
-    ins = parsed[defs[pred][0]][1]
-    assert ins is not None   # a definition is an instruction
-    # the predicate is setp's only destination (of "setp %q|%p", %p is the complement)
-    if ins.base != "setp" or ins.guard is not None or len(ins.operands) != 3 or \
-            ins.operands[0] != pred or \
-            len(ins.modifiers) != 2 or ins.modifiers[1] not in ("b32", "u32", "s32"):
-        return False
-    cmp = ins.modifiers[0]
-    if (cmp, negated) not in (("ne", False), ("eq", True)):
-        return False
-    _, a, b = ins.operands
-    other = b if a == "0" else a if b == "0" else None
-    return other is not None and control.tid_register(other, body)
+def _guard_is_not_thread0(guard: str, body: Body, use: int, threads: int) -> bool:
+    """Whether ``@guard``, at the instruction ``use``, is true exactly for the threads with
+    ``tid.x != 0`` of a block of ``threads``: its definitions evaluated for every ``tid.x``
+    (:func:`splice.analysis.thread_index.guard_values`; None -- not evaluable exactly --
+    is no)."""
+    values = guard_values(guard, body, use, threads)
+    return values is not None and values == tuple(t != 0 for t in range(threads))
 
 
 def _straight_line(parsed, lo: int, hi: int, what: str) -> str | None:
@@ -196,7 +187,7 @@ def prove_instance(body: Body, i: int) -> tuple[int, int]:
         ValueError: the reason, for the caller's :class:`SpliceRewriteError`.
     """
     dims = check_kernel(body)
-    g, target = _guard(body, i)
+    g, target = _guard(body, i, int(dims.split(",")[0]))
     j = join_of(body, g, i, target)
     _check_barrier_after_join(body, j, target, dims)
     return g, j
@@ -223,9 +214,10 @@ def check_kernel(body: Body) -> str:
     return dims
 
 
-def _guard(body: Body, i: int) -> tuple[int, str]:
+def _guard(body: Body, i: int, threads: int) -> tuple[int, str]:
     """Point 1: back from the marker at ``i``, through straight-line code with no other
-    marker, to the guard G, a branch taken exactly by the threads with ``tid.x != 0``.
+    marker, to the guard G, a branch taken exactly by the threads with ``tid.x != 0`` of
+    the block's ``threads``.
     Returns G's statement index and its target label."""
     module, parsed = body.module, body.parsed
     g = i - 1
@@ -239,7 +231,7 @@ def _guard(body: Body, i: int) -> tuple[int, str]:
     if gins is None or gins.base != "bra" or gins.guard is None or len(gins.operands) != 1:
         raise ValueError(f"the marker is not behind a branch on the thread index "
                          f"(found {gs.text(module.text).strip()!r} before it)")
-    if not _guard_is_not_thread0(gins.guard, body):
+    if not _guard_is_not_thread0(gins.guard, body, g, threads):
         raise ValueError(f"the branch before the marker ({gs.text(module.text).strip()!r}) "
                          f"does not skip exactly the threads with tid.x != 0")
     return g, gins.operands[0]

@@ -107,6 +107,7 @@ from ..analysis import collectives, control
 from ..errors import SpliceLinkError
 from ..ptxtools.ptx import Body, Instruction, Module, parse_instruction
 from . import block_proof as block
+from . import warpgroup_callee
 from .base import site_module
 
 #: The named barrier id of splice's entry and exit barriers and of ``splice_group_sync()``.
@@ -664,7 +665,8 @@ def check_sites(sites, fragments, target: str, keys: Mapping[int, str]) -> None:
                 f"which no PTX of the kernel defines, so splice cannot check it for "
                 f"barriers; ship it as CUDA C, PTX or LTO-IR")
         for fmod, name, chain in reach.functions():
-            hit = _first_refused(fmod, name, ext.fragment.kind == "asm")
+            hit = _first_refused(fmod, name, ext.fragment.kind == "asm") or \
+                warpgroup_callee.warp_refusal(fmod, name)
             if hit is not None:
                 problem, fix = hit
                 where = collectives.reach_text(collectives.chain_names(ext, chain))

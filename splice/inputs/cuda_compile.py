@@ -7,7 +7,9 @@ failed compile becomes: the first error with the line it points at and the hints
 
 from __future__ import annotations
 
+import logging
 import re
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
@@ -16,6 +18,8 @@ from ..errors import SpliceCompileError
 
 if TYPE_CHECKING:
     from .headers import HeaderProvider
+
+log = logging.getLogger("splice")
 
 
 def compile_source(full: str, name: str, target: str, options: list[str], *, declared,
@@ -32,8 +36,11 @@ def compile_source(full: str, name: str, target: str, options: list[str], *, dec
             first.
         SpliceLinkError: nvJitLink rejected the LTO-IR.
     """
+    from ..nvrtc_pch import wanted
     from ..ptxtools.ptx import arch_words
     from .checks import generated_blocks, lookup_failures, results_hint
+    pch = wanted(full, options)
+    start = time.perf_counter()
     redeclare: frozenset = frozenset()
     c_symbols = {d.symbol for d in declared if d.cxx_name is None}
     while True:
@@ -42,9 +49,12 @@ def compile_source(full: str, name: str, target: str, options: list[str], *, dec
         try:
             if dlto:
                 ltoir = toolchain.nvrtc_compile_ltoir((full + code).encode(), name,
-                                                      options + ["-dlto"])
-                return lto_link_to_ptx([(ltoir, name)], target, roots, what)
-            return toolchain.nvrtc_compile((full + code).encode(), name, options)[0]
+                                                      options + ["-dlto"], pch=pch)
+                return _slow(lto_link_to_ptx([(ltoir, name)], target, roots, what),
+                             start, _what_for_log(what, declared), target)
+            return _slow(toolchain.nvrtc_compile((full + code).encode(), name, options,
+                                                 pch=pch)[0], start,
+                         _what_for_log(what, declared), target)
         except SpliceCompileError as e:
             missing = (lookup_failures(e.log) & c_symbols) - redeclare
             if missing:
@@ -59,6 +69,20 @@ def compile_source(full: str, name: str, target: str, options: list[str], *, dec
                 f"{header_hint(e.log, providers)}"
                 f"{''.join(p.compile_hint(e.log) for p in providers)}",
                 errors_first(e.log)) from None
+
+
+def _what_for_log(what: str, declared) -> str:
+    """``what``, and the instantiations it holds (``'f' for float[1024]``)."""
+    labels = [d.label for d in declared]
+    return f"{what}: {', '.join(labels)}" if labels else what
+
+
+def _slow(ptx: str, start: float, what: str, target: str) -> str:
+    """``ptx``, after an INFO line when its compile took more than a second."""
+    seconds = time.perf_counter() - start
+    if seconds > 1.0:
+        log.info("splice: NVRTC took %.1f s to compile %s for %s", seconds, what, target)
+    return ptx
 
 
 _ERR_RE = re.compile(r"^(.*)\((\d+)\): (?:catastrophic )?error")

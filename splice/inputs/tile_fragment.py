@@ -11,6 +11,7 @@ import hashlib
 from .. import cache
 from ..errors import SpliceCompileError, SpliceLinkError
 from ..types import ElementType, Signature, TileType, pointer, result_tiles
+from . import tile_guards
 from .fragments import BinarySource, CudaSource, Fragment, _memoized, _parse
 
 #: The prefix of every symbol the staging defines (users cannot declare ``__splice`` names);
@@ -52,6 +53,8 @@ class TileFragment(Fragment):
     tile_positions: tuple = ()   # the parameters of ``abi`` that are tiles
     results: int = 0            # the last ``results`` of ``buffers`` are the results
     where: str = ""
+    guard_bytes: int = 0        # SPLICE_CHECK_TILES: guard bytes at each end of a buffer
+    scope: str = "block"        # the call's scope ("block", "warpgroup")
     kind = "tile"
 
     def describe(self) -> str:
@@ -110,20 +113,33 @@ class TileFragment(Fragment):
     def buffer(self, k: int) -> str:
         return f"{PREFIX}{self.group}_buf{k}"
 
+    def buffer_bytes(self, k: int) -> int:
+        """The bytes of buffer ``k``'s tile (without guards)."""
+        elem, n = self.buffers[k]
+        return n * byte_size(elem)
+
+    def buffer_address(self, k: int) -> str:
+        """The address of buffer ``k``'s first element (past its guard, in check mode)."""
+        return self.buffer(k) + (f"+{self.guard_bytes}" if self.guard_bytes else "")
+
     def staging_ptx(self, base=None) -> str:
         """The staging functions and buffers; with ``base`` (the compiled base module), the
         callee's body pasted into the call function where it can be (no ``CALL`` in SASS):
         a function of ``base`` and of the text without it, which the content key holds."""
         lines = [f"// splice: tile staging of the call at {self.where}"]
         for k, (elem, n) in enumerate(self.buffers):
-            lines.append(f".shared .align 16 .b8 {self.buffer(k)}[{n * byte_size(elem)}];")
+            lines.append(f".shared .align 16 .b8 {self.buffer(k)}"
+                         f"[{n * byte_size(elem) + 2 * self.guard_bytes}];")
+        if self.guard_bytes:
+            lines += tile_guards.declarations(self, base.text if base is not None else "")
         first_result = len(self.buffers) - self.results
         for k, (elem, _n) in enumerate(self.buffers[:first_result]):
-            lines.append(_store_function(self.symbol(f"store{k}"), elem, self.buffer(k)))
+            lines.append(_store_function(self.symbol(f"store{k}"), elem,
+                                         self.buffer_address(k)))
         lines.append(self._call_function(base))
         for j, (elem, _n) in enumerate(self.buffers[first_result:]):
             lines.append(_load_function(self.symbol(f"load{j}"), elem,
-                                        self.buffer(first_result + j)))
+                                        self.buffer_address(first_result + j)))
         return "\n".join(lines) + "\n"
 
     def _call_function(self, base=None) -> str:
@@ -144,6 +160,8 @@ class TileFragment(Fragment):
                 b = self.tile_positions.index(k)
                 reg = f"{_REG[64]}{k}"
                 body.append(f"\tmov.u64 \t{reg}, {self.buffer(b)};")
+                if self.guard_bytes:
+                    body.append(f"\tadd.u64 \t{reg}, {reg}, {self.guard_bytes};")
                 body.append(f"\tcvta.shared.u64 \t{reg}, {reg};")
                 values.append((reg, 64))
             else:
@@ -152,9 +170,13 @@ class TileFragment(Fragment):
                 body.append(f"\tld.param.b{bits} \t{reg}, [p{s}];")
                 values.append((reg, bits))
                 s += 1
+        guard_in, guard_out = ((tile_guards.prologue(self, self.scope),
+                                tile_guards.epilogue(self, self.scope))
+                               if self.guard_bytes else ([], []))
         inlined = self._inlined_callee(base, values, res)
         if inlined is not None:
-            return "\n".join(body + inlined + ["\tret;", "}"])
+            return "\n".join(body + guard_in + inlined + guard_out + ["\tret;", "}"])
+        body += guard_in
         body.append("\t{")
         for k, t in enumerate(self.abi.args):
             body.append(f"\t{_param(t, f'q{k}')};")
@@ -171,7 +193,7 @@ class TileFragment(Fragment):
             body.append(f"\tcall \t(q_ret), {self.callee}, ({args});")
             body.append(f"\tld.param.b{bits} \t{reg}, [q_ret];")
             body.append(f"\tst.param.b{bits} \t[func_retval0], {reg};")
-        body += ["\t}", "\tret;", "}"]
+        body += ["\t}", *guard_out, "\tret;", "}"]
         return "\n".join(body)
 
 
@@ -231,8 +253,12 @@ def _param_register(t, n: int) -> tuple[str, int]:
 
 
 def _address(buf: str, elem: ElementType) -> list[str]:
-    """``%r2`` = the shared address of element ``%r1`` of ``buf``."""
-    return [f"\tmov.u32 \t%r2, {buf};", f"\tmad.lo.u32 \t%r2, %r1, {byte_size(elem)}, %r2;"]
+    """``%r2`` = the shared address of element ``%r1`` of ``buf`` (``sym+offset`` in check
+    mode: the offset added, not written in the ``mov``)."""
+    sym, _, offset = buf.partition("+")
+    skip = [f"\tadd.u32 \t%r2, %r2, {offset};"] if offset else []
+    return [f"\tmov.u32 \t%r2, {sym};", *skip,
+            f"\tmad.lo.u32 \t%r2, %r1, {byte_size(elem)}, %r2;"]
 
 
 def _store_function(symbol: str, elem: ElementType, buf: str) -> str:

@@ -23,9 +23,20 @@ from ..types import (
     pointer,
     result_tiles,
 )
+from . import tile_guards
 from .tile_fragment import MAX_SHARED_BYTES, TileFragment, byte_size, callee_fragment
 
 _INT32 = ELEMENT_TYPES["int32"]
+
+
+def _smaller_tiles(buffers) -> str:
+    """The largest halving of every tile that fits :data:`MAX_SHARED_BYTES`, as a hint
+    (CUB's or the callee's own shared memory comes on top of it, checked at link)."""
+    k = 1
+    while sum(-(-n // (1 << k)) * byte_size(e) for e, n in buffers) > MAX_SHARED_BYTES:
+        k += 1
+    return (f": the nearest that fits has {1 << k} times fewer elements per tile "
+            f"({', '.join(f'{max(1, n >> k)} x {e}' for e, n in buffers)})")
 
 
 def emit_tile_call(ext, args, loc):
@@ -119,12 +130,13 @@ def _staging_externs(ext, tiles, results, group: int, where: str, loc):
                               f"per tile argument, an out buffer per result: "
                               f"{', '.join(f'{n} x {e}' for e, n in buffers)}), more than "
                               f"any GPU gives a block ({MAX_SHARED_BYTES} on sm_90); use "
-                              f"smaller tiles", loc)
+                              f"smaller tiles{_smaller_tiles(buffers)}", loc)
     abi = Signature(tuple(abi_args), result)
     base, callee = callee_fragment(ext, abi, tuple(shapes), where)
     frag = TileFragment(base=base, callee=callee, abi=abi, group=group,
                         buffers=tuple(buffers), tile_positions=tuple(positions), where=where,
-                        results=len(results))
+                        results=len(results), scope=str(ext.form.scope),
+                        guard_bytes=tile_guards.GUARD_BYTES if tile_guards.enabled() else 0)
     label = f"'{ext.name}' at {where}"
 
     def derived(symbol, name, dsig, elements, what, form=element.ATOMIC):

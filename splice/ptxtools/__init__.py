@@ -6,6 +6,7 @@ at a call, :mod:`.asm_check` checks a ``splice.asm`` snippet, :mod:`.tma_store_r
 the reads a TMA store makes.
 
 May import: :mod:`splice.errors`, :mod:`splice.names`, :mod:`splice.spans`,
-:mod:`splice.types` and each other; nothing of a call site, a form, an input kind, the
+:mod:`splice.types` and each other (and :mod:`.asm_check` the ``memory="none"`` rule of
+:mod:`splice.analysis.memory_proof`, the one module of both ``memory=`` rules); nothing of a call site, a form, an input kind, the
 compilers, the toolchain runner or the cache (``tests/test_import_graph.py``).
 """

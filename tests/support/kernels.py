@@ -332,6 +332,17 @@ def array(dtype, ndim=1, stride_one_last=True):
                            shape_divisible_by=16)
 
 
+def unaligned_array(dtype, ndim=1):
+    """An array with no alignment or shape divisibility known (a user's odd-sized array):
+    tileiras then takes ``tid.x`` through 64 bits before the guard of a 0-d operation
+    (issue 37, :mod:`splice.thread_index`)."""
+    return ArrayConstraint(dtype, ndim, index_dtype=ct.int32, stride_lower_bound_incl=0,
+                           alias_groups=(), may_alias_internally=False,
+                           stride_constant=(None,) * (ndim - 1) + (1,),
+                           stride_divisible_by=(1,) * ndim, base_addr_divisible_by=1,
+                           shape_divisible_by=1)
+
+
 def signature(*params):
     return KernelSignature(params, CallingConvention.cutile_python_v1())
 

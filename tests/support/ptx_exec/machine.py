@@ -473,9 +473,18 @@ class Thread:
             return self.pc
         if name == "__assertfail":
             raise ExecError(f"device-side assert (__assertfail) in thread {self.linear} of "
-                            f"CTA {self.cta.ctaid}")
+                            f"CTA {self.cta.ctaid}: {self._c_string(args[0])}")
         raise ExecError(f"call of external function {name!r}, which the executor does not "
                         f"provide")
+
+    def _c_string(self, arg) -> str:
+        """The NUL-terminated string at the generic address ``arg`` (a parameter's bytes),
+        as ``__assertfail`` prints its message."""
+        from .runtime import GREAD
+        addr, out = int.from_bytes(bytes(arg[:8]), "little"), bytearray()
+        while len(out) < 4096 and (b := GREAD(self, addr + len(out), 1)):
+            out.append(b)
+        return out.decode(errors="replace")
 
     def ret(self) -> int:
         if not self.stack:

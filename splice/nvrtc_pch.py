@@ -1,0 +1,159 @@
+"""NVRTC's automatic precompiled header (PCH) for CUDA C that includes CCCL.
+
+Parsing CCCL's headers dominates a ``splice.cub`` compile, and every tile size, dtype or op
+is its own NVRTC program (:mod:`splice.tiles` appends a trampoline for its shapes) that
+parses them again. With ``-pch``, NVRTC saves the parsed state of the source's leading
+``#include`` lines the first time and loads it for every later program that starts with
+the same lines and options, in this process: a later CUB compile takes about half the
+time or less (``benchmarks/cub_first_compile.md``). splice turns it on from the second
+compile of the same include lines (:func:`wanted`): a process that compiles one CUB call
+does not pay for creating it.
+
+Two details make it work and keep it safe:
+
+- **The heap.** NVRTC builds the PCH in a heap of 256 MB by default; CCCL's radix sort
+  needs about 340 MB, and on a full heap NVRTC silently creates nothing. splice raises it
+  to :data:`HEAP_BYTES` before the first PCH compile, and to what NVRTC reports it needed
+  (``nvrtcGetPCHHeapSizeRequired``) after a compile that ran out of it.
+- **Where the file goes.** NVRTC writes the PCH to ``--pch-dir`` and reads it back from
+  there. That directory is this process's own: a ``tempfile.mkdtemp`` directory (random
+  name, 0700) inside splice's cache directory (:func:`splice.cache.cache_root`), used only
+  when that directory is the user's, a real directory and not writable by anyone else,
+  and removed at exit. Never a predictable name in a shared temporary directory.
+
+PCH compiles are serialised (:data:`_lock`): resizing the heap frees the one NVRTC is
+using, and two programs creating the same header's PCH at once would race on its file.
+Without a usable directory, or with an NVRTC older than 12.8, sources compile as before.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import os
+import re
+import shutil
+import stat
+import tempfile
+import threading
+from pathlib import Path
+
+#: The PCH heap splice asks for: above the ~340 MB CCCL's BlockRadixSort needs.
+HEAP_BYTES = 512 << 20
+
+_USES_CCCL = re.compile(r"^\s*#\s*include\s*[<\"](cub|thrust|cuda|nv)/", re.M)
+_INCLUDE = re.compile(r"^\s*#\s*include\s*(\S+).*$", re.M)
+#: The headers a PCH may cover: CCCL's and the CUDA toolkit's, which do not change while
+#: the process runs (a user's header could, and NVRTC would have to notice).
+_TOOLKIT_HEADER = re.compile(r"<(?:(?:cub|thrust|cuda|nv)/[\w/.]+|cuda_\w+\.hp?p?)>")
+_prefixes: set[str] = set()     # the include prefixes (and options) compiled so far
+_lock = threading.RLock()
+_state: dict[str, object] = {}
+
+
+def wanted(source: str, options: list[str]) -> bool:
+    """Whether to compile ``source`` with the PCH: it includes a CCCL header
+    (``<cub/...>``, ``<thrust/...>``, ``<cuda/...>``, ``<nv/...>``), every header it
+    includes is CCCL's or the toolkit's (``<cuda_fp16.h>``: none of the user's, which could
+    change while the process runs), and this process has compiled a source with the same
+    leading ``#include`` lines and ``options`` before.
+    The first such compile runs without (creating the PCH costs more than it saves for a
+    single compile: about 2.3 s against 1.5 s for CUB's radix sort); the second creates
+    it, the later ones load it.
+
+    Args:
+        source: CUDA C text.
+        options: NVRTC's options for it.
+
+    Returns:
+        True when the PCH pays.
+
+    Example:
+        >>> src = "#include <cub/block/block_scan.cuh>\\nint x;\\n"
+        >>> wanted(src, ["-arch=sm_90a"]), wanted(src, ["-arch=sm_90a"])
+        (False, True)
+        >>> wanted("#include <cuda_fp16.h>\\n", []), wanted("#include <cuda_fp16.h>\\n", [])
+        (False, False)
+    """
+    if _USES_CCCL.search(source) is None or \
+            not all(_TOOLKIT_HEADER.fullmatch(m.group(1)) for m in _INCLUDE.finditer(source)):
+        return False
+    last = max(m.end() for m in _INCLUDE.finditer(source))
+    key = hashlib.sha256("\0".join([source[:last], *options]).encode()).hexdigest()
+    with _lock:
+        seen = key in _prefixes
+        _prefixes.add(key)
+    return seen
+
+
+def _private_dir() -> Path | None:
+    """This process's PCH directory (made once), or None when the cache root is not a
+    directory only this user can write."""
+    if "dir" in _state:
+        return _state["dir"]  # type: ignore[return-value]
+    from .cache import cache_root
+    found = None
+    try:
+        root = cache_root()
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(root)
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and \
+                not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            found = Path(tempfile.mkdtemp(prefix="pch-", dir=root))
+            atexit.register(shutil.rmtree, found, True)
+    except OSError:
+        found = None
+    _state["dir"] = found
+    return found
+
+
+def _set_heap(nvrtc, size: int) -> bool:
+    """Whether NVRTC's PCH heap is now at least ``size`` bytes (False: an NVRTC without
+    PCH)."""
+    try:
+        err, current = nvrtc.nvrtcGetPCHHeapSize()
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            return False
+        if current < size:
+            (err,) = nvrtc.nvrtcSetPCHHeapSize(size)
+            return err == nvrtc.nvrtcResult.NVRTC_SUCCESS
+        return True
+    except AttributeError:     # cuda-bindings or NVRTC before 12.8
+        return False
+
+
+def options(nvrtc) -> list[str]:
+    """The options that turn the PCH on (``-pch --pch-dir=...``), the heap raised first;
+    [] when it cannot be used. Call it holding :data:`_lock`.
+
+    Args:
+        nvrtc: ``cuda.bindings.nvrtc``.
+
+    Returns:
+        NVRTC options, or [].
+
+    Example:
+        >>> from cuda.bindings import nvrtc
+        >>> with _lock:
+        ...     opts = options(nvrtc)
+        >>> opts == [] or opts[0] == "-pch"
+        True
+    """
+    d = _private_dir()
+    if d is None or not _set_heap(nvrtc, int(_state.get("heap", HEAP_BYTES))):  # type: ignore[call-overload]
+        return []
+    return ["-pch", f"--pch-dir={d}"]
+
+
+def after_compile(nvrtc, prog) -> None:
+    """After a PCH compile: when NVRTC ran out of heap creating the PCH, remember the size
+    it needed, for the next compile (which then creates it)."""
+    try:
+        (err,) = nvrtc.nvrtcGetPCHCreateStatus(prog)
+        if err != nvrtc.nvrtcResult.NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED:
+            return
+        err, need = nvrtc.nvrtcGetPCHHeapSizeRequired(prog)
+        if err == nvrtc.nvrtcResult.NVRTC_SUCCESS and need:
+            _state["heap"] = max(int(need) + (16 << 20), HEAP_BYTES)
+    except AttributeError:
+        pass

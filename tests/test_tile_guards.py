@@ -1,0 +1,166 @@
+"""Out-of-tile accesses of a cooperative tile call: refused on the PTX where the offset is a
+constant (:func:`splice.analysis.memory_proof.check_tile_bounds`), caught at run time by the guard
+words of ``SPLICE_CHECK_TILES=1`` (:mod:`splice.inputs.tile_guards`) where it is not: on the CPU
+executor and, marked gpu, on the GPU."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import cuda.tile as ct
+import numpy as np
+import pytest
+
+import splice
+from support import kernels as K
+from support.env import python_env
+from support.ptx_exec import ExecError, run_build
+
+f32 = ct.float32
+ConstInt = ct.Constant[int]
+ROOT = Path(__file__).resolve().parent.parent
+
+# y[i] = 2 x[N - 1 - i] + s over the group's ranks, then the planted access
+FLIP_SRC = r'''
+#include <splice_group.h>
+template <int N> __device__ void flip(const float (&x)[N], float s, float (&y)[N]) {
+    for (unsigned i = splice_group_rank(); i < N; i += splice_group_size())
+        y[i] = 2.0f * x[N - 1 - i] + s;
+    PLANT
+}'''
+# s is 3.0 at the call: N - 3 + (int)s is N, an offset the PTX does not show as a constant
+PAST_END = "y[N - 3 + (int)s] = -1.0f;"
+BEFORE_START = "y[-4 + (int)s] = -1.0f;"
+
+
+def _kernel(plant: str, scope: str):
+    flip = splice.extern(source=FLIP_SRC.replace("PLANT", plant), name="flip", scope=scope,
+                         signature="tile(float32)(tile(float32), float32)")
+
+    @splice.kernel
+    def flip_kernel(x, y, TILE: ConstInt):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+        ct.store(y, index=(ct.bid(0),), tile=flip(t, 3.0), allow_tma=False)
+    return flip_kernel
+
+
+SIG = K.signature(K.array(f32), K.array(f32), 128)
+
+
+def _run(kernel, blocks=2, n=128):
+    x = np.random.default_rng(blocks).integers(-50, 50, blocks * n).astype(np.float32)
+    y = np.zeros_like(x)
+    b = splice.compile(kernel, K.signature(K.array(f32), K.array(f32), n), "sm_90")
+    launch = run_build(b, (blocks,), x, y)
+    return b, launch, x, y
+
+
+# ---------------------------------------------------------------------------------------------
+# Static: a constant offset outside the tile
+
+
+@pytest.mark.parametrize("scope", ["block", "warpgroup"])
+@pytest.mark.parametrize("plant, what", [
+    ("y[N] = -1.0f;", r"'st\.(u32|f32|b32) \[%rd\d+\+512\], %(r|f)\d+;' in its own body "
+                      r"accesses bytes 512\.\.515 of the tile result \(128 x float32, 512 "
+                      r"bytes\): past the end of the tile"),
+    ("y[0] = x[N];", r"accesses bytes 512\.\.515 of tile argument 1 .*past the end"),
+    ("y[-1] = 0.0f;", r"accesses bytes -4\.\.-1 of the tile result .*before the start"),
+])
+def test_constant_offset_outside_the_tile_refused(scope, plant, what):
+    with pytest.raises(splice.SpliceLinkError, match=r"tile call of extern 'flip .*" + what +
+                       r".*Index the tile within its shape"):
+        splice.compile(_kernel(plant, scope), SIG, "sm_90")
+
+
+def test_constant_offset_inside_the_tile_accepted():
+    """The last element (y[N - 1]) is inside: no refusal, and the value lands."""
+    plant = "splice_group_sync(); if (splice_group_rank() == 0) y[N - 1] = -1.0f;"
+    _b, launch, x, y = _run(_kernel(plant, "block"))
+    want = (2.0 * x.reshape(2, 128)[:, ::-1] + 3.0)
+    want[:, -1] = -1.0
+    np.testing.assert_array_equal(y.reshape(2, 128), want)
+
+
+# ---------------------------------------------------------------------------------------------
+# SPLICE_CHECK_TILES: guard words, on the CPU executor
+
+
+@pytest.fixture
+def guards(monkeypatch):
+    monkeypatch.setenv("SPLICE_CHECK_TILES", "1")
+
+
+@pytest.mark.parametrize("scope", ["block", "warpgroup"])
+@pytest.mark.parametrize("plant, side", [(PAST_END, "past the end of"),
+                                         (BEFORE_START, "before the start of")])
+def test_exec_guard_catches_the_write(guards, scope, plant, side):
+    with pytest.raises(ExecError, match=r"__assertfail.*splice SPLICE_CHECK_TILES: the call "
+                                        r"of 'flip' \(declared at .*test_tile_guards\.py:\d+\) "
+                                        rf"called at .*test_tile_guards\.py:\d+.* wrote {side} "
+                                        r"the tile result"):
+        _run(_kernel(plant, scope))
+
+
+@pytest.mark.parametrize("scope", ["block", "warpgroup"])
+def test_exec_guarded_call_keeps_its_values(guards, scope):
+    b, launch, x, y = _run(_kernel("", scope))
+    assert "__assertfail" in b["spliced_ptx"]          # the guards are there
+    assert not launch.approx
+    np.testing.assert_array_equal(y.reshape(2, 128), 2.0 * x.reshape(2, 128)[:, ::-1] + 3.0)
+
+
+def test_exec_without_the_setting_no_guard(monkeypatch):
+    """The setting is read: without it there are no guards, and the planted write is not
+    reported as one (the executor sees it as whatever it lands on)."""
+    monkeypatch.delenv("SPLICE_CHECK_TILES", raising=False)
+    kernel = _kernel(PAST_END, "warpgroup")
+    b = splice.compile(kernel, SIG, "sm_90")
+    assert "__assertfail" not in b["spliced_ptx"]
+    with pytest.raises(ExecError) as e:
+        run_build(b, (2,), np.zeros(256, np.float32), np.zeros(256, np.float32))
+    assert "SPLICE_CHECK_TILES" not in str(e.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# On the GPU (a trap ends the context: each launch in a process of its own)
+
+GPU_SCRIPT = textwrap.dedent('''
+    import sys, numpy as np, torch, cuda.tile as ct
+    sys.path.insert(0, {tests!r})
+    import test_tile_guards as T
+    kernel = T._kernel({plant!r}, {scope!r})
+    x = torch.from_numpy(np.arange(256, dtype=np.float32)).cuda()
+    y = torch.zeros(256, dtype=torch.float32, device="cuda")
+    ct.launch(torch.cuda.current_stream(), (2, 1, 1), kernel, (x, y, 128))
+    torch.cuda.synchronize()
+    got = y.cpu().numpy().reshape(2, 128)
+    want = 2.0 * np.arange(256, dtype=np.float32).reshape(2, 128)[:, ::-1] + 3.0
+    print("VALUES", bool(np.array_equal(got, want)))
+''')
+
+
+def _gpu_run(plant: str, scope: str):
+    script = GPU_SCRIPT.format(tests=str(ROOT / "tests"), plant=plant, scope=scope)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=600, env=python_env(ROOT, SPLICE_CHECK_TILES="1"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scope", ["block", "warpgroup"])
+def test_gpu_guard_catches_the_write(torch, scope):
+    r = _gpu_run(PAST_END, scope)
+    assert r.returncode != 0, r.stdout
+    assert "splice SPLICE_CHECK_TILES: the call of 'flip'" in r.stderr + r.stdout
+    assert "wrote past the end of the tile result" in r.stderr + r.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scope", ["block", "warpgroup"])
+def test_gpu_guarded_call_keeps_its_values(torch, scope):
+    r = _gpu_run("", scope)
+    assert r.returncode == 0, r.stderr
+    assert "VALUES True" in r.stdout
