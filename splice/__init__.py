@@ -102,12 +102,32 @@ def compile(kernel, signature, arch: str = "sm_90") -> "Build":
     Raises:
         SpliceDeclarationError: ``kernel`` is not a ``@splice.kernel``, or ``signature`` is
             not a KernelSignature (or a list of them).
-        SpliceCallError, SpliceCompileError, SpliceLinkError, SpliceRewriteError,
-        SpliceToolchainError (an architecture tileiras cannot compile for): see
-            :mod:`splice.errors`.
+        SpliceCallError: a call in the kernel does not fit its extern's declaration.
+        SpliceCompileError: NVRTC rejected a CUDA C fragment.
+        SpliceLinkError: a fragment cannot be linked, or its code breaks a rule of its scope.
+        SpliceRewriteError: splice cannot prove the rewrite of a call site.
+        SpliceToolchainError: a tool failed, or an architecture tileiras cannot compile for.
         cuda.tile.TileError: cuTile refuses the kernel's code: an instance of cuTile's own
             class (``ct.TileStaticAssertionError``, ``ct.TileSyntaxError``...) that is also
             a SpliceError (:class:`splice.errors.CuTileError`), with cuTile's message.
+
+    Example:
+        ```python
+        import cuda.tile as ct
+        import splice
+
+        twice = splice.extern(source='extern "C" __device__ float twice(float x) { return 2 * x; }',
+                              name="twice", signature="float32(float32)")
+
+        @splice.kernel
+        def scale(x, y, TILE: ct.Constant[int]):
+            ct.store(y, index=(ct.bid(0),), tile=twice(ct.load(x, index=(ct.bid(0),), shape=(TILE,))))
+
+        b = splice.compile(scale, splice.kernel_signature("array(float32)", "array(float32)", 128),
+                           "sm_90")
+        print(b.symbol, len(b.cubin), "bytes of cubin")
+        assert b.sites[0].instances >= 1
+        ```
     """
     from .driver.pipeline import build
     return build(kernel, signature, arch, None, keep_stages=True)

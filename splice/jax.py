@@ -89,8 +89,32 @@ def cutile_call(grid: tuple[int, ...], kernel, args: tuple[Any, ...]):
         TypeError: an argument that does not fit its parameter (as cuTile's).
         SpliceDeclarationError: a grid that is not 1 to 3 positive ints within CUDA's
             limits.
-        SpliceCallError, SpliceCompileError, SpliceLinkError, SpliceRewriteError,
-        SpliceToolchainError: while JAX lowers the call (splice compiles the kernel then).
+        SpliceCallError: while JAX lowers the call (splice compiles the kernel then), as
+            for :func:`splice.compile`; so are SpliceCompileError, SpliceLinkError,
+            SpliceRewriteError and SpliceToolchainError.
+
+    Example:
+        ```python
+        # requires: gpu
+        import cuda.tile as ct
+        import jax
+        import jax.numpy as jnp
+
+        import splice
+        from splice.jax import OutputPlaceholder, cutile_call
+
+        twice = splice.extern(source='extern "C" __device__ float twice(float x) { return 2 * x; }',
+                              name="twice", signature="float32(float32)")
+
+        @splice.kernel
+        def scale(x, y, TILE: ct.Constant[int]):
+            ct.store(y, index=(ct.bid(0),), tile=twice(ct.load(x, index=(ct.bid(0),), shape=(TILE,))))
+
+        x = jnp.arange(4096, dtype=jnp.float32)
+        y = jax.jit(lambda x: cutile_call((4,), scale, (x, OutputPlaceholder(x.shape, x.dtype), 1024)))(x)
+        assert bool((y == 2 * x).all())
+        print("ok")
+        ```
     """
     if not isinstance(kernel, SpliceKernel):
         from cuda.tile.jax import cutile_call as cutile_cutile_call

@@ -122,6 +122,25 @@ def pointer(elem) -> ElementType:
 
     Raises:
         SpliceDeclarationError: an unsupported dtype, a pointer or a tile type.
+
+    Example:
+        ```python
+        import cuda.tile as ct
+        import splice
+
+        print(splice.pointer(ct.float32))            # float32*
+
+        @splice.extern(source=r'''
+        extern "C" __device__ float at(const float *p, int i) { return p[i]; }''')
+        def at(p: splice.pointer(ct.float32), i: ct.int32) -> ct.float32: ...
+
+        @splice.kernel
+        def k(x, y, TILE: ct.Constant[int]):
+            t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+            ct.store(y, index=(ct.bid(0),), tile=t + at(x, 0))
+
+        print(splice.compile(k, splice.kernel_signature("array(float32)", "array(float32)", 128), "sm_90").summary())
+        ```
     """
     elem = element_type(elem)
     if elem.kind == "p":
@@ -201,8 +220,33 @@ def tile(dtype, shape=None) -> TileType:
         shape (tuple[int, ...] | None): the exact shape (each dimension a power of two, as
             cuTile's tiles), or None: the call site's.
 
+    Returns:
+        TileType: the tile type, for a stub's annotation (or ``tile(float32)`` in a
+        signature string).
+
     Raises:
         SpliceDeclarationError: a pointer dtype or a bad shape.
+
+    Example:
+        ```python
+        import cuda.tile as ct
+        import splice
+
+        print(splice.tile(ct.float32), splice.tile(ct.int32, (16, 16)))
+
+        @splice.extern(scope="block", source=r'''
+        template <int N> __device__ void rev(const float (&x)[N], float (&y)[N]) {
+            for (int i = threadIdx.x; i < N; i += blockDim.x) y[i] = x[N - 1 - i];
+        }''')
+        def rev(x: splice.tile(ct.float32)) -> splice.tile(ct.float32): ...
+
+        @splice.kernel
+        def k(x, y, TILE: ct.Constant[int]):
+            t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+            ct.store(y, index=(ct.bid(0),), tile=rev(t))
+
+        print(splice.compile(k, splice.kernel_signature("array(float32)", "array(float32)", 128), "sm_90").summary())
+        ```
     """
     elem = element_type(dtype)
     if elem.kind in ("p", "t"):
@@ -423,6 +467,15 @@ def parse_signature(text: str) -> Signature:
 
     Raises:
         SpliceDeclarationError: malformed string or unsupported dtype.
+
+    Example:
+        ```python
+        import splice
+
+        sig = splice.parse_signature("float32(float32*, int32)")
+        print(sig, [str(a) for a in sig.args], sig.result)
+        assert str(sig.result) == "float32" and len(sig.args) == 2
+        ```
     """
     if not isinstance(text, str):
         raise SpliceDeclarationError(f"signature must be a string, got {type(text).__name__}")

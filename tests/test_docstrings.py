@@ -1,5 +1,6 @@
 """The public functions' docstrings give every parameter (an ``Args:`` entry), what they
-return and what they raise, as the house rules ask; checked against their signatures."""
+return, what they raise and an example, as the house rules ask; checked against their
+signatures (tests/test_docs_blocks.py runs the examples)."""
 
 import inspect
 import re
@@ -14,8 +15,8 @@ def _undocumented(fn) -> list[str]:
     doc = inspect.getdoc(fn) or ""
     args = re.split(r"^(?:Returns|Raises):", doc.split("Args:", 1)[-1], flags=re.M)[0] \
         if "Args:" in doc else ""
-    return [p for p in inspect.signature(fn).parameters
-            if not re.search(rf"(?<![\w.`]){re.escape(p)} \(|^\s*\**{re.escape(p)}\b", args,
+    return [p for p in inspect.signature(fn).parameters if p != "self"
+            and not re.search(rf"(?<![\w.`]){re.escape(p)} \(|^\s*\**{re.escape(p)}\b", args,
                              re.M)]
 
 
@@ -23,11 +24,15 @@ def _undocumented(fn) -> list[str]:
     splice.compile, splice.build, splice.tile, splice.pointer, splice.parse_signature,
     splice.kernel_signature, splice.library, splice.export_kernel,
     splice.asm,
-], ids=lambda fn: fn.__name__)
+    splice.extern, splice.extern.from_ptx, splice.extern.from_ltoir, splice.extern.from_object,
+    splice.Library.extern, splice.kernel.inspect,
+], ids=lambda fn: fn.__qualname__)
 def test_every_parameter_is_documented(fn):
     assert _undocumented(fn) == []
     doc = inspect.getdoc(fn)
-    assert "Raises:" in doc
+    assert "Raises:" in doc and "Returns:" in doc
+    # the example, run as printed by tests/test_docs_blocks.py (inspect's: the class's)
+    assert "```python" in doc or fn is splice.kernel.inspect
 
 
 def test_compile_documents_the_errors_it_raises():

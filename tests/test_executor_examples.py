@@ -99,50 +99,50 @@ def test_row_top_k_example(monkeypatch):
     np.testing.assert_array_equal(v, np.take_along_axis(x, order, axis=-1))
 
 
-def _readme_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+def _python_blocks(page: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", (ROOT / page).read_text(), re.S)
 
 
 @pytest.mark.parametrize("approx", ["exact", "bound"])
-def test_readme_first_example(tmp_path, monkeypatch, approx):
-    """The README's opening kernel, ``saxpy(a, fast_gelu(t), 1.0)``: a scalar and a tile
-    element in one 64-bit argument slot, a CUDA C extern feeding a PTX extern."""
-    code = _readme_blocks()[0]
-    code = code[:code.index("ct.launch")]
-    code = code.replace('"kernels/saxpy.ptx"',
-                        repr(str(ROOT / "examples" / "ptx_import" / "saxpy.ptx")))
-    path = tmp_path / "readme_first.py"
+def test_readme_example(tmp_path, monkeypatch, approx):
+    """The README's example kernel, ``fast_gelu(t)`` from CUDA C, computes GELU's sigmoid
+    form on the CPU executor (the README compiles it for sm_90 and, with a GPU, checks it
+    against torch)."""
+    code = _python_blocks("README.md")[0]
+    code = code[:code.index("# ahead of time")]
+    path = tmp_path / "readme_example.py"
     path.write_text(code)
-    mod = _module(path, "readme_first", monkeypatch)
-    n, tile, a = 2048, 1024, 2.0
+    mod = _module(path, "readme_example", monkeypatch)
+    n, tile = 2048, 1024
     x = np.random.default_rng(1).standard_normal(n).astype(np.float32)
     y = np.zeros(n, np.float32)
-    sig = K.signature(K.array(ct.float32), K.array(ct.float32), K.scalar(ct.float32), tile)
-    launch = run_build(splice.compile(mod.k, sig, "sm_80"), (n // tile,), x, y, a,
+    sig = K.signature(K.array(ct.float32), K.array(ct.float32), tile)
+    launch = run_build(splice.compile(mod.gelu, sig, "sm_80"), (n // tile,), x, y,
                        approx=approx)
     assert set(launch.approx) <= {"ex2.f32", "rcp.f32", "div.f32"}
     x64 = x.astype(np.float64)
-    gelu = x64 / (1.0 + np.exp(-1.702 * x64))
-    np.testing.assert_allclose(y, a * gelu + 1.0, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(y, x64 / (1.0 + np.exp(-1.702 * x64)), rtol=1e-5, atol=1e-6)
 
 
-def _setup_snippet(tmp_path, monkeypatch):
-    code = dict(re.findall(r"<!-- readme-snippet: (\w+) -->\n```python\n(.*?)```",
-                           (ROOT / "README.md").read_text(), re.S))["setup"]
-    path = tmp_path / "readme_setup.py"
+def _scale_kernel(tmp_path, monkeypatch):
+    """The ``scale`` kernel of the guide's ahead-of-time page (also its PyTorch and JAX
+    pages' kernel), without the lines that compile it."""
+    code = _python_blocks("docs/guide/aot.md")[0]
+    code = code[:code.index("sig = ")]
+    path = tmp_path / "docs_scale.py"
     path.write_text(code)
-    return _module(path, "readme_setup", monkeypatch).scale
+    return _module(path, "docs_scale", monkeypatch).scale
 
 
 SCALE_SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 1024)
 
 
-def test_readme_setup_snippet(tmp_path, monkeypatch):
-    scale = _setup_snippet(tmp_path, monkeypatch)
+def test_docs_scale_kernel(tmp_path, monkeypatch):
+    scale = _scale_kernel(tmp_path, monkeypatch)
     x = np.random.default_rng(2).standard_normal(2048).astype(np.float32)
     y = np.zeros_like(x)
     run_build(splice.compile(scale, SCALE_SIG, "sm_80"), (2,), x, y)
-    np.testing.assert_array_equal(y, 2 * x)         # the torch snippet's assert
+    np.testing.assert_array_equal(y, 2 * x)         # the PyTorch page's assert
 
 
 def test_a_tma_kernel_is_out_of_scope():

@@ -70,10 +70,36 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
         keep_stages: keep every intermediate stage: a miss caches their texts with the
             cubin, a hit returns them (an entry cached without them is a miss).
 
+    Returns:
+        Build: the cubin, its entry symbol(s), the call sites and (with ``keep_stages``)
+        every stage's text.
+
     Raises:
-        SpliceCallError, SpliceCompileError, SpliceLinkError, SpliceRewriteError,
-        SpliceToolchainError; cuTile's own TileError classes where cuTile refuses the
-        kernel's code (:func:`splice.errors.as_cutile_error`).
+        SpliceCallError: a call in the kernel does not fit its extern's declaration.
+        SpliceCompileError: NVRTC rejected a CUDA C fragment.
+        SpliceLinkError: a fragment cannot be linked, or its code breaks a rule of its scope.
+        SpliceRewriteError: splice cannot prove the rewrite of a call site.
+        SpliceToolchainError: a tool failed, or an architecture tileiras cannot compile for.
+        cuda.tile.TileError: cuTile's own class where cuTile refuses the kernel's code
+            (:func:`splice.errors.as_cutile_error`).
+
+    Example:
+        ```python
+        import cuda.tile as ct
+        import splice
+
+        twice = splice.extern(source='extern "C" __device__ float twice(float x) { return 2 * x; }',
+                              name="twice", signature="float32(float32)")
+
+        @splice.kernel
+        def scale(x, y, TILE: ct.Constant[int]):
+            ct.store(y, index=(ct.bid(0),), tile=twice(ct.load(x, index=(ct.bid(0),), shape=(TILE,))))
+
+        b = splice.build(scale, splice.kernel_signature("array(float32)", "array(float32)", 128),
+                         "sm_90")
+        print(b.symbol, [s.instances for s in b.sites])
+        assert b.cubin[:4] == b"\x7fELF"
+        ```
     """
     with _gc_paused():
         job = Job.start(kernel, signature, arch, context, keep_stages)

@@ -38,7 +38,31 @@ def signature_from_args(kernel, args):
 
 class SpliceKernel(ct.kernel):
     """``@splice.kernel``: a ``@ct.kernel`` whose compiled cubin has every extern call
-    spliced in. Same options as ``ct.kernel``; launch it with ``ct.launch``."""
+    spliced in. Same options as ``ct.kernel``; launch it with ``ct.launch``.
+
+    Args:
+        function: the kernel's Python function (``@splice.kernel``), or None with options
+            (``@splice.kernel(num_worker_warps=8)``).
+        **options: ``ct.kernel``'s options (``num_ctas``, ``occupancy``, ``opt_level``,
+            ``num_worker_warps``...).
+
+    Raises:
+        SpliceDeclarationError: not applied to a function, or an option cuTile refuses.
+
+    Example:
+        ```python
+        import cuda.tile as ct
+        import splice
+
+        @splice.kernel(opt_level=3)
+        def copy(x, y, TILE: ct.Constant[int]):
+            ct.store(y, index=(ct.bid(0),), tile=ct.load(x, index=(ct.bid(0),), shape=(TILE,)))
+
+        b = copy.inspect(signature=splice.kernel_signature("array(float32)", "array(float32)",
+                                                           128), arch="sm_90")
+        print(b.summary())
+        ```
+    """
 
     def __new__(cls, function=None, /, **kwargs):
         if function is None:
@@ -89,6 +113,14 @@ class SpliceKernel(ct.kernel):
         Pass the launch arguments (needs a GPU to derive the signature), or a
         ``cuda.tile.compilation.KernelSignature`` and an ``arch`` such as ``"sm_90"`` (no
         GPU needed).
+
+        Args:
+            *args: the launch arguments (arrays, scalars, constants), as for ``ct.launch``.
+            signature (KernelSignature | None): instead of ``args``, on any machine.
+            arch (str | None): ``"sm_90"``...; default this machine's GPU.
+
+        Returns:
+            Build: the cubin, the call sites and every stage's text.
 
         Raises:
             SpliceDeclarationError: neither arguments nor ``signature=``, or arguments cuTile

@@ -489,6 +489,21 @@ Raises:
         thread of the block/group reaches once (a warp-specialised kernel for block scope).
     SpliceCompileError: ptxas rejected the snippet (its message, the snippet and the call
         site).
+
+Example:
+    ```python
+    import cuda.tile as ct
+    import splice
+
+    @splice.kernel
+    def k(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        r = splice.asm("brev.b32 $0, $1;", t, dtype=ct.uint32)      # bit reverse
+        ct.store(y, index=(ct.bid(0),), tile=r)
+
+    sig = splice.kernel_signature("array(uint32)", "array(uint32)", 128)
+    print(splice.compile(k, sig, "sm_90").summary())
+    ```
 """
 
 

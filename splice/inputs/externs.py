@@ -150,14 +150,14 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
     """Declare an extern device function written in CUDA C, callable from a
     ``@splice.kernel``.
 
-    Use as a decorator on a typed stub whose body is never run::
+    Use as a decorator on a typed stub whose body is never run:
 
         @splice.extern(source=r'''
         extern "C" __device__ float fast_gelu(float x) { ... }''')
         def fast_gelu(x: ct.float32) -> ct.float32: ...
 
     or, given ``name=`` and ``signature=``, without a stub: it returns the extern itself
-    (and still decorates a stub it is applied to)::
+    (and still decorates a stub it is applied to):
 
         fast_gelu = splice.extern(source=SRC, name="fast_gelu", signature="float32(float32)")
 
@@ -165,6 +165,8 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
     (any shape; scalars too); several arguments broadcast to a common shape.
 
     Args:
+        func: must not be given: ``@splice.extern`` without arguments is an error (the
+            source is required).
         source (str): CUDA C/C++ source text defining ``extern "C" __device__`` function(s).
         path (str | os.PathLike): a ``.cu`` file instead of ``source``; relative paths are
             looked up beside the declaring file, then in the working directory.
@@ -230,9 +232,32 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
     The C function must have exactly the C types of the signature (``float`` for float32,
     ``int`` for int32, ``__half`` for float16, ...); this is checked when it compiles.
 
+    Returns:
+        Callable: with ``name=`` and ``signature=``, the extern (which still decorates a
+        stub); otherwise a decorator that turns a typed stub into one. An extern is called
+        inside ``@splice.kernel`` functions (device code: from Python it raises
+        SpliceCallError).
+
     Raises:
         SpliceDeclarationError: bad signature, symbol, options, scope, memory, or missing
             source file.
+
+    Example:
+        ```python
+        import cuda.tile as ct
+        import splice
+
+        @splice.extern(source=r'''
+        extern "C" __device__ float fast_gelu(float x) { return x / (1.0f + __expf(-1.702f * x)); }''')
+        def fast_gelu(x: ct.float32) -> ct.float32: ...
+
+        @splice.kernel
+        def k(x, y, TILE: ct.Constant[int]):
+            t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+            ct.store(y, index=(ct.bid(0),), tile=fast_gelu(t))
+
+        print(splice.compile(k, splice.kernel_signature("array(float32)", "array(float32)", 128), "sm_90").summary())
+        ```
     """
     if func is not None:
         where = _func_where(func)[0] if callable(func) else _caller_where(2)[0]
@@ -351,6 +376,33 @@ def from_ptx(path=None, /, *, ptx: str | None = None, name: str, signature: str,
     Raises:
         SpliceDeclarationError: bad signature or symbol, missing file, or both/neither of
             ``path`` and ``ptx``.
+
+    Example:
+        ```python
+        import cuda.tile as ct
+        import splice
+
+        PTX = '''
+        .version 8.0
+        .target sm_80
+        .address_size 64
+        .visible .func (.param .b32 r) neg(.param .b32 x)
+        {
+            .reg .f32 %f<3>;
+            ld.param.f32 %f1, [x];
+            neg.f32 %f2, %f1;
+            st.param.f32 [r], %f2;
+            ret;
+        }'''
+        neg = splice.extern.from_ptx(ptx=PTX, name="neg", signature="float32(float32)")
+
+        @splice.kernel
+        def k(x, y, TILE: ct.Constant[int]):
+            t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+            ct.store(y, index=(ct.bid(0),), tile=neg(t))
+
+        print(splice.compile(k, splice.kernel_signature("array(float32)", "array(float32)", 128), "sm_90").summary())
+        ```
     """
     where, base = _caller_where(2)
     what = f"extern '{name}' at {where}"
@@ -376,10 +428,43 @@ def from_ltoir(path=None, /, *, data: bytes | None = None, name: str, signature:
     kernel's target, which is merged like any PTX fragment: the final cubin still comes
     from tileiras's ptxas with the TMA host callbacks (``docs/design.md#nv-host``).
 
-    Args as for :func:`from_ptx`; ``name`` is the ``extern "C"`` symbol.
+    Args:
+        path (str | os.PathLike): the ``.ltoir`` file; relative paths are looked up beside
+            the declaring file, then in the working directory.
+        data (bytes): the LTO-IR instead of ``path``.
+        name (str): the ``extern "C"`` symbol.
+        signature (str): as for :func:`extern`; checked against the linked ``.func``'s
+            parameter sizes.
+        pure (bool): as for :func:`extern`.
+        inline (str): as for :func:`extern`.
+        scope (str): "element", "block" or "warpgroup", as for :func:`extern`.
+        memory (str): "any" or "arguments", as for :func:`extern`.
+
+    Returns:
+        Callable: the extern, to call inside ``@splice.kernel`` functions (device code:
+        called from Python it raises SpliceCallError).
 
     Raises:
-        SpliceDeclarationError: bad signature or symbol, missing file.
+        SpliceDeclarationError: bad signature or symbol, missing file, or both/neither of
+            ``path`` and ``data``.
+
+    Example:
+        ```python
+        import cuda.tile as ct
+        import splice
+        from splice.toolchain import nvrtc_compile_ltoir
+
+        ir = nvrtc_compile_ltoir(b'extern "C" __device__ float sq(float x) { return x * x; }', "sq.cu",
+                                 ["-dlto", "-rdc=true", "-arch=compute_90"])
+        sq = splice.extern.from_ltoir(data=ir, name="sq", signature="float32(float32)")
+
+        @splice.kernel
+        def k(x, y, TILE: ct.Constant[int]):
+            t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+            ct.store(y, index=(ct.bid(0),), tile=sq(t))
+
+        print(splice.compile(k, splice.kernel_signature("array(float32)", "array(float32)", 128), "sm_90").summary())
+        ```
     """
     from .fragments import LtoirSource
     where, base = _caller_where(2)
@@ -409,11 +494,36 @@ def from_object(path, /, *, name: str, signature: str, pure: bool = True,
     only for kernels without TMA tensor maps (their host callbacks need tileiras's own
     ptxas run); for those, ship PTX or LTO-IR instead. Never inlined.
 
-    Args as for :func:`from_ptx`; ``name`` is the ``extern "C"`` symbol, whose C types
-    must match ``signature`` (a binary carries no prototype to check).
+    Args:
+        path (str | os.PathLike): the binary; relative paths are looked up beside the
+            declaring file, then in the working directory.
+        name (str): the ``extern "C"`` symbol, whose C types must match ``signature`` (a
+            binary carries no prototype to check).
+        signature (str): as for :func:`extern`; one result at most.
+        pure (bool): as for :func:`extern`.
+        scope (str): "element" or "block" (a binary cannot be checked for "warpgroup").
+        memory (str): "any" or "arguments", as for :func:`extern`.
+
+    Returns:
+        Callable: the extern, to call inside ``@splice.kernel`` functions (device code:
+        called from Python it raises SpliceCallError).
 
     Raises:
-        SpliceDeclarationError: bad signature or symbol, missing file, unknown suffix.
+        SpliceDeclarationError: bad signature or symbol, missing file, unknown suffix,
+            several results.
+
+    Example:
+        ```python
+        import splice
+
+        open("f.cubin", "wb").write(b"")   # nvcc -rdc=true -cubin -arch=sm_90a f.cu -o f.cubin
+        f = splice.extern.from_object("f.cubin", name="f", signature="float32(float32)")
+        print(f.__name__, "declared: read and linked when a kernel calls it")
+        try:
+            f(1.0)                                 # device code
+        except splice.SpliceCallError as e:
+            print(str(e).splitlines()[0])
+        ```
     """
     from .fragments import BINARY_SUFFIXES, BinarySource
     where, base = _caller_where(2)
@@ -475,7 +585,7 @@ def _declare_cxx(stub, cxx_name, signature, pure, inline, where, fragment, libra
 
 
 class Library:
-    """CUDA C/C++ compiled once, from which several externs are declared::
+    """CUDA C/C++ compiled once, from which several externs are declared:
 
         lib = splice.library(path="mylib.cu", include_dirs=["include"], options=["-std=c++17"])
         scale = lib.extern("my_ns::scale<float>", signature="float32(float32)")
@@ -509,7 +619,42 @@ class Library:
                memory="any"):
         """Declare an extern from this library: ``lib.extern("c_name_or_cxx::name",
         signature="...")``, or ``@lib.extern()`` on a typed stub (its name is the C
-        symbol unless ``name=`` is given). Arguments as for :func:`extern`."""
+        symbol unless ``name=`` is given).
+
+        Args:
+            name (str | None): the C symbol or C++ name; default the stub's name.
+            signature (str | None): as for :func:`extern`; default the stub's annotations.
+            pure (bool): as for :func:`extern`.
+            inline (str): as for :func:`extern`.
+            scope (str): as for :func:`extern`.
+            memory (str): as for :func:`extern`.
+
+        Returns:
+            Callable: given ``name`` and ``signature``, the extern; otherwise a decorator
+            for a typed stub.
+
+        Raises:
+            SpliceDeclarationError: as for :func:`extern`.
+
+        Example:
+            ```python
+            import cuda.tile as ct
+            import splice
+
+            lib = splice.library(source=r'''
+            extern "C" __device__ float inc(float x) { return x + 1.0f; }
+            namespace ns { __device__ float dbl(float x) { return 2.0f * x; } }''')
+            inc = lib.extern("inc", signature="float32(float32)")
+            dbl = lib.extern("ns::dbl", signature="float32(float32)")
+
+            @splice.kernel
+            def k(x, y, TILE: ct.Constant[int]):
+                t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+                ct.store(y, index=(ct.bid(0),), tile=dbl(inc(t)))
+
+            print(splice.compile(k, splice.kernel_signature("array(float32)", "array(float32)", 128), "sm_90").summary())
+            ```
+        """
         where, _ = _caller_where(2)
 
         def declare(stub, sym):
@@ -551,6 +696,25 @@ def library(source=None, *, path=None, options=(), include_dirs=(), defines=None
 
     Raises:
         SpliceDeclarationError: both or neither of source/path, missing file, bad options.
+
+    Example:
+        ```python
+        import cuda.tile as ct
+        import splice
+
+        lib = splice.library(source=r'''
+        extern "C" __device__ float sq(float x) { return x * x; }
+        extern "C" __device__ float cube(float x) { return x * x * x; }''')
+        sq = lib.extern("sq", signature="float32(float32)")
+        cube = lib.extern("cube", signature="float32(float32)")
+
+        @splice.kernel
+        def k(x, y, TILE: ct.Constant[int]):
+            t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+            ct.store(y, index=(ct.bid(0),), tile=sq(t) + cube(t))
+
+        print(splice.compile(k, splice.kernel_signature("array(float32)", "array(float32)", 128), "sm_90").summary())
+        ```
     """
     return Library(source, path=path, options=options, include_dirs=include_dirs,
                    defines=defines, _where=_caller_where(2))

@@ -37,12 +37,40 @@ def export_kernel(kernel, signatures: Sequence, output_file: IO | str | bytes | 
         output_format (str): ``"cubin"`` only: Tile IR bytecode cannot hold spliced calls.
         bytecode_version: must be None (cuTile's own bytecode version is used).
 
+    Returns:
+        None: the cubin is written to ``output_file``.
+
     Raises:
         SpliceDeclarationError: not a ``@splice.kernel``, no signatures, two signatures with
             one symbol, no ``gpu_code``, an output format other than cubin, or an
             ``output_file`` that cannot be written (or is a text file).
-        SpliceCallError, SpliceCompileError, SpliceLinkError, SpliceRewriteError,
+        SpliceCallError: as :func:`splice.compile`.
+        SpliceCompileError: as :func:`splice.compile`.
+        SpliceLinkError: as :func:`splice.compile`.
+        SpliceRewriteError: as :func:`splice.compile`.
         SpliceToolchainError: as :func:`splice.compile`.
+
+    Example:
+        ```python
+        import io
+
+        import cuda.tile as ct
+        import splice
+
+        twice = splice.extern(source='extern "C" __device__ float twice(float x) { return 2 * x; }',
+                              name="twice", signature="float32(float32)")
+
+        @splice.kernel
+        def scale(x, y, TILE: ct.Constant[int]):
+            ct.store(y, index=(ct.bid(0),), tile=twice(ct.load(x, index=(ct.bid(0),), shape=(TILE,))))
+
+        out = io.BytesIO()
+        splice.export_kernel(scale, [splice.kernel_signature("array(float32)", "array(float32)", 128,
+                                                             symbol="scale_128")],
+                             out, gpu_code="sm_90")
+        print(len(out.getvalue()), "bytes")
+        assert b"scale_128" in out.getvalue()
+        ```
     """
     from .. import _cutile
     from ..driver.pipeline import build

@@ -158,6 +158,16 @@ def kernel_signature(*params, symbol: str | None = None):
         SpliceDeclarationError: a parameter outside the grammar, a text naming more or
             fewer than one parameter, an integer constant outside 64 bits, or a symbol that
             is not an identifier.
+
+    Example:
+        ```python
+        import splice
+
+        sig = splice.kernel_signature("array(float16, ndim=2)", "scalar(int32)", 1024,
+                                      symbol="my_kernel")
+        print(sig)
+        assert sig.symbol == "my_kernel"
+        ```
     """
     from cuda.tile.compilation import CallingConvention, KernelSignature
     check_symbol(symbol, f"kernel signature {params!r}")
