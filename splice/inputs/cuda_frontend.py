@@ -392,7 +392,7 @@ def _snippet_extern(call: _Call, text: str, outputs, inputs: dict, pure, memory,
                     compile_args):
     """The extern calling the snippet (its fragment a :class:`CudaSnippetSource`)."""
     from ..forms import form_of
-    from .declaring import check_memory
+    from .declaring import CallOptions, check_memory
     from .externs import ExternFunction
     try:
         form = form_of(call.constant(scope, "scope") or "element", "scope=")
@@ -419,9 +419,8 @@ def _snippet_extern(call: _Call, text: str, outputs, inputs: dict, pure, memory,
         check_memory(memory_v, pure_v, what, MEMORY)
     except SpliceDeclarationError as e:
         raise SpliceCallError(e.message, call.loc) from None
-    return ExternFunction("splice.cuda", snippet.symbol, sig, pure_v,
-                          _fragment(snippet, call.where), call.where, inline="auto",
-                          form=form, memory=memory_v)
+    return ExternFunction("splice.cuda", snippet.symbol, sig, _fragment(snippet, call.where),
+                          call.where, CallOptions(pure_v, "auto", form, memory_v))
 
 
 #: The fragment of each snippet (by symbol) in each trace: equal snippets of one kernel
