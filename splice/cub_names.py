@@ -9,7 +9,7 @@ import re
 #: The splice.cub function of each template of splice.cub's source.
 PUBLIC = {"sort_keys": "sort", "sort_pairs": "sort_pairs", "top_k": "top_k",
           "inclusive_sum": "inclusive_sum", "histogram": "histogram",
-          # splice.cub's scans, reductions, merge sorts and runs (cub._OPS_SOURCE)
+          # splice.cub's scans, reductions, merge sorts and runs (cub_sources.OPS_SOURCE)
           "exclusive_sum": "exclusive_sum", "inclusive_scan": "inclusive_scan",
           "exclusive_scan": "exclusive_scan", "reduce": "reduce", "merge_sort": "merge_sort",
           "merge_sort_pairs": "merge_sort_pairs", "flag_heads": "flag_heads",
