@@ -12,7 +12,8 @@
   ``docs/design.md#environment``).
 - **ptxas** (the real one, beside tileiras) assembles the spliced PTX with the captured
   flags, ``--nv-host`` included: re-assembling is exact (``docs/design.md#nv-host``).
-- **NVRTC** (cuda-bindings) compiles CUDA C fragments to relocatable-device-code PTX.
+- **NVRTC** (cuda-bindings) compiles CUDA C fragments to relocatable-device-code PTX, and
+  **nvJitLink** links: both run in process, in :mod:`splice.cuda_libs` (re-exported here).
 """
 
 from __future__ import annotations
@@ -35,8 +36,13 @@ import warnings
 from pathlib import Path
 
 from . import safe_fs
+
+# NVRTC and nvJitLink moved to splice.cuda_libs; their callers (and tests) use them from here
+from .cuda_libs import nvjitlink_run as nvjitlink_run
+from .cuda_libs import nvrtc_compile as nvrtc_compile
+from .cuda_libs import nvrtc_compile_ltoir as nvrtc_compile_ltoir
+from .cuda_libs import nvrtc_version as nvrtc_version
 from .errors import (
-    SpliceCompileError,
     SpliceTileirasError,
     SpliceTileirasTimeout,
     SpliceToolchainError,
@@ -103,13 +109,6 @@ def ptxas_version() -> str:
 
 
 @functools.cache
-def nvrtc_version() -> tuple[int, int]:
-    from cuda.bindings import nvrtc
-    err, major, minor = nvrtc.nvrtcVersion()
-    _check_nvrtc(err, "nvrtcVersion")
-    return (major, minor)
-
-
 def _file_identity(path: Path) -> list:
     """(resolved path, size, mtime_ns) of a file: changes whenever the file is replaced."""
     real = path.resolve()
@@ -622,39 +621,6 @@ def run_ptxas(ptx: str, flags: list[str], host_object: bytes | None, *,
         return out.read_bytes()
 
 
-def nvjitlink_run(options: list[str], inputs: list[tuple[str, bytes, str]], output: str,
-                  what: str) -> bytes:
-    """Run nvJitLink on ``inputs`` ((input type name, bytes, name)) and return its linked
-    ``output``: "cubin" or "ptx".
-
-    Raises:
-        SpliceLinkError: nvJitLink failed (its log attached).
-    """
-    from cuda.bindings import nvjitlink
-
-    from .errors import SpliceLinkError
-    handle = nvjitlink.create(len(options), options)
-    try:
-        try:
-            for kind, data, name in inputs:
-                nvjitlink.add_data(handle, getattr(nvjitlink.InputType, kind), data, len(data),
-                                   name)
-            nvjitlink.complete(handle)
-        except nvjitlink.nvJitLinkError as e:
-            size = nvjitlink.get_error_log_size(handle)
-            log = bytearray(size)
-            if size:
-                nvjitlink.get_error_log(handle, log)
-            raise SpliceLinkError(f"nvJitLink could not link {what}: {e}",
-                                  bytes(log).rstrip(b"\0").decode(errors="replace")) from None
-        size = getattr(nvjitlink, f"get_linked_{output}_size")(handle)
-        buf = bytearray(size)
-        getattr(nvjitlink, f"get_linked_{output}")(handle, buf)
-        return bytes(buf)
-    finally:
-        nvjitlink.destroy(handle)
-
-
 def nvjitlink_link(inputs: list[tuple[str, bytes, str]], target: str, what: str) -> bytes:
     """Link relocatable device code into a cubin with nvJitLink, which must be as new as
     tileiras's ptxas (it reads the kernel's relocatable cubin).
@@ -697,90 +663,6 @@ def disassemble(cubin: bytes) -> str | None:
         if proc.returncode != 0:
             raise SpliceToolchainError("nvdisasm failed", proc.stdout + proc.stderr)
         return proc.stdout
-
-
-# ---------------------------------------------------------------------------------------------
-# NVRTC
-
-
-def _check_nvrtc(err, what: str, log: str = ""):
-    from cuda.bindings import nvrtc
-    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        raise SpliceToolchainError(f"{what} failed: {err.name}", log)
-
-
-def nvrtc_compile_ltoir(source: bytes, name: str, options: list[str], *,
-                       pch: bool = False) -> bytes:
-    """Compile CUDA C to LTO-IR with NVRTC (``options`` must hold ``-dlto``); ``pch``: with
-    NVRTC's automatic precompiled header (:mod:`splice.nvrtc_pch`).
-
-    Raises:
-        SpliceCompileError: the source did not compile; ``.log`` is NVRTC's log.
-    """
-    return _nvrtc(source, name, options, ltoir=True, pch=pch)[0]
-
-
-def nvrtc_compile(source: bytes, name: str, options: list[str], *,
-                  pch: bool = False) -> tuple[str, str]:
-    """Compile CUDA C to PTX with NVRTC. Returns (ptx, log). ``pch``: with NVRTC's
-    automatic precompiled header (:mod:`splice.nvrtc_pch`).
-
-    Raises:
-        SpliceCompileError: the source did not compile; ``.log`` is NVRTC's log.
-    """
-    out, log = _nvrtc(source, name, options, ltoir=False, pch=pch)
-    return out.decode(), log
-
-
-def _nvrtc(source: bytes, name: str, options: list[str], ltoir: bool, pch: bool = False):
-    """NVRTC: (PTX or LTO-IR bytes, log). PCH compiles run one at a time
-    (:data:`splice.nvrtc_pch._lock`)."""
-    from cuda.bindings import nvrtc
-    if not pch:
-        return _nvrtc_program(nvrtc, source, name, options, ltoir, pch=False)
-    from . import nvrtc_pch
-    with nvrtc_pch._lock:
-        extra = nvrtc_pch.options(nvrtc)
-        return _nvrtc_program(nvrtc, source, name, options + extra, ltoir, pch=bool(extra))
-
-
-def _nvrtc_program(nvrtc, source: bytes, name: str, options: list[str], ltoir: bool,
-                   pch: bool):
-    err, prog = nvrtc.nvrtcCreateProgram(source, name.encode(), 0, [], [])
-    _check_nvrtc(err, "nvrtcCreateProgram")
-    try:
-        opts = [o.encode() for o in options]
-        (cerr,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-        if pch:
-            from . import nvrtc_pch
-            nvrtc_pch.after_compile(nvrtc, prog)
-        err, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        _check_nvrtc(err, "nvrtcGetProgramLogSize")
-        # A fresh mutable buffer: NVRTC writes into it. (``b" " * 1`` would be CPython's
-        # shared one-byte object, and NVRTC would overwrite it process-wide.)
-        buf = bytearray(size)
-        (err,) = nvrtc.nvrtcGetProgramLog(prog, buf)
-        log = bytes(buf).rstrip(b"\0").decode(errors="replace")
-        if pch:     # NVRTC's notes on its PCH file are no news to the user
-            log = "".join(ln for ln in log.splitlines(keepends=True)
-                          if "precompiled header file" not in ln)
-        if cerr != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            raise SpliceCompileError(f"NVRTC: {cerr.name}", log)
-        if ltoir:
-            err, size = nvrtc.nvrtcGetLTOIRSize(prog)
-            _check_nvrtc(err, "nvrtcGetLTOIRSize", log)
-            buf = bytearray(size)
-            (err,) = nvrtc.nvrtcGetLTOIR(prog, buf)
-            _check_nvrtc(err, "nvrtcGetLTOIR", log)
-            return bytes(buf), log
-        err, size = nvrtc.nvrtcGetPTXSize(prog)
-        _check_nvrtc(err, "nvrtcGetPTXSize", log)
-        buf = bytearray(size)
-        (err,) = nvrtc.nvrtcGetPTX(prog, buf)
-        _check_nvrtc(err, "nvrtcGetPTX", log)
-        return bytes(buf).rstrip(b"\0"), log
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
 
 
 @functools.cache
