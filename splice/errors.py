@@ -56,8 +56,10 @@ class SpliceDeclarationError(SpliceError, TypeError):
 
 class SpliceOptionValueError(SpliceDeclarationError, ValueError):
     """A kernel option cuTile refuses with a ``ValueError`` (``num_ctas=3``, an
-    ``opt_level`` out of range): a :class:`SpliceDeclarationError` that is also the
-    ``ValueError`` ``@ct.kernel`` raises, so ``except ValueError`` catches it as for cuTile.
+    ``opt_level`` out of range), or an argument of :func:`splice.export_kernel` that
+    cuTile's ``export_kernel`` refuses so (no ``gpu_code``, an unknown ``output_format``):
+    a :class:`SpliceDeclarationError` that is also the ``ValueError`` cuTile raises, so
+    ``except ValueError`` catches it as for cuTile.
 
     Example:
         >>> from splice.errors import SpliceOptionValueError, SpliceDeclarationError

@@ -99,8 +99,30 @@ def test_export_several_signatures_is_one_cubin_like_cutile(monkeypatch):
     ({"gpu_code": "sm_90", "bytecode_version": "13.1"}, "bytecode_version"),
 ])
 def test_export_refuses_what_it_cannot_write(kwargs, says):
-    with pytest.raises(splice.SpliceDeclarationError, match=says):
+    with pytest.raises(splice.SpliceDeclarationError, match=says) as e:
         splice.export_kernel(eco_kernel, [_sig()], io.BytesIO(), **kwargs)
+    assert isinstance(e.value, ValueError)     # a value refused, as cuTile refuses values
+
+
+@pytest.mark.parametrize("kwargs, says", [
+    ({"gpu_code": None, "output_format": "cubin"}, "gpu_code is required"),
+    ({"gpu_code": "sm_90", "output_format": "ptx"}, "output_format='ptx'"),
+])
+def test_export_raises_a_value_error_where_cutiles_export_does(kwargs, says):
+    # cuTile's export_kernel refuses no gpu_code and an unknown format with a ValueError
+    # (NVIDIA's test_export_cubin_requires_gpu_code, run through splice's drop-in plugin,
+    # expects it): splice's refusal is one too, so the same `except ValueError` catches both
+    @ct.kernel
+    def plain(x):
+        pass
+    with pytest.raises(ValueError) as theirs:
+        ct.compilation.export_kernel(plain, [_sig()], io.BytesIO(), **kwargs)
+    with pytest.raises(ValueError, match=says) as ours:
+        splice.export_kernel(eco_kernel, [_sig()], io.BytesIO(), **kwargs)
+    assert not isinstance(theirs.value, splice.SpliceError)
+    assert isinstance(ours.value, splice.SpliceDeclarationError)
+    if "gpu_code" in says:
+        assert "gpu_code is required" in str(theirs.value)
 
 
 def test_export_refuses_no_signatures_and_plain_kernels():

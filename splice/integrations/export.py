@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import IO, Sequence
 
-from ..errors import SpliceDeclarationError
+from ..errors import SpliceDeclarationError, SpliceOptionValueError
 
 log = logging.getLogger("splice")
 
@@ -41,9 +41,11 @@ def export_kernel(kernel, signatures: Sequence, output_file: IO | str | bytes | 
         None: the cubin is written to ``output_file``.
 
     Raises:
+        SpliceOptionValueError: no ``gpu_code``, an output format other than cubin or a
+            ``bytecode_version``: a :class:`SpliceDeclarationError` that is also the
+            ``ValueError`` cuTile's ``export_kernel`` raises for the first two.
         SpliceDeclarationError: not a ``@splice.kernel``, no signatures, two signatures with
-            one symbol, no ``gpu_code``, an output format other than cubin, or an
-            ``output_file`` that cannot be written (or is a text file).
+            one symbol, or an ``output_file`` that cannot be written (or is a text file).
         SpliceCallError: as :func:`splice.compile`.
         SpliceCompileError: as :func:`splice.compile`.
         SpliceLinkError: as :func:`splice.compile`.
@@ -83,14 +85,16 @@ def export_kernel(kernel, signatures: Sequence, output_file: IO | str | bytes | 
     fn = _cutile.python_function(kernel)
     what = (f"splice.export_kernel of kernel '{fn.__name__}' "
             f"({fn.__code__.co_filename}:{fn.__code__.co_firstlineno})")
+    # the refusals cuTile's export_kernel makes with a ValueError (an unknown output_format,
+    # no gpu_code, a bytecode_version it cannot parse) are ValueErrors here too
     if output_format != "cubin":
-        raise SpliceDeclarationError(
+        raise SpliceOptionValueError(
             f"{what}: output_format={output_format!r}: only 'cubin' can be exported, Tile IR "
             f"bytecode cannot hold the spliced calls (they are made after tileiras)")
     if bytecode_version is not None:
-        raise SpliceDeclarationError(f"{what}: bytecode_version must be None for a cubin")
+        raise SpliceOptionValueError(f"{what}: bytecode_version must be None for a cubin")
     if gpu_code is None:
-        raise SpliceDeclarationError(f"{what}: gpu_code is required, e.g. gpu_code='sm_90'")
+        raise SpliceOptionValueError(f"{what}: gpu_code is required, e.g. gpu_code='sm_90'")
     signatures = _signature_list(kernel, signatures, what)
     if isinstance(output_file, (str, bytes, os.PathLike)):
         check_output_path(output_file, what)
