@@ -383,7 +383,7 @@ def test_every_new_template_names_its_public_function():
 
 
 def test_every_new_op_documents_its_parameters_returns_raises_and_an_example():
-    from test_docstrings import _undocumented
+    from support.docstrings import undocumented as _undocumented
     for name in ("exclusive_sum", "inclusive_scan", "exclusive_scan", "reduce", "merge_sort",
                  "merge_sort_pairs", "flag_heads", "flag_tails", "unique_counts",
                  "run_length_decode"):

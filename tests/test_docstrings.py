@@ -3,21 +3,11 @@ return, what they raise and an example, as the house rules ask; checked against 
 signatures (tests/test_docs_blocks.py runs the examples)."""
 
 import inspect
-import re
 
 import pytest
 
 import splice
-
-
-def _undocumented(fn) -> list[str]:
-    """The parameters of ``fn`` its docstring's ``Args:`` section does not name."""
-    doc = inspect.getdoc(fn) or ""
-    args = re.split(r"^(?:Returns|Raises):", doc.split("Args:", 1)[-1], flags=re.M)[0] \
-        if "Args:" in doc else ""
-    return [p for p in inspect.signature(fn).parameters if p != "self"
-            and not re.search(rf"(?<![\w.`]){re.escape(p)} \(|^\s*\**{re.escape(p)}\b", args,
-                             re.M)]
+from support.docstrings import undocumented as _undocumented
 
 
 @pytest.mark.parametrize("fn", [
