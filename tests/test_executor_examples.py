@@ -103,16 +103,26 @@ def _python_blocks(page: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", (ROOT / page).read_text(), re.S)
 
 
+#: The README's two example kernels, each ``gelu``: (a marker of its block, where its code
+#: stops before compiling or launching, the sigmoid GELU it computes).
+README_KERNELS = {
+    "splice.cuda": ("splice.cuda(", "try:", lambda x: x / (1.0 + np.exp(-1.702 * x))),
+    "extern": ("@splice.extern", "build = ", lambda x: x / (1.0 + np.exp(-1.702 * x))),
+}
+
+
 @pytest.mark.parametrize("approx", ["exact", "bound"])
-def test_readme_example(tmp_path, monkeypatch, approx):
-    """The README's example kernel, ``fast_gelu(t)`` from CUDA C, computes GELU's sigmoid
-    form on the CPU executor (the README compiles it for sm_90 and, with a GPU, checks it
-    against torch)."""
-    code = _python_blocks("README.md")[0]
-    code = code[:code.index("# ahead of time")]
+@pytest.mark.parametrize("example", list(README_KERNELS))
+def test_readme_example(tmp_path, monkeypatch, example, approx):
+    """The README's example kernels (the first: ``splice.cuda`` with inline CUDA C; then
+    ``fast_gelu(t)`` as an extern) compute GELU's sigmoid form on the CPU executor (the
+    README compiles them for sm_90 and, with a GPU, checks the first against torch)."""
+    marker, stop, expected = README_KERNELS[example]
+    code = next(b for b in _python_blocks("README.md") if marker in b)
+    code = code[:code.index(stop)]
     path = tmp_path / "readme_example.py"
     path.write_text(code)
-    mod = _module(path, "readme_example", monkeypatch)
+    mod = _module(path, f"readme_example_{example.replace('.', '_')}", monkeypatch)
     n, tile = 2048, 1024
     x = np.random.default_rng(1).standard_normal(n).astype(np.float32)
     y = np.zeros(n, np.float32)
@@ -120,8 +130,7 @@ def test_readme_example(tmp_path, monkeypatch, approx):
     launch = run_build(splice.compile(mod.gelu, sig, "sm_80"), (n // tile,), x, y,
                        approx=approx)
     assert set(launch.approx) <= {"ex2.f32", "rcp.f32", "div.f32"}
-    x64 = x.astype(np.float64)
-    np.testing.assert_allclose(y, x64 / (1.0 + np.exp(-1.702 * x64)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(y, expected(x.astype(np.float64)), rtol=1e-5, atol=1e-6)
 
 
 def _scale_kernel(tmp_path, monkeypatch):

@@ -21,3 +21,25 @@ class RstRoles(griffe.Extension):
             return
         text = _ROLE.sub(lambda m: f"`{m.group(1)}`", obj.docstring.value)
         obj.docstring.value = _LITERAL.sub(":", text)
+
+
+class RuntimeDocstrings(griffe.Extension):
+    """``splice.asm`` and ``splice.cuda`` are functions made at import (``_public_asm()``,
+    ``_public_cuda()``) whose docstrings are assigned then: read statically they are bare
+    attributes. Give the reference their docstrings from the imported objects."""
+
+    NAMES = ("asm", "cuda")
+
+    def on_package(self, *, pkg: griffe.Module, **kwargs) -> None:
+        if pkg.path != "splice":
+            return
+        import importlib
+        import inspect
+        module = importlib.import_module("splice")
+        for name in self.NAMES:
+            attr = pkg.members[name]
+            attr = attr.final_target if attr.is_alias else attr
+            text = _ROLE.sub(lambda m: f"`{m.group(1)}`",
+                             inspect.cleandoc(getattr(module, name).__doc__))
+            attr.docstring = griffe.Docstring(_LITERAL.sub(":", text), parent=attr)
+            attr.value = None

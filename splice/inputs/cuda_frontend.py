@@ -613,12 +613,19 @@ Raises:
         too much shared memory, a warpgroup snippet that synchronises the whole block.
 
 Example:
-    >>> import cuda.tile as ct, splice
-    >>> @splice.kernel
-    ... def k(x, y, TILE: ct.Constant[int]):
-    ...     t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
-    ...     ct.store(y, index=(ct.bid(0),),
-    ...              tile=splice.cuda("__expf(-x * x)", dtype=ct.float32, x=t))
+    ```python
+    import cuda.tile as ct
+    import splice
+
+    @splice.kernel
+    def k(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),),
+                 tile=splice.cuda("__expf(-x * x)", dtype=ct.float32, x=t))
+
+    sig = splice.kernel_signature("array(float32)", "array(float32)", 128)
+    print(splice.compile(k, sig, "sm_90").summary())
+    ```
 """
 
 
