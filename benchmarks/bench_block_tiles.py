@@ -264,7 +264,7 @@ def new_ops_tables(torch, m, launcher, x, rows):
     launcher(max_rows, (x, mx, N))()
     assert torch.equal(mx, torch.amax(rows, -1))
     launcher(merge_sort_rows, (x, y, N))()
-    assert torch.equal(y.view(m, N), torch.sort(rows, -1, stable=True).values)
+    assert torch.equal(y.view(m, N), torch.sort(rows, dim=-1, stable=True).values)
     launcher(unique_counts_rows, (xs, uv, uc, N))()
     _, counts = torch.unique_consecutive(xs, return_counts=True)
     assert torch.equal(uc[uc > 0], counts.int())
@@ -285,7 +285,7 @@ def new_ops_tables(torch, m, launcher, x, rows):
             "ct.max": launcher(ct_max_rows, (x, mx2, N))},
         f"(h) stable row sort of ({m}, {N}) float32": {
             "splice.cub.merge_sort": launcher(merge_sort_rows, (x, y, N)),
-            "torch.sort stable": lambda: torch.sort(rows, -1, stable=True),
+            "torch.sort stable": lambda: torch.sort(rows, dim=-1, stable=True),
             "splice.cub.sort (radix)": launcher(sort_rows, (x, y, N))},
         f"(i) runs of each sorted row of ({m}, {N}) int32": {
             "splice.cub.unique_counts": launcher(unique_counts_rows, (xs, uv, uc, N)),

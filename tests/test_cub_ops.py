@@ -437,13 +437,13 @@ def test_gpu_merge_sorts(torch):
     xa = torch.randint(-20, 20, (ROWS * GN,), device="cuda").float()
     ya = torch.empty_like(xa)
     launch(torch, (ROWS,), merge_sort_abs_kernel, (xa, ya, GN))
-    order = torch.sort(xa.view(ROWS, GN).abs(), -1, stable=True).indices
+    order = torch.sort(xa.view(ROWS, GN).abs(), dim=-1, stable=True).indices
     assert torch.equal(ya.view(ROWS, GN), xa.view(ROWS, GN).gather(1, order))
     k = torch.randint(0, 50, (ROWS * GN,), device="cuda").float()
     v = torch.arange(ROWS * GN, device="cuda", dtype=torch.int32)
     ks, vs = torch.empty_like(k), torch.empty_like(v)
     launch(torch, (ROWS,), merge_sort_pairs_kernel, (k, v, ks, vs, GN))
-    ref = torch.sort(k.view(ROWS, GN), -1, descending=True, stable=True)
+    ref = torch.sort(k.view(ROWS, GN), dim=-1, descending=True, stable=True)
     assert torch.equal(ks.view(ROWS, GN), ref.values)
     assert torch.equal(vs.view(ROWS, GN), v.view(ROWS, GN).gather(1, ref.indices))
 
