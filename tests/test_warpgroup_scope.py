@@ -1004,3 +1004,62 @@ def test_exec_warpgroup_site_in_each_group_position(first, inline):
         np.testing.assert_array_equal(out[group], np.full(128, 3 * b + 1, np.int32))
         np.testing.assert_array_equal(np.delete(out, np.arange(first, first + 128)), -1)
         assert calls[0] == 128
+
+
+# A void call (an impure callee writing through a pointer) in each group position: tileiras's
+# PTX of a 128-thread kernel given the shape of a warp-specialised 256-thread block
+# (support.group_positions), the whole pipeline run on it, the values checked after the call
+
+# out[base + rank] += 3 rank + s: an atomic add, so that a thread outside the group calling,
+# or a thread of it calling twice, shows in the values
+GROUP_ADD_SRC = r'''
+#include <splice_group.h>
+extern "C" __device__ void group_add(int* out, int base, int s) {
+    unsigned r = splice_group_rank();
+    atomicAdd(&out[base + (int)r], 3 * (int)r + s);
+}'''
+
+
+def _group_add(inline: str):
+    return splice.extern(source=GROUP_ADD_SRC, name="group_add", scope="warpgroup",
+                         inline=inline, signature="void(int32*, int32, int32)")
+
+
+def _group_add_kernel(fn):
+    @splice.kernel
+    def group_add_kernel(x, out, y, TILE: ConstInt):
+        # the call writes out; the kernel loads it after the call (memory="any": ordered)
+        bid = ct.bid(0)
+        t = ct.load(x, index=(bid,), shape=(TILE,), allow_tma=False)
+        fn(out, bid * TILE, ct.sum(t))
+        o = ct.load(out, index=(bid,), shape=(TILE,), allow_tma=False)
+        ct.store(y, index=(bid,), tile=t * 2 + o, allow_tma=False)
+    return group_add_kernel
+
+
+@pytest.mark.parametrize("inline", ["never", "always"], ids=["called", "inlined"])
+@pytest.mark.parametrize("first", [0, 128], ids=["threads 0-127", "threads 128-255"])
+def test_exec_void_warpgroup_call_in_each_group_position(first, inline, fresh_cache,
+                                                         monkeypatch):
+    """Every thread of the group (and no other) calls once with the leader's arguments; the
+    kernel reads what the call wrote after it, also in code at the join."""
+    import numpy as np
+
+    from support.group_positions import compile_in_group, read_at_join
+    from support.ptx_exec import run
+    b = compile_in_group(_group_add_kernel(_group_add(inline)),
+                         K.signature(K.array(i32), K.array(i32), K.array(i32), 128), first,
+                         monkeypatch)
+    [text] = _group_calls(b)
+    assert f"sub.u32 \t%__splice_rank, %__splice_tid, {first};" in text
+    assert ("\tcall " in text) == (inline == "never")
+    x = np.random.default_rng(first).integers(-50, 50, 3 * 128).astype(np.int32)
+    xv = x.reshape(3, 128)
+    want_out = 3 * np.arange(128, dtype=np.int32) + xv.sum(1, keepdims=True)
+    # as splice built it, and with a read at the join (before tileiras's barrier) of the
+    # word the neighbour wrote in the call: ordered by the barrier after the call
+    for ptx in (b.spliced_ptx, read_at_join(b.spliced_ptx, "warpgroup", 3, first)):
+        out, y = np.zeros_like(x), np.zeros_like(x)
+        run(ptx, b.symbol, (3,), x, out, y)
+        np.testing.assert_array_equal(out.reshape(3, 128), want_out)
+        np.testing.assert_array_equal(y.reshape(3, 128), xv * 2 + want_out)
