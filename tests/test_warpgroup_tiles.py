@@ -724,3 +724,53 @@ def test_gpu_reverse_tile_call(torch, kernel):
     if kernel is plain_reverse_kernel:
         want = want * 2.0
     assert torch.equal(y.view(4, 256), want)
+
+
+# ---------------------------------------------------------------------------------------------
+# CPU executor: a tile call in each group position of a warp-specialised block (tileiras's
+# PTX of the 128-thread kernel given the shape of a 256-thread block whose warpgroup at
+# threads 0-127 or 128-255 runs it: support.group_positions), results used after the call
+
+# sum_i x[i] (i % 5 + 1), every thread of the group the whole sum: a scalar result
+TILE_DOT_SRC = r'''
+template <int N> __device__ float tile_dot(const float (&x)[N]) {
+    float s = 0.0f;
+    for (int i = 0; i < N; ++i) s += x[i] * (float)(i % 5 + 1);
+    return s;
+}'''
+tile_dot = splice.extern(source=TILE_DOT_SRC, name="tile_dot", scope="warpgroup",
+                         signature="float32(tile(float32))")
+
+
+@splice.kernel
+def plain_dot_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+    ct.store(y, index=(ct.bid(0),), tile=t + tile_dot(t), allow_tma=False)
+
+
+def _want_reverse(xv):
+    return (xv[:, ::-1] + xv.sum(1, keepdims=True) + 128.0) * 2.0
+
+
+def _want_dot(xv):
+    return xv + (xv * (np.arange(xv.shape[1]) % 5 + 1)).sum(1, keepdims=True)
+
+
+@pytest.mark.parametrize("n", [128, 256])
+@pytest.mark.parametrize("kernel, want", [(plain_reverse_kernel, _want_reverse),
+                                          (plain_dot_kernel, _want_dot)],
+                         ids=["tile result", "scalar result"])
+@pytest.mark.parametrize("first", [0, 128], ids=["threads 0-127", "threads 128-255"])
+def test_exec_tile_call_in_each_group_position(first, kernel, want, n, fresh_cache,
+                                               monkeypatch):
+    """The group's elements staged in, every thread of the group (and no other: the reverse
+    adds the group's size it counts) calling once, the tile result read back by the group's
+    threads and the scalar result broadcast from the leader, used after the call."""
+    from support.group_positions import compile_in_group
+    b = compile_in_group(kernel, _vec_sig(n), first, monkeypatch)
+    [text] = _group_calls(b)
+    assert f"sub.u32 \t%__splice_rank, %__splice_tid, {first};" in text
+    x = np.random.default_rng(n + first).integers(-50, 50, 2 * n).astype(np.float32)
+    y = np.zeros_like(x)
+    run_build(b, (2,), x, y)
+    np.testing.assert_array_equal(y.reshape(2, n), want(x.reshape(2, n)))
