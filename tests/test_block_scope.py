@@ -898,6 +898,22 @@ def test_exec_ordering_store_call_load():
     np.testing.assert_array_equal(x, want)
 
 
+def test_exec_ordering_call_then_code_at_the_join():
+    """The void call's writes reach code tileiras's scheduler may place at the call's join,
+    before its own barrier (a read of the word another thread wrote in the callee): only
+    the barrier splice puts after the call orders them."""
+    from support.group_positions import read_at_join
+    blocks = 2
+    b = splice.compile(order_kernel, _vec_sig(f32), "sm_90")
+    y0 = np.random.default_rng(4).standard_normal(blocks * 128).astype(np.float32)
+    want = y0 * np.float32(2) + np.float32(1)
+    for ptx in (b.spliced_ptx, read_at_join(b.spliced_ptx, "block", 0)):
+        x, y = np.zeros_like(y0), y0.copy()
+        run(ptx, b.symbol, (blocks,), x, y)
+        np.testing.assert_array_equal(x, want)
+        np.testing.assert_array_equal(y, want)
+
+
 def test_exec_two_sites():
     x = np.arange(2 * 128, dtype=np.int32)
     y = np.zeros_like(x)
