@@ -300,6 +300,44 @@ def test_a_32_bit_result_fills_its_64_bit_slot_zero_extended(result, marker, inl
     np.testing.assert_array_equal(out, want)
 
 
+# --------------------------------------------------------------------------- element arguments
+
+# 2 x of a narrow signed argument read as the whole .b32 the ABI passes it in: right only if
+# the call sequence sign-extended it (as C promotes it)
+_WHOLE_WORD = HEADER.replace("sm_90a", "sm_80") + """.visible .func (.param .b32 r) pw(.param .b32 x)
+{
+	.reg .b32 	%r<3>;
+	ld.param.b32 	%r1, [x];
+	mul.lo.s32 	%r2, %r1, 2;
+	st.param.b32 	[r], %r2;
+	ret;
+}
+"""
+
+
+@pytest.mark.parametrize("inline", ["always", "never"])
+@pytest.mark.parametrize("name", ["int8", "int16"])
+def test_a_signed_narrow_argument_reaches_its_32_bit_param_sign_extended(name, inline):
+    ext = splice.extern.from_ptx(ptx=_WHOLE_WORD, name="pw", signature=f"int32({name})",
+                                 inline=inline)
+    dt = getattr(ct, name)
+
+    @splice.kernel
+    def whole_word_kernel(x, y, TILE: ct.Constant[int]):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
+        ct.store(y, index=(ct.bid(0),), tile=ext(t), allow_tma=False)
+
+    bits = np.dtype(name).itemsize * 8
+    x = np.random.default_rng(bits).integers(-(1 << (bits - 1)), 1 << (bits - 1),
+                                             256).astype(name)
+    x[:2] = (-(1 << (bits - 1)), -1)
+    y = np.zeros(256, np.int32)
+    b = splice.compile(whole_word_kernel, K.signature(K.array(dt), K.array(i32), 128), "sm_90")
+    assert b.sites[0].inlined == (inline == "always")
+    run_build(b, (2,), x, y)
+    np.testing.assert_array_equal(y, 2 * x.astype(np.int32))
+
+
 # --------------------------------------------------------------------------- warpgroup scope
 
 # every thread of the group writes out[base + rank] and returns s, with no barrier of its own
