@@ -59,6 +59,10 @@ PROGRAM = "splice_cuda.cu"
 _C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RETURN = re.compile(r"\breturn\b")
 
+#: A comment or a string or character literal: text in which a ``return`` is no statement.
+_NOT_CODE = re.compile(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'",
+                       re.DOTALL)
+
 #: C and C++ keywords and the names the generated code uses, which an input cannot be named.
 _RESERVED = frozenset("""
 alignas alignof and asm auto bool break case catch char char16_t char32_t char8_t class
@@ -100,7 +104,7 @@ class CudaSnippet:
     def is_body(self) -> bool:
         """A function body (it returns with ``return``), not an expression. A void snippet
         is pasted as statements either way."""
-        return bool(self.outputs) and bool(_RETURN.search(self.code))
+        return bool(self.outputs) and bool(_RETURN.search(_NOT_CODE.sub(" ", self.code)))
 
     def carrier(self) -> tuple[ElementType | None, tuple[int, ...]]:
         """The element type the function returns (None: void; several results: their
