@@ -472,6 +472,18 @@ def typo_kernel_line() -> int:
     return first + next(i for i, ln in enumerate(src) if "the call's line" in ln) - 1
 
 
+@splice.kernel
+def lambda_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=splice.cuda("[](float v) { return v * 3.0f; }(x)",
+                                                     dtype=ct.float32, x=t))
+
+
+def test_an_expression_with_a_lambda_says_to_write_return(fresh_cache):
+    with pytest.raises(SpliceCompileError, match=r"pasted as a function body.*'return \[\]"):
+        splice.compile(lambda_kernel, F32x2, "sm_90")
+
+
 def test_a_path_without_return_is_a_compile_error():
     with pytest.raises(SpliceCompileError) as e:
         splice.compile(_dtype_kernel("float y = x;\nif (x > 0) return y;", ct.float32),

@@ -238,6 +238,10 @@ class CudaSnippetSource(CudaSource):
         if "missing return statement" in said:
             said += ("\n    hint: a path through the snippet reaches its end without "
                      "return; every path must return the result")
+        elif self.snippet.is_body and said.startswith("error in the code splice generated"):
+            said += ("\n    hint: the snippet has a 'return' (a lambda's?), so it was pasted as "
+                     "a function body, which must end with 'return ...;' (write "
+                     "'return [](float v) { ... }(x);')")
         hints = header_hint(e.log, self.providers) + \
             "".join(p.compile_hint(e.log) for p in self.providers)
         code = "\n      ".join(self.snippet.code.strip().splitlines())
