@@ -94,8 +94,14 @@ def _cmd_compile(a) -> int:
         check_output_path(a.output, f"python -m splice compile {a.file} {a.kernel} "
                                     f"({code.co_filename}:{code.co_firstlineno}): -o")
     b = splice.compile(kern, sig, a.arch)
-    out = Path(a.output or f"{b.symbol}.{b.arch}.cubin")
-    out.write_bytes(b.cubin)
+    if a.output:            # a path the user named, written as cc -o does (docs/security.md)
+        out = Path(a.output)
+        out.write_bytes(b.cubin)
+    else:                   # a predictable name: never through a link planted there
+        from . import safe_fs
+        out = Path(f"{b.symbol}.{b.arch}.cubin")
+        safe_fs.write_file(Path.cwd() / out, b.cubin, "the current directory (compile "
+                           "writes its cubin there without -o PATH)")
     print(f"{out}: {len(b.cubin)} bytes, kernel symbol {b.symbol}")
     return 0
 

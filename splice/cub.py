@@ -313,8 +313,11 @@ def user_operator(text: str) -> tuple[str, str]:
     ``"[](float a, float b) { return a > b ? a : b; }"``.
 
     The text is compiled by NVRTC as the user's code (the trust of a
-    :func:`splice.extern` source), inside ``(`` ... ``)(a, b)`` in a member function of a
-    struct named by the text's hash; it must be one expression: brackets that nest and close,
+    :func:`splice.extern` source), as ``auto splice_op{`` ... ``}; return splice_op(a, b);``
+    in a member function of a struct named by the text's hash (braced, so that two
+    expressions separated by a comma are a compile error, never the comma operator, and an
+    overloaded function name must be wrapped in a lambda); it must be one expression:
+    brackets that nest and close,
     no ``#`` (preprocessor lines), no line-comment (``//``) or block comment, under
     2000 characters.
 
@@ -350,7 +353,10 @@ def user_operator(text: str) -> tuple[str, str]:
               f"struct {name} {{   // the operator of a splice.cub call\n"
               "    template <class A, class B>\n"
               "    __device__ __forceinline__ auto operator()(const A &a, const B &b) const {\n"
-              f"        return (\n{text}\n        )(a, b);\n    }}\n}};\n}}\n")
+              # braced: a comma at the top level of the text is a compile error, not the
+              # comma operator (which would silently use its last operand)
+              f"        auto splice_op{{\n{text}\n        }};\n"
+              "        return splice_op(a, b);\n    }\n};\n}\n")
     return f"splice_cub::{name}", source
 
 

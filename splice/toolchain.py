@@ -283,7 +283,8 @@ def _overlay_bases(real: Path) -> list[Path]:
     is hard-linked rather than copied (about 100 MB). The cache directory when it is on
     that filesystem, else a directory beside the toolkit (``<toolkit>/../.splice-overlay``),
     then the cache directory. In a shared cache (``$SPLICE_CACHE_TRUST``) each user has
-    their own (``toolchain-<uid>``): the overlay is never shared."""
+    their own (``toolchain-<uid>``): the overlay is never shared (and a cache its group can
+    write is refused by :func:`_overlay_in`)."""
     from .cache import cache_root
     shared = safe_fs.cache_trust().shared
     in_cache = cache_root() / (f"toolchain-{os.geteuid()}" if shared else "toolchain")
@@ -329,7 +330,9 @@ def _overlay_in(base: Path, name: str, real: Path, why: list[str]) -> Path | Non
     """The valid overlay ``name`` in ``base``, found or built; None (the reason appended to
     ``why``) when ``base`` is not trusted or cannot be written."""
     try:
-        safe_fs.check_ancestors(base, "the tileiras overlay", safe_fs.cache_trust())
+        # PRIVATE, not the cache's trust: a member of a trusted group who can write the
+        # shared cache could rename toolchain-<uid> and put their own tileiras there
+        safe_fs.check_ancestors(base, "the tileiras overlay")
         safe_fs.private_dir(base, "the tileiras overlay directory")
     except (OSError, SpliceUnsafePathError) as e:
         why.append(f"{base}: {e}")

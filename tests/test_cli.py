@@ -53,6 +53,22 @@ def test_compile_writes_a_cubin_for_any_arch(tmp_path):
         assert cubin.read_bytes()[:4] == b"\x7fELF"
 
 
+def test_compile_without_o_replaces_a_link_at_its_cubin_name(tmp_path, monkeypatch):
+    from splice.__main__ import main
+    args = ["compile", str(SAXPY), "saxpy_kernel", "--sig", SIG, "--arch", "sm_90"]
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == 0
+    [cubin] = tmp_path.glob("*.cubin")     # <symbol>.sm_90.cubin: a predictable name
+    cubin.unlink()
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    cubin.symlink_to(victim)               # planted first
+    assert main(args) == 0
+    assert victim.read_bytes() == b"keep"
+    assert not cubin.is_symlink() and cubin.read_bytes()[:4] == b"\x7fELF"
+    assert cubin.stat().st_mode & 0o077 == 0
+
+
 def test_bad_arguments():
     out = _run("compile", str(SAXPY), "nope", "--sig", SIG)
     assert out.returncode != 0 and "no kernel named 'nope'" in out.stderr

@@ -357,6 +357,20 @@ def test_an_operator_that_does_not_compile_is_a_compile_error_at_the_call():
         splice.compile(bad_op_kernel, _sig(f32, f32, 128), "sm_90")
 
 
+@splice.kernel
+def comma_op_kernel(x, y, N: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    ct.store(y, index=(ct.bid(0),),
+             tile=splice.cub.inclusive_scan(t, "cuda::maximum<>{}, cuda::minimum<>{}"))
+
+
+def test_two_operators_separated_by_a_comma_are_a_compile_error_not_the_last_one():
+    # pasted as `(text)(a, b)` the comma operator silently used the minimum (found by a
+    # new user); braced, it is refused
+    with pytest.raises(SpliceCompileError):
+        splice.compile(comma_op_kernel, _sig(f32, f32, 128), "sm_90")
+
+
 def test_a_user_operator_is_part_of_the_code_it_keys():
     from splice.cub import user_operator
     a, src_a = user_operator(XOR)

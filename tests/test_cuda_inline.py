@@ -45,6 +45,15 @@ def gauss_kernel(x, y, z, TILE: ConstInt):
 
 
 @splice.kernel
+def return_word_kernel(x, y, z, TILE: ConstInt):   # "return" not as a statement: expressions
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=splice.cuda("x * 2.0f  /* return twice */",
+                                                     dtype=ct.float32, x=t))
+    ct.store(z, index=(ct.bid(0),), tile=splice.cuda("x * (float)sizeof(\"return\")",
+                                                     dtype=ct.float32, x=t))
+
+
+@splice.kernel
 def gelu_kernel(x, y, TILE: ConstInt):   # the README's first example
     t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
     g = splice.cuda("__fdividef(x, 1.0f + __expf(-1.702f * x))", dtype=ct.float32, x=t)
@@ -208,6 +217,14 @@ def test_expression_and_body_values():
     np.testing.assert_allclose(y, np.exp(-x * x), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(z, np.sin(x) * np.cos(x) + 2, rtol=1e-5, atol=1e-5)
     assert all(s.inlined for s in b.sites) and len(b.sites) == 2
+
+
+def test_return_in_a_comment_or_string_leaves_an_expression():
+    x = _x()
+    y, z = np.zeros_like(x), np.zeros_like(x)
+    _exec(return_word_kernel, F32x3, (2,), x, y, z)
+    np.testing.assert_array_equal(y, x * 2)
+    np.testing.assert_array_equal(z, x * 7)    # sizeof("return"): 6 letters and the NUL
 
 
 def test_readme_example_values():
@@ -453,6 +470,18 @@ def typo_kernel_line() -> int:
     src, first = inspect.getsourcelines(typo_kernel._pyfunc if hasattr(
         typo_kernel, "_pyfunc") else typo_kernel.__wrapped__)
     return first + next(i for i, ln in enumerate(src) if "the call's line" in ln) - 1
+
+
+@splice.kernel
+def lambda_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=splice.cuda("[](float v) { return v * 3.0f; }(x)",
+                                                     dtype=ct.float32, x=t))
+
+
+def test_an_expression_with_a_lambda_says_to_write_return(fresh_cache):
+    with pytest.raises(SpliceCompileError, match=r"pasted as a function body.*'return \[\]"):
+        splice.compile(lambda_kernel, F32x2, "sm_90")
 
 
 def test_a_path_without_return_is_a_compile_error():

@@ -370,3 +370,15 @@ def test_overlay_kept_only_where_no_one_else_can_rename_a_directory_above(tmp_pa
         assert (shared in _fresh_overlay().parents) == bool(mode & stat.S_ISVTX)
     finally:
         toolchain.overlay.cache_clear()
+
+
+def test_overlay_not_kept_in_a_shared_cache_whose_members_can_rename_it(tmp_path, monkeypatch):
+    """A trusted group shares cache entries, never what splice runs: a member can rename
+    ``toolchain-<uid>`` in the group-writable cache and put their own tileiras there."""
+    shared = _make(tmp_path / "shared", 0o2770, owner=OTHER, group=GROUP)
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(shared))
+    monkeypatch.setenv("SPLICE_CACHE_TRUST", f"@{GROUP}")
+    try:
+        assert shared not in _fresh_overlay().parents
+    finally:
+        toolchain.overlay.cache_clear()

@@ -59,6 +59,10 @@ PROGRAM = "splice_cuda.cu"
 _C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RETURN = re.compile(r"\breturn\b")
 
+#: A comment or a string or character literal: text in which a ``return`` is no statement.
+_NOT_CODE = re.compile(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'",
+                       re.DOTALL)
+
 #: C and C++ keywords and the names the generated code uses, which an input cannot be named.
 _RESERVED = frozenset("""
 alignas alignof and asm auto bool break case catch char char16_t char32_t char8_t class
@@ -100,7 +104,7 @@ class CudaSnippet:
     def is_body(self) -> bool:
         """A function body (it returns with ``return``), not an expression. A void snippet
         is pasted as statements either way."""
-        return bool(self.outputs) and bool(_RETURN.search(self.code))
+        return bool(self.outputs) and bool(_RETURN.search(_NOT_CODE.sub(" ", self.code)))
 
     def carrier(self) -> tuple[ElementType | None, tuple[int, ...]]:
         """The element type the function returns (None: void; several results: their
@@ -234,6 +238,10 @@ class CudaSnippetSource(CudaSource):
         if "missing return statement" in said:
             said += ("\n    hint: a path through the snippet reaches its end without "
                      "return; every path must return the result")
+        elif self.snippet.is_body and said.startswith("error in the code splice generated"):
+            said += ("\n    hint: the snippet has a 'return' (a lambda's?), so it was pasted as "
+                     "a function body, which must end with 'return ...;' (write "
+                     "'return [](float v) { ... }(x);')")
         hints = header_hint(e.log, self.providers) + \
             "".join(p.compile_hint(e.log) for p in self.providers)
         code = "\n      ".join(self.snippet.code.strip().splitlines())
