@@ -4,14 +4,9 @@ per tile shape and dtype and calls at block scope. Text only: it imports nothing
 (:mod:`splice.cub` builds the libraries, :mod:`splice.cub_names` maps the templates back to
 ``splice.cub``'s functions for messages)."""
 
-#: The radix sorts, top-k, inclusive sum and histogram (CUB's ``BlockRadixSort``,
-#: ``BlockScan``; the histogram with shared-memory atomics).
-SORTS_SOURCE = r'''
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-#include <cub/block/block_radix_sort.cuh>
-#include <cub/block/block_scan.cuh>
-
+#: The opening of both sources' namespace: the block size every op is written for, the
+#: check that the block is that size, and the items per thread of an N-element tile.
+_PRELUDE = r'''
 namespace splice_cub {
 constexpr int THREADS = 128;   // tileiras's block for kernels that are not warp-specialised
 
@@ -24,7 +19,16 @@ template <int N> struct items {
                                     "(tileiras's 128 threads, n / 128 items each)");
     static constexpr int value = N / THREADS;
 };
+'''
 
+#: The radix sorts, top-k, inclusive sum and histogram (CUB's ``BlockRadixSort``,
+#: ``BlockScan``; the histogram with shared-memory atomics).
+SORTS_SOURCE = r'''
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cub/block/block_radix_sort.cuh>
+#include <cub/block/block_scan.cuh>
+''' + _PRELUDE + r'''
 template <class T, bool DESCENDING, int N>
 __device__ void sort_keys(const T (&x)[N], T (&y)[N]) {
     constexpr int I = items<N>::value;
@@ -104,20 +108,7 @@ OPS_SOURCE = r'''
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_merge_sort.cuh>
 #include <cub/block/block_discontinuity.cuh>
-
-namespace splice_cub {
-constexpr int THREADS = 128;   // tileiras's block for kernels that are not warp-specialised
-
-__device__ __forceinline__ void check_block() {
-    if (blockDim.x != THREADS || blockDim.y != 1 || blockDim.z != 1) __trap();
-}
-
-template <int N> struct items {
-    static_assert(N % THREADS == 0, "splice.cub: the tile must have a multiple of 128 elements "
-                                    "(tileiras's 128 threads, n / 128 items each)");
-    static constexpr int value = N / THREADS;
-};
-
+''' + _PRELUDE + r'''
 // the named operators (a user's operator is a struct user_op_<hash> appended to this source)
 struct op_sum {
     template <class T>
