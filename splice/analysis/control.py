@@ -44,10 +44,11 @@ def setp_of(guard: str, body: Body) -> tuple[Instruction, bool] | None:
     return ins, guard.startswith("!")
 
 
-def successors(parsed, labels: dict[str, int], k: int) -> list[int]:
-    """The statements control can reach right after statement ``k`` (of one thread)."""
+def successors(parsed, labels: dict[str, int], k: int, *, past_end: bool = False) -> list[int]:
+    """The statements control can reach right after statement ``k`` (of one thread); with
+    ``past_end``, ``len(parsed)`` stands for falling off the function's last statement."""
     ins = parsed[k][1]
-    nxt = [k + 1] if k + 1 < len(parsed) else []
+    nxt = [k + 1] if k + 1 < len(parsed) or past_end else []
     if ins is None:
         return nxt
     if ins.base in ("ret", "exit", "trap"):

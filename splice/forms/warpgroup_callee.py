@@ -28,7 +28,7 @@ there, and the warpgroup is a hardware warpgroup.
 
 from __future__ import annotations
 
-from ..analysis import activemask
+from ..analysis import activemask, control
 from ..ptxtools.ptx import Body, Instruction, Module
 
 #: Opcode prefixes of the warp collectives whose last operand is a membermask.
@@ -79,7 +79,7 @@ def _open_wgmma_at_return(body: Body) -> str | None:
     seen, work = set(starts), list(starts)
     while work:
         k = work.pop()
-        for n in _successors(parsed, labels, k):
+        for n in control.successors(parsed, labels, k, past_end=True):
             ins = parsed[n][1] if n < len(parsed) else None
             if n >= len(parsed) or (ins is not None and ins.base == "ret"):
                 return "ret" if n >= len(parsed) else \
@@ -90,23 +90,6 @@ def _open_wgmma_at_return(body: Body) -> str | None:
                 seen.add(n)
                 work.append(n)
     return None
-
-
-def _successors(parsed, labels: dict[str, int], k: int) -> list[int]:
-    """The statements one thread can execute after statement ``k`` (``len(parsed)``: the
-    function's end)."""
-    ins = parsed[k][1]
-    nxt = [k + 1]
-    if ins is None:
-        return nxt
-    if ins.base in ("exit", "trap"):
-        return nxt if ins.guard is not None else []
-    if ins.base == "bra":
-        target = [labels[ins.operands[0]]] if ins.operands[0] in labels else []
-        return target + (nxt if ins.guard is not None else [])
-    if ins.base == "brx":
-        return list(labels.values())
-    return nxt
 
 
 def warp_refusal(mod: Module, name: str) -> tuple[str, str] | None:
