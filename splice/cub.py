@@ -76,6 +76,12 @@ _SORTABLE = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "ui
 _SUMMABLE = ("int32", "int64", "uint32", "uint64", "float32", "float64")
 _INTEGERS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
+#: The tile lengths every op compiles at (the matrix of ``tests/test_cub_sizes.py``): a
+#: call on one of them compiles the others in the same NVRTC program, each cached on its
+#: own (:attr:`splice.inputs.fragments.CudaSource.batch`): parsing CCCL dominates a compile,
+#: and a sweep over sizes then parses it once.
+SIZES = tuple(THREADS << j for j in range(6))
+
 _lock = threading.Lock()
 _library = None
 _externs: dict[tuple, object] = {}
@@ -93,14 +99,16 @@ def _lib():
         return _library
 
 
-def _extern(cxx_name: str, signature: str):
-    """The block-scope extern of one template instance (by C++ name and signature)."""
+def _extern(cxx_name: str, signature: str, smallest: int = THREADS):
+    """The block-scope extern of one template instance (by C++ name and signature), its
+    other sizes those of :data:`SIZES` from ``smallest``."""
     key = (cxx_name, signature)
     with _lock:
         hit = _externs.get(key)
     if hit is None:
         hit = _lib().extern(cxx_name, signature=signature, scope="block")._splice_extern
         hit.block_threads = THREADS
+        hit.batch_sizes = tuple(m for m in SIZES if m >= smallest)
         with _lock:
             _externs[key] = hit
     return hit
@@ -128,9 +136,9 @@ def _constant(var, what: str, where: str, loc):
     return var.get_constant()
 
 
-def _call(name: str, signature: str, args, loc):
+def _call(name: str, signature: str, args, loc, smallest: int = THREADS):
     from .inputs.tile_trace import emit_tile_call
-    return emit_tile_call(_extern(name, signature), tuple(args), loc)
+    return emit_tile_call(_extern(name, signature, smallest), tuple(args), loc)
 
 
 def _where():
@@ -181,7 +189,8 @@ def _handle_top_k(callee, t, k):
         raise SpliceCallError(f"splice.cub.top_k at {where}: k must be a power of two from 1 "
                               f"to the tile's {n} elements (a tile's shape), got {kk!r}", loc)
     return _call(f"splice_cub::top_k<{elem.c_type}>",
-                 f"(tile({elem}, ({kk},)), tile(int32, ({kk},)))(tile({elem}))", (t,), loc)
+                 f"(tile({elem}, ({kk},)), tile(int32, ({kk},)))(tile({elem}))", (t,), loc,
+                 smallest=kk)
 
 
 def _handle_inclusive_sum(callee, t):
@@ -285,6 +294,7 @@ def _ops_extern(cxx_name: str, signature: str, user_op: str | None = None):
         hit = _ops_lib(user_op).extern(cxx_name, signature=signature,
                                        scope="block")._splice_extern
         hit.block_threads = THREADS
+        hit.batch_sizes = SIZES
         with _lock:
             _externs[key] = hit
     return hit

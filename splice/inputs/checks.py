@@ -76,11 +76,22 @@ class TileDeclared:
     site: str
 
     @property
+    def tiles(self) -> str:
+        """The tiles' C types: ``float[1024], float[1024]``."""
+        return ", ".join(f"{t.pointee}{''.join(f'[{d}]' for d in shape)}"
+                         for t, shape in zip(self.sig.args, self.shapes) if shape)
+
+    @property
     def label(self) -> str:
-        tiles = ", ".join(f"{t.pointee}{''.join(f'[{d}]' for d in shape)}"
-                          for t, shape in zip(self.sig.args, self.shapes) if shape)
         return (f"'{self.cxx_name}' (declared at {self.where}) called at {self.site} with "
-                f"tiles {tiles}")
+                f"tiles {self.tiles}")
+
+    @property
+    def code_label(self) -> str:
+        """:attr:`label` without the call site, for the generated code: the code of one
+        instantiation is the same at every site, and so is its cache key
+        (:mod:`splice.cub` compiles sizes no call has asked for yet)."""
+        return f"'{self.cxx_name}' (declared at {self.where}) with tiles {self.tiles}"
 
 
 def tile_trampoline(d: TileDeclared) -> str:
@@ -97,7 +108,7 @@ def tile_trampoline(d: TileDeclared) -> str:
         return f"*reinterpret_cast<{t.pointee.c_type} (*){dims}>(a{i})"
     call = f"{d.cxx_name}({', '.join(arg(i, t, s) for i, (t, s) in enumerate(zip(d.sig.args, d.shapes)))})"
     ns = f"__splice_check_{d.symbol}"
-    return (f"// tiles in shared memory, by reference: {d.label}\n"
+    return (f"// tiles in shared memory, by reference: {d.code_label}\n"
             f"namespace {ns} {{ template <class A, class B> struct same "
             f"{{ enum {{ value = 0 }}; }};\n"
             f"template <class A> struct same<A, A> {{ enum {{ value = 1 }}; }}; }}\n"
@@ -133,7 +144,8 @@ def generated_blocks(declared, redeclare=frozenset()) -> list[tuple[str | None, 
             code = _redeclaration(d)
         else:
             code = _type_check(d)
-        out.append((d.label, f"{_HEAD}{d.label}\n{code}"))
+        head = d.code_label if isinstance(d, TileDeclared) else d.label
+        out.append((d.label, f"{_HEAD}{head}\n{code}"))
     return out
 
 

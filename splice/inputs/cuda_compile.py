@@ -72,9 +72,19 @@ def compile_source(full: str, name: str, target: str, options: list[str], *, dec
 
 
 def _what_for_log(what: str, declared) -> str:
-    """``what``, and the instantiations it holds (``'f' for float[1024]``)."""
-    labels = [d.label for d in declared]
-    return f"{what}: {', '.join(labels)}" if labels else what
+    """``what``, and the instantiations it holds (``'f' ... with tiles float[1024]``); the
+    other sizes of the first one, compiled along (:attr:`~splice.inputs.fragments.CudaSource.
+    batch`), by their tiles only."""
+    from .checks import TileDeclared
+    if not declared:
+        return what
+    first = declared[0]
+    along = [d for d in declared[1:] if isinstance(first, TileDeclared) and
+             isinstance(d, TileDeclared) and d.cxx_name == first.cxx_name]
+    rest = [d.label for d in declared[1:] if d not in along]
+    sizes = f" (and its other sizes, with tiles {'; '.join(d.tiles for d in along)})" \
+        if along else ""
+    return f"{what}: {', '.join([first.label + sizes, *rest])}"
 
 
 def _slow(ptx: str, start: float, what: str, target: str) -> str:

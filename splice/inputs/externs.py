@@ -91,6 +91,10 @@ class ExternFunction:
     #: the block size a block-scope function was compiled for (``splice.cub``: 128), or
     #: None: a tile call in a kernel with another ``.reqntid`` is refused at compile time
     block_threads: int | None = None
+    #: for a block-scope template on 1-D tiles (``splice.cub``): the tile lengths compiled
+    #: in the same NVRTC program as a call's (:func:`splice.inputs.tile_fragment.callee_fragment`),
+    #: each cut to what it uses and cached on its own; () compiles each call's alone
+    batch_sizes: tuple[int, ...] = ()
 
     def __repr__(self) -> str:
         return (f"<splice extern {self.name}: {self.signature} = {self.symbol} from "

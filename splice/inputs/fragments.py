@@ -19,6 +19,7 @@ the process runs is seen.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import threading
 from pathlib import Path
@@ -39,6 +40,10 @@ if TYPE_CHECKING:
 
 _memo: dict[str, Module] = {}
 _memo_lock = threading.Lock()
+#: PTX compiled along with another fragment (:attr:`CudaSource.batch`) that the cache did
+#: not take (a cache that is off or full), by content key, until its own call asks for it
+_compiled_along: dict[str, str] = {}
+log = logging.getLogger("splice")
 
 
 def _parse(text: str, what: str) -> Module:
@@ -181,6 +186,13 @@ class CudaSource(Fragment):
         providers: the header libraries it may include
             (:class:`splice.inputs.headers.HeaderProvider`), in include-path order, after the CUDA
             headers.
+        batch: None: compiled as it is. Otherwise (``splice.cub``'s instantiations) the PTX
+            is cut to what its roots reach (:func:`splice.ptxtools.reachable.cut`), and the
+            fragments of ``batch`` (this source with other declarations: other tile sizes)
+            are compiled in the same NVRTC program (parsing CCCL dominates; an instance
+            more costs little) and cut out, each cached under its own content key, which
+            ``batch`` is not part of. Should that program fail, this fragment compiles
+            alone, for its own error.
     """
 
     text: str | None = None
@@ -192,6 +204,7 @@ class CudaSource(Fragment):
     declared: tuple = ()
     roots: tuple = ()   # (symbol, Signature) to keep when linking -dlto output
     providers: tuple[headers.HeaderProvider, ...] = dataclasses.field(kw_only=True)
+    batch: tuple[CudaSource, ...] | None = None
 
     @property
     def checks(self) -> str:
@@ -217,17 +230,19 @@ class CudaSource(Fragment):
     def _options(self, target: str, found=None) -> list[str]:
         """NVRTC's options. The include path: ``include_dirs``, the directory of ``path``,
         ``-I`` of ``options``, then splice's own (:meth:`default_include_dirs`): the user's
-        directories come first, as nvcc's ``-I`` precede the toolkit's."""
+        directories come first, as nvcc's ``-I`` precede the toolkit's. The macros:
+        the providers' (:mod:`splice.cccl`'s unroll limit), then ``defines``, then
+        ``options``: NVRTC takes a macro's last ``-D``, so the user's win."""
         opts = [f"-arch={target}", "-rdc=true"]
         for d in self.include_dirs:
             opts.append(f"-I{d}")
         if self.path is not None:
             opts.append(f"-I{self.path.parent}")
-        for name, value in self.defines:
-            opts.append(f"-D{name}" if value is None else f"-D{name}={value}")
         texts = self._texts(found)
         for p in self.providers:
             opts.extend(p.options(texts))
+        for name, value in self.defines:     # after the providers': the user's -D wins
+            opts.append(f"-D{name}" if value is None else f"-D{name}={value}")
         opts.extend(o for o in self.options if o not in ("-dlto", "--dlto"))
         opts.extend(f"-I{d}" for d in self.default_include_dirs(texts))
         return opts
@@ -266,9 +281,11 @@ class CudaSource(Fragment):
                               dlto=self.dlto, roots=self.roots, providers=self.providers,
                               what=self.describe())
 
-    def content_key(self, target: str) -> str:
+    def content_key(self, target: str, found=None) -> str:
+        """The cache key of its PTX for ``target`` (``found``: :meth:`_headers` of its
+        source, when already found)."""
         src = self.read()
-        found = self._headers(src)
+        found = self._headers(src) if found is None else found
         tools = ("nvrtc", "nvJitLink") if self.dlto else ("nvrtc",)
         texts = self._texts(found)
         return cache.key_of("cuda", src, self.checks, self._options(target, found),
@@ -291,19 +308,57 @@ class CudaSource(Fragment):
 
     def _compile(self, key: str, target: str, kept: list[bool]) -> Module:
         stored = cache.load("fragment", key)
+        with _memo_lock:   # compiled along with another size (batch), the cache off or full
+            along = _compiled_along.pop(key, None)
         if stored is not None:
             text = stored[1].decode()
         else:
-            src = self.read()
-            if not src.strip():
-                raise SpliceCompileError(f"{self.describe()} is empty")
-            name = str(self.path) if self.path else f"extern_source@{self.where}"
-            full = src if src.endswith("\n") else src + "\n"
-            text = self._nvrtc(full, name, target)
-            kept.append(self.content_key(target) == key)
-            if kept[-1]:
-                cache.store("fragment", key, {"what": self.describe()}, text.encode())
+            text = along if along is not None else self._build(key, target, kept)
         return _parse(text, f"NVRTC output for {self.describe()}")
+
+    def _build(self, key: str, target: str, kept: list[bool]) -> str:
+        """NVRTC's PTX for this fragment (with its batch, when it has one), cached."""
+        src = self.read()
+        if not src.strip():
+            raise SpliceCompileError(f"{self.describe()} is empty")
+        name = str(self.path) if self.path else f"extern_source@{self.where}"
+        full = src if src.endswith("\n") else src + "\n"
+        texts = self._nvrtc_batch(full, name, target) if self.batch else None
+        text = texts.pop(self) if texts else self._nvrtc(full, name, target)
+        if self.batch is not None and not texts:
+            text = self._cut(_parse(text, f"NVRTC output for {self.describe()}"))
+        found = self._headers(src)
+        kept.append(self.content_key(target, found) == key)
+        if kept[-1]:
+            cache.store("fragment", key, {"what": self.describe()}, text.encode())
+            for other, other_text in (texts or {}).items():
+                other_key = other.content_key(target, found)
+                if cache.load("fragment", other_key) is None and \
+                        not cache.store("fragment", other_key, {"what": other.describe()},
+                                        other_text.encode()):
+                    with _memo_lock:
+                        _compiled_along[other_key] = other_text
+        return text
+
+    def _nvrtc_batch(self, full: str, name: str, target: str) -> dict | None:
+        """This fragment and its batch in one NVRTC program: each one's PTX, cut; None
+        when the program does not compile (this fragment then compiles alone)."""
+        members = (self, *(self.batch or ()))
+        whole = dataclasses.replace(self, declared=sum((m.declared for m in members), ()),
+                                    roots=sum((m.roots for m in members), ()), batch=None)
+        try:
+            mod = _parse(whole._nvrtc(full, name, target), f"NVRTC output for "
+                                                           f"{self.describe()}")
+        except SpliceCompileError as e:
+            log.debug("splice: %s did not compile with its other sizes (%s); alone now",
+                      self.describe(), e.message)
+            return None
+        return {m: m._cut(mod) for m in members}
+
+    def _cut(self, mod: Module) -> str:
+        """What this fragment's roots reach of ``mod`` (:func:`splice.ptxtools.reachable.cut`)."""
+        from ..ptxtools.reachable import cut
+        return cut(mod, [symbol for symbol, _ in self.roots])
 
 
 # PTX ISA version a generated wrapper declares for a target: at least what the target needs,

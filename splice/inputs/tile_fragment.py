@@ -336,12 +336,43 @@ def callee_fragment(ext, abi: Signature, shapes, where: str) -> tuple[Fragment, 
     """The fragment defining the function the staging calls and its symbol: for CUDA C, the
     extern's source with a trampoline instantiating it for ``shapes``; otherwise the
     extern's own code, which takes the tiles as pointers."""
-    from .checks import TileDeclared
     frag = ext.fragment
     if not isinstance(frag, CudaSource):
         return frag, ext.symbol
     name = ext.cxx_name or ext.symbol
+    own = _instance(frag, name, abi, shapes, ext.where, where)
+    if not ext.batch_sizes:
+        return own, own.roots[0][0]
+    # splice.cub: the other sizes in one NVRTC program, each cut out (CudaSource.batch)
+    others = tuple(_instance(frag, name, abi, s, ext.where, where, batch=())
+                   for s in _other_sizes(ext, shapes))
+    return dataclasses.replace(own, batch=others), own.roots[0][0]
+
+
+def _instance(frag: CudaSource, name: str, abi: Signature, shapes, declared_at: str,
+              site: str, batch=None) -> CudaSource:
+    """``frag`` with the trampoline instantiating ``name`` for ``shapes`` as its only
+    declaration and root."""
+    from .checks import TileDeclared
     symbol = "splice_tile_" + hashlib.sha256(
         f"{name}|{abi}|{shapes}".encode()).hexdigest()[:12]
-    decl = TileDeclared(symbol, name, abi, shapes, ext.where, where)
-    return dataclasses.replace(frag, declared=(decl,), roots=((symbol, abi),)), symbol
+    decl = TileDeclared(symbol, name, abi, shapes, declared_at, site)
+    return dataclasses.replace(frag, declared=(decl,), roots=((symbol, abi),), batch=batch)
+
+
+def _other_sizes(ext, shapes) -> list[tuple]:
+    """The shapes of the same call on tiles of each other length of ``ext.batch_sizes``:
+    every tile of the call's length ``n`` (the first tile argument's) takes the other
+    length, except results whose shape the signature fixes (``top_k``'s ``(k,)``). None
+    when a tile argument is not 1-D of length ``n``, or ``n`` is not one of the sizes."""
+    sig: Signature = ext.signature
+    fixed = [False] * len(sig.args) + [r.shape is not None for r in result_tiles(sig)]
+    call_shaped = [i for i, s in enumerate(shapes) if s is not None and not fixed[i]]
+    if not call_shaped:
+        return []
+    n = shapes[call_shaped[0]]
+    if len(n) != 1 or n[0] not in ext.batch_sizes or \
+            any(shapes[i] != n for i in call_shaped):
+        return []
+    return [tuple((m,) if i in call_shaped else s for i, s in enumerate(shapes))
+            for m in ext.batch_sizes if m != n[0]]
