@@ -1,13 +1,15 @@
 """NVRTC's automatic precompiled header (PCH) for CUDA C that includes CCCL.
 
-Parsing CCCL's headers dominates a ``splice.cub`` compile, and every tile size, dtype or op
-is its own NVRTC program (:mod:`splice.tiles` appends a trampoline for its shapes) that
-parses them again. With ``-pch``, NVRTC saves the parsed state of the source's leading
-``#include`` lines the first time and loads it for every later program that starts with
-the same lines and options, in this process: a later CUB compile takes about half the
-time or less (``benchmarks/cub_first_compile.md``). splice turns it on from the second
-compile of the same include lines (:func:`wanted`): a process that compiles one CUB call
-does not pay for creating it.
+Parsing CCCL's headers dominates a ``splice.cub`` compile, and every dtype or op is its
+own NVRTC program (:mod:`splice.inputs.tile_fragment` appends a trampoline per tile size,
+every documented size of an op and dtype in one program) that parses them again. With
+``-pch``, NVRTC saves the parsed state of the source's leading ``#include`` lines the first
+time and loads it for every later program that starts with the same lines and options, in
+this process: measured on the six sizes of a radix sort (nvcc's unroll limit,
+:data:`splice.cccl.UNROLL_LIMIT`), 1.2-1.3 s without, 1.65 s creating the PCH (163 MB),
+0.75-0.8 s loading it (``benchmarks/cub_first_compile.md``). splice turns it on from the
+second compile of the same include lines (:func:`wanted`): a process that compiles one CUB
+program does not pay for creating it.
 
 Two details make it work and keep it safe:
 
@@ -56,7 +58,7 @@ def wanted(source: str, options: list[str]) -> bool:
     change while the process runs), and this process has compiled a source with the same
     leading ``#include`` lines and ``options`` before.
     The first such compile runs without (creating the PCH costs more than it saves for a
-    single compile: about 2.3 s against 1.5 s for CUB's radix sort); the second creates
+    single compile: about 1.65 s against 1.25 s for CUB's radix sort); the second creates
     it, the later ones load it.
 
     Args:

@@ -95,3 +95,55 @@ def test_splices_own_cccl_named_by_the_user_is_keyed_by_stat(installed):
 def test_an_include_name_with_a_nul_is_not_a_raw_error(installed):
     src = '#include "a\0b.h"\n' + SRC
     assert CudaSource(text=src, where="x.py:1", providers=HEADER_PROVIDERS)._headers(src)
+
+
+# --- the walk of a source with only toolkit headers is remembered, and checked --------
+
+@pytest.fixture
+def walks(monkeypatch):
+    """How many times the include walk runs (splice.inputs.headers._walk)."""
+    from splice.inputs import headers
+    monkeypatch.setattr(headers, "_walks", {})
+    count = [0]
+    real = headers._walk
+
+    def counting(*a, **k):
+        count[0] += 1
+        return real(*a, **k)
+    monkeypatch.setattr(headers, "_walk", counting)
+    return count
+
+
+def test_a_remembered_walk_is_checked_not_redone(installed, walks):
+    import os
+    frag = CudaSource(text=SRC, where="x.py:1", providers=HEADER_PROVIDERS)
+    k = frag.content_key("sm_90")
+    assert frag.content_key("sm_90") == k and walks[0] == 1
+    # a header the walk read, touched (same bytes, a new mtime): walked again, a new key
+    inner = installed / "lib" / "detail" / "inner.cuh"
+    st = os.stat(inner)
+    os.utime(inner, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert frag.content_key("sm_90") != k and walks[0] == 2
+
+
+def test_a_header_placed_in_front_of_a_remembered_one_is_seen(installed, tmp_path, walks):
+    user = tmp_path / "user"
+    user.mkdir()
+    frag = CudaSource(text=SRC, where="x.py:1", providers=HEADER_PROVIDERS,
+                      include_dirs=(str(user),))
+    k = frag.content_key("sm_90")
+    assert frag.content_key("sm_90") == k and walks[0] == 1
+    (user / "lib" / "detail").mkdir(parents=True)       # where the walk found nothing
+    (user / "lib" / "detail" / "mid.cuh").write_text("#pragma once\n#define DEEP 5\n")
+    assert frag.content_key("sm_90") != k
+    assert _adds(CudaSource(text=SRC, where="x.py:1", providers=HEADER_PROVIDERS,
+                            include_dirs=(str(user),))) == ["5;"]
+
+
+def test_a_source_with_a_user_header_is_walked_every_time(installed, tmp_path, walks):
+    (tmp_path / "mine.h").write_text("#define MINE 1\n")
+    frag = CudaSource(text='#include "mine.h"\n' + SRC, where="x.py:1",
+                      providers=HEADER_PROVIDERS, include_dirs=(str(tmp_path),))
+    frag.content_key("sm_90")
+    frag.content_key("sm_90")
+    assert walks[0] == 2

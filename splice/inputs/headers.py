@@ -82,6 +82,49 @@ def included(source, src: str) -> list[tuple[str, str]]:
     pre = "".join(f'#include "{f}"\n' for f in option_values(source.options, PRE_OPTS))
     here = source.path.parent if source.path is not None else \
         Path(f"extern_source@{source.where}").parent
+    walk = (src, pre, str(here), tuple(dirs), tuple(toolkit), tuple(source.defines),
+            tuple(source.options))
+    with _lock:
+        hit = _walks.get(walk)
+    if hit is not None and _unchanged(hit[1]):
+        return list(hit[0])
+    probes: dict[str, tuple | None] = {}
+    found_headers = _walk(source, src, pre, here, dirs, toolkit, probes)
+    if all(h.startswith(STAT) for _, h in found_headers) and \
+            not _MACROINCLUDE_RE.search(pre + src):
+        with _lock:   # only toolkit headers, known by their stat: remembered (_unchanged)
+            _walks[walk] = (found_headers, tuple(probes.items()))
+    return found_headers
+
+
+#: :func:`included`'s walks of sources that include only toolkit headers (CUDA, CCCL:
+#: splice.cub's): (the walk's inputs) -> (its result, every path it stat'ed and what it
+#: found there). A source's key is taken several times per build; the walk reads and
+#: stats some hundreds of CCCL headers (about 20 ms), a check of the same paths some 2 ms.
+_walks: dict[tuple, tuple[list, tuple]] = {}
+
+
+def _signature(st: os.stat_result | None) -> tuple | None:
+    return None if st is None else (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino,
+                                    st.st_dev)
+
+
+def _unchanged(probes) -> bool:
+    """Whether every path a remembered walk stat'ed still is what it was (a header added
+    where one was missing, removed, rewritten or replaced: not)."""
+    for path, was in probes:
+        try:
+            now = _signature(os.stat(path))
+        except (OSError, ValueError):
+            now = None
+        if now != was:
+            return False
+    return True
+
+
+def _walk(source, src: str, pre: str, here: Path, dirs: list[str], toolkit: list[str],
+          probes: dict) -> list[tuple[str, str]]:
+    """:func:`included`'s walk (``probes``: each path stat'ed, with :func:`_signature`)."""
     seen: dict[str, str] = {}
     todo = [(pre + src, str(here), False)]
     mine = {os.path.normpath(d) for d in toolkit}   # splice's own (the user may name one)
@@ -97,7 +140,7 @@ def included(source, src: str) -> list[tuple[str, str]]:
             where = (here_, in_toolkit, name) if quoted else ("", False, name)
             if where not in found:   # CUB's headers include each other hundreds of times
                 found[where] = _find_header(
-                    name, ([(here_, in_toolkit)] if quoted else []) + tagged)
+                    name, ([(here_, in_toolkit)] if quoted else []) + tagged, probes)
             hit = found[where]
             if hit is None:
                 continue
@@ -130,15 +173,21 @@ def _read(path: str) -> bytes:
     return safe_fs.read_regular(path, safe_fs.MAX_SOURCE_BYTES, "the #include'd file")
 
 
-def _find_header(name: str, dirs) -> tuple[str, bool, os.stat_result] | None:
+def _find_header(name: str, dirs, probes: dict | None = None
+                 ) -> tuple[str, bool, os.stat_result] | None:
     """The first regular file ``name`` in ``dirs`` ((directory, splice's own) pairs): its
-    path, whether the directory is splice's own, its stat; None when none has it."""
+    path, whether the directory is splice's own, its stat; None when none has it.
+    ``probes``: each path stat'ed, with what was there (:func:`_signature`)."""
     for d, own in dirs:
         path = os.path.join(d, name)
         try:
             st = os.stat(path)
         except (OSError, ValueError):   # ValueError: a NUL in the name
+            if probes is not None:
+                probes[path] = None
             continue
+        if probes is not None:
+            probes[path] = _signature(st)
         if stat.S_ISREG(st.st_mode):
             return path, own, st
         if not stat.S_ISDIR(st.st_mode):   # NVRTC would open it: a FIFO hangs it
