@@ -1,13 +1,15 @@
 """splice.cub's first compiles (issue 37): a call on one tile length compiles every other
 documented length of the same op and dtype in the same NVRTC program, each cut to what it
 uses and cached on its own (``CudaSource.batch``), so that a sweep over sizes parses CCCL
-once; the PTX of one instantiation is the same at every call site; a program that does not
-compile with its other sizes falls back to the call's own; the values of a size compiled
-along are right (CPU executor)."""
+once -- also when two sizes ask at once (one kernel, two threads) and when the disk cache
+is off or too small to hold them; the PTX of one instantiation is the same at every call
+site; a program that does not compile with its other sizes falls back to the call's own;
+the values of a size compiled along are right (CPU executor)."""
 
 from __future__ import annotations
 
 import logging
+import threading
 
 import cuda.tile as ct
 import numpy as np
@@ -33,12 +35,14 @@ def _cub_headers():
 def nvrtc_calls(fresh_cache, monkeypatch):
     """The sources NVRTC compiles (PTX output), in an empty cache and process memo."""
     monkeypatch.setattr(fragments, "_memo", {})
-    monkeypatch.setattr(fragments, "_compiled_along", {})
+    monkeypatch.setattr(fragments, "_along", fragments._Along())
     calls: list[str] = []
+    lock = threading.Lock()
     real = toolchain.nvrtc_compile
 
     def counting(source, name, options, **kw):
-        calls.append(source.decode())
+        with lock:
+            calls.append(source.decode())
         return real(source, name, options, **kw)
     monkeypatch.setattr(toolchain, "nvrtc_compile", counting)
     return calls
@@ -100,7 +104,7 @@ def test_sizes_compiled_along_survive_a_new_process(nvrtc_calls):
 
 
 def test_sizes_compiled_along_without_a_cache(nvrtc_calls, monkeypatch):
-    monkeypatch.setattr(fragments.cache, "store", lambda *a, **k: False)   # full, or off
+    monkeypatch.setattr(fragments.cache, "store", lambda *a, **k: False)   # off
     monkeypatch.setattr(fragments.cache, "load", lambda *a, **k: None)
     splice.compile(sort_kernel, _sig(f32, f32, consts=(256,)), "sm_90")
     splice.compile(sort_kernel, _sig(f32, f32, consts=(1024,)), "sm_90")
@@ -155,3 +159,74 @@ def test_a_size_compiled_along_sorts(nvrtc_calls, n):
     launch = run_build(build, (1,), x, y)
     assert not launch.approx
     np.testing.assert_array_equal(y, np.sort(x))
+
+
+# --- one program, also when two sizes ask at once or the cache cannot keep them ----------
+# (found by trying to break it: each compiled the six-size program more than once)
+
+def _instances(calls) -> list[int]:
+    return [len(_trampolines(c)) for c in calls]
+
+
+@splice.kernel
+def two_sizes_kernel(x, y, z, N: ConstInt, M: ConstInt):
+    a = ct.load(x, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    b = ct.load(x, index=(ct.bid(0),), shape=(M,), allow_tma=False)
+    ct.store(y, index=(ct.bid(0),), tile=splice.cub.sort(a))
+    ct.store(z, index=(ct.bid(0),), tile=splice.cub.sort(b))
+
+
+def test_two_sizes_of_one_op_in_one_kernel_compile_cub_once(nvrtc_calls):
+    """Their fragments compile ahead in parallel threads: the second waits for the first's
+    program, which holds its size."""
+    build = splice.compile(two_sizes_kernel, _sig(f32, f32, f32, consts=(256, 512)), "sm_90")
+    assert _instances(nvrtc_calls) == [6]
+    x = np.random.default_rng(5).standard_normal(512).astype(np.float32)
+    y, z = np.zeros(256, np.float32), np.zeros(512, np.float32)
+    run_build(build, (1,), x, y, z)
+    np.testing.assert_array_equal(y, np.sort(x[:256]))
+    np.testing.assert_array_equal(z, np.sort(x))
+
+
+def test_threads_compiling_sizes_of_one_op_compile_cub_once(nvrtc_calls):
+    errors: list[BaseException] = []
+
+    def compile_one(n):
+        try:
+            splice.compile(sort_kernel, _sig(f32, f32, consts=(n,)), "sm_90")
+        except Exception as e:      # reported below
+            errors.append(e)
+    threads = [threading.Thread(target=compile_one, args=(n,)) for n in (128, 1024, 4096)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert _instances(nvrtc_calls) == [6]
+
+
+def test_a_sweep_under_a_small_cache_bound_compiles_cub_once(nvrtc_calls, monkeypatch):
+    """A store past $SPLICE_CACHE_MAX_BYTES succeeds and evicts the sizes its batch has
+    just stored: they are kept in memory too, until their calls take them."""
+    monkeypatch.setenv("SPLICE_CACHE_MAX_BYTES", "200000")     # about two entries
+    for n in splice.cub.SIZES:
+        splice.compile(sort_kernel, _sig(f32, f32, consts=(n,)), "sm_90")
+    assert _instances(nvrtc_calls) == [6]
+
+
+def test_what_is_kept_in_memory_is_bounded(monkeypatch):
+    along = fragments._Along()
+    monkeypatch.setattr(fragments._Along, "LIMIT", 10)
+    claim = along.claim(["own", "a", "b", "c"])
+    assert claim is not None and along.claim(["a"]) is None      # a: being compiled
+    along.done(claim, {"a": "xxxx", "b": "yyyy", "c": "zzzz"})
+    assert along.take("a") is None and along.take("b") == "yyyy"   # the oldest dropped
+    assert along.take("b") is None and along.claim(["a"]) is not None
+
+
+def test_a_forked_child_does_not_wait_for_its_parents_batch():
+    along = fragments._Along()
+    claim = along.claim(["own", "a"])
+    assert claim is not None
+    along.forget()                    # what os.register_at_fork runs in the child
+    assert along.take("a") is None    # returns at once: nothing pending

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import re
 import threading
 from pathlib import Path
@@ -40,10 +41,66 @@ if TYPE_CHECKING:
 
 _memo: dict[str, Module] = {}
 _memo_lock = threading.Lock()
-#: PTX compiled along with another fragment (:attr:`CudaSource.batch`) that the cache did
-#: not take (a cache that is off or full), by content key, until its own call asks for it
-_compiled_along: dict[str, str] = {}
 log = logging.getLogger("splice")
+
+
+class _Along:
+    """The PTX of fragments compiled along with another (:attr:`CudaSource.batch`), by
+    content key, kept in memory until a call asks for it (the disk cache may be off, or
+    full and evict it before then), at most :data:`LIMIT` characters, oldest dropped
+    first; and the keys a batch being compiled will give, which a call for one of them
+    waits for rather than compiling it again (two sizes of one op in a kernel, whose
+    fragments compile in parallel; an autotuner's threads)."""
+
+    LIMIT = 64 << 20
+
+    def __init__(self) -> None:
+        self.texts: dict[str, str] = {}
+        self.pending: dict[str, threading.Event] = {}
+
+    def take(self, key: str) -> str | None:
+        """The PTX of ``key`` if compiled along, after waiting for a batch compiling it."""
+        with _memo_lock:
+            event = self.pending.get(key)
+        if event is not None:
+            event.wait()
+        with _memo_lock:
+            return self.texts.pop(key, None)
+
+    def claim(self, keys) -> tuple[threading.Event, list[str]] | None:
+        """Mark ``keys[0]`` (the call's own) and those of ``keys[1:]`` no batch holds yet as
+        being compiled: (the event to set when done, the keys claimed); None when another
+        batch holds ``keys[0]`` already (wait for it: :meth:`take`)."""
+        with _memo_lock:
+            if keys[0] in self.pending:
+                return None
+            event = threading.Event()
+            mine = [k for k in keys if k not in self.pending and k not in self.texts]
+            for k in mine:
+                self.pending[k] = event
+            return event, mine
+
+    def done(self, claim, texts: dict[str, str]) -> None:
+        """A claimed batch is compiled (``texts``: the PTX of its keys, none on failure)."""
+        event, keys = claim
+        with _memo_lock:
+            self.texts.update((k, t) for k, t in texts.items() if k in keys)
+            total = sum(map(len, self.texts.values()))
+            while total > self.LIMIT:
+                total -= len(self.texts.pop(next(iter(self.texts))))
+            for k in keys:
+                self.pending.pop(k, None)
+        event.set()
+
+    def forget(self) -> None:
+        """In a forked child: no thread of its own compiles the pending batches."""
+        self.texts.clear()
+        self.pending.clear()
+
+
+_along = _Along()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_along.forget)
 
 
 def _parse(text: str, what: str) -> Module:
@@ -307,53 +364,82 @@ class CudaSource(Fragment):
                          lambda key: self._compile(key, target, kept), lambda key: all(kept))
 
     def _compile(self, key: str, target: str, kept: list[bool]) -> Module:
-        stored = cache.load("fragment", key)
-        with _memo_lock:   # compiled along with another size (batch), the cache off or full
-            along = _compiled_along.pop(key, None)
-        if stored is not None:
-            text = stored[1].decode()
-        else:
-            text = along if along is not None else self._build(key, target, kept)
-        return _parse(text, f"NVRTC output for {self.describe()}")
+        return _parse(self._ptx(key, target, kept), f"NVRTC output for {self.describe()}")
 
-    def _build(self, key: str, target: str, kept: list[bool]) -> str:
-        """NVRTC's PTX for this fragment (with its batch, when it has one), cached."""
+    def _ptx(self, key: str, target: str, kept: list[bool]) -> str:
+        """The PTX of ``key``: compiled along with another size (or being: waited for),
+        cached, or compiled now."""
+        while True:
+            text = _along.take(key) if self.batch is not None else None
+            if text is not None:
+                return text
+            stored = cache.load("fragment", key)
+            if stored is not None:
+                return stored[1].decode()
+            text = self._build(key, target, kept)
+            if text is not None:
+                return text
+
+    def _build(self, key: str, target: str, kept: list[bool]) -> str | None:
+        """NVRTC's PTX for this fragment, cut when it has a batch, and the batch's, cached;
+        None when another thread has just started compiling it along."""
         src = self.read()
         if not src.strip():
             raise SpliceCompileError(f"{self.describe()} is empty")
         name = str(self.path) if self.path else f"extern_source@{self.where}"
         full = src if src.endswith("\n") else src + "\n"
-        texts = self._nvrtc_batch(full, name, target) if self.batch else None
-        text = texts.pop(self) if texts else self._nvrtc(full, name, target)
-        if self.batch is not None and not texts:
-            text = self._cut(_parse(text, f"NVRTC output for {self.describe()}"))
         found = self._headers(src)
-        kept.append(self.content_key(target, found) == key)
+        if self.batch:
+            others = {m.content_key(target, found): m for m in self.batch}
+            claim = _along.claim([key, *others])
+            if claim is None:
+                return None
+            texts: dict[str, str] = {}
+            try:
+                texts = self._nvrtc_batch(full, name, target, key,
+                                          {k: others[k] for k in claim[1] if k in others})
+                if texts and self.content_key(target) != key:   # edited meanwhile
+                    kept.append(False)
+                    return texts[key]
+                for k, t in texts.items():
+                    if k != key:
+                        cache.store("fragment", k, {"what": others[k].describe()},
+                                    t.encode())
+            finally:
+                _along.done(claim, {k: t for k, t in texts.items() if k != key and
+                                    all(kept)})
+            if key in texts:
+                return self._keep(key, texts[key], target, kept)
+        text = self._nvrtc(full, name, target)
+        if self.batch is not None:
+            text = self._cut(_parse(text, f"NVRTC output for {self.describe()}"))
+        return self._keep(key, text, target, kept)
+
+    def _keep(self, key: str, text: str, target: str, kept: list[bool]) -> str:
+        """``text``, cached under ``key`` when the source and its headers still have that
+        key (not edited while NVRTC ran: the include walk is taken again)."""
+        kept.append(self.content_key(target) == key)
         if kept[-1]:
             cache.store("fragment", key, {"what": self.describe()}, text.encode())
-            for other, other_text in (texts or {}).items():
-                other_key = other.content_key(target, found)
-                if cache.load("fragment", other_key) is None and \
-                        not cache.store("fragment", other_key, {"what": other.describe()},
-                                        other_text.encode()):
-                    with _memo_lock:
-                        _compiled_along[other_key] = other_text
         return text
 
-    def _nvrtc_batch(self, full: str, name: str, target: str) -> dict | None:
-        """This fragment and its batch in one NVRTC program: each one's PTX, cut; None
-        when the program does not compile (this fragment then compiles alone)."""
-        members = (self, *(self.batch or ()))
-        whole = dataclasses.replace(self, declared=sum((m.declared for m in members), ()),
-                                    roots=sum((m.roots for m in members), ()), batch=None)
+    def _nvrtc_batch(self, full: str, name: str, target: str, key: str,
+                     others: dict) -> dict[str, str]:
+        """This fragment (``key``) and ``others`` (by key) in one NVRTC program: each
+        one's PTX, cut, by key; {} when the program does not compile (this fragment then
+        compiles alone, for its own error)."""
+        members = {key: self, **others}
+        whole = dataclasses.replace(
+            self, declared=sum((m.declared for m in members.values()), ()),
+            roots=sum((m.roots for m in members.values()), ()), batch=None)
         try:
             mod = _parse(whole._nvrtc(full, name, target), f"NVRTC output for "
                                                            f"{self.describe()}")
         except SpliceCompileError as e:
             log.debug("splice: %s did not compile with its other sizes (%s); alone now",
                       self.describe(), e.message)
-            return None
-        return {m: m._cut(mod) for m in members}
+            return {}
+        return {k: m._cut(mod) for k, m in members.items()}
 
     def _cut(self, mod: Module) -> str:
         """What this fragment's roots reach of ``mod`` (:func:`splice.ptxtools.reachable.cut`)."""
