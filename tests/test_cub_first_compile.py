@@ -230,3 +230,19 @@ def test_a_forked_child_does_not_wait_for_its_parents_batch():
     assert claim is not None
     along.forget()                    # what os.register_at_fork runs in the child
     assert along.take("a") is None    # returns at once: nothing pending
+
+
+@pytest.mark.gpu
+def test_gpu_sizes_compiled_along_sort(torch, fresh_cache, monkeypatch):
+    """On the GPU, in an empty cache: the first launch (128) compiles every size; the
+    others launch from what it compiled along, and sort like torch.sort."""
+    from support.gpu import launch
+    monkeypatch.setattr(fragments, "_memo", {})
+    monkeypatch.setattr(fragments, "_along", fragments._Along())
+    rows = 64
+    for n in splice.cub.SIZES:
+        x = torch.randn(rows * n, device="cuda")
+        y = torch.empty_like(x)
+        launch(torch, (rows,), sort_kernel, (x, y, n))
+        ref = torch.sort(x.view(rows, n), dim=-1).values.reshape(-1)
+        torch.testing.assert_close(y, ref, rtol=0, atol=0)
