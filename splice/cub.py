@@ -19,11 +19,10 @@ function by function below and in ``docs/guide/cub.md``; what follows holds for 
 
 Each is a block-scope call (``scope="block"``): every thread of the block runs CUB's
 ``BlockRadixSort`` / ``BlockScan`` (or, for ``histogram``, shared-memory atomics as CUB's
-``BLOCK_HISTO_ATOMIC`` does) on the tile staged in shared memory. Compiles: the first call
-of an op and dtype (and operator, direction, ``k``) on a tile of one of :data:`SIZES`
-compiles all of them in one NVRTC program (parsing CCCL dominates a compile; another size
-costs little), each cut to the code it uses and cached on disk under its own key, so a
-sweep over tile sizes compiles CUB once; a larger tile compiles alone. What they need:
+``BLOCK_HISTO_ATOMIC`` does) on the tile staged in shared memory. The first call of an op
+and dtype (and operator, direction, ``k``) on a tile of one of :data:`SIZES` compiles all
+of them in one NVRTC program, each cached on disk on its own: a sweep over tile sizes
+compiles CUB once; a larger tile compiles alone. What they need:
 
 - **CCCL's headers** (``pip install 'cuda-toolkit[cccl]'``, a CUDA toolkit, or CuPy's copy:
   :mod:`splice.cccl`).
