@@ -148,6 +148,23 @@ def test_the_info_line_names_the_sizes_compiled_along(nvrtc_calls, caplog, monke
     assert "its other sizes, with tiles float32[128], float32[128]; float32[512]" in line
 
 
+@pytest.mark.parametrize("n", [256, 1024])
+def test_a_size_compiled_along_is_the_code_compiled_alone(nvrtc_calls, monkeypatch, tmp_path,
+                                                          n):
+    """Batching changes how many sizes NVRTC compiles at once, not the code of any: the
+    kernel with float32[n] cut out of the six-size program is byte for byte the kernel
+    with float32[n] compiled alone."""
+    along = splice.compile(sort_kernel, _sig(f32, f32, consts=(n,)), "sm_90").spliced_ptx
+    from splice.inputs import tile_fragment
+    monkeypatch.setattr(tile_fragment, "_other_sizes", lambda ext, shapes: [])
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(tmp_path / "another"))
+    monkeypatch.setattr(fragments, "_memo", {})
+    monkeypatch.setattr(fragments, "_along", fragments._Along())
+    alone = splice.compile(sort_kernel, _sig(f32, f32, consts=(n,)), "sm_90").spliced_ptx
+    assert [len(_trampolines(c)) for c in nvrtc_calls] == [6, 1]
+    assert alone == along
+
+
 @pytest.mark.parametrize("n", [256, 2048])
 def test_a_size_compiled_along_sorts(nvrtc_calls, n):
     splice.compile(sort_kernel, _sig(f32, f32, consts=(128,)), "sm_90")

@@ -13,6 +13,7 @@ out for its own cache entry.
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 from .ptx import Module, apply_edits, declared_variable_name
@@ -61,9 +62,21 @@ def cut(mod: Module, roots: Sequence[str]) -> str:
             for s in mod.statements[a:b + 1]:
                 todo.extend(t.text for t in s.tokens
                             if t.kind == "ident" and t.text in spans and t.text not in kept)
-    edits = [(mod.statements[a].start, mod.statements[b].end, "")
+    edits = [(mod.statements[a].start, _line_end(mod.text, mod.statements[b].end), "")
              for name, ranges in spans.items() if name not in kept for a, b in ranges]
-    return apply_edits(mod.text, sorted(edits))
+    text = apply_edits(mod.text, sorted(edits))
+    # NVRTC's "// .globl name" comment (after a blank line) before each visible function
+    return _GLOBL.sub(lambda m: "" if m.group(1) in spans and m.group(1) not in kept
+                      else m.group(0), text)
+
+
+_GLOBL = re.compile(r"^(?:[ \t]*\n)?[ \t]*// \.globl[ \t]+([\w$.]+)[ \t]*\n", re.M)
+
+
+def _line_end(text: str, end: int) -> int:
+    """``end``, past the rest of its line when only blanks follow it there."""
+    nl = text.find("\n", end)
+    return nl + 1 if nl >= 0 and not text[end:nl].strip() else end
 
 
 def _symbol_spans(mod: Module) -> dict[str, list[tuple[int, int]]]:
