@@ -72,3 +72,80 @@ def test_an_edited_user_header_shadowing_cccl_is_not_served_from_nvrtcs_pch(fake
     for value in (7, 8, 9):
         (user / "cub" / "fake.cuh").write_text(f"#pragma once\n#define DEEP {value}\n")
         assert _adds(_frag(include_dirs=(str(user),))) == [f"{value};"]
+
+
+# --- splice.cub's batch (CudaSource.batch, fragments._Along) ------------------------------
+
+import cuda.tile as ct   # noqa: E402
+
+import splice            # noqa: E402
+from splice import toolchain   # noqa: E402
+from support import kernels as K   # noqa: E402
+
+f32 = ct.float32
+ConstInt = ct.Constant[int]
+
+
+@pytest.fixture
+def nvrtc_calls(fresh, monkeypatch):
+    """The tile lengths each NVRTC program instantiates, in an empty cache and memo."""
+    if not cccl.include_dirs():
+        pytest.skip(f"CUB headers not found: {cccl.INSTALL_HINT}")
+    calls: list[int] = []
+    lock = threading.Lock()
+    real = toolchain.nvrtc_compile
+
+    def counting(source, name, options, **kw):
+        with lock:
+            calls.append(source.decode().count("// tiles in shared memory, by reference"))
+        return real(source, name, options, **kw)
+    monkeypatch.setattr(toolchain, "nvrtc_compile", counting)
+    return calls
+
+
+@splice.kernel
+def sort_kernel(x, y, N: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    ct.store(y, index=(ct.bid(0),), tile=splice.cub.sort(t))
+
+
+@splice.kernel
+def two_sorts_of_one_size(x, y, z, N: ConstInt):
+    a = ct.load(x, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    b = ct.load(y, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    ct.store(y, index=(ct.bid(0),), tile=splice.cub.sort(a))
+    ct.store(z, index=(ct.bid(0),), tile=splice.cub.sort(b))
+
+
+def _sig(*arrays, consts=()):
+    return K.signature(*(K.array(d) for d in arrays), *consts)
+
+
+def test_two_calls_of_one_size_in_one_kernel_compile_cub_once(nvrtc_calls):
+    """Two sorts of (256,) tiles: two fragments of one key, compiled ahead in two threads.
+    The second waits for the first's batch, which holds its key, but _Along.done releases
+    it before the holder has cached its own PTX (_keep runs after done) and done keeps
+    only the *other* sizes' texts: the waiter finds neither, claims its key again and
+    compiles CUB a second time (alone, and with -pch: creating the PCH, ~1.6 s). Measured:
+    NVRTC programs of [6, 1] instances, 3.5 s instead of 1.2 s."""
+    splice.compile(two_sorts_of_one_size, _sig(f32, f32, f32, consts=(256,)), "sm_90")
+    assert nvrtc_calls == [6]
+
+
+def test_threads_compiling_one_size_compile_cub_once(nvrtc_calls):
+    """An autotuner's threads compiling the same config: same as above."""
+    errors: list[BaseException] = []
+
+    def compile_one():
+        try:
+            splice.compile(sort_kernel, _sig(f32, f32, consts=(1024,)), "sm_90")
+        except BaseException as e:      # reported below
+            errors.append(e)
+    threads = [threading.Thread(target=compile_one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "hung"
+    assert not errors
+    assert nvrtc_calls == [6]
