@@ -149,3 +149,51 @@ def test_threads_compiling_one_size_compile_cub_once(nvrtc_calls):
     assert not any(t.is_alive() for t in threads), "hung"
     assert not errors
     assert nvrtc_calls == [6]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_while_a_batch_compiles_can_compile(nvrtc_calls):
+    """dc189f2 makes a forked child forget its parent's pending batches, so that it does
+    not wait for them; but the child's own NVRTC call then hangs for ever: NVRTC's locks
+    are held by the parent's compiling thread at the fork (the same with a plain NVRTC
+    compile in flight). A multiprocessing.Pool (fork) started while a kernel compiles
+    hangs its workers. splice should hold the fork until NVRTC calls in flight return
+    (os.register_at_fork(before=...)), or fail the child's compile with a clear error,
+    never hang."""
+    import time
+    started = threading.Event()
+    real = toolchain.nvrtc_compile
+
+    def slow_start(source, name, options, **kw):
+        started.set()
+        return real(source, name, options, **kw)
+    toolchain.nvrtc_compile = slow_start   # monkeypatched by nvrtc_calls already
+    parent = threading.Thread(target=splice.compile,
+                              args=(sort_kernel, _sig(f32, f32, consts=(128,)), "sm_90"))
+    parent.start()
+    try:
+        assert started.wait(60)
+        time.sleep(0.3)                               # inside NVRTC now
+        pid = os.fork()
+        if pid == 0:                                  # the child: compile another size
+            code = 1
+            try:
+                splice.compile(sort_kernel, _sig(f32, f32, consts=(256,)), "sm_90")
+                code = 0
+            except splice.SpliceError:
+                code = 0                              # a clear error is fine too
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.2)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung in NVRTC for 60 s")
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        parent.join(timeout=120)
