@@ -405,11 +405,12 @@ class CudaSource(Fragment):
                     if k != key:
                         cache.store("fragment", k, {"what": others[k].describe()},
                                     t.encode())
-            finally:
-                _along.done(claim, {k: t for k, t in texts.items() if k != key and
-                                    all(kept)})
+                if key in texts:   # cached before done wakes a call waiting for it
+                    self._keep(key, texts[key], target, kept)
+            finally:   # its own too: a waiting call of the same key takes it
+                _along.done(claim, {k: t for k, t in texts.items() if all(kept)})
             if key in texts:
-                return self._keep(key, texts[key], target, kept)
+                return texts[key]
         text = self._nvrtc(full, name, target)
         if self.batch is not None:
             text = self._cut(_parse(text, f"NVRTC output for {self.describe()}"))
