@@ -7,7 +7,54 @@ versions and the check that nvJitLink is as new as ptxas stay in :mod:`splice.to
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
+
 from .errors import SpliceCompileError, SpliceToolchainError
+
+
+class _Calls:
+    """NVRTC and nvJitLink calls in flight, and a fork that waits for them: NVRTC holds
+    locks of its own while it compiles (in a thread, while tileiras runs), and a child
+    forked then (a ``multiprocessing`` pool, a fork server) would block for ever in its
+    first NVRTC call. ``os.fork`` waits until none is in flight and starts none until it
+    has forked (:func:`os.register_at_fork`); the child starts with none."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.count = 0
+
+    @contextlib.contextmanager
+    def running(self):
+        with self.cond:
+            self.count += 1
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.count -= 1
+                if not self.count:
+                    self.cond.notify_all()
+
+    def before_fork(self) -> None:
+        self.cond.acquire()
+        while self.count:
+            self.cond.wait()
+
+    def after_fork_in_parent(self) -> None:
+        self.cond.release()
+
+    def after_fork_in_child(self) -> None:
+        self.__init__()  # type: ignore[misc]
+        from . import nvrtc_pch  # free: taken only inside running()
+        nvrtc_pch._lock = threading.RLock()
+
+
+_calls = _Calls()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_calls.before_fork, after_in_parent=_calls.after_fork_in_parent,
+                        after_in_child=_calls.after_fork_in_child)
 
 
 def nvrtc_version() -> tuple[int, int]:
@@ -25,9 +72,10 @@ def _check_nvrtc(err, what: str, log: str = ""):
 
 
 def nvrtc_compile_ltoir(source: bytes, name: str, options: list[str], *,
-                       pch: bool = False) -> bytes:
+                       pch: bool | str = False) -> bytes:
     """Compile CUDA C to LTO-IR with NVRTC (``options`` must hold ``-dlto``); ``pch``: with
-    NVRTC's automatic precompiled header (:mod:`splice.nvrtc_pch`).
+    NVRTC's automatic precompiled header (:mod:`splice.nvrtc_pch`; a string: the
+    :func:`~splice.nvrtc_pch.state` of the source's headers).
 
     Raises:
         SpliceCompileError: the source did not compile; ``.log`` is NVRTC's log.
@@ -36,9 +84,10 @@ def nvrtc_compile_ltoir(source: bytes, name: str, options: list[str], *,
 
 
 def nvrtc_compile(source: bytes, name: str, options: list[str], *,
-                  pch: bool = False) -> tuple[str, str]:
+                  pch: bool | str = False) -> tuple[str, str]:
     """Compile CUDA C to PTX with NVRTC. Returns (ptx, log). ``pch``: with NVRTC's
-    automatic precompiled header (:mod:`splice.nvrtc_pch`).
+    automatic precompiled header (:mod:`splice.nvrtc_pch`; a string: the
+    :func:`~splice.nvrtc_pch.state` of the source's headers).
 
     Raises:
         SpliceCompileError: the source did not compile; ``.log`` is NVRTC's log.
@@ -47,16 +96,19 @@ def nvrtc_compile(source: bytes, name: str, options: list[str], *,
     return out.decode(), log
 
 
-def _nvrtc(source: bytes, name: str, options: list[str], ltoir: bool, pch: bool = False):
+def _nvrtc(source: bytes, name: str, options: list[str], ltoir: bool,
+           pch: bool | str = False):
     """NVRTC: (PTX or LTO-IR bytes, log). PCH compiles run one at a time
     (:data:`splice.nvrtc_pch._lock`)."""
     from cuda.bindings import nvrtc
-    if not pch:
-        return _nvrtc_program(nvrtc, source, name, options, ltoir, pch=False)
-    from . import nvrtc_pch
-    with nvrtc_pch._lock:
-        extra = nvrtc_pch.options(nvrtc)
-        return _nvrtc_program(nvrtc, source, name, options + extra, ltoir, pch=bool(extra))
+    with _calls.running():
+        if not pch:
+            return _nvrtc_program(nvrtc, source, name, options, ltoir, pch=False)
+        from . import nvrtc_pch
+        with nvrtc_pch._lock:
+            extra = nvrtc_pch.options(nvrtc, pch if isinstance(pch, str) else "")
+            return _nvrtc_program(nvrtc, source, name, options + extra, ltoir,
+                                  pch=bool(extra))
 
 
 def _nvrtc_program(nvrtc, source: bytes, name: str, options: list[str], ltoir: bool,
@@ -107,6 +159,12 @@ def nvjitlink_run(options: list[str], inputs: list[tuple[str, bytes, str]], outp
     Raises:
         SpliceLinkError: nvJitLink failed (its log attached).
     """
+    with _calls.running():
+        return _nvjitlink_run(options, inputs, output, what)
+
+
+def _nvjitlink_run(options: list[str], inputs: list[tuple[str, bytes, str]], output: str,
+                   what: str) -> bytes:
     from cuda.bindings import nvjitlink
 
     from .errors import SpliceLinkError

@@ -51,7 +51,7 @@ _lock = threading.RLock()
 _state: dict[str, object] = {}
 
 
-def wanted(source: str, options: list[str]) -> bool:
+def wanted(source: str, options: list[str], headers=()) -> bool:
     """Whether to compile ``source`` with the PCH: it includes a CCCL header
     (``<cub/...>``, ``<thrust/...>``, ``<cuda/...>``, ``<nv/...>``), every header it
     includes is CCCL's or the toolkit's (``<cuda_fp16.h>``: none of the user's, which could
@@ -61,9 +61,16 @@ def wanted(source: str, options: list[str]) -> bool:
     single compile: about 1.65 s against 1.25 s for CUB's radix sort); the second creates
     it, the later ones load it.
 
+    NVRTC loads a PCH without looking at the headers in it again: ``headers`` (the
+    source's include walk, :func:`splice.inputs.headers.included`) must be the toolkit's
+    only (a user's header, even one named like CCCL's in front of it on the include
+    path, could change while the process runs), and they are part of the key, as they
+    name the PCH's directory (:func:`state`): an edited CCCL header gets a PCH of its own.
+
     Args:
         source: CUDA C text.
         options: NVRTC's options for it.
+        headers: (path, identity) of every header it includes, from the include walk.
 
     Returns:
         True when the PCH pays.
@@ -75,11 +82,14 @@ def wanted(source: str, options: list[str]) -> bool:
         >>> wanted("#include <cuda_fp16.h>\\n", []), wanted("#include <cuda_fp16.h>\\n", [])
         (False, False)
     """
+    from .inputs.headers import STAT
     if _USES_CCCL.search(source) is None or \
-            not all(_TOOLKIT_HEADER.fullmatch(m.group(1)) for m in _INCLUDE.finditer(source)):
+            not all(_TOOLKIT_HEADER.fullmatch(m.group(1)) for m in _INCLUDE.finditer(source)) \
+            or not all(ident.startswith(STAT) for _, ident in headers):
         return False
     last = max(m.end() for m in _INCLUDE.finditer(source))
-    key = hashlib.sha256("\0".join([source[:last], *options]).encode()).hexdigest()
+    key = hashlib.sha256("\0".join([source[:last], *options, state(headers)]).encode()
+                         ).hexdigest()
     with _lock:
         seen = key in _prefixes
         _prefixes.add(key)
@@ -120,12 +130,20 @@ def _set_heap(nvrtc, size: int) -> bool:
         return False
 
 
-def options(nvrtc) -> list[str]:
+def state(headers) -> str:
+    """The name of the PCH directory for a source's ``headers`` (its include walk: each
+    toolkit header's path, size and mtime): another state of the headers, another PCH."""
+    return hashlib.sha256(repr(sorted(headers)).encode()).hexdigest()[:16]
+
+
+def options(nvrtc, headers_state: str = "") -> list[str]:
     """The options that turn the PCH on (``-pch --pch-dir=...``), the heap raised first;
     [] when it cannot be used. Call it holding :data:`_lock`.
 
     Args:
         nvrtc: ``cuda.bindings.nvrtc``.
+        headers_state: :func:`state` of the source's headers: the PCH directory is its
+            subdirectory of this process's private one ("": that one).
 
     Returns:
         NVRTC options, or [].
@@ -140,6 +158,12 @@ def options(nvrtc) -> list[str]:
     d = _private_dir()
     if d is None or not _set_heap(nvrtc, int(_state.get("heap", HEAP_BYTES))):  # type: ignore[call-overload]
         return []
+    if headers_state:
+        d = d / headers_state
+        try:
+            d.mkdir(mode=0o700, exist_ok=True)   # inside the private 0700 directory
+        except OSError:
+            return []
     return ["-pch", f"--pch-dir={d}"]
 
 

@@ -9,6 +9,7 @@ the values of a size compiled along are right (CPU executor)."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 import cuda.tile as ct
@@ -125,7 +126,8 @@ def test_top_k_compiles_along_only_sizes_that_hold_k(nvrtc_calls):
     assert sizes == [512, 1024, 2048, 4096]
 
 
-def test_a_batch_that_does_not_compile_falls_back_to_the_call_alone(nvrtc_calls, monkeypatch):
+def test_a_batch_that_does_not_compile_falls_back_to_the_call_alone(nvrtc_calls, monkeypatch,
+                                                                   fresh_cache):
     # top_k with sizes below k compiled along: static_assert(K <= N) fails for them
     monkeypatch.setattr(splice.cub, "_externs", {})
     real = splice.cub._extern
@@ -135,6 +137,12 @@ def test_a_batch_that_does_not_compile_falls_back_to_the_call_alone(nvrtc_calls,
     assert len(nvrtc_calls) == 2                 # the batch, then the call alone
     assert [n for _, n in _trampolines(nvrtc_calls[1])] == ["256"]
     assert "splice_cub5top_k" in b.spliced_ptx
+    # a batch that failed is not tried again: a call whose own code does not compile
+    # (compiled ahead, then again in the build) runs it once
+    monkeypatch.setattr(fragments, "_memo", {})
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(fresh_cache.parent / "another"))
+    splice.compile(top_k_kernel, _sig(f32, f32, ct.int32, consts=(256, 256)), "sm_90")
+    assert len(nvrtc_calls) == 3
 
 
 def test_the_info_line_names_the_sizes_compiled_along(nvrtc_calls, caplog, monkeypatch):
@@ -263,3 +271,103 @@ def test_gpu_sizes_compiled_along_sort(torch, fresh_cache, monkeypatch):
         launch(torch, (rows,), sort_kernel, (x, y, n))
         ref = torch.sort(x.view(rows, n), dim=-1).values.reshape(-1)
         torch.testing.assert_close(y, ref, rtol=0, atol=0)
+
+
+# --- two calls of one size at once; a fork while CUB compiles (found by breaker4) --------
+
+@pytest.fixture
+def instances(fresh_cache, monkeypatch):
+    """How many tile lengths each NVRTC program instantiates, in an empty cache and memo."""
+    monkeypatch.setattr(fragments, "_memo", {})
+    monkeypatch.setattr(fragments, "_along", fragments._Along())
+    calls: list[int] = []
+    lock = threading.Lock()
+    real = toolchain.nvrtc_compile
+
+    def counting(source, name, options, **kw):
+        with lock:
+            calls.append(source.decode().count("// tiles in shared memory, by reference"))
+        return real(source, name, options, **kw)
+    monkeypatch.setattr(toolchain, "nvrtc_compile", counting)
+    return calls
+
+
+@splice.kernel
+def two_sorts_of_one_size(x, y, z, N: ConstInt):
+    a = ct.load(x, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    b = ct.load(y, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    ct.store(y, index=(ct.bid(0),), tile=splice.cub.sort(a))
+    ct.store(z, index=(ct.bid(0),), tile=splice.cub.sort(b))
+
+
+def test_two_calls_of_one_size_in_one_kernel_compile_cub_once(instances):
+    """Two sorts of (256,) tiles: two fragments of one key, compiled ahead in two threads.
+    The second waits for the first's batch, which caches its own key and hands it over
+    before it wakes the second (before: NVRTC programs of [6, 1] instances, 3.5 s instead
+    of 1.2 s)."""
+    splice.compile(two_sorts_of_one_size, _sig(f32, f32, f32, consts=(256,)), "sm_90")
+    assert instances == [6]
+
+
+def test_threads_compiling_one_size_compile_cub_once(instances):
+    """An autotuner's threads compiling the same config: same as above."""
+    errors: list[BaseException] = []
+
+    def compile_one():
+        try:
+            splice.compile(sort_kernel, _sig(f32, f32, consts=(1024,)), "sm_90")
+        except BaseException as e:      # reported below
+            errors.append(e)
+    threads = [threading.Thread(target=compile_one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "hung"
+    assert not errors
+    assert instances == [6]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_while_a_batch_compiles_can_compile(instances):
+    """A fork while NVRTC compiles in another thread waits for it to return (NVRTC's own
+    locks would be held in the child for ever: splice.cuda_libs._Calls), and the child
+    forgets the parent's pending batches (no thread of its own will end them): the
+    child compiles. Before, it hung in its first NVRTC call."""
+    import time
+    started = threading.Event()
+    real = toolchain.nvrtc_compile
+
+    def slow_start(source, name, options, **kw):
+        started.set()
+        return real(source, name, options, **kw)
+    toolchain.nvrtc_compile = slow_start   # monkeypatched by nvrtc_calls already
+    parent = threading.Thread(target=splice.compile,
+                              args=(sort_kernel, _sig(f32, f32, consts=(128,)), "sm_90"))
+    parent.start()
+    try:
+        assert started.wait(60)
+        time.sleep(0.3)                               # inside NVRTC now
+        pid = os.fork()
+        if pid == 0:                                  # the child: compile another size
+            code = 1
+            try:
+                splice.compile(sort_kernel, _sig(f32, f32, consts=(256,)), "sm_90")
+                code = 0
+            except splice.SpliceError:
+                code = 0                              # a clear error is fine too
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.2)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung in NVRTC for 60 s")
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        parent.join(timeout=120)

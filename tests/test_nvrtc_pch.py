@@ -8,11 +8,14 @@ import logging
 import os
 import stat
 import time
+from pathlib import Path
 
 import pytest
 
 from splice import cccl, nvrtc_pch, toolchain
-from splice.inputs import cuda_compile
+from splice.inputs import cuda_compile, fragments, headers
+from splice.inputs.externs import HEADER_PROVIDERS
+from splice.inputs.fragments import CudaSource
 
 _SOURCE = """#include <cuda/std/limits>
 extern "C" __device__ int biggest(int x) {
@@ -84,3 +87,65 @@ def test_compile_of_more_than_a_second_logs_what_it_compiles(monkeypatch, caplog
     [rec] = [r for r in caplog.records if "NVRTC took" in r.getMessage()]
     assert rec.levelno == logging.INFO
     assert "CUDA C source declared at t:1" in rec.getMessage() and "sm_90a" in rec.getMessage()
+
+
+# --- a header edited while the process runs (found by breaker4: NVRTC loaded the PCH of
+# the header as it was, and the new key got the old PTX) --------------------------------
+
+_FAKE_SRC = ('#include <cub/fake.cuh>\n'
+       'extern "C" __device__ int f(int x) { return x + DEEP; }\n')
+
+
+@pytest.fixture
+def fresh(fresh_cache, monkeypatch):
+    """An empty disk cache, process memo, walk memo and PCH history."""
+    monkeypatch.setattr(fragments, "_memo", {})
+    monkeypatch.setattr(fragments, "_along", fragments._Along())
+    monkeypatch.setattr(headers, "_walks", {})
+    monkeypatch.setattr(nvrtc_pch, "_prefixes", set())
+    return fresh_cache
+
+
+@pytest.fixture
+def fake_cccl(monkeypatch, tmp_path, fresh) -> Path:
+    """An installed CCCL holding <cub/fake.cuh> (a name splice's PCH takes for CCCL's)."""
+    d = tmp_path / "cccl"
+    (d / "cub").mkdir(parents=True)
+    (d / "cub" / "fake.cuh").write_text("#pragma once\n#define DEEP 1\n")
+    monkeypatch.setattr(cccl, "include_dirs", lambda: [str(d)])
+    return d
+
+
+def _adds(frag: CudaSource) -> list[str]:
+    return [ln.split()[-1] for ln in frag.module("sm_90").text.splitlines()
+            if ln.strip().startswith("add.s32")]
+
+
+def _frag(**kw) -> CudaSource:
+    return CudaSource(text=kw.pop("text", _FAKE_SRC), where="x.py:1", providers=HEADER_PROVIDERS,
+                      **kw)
+
+
+
+def test_an_edited_cccl_header_is_not_served_from_nvrtcs_pch(fake_cccl):
+    """An edit changes the key (size, mtime) and the state of the headers, which names
+    the PCH's directory: NVRTC creates a PCH for the new state rather than loading the
+    old one, whose header it does not check (before: the new key got the old PTX, and
+    kept it on disk)."""
+    header = fake_cccl / "cub" / "fake.cuh"
+    for value in (1, 22, 333):
+        header.write_text(f"#pragma once\n#define DEEP {value}\n")
+        assert _adds(_frag()) == [f"{value};"]
+
+
+def test_an_edited_user_header_shadowing_cccl_is_not_served_from_nvrtcs_pch(fake_cccl,
+                                                                           tmp_path):
+    """A user -I directory that shadows <cub/...> (the documented way to patch one CUB
+    header; keyed by content): a source with a user header compiles without the PCH."""
+    user = tmp_path / "user"
+    (user / "cub").mkdir(parents=True)
+    for value in (7, 8, 9):
+        (user / "cub" / "fake.cuh").write_text(f"#pragma once\n#define DEEP {value}\n")
+        assert _adds(_frag(include_dirs=(str(user),))) == [f"{value};"]
+
+

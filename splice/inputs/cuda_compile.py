@@ -23,12 +23,15 @@ log = logging.getLogger("splice")
 
 
 def compile_source(full: str, name: str, target: str, options: list[str], *, declared,
-                   dlto: bool, roots, providers: Sequence[HeaderProvider], what: str) -> str:
+                   dlto: bool, roots, providers: Sequence[HeaderProvider], what: str,
+                   headers=()) -> str:
     """The PTX of CUDA C text ``full`` (NVRTC file name ``name``) for ``target`` with NVRTC
     ``options``, the checks of the externs ``declared`` from it appended; with ``dlto``,
     compiled to LTO-IR and linked to PTX holding ``roots`` ((symbol, Signature) pairs). A C
     symbol the type check cannot see at global scope is checked by redeclaration instead
-    (never dropped: see :mod:`splice.inputs.checks`).
+    (never dropped: see :mod:`splice.inputs.checks`). ``headers``: the source's include walk
+    (:func:`splice.inputs.headers.included`), which decides whether NVRTC's PCH may be used
+    and names its directory (:func:`splice.nvrtc_pch.wanted`); () never uses it.
 
     Raises:
         SpliceCompileError: naming ``what`` (the source), the first error and its line,
@@ -36,10 +39,10 @@ def compile_source(full: str, name: str, target: str, options: list[str], *, dec
             first.
         SpliceLinkError: nvJitLink rejected the LTO-IR.
     """
-    from ..nvrtc_pch import wanted
+    from ..nvrtc_pch import state, wanted
     from ..ptxtools.ptx import arch_words
     from .checks import generated_blocks, lookup_failures, results_hint
-    pch = wanted(full, options)
+    pch = state(headers) if wanted(full, options, headers) else ""
     start = time.perf_counter()
     redeclare: frozenset = frozenset()
     c_symbols = {d.symbol for d in declared if d.cxx_name is None}

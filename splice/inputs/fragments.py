@@ -57,6 +57,7 @@ class _Along:
     def __init__(self) -> None:
         self.texts: dict[str, str] = {}
         self.pending: dict[str, threading.Event] = {}
+        self.failed: set[str] = set()    # keys whose batch did not compile: alone now
 
     def take(self, key: str) -> str | None:
         """The PTX of ``key`` if compiled along, after waiting for a batch compiling it."""
@@ -96,11 +97,22 @@ class _Along:
         """In a forked child: no thread of its own compiles the pending batches."""
         self.texts.clear()
         self.pending.clear()
+        self.failed.clear()
 
 
 _along = _Along()
+
+
+def _after_fork_in_child() -> None:
+    """The child of a fork has only the thread that forked: no batch of another thread
+    will end, and a lock another thread held is free."""
+    global _memo_lock
+    _memo_lock = threading.Lock()
+    _along.forget()
+
+
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_along.forget)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _parse(text: str, what: str) -> Module:
@@ -336,7 +348,7 @@ class CudaSource(Fragment):
         generated checks (:func:`splice.inputs.cuda_compile.compile_source`)."""
         return compile_source(full, name, target, self._options(target), declared=self.declared,
                               dlto=self.dlto, roots=self.roots, providers=self.providers,
-                              what=self.describe())
+                              what=self.describe(), headers=self._headers(self.read()))
 
     def content_key(self, target: str, found=None) -> str:
         """The cache key of its PTX for ``target`` (``found``: :meth:`_headers` of its
@@ -389,7 +401,7 @@ class CudaSource(Fragment):
         name = str(self.path) if self.path else f"extern_source@{self.where}"
         full = src if src.endswith("\n") else src + "\n"
         found = self._headers(src)
-        if self.batch:
+        if self.batch and key not in _along.failed:
             others = {m.content_key(target, found): m for m in self.batch}
             claim = _along.claim([key, *others])
             if claim is None:
@@ -398,6 +410,8 @@ class CudaSource(Fragment):
             try:
                 texts = self._nvrtc_batch(full, name, target, key,
                                           {k: others[k] for k in claim[1] if k in others})
+                if not texts:
+                    _along.failed.add(key)
                 if texts and self.content_key(target) != key:   # edited meanwhile
                     kept.append(False)
                     return texts[key]

@@ -24,6 +24,15 @@ INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M
 _lock = threading.Lock()
 
 
+def _after_fork_in_child() -> None:   # a lock another thread held at the fork is free
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class HeaderProvider(Protocol):
     """A library of headers that a CUDA C source may include besides the CUDA toolkit's
     (CCCL, NVSHMEM: ``splice.inputs.externs.HEADER_PROVIDERS``), asked by the source at each step
