@@ -1,0 +1,144 @@
+"""Attacks on NVRTC's PCH keyed by the state of the headers (splice.nvrtc_pch) and on the
+fork that waits for NVRTC calls (splice.cuda_libs._Calls): each test here failed when
+written (breaker5)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from splice import cccl, nvrtc_pch
+from splice.inputs import fragments, headers
+from splice.inputs.externs import HEADER_PROVIDERS
+from splice.inputs.fragments import CudaSource
+
+_SRC = ('#include <cub/fake.cuh>\n'
+        'extern "C" __device__ int f(int x) { return x + DEEP; }\n')
+
+
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    """An empty cache directory, process memo, walk memo and PCH state."""
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(fragments, "_memo", {})
+    monkeypatch.setattr(fragments, "_along", fragments._Along())
+    monkeypatch.setattr(headers, "_walks", {})
+    monkeypatch.setattr(nvrtc_pch, "_prefixes", set())
+    monkeypatch.setattr(nvrtc_pch, "_state", {})
+    return tmp_path
+
+
+@pytest.fixture
+def fake_cccl(monkeypatch, fresh) -> Path:
+    d = fresh / "cccl"
+    (d / "cub").mkdir(parents=True)
+    monkeypatch.setattr(cccl, "include_dirs", lambda: [str(d)])
+    return d
+
+
+def _adds(frag: CudaSource) -> list[str]:
+    return [ln.split()[-1] for ln in frag.module("sm_90").text.splitlines()
+            if ln.strip().startswith("add.s32")]
+
+
+def test_cccl_header_reached_through_a_macro_include_is_not_stale(fake_cccl):
+    """CCCL itself includes headers through macros (thrust: ``#include
+    __THRUST_DEVICE_SYSTEM_VECTOR_HEADER``). The include walk follows ``#include MACRO``
+    only in the user's files, never in a toolkit header, so an edit (new size, new mtime)
+    of a CCCL header reached that way changes neither the content key nor the PCH's
+    directory: the edited header's new value is never compiled (old PTX under the key,
+    and NVRTC's PCH of the old header)."""
+    (fake_cccl / "cub" / "fake.cuh").write_text(
+        "#pragma once\n#define FAKE_DEEP_HEADER <cub/deep.cuh>\n#include FAKE_DEEP_HEADER\n")
+    deep = fake_cccl / "cub" / "deep.cuh"
+    got = []
+    for value in (1, 22, 333):
+        deep.write_text(f"#pragma once\n#define DEEP {value}\n")
+        os.utime(deep, ns=(time.time_ns() + value * 10**9,) * 2)
+        got.append(_adds(CudaSource(text=_SRC, where="x.py:1", providers=HEADER_PROVIDERS)))
+    assert got == [["1;"], ["22;"], ["333;"]]
+
+
+def _run_script(code: str, tmp_path: Path, timeout: float = 120) -> str:
+    env = dict(os.environ, SPLICE_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_forked_child_leaves_the_parents_pch_directory_alone(tmp_path):
+    """The PCH directory is ``tempfile.mkdtemp`` once per process with an ``atexit``
+    rmtree; a forked child keeps both (the fork hooks reset the locks, not
+    ``nvrtc_pch._state``). So the child compiles into the parent's directory (two
+    processes creating the same PCH file, which :data:`nvrtc_pch._lock` serialises only
+    within one), and a child that exits normally removes the parent's directory while
+    the parent uses it. The child should get a directory of its own."""
+    out = _run_script("""
+        import os, sys, time
+        from splice import nvrtc_pch
+        parent = nvrtc_pch._private_dir()
+        assert parent is not None and parent.is_dir()
+        pid = os.fork()
+        if pid == 0:
+            print("child", nvrtc_pch._private_dir(), flush=True)
+            sys.exit(0)          # a normal exit: atexit runs
+        for _ in range(600):
+            p, status = os.waitpid(pid, os.WNOHANG)
+            if p:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, 9)
+        print("parent", parent, parent.is_dir(), flush=True)
+    """, tmp_path)
+    lines = dict(ln.split(" ", 1) for ln in out.splitlines())
+    parent_dir, exists = lines["parent"].rsplit(" ", 1)
+    assert exists == "True", "the child's exit removed the parent's PCH directory"
+    assert lines["child"] != parent_dir, "the child compiles into the parent's PCH directory"
+
+
+def test_fork_does_not_wait_for_ever_behind_overlapping_compiles(tmp_path):
+    """``_Calls.before_fork`` waits on a Condition, which releases its lock while it
+    waits: new NVRTC calls start meanwhile (the docstring says none starts until it has
+    forked), and with two compiling threads whose calls overlap the count never reaches 0,
+    so ``os.fork`` waits until every thread has stopped compiling (here: for ever)."""
+    out = _run_script("""
+        import os, threading, time
+        from splice import cuda_libs
+        stop = threading.Event()
+        def compiles(delay):
+            time.sleep(delay)
+            while not stop.is_set():
+                with cuda_libs._calls.running():   # what every NVRTC call runs in
+                    time.sleep(0.2)
+        workers = [threading.Thread(target=compiles, args=(d,), daemon=True)
+                   for d in (0, 0.1)]
+        for w in workers:
+            w.start()
+        time.sleep(0.3)
+        forked = []
+        def fork():
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            forked.append(pid)
+        f = threading.Thread(target=fork, daemon=True)
+        start = time.monotonic()
+        f.start()
+        f.join(timeout=5)
+        print("forked" if forked else "blocked", round(time.monotonic() - start, 1),
+              flush=True)
+        stop.set()
+        f.join(timeout=5)
+        for pid in forked:
+            os.waitpid(pid, 0)
+    """, tmp_path)
+    assert out.startswith("forked"), out
