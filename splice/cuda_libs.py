@@ -18,20 +18,28 @@ class _Calls:
     """NVRTC and nvJitLink calls in flight, and a fork that waits for them: NVRTC holds
     locks of its own while it compiles (in a thread, while tileiras runs), and a child
     forked then (a ``multiprocessing`` pool, a fork server) would block for ever in its
-    first NVRTC call. ``os.fork`` waits until none is in flight and starts none until it
-    has forked (:func:`os.register_at_fork`); the child starts with none."""
+    first NVRTC call. ``os.fork`` marks itself pending (no call starts after that), waits
+    until none is in flight, and forks (:func:`os.register_at_fork`); the child starts
+    with none (and :mod:`splice.nvrtc_pch` gives it a PCH directory of its own)."""
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
         self.count = 0
+        self.forking = False
+        self.depth = threading.local()    # calls this thread is in (a call inside a call)
 
     @contextlib.contextmanager
     def running(self):
+        outer = not getattr(self.depth, "n", 0)
         with self.cond:
+            while outer and self.forking:
+                self.cond.wait()
             self.count += 1
+        self.depth.n = getattr(self.depth, "n", 0) + 1
         try:
             yield
         finally:
+            self.depth.n -= 1
             with self.cond:
                 self.count -= 1
                 if not self.count:
@@ -39,16 +47,17 @@ class _Calls:
 
     def before_fork(self) -> None:
         self.cond.acquire()
+        self.forking = True
         while self.count:
             self.cond.wait()
 
     def after_fork_in_parent(self) -> None:
+        self.forking = False
+        self.cond.notify_all()
         self.cond.release()
 
     def after_fork_in_child(self) -> None:
         self.__init__()  # type: ignore[misc]
-        from . import nvrtc_pch  # free: taken only inside running()
-        nvrtc_pch._lock = threading.RLock()
 
 
 _calls = _Calls()

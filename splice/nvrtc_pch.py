@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import os
 import re
 import shutil
 import tempfile
@@ -108,11 +109,31 @@ def _private_dir() -> Path | None:
     try:
         root = safe_fs.private_dir(cache_root(), "the cache directory")   # never shared
         found = Path(tempfile.mkdtemp(prefix="pch-", dir=root))
-        atexit.register(shutil.rmtree, found, True)
+        atexit.register(_remove, found, os.getpid())
     except (OSError, SpliceUnsafePathError):
         found = None
     _state["dir"] = found
     return found
+
+
+def _remove(directory: Path, owner: int) -> None:
+    """At exit: this process's PCH directory, removed by the process that made it (a
+    forked child inherits the exit handler, not the directory)."""
+    if os.getpid() == owner:
+        shutil.rmtree(directory, True)
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: a directory of its own (two processes creating one PCH file
+    would race), made when it first needs one, and a free lock (no NVRTC call was in
+    flight: :mod:`splice.cuda_libs` waits for them before a fork)."""
+    global _lock
+    _lock = threading.RLock()
+    _state.pop("dir", None)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _set_heap(nvrtc, size: int) -> bool:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from splice import cccl
+from splice.inputs import headers
 from splice.inputs.externs import HEADER_PROVIDERS
 from splice.inputs.fragments import CudaSource
 
@@ -147,3 +148,40 @@ def test_a_source_with_a_user_header_is_walked_every_time(installed, tmp_path, w
     frag.content_key("sm_90")
     frag.content_key("sm_90")
     assert walks[0] == 2
+
+
+# --- #include MACRO inside toolkit headers (thrust's system headers) ---------------------
+
+def test_a_toolkit_header_named_by_macros_inside_a_macro_is_followed(installed, walks):
+    """thrust: ``#define TAG <ROOT/detail/policy.h>``, ``ROOT`` defined to a path with
+    another macro in it, ``#include TAG``: every name the macros can make is followed, so
+    an edit of the header it names changes the key (and the PCH's directory)."""
+    (installed / "lib" / "sys" / "fast" / "detail").mkdir(parents=True)
+    policy = installed / "lib" / "sys" / "fast" / "detail" / "policy.h"
+    policy.write_text("#pragma once\n#define POLICY 1\n")
+    (installed / "lib" / "config.h").write_text(
+        "#pragma once\n#define SYS_NAME fast\n#define SYS_ROOT lib/sys/SYS_NAME\n")
+    (installed / "lib" / "top.cuh").write_text(
+        "#pragma once\n#include <lib/config.h>\n#define TAG <SYS_ROOT/detail/policy.h>\n"
+        "#include TAG\n#include <lib/detail/mid.cuh>\n")
+    frag = CudaSource(text=SRC, where="x.py:1", providers=HEADER_PROVIDERS)
+    k = frag.content_key("sm_90")
+    found = dict(headers.included(frag, SRC))
+    assert str(policy) in found and found[str(policy)].startswith(headers.STAT)
+    policy.write_text("#pragma once\n#define POLICY 22\n")
+    assert frag.content_key("sm_90") != k
+
+
+def test_a_toolkit_macro_include_splice_cannot_follow_turns_off_memo_and_pch(installed,
+                                                                            walks):
+    from splice import nvrtc_pch
+    (installed / "lib" / "top.cuh").write_text(
+        "#pragma once\n#define PASTE(a) <lib/a.h>\n#include PASTE(x)\n"
+        "#include <lib/detail/mid.cuh>\n")
+    frag = CudaSource(text=SRC, where="x.py:1", providers=HEADER_PROVIDERS)
+    found = headers.included(frag, SRC)
+    assert any(ident == headers.UNRESOLVED for _, ident in found)
+    headers.included(frag, SRC)
+    assert walks[0] == 2                         # walked again: not remembered
+    src = "#include <cub/block/block_scan.cuh>\n"
+    assert not nvrtc_pch.wanted(src, [], found) and not nvrtc_pch.wanted(src, [], found)

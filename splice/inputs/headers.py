@@ -142,8 +142,7 @@ def _walk(source, src: str, pre: str, here: Path, dirs: list[str], toolkit: list
     macros = _Macros(source.defines, option_values(source.options, ("-D", "--define-macro")))
     while todo or (todo := macros.follow()):
         text, here_, in_toolkit = todo.pop()
-        if not in_toolkit:
-            macros.read(text, here_)
+        macros.read(text, here_, in_toolkit)
         for m in INCLUDE_RE.finditer(text):
             quoted, name = m.group(1) == '"', m.group(2)
             where = (here_, in_toolkit, name) if quoted else ("", False, name)
@@ -167,6 +166,12 @@ def _walk(source, src: str, pre: str, here: Path, dirs: list[str], toolkit: list
                 todo.append((data.decode("utf-8", "replace"), os.path.dirname(path),
                              False))
     macros.warn_unresolved(source.describe())
+    def exists(name: str, includer: str) -> bool:   # a header name a macro is defined to
+        quoted = name.startswith('"')
+        return found.get((includer, False, name[1:-1]) if quoted else
+                         ("", False, name[1:-1])) is not None
+    for macro, includer in macros.unresolved_in_toolkit(exists):   # thrust's computed names
+        seen[f"#include {macro} in {includer}"] = UNRESOLVED
     return sorted(seen.items())
 
 
@@ -227,13 +232,25 @@ class _Macros:
             name, _, value = o.partition("=")
             self.values.setdefault(name, set()).add(value or "1")
         self.sites: set[tuple[str, str]] = set()     # (macro, directory of the includer)
+        self.toolkit_sites: set[tuple[str, str]] = set()   # those in toolkit headers
         self.followed: set[tuple[str, str]] = set()  # (header name, directory)
 
-    def read(self, text: str, here: str) -> None:
-        """Learn ``text``'s definitions and its ``#include MACRO`` lines."""
+    def read(self, text: str, here: str, toolkit: bool = False) -> None:
+        """Learn ``text``'s definitions and its ``#include MACRO`` lines (``toolkit``: a
+        toolkit header's, never warned about: :meth:`unresolved_in_toolkit`)."""
         for m in _DEFINE_RE.finditer(text):
             self.values.setdefault(m.group(1), set()).add(m.group(2))
-        self.sites.update((m.group(1), here) for m in _MACROINCLUDE_RE.finditer(text))
+        found = {(m.group(1), here) for m in _MACROINCLUDE_RE.finditer(text)}
+        self.sites.update(found)
+        if toolkit:
+            self.toolkit_sites.update(found)
+
+    def unresolved_in_toolkit(self, exists) -> list[tuple[str, str]]:
+        """The ``#include MACRO`` sites of toolkit headers whose macro names no header
+        found (``exists(name, includer)``): thrust pastes tokens and defines macros to
+        names with macros in them; the walk cannot say what they include."""
+        return sorted((macro, here) for macro, here in self.toolkit_sites
+                      if not any(exists(n, here) for n in self._names(macro)))
 
     def follow(self) -> list[tuple[str, str, bool]]:
         """``#include <name>`` texts, for :func:`included`, of the header names
@@ -254,13 +271,30 @@ class _Macros:
                 seen.add(m)
                 for v in self.values.get(m, ()):
                     if _HEADER_NAME_RE.fullmatch(v):
-                        names.add(v)
+                        names.update(self._expanded(v))
                     elif re.fullmatch(r"[A-Za-z_]\w*", v):
                         todo.append(v)
         return names
 
+    def _expanded(self, name: str, limit: int = 64) -> set[str]:
+        """``name`` (``<a/MACRO/b.h>``) with every macro in it replaced by each value it
+        is defined to, again until none is left (thrust: ``<__THRUST_DEVICE_SYSTEM_ROOT/
+        detail/execution_policy.h>``); at most ``limit`` names, and ``name`` itself."""
+        out, todo = {name}, [name]
+        while todo and len(out) < limit:
+            n = todo.pop()
+            for m in re.finditer(r"[A-Za-z_]\w*", n):
+                for v in sorted(self.values.get(m.group(0), ())):
+                    if re.fullmatch(r"[\w./-]+", v):    # a part of a path
+                        e = n[:m.start()] + v + n[m.end():]
+                        if e not in out and len(out) < limit:
+                            out.add(e)
+                            todo.append(e)
+        return out
+
     def warn_unresolved(self, what: str) -> None:
-        for macro in sorted({m for m, _ in self.sites if not self._names(m)}):
+        for macro in sorted({m for m, _ in self.sites - self.toolkit_sites
+                             if not self._names(m)}):
             if (what, macro) not in _warned_macros:
                 _warned_macros.add((what, macro))
                 log.warning("%s: '#include %s' names a header splice cannot tell (the macro "
@@ -274,12 +308,18 @@ _warned_macros: set[tuple[str, str]] = set()
 
 #: How :func:`included` marks a toolkit header, keyed by its size and mtime.
 STAT = "stat "
+#: How it marks an ``#include MACRO`` of a toolkit header it cannot follow: not a header
+#: known by its stat, so the source's walk is not remembered nor NVRTC's PCH used for it
+UNRESOLVED = "unresolved"
 _toolkit_texts: dict[tuple[str, int, int], str] = {}
+#: The lines of a toolkit header the walk reads: its #include lines (by name or by macro)
+#: and its #define lines (what a macro #include names)
+_KEPT_RE = re.compile(r'^[ \t]*#[ \t]*(?:include|define)\b[^\n]*', re.M)
 
 
 def _toolkit_text(path: str, st) -> str:
-    """The ``#include`` lines of a toolkit header (CUDA, CCCL), read once per process per
-    version of the file (CUB's block headers include some hundreds)."""
+    """The ``#include`` and ``#define`` lines of a toolkit header (CUDA, CCCL), read once
+    per process per version of the file (CUB's block headers include some hundreds)."""
     key = (path, st.st_size, st.st_mtime_ns)
     with _lock:
         text = _toolkit_texts.get(key)
@@ -288,7 +328,7 @@ def _toolkit_text(path: str, st) -> str:
             full = Path(path).read_text(errors="replace")
         except OSError:   # unreadable: NVRTC says so; its size and mtime are in the key
             full = ""
-        text = "\n".join(m.group(0) for m in INCLUDE_RE.finditer(full))
+        text = "\n".join(m.group(0) for m in _KEPT_RE.finditer(full))
         with _lock:
             _toolkit_texts[key] = text
     return text

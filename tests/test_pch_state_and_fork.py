@@ -1,6 +1,8 @@
-"""Attacks on NVRTC's PCH keyed by the state of the headers (splice.nvrtc_pch) and on the
-fork that waits for NVRTC calls (splice.cuda_libs._Calls): each test here failed when
-written (breaker5)."""
+"""NVRTC's PCH follows the state of every header it holds (one reached through a macro
+#include in a toolkit header included), a forked child gets a PCH directory of its own
+and leaves its parent's alone, and a fork waits for NVRTC calls without waiting for ever
+behind calls that overlap (splice.nvrtc_pch, splice.cuda_libs._Calls). Each test failed
+when it was written (found by trying to break them)."""
 
 from __future__ import annotations
 
