@@ -18,10 +18,10 @@ import os
 import re
 import site
 import sys
-import threading
 from pathlib import Path
 from typing import Iterator
 
+from . import forksafe
 from .errors import SpliceToolchainError
 
 #: How to install CCCL (quoted by every error and hint about missing CCCL headers).
@@ -141,7 +141,7 @@ def version() -> tuple[int, int, int] | None:
     return None
 
 
-_lock = threading.Lock()
+_lock = forksafe.lock(globals(), "_lock")
 _chosen: list[list[str]] = []    # include_dirs()'s answer, while complete
 
 

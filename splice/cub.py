@@ -61,9 +61,8 @@ POS_INF`` or ``NEG_INF`` ascending/descending), or mask it yourself.
 
 from __future__ import annotations
 
-import threading
-
 from . import _cutile as cu
+from . import forksafe
 from .cub_sources import OPS_SOURCE as _OPS_SOURCE
 from .cub_sources import SORTS_SOURCE as _SOURCE
 from .errors import SpliceCallError
@@ -84,7 +83,7 @@ _INTEGERS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "ui
 #: and a sweep over sizes then parses it once.
 SIZES = tuple(THREADS << j for j in range(6))
 
-_lock = threading.Lock()
+_lock = forksafe.lock(globals(), "_lock")
 _library = None
 _externs: dict[tuple, object] = {}
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-import threading
 from collections import defaultdict
 from functools import partial
 from typing import Any
@@ -38,7 +37,7 @@ import numpy as np
 from cuda.tile.jax import InputOutput, OutputPlaceholder
 from jax.interpreters import mlir
 
-from . import _cutile
+from . import _cutile, forksafe
 from .driver.splice_kernel import SpliceKernel
 from .errors import SpliceDeclarationError
 
@@ -223,7 +222,7 @@ def _tuple_items(node, n: int) -> list:
 # The primitive: abstract evaluation, and a CUDA lowering to cuTile's FFI launch of splice's
 # cubin.
 
-_lock = threading.Lock()
+_lock = forksafe.lock(globals(), "_lock")
 _prim = None
 
 

@@ -39,6 +39,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from . import forksafe
+
 #: The PCH heap splice asks for: above the ~340 MB CCCL's BlockRadixSort needs.
 HEAP_BYTES = 512 << 20
 
@@ -48,7 +50,7 @@ _INCLUDE = re.compile(r"^\s*#\s*include\s*(\S+).*$", re.M)
 #: the process runs (a user's header could, and NVRTC would have to notice).
 _TOOLKIT_HEADER = re.compile(r"<(?:(?:cub|thrust|cuda|nv)/[\w/.]+|cuda_\w+\.hp?p?)>")
 _prefixes: set[str] = set()     # the include prefixes (and options) compiled so far
-_lock = threading.RLock()
+_lock = forksafe.lock(globals(), "_lock", threading.RLock)
 _state: dict[str, object] = {}
 
 
@@ -123,17 +125,9 @@ def _remove(directory: Path, owner: int) -> None:
         shutil.rmtree(directory, True)
 
 
-def _after_fork_in_child() -> None:
-    """In a forked child: a directory of its own (two processes creating one PCH file
-    would race), made when it first needs one, and a free lock (no NVRTC call was in
-    flight: :mod:`splice.cuda_libs` waits for them before a fork)."""
-    global _lock
-    _lock = threading.RLock()
-    _state.pop("dir", None)
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+# a forked child makes a PCH directory of its own (two processes creating one PCH file
+# would race) when it first needs one
+os.register_at_fork(after_in_child=lambda: _state.pop("dir", None))
 
 
 def _set_heap(nvrtc, size: int) -> bool:

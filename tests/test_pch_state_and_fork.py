@@ -144,3 +144,37 @@ def test_fork_does_not_wait_for_ever_behind_overlapping_compiles(tmp_path):
             os.waitpid(pid, 0)
     """, tmp_path)
     assert out.startswith("forked"), out
+
+
+@pytest.mark.skipif(not cccl.include_dirs(), reason="no CCCL installed")
+def test_a_fork_pool_compiles_while_the_parents_threads_compile(tmp_path):
+    """Two threads of the parent compile CUDA C without a pause while a multiprocessing
+    pool (fork) compiles in its workers: every lock a parent's thread held at a fork (the
+    CCCL locator's, the memo's, the include walk's, the PCH's) is free in the child
+    (splice.forksafe), and NVRTC's own are waited for (before: the workers blocked for
+    ever in the CCCL locator)."""
+    out = _run_script("""
+        import multiprocessing as mp, threading
+        from splice.inputs.fragments import CudaSource
+        from splice.inputs.externs import HEADER_PROVIDERS
+        SRC = ('#include <cuda/std/limits>\\nextern "C" __device__ int f%d(int x) '
+               '{ return x < cuda::std::numeric_limits<int>::max() ? x + %d : x; }\\n')
+        def compile_one(i):
+            return f"f{i}(" in CudaSource(text=SRC % (i, i), where=f"w{i}.py:1",
+                                          providers=HEADER_PROVIDERS).module("sm_90").text
+        compile_one(999)      # the imports done (CPython leaves a module's import lock
+                              # held in a child forked while another thread imports it)
+        stop = threading.Event()
+        def loop(i):
+            while not stop.is_set():
+                compile_one(i)
+                i += 2
+        threads = [threading.Thread(target=loop, args=(1000 + k,), daemon=True)
+                   for k in range(2)]
+        for t in threads:
+            t.start()
+        with mp.get_context("fork").Pool(2) as pool:
+            print(pool.map_async(compile_one, range(6)).get(timeout=60))
+        stop.set()
+    """, tmp_path, timeout=100)
+    assert out.strip() == str([True] * 6)

@@ -23,9 +23,9 @@ import hashlib
 import re
 import shutil
 import subprocess
-import threading
 from typing import Iterable, Mapping, Sequence
 
+from .. import forksafe
 from ..ptxtools.ptx import Function, Module, opcode_at, parse_instruction
 from . import activemask
 
@@ -209,7 +209,7 @@ class _Facts:
 
 
 _facts_memo: dict[str, _Facts] = {}
-_facts_lock = threading.Lock()
+_facts_lock = forksafe.lock(globals(), "_facts_lock")
 
 
 def _facts(mod: Module) -> _Facts:

@@ -26,7 +26,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from .. import cache, safe_fs, toolchain
+from .. import cache, forksafe, safe_fs, toolchain
 from ..errors import (
     SpliceCompileError,
     SpliceDeclarationError,
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from ..ptxtools.ptx import Module
 
 _memo: dict[str, Module] = {}
-_memo_lock = threading.Lock()
+_memo_lock = forksafe.lock(globals(), "_memo_lock")
 log = logging.getLogger("splice")
 
 
@@ -103,16 +103,8 @@ class _Along:
 _along = _Along()
 
 
-def _after_fork_in_child() -> None:
-    """The child of a fork has only the thread that forked: no batch of another thread
-    will end, and a lock another thread held is free."""
-    global _memo_lock
-    _memo_lock = threading.Lock()
-    _along.forget()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+# the child of a fork has only the thread that forked: no batch of another thread will end
+os.register_at_fork(after_in_child=lambda: _along.forget())
 
 
 def _parse(text: str, what: str) -> Module:

@@ -11,26 +11,16 @@ import logging
 import os
 import re
 import stat
-import threading
 from pathlib import Path
 from typing import Protocol, Sequence
 
-from .. import safe_fs
+from .. import forksafe, safe_fs
 from ..errors import SpliceUnsafePathError
 
 log = logging.getLogger("splice")
 
 INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
-_lock = threading.Lock()
-
-
-def _after_fork_in_child() -> None:   # a lock another thread held at the fork is free
-    global _lock
-    _lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+_lock = forksafe.lock(globals(), "_lock")
 
 
 class HeaderProvider(Protocol):

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import collections
 import re
-import threading
 from typing import Mapping
 
+from .. import forksafe
 from .ptx import Function, Instruction, Module, Statement, parse_instruction
 
 _TYPE_RE = re.compile(r"^([bsuf])(\d+)$")
@@ -241,7 +241,7 @@ def inline_body(mod: Module, fn: Function, args: list[tuple[str, int]],
 #: The last callees :func:`_analysed` saw: id(fn) -> (fn, analysis). The entry holds ``fn``,
 #: so its id cannot be reused while the entry exists; a hit checks it is the same object.
 _ANALYSED: collections.OrderedDict[int, tuple] = collections.OrderedDict()
-_ANALYSED_LOCK = threading.Lock()
+_ANALYSED_LOCK = forksafe.lock(globals(), "_ANALYSED_LOCK")
 
 
 def _analysed(mod: Module, fn: Function):
