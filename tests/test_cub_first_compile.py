@@ -275,23 +275,6 @@ def test_gpu_sizes_compiled_along_sort(torch, fresh_cache, monkeypatch):
 
 # --- two calls of one size at once; a fork while CUB compiles (found by breaker4) --------
 
-@pytest.fixture
-def instances(fresh_cache, monkeypatch):
-    """How many tile lengths each NVRTC program instantiates, in an empty cache and memo."""
-    monkeypatch.setattr(fragments, "_memo", {})
-    monkeypatch.setattr(fragments, "_along", fragments._Along())
-    calls: list[int] = []
-    lock = threading.Lock()
-    real = toolchain.nvrtc_compile
-
-    def counting(source, name, options, **kw):
-        with lock:
-            calls.append(source.decode().count("// tiles in shared memory, by reference"))
-        return real(source, name, options, **kw)
-    monkeypatch.setattr(toolchain, "nvrtc_compile", counting)
-    return calls
-
-
 @splice.kernel
 def two_sorts_of_one_size(x, y, z, N: ConstInt):
     a = ct.load(x, index=(ct.bid(0),), shape=(N,), allow_tma=False)
@@ -300,16 +283,16 @@ def two_sorts_of_one_size(x, y, z, N: ConstInt):
     ct.store(z, index=(ct.bid(0),), tile=splice.cub.sort(b))
 
 
-def test_two_calls_of_one_size_in_one_kernel_compile_cub_once(instances):
+def test_two_calls_of_one_size_in_one_kernel_compile_cub_once(nvrtc_calls):
     """Two sorts of (256,) tiles: two fragments of one key, compiled ahead in two threads.
     The second waits for the first's batch, which caches its own key and hands it over
-    before it wakes the second (before: NVRTC programs of [6, 1] instances, 3.5 s instead
+    before it wakes the second (before: NVRTC programs of [6, 1] instantiations, 3.5 s instead
     of 1.2 s)."""
     splice.compile(two_sorts_of_one_size, _sig(f32, f32, f32, consts=(256,)), "sm_90")
-    assert instances == [6]
+    assert _instances(nvrtc_calls) == [6]
 
 
-def test_threads_compiling_one_size_compile_cub_once(instances):
+def test_threads_compiling_one_size_compile_cub_once(nvrtc_calls):
     """An autotuner's threads compiling the same config: same as above."""
     errors: list[BaseException] = []
 
@@ -325,11 +308,11 @@ def test_threads_compiling_one_size_compile_cub_once(instances):
         t.join(timeout=120)
     assert not any(t.is_alive() for t in threads), "hung"
     assert not errors
-    assert instances == [6]
+    assert _instances(nvrtc_calls) == [6]
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_a_child_forked_while_a_batch_compiles_can_compile(instances):
+def test_a_child_forked_while_a_batch_compiles_can_compile(nvrtc_calls):
     """A fork while NVRTC compiles in another thread waits for it to return (NVRTC's own
     locks would be held in the child for ever: splice.cuda_libs._Calls), and the child
     forgets the parent's pending batches (no thread of its own will end them): the
