@@ -61,9 +61,8 @@ class _Calls:
 
 
 _calls = _Calls()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_calls.before_fork, after_in_parent=_calls.after_fork_in_parent,
-                        after_in_child=_calls.after_fork_in_child)
+os.register_at_fork(before=_calls.before_fork, after_in_parent=_calls.after_fork_in_parent,
+                    after_in_child=_calls.after_fork_in_child)
 
 
 def nvrtc_version() -> tuple[int, int]:

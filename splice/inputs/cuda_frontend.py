@@ -220,9 +220,9 @@ class CudaSnippetSource(CudaSource):
     def naming(self, ext) -> str:
         return f"inline CUDA C (splice.cuda) at {ext.where}"
 
-    def _nvrtc(self, full: str, name: str, target: str) -> str:
+    def _nvrtc(self, full: str, name: str, target: str, found) -> str:
         try:
-            return super()._nvrtc(full, PROGRAM, target)
+            return super()._nvrtc(full, PROGRAM, target, found)
         except SpliceCompileError as e:
             raise SpliceCompileError(self._compile_message(e, target), e.log) from None
 

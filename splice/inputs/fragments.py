@@ -335,12 +335,13 @@ class CudaSource(Fragment):
         """Compiled to LTO-IR (``-dlto``) and linked to PTX by nvJitLink."""
         return any(o in ("-dlto", "--dlto") for o in self.options)
 
-    def _nvrtc(self, full: str, name: str, target: str) -> str:
+    def _nvrtc(self, full: str, name: str, target: str, found) -> str:
         """NVRTC (and nvJitLink for -dlto) on ``full``, the source's text, plus the
-        generated checks (:func:`splice.inputs.cuda_compile.compile_source`)."""
-        return compile_source(full, name, target, self._options(target), declared=self.declared,
-                              dlto=self.dlto, roots=self.roots, providers=self.providers,
-                              what=self.describe(), headers=self._headers(self.read()))
+        generated checks (:func:`splice.inputs.cuda_compile.compile_source`); ``found``:
+        :meth:`_headers` of the source."""
+        return compile_source(full, name, target, self._options(target, found),
+                              declared=self.declared, dlto=self.dlto, roots=self.roots,
+                              providers=self.providers, what=self.describe(), headers=found)
 
     def content_key(self, target: str, found=None) -> str:
         """The cache key of its PTX for ``target`` (``found``: :meth:`_headers` of its
@@ -400,51 +401,44 @@ class CudaSource(Fragment):
                 return None
             texts: dict[str, str] = {}
             try:
-                texts = self._nvrtc_batch(full, name, target, key,
+                texts = self._nvrtc_batch(full, name, target, found, key,
                                           {k: others[k] for k in claim[1] if k in others})
-                if not texts:
-                    _along.failed.add(key)
-                if texts and self.content_key(target) != key:   # edited meanwhile
-                    kept.append(False)
-                    return texts[key]
-                for k, t in texts.items():
-                    if k != key:
-                        cache.store("fragment", k, {"what": others[k].describe()},
-                                    t.encode())
-                if key in texts:   # cached before done wakes a call waiting for it
-                    self._keep(key, texts[key], target, kept)
+                if texts:   # cached before done wakes a call waiting for one of them
+                    self._keep(key, texts, target, kept)
             finally:   # its own too: a waiting call of the same key takes it
-                _along.done(claim, {k: t for k, t in texts.items() if all(kept)})
-            if key in texts:
+                _along.done(claim, texts if all(kept) else {})
+            if texts:
                 return texts[key]
-        text = self._nvrtc(full, name, target)
+        text = self._nvrtc(full, name, target, found)
         if self.batch is not None:
             text = self._cut(_parse(text, f"NVRTC output for {self.describe()}"))
-        return self._keep(key, text, target, kept)
-
-    def _keep(self, key: str, text: str, target: str, kept: list[bool]) -> str:
-        """``text``, cached under ``key`` when the source and its headers still have that
-        key (not edited while NVRTC ran: the include walk is taken again)."""
-        kept.append(self.content_key(target) == key)
-        if kept[-1]:
-            cache.store("fragment", key, {"what": self.describe()}, text.encode())
+        self._keep(key, {key: text}, target, kept)
         return text
 
-    def _nvrtc_batch(self, full: str, name: str, target: str, key: str,
+    def _keep(self, key: str, texts: dict[str, str], target: str, kept: list[bool]) -> None:
+        """Cache ``texts`` (PTX by content key) when the source and its headers still have
+        ``key`` (not edited while NVRTC ran: the include walk is taken again)."""
+        kept.append(self.content_key(target) == key)
+        if kept[-1]:
+            for k, text in texts.items():
+                cache.store("fragment", k, {"what": self.describe()}, text.encode())
+
+    def _nvrtc_batch(self, full: str, name: str, target: str, found, key: str,
                      others: dict) -> dict[str, str]:
         """This fragment (``key``) and ``others`` (by key) in one NVRTC program: each
         one's PTX, cut, by key; {} when the program does not compile (this fragment then
-        compiles alone, for its own error)."""
+        compiles alone, for its own error, now and from then on)."""
         members = {key: self, **others}
         whole = dataclasses.replace(
             self, declared=sum((m.declared for m in members.values()), ()),
             roots=sum((m.roots for m in members.values()), ()), batch=None)
         try:
-            mod = _parse(whole._nvrtc(full, name, target), f"NVRTC output for "
-                                                           f"{self.describe()}")
+            mod = _parse(whole._nvrtc(full, name, target, found), f"NVRTC output for "
+                                                                  f"{self.describe()}")
         except SpliceCompileError as e:
             log.debug("splice: %s did not compile with its other sizes (%s); alone now",
                       self.describe(), e.message)
+            _along.failed.add(key)
             return {}
         return {k: m._cut(mod) for k, m in members.items()}
 

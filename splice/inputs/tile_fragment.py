@@ -364,7 +364,8 @@ def _other_sizes(ext, shapes) -> list[tuple]:
     """The shapes of the same call on tiles of each other length of ``ext.batch_sizes``:
     every tile of the call's length ``n`` (the first tile argument's) takes the other
     length, except results whose shape the signature fixes (``top_k``'s ``(k,)``). None
-    when a tile argument is not 1-D of length ``n``, or ``n`` is not one of the sizes."""
+    ([]) when a tile argument is not 1-D of length ``n``, or ``n`` is not one of the
+    sizes."""
     sig: Signature = ext.signature
     fixed = [False] * len(sig.args) + [r.shape is not None for r in result_tiles(sig)]
     call_shaped = [i for i, s in enumerate(shapes) if s is not None and not fixed[i]]
