@@ -655,8 +655,7 @@ class Module:
                 continue
             if s.kind in ("header", "decl"):
                 continue
-            if s.kind == "directive" and s.head in (".global", ".shared", ".const", ".local",
-                                                    ".visible", ".extern", ".weak", ".common"):
+            if s.kind == "directive" and s.head in VARIABLE_HEADS:
                 name = declared_variable_name(s)
                 if name:
                     out[name] = "variable"
@@ -675,6 +674,12 @@ def _close_paren(toks: Sequence[Token], k: int) -> int:
             if depth == 0:
                 return j
     raise PTXSyntaxError("unbalanced parentheses in prototype")
+
+
+#: The directives that open a module-level variable (``.global .align 8 .b8 x[8];``,
+#: ``.weak .global ...``, ``.extern .shared ...``).
+VARIABLE_HEADS = (".global", ".shared", ".const", ".local", ".visible", ".extern", ".weak",
+                  ".common")
 
 
 def declared_variable_name(s: Statement) -> str | None:

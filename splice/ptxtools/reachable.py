@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from .ptx import Module, apply_edits, declared_variable_name
+from .ptx import VARIABLE_HEADS, Module, apply_edits, declared_variable_name
 
 
 def cut(mod: Module, roots: Sequence[str]) -> str:
@@ -96,13 +96,9 @@ def _symbol_spans(mod: Module) -> dict[str, list[tuple[int, int]]]:
                 spans.setdefault(fn.name, []).append((i, last))
                 i = last + 1
                 continue
-            if s.kind == "directive" and s.head in _VARIABLE_HEADS:
+            if s.kind == "directive" and s.head in VARIABLE_HEADS:
                 name = declared_variable_name(s)
                 if name:
                     spans.setdefault(name, []).append((i, i))
         i += 1
     return spans
-
-
-_VARIABLE_HEADS = (".global", ".shared", ".const", ".local", ".visible", ".extern", ".weak",
-                   ".common")
