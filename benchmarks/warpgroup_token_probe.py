@@ -134,7 +134,7 @@ def _exchange_markers() -> None:
     """Emit every atomic marker as an acq_rel exchange (of its operands' xor) instead of a
     compare-and-swap: its tokens as before. splice's rewriter does not take it, so these
     variants show tileiras's PTX only."""
-    from splice import _cutile as cu
+    from splice.system import _cutile as cu
     from splice.tracing import tile_ir
 
     def exchange(ctx, site, pointer, args, token, order):
@@ -231,7 +231,7 @@ def probe(name: str) -> str:
         setup()
     try:
         if "tileiras PTX" in what:
-            from splice import toolchain
+            from splice.system import toolchain
             from splice.tracing import trace
             traced = trace.trace_kernel(kernel(), sig(), "sm_90")
             ptx = toolchain.run_tileiras(traced.bytecode, traced.tileiras_flags,

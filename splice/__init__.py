@@ -18,7 +18,6 @@
 
 from typing import TYPE_CHECKING
 
-from . import identity  # noqa: F401 (first: the code identity, a guard on later imports)
 from .errors import (
     SpliceCallError,
     SpliceCompileError,
@@ -30,37 +29,40 @@ from .errors import (
     SpliceToolchainError,
     SpliceUnsafePathError,
 )
+from .system import identity  # noqa: F401 (the code identity, a guard on later imports)
 
 #: Every other public name -> (its module, its name there; None: the module itself), loaded
 #: on first use (PEP 562): ``import splice`` costs little more than ``import cuda.tile``
 #: (issue 11), and a script pays for what it uses. No public name is also the name of a
-#: submodule (``splice.asm`` lives in ``asm_frontend``, ``splice.extern`` in ``externs``):
+#: submodule (``splice.asm`` lives in ``declare.asm_frontend``, ``splice.extern`` in
+#: ``declare.externs``):
 #: importing a submodule would rebind the package attribute of that name
 #: (``docs/design.md#first-launch``).
 _LAZY = {
     "kernel": ("driver.splice_kernel", "SpliceKernel"),
-    "extern": ("inputs.externs", "extern"), "library": ("inputs.externs", "library"),
-    "Library": ("inputs.externs", "Library"),
-    "ExternFunction": ("inputs.externs", "ExternFunction"),
-    "asm": ("inputs.asm_frontend", "asm"), "cuda": ("inputs.cuda_frontend", "cuda"),
+    "extern": ("declare.externs", "extern"), "library": ("declare.externs", "library"),
+    "Library": ("declare.externs", "Library"),
+    "ExternFunction": ("declare.externs", "ExternFunction"),
+    "asm": ("declare.asm_frontend", "asm"), "cuda": ("declare.cuda_frontend", "cuda"),
     "Signature": ("types", "Signature"), "parse_signature": ("types", "parse_signature"),
     "pointer": ("types", "pointer"), "tile": ("types", "tile"),
     "ELEMENT_TYPES": ("types", "ELEMENT_TYPES"),
     "kernel_signature": ("tracing.signatures", "kernel_signature"),
     "export_kernel": ("integrations.export", "export_kernel"),
-    "toolchain": ("toolchain", None), "cub": ("cub", None),
+    "toolchain": ("system.toolchain", None), "cub": ("cub", None),
     "Build": ("driver.result", "Build"), "build": ("driver.pipeline", "build"),
     "__version__": ("driver.pipeline", "__version__"),
     "PTXSyntaxError": ("ptxtools.ptx", "PTXSyntaxError"),
 }
 if TYPE_CHECKING:
-    from . import cub, toolchain
+    from . import cub
+    from .system import toolchain
+    from .declare.asm_frontend import asm
+    from .declare.cuda_frontend import cuda
+    from .declare.externs import ExternFunction, Library, extern, library
     from .driver.pipeline import __version__, build
     from .driver.result import Build
     from .driver.splice_kernel import SpliceKernel as kernel
-    from .inputs.asm_frontend import asm
-    from .inputs.cuda_frontend import cuda
-    from .inputs.externs import ExternFunction, Library, extern, library
     from .integrations.export import export_kernel
     from .ptxtools.ptx import PTXSyntaxError
     from .tracing.signatures import kernel_signature

@@ -55,7 +55,7 @@ def parse_signature(text: str):
 def _check_arity(kern, sig, text):
     import inspect
 
-    from . import _cutile
+    from .system import _cutile
     n = len(inspect.signature(_cutile.python_function(kern)).parameters)
     if len(sig.parameters) != n:
         raise SystemExit(f"--sig lists {len(sig.parameters)} parameter(s), the kernel takes "
@@ -84,8 +84,8 @@ def _cmd_inspect(a) -> int:
 def _cmd_compile(a) -> int:
     import splice
 
-    from . import _cutile
     from .integrations.export import check_output_path
+    from .system import _cutile
     kern = _load_kernel(a.file, a.kernel)
     sig = parse_signature(a.sig)
     _check_arity(kern, sig, a.sig)
@@ -98,7 +98,7 @@ def _cmd_compile(a) -> int:
         out = Path(a.output)
         out.write_bytes(b.cubin)
     else:                   # a predictable name: never through a link planted there
-        from . import safe_fs
+        from .system import safe_fs
         out = Path(f"{b.symbol}.{b.arch}.cubin")
         safe_fs.write_file(Path.cwd() / out, b.cubin, "the current directory (compile "
                            "writes its cubin there without -o PATH)")
@@ -107,7 +107,7 @@ def _cmd_compile(a) -> int:
 
 
 def _cmd_cache(a) -> int:
-    from . import cache
+    from .system import cache
     root = cache.cache_root()
     if a.max_bytes is not None and a.action != "prune":
         print(f"error: --max-bytes is an option of 'cache prune', not of 'cache {a.action}'",
@@ -159,7 +159,7 @@ def _cmd_doctor(a) -> int:
 
 def _doctor_compilers(line) -> None:
     """cuda-tile and the compilers splice runs, each reported by ``line(ok, what, detail)``."""
-    from . import _cutile, toolchain
+    from .system import _cutile, toolchain
     try:
         _cutile.check_supported_cutile()
         line(True, "cuda-tile", _cutile.cutile_version())
@@ -199,8 +199,8 @@ def _doctor_versions(line) -> None:
 def _doctor_files(line) -> None:
     """nvdisasm, the CUDA headers, CUDA_HOME/CUDA_PATH (a warning, not a problem) and the
     cache directory, each reported by ``line(ok, what, detail)``."""
-    from . import cache, safe_fs, toolchain
     from .errors import SpliceUnsafePathError
+    from .system import cache, safe_fs, toolchain
     dis = toolchain.nvdisasm()
     line(dis is not None, "nvdisasm", dis or "not found (no SASS listings)")
     inc = toolchain.cuda_include_dir()
@@ -225,8 +225,7 @@ def _doctor_files(line) -> None:
 
 def _doctor_optional() -> None:
     """The optional headers (not problems when missing): CCCL/CUB and NVSHMEM."""
-    from . import cccl
-    from .inputs import nvshmem
+    from .inputs import cccl, nvshmem
     found = cccl.include_dirs()
     print(f"[{'ok' if found else '--'}] CCCL/CUB headers: " +
           (", ".join(found) if found else f"not found (optional, for <cub/...> and "
@@ -241,7 +240,7 @@ def _doctor_optional() -> None:
 def _doctor_gpu() -> str:
     """The GPU line: its architecture and the CUDA driver, or that there is none (not a
     problem: splice compiles without a GPU)."""
-    from . import toolchain
+    from .system import toolchain
     arch = toolchain.gpu_arch()
     try:
         from cuda.bindings import driver

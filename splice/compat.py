@@ -10,11 +10,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .toolchain import cuda_release as release
+from .system.toolchain import cuda_release as release
 
 #: CUDA toolkit minors (tileiras, ptxas, NVRTC, nvJitLink, nvdisasm all of one minor) tested.
 TESTED_TOOLKITS: tuple[tuple[int, int], ...] = ((13, 4), (13, 5))
-#: cuda-tile minors tested (splice uses cuTile internals: ``splice/_cutile.py``).
+#: cuda-tile minors tested (splice uses cuTile internals: ``splice/system/_cutile.py``).
 TESTED_CUTILE: tuple[tuple[int, int], ...] = ((1, 7),)
 #: The components that must share one toolkit minor.
 TOOLKIT_PARTS = ("tileiras", "ptxas", "NVRTC", "nvJitLink", "nvdisasm")
@@ -44,7 +44,7 @@ def _probe(name: str, get) -> Component:
 
 
 def _cutile():
-    from . import _cutile
+    from .system import _cutile
     ver = _cutile.cutile_version()
     parts = re.match(r"(\d+)\.(\d+)", ver)
     return ((int(parts.group(1)), int(parts.group(2))) if parts else None), ver
@@ -58,7 +58,7 @@ def _tool(which):
 
 
 def _nvrtc():
-    from . import toolchain
+    from .system import toolchain
     major, minor = toolchain.nvrtc_version()
     return (major, minor), f"{major}.{minor}"
 
@@ -70,7 +70,7 @@ def _nvjitlink():
 
 
 def _nvdisasm():
-    from . import toolchain
+    from .system import toolchain
     path = toolchain.nvdisasm()
     if path is None:
         raise FileNotFoundError("nvdisasm not found (SASS listings are off)")
@@ -79,7 +79,7 @@ def _nvdisasm():
 
 
 def _cccl():
-    from . import cccl
+    from .inputs import cccl
     found = cccl.version()
     if found is None:
         raise FileNotFoundError("CCCL headers not found (optional: splice[cccl])")
@@ -103,7 +103,7 @@ def installed() -> list[Component]:
             print(c.name, c.version)
         ```
     """
-    from . import toolchain
+    from .system import toolchain
     return [_probe("cuda-tile", _cutile),
             _probe("tileiras", _tool(toolchain.tileiras_version)),
             _probe("ptxas", _tool(toolchain.ptxas_version)),

@@ -37,9 +37,9 @@ import numpy as np
 from cuda.tile.jax import InputOutput, OutputPlaceholder
 from jax.interpreters import mlir
 
-from . import _cutile, forksafe
 from .driver.splice_kernel import SpliceKernel
 from .errors import SpliceDeclarationError
+from .system import _cutile, forksafe
 
 __all__ = ["cutile_call", "OutputPlaceholder", "InputOutput"]
 

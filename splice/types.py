@@ -631,8 +631,8 @@ def _declaration_only(fn, name: str) -> None:
     """Make a call of ``fn`` (a type constructor for declarations) inside a kernel a
     :class:`SpliceCallError` at the call, not cuTile's "Raised exception must be wrapped in
     static_exception()" (cuTile would trace into its body)."""
-    from . import _cutile as cu
     from .errors import SpliceCallError
+    from .system import _cutile as cu
 
     def handler(callee, *args):
         loc = cu.current_loc()

@@ -90,7 +90,7 @@ def main() -> None:
             out[f"{name}.{fmt}"] = hashlib.sha256(buf.getvalue()).hexdigest()
     out["splice imported"] = sys.modules.get("splice") is not None
     if out["splice imported"]:
-        from splice import _cutile
+        from splice.system import _cutile
         analysis = _cutile._private("_compile_module").dataflow_analysis
         out["hook installed"] = getattr(analysis, "_splice_alias_hook", False)
     print(json.dumps(out))

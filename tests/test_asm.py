@@ -351,7 +351,7 @@ def _line_in(kernel, code: str = "splice.asm(") -> int:
     """The line of ``kernel``'s source that has ``code``."""
     import inspect
 
-    from splice._cutile import python_function
+    from splice.system._cutile import python_function
     src, first = inspect.getsourcelines(python_function(kernel))
     return first + next(i for i, text in enumerate(src) if code in text)
 

@@ -17,7 +17,7 @@ import cuda.tile as ct
 import pytest
 
 import splice
-from splice import cache
+from splice.system import cache
 from support import kernels as K
 
 f32 = ct.float32
@@ -672,7 +672,7 @@ def test_declaration_time_bad_input(row, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("row", USAGE_ROWS, ids=[r[0] for r in USAGE_ROWS])
 def test_usage_bad_input(row, tmp_path, monkeypatch):
-    from splice import _cutile
+    from splice.system import _cutile
     monkeypatch.setenv("SPLICE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(_cutile, "get_compute_capability", _no_gpu)
     _, make, exc, needles = row
@@ -694,7 +694,7 @@ def test_catalogue_size():
 def test_user_error_comes_before_header_warnings_in_the_log():
     """CCCL and the CUDA headers warn (#1444-D, deprecated double4) in some forty lines
     before NVRTC reports the user's error: the log shows the error first."""
-    from splice.cccl import include_dirs
+    from splice.inputs.cccl import include_dirs
     if not include_dirs():
         pytest.skip("needs CCCL")
     src = ('#include <cub/block/block_reduce.cuh>\n'

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 import splice
-from splice import cccl
 from splice.errors import (
     SpliceCallError,
     SpliceDeclarationError,
@@ -19,8 +18,9 @@ from splice.errors import (
 )
 from splice.forms import FORMS
 from splice.forms.base import SiteCall
+from splice.forms.rewrite import splice_calls
+from splice.inputs import cccl
 from splice.ptxtools.ptx import Module, Param
-from splice.rewrite import splice_calls
 from splice.types import parse_signature
 from support import kernels as K
 from support.ptx_exec import ExecError, run, run_build

@@ -21,9 +21,9 @@ from splice.errors import (
 )
 from splice.forms import FORMS
 from splice.forms.base import SiteCall
+from splice.forms.rewrite import splice_calls
 from splice.forms.staging import Staging
 from splice.ptxtools.ptx import Module, Param
-from splice.rewrite import splice_calls
 from splice.types import TileType, parse_signature
 from support import kernels as K
 from support.ptx_exec import run_build
@@ -865,7 +865,7 @@ def test_library_cxx_name_compiles():
 
 
 def _ltoir_reverse():
-    from splice import toolchain
+    from splice.system import toolchain
     src = REVERSE_SRC + r'''
 extern "C" __device__ void reverse128(float* x, float* y) {
     reverse_tile(*reinterpret_cast<float (*)[128]>(x), *reinterpret_cast<float (*)[128]>(y));
@@ -949,7 +949,7 @@ def _staging_of(ptx: str, roles, elements):
     from types import SimpleNamespace
 
     from splice.forms import staging as tiles
-    from splice.rewrite import MARKER_RE
+    from splice.forms.rewrite import MARKER_RE
     mod = Module(ptx)
     [fn] = [f for f in mod.function_order if f.kind == ".entry"]
     b = mod.body(fn)

@@ -12,7 +12,7 @@ import pytest
 from cuda.tile import _compile as cutile_compile
 
 import splice
-from splice import _cutile
+from splice.system import _cutile
 from support import kernels as K
 from support.exact import fma
 from support.ptx_exec import run_build

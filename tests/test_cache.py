@@ -8,7 +8,7 @@ import cuda.tile as ct
 import pytest
 
 import splice
-from splice import cache
+from splice.system import cache
 from support import kernels as K
 
 SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 512)
@@ -52,7 +52,7 @@ def test_no_temporary_files_left(fresh_cache):
 def test_read_only_cache_dir_compiles_with_one_warning(fresh_cache):
     fresh_cache.mkdir()
     # the toolchain overlay must exist before the directory becomes read-only
-    splice.toolchain.overlay()
+    splice.system.toolchain.overlay()
     fresh_cache.chmod(stat.S_IRUSR | stat.S_IXUSR)
     try:
         with pytest.warns(RuntimeWarning, match="cannot write the cache directory"):
@@ -67,13 +67,13 @@ def test_unwritable_cache_dir_compiles_with_one_warning(tmp_path, monkeypatch):
     blocker.write_text("not a directory")
     monkeypatch.setenv("SPLICE_CACHE_DIR", str(blocker / "cache"))
     monkeypatch.setattr(cache, "_warned_readonly", False)
-    splice.toolchain.overlay.cache_clear()  # the overlay falls back to the temp directory
+    splice.system.toolchain.overlay.cache_clear()  # the overlay falls back to the temp directory
     try:
         with pytest.warns(RuntimeWarning, match="cannot write the cache directory"):
             b = splice.build(K.ptx_kernel, SIG, "sm_90")
         assert b.cubin and not b.from_cache
     finally:
-        splice.toolchain.overlay.cache_clear()
+        splice.system.toolchain.overlay.cache_clear()
 
 
 def test_key_follows_content_not_location(fresh_cache, tmp_path):
@@ -141,8 +141,8 @@ def test_verify_mode_checks_the_cubin(fresh_cache, monkeypatch):
 
 
 def test_verify_catches_a_cubin_with_markers(fresh_cache):
-    from splice import toolchain
     from splice.driver import verify
+    from splice.system import toolchain
     from splice.tracing import trace
     sig = K.signature(K.array(ct.float32), K.array(ct.float32), 512)
     traced = trace.trace_kernel(K.ptx_kernel, sig, "sm_90")
@@ -191,7 +191,7 @@ def test_an_edit_to_splice_misses_and_unchanged_splice_hits_across_processes(fre
     first, entries1 = build()
     second, entries2 = build()
     assert (first, second) == ("miss", "hit") and entries2 == entries1
-    with open(copy / "splice" / "rewrite.py", "a") as f:
+    with open(copy / "splice" / "forms" / "rewrite.py", "a") as f:
         f.write("# one more line\n")
     third, entries3 = build()
     assert third == "miss"
@@ -201,7 +201,7 @@ def test_an_edit_to_splice_misses_and_unchanged_splice_hits_across_processes(fre
 
 
 def test_code_identity_hashes_every_source_file(tmp_path):
-    from splice import identity
+    from splice.system import identity
     ident = cache.code_identity()
     assert ident == identity._hash_package(identity._PKG)[0]
     fake_pkg = tmp_path / "splice"
@@ -215,7 +215,7 @@ def test_code_identity_hashes_every_source_file(tmp_path):
 
 
 def test_tool_identity_is_in_the_key(fresh_cache, monkeypatch):
-    from splice import toolchain
+    from splice.system import toolchain
     assert splice.build(K.ptx_kernel, SIG, "sm_90").from_cache is False
     assert splice.build(K.ptx_kernel, SIG, "sm_90").from_cache
     real = toolchain._file_identity
@@ -228,7 +228,7 @@ def test_tool_identity_is_in_the_key(fresh_cache, monkeypatch):
 
 
 def test_nvrtc_identity_is_in_a_cuda_fragment_key(monkeypatch, tmp_path):
-    from splice import toolchain
+    from splice.system import toolchain
     frag = K.saxpy._splice_extern.fragment
     before = frag.content_key("sm_90")
     other = tmp_path / "libnvrtc.so.13"
@@ -246,7 +246,7 @@ _WHICH_LIBRARY = """
 import sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from splice import toolchain
+from splice.system import toolchain
 predicted = [toolchain._library_path(n) for n in ("nvrtc", "nvJitLink")]
 assert "cuda.bindings.nvrtc" not in sys.modules
 toolchain.nvrtc_version()
@@ -406,7 +406,7 @@ def test_an_edited_cu_is_run_by_a_new_kernel_object_not_by_a_relaunch(torch, tmp
 
 def _counting_tileiras(monkeypatch) -> list:
     """Each tileiras run appends to the list returned."""
-    from splice import toolchain
+    from splice.system import toolchain
     runs: list = []
     real = toolchain.run_tileiras
 

@@ -6,7 +6,7 @@ must change the key, else the cache serves the old header's cubin."""
 
 import pytest
 
-from splice.inputs.externs import HEADER_PROVIDERS
+from splice.declare.externs import HEADER_PROVIDERS
 from splice.inputs.fragments import CudaSource
 
 BODY = "__device__ float f(float x) { return x + V; }\n"
@@ -62,7 +62,7 @@ def test_include_dirs_come_before_the_files_own_directory(tmp_path):
 def test_a_cuda_header_replaced_by_an_upgrade_changes_the_key(tmp_path, monkeypatch):
     """The CUDA headers come from a wheel (nvidia-cuda-runtime...) that pip upgrades apart
     from NVRTC's: a replaced ``cuda_fp16.h`` must miss although NVRTC is the same."""
-    from splice import toolchain
+    from splice.system import toolchain
     inc = tmp_path / "cuda_include"
     inc.mkdir()
     (inc / "cuda_fp16.h").write_text("#define V 1\n")

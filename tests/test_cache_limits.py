@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from splice import cache
 from splice.__main__ import main
+from splice.system import cache
 
 
 @pytest.mark.parametrize("value", ["²", "4GiB", "-5", "1e9", "0x10", " "])

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from splice import cccl
-from splice.inputs import headers
-from splice.inputs.externs import HEADER_PROVIDERS
+from splice.declare.externs import HEADER_PROVIDERS
+from splice.inputs import cccl, headers
 from splice.inputs.fragments import CudaSource
 
 SRC = ('#include <lib/top.cuh>\n'
@@ -174,7 +173,7 @@ def test_a_toolkit_header_named_by_macros_inside_a_macro_is_followed(installed, 
 
 def test_a_toolkit_macro_include_splice_cannot_follow_turns_off_memo_and_pch(installed,
                                                                             walks):
-    from splice import nvrtc_pch
+    from splice.system import nvrtc_pch
     (installed / "lib" / "top.cuh").write_text(
         "#pragma once\n#define PASTE(a) <lib/a.h>\n#include PASTE(x)\n"
         "#include <lib/detail/mid.cuh>\n")

@@ -17,9 +17,9 @@ import pytest
 import splice
 from splice.forms import FORMS
 from splice.forms.base import SiteCall
+from splice.forms.rewrite import splice_calls
 from splice.ptxtools import link
 from splice.ptxtools.ptx import Module, Param
-from splice.rewrite import splice_calls
 from splice.types import parse_signature
 from support import kernels as K
 from support.ptx_exec import Pointer, run, run_build

@@ -1,4 +1,4 @@
-"""The one CCCL locator (splice/cccl.py) and its users: NVRTC's default include path
+"""The one CCCL locator (splice/inputs/cccl.py) and its users: NVRTC's default include path
 (splice/fragments.py), NVSHMEM's device headers (splice/nvshmem.py), the missing-header
 hints. Where it looks, in which order; what a missing CCCL says; that the user's own
 directories come before splice's on NVRTC's path, and that the cache key follows NVRTC."""
@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 import splice
-from splice import cccl, toolchain
-from splice.inputs import nvshmem
-from splice.inputs.externs import HEADER_PROVIDERS
+from splice.declare.externs import HEADER_PROVIDERS
+from splice.inputs import cccl, nvshmem
 from splice.inputs.fragments import CudaSource
+from splice.system import toolchain
 
 BODY = 'extern "C" __device__ float f(float x) { return x + (float)WHO; }\n'
 
@@ -97,7 +97,7 @@ def test_the_found_cccl_is_remembered_while_complete_and_none_is_not(nowhere, tm
 def test_the_located_cccl_needs_no_cuda_pathfinder_when_a_layout_answers():
     import subprocess
     import sys
-    code = ("import sys; from splice import cccl; d = cccl.include_dirs(); "
+    code = ("import sys; from splice.inputs import cccl; d = cccl.include_dirs(); "
             "print(bool(d), 'cuda.pathfinder' in sys.modules)")
     found, imported = subprocess.run([sys.executable, "-c", code], capture_output=True,
                                      text=True, check=True).stdout.split()

@@ -90,7 +90,7 @@ def test_cache_commands(tmp_path):
 
 def test_cache_size_and_prune(tmp_path):
     env = {"SPLICE_CACHE_DIR": str(tmp_path / "c")}
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from splice import cache\n"
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from splice.system import cache\n"
             "for k in 'abc': cache.store('kernel', k, {'what': k}, b'x' * 1000)")
     subprocess.run([sys.executable, "-c", code, str(ROOT)], check=True,
                    env=dict(os.environ, **env))
@@ -106,7 +106,7 @@ def test_cache_size_and_prune(tmp_path):
 def test_output_into_a_closed_pipe_exits_quietly(tmp_path):
     # `python -m splice cache list | head`: was "error: BrokenPipeError"
     env = python_env(ROOT, SPLICE_CACHE_DIR=str(tmp_path / "c"))
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from splice import cache\n"
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from splice.system import cache\n"
             "for i in range(20): cache.store('kernel', str(i), {'what': 'k' * 60}, b'x')")
     subprocess.run([sys.executable, "-c", code, str(ROOT)], check=True, env=env)
     for args in (("cache", "list"), ("cache", "size")):

@@ -15,7 +15,7 @@ _EDIT_AFTER_IMPORT = """
 import sys
 sys.path.insert(0, sys.argv[1])
 import splice
-from splice import cache
+from splice.system import cache
 assert splice.__file__.startswith(sys.argv[1])
 with open(sys.argv[2], "a") as f:
     f.write("# edited after import\\n")
@@ -25,7 +25,7 @@ print(cache.code_identity())
 _IDENTITY = """
 import sys
 sys.path.insert(0, sys.argv[1])
-from splice import cache
+from splice.system import cache
 print(cache.code_identity())
 """
 
@@ -42,7 +42,7 @@ def test_identity_is_taken_at_import(tmp_path):
         return out.stdout.strip()
 
     before = run(_IDENTITY)
-    assert run(_EDIT_AFTER_IMPORT, str(copy / "splice" / "rewrite.py")) == before
+    assert run(_EDIT_AFTER_IMPORT, str(copy / "splice" / "forms" / "rewrite.py")) == before
     assert run(_IDENTITY) != before
 
 
@@ -50,7 +50,7 @@ _EDIT_THEN_COMPILE = """
 import sys
 sys.path.insert(0, sys.argv[1])
 import splice
-assert "splice.rewrite" not in sys.modules   # the rewriter is imported by a cache miss
+assert "splice.forms.rewrite" not in sys.modules   # the rewriter is imported by a cache miss
 with open(sys.argv[2], "a") as f:
     f.write("# edited after import\\n")
 try:
@@ -67,10 +67,10 @@ def test_a_module_changed_after_import_is_refused_when_first_loaded(tmp_path):
     shutil.copytree(Path(splice.__file__).parent, copy / "splice",
                     ignore=shutil.ignore_patterns("__pycache__"))
     out = subprocess.run([sys.executable, "-c", _EDIT_THEN_COMPILE, str(copy),
-                          str(copy / "splice" / "rewrite.py")],
+                          str(copy / "splice" / "forms" / "rewrite.py")],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "refused: splice/rewrite.py changed on disk after this process imported splice" \
+    assert "refused: splice/forms/rewrite.py changed on disk after this process imported splice" \
         in out.stdout
     assert "restart Python" in out.stdout
 
@@ -81,10 +81,10 @@ def test_an_unchanged_package_loads_lazily_even_when_touched(tmp_path):
     shutil.copytree(Path(splice.__file__).parent, copy / "splice",
                     ignore=shutil.ignore_patterns("__pycache__"))
     code = ("import os, sys\nsys.path.insert(0, sys.argv[1])\nimport splice\n"
-            "p = os.path.join(sys.argv[1], 'splice', 'rewrite.py')\n"
+            "p = os.path.join(sys.argv[1], 'splice', 'forms', 'rewrite.py')\n"
             "os.utime(p, ns=(os.stat(p).st_atime_ns, os.stat(p).st_mtime_ns + 10**9))\n"
             "from splice.driver import stages\n"
-            "print(splice.build.__module__, 'splice.rewrite' in sys.modules)")
+            "print(splice.build.__module__, 'splice.forms.rewrite' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code, str(copy)], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -12,10 +12,11 @@ import cuda.tile as ct
 import pytest
 
 import splice
-from splice import cache, cccl, toolchain
 from splice.analysis import collectives
 from splice.forms import element_callees
+from splice.inputs import cccl
 from splice.ptxtools.ptx import Module
+from splice.system import cache, toolchain
 from support import kernels as K
 
 SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 256)

@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 
 import splice
-from splice import cache, toolchain
 from splice.analysis import activemask, collectives
+from splice.declare.externs import HEADER_PROVIDERS
 from splice.forms import element_callees
-from splice.inputs.externs import HEADER_PROVIDERS
 from splice.inputs.fragments import CudaSource
 from splice.ptxtools.ptx import Module, parse_instruction
+from splice.system import cache, toolchain
 from support import kernels as K
 from support.activemask import HEADER, OLDER_GROUPS_BALLOT
 from support.activemask import ptx_fn as _ptx_fn

@@ -62,7 +62,7 @@ def test_release_reads_the_tool_version_line(text, want):
 def test_installed_reports_the_running_toolchain():
     from cuda.bindings import nvjitlink
 
-    from splice import toolchain
+    from splice.system import toolchain
     by = {c.name: c for c in compat.installed()}
     assert by["tileiras"].version == compat.release(toolchain.tileiras_version())
     assert by["ptxas"].version == compat.release(toolchain.ptxas_version())

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from splice import toolchain
+from splice.forms.rewrite import MARKER_RE, splice_calls
 from splice.ptxtools import link
 from splice.ptxtools.ptx import Module, parse_instruction
-from splice.rewrite import MARKER_RE, splice_calls
+from splice.system import toolchain
 from support.ptx_interp import HEADER
 from support.sites import callee_ptx, site_call, with_calls_replaced
 

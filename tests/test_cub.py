@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import splice
-from splice import cccl
 from splice.errors import SpliceCallError, SpliceCompileError
+from splice.inputs import cccl
 from support import kernels as K
 from support.ptx_exec import run_build
 
@@ -324,10 +324,10 @@ def test_warp_specialised_kernel_refusal_says_what_works():
 
 
 def test_every_template_names_its_public_function():
-    # the refusals name the user's splice.cub call by its template (splice.cub_names)
+    # the refusals name the user's splice.cub call by its template (splice.forms.cub_names)
     import re
 
-    from splice import cub_names
+    from splice.forms import cub_names
     templates = set(re.findall(r"__device__ \w+ (\w+)\(",
                                splice.cub._SOURCE + splice.cub._OPS_SOURCE))
     assert templates == set(cub_names.PUBLIC)

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import splice
-from splice import cccl, toolchain
-from splice.inputs import fragments
+from splice.inputs import cccl, fragments
+from splice.system import toolchain
 from support import kernels as K
 from support.ptx_exec import run_build
 
@@ -314,7 +314,7 @@ def test_threads_compiling_one_size_compile_cub_once(nvrtc_calls):
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_child_forked_while_a_batch_compiles_can_compile(nvrtc_calls):
     """A fork while NVRTC compiles in another thread waits for it to return (NVRTC's own
-    locks would be held in the child for ever: splice.cuda_libs._Calls), and the child
+    locks would be held in the child for ever: splice.system.cuda_libs._Calls), and the child
     forgets the parent's pending batches (no thread of its own will end them): the
     child compiles. Before, it hung in its first NVRTC call."""
     import time

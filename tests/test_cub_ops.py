@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import splice
-from splice import cccl
 from splice.errors import SpliceCallError, SpliceCompileError
+from splice.inputs import cccl
 from support import kernels as K
 from support.ptx_exec import run_build
 
@@ -387,7 +387,7 @@ def test_a_user_operator_is_part_of_the_code_it_keys():
 def test_every_new_template_names_its_public_function():
     import re
 
-    from splice import cub_names
+    from splice.forms import cub_names
     templates = set(re.findall(r"__device__ \w+ (\w+)\(", splice.cub._OPS_SOURCE))
     assert templates <= set(cub_names.PUBLIC)
     assert {cub_names.PUBLIC[t] for t in templates} == {

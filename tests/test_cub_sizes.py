@@ -21,8 +21,9 @@ import numpy as np
 import pytest
 
 import splice
-from splice import cccl, cub
+from splice import cub
 from splice.errors import SpliceCallError
+from splice.inputs import cccl
 from support import kernels as K
 from support.kernels import ArrayConstraint
 from support.ptx_exec import run_build

@@ -425,7 +425,7 @@ def test_defines_and_options():
 # ----------------------------------------------------------------------------- one fragment
 
 def test_identical_snippets_share_one_fragment(fresh_cache, monkeypatch):
-    from splice import toolchain
+    from splice.system import toolchain
     calls = []
     real = toolchain.nvrtc_compile
 

@@ -1,4 +1,4 @@
-"""splice's contract with cuTile's private API (splice/_cutile.py). These fail loudly when a
+"""splice's contract with cuTile's private API (splice/system/_cutile.py). These fail loudly when a
 cuda-tile release moves what splice relies on."""
 
 import dataclasses
@@ -9,7 +9,7 @@ import cuda.tile as ct
 import pytest
 
 import splice
-from splice import _cutile
+from splice.system import _cutile
 from splice.tracing import tile_ir, trace
 from support import kernels as K
 from support.env import python_env
@@ -132,7 +132,7 @@ def test_pure_call_reaches_ptx_as_keyed_f64_fma(arch):
     # An f32 fma would be paired into fma.rn.f32x2 on sm_100: FMA_MARKER_BITS is 64.
     import re
 
-    from splice import toolchain
+    from splice.system import toolchain
     sig = K.signature(K.array(ct.float32), K.array(ct.float32), K.array(ct.float32),
                       K.scalar(ct.float32), 256)
     traced = trace.trace_kernel(K.saxpy_kernel, sig, arch)

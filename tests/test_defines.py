@@ -4,8 +4,8 @@ and 0 (``-DFAST=True`` made ``#if FAST`` false: ``True`` is an unknown identifie
 
 import pytest
 
-from splice.inputs.declaring import check_options as _check_options
-from splice.inputs.externs import HEADER_PROVIDERS
+from splice.declare.declaring import check_options as _check_options
+from splice.declare.externs import HEADER_PROVIDERS
 from splice.inputs.fragments import CudaSource
 
 SRC = """extern "C" __device__ int pick() {

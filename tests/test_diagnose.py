@@ -1,4 +1,4 @@
-"""Where each piece of the merged PTX came from (splice.spans), and ptxas errors said in
+"""Where each piece of the merged PTX came from (splice.ptxtools.spans), and ptxas errors said in
 terms of it (splice.diagnose): a fragment, a call site's call sequence, the kernel's own
 PTX."""
 
@@ -10,13 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import splice
-from splice import toolchain
 from splice.driver import diagnose
 from splice.errors import SpliceLinkError, SpliceToolchainError
+from splice.forms.rewrite import splice_calls
 from splice.ptxtools import link
 from splice.ptxtools.ptx import Module, Param, apply_edits
-from splice.rewrite import splice_calls
-from splice.spans import Generated, Span, span_at, spans_of_edits
+from splice.ptxtools.spans import Generated, Span, span_at, spans_of_edits
+from splice.system import toolchain
 from support import kernels as K
 from support.ptx_interp import HEADER
 from support.sites import callee_ptx, site_call

@@ -80,11 +80,10 @@ def _marks(code: str):
     if need.group(1) == "gpu":
         return [pytest.mark.gpu]
     if need.group(1) == "cccl":
-        from splice import cccl
+        from splice.inputs import cccl
         return [pytest.mark.skipif(not cccl.include_dirs(), reason="no CCCL installed")]
     if need.group(1) == "nvshmem":
-        from splice import cccl
-        from splice.inputs import nvshmem
+        from splice.inputs import cccl, nvshmem
         return [pytest.mark.skipif(nvshmem.header_version() is None or not cccl.include_dirs(),
                                    reason="no NVSHMEM headers or CCCL installed")]
     raise AssertionError(f"unknown '# requires: {need.group(1)}'")
@@ -187,7 +186,7 @@ def test_every_example_is_on_the_examples_page():
 def test_committed_ptx_matches_its_source():
     """examples/ptx_import/saxpy.ptx is what make_ptx.py generates from saxpy.cu (modulo
     the NVRTC version line)."""
-    from splice.toolchain import nvrtc_compile
+    from splice.system.toolchain import nvrtc_compile
     d = EXAMPLES / "ptx_import"
     ptx, _ = nvrtc_compile((d / "saxpy.cu").read_bytes(), "saxpy.cu",
                            ["-arch=sm_80", "-rdc=true"])

@@ -19,4 +19,4 @@ def test_unwritable_dump_dir(fresh_cache, tmp_path, monkeypatch, where):
         splice.build(K.ptx_kernel, SIG, "sm_90")
     msg = str(info.value)
     assert "SPLICE_DUMP_DIR" in msg and "kernel 'ptx_kernel'" in msg and "kernels.py:" in msg
-    assert splice.cache.entries() == []
+    assert splice.system.cache.entries() == []

@@ -269,7 +269,7 @@ def _log(header):
 
 @pytest.fixture(params=[False, True], ids=["no-cccl", "cccl"])
 def include_dir(request, tmp_path, monkeypatch):
-    from splice import cccl
+    from splice.inputs import cccl
     monkeypatch.setattr(cccl, "include_dirs",
                         lambda: [str(tmp_path / "cccl")] if request.param else [])
     return request.param
@@ -282,8 +282,8 @@ def include_dir(request, tmp_path, monkeypatch):
     ("type_traits", "include <cuda/std/type_traits>"),
 ])
 def test_standard_headers_point_at_libcuxx(include_dir, header, says):
+    from splice.declare.externs import HEADER_PROVIDERS
     from splice.inputs.cuda_compile import header_hint
-    from splice.inputs.externs import HEADER_PROVIDERS
     hint = header_hint(_log(header), HEADER_PROVIDERS)
     assert says in hint
     assert ("cuda-toolkit[cccl]" in hint) != include_dir
@@ -292,8 +292,8 @@ def test_standard_headers_point_at_libcuxx(include_dir, header, says):
 @pytest.mark.parametrize("header", ["nv/target", "cub/block/block_reduce.cuh",
                                     "cuda/std/cstdint", "thrust/complex.h"])
 def test_cccl_headers_say_how_to_install_cccl(include_dir, header):
+    from splice.declare.externs import HEADER_PROVIDERS
     from splice.inputs.cuda_compile import header_hint
-    from splice.inputs.externs import HEADER_PROVIDERS
     hint = header_hint(_log(header), HEADER_PROVIDERS)
     if include_dir:
         assert "is not in CCCL at" in hint
@@ -303,8 +303,8 @@ def test_cccl_headers_say_how_to_install_cccl(include_dir, header):
 
 
 def test_other_missing_headers_get_no_cccl_hint():
+    from splice.declare.externs import HEADER_PROVIDERS
     from splice.inputs.cuda_compile import header_hint
-    from splice.inputs.externs import HEADER_PROVIDERS
     assert header_hint(_log("my_header.h"), HEADER_PROVIDERS) == ""
     assert header_hint("x.cu(3): error: identifier \"y\" is undefined",
                        HEADER_PROVIDERS) == ""
@@ -312,7 +312,7 @@ def test_other_missing_headers_get_no_cccl_hint():
 
 
 def test_cstdint_in_a_fragment_gets_the_hint():
-    from splice import cccl
+    from splice.inputs import cccl
     src = '#include <cstdint>\nextern "C" __device__ float eco_h(float x) { return x; }'
     h = splice.extern(source=src, name="eco_h", signature="float32(float32)")
 
@@ -325,7 +325,7 @@ def test_cstdint_in_a_fragment_gets_the_hint():
 
 
 def test_cooperative_groups_compile_with_cccl_or_say_how():
-    from splice import cccl
+    from splice.inputs import cccl
     src = ('#include <cooperative_groups.h>\n'
            'extern "C" __device__ float eco_cg(float x) { return x; }')
     cg = splice.extern(source=src, name="eco_cg", signature="float32(float32)")
@@ -345,7 +345,7 @@ def test_jax_contract_names_what_is_missing():
     every name or says what is missing (no JAX in CI)."""
     import importlib.util
 
-    from splice import _cutile
+    from splice.system import _cutile
     if importlib.util.find_spec("jax") is None:
         with pytest.raises(splice.SpliceToolchainError, match="splice.jax needs JAX"):
             _cutile.jax_internals()
@@ -450,14 +450,14 @@ def test_half_stubless_extern_still_decorates_a_stub():
     ("nvshmem.h", "#include <nvshmem.h>"),
 ])
 def test_common_missing_headers_get_a_hint(header, says):
+    from splice.declare.externs import HEADER_PROVIDERS
     from splice.inputs.cuda_compile import header_hint
-    from splice.inputs.externs import HEADER_PROVIDERS
     assert says in header_hint(_log(header), HEADER_PROVIDERS)
 
 
 def test_user_headers_in_like_named_folders_get_no_nvshmem_hint():
+    from splice.declare.externs import HEADER_PROVIDERS
     from splice.inputs.cuda_compile import header_hint
-    from splice.inputs.externs import HEADER_PROVIDERS
     assert "NVSHMEM" not in header_hint(_log("host/config.h"), HEADER_PROVIDERS)
     assert "NVSHMEM" not in header_hint(_log("device/my_nvshmem_wrappers.hpp"),
                                         HEADER_PROVIDERS)

@@ -1,9 +1,9 @@
-"""Which instructions ``splice.effects`` counts as a side effect a pure extern may not have
+"""Which instructions ``splice.forms.effects`` counts as a side effect a pure extern may not have
 (the kernel-level refusals are rows of ``test_bad_inputs.py``)."""
 
 import pytest
 
-from splice.effects import _effect
+from splice.forms.effects import _effect
 from splice.ptxtools.ptx import Instruction
 
 

@@ -8,7 +8,7 @@ import cuda.tile as ct
 import pytest
 
 import splice
-from splice import cache
+from splice.system import cache
 from support import kernels as K
 
 HERE = Path(__file__).name
@@ -341,7 +341,7 @@ def test_a_ptx_file_declared_with_the_entry_point_the_message_names_compiles(tmp
 
 
 def test_inspect_with_arguments_cutile_cannot_type(monkeypatch):
-    from splice import _cutile
+    from splice.system import _cutile
     monkeypatch.setattr(_cutile, "get_compute_capability", lambda *a: (9, 0))  # as on an H100
     with pytest.raises(splice.SpliceDeclarationError) as info:
         _kernel_calling(K.gelu_tanh).inspect(1.0)      # the kernel takes 3 arguments
@@ -355,7 +355,7 @@ def test_inspect_with_arguments_but_no_cuda_driver_says_it_needs_the_gpu(monkeyp
     # cuTile "cannot make a kernel signature" of
     from cuda.tile.compilation import KernelSignature
 
-    from splice import _cutile
+    from splice.system import _cutile
 
     def no_driver(*a, **k):
         raise OSError("libcuda.so.1: cannot open shared object file")

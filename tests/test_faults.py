@@ -14,7 +14,7 @@ import cuda.tile as ct
 import pytest
 
 import splice
-from splice import cache, toolchain
+from splice.system import cache, toolchain
 from support import kernels as K
 
 SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 512)
@@ -126,9 +126,9 @@ def test_writer_killed_mid_write_leaves_no_valid_entry(fresh_cache):
     code = textwrap.dedent(f"""
         import os, sys, time
         sys.path.insert(0, {str(ROOT)!r})
-        from splice import cache
+        from splice.system import cache
         real_replace = os.replace
-        def slow(*a, **k):   # (os.replace with dir_fd keywords: splice.safe_fs)
+        def slow(*a, **k):   # (os.replace with dir_fd keywords: splice.system.safe_fs)
             print("writing", flush=True)
             time.sleep(60)
         cache.os.replace = slow
@@ -208,7 +208,7 @@ def test_threads_and_processes_share_one_cache(fresh_cache):
 _STORE_AND_EVICT = textwrap.dedent("""
     import hashlib, json, os, random, sys
     sys.path.insert(0, sys.argv[1])
-    from splice import cache
+    from splice.system import cache
     def payload(key):
         n = 500 + int(key[:4], 16) % 3000
         return (hashlib.sha256(key.encode()).digest() * (n // 32 + 1))[:n]

@@ -17,9 +17,9 @@ import cuda.tile as ct
 import pytest
 
 import splice
-from splice import toolchain
 from splice.driver import pipeline, stages
 from splice.errors import SpliceToolchainError
+from splice.system import toolchain
 from support import kernels as K
 from support.env import python_env
 
@@ -248,7 +248,7 @@ def test_a_cache_hit_in_a_new_process_loads_no_miss_stage(tmp_path):
             "from splice.driver import pipeline\n"
             "sig = K.signature(K.array(K.ct.float64), K.array(K.ct.float64), 256)\n"
             "b = pipeline.build(K.same_arg_kernel, sig, 'sm_90')\n"
-            "miss = ('splice.driver.stages', 'splice.rewrite', 'splice.ptxtools.link',\n"
+            "miss = ('splice.driver.stages', 'splice.forms.rewrite', 'splice.ptxtools.link',\n"
             "        'splice.ptxtools.ptx', 'splice.ptxtools.inline',\n"
             "        'splice.analysis.collectives')\n"
             "print(b.from_cache, [m for m in miss if m in sys.modules])\n")
@@ -265,7 +265,7 @@ def test_a_cache_hit_in_a_new_process_loads_no_miss_stage(tmp_path):
 def test_the_capturing_ptxas_keeps_argv_ptx_and_host_object(tmp_path):
     # the script tileiras runs instead of ptxas (toolchain._CAPTURE_SCRIPT): built-ins but
     # for one ln, which links tileiras's temporary inputs before tileiras deletes them
-    from splice.toolchain import _CAPTURE_SCRIPT
+    from splice.system.toolchain import _CAPTURE_SCRIPT
     real = tmp_path / "real-ptxas"
     real.write_text('#!/bin/sh\necho "real ptxas $*"\n')
     script = tmp_path / "ptxas"
@@ -343,7 +343,7 @@ def k2(x, TILE: ct.Constant[int]):
 
 g = extern(source="", name="g", signature="float32(float32)")
 h = splice.asm("add.f32 %0, %1, %2;", "float32(float32, float32)")
-root = splice.toolchain.overlay()
+root = splice.system.toolchain.overlay()
 n: int = len(splice.ELEMENT_TYPES)
 b: splice.Build = splice.build(k, None, "sm_90")
 v: str = splice.__version__
@@ -445,7 +445,7 @@ class Editable:   # as setuptools' editable-install finder: splice.* from anothe
 
 sys.meta_path.append(Editable())
 os.remove(os.path.join(sys.argv[1], "splice", "inputs", "externs.py"))
-for name in ("splice.driver.stages", "splice.inputs.externs", "splice.no_such_module"):
+for name in ("splice.driver.stages", "splice.declare.externs", "splice.no_such_module"):
     try:
         __import__(name)
         print(name, "loaded from", sys.modules[name].__file__)
@@ -471,7 +471,7 @@ def test_a_submodule_is_never_loaded_from_another_copy_of_splice(tmp_path):
     stages, externs, missing = out.stdout.splitlines()
     assert stages.startswith("splice.driver.stages refused: splice.driver.stages is not part of the splice")
     assert "another copy of splice" in stages
-    assert externs.startswith("splice.inputs.externs refused: splice/inputs/externs.py changed on disk")
+    assert externs.startswith("splice.declare.externs refused: splice/declare/externs.py changed on disk")
     assert missing.startswith("splice.no_such_module not found")
 
 
@@ -571,7 +571,7 @@ def test_a_cache_directory_removed_while_the_process_runs_is_made_again(fresh_ca
     # `rm -rf ~/.cache/splice` beside a running notebook, or a temp-directory cleaner: the
     # overlay the process had built went with it, and every later build raised a bare
     # FileNotFoundError until the process restarted
-    from splice import toolchain
+    from splice.system import toolchain
     monkeypatch.setattr(toolchain, "_overlay_bases", lambda real: [fresh_cache / "toolchain"])
     toolchain.overlay.cache_clear()
     try:
@@ -598,7 +598,7 @@ def test_a_source_saved_during_the_compile_is_not_cached_under_the_old_key(
     # the key is taken before tileiras runs; the fragment compiles from the file as it is
     # then: a save during the compile stored the new version's cubin under the old key, and
     # undoing the edit gave a stale hit
-    from splice import toolchain
+    from splice.system import toolchain
     body = 'extern "C" __device__ float tt(float x) {{ return x * {}f; }}\n'
     src, kern = _constants_kernel(tmp_path, "tt", body.format("3.0"))
     real = toolchain.run_tileiras
@@ -621,7 +621,7 @@ def test_a_header_saved_while_nvrtc_runs_is_not_cached_under_the_old_key(
         fresh_cache, tmp_path, monkeypatch):
     # NVRTC reads the headers while it compiles: the PTX of a header saved meanwhile was
     # remembered and cached under the key of the header before the save
-    from splice import toolchain
+    from splice.system import toolchain
     _, kern = _constants_kernel(tmp_path, "th", '#include "th_scale.h"\n'
                                 'extern "C" __device__ float th(float x) { return x * SCALE; }\n')
     header = tmp_path / "th_scale.h"
@@ -705,7 +705,7 @@ def test_threads_of_a_new_process_compile_at_once_as_one_thread_does(fresh_cache
 def test_an_overlay_with_a_broken_capture_script_is_repaired(fresh_cache, monkeypatch):
     # an edited or truncated bin/ptxas of the overlay failed every tileiras run of every
     # later process ("failed to compile Tile IR program"), with no word of the overlay
-    from splice import toolchain
+    from splice.system import toolchain
     monkeypatch.setattr(toolchain, "_overlay_bases", lambda real: [fresh_cache / "toolchain"])
     toolchain.overlay.cache_clear()
     try:
@@ -722,7 +722,7 @@ def test_a_source_removed_during_the_compile_gives_the_build_uncached(fresh_cach
                                                                      monkeypatch):
     # the key taken again before storing reads the extern's file: its removal while ptxas
     # ran must not turn a finished build into an error
-    from splice import toolchain
+    from splice.system import toolchain
     src, kern = _constants_kernel(
         tmp_path, "tr", 'extern "C" __device__ float tr(float x) { return x * 3.0f; }\n')
     real = toolchain.run_ptxas

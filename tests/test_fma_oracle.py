@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from splice.forms.rewrite import splice_calls
 from splice.ptxtools.ptx import Module
-from splice.rewrite import splice_calls
 from support import fuzz
 from support.ptx_interp import (
     check_rewrite_semantics,

@@ -14,8 +14,8 @@ import splice
 from splice import forms
 from splice.errors import SpliceDeclarationError, SpliceLinkError
 from splice.forms import element
+from splice.forms.rewrite import splice_calls
 from splice.ptxtools.ptx import Module, parse_instruction
-from splice.rewrite import splice_calls
 from support import kernels as K
 from support.sites import site_call
 

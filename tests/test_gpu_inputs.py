@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import splice
-from splice import toolchain
+from splice.system import toolchain
 from support import kernels as K
 from support.fragments import ltoir, nvjitlink_too_old, rdc_cubin
 

@@ -10,6 +10,7 @@ that need each other).
 """
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -152,7 +153,8 @@ def _loaded_by_import_splice(*prefixes: str) -> list[str]:
 def test_import_splice_loads_only_its_errors_and_code_identity():
     # every other public name is loaded on first use (splice.__getattr__): `import splice`
     # within 1.2x of `import cuda.tile` (issue 11)
-    assert _loaded_by_import_splice("splice") == ["splice", "splice.errors", "splice.identity"]
+    assert _loaded_by_import_splice("splice") == ["splice", "splice.errors", "splice.system",
+                                                  "splice.system.identity"]
 
 
 def test_no_lazy_public_name_is_a_submodule_name():
@@ -160,16 +162,16 @@ def test_no_lazy_public_name_is_a_submodule_name():
     # function of that name, loaded lazily, would be replaced by it
     for name, (module, attr) in splice._LAZY.items():
         if attr is not None:
-            assert not (PKG / f"{name}.py").exists(), name
+            assert not (PKG / f"{name}.py").exists() and not (PKG / name).is_dir(), name
         else:
             assert module == name
 
 
 def test_every_public_name_resolves_after_every_submodule_is_imported():
     import importlib
-    for p in sorted(PKG.glob("*.py")):
-        if p.stem not in ("__init__", "__main__", "jax"):
-            importlib.import_module(f"splice.{p.stem}")
+    for name in sorted(_sources()):
+        if name not in ("__init__", "__main__", "jax"):
+            importlib.import_module(f"splice.{name}")
     for name in splice.__all__:
         value = getattr(splice, name)
         module, attr = splice._LAZY.get(name, (None, ""))
@@ -180,7 +182,8 @@ def test_every_public_name_resolves_after_every_submodule_is_imported():
 
 def test_import_splice_leaves_cutiles_compiler_unloaded():
     # cuTile's compiler (cuda.tile._compile, its IR and passes) is imported by the first
-    # trace (splice._cutile), not by `import splice`: it takes longer than cuda.tile itself
+    # trace (splice.system._cutile), not by `import splice`: it takes longer than cuda.tile
+    # itself
     assert _loaded_by_import_splice("cuda.tile._compile", "cuda.tile._ir",
                                     "cuda.tile._passes", "splice.tracing.tile_ir") == []
 
@@ -188,20 +191,90 @@ def test_import_splice_leaves_cutiles_compiler_unloaded():
 def test_the_generic_cuda_c_input_imports_no_header_library():
     # CCCL and NVSHMEM are header providers a CUDA C source is given (splice.externs), so
     # that the fragments sit below them (the module graph was 14 floors through them)
-    assert not import_graph()["inputs.fragments"] & {"inputs.nvshmem", "cccl"}
+    assert not import_graph()["inputs.fragments"] & {"inputs.nvshmem", "inputs.cccl"}
 
 
-#: The PTX wing (issue 32): the PTX tools, the analyses, the rewriter and the forms work on
-#: PTX alone, so that each can be loaded and tested on hand-written PTX.
-PTX_WING = ("ptxtools", "analysis", "rewrite", "forms")
-#: What the PTX wing must not reach: the input kinds (CUDA C through NVRTC, the header
-#: providers, the fragments, the declarations), CCCL's header provider, the toolchain
-#: runner, the cache, the tracing of cuTile and the driver.
-NOT_BELOW_PTX = ("inputs", "cccl", "toolchain", "cache", "tracing", "driver", "integrations")
+#: splice's layers from the top down, each floor a tuple: a module imports only modules of
+#: its own package (or module) and of the floors below its own, never one beside it on its
+#: floor. A name is a subpackage of ``splice/`` or a module directly in it (the public
+#: surface: ``__init__``, ``__main__``, ``errors``, ``types`` and the modules users import
+#: by name). ``docs/design.md``'s module map is this table, row for row.
+FLOORS = (
+    ("__main__",),
+    ("__init__", "testing"),
+    ("jax", "cub", "integrations", "compat", "cccl", "toolchain"),
+    ("declare", "driver"),
+    ("tracing",),
+    ("forms", "inputs"),
+    ("analysis",),
+    ("ptxtools",),
+    ("types",),
+    ("system",),
+    ("errors",),
+)
+FLOOR = {layer: len(FLOORS) - i for i, floor in enumerate(FLOORS) for layer in floor}
 
 
 def _layer(module: str) -> str:
     return module.split(".")[0]
+
+
+def layer_breaches(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """{module: the modules it imports that are not below its floor nor in its own layer}."""
+    bad = {m: sorted(d for d in deps if _layer(d) != _layer(m) and
+                     FLOOR[_layer(d)] >= FLOOR[_layer(m)])
+           for m, deps in graph.items()}
+    return {m: d for m, d in bad.items() if d}
+
+
+def test_every_module_has_a_floor():
+    assert sorted({_layer(m) for m in import_graph()} - set(FLOOR)) == []
+
+
+def test_every_module_imports_only_the_floors_below_its_own():
+    # function-level and TYPE_CHECKING imports included (import_graph)
+    assert layer_breaches(import_graph()) == {}
+
+
+def test_the_floor_rule_sees_an_import_up_and_one_beside():
+    graph = {"forms.block": {"forms.base", "analysis.control", "inputs.fragments"},
+             "inputs.fragments": {"system.cache", "declare.externs"},
+             "system.cache": {"system.safe_fs", "errors"}}
+    assert layer_breaches(graph) == {"forms.block": ["inputs.fragments"],
+                                     "inputs.fragments": ["declare.externs"]}
+
+
+def test_at_most_eight_modules_sit_directly_in_splice():
+    # the public surface only; every other module is in its layer's package (issue 43)
+    top = sorted(p.stem for p in PKG.glob("*.py"))
+    assert len(top) <= 8, top
+    assert set(top) <= {layer for floor in FLOORS for layer in floor}
+
+
+def test_the_module_map_in_the_design_notes_is_the_floor_table():
+    text = (PKG.parent / "docs" / "design.md").read_text()
+    rows = text.split("## Module map", 1)[1].split("\n\n| floor |", 1)[1].split("\n\n")[0]
+    floors = [tuple(re.findall(r"`([\w]+)(?:/|\.py)`", row.split("|")[2]))
+              for row in rows.splitlines()[2:]]
+    assert tuple(floors) == FLOORS
+
+
+def test_the_input_kinds_import_no_tracing_form_declaration_or_driver():
+    # the device code and its compile sit below what declares and calls it (issue 43)
+    graph = import_graph()
+    bad = {m: sorted(d for d in reached(graph, m)
+                     if _layer(d) in ("tracing", "forms", "declare", "driver", "cub"))
+           for m in graph if _layer(m) == "inputs"}
+    assert not {m: d for m, d in bad.items() if d}
+
+
+#: The PTX wing (issue 32): the PTX tools, the analyses, the forms and the rewriter work on
+#: PTX alone, so that each can be loaded and tested on hand-written PTX.
+PTX_WING = ("ptxtools", "analysis", "forms")
+#: What of the toolchain and the store the PTX wing must not reach (the floors keep it
+#: below the input kinds, the tracing and the driver): the compilers, the toolchain runner
+#: and the cache.
+NOT_BELOW_PTX = ("system.toolchain", "system.cuda_libs", "system.nvrtc_pch", "system.cache")
 
 
 def reached(graph: dict[str, set[str]], module: str) -> set[str]:
@@ -216,19 +289,28 @@ def reached(graph: dict[str, set[str]], module: str) -> set[str]:
     return seen
 
 
-def test_the_ptx_wing_reaches_no_input_compiler_toolchain_or_cache():
+def test_the_ptx_wing_reaches_no_compiler_toolchain_or_cache():
     graph = import_graph()
-    bad = {m: sorted(d for d in reached(graph, m) if _layer(d) in NOT_BELOW_PTX)
+    bad = {m: sorted(d for d in reached(graph, m) if d in NOT_BELOW_PTX)
            for m in graph if _layer(m) in PTX_WING}
     assert not {m: d for m, d in bad.items() if d}
+
+
+def test_no_form_reaches_the_rewriter():
+    # the rewriter drives the forms; a form that needed it would be a cycle in waiting
+    graph = import_graph()
+    assert [m for m in graph if _layer(m) == "forms" and m != "forms.rewrite"
+            and "forms.rewrite" in reached(graph, m)] == []
 
 
 def test_the_rule_checker_sees_a_function_level_import_of_the_compiler():
     source = "def f():\n    from ..inputs import fragments\n    return fragments\n"
     deps = module_imports(source, {"inputs.fragments", "forms.block"}, ("splice", "forms"))
     assert deps == {"inputs.fragments"}
-    graph = {"forms.block": deps, "inputs.fragments": {"toolchain"}, "toolchain": set()}
-    assert reached(graph, "forms.block") == {"inputs.fragments", "toolchain"}
+    graph = {"forms.block": deps, "inputs.fragments": {"system.toolchain"},
+             "system.toolchain": set()}
+    assert reached(graph, "forms.block") == {"inputs.fragments", "system.toolchain"}
+    assert layer_breaches(graph) == {"forms.block": ["inputs.fragments"]}
 
 
 def test_every_subpackage_says_its_job_and_what_it_may_import():
@@ -254,16 +336,6 @@ def test_no_module_outside_the_forms_reads_a_forms_capability_flags():
     assert not {p: f for p, f in found.items() if f}
     assert flag_reads("if site.form.per_function and f(ext.form.runs_collectives): pass") == [
         "per_function", "runs_collectives"]
-
-
-def test_the_ptx_tools_sit_below_the_analyses_and_the_forms():
-    # the layers of the PTX wing, bottom up: PTX tools, analyses, forms, the rewriter
-    graph = import_graph()
-    above = {"ptxtools": {"analysis", "forms", "rewrite"}, "analysis": {"forms", "rewrite"},
-             "forms": {"rewrite"}}
-    bad = {m: sorted(d for d in reached(graph, m) if _layer(d) in above[_layer(m)])
-           for m in graph if _layer(m) in above}
-    assert not {m: d for m, d in bad.items() if d}
 
 
 def test_no_module_of_splice_is_longer_than_750_lines():

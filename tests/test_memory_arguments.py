@@ -91,7 +91,7 @@ def test_undeclared_call_is_ordered_against_every_array(monkeypatch):
 def test_planted_missing_argument_alias_loses_the_store(monkeypatch):
     """The ordering test above can fail: a marker pointer that does not take its array
     arguments' alias sets is not ordered after the store to X."""
-    from splice import _cutile
+    from splice.system import _cutile
     from splice.tracing.tile_ir import SpliceMarkerPointer
     monkeypatch.setattr(SpliceMarkerPointer, "splice_alias_set",
                         lambda self, alias_set_of: _cutile.SPLICE_ALIAS_SET)

@@ -1,4 +1,4 @@
-"""splice.nvrtc_pch: NVRTC's automatic precompiled header for CUDA C that includes CCCL --
+"""splice.system.nvrtc_pch: NVRTC's automatic precompiled header for CUDA C that includes CCCL --
 the same PTX as without it, written only to a private directory of splice's cache -- and
 the INFO line of a compile that takes more than a second."""
 
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from splice import cccl, nvrtc_pch, toolchain
-from splice.inputs import cuda_compile, fragments, headers
-from splice.inputs.externs import HEADER_PROVIDERS
+from splice.declare.externs import HEADER_PROVIDERS
+from splice.inputs import cccl, cuda_compile, fragments, headers
 from splice.inputs.fragments import CudaSource
+from splice.system import nvrtc_pch, toolchain
 
 _SOURCE = """#include <cuda/std/limits>
 extern "C" __device__ int biggest(int x) {

@@ -16,10 +16,10 @@ import cuda.tile as ct
 import pytest
 
 import splice
-from splice import _cutile, cccl
-from splice.inputs import nvshmem
+from splice.inputs import cccl, nvshmem
 from splice.ptxtools import link
 from splice.ptxtools.ptx import Module
+from splice.system import _cutile
 from support import kernels as K
 from support.env import python_env
 

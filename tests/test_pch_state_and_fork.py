@@ -1,7 +1,7 @@
 """NVRTC's PCH follows the state of every header it holds (one reached through a macro
 #include in a toolkit header included), a forked child gets a PCH directory of its own
 and leaves its parent's alone, and a fork waits for NVRTC calls without waiting for ever
-behind calls that overlap (splice.nvrtc_pch, splice.cuda_libs._Calls). Each test failed
+behind calls that overlap (splice.system.nvrtc_pch, splice.system.cuda_libs._Calls). Each test failed
 when it was written (found by trying to break them)."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from splice import cccl, nvrtc_pch
-from splice.inputs import fragments, headers
-from splice.inputs.externs import HEADER_PROVIDERS
+from splice.declare.externs import HEADER_PROVIDERS
+from splice.inputs import cccl, fragments, headers
 from splice.inputs.fragments import CudaSource
+from splice.system import nvrtc_pch
 
 _SRC = ('#include <cub/fake.cuh>\n'
         'extern "C" __device__ int f(int x) { return x + DEEP; }\n')
@@ -85,7 +85,7 @@ def test_a_forked_child_leaves_the_parents_pch_directory_alone(tmp_path):
     the parent uses it. The child should get a directory of its own."""
     out = _run_script("""
         import os, sys, time
-        from splice import nvrtc_pch
+        from splice.system import nvrtc_pch
         parent = nvrtc_pch._private_dir()
         assert parent is not None and parent.is_dir()
         pid = os.fork()
@@ -114,7 +114,7 @@ def test_fork_does_not_wait_for_ever_behind_overlapping_compiles(tmp_path):
     so ``os.fork`` waits until every thread has stopped compiling (here: for ever)."""
     out = _run_script("""
         import os, threading, time
-        from splice import cuda_libs
+        from splice.system import cuda_libs
         stop = threading.Event()
         def compiles(delay):
             time.sleep(delay)
@@ -151,12 +151,12 @@ def test_a_fork_pool_compiles_while_the_parents_threads_compile(tmp_path):
     """Two threads of the parent compile CUDA C without a pause while a multiprocessing
     pool (fork) compiles in its workers: every lock a parent's thread held at a fork (the
     CCCL locator's, the memo's, the include walk's, the PCH's) is free in the child
-    (splice.forksafe), and NVRTC's own are waited for (before: the workers blocked for
+    (splice.system.forksafe), and NVRTC's own are waited for (before: the workers blocked for
     ever in the CCCL locator)."""
     out = _run_script("""
         import multiprocessing as mp, threading
         from splice.inputs.fragments import CudaSource
-        from splice.inputs.externs import HEADER_PROVIDERS
+        from splice.declare.externs import HEADER_PROVIDERS
         SRC = ('#include <cuda/std/limits>\\nextern "C" __device__ int f%d(int x) '
                '{ return x < cuda::std::numeric_limits<int>::max() ? x + %d : x; }\\n')
         def compile_one(i):

@@ -9,9 +9,9 @@ import cuda.tile as ct
 import pytest
 
 import splice
-from splice import rewrite
 from splice.driver import stages
 from splice.errors import SpliceCompileError, SpliceRewriteError
+from splice.forms import rewrite
 from splice.forms.base import Marker
 from splice.tracing import trace
 from support import kernels as K

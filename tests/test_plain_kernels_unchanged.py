@@ -1,5 +1,5 @@
 """Importing splice changes nothing for plain ``@ct.kernel`` kernels: splice wraps cuTile's
-dataflow analysis (``splice._cutile._install_alias_hook``) at its first trace, and a plain
+dataflow analysis (``splice.system._cutile._install_alias_hook``) at its first trace, and a plain
 kernel compiled in that process must give cuTile's Tile IR bytecode and cubin byte for byte.
 Two fresh processes (``tests/plain_bytecode_child.py``): one never imports splice, the other
 compiles spliced kernels (and the plain ones through splice) first; both export the plain

@@ -306,7 +306,7 @@ def test_ptx_result_not_the_struct_is_refused(ret, needle):
 
 
 def test_ltoir_struct_result():
-    from splice import toolchain
+    from splice.system import toolchain
     src = SINCOS.replace("sincos_pair", "lto_sincos").encode()
     ltoir = toolchain.nvrtc_compile_ltoir(src, "lto.cu", ["-arch=sm_90", "-rdc=true", "-dlto"])
     ext = splice.extern.from_ltoir(data=ltoir, name="lto_sincos", signature=PAIR)

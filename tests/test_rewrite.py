@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from splice import toolchain
 from splice.errors import SpliceRewriteError
+from splice.forms.rewrite import splice_calls
 from splice.ptxtools import link
 from splice.ptxtools.ptx import Module, split_statements
-from splice.rewrite import splice_calls
+from splice.system import toolchain
 from splice.types import parse_signature
 from support import fuzz
 from support.ptx_interp import HEADER

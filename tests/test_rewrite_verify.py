@@ -5,8 +5,8 @@ statements where the text spells a marker name; the Tile IR text tileiras embeds
 
 import pytest
 
-from splice import rewrite
 from splice.errors import SpliceRewriteError
+from splice.forms import rewrite
 from support.sites import fma_sites
 
 HEAD = ".version 8.0\n.target sm_90\n.address_size 64\n"

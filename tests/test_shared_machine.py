@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import splice
-from splice import cache, toolchain
+from splice.system import cache, toolchain
 from support import shared_machine as lab
 
 pytestmark = pytest.mark.skipif(
@@ -287,7 +287,7 @@ def test_cache_made_private(world, fresh_cache):
 def test_lock_wait_times_out_naming_the_lock(world, fresh_cache, monkeypatch):
     lab.build(str(world), "a")
     with contextlib.suppress(ImportError):   # (the test shows the hang without it)
-        from splice import safe_fs
+        from splice.system import safe_fs
         monkeypatch.setattr(safe_fs, "LOCK_TIMEOUT_SECONDS", 0.2)
     fd = os.open(fresh_cache / ".lock", os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)
@@ -352,7 +352,7 @@ def test_links_at_dump_files_are_replaced_not_followed(world, fresh_cache, tmp_p
 
 
 def test_trust_setting_names_users_and_groups(monkeypatch):
-    from splice import safe_fs
+    from splice.system import safe_fs
     monkeypatch.setenv("SPLICE_CACHE_TRUST", f"{OTHER}, @{GROUP}, root")
     assert safe_fs.cache_trust() == safe_fs.Trust(frozenset({OTHER, 0}), frozenset({GROUP}))
     monkeypatch.setenv("SPLICE_CACHE_TRUST", "no-such-user-splice")

@@ -5,8 +5,8 @@ import cuda.tile as ct
 import pytest
 
 import splice
-from splice import toolchain
 from splice.compat import release
+from splice.system import toolchain
 from support import kernels as K
 from support.fragments import LTO_SRC, OBJ_SRC, ltoir, nvjitlink_too_old, rdc_cubin
 
@@ -204,7 +204,7 @@ def test_pointer_arguments_on_gpu():
 def _nvcc():
     import shutil
 
-    from splice import toolchain
+    from splice.system import toolchain
     cand = toolchain.tileiras().resolve().parent / "nvcc"
     return str(cand) if cand.is_file() else shutil.which("nvcc")
 
@@ -286,7 +286,7 @@ def test_cxx_names_for_ptx_are_refused_with_advice():
 def test_a_file_removed_after_declaration_is_a_declaration_error(tmp_path, form):
     """Files are read at the first build, not at declaration: one gone by then is a
     SpliceDeclarationError naming the file, and no kernel cache entry is written."""
-    from splice import cache
+    from splice.system import cache
     if form == "cuda":
         p = tmp_path / "f.cu"
         p.write_text('extern "C" __device__ float f(float x) { return x; }\n')

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from splice import toolchain
+from splice.system import toolchain
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux library search")
 
@@ -83,7 +83,7 @@ def test_a_copy_already_loaded_wins(tmp_path, monkeypatch):
 
 def test_the_real_library_is_found_without_cuda_pathfinder():
     import subprocess
-    code = ("import sys; from splice import toolchain; "
+    code = ("import sys; from splice.system import toolchain; "
             "p = toolchain._library_path('nvrtc'); "
             "print(p is not None, 'cuda.pathfinder' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -11,12 +11,12 @@ import cuda.tile as ct
 import pytest
 
 import splice
-from splice import cccl
 from splice.errors import SpliceDeclarationError, SpliceLinkError, SpliceRewriteError
 from splice.forms import form_of
 from splice.forms.base import SiteCall
+from splice.forms.rewrite import splice_calls
+from splice.inputs import cccl
 from splice.ptxtools.ptx import Module, Param
-from splice.rewrite import splice_calls
 from splice.types import parse_signature
 from support import kernels as K
 
@@ -983,8 +983,8 @@ def test_exec_warpgroup_site_in_each_group_position(first, inline):
     if it is told apart by tid.x, not by its rank, in a group that starts at 128)."""
     import numpy as np
 
+    from splice.forms.rewrite import splice_calls
     from splice.ptxtools import link
-    from splice.rewrite import splice_calls
     from support.ptx_exec import Pointer, run
     text = _WS_KERNEL.replace("SKIP", "gt" if first == 0 else "le") \
         .replace("%r1, -FIRST", f"%r1, -{first}") \

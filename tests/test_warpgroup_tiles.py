@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 
 import splice
-from splice import toolchain
 from splice.errors import SpliceLinkError, SpliceRewriteError
 from splice.forms import FORMS
 from splice.forms import warpgroup_proof as warpgroup
 from splice.forms.base import SiteCall
+from splice.forms.rewrite import splice_calls
 from splice.forms.staging import Staging
 from splice.ptxtools.ptx import Module, Param
-from splice.rewrite import splice_calls
+from splice.system import toolchain
 from splice.types import parse_signature
 from support import kernels as K
 from support.ptx_exec import ExecError, run_build

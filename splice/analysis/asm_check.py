@@ -1,7 +1,7 @@
 """What splice proves of a ``splice.asm`` snippet before it pastes it into a ``.func``.
 
 A snippet is pasted between the code that loads its inputs and the code that copies its
-outputs out (:meth:`splice.inputs.asm_frontend.AsmSpec.ptx`), and that ``.func`` is then inlined
+outputs out (:meth:`splice.declare.asm_frontend.AsmSpec.ptx`), and that ``.func`` is then inlined
 at every element. Two faults would compile and silently store garbage, so
 :func:`check_snippet` refuses them:
 

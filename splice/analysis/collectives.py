@@ -25,8 +25,8 @@ import shutil
 import subprocess
 from typing import Iterable, Mapping, Sequence
 
-from .. import forksafe
 from ..ptxtools.ptx import Function, Module, opcode_at, parse_instruction
+from ..system import forksafe
 from . import activemask
 
 

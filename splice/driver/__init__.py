@@ -7,6 +7,6 @@
 :mod:`.verify` (``$SPLICE_VERIFY``: the linked cubin checked).
 
 May import every layer below: the input kinds, the tracing, the rewriter
-(:mod:`splice.rewrite`), the forms, the analyses, the PTX tools, the toolchain runner and the
+(:mod:`splice.forms.rewrite`), the forms, the analyses, the PTX tools, the toolchain runner and the
 cache. Nothing below imports the driver.
 """

@@ -2,7 +2,7 @@
 
 ptxas numbers the lines of a temporary file holding the merged module (the kernel's PTX
 with the call sequences the rewriter wrote and the fragments the linker inserted). The
-:class:`splice.spans.Span`\\ s those two return say which code wrote each line: a fragment
+:class:`splice.ptxtools.spans.Span`\\ s those two return say which code wrote each line: a fragment
 (named with the extern's declaration), a call site's call sequence, or -- any other line --
 the kernel's own PTX (tileiras output).
 """
@@ -15,7 +15,7 @@ from typing import Sequence
 from .. import forms
 from ..errors import SpliceError, SpliceLinkError, SpliceToolchainError
 from ..ptxtools.shared_memory import KERNEL_OWNER, shared_memory_report
-from ..spans import Span, span_at
+from ..ptxtools.spans import Span, span_at
 
 
 def describe(span: Span | None) -> str:

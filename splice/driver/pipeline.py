@@ -22,7 +22,7 @@ times each stage (``Build.timings``, the ``splice`` logger at DEBUG) and writes 
 artefact to ``$SPLICE_DUMP_DIR/<symbol>.<arch>/`` as the stage returns it (the stages return
 their artefacts and dump nothing themselves), so that a failed build leaves the stages
 before the failure. A build that keeps its stages (:func:`splice.compile`,
-``inspect()``, a dump directory) caches their texts beside the cubin and hits like a launch. Linked cubins are cached on disk by content (:mod:`splice.cache`);
+``inspect()``, a dump directory) caches their texts beside the cubin and hits like a launch. Linked cubins are cached on disk by content (:mod:`splice.system.cache`);
 fragments by their own content (:mod:`splice.inputs.fragments`). What each stage costs against
 plain cuTile, and why: ``docs/design.md#first-launch``.
 """
@@ -41,11 +41,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from cuda.tile import TileError
 
-from .. import _cutile, cache, settings, toolchain
 from ..errors import SpliceError, SpliceLinkError, SpliceToolchainError, as_cutile_error
 from ..forms.base import SiteInfo
 from ..inputs import nvshmem
-from ..spans import Span
+from ..ptxtools.spans import Span
+from ..system import _cutile, cache, settings, toolchain
 from ..tracing import trace
 from . import verify
 from .result import Build, dump_dir, dump_file, tileir_text

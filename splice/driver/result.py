@@ -7,9 +7,9 @@ import json
 import re
 from pathlib import Path
 
-from .. import safe_fs, toolchain
 from ..forms.base import SiteInfo
-from ..spans import Span
+from ..ptxtools.spans import Span
+from ..system import safe_fs, toolchain
 
 
 def tileir_text(ptx: str) -> str | None:
@@ -55,7 +55,7 @@ class Build:
     symbols: tuple[str, ...] = ()   # every entry (several signatures: splice.export_kernel)
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
     lowerings: int = 1
-    # of spliced_ptx: what wrote which lines (splice.spans)
+    # of spliced_ptx: what wrote which lines (splice.ptxtools.spans)
     spans: tuple[Span, ...] = dataclasses.field(default=(), repr=False)
     _sass: str | None = dataclasses.field(default=None, repr=False)
 

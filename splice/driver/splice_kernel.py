@@ -13,12 +13,12 @@ import types
 
 import cuda.tile as ct
 
-from .. import _cutile
 from ..errors import (
     SpliceDeclarationError,
     SpliceOptionValueError,
     SpliceToolchainError,
 )
+from ..system import _cutile
 
 
 def signature_from_args(kernel, args):

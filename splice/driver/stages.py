@@ -16,16 +16,16 @@ import os
 import re
 from typing import Any, Callable, Protocol
 
-from .. import effects, rewrite, toolchain
 from ..analysis import memory_proof
 from ..errors import SpliceLinkError, SpliceToolchainError
-from ..forms import element_callees
+from ..forms import effects, element_callees, rewrite
 from ..forms import staging as tiles
 from ..forms.base import CallForm, SiteCall, SiteInfo
 from ..inputs import nvshmem
 from ..inputs.fragments import Fragment
 from ..ptxtools import inline, link, tma_store_reads
 from ..ptxtools.ptx import Module, opcode_head, parse_instruction
+from ..system import toolchain
 from . import diagnose
 from .result import Build, tileir_text
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import struct
 from collections import Counter
 
-from .. import settings
 from ..errors import SpliceRewriteError, SpliceToolchainError
-from ..names import MARKER_PREFIX
+from ..ptxtools.names import MARKER_PREFIX
+from ..system import settings
 
 MARKER = MARKER_PREFIX
 

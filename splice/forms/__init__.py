@@ -52,12 +52,16 @@ in a warp-specialised kernel):
 3. Test it as ``tests/test_block_scope.py`` does block: declaration, the PTX a site
    becomes, every refusal (CPU), a GPU check against NumPy.
 
+Beside the forms: :mod:`.rewrite` (the PTX rewriter: every marker becomes its form's call,
+proven), :mod:`.effects` (what an element-scope callee may not do: exit, shared memory, a
+side effect of a pure call), :mod:`.cub_names` (the ``splice.cub`` function a CUB template
+is, for messages).
+
 May import: the analyses (:mod:`splice.analysis`), the PTX tools (:mod:`splice.ptxtools`),
-:mod:`splice.types`, :mod:`splice.spans`, :mod:`splice.names` and :mod:`splice.errors`;
-nothing of the input kinds, the compilers, the toolchain runner, the cache or the header
-providers (a callee's fragment is asked, not imported: ``fragment.has_ptx_body``,
-``fragment.kind``). Outside this package no module reads a form's capability flags: it
-asks the form.
+:mod:`splice.types` and :mod:`splice.errors`; nothing of the input kinds, the compilers,
+the toolchain runner, the cache or the header providers (a callee's fragment is asked, not
+imported: ``fragment.has_ptx_body``, ``fragment.kind``). No form imports the rewriter.
+Outside this package no module reads a form's capability flags: it asks the form.
 """
 
 from __future__ import annotations
@@ -87,7 +91,7 @@ def form_of(scope, what: str) -> CallForm:
 
 
 def of_span(span) -> CallForm | None:
-    """The form whose generated code ``span`` (a :class:`splice.spans.Span`) is, or None
+    """The form whose generated code ``span`` (a :class:`splice.ptxtools.spans.Span`) is, or None
     (a fragment, or splice's own declarations)."""
     return next((f for f in FORMS.values() if f.span_kind == span.kind), None)
 

@@ -5,7 +5,7 @@ its methods take::
     CallSite   recorded while cuTile traces the kernel (splice.tracing.trace): which extern, the
                tile shape, the source location, the form; ``key`` is stable across traces
                of one kernel signature
-    SiteCall   how the rewriter calls it (splice.rewrite): the callee's PTX prototype,
+    SiteCall   how the rewriter calls it (splice.forms.rewrite): the callee's PTX prototype,
                the body to inline
     SiteInfo   what the build reports of it (splice.driver.pipeline.Build.sites): instances in
                PTX, inlined or not and why, its marker and why it is not the fma marker
@@ -22,11 +22,11 @@ import enum
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, Union
 
 from ..errors import SpliceRewriteError
-from ..names import marker_symbol
+from ..ptxtools.names import marker_symbol
 
 if TYPE_CHECKING:
     from ..ptxtools.ptx import Body, Module, Param
-    from ..spans import Generated, Span
+    from ..ptxtools.spans import Generated, Span
     from ..types import Signature
     from .marked import MarkedBody
 
@@ -101,7 +101,7 @@ class CallSite:
 
     Attributes:
         index: order of the call in the trace (0, 1, ...); names the marker global.
-        extern: the called :class:`splice.inputs.externs.ExternFunction`.
+        extern: the called :class:`splice.declare.externs.ExternFunction`.
         shape: the tile shape of the marker (the call's shape, last axis maybe split).
         where: "file:line" of the call in the user's source.
         call_shape: the tile shape of the call (``()`` for a scalar call).
@@ -260,7 +260,7 @@ class CallForm(Protocol):
     Attributes:
         scope: the declaration's ``scope=`` this form serves.
         marker: the marker the call reaches PTX as.
-        span_kind: the :class:`splice.spans.Span` kind of one instance's generated code.
+        span_kind: the :class:`splice.ptxtools.spans.Span` kind of one instance's generated code.
         per_function: whether the form proves its markers per function
             (:meth:`key_load`, :meth:`function_edits`) rather than per instance
             (:meth:`instance_edits`).
@@ -406,7 +406,7 @@ def no_function_edits(body, key_loads, sites, first) -> tuple[list[Edit], dict[i
 def no_check_callees(sites, fragments, target: str, keys, kernel) -> None:
     """:meth:`CallForm.check_callees` of a form whose callees face only the checks every
     site gets (:mod:`splice.analysis.collectives` by :attr:`CallForm.runs_collectives`,
-    :mod:`splice.effects`)."""
+    :mod:`splice.forms.effects`)."""
 
 
 def no_check_snippet(text: str, pack: int) -> str | None:

@@ -28,7 +28,7 @@ from .base import (
 )
 
 if TYPE_CHECKING:
-    from ..spans import Generated, Span
+    from ..ptxtools.spans import Generated, Span
 
 
 class BlockForm(FlagAnswers):
@@ -76,7 +76,7 @@ class BlockForm(FlagAnswers):
         return self
 
     def global_edit(self, index: int) -> Generated:
-        from ..spans import Generated
+        from ..ptxtools.spans import Generated
         from . import block_proof as block
         return Generated(block.scratch_declaration(index, self.scope),
                          block.scratch_owner(self.scope), "splice", index)
@@ -85,7 +85,7 @@ class BlockForm(FlagAnswers):
         """The edits of one instance of the site's marker (statement ``i``): the guard
         retargeted, the marker replaced by thread 0's store of the arguments and every
         thread's call (see :mod:`splice.forms.block_proof`, which proves it)."""
-        from ..spans import Generated
+        from ..ptxtools.spans import Generated
         from . import block_proof as block
         from .calls import call_block
         from .marked import rewrite_error
@@ -173,7 +173,7 @@ def _warp_specialised(site, module, ws: str) -> str:
     instruction that shows it), with the fix that works: a user's extern can be declared
     at warpgroup scope (tiles included) unless its code synchronises the whole block; a
     splice.cub call cannot (CUB synchronises the block), only a plain kernel runs it."""
-    from .. import cub_names
+    from . import cub_names
     from . import warpgroup_proof as warpgroup
     why = (f"tileiras warp-specialised this kernel ({ws!r}): its scalar operations run in a "
            f"subset of the block's warps, so splice cannot make every thread of the block "

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from ..ptxtools.inline import inline_body
 from ..ptxtools.ptx import Param
-from ..spans import Generated
+from ..ptxtools.spans import Generated
 from ..types import ArgSlot, ElementType
 
 if TYPE_CHECKING:

@@ -31,7 +31,7 @@ from .base import (
 )
 
 if TYPE_CHECKING:
-    from ..spans import Span
+    from ..ptxtools.spans import Span
 
 
 class ElementAtomic(FlagAnswers):

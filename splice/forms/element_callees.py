@@ -41,7 +41,7 @@ def check_binary_sites(sites, cubin: bytes, target: str | None = None,
             kernel, compiled for ``target`` (the PTX that was linked).
         keys: id(fragment) -> its content key, as the fragments stage took them.
         disassemble: the cubin's SASS listing, None without nvdisasm
-            (:func:`splice.toolchain.disassemble`; run only when some site needs it).
+            (:func:`splice.system.toolchain.disassemble`; run only when some site needs it).
 
     Raises:
         SpliceLinkError: as :func:`check_element_sites`.

@@ -4,7 +4,7 @@ make the keys 0 and the instances calls. A marker LLVM changed is a :class:`Refu
 naming the sites (the pipeline gives them the atomic marker), never an exception that
 leaves this module.
 
-The marker (:mod:`splice.rewrite`'s docstring has an example): an ``fma.rn.f64`` with the
+The marker (:mod:`splice.forms.rewrite`'s docstring has an example): an ``fma.rn.f64`` with the
 *key* K -- loaded from the marker global, which always holds 0 -- as a multiplicand, the
 packed arguments blinded by xor with K (so that LLVM cannot fold a constant argument into
 the fma). The key is 0, so every blinded value equals its argument: the load goes, every

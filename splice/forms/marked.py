@@ -8,7 +8,7 @@ import re
 from typing import Sequence
 
 from ..errors import SpliceRewriteError
-from ..names import MARKER_RE
+from ..ptxtools.names import MARKER_RE
 from ..ptxtools.ptx import Body, Function, Instruction, Module, Statement, registers_in
 
 
@@ -24,7 +24,7 @@ class MarkedBody:
     """One function's body as the forms analyse it: each statement with its parsed
     instruction (None for other statements), the statements defining each register, and
     the registers holding a marker's address (register -> site) with the statements
-    defining them (filled by :func:`splice.rewrite.splice_calls`)."""
+    defining them (filled by :func:`splice.forms.rewrite.splice_calls`)."""
 
     module: Module
     fn: Function

@@ -45,7 +45,7 @@ the elements per thread of 2. and 3. count the group's 128 threads, not the bloc
 ``threads`` of :meth:`~splice.forms.base.CallForm.call_ends`, which each form answers.
 
 **Shared memory**: the buffers of one call beyond :data:`MAX_SHARED_BYTES` are refused at
-the call (:mod:`splice.inputs.tile_trace`); once the fragments are merged,
+the call (:mod:`splice.declare.tile_trace`); once the fragments are merged,
 :func:`check_shared_memory` adds every static ``.shared`` declaration of the kernel (the
 buffers, tileiras's own, the callee's ``__shared__``) and refuses a total beyond the
 block's maximum before ptxas runs, naming each owner's bytes (next to the 128x128x64 TMA

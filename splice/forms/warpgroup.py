@@ -26,7 +26,7 @@ from .base import Scope, SiteInfo, generated_text, instances_text
 from .block import BlockForm, marker_result
 
 if TYPE_CHECKING:
-    from ..spans import Span
+    from ..ptxtools.spans import Span
 
 
 class WarpgroupForm(BlockForm):
@@ -41,7 +41,7 @@ class WarpgroupForm(BlockForm):
         """The edits of one instance of the site's marker (statement ``i``): the guard
         retargeted, the marker replaced by the leader's store of the arguments and the
         group's call (see :mod:`splice.forms.warpgroup_proof`, which proves it)."""
-        from ..spans import Generated
+        from ..ptxtools.spans import Generated
         from . import warpgroup_proof as warpgroup
         from .calls import call_block
         parsed = body.parsed

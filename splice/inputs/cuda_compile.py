@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from .. import toolchain
 from ..errors import SpliceCompileError
+from ..system import toolchain
 
 if TYPE_CHECKING:
     from .headers import HeaderProvider
@@ -31,7 +31,7 @@ def compile_source(full: str, name: str, target: str, options: list[str], *, dec
     symbol the type check cannot see at global scope is checked by redeclaration instead
     (never dropped: see :mod:`splice.inputs.checks`). ``headers``: the source's include walk
     (:func:`splice.inputs.headers.included`), which decides whether NVRTC's PCH may be used
-    and names its directory (:func:`splice.nvrtc_pch.wanted`); () never uses it.
+    and names its directory (:func:`splice.system.nvrtc_pch.wanted`); () never uses it.
 
     Raises:
         SpliceCompileError: naming ``what`` (the source), the first error and its line,
@@ -39,8 +39,8 @@ def compile_source(full: str, name: str, target: str, options: list[str], *, dec
             first.
         SpliceLinkError: nvJitLink rejected the LTO-IR.
     """
-    from ..nvrtc_pch import state, wanted
     from ..ptxtools.ptx import arch_words
+    from ..system.nvrtc_pch import state, wanted
     from .checks import generated_blocks, lookup_failures, results_hint
     pch = state(headers) if wanted(full, options, headers) else ""
     start = time.perf_counter()

@@ -26,13 +26,13 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from .. import cache, forksafe, safe_fs, toolchain
 from ..errors import (
     SpliceCompileError,
     SpliceDeclarationError,
     SpliceLinkError,
     SpliceToolchainError,
 )
+from ..system import cache, forksafe, safe_fs, toolchain
 from . import headers
 from .cuda_compile import compile_source, lto_link_to_ptx
 
@@ -129,7 +129,7 @@ def _memoized(key: str, make, still=None) -> Module:
 
 def _read_bytes(path: Path, what: str) -> bytes:
     """A source or fragment file: a regular file, of at most
-    :data:`splice.safe_fs.MAX_SOURCE_BYTES` (a FIFO or a device is refused, not read)."""
+    :data:`splice.system.safe_fs.MAX_SOURCE_BYTES` (a FIFO or a device is refused, not read)."""
     try:
         return safe_fs.read_regular(path, safe_fs.MAX_SOURCE_BYTES, f"{what}: the file")
     except OSError as e:
@@ -292,7 +292,7 @@ class CudaSource(Fragment):
         """NVRTC's options. The include path: ``include_dirs``, the directory of ``path``,
         ``-I`` of ``options``, then splice's own (:meth:`default_include_dirs`): the user's
         directories come first, as nvcc's ``-I`` precede the toolkit's. The macros:
-        the providers' (:mod:`splice.cccl`'s unroll limit), then ``defines``, then
+        the providers' (:mod:`splice.inputs.cccl`'s unroll limit), then ``defines``, then
         ``options``: NVRTC takes a macro's last ``-D``, so the user's win."""
         opts = [f"-arch={target}", "-rdc=true"]
         for d in self.include_dirs:
@@ -460,7 +460,7 @@ class AsmSource(Fragment):
     PTX target and checked by ptxas on its own, so that a malformed snippet is reported at
     its call site with ptxas's message."""
 
-    spec: Any = None  # splice.inputs.asm_frontend.AsmSpec, always given
+    spec: Any = None  # splice.declare.asm_frontend.AsmSpec, always given
     kind = "asm"
 
     def describe(self) -> str:

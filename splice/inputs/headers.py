@@ -14,8 +14,8 @@ import stat
 from pathlib import Path
 from typing import Protocol, Sequence
 
-from .. import forksafe, safe_fs
 from ..errors import SpliceUnsafePathError
+from ..system import forksafe, safe_fs
 
 log = logging.getLogger("splice")
 
@@ -25,7 +25,7 @@ _lock = forksafe.lock(globals(), "_lock")
 
 class HeaderProvider(Protocol):
     """A library of headers that a CUDA C source may include besides the CUDA toolkit's
-    (CCCL, NVSHMEM: ``splice.inputs.externs.HEADER_PROVIDERS``), asked by the source at each step
+    (CCCL, NVSHMEM: ``splice.declare.externs.HEADER_PROVIDERS``), asked by the source at each step
     of its compile. ``texts``: the source and the text of every user header it includes.
     """
 
@@ -173,7 +173,7 @@ def texts(src: str, headers: Sequence[tuple[str, str]]) -> list[str]:
 
 
 def _read(path: str) -> bytes:
-    """A user header: a regular file of at most :data:`splice.safe_fs.MAX_SOURCE_BYTES`."""
+    """A user header: a regular file of at most :data:`splice.system.safe_fs.MAX_SOURCE_BYTES`."""
     return safe_fs.read_regular(path, safe_fs.MAX_SOURCE_BYTES, "the #include'd file")
 
 

@@ -21,8 +21,8 @@ import re
 import types
 from pathlib import Path
 
-from .. import cccl
 from ..errors import SpliceDeclarationError, SpliceLaunchError, SpliceToolchainError
+from . import cccl
 
 #: The device state NVSHMEM's host library fills in each loaded module.
 STATE_SYMBOL = "nvshmemi_device_state_d"
@@ -67,7 +67,7 @@ def include_dirs_for(*texts: str) -> list[Path]:
     """NVSHMEM's include directory for a CUDA C source (and the user headers it includes,
     also in ``texts``) that includes NVSHMEM, else none. NVSHMEM's device headers include
     CCCL's (``cuda/std/...``), which splice puts on every source's include path
-    (:mod:`splice.cccl`): it must be installed.
+    (:mod:`splice.inputs.cccl`): it must be installed.
 
     Raises:
         SpliceToolchainError: NVSHMEM or CCCL is not installed.
@@ -245,7 +245,7 @@ def lifecycle_provider(kernel: str, headers: str | None = None) -> types.ModuleT
         SpliceLaunchError: nvshmem4py missing, NVSHMEM not initialised, its host
             library another version than the headers, or library_init failing.
     """
-    from .. import _cutile
+    from ..system import _cutile
     mod = types.ModuleType(f"splice.nvshmem.lifecycle[{kernel}]")
 
     initialised: set[int] = set()

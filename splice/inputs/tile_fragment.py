@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 
-from .. import cache
 from ..errors import SpliceCompileError, SpliceLinkError
+from ..system import cache
 from ..types import ElementType, Signature, TileType, pointer, result_tiles
 from . import tile_guards
 from .fragments import BinarySource, CudaSource, Fragment, _memoized, _parse

@@ -39,7 +39,7 @@ _REG = "%splice_guard_"
 
 
 def enabled() -> bool:
-    """Whether ``$SPLICE_CHECK_TILES`` asks for the guards (:mod:`splice.settings`).
+    """Whether ``$SPLICE_CHECK_TILES`` asks for the guards (:mod:`splice.system.settings`).
 
     Returns:
         bool: True when the variable is set to anything but "", "0", "false", "no".
@@ -48,7 +48,7 @@ def enabled() -> bool:
         >>> isinstance(enabled(), bool)
         True
     """
-    from .. import settings
+    from ..system import settings
     return settings.check_tiles()
 
 

@@ -74,9 +74,9 @@ def export_kernel(kernel, signatures: Sequence, output_file: IO | str | bytes | 
         assert b"scale_128" in out.getvalue()
         ```
     """
-    from .. import _cutile
     from ..driver.pipeline import build
     from ..driver.splice_kernel import SpliceKernel
+    from ..system import _cutile
 
     if not isinstance(kernel, SpliceKernel):
         raise SpliceDeclarationError(
@@ -120,7 +120,7 @@ def _signature_list(kernel, signatures, what: str) -> list:
         raise SpliceDeclarationError(
             f"{what}: signatures must be a non-empty list of KernelSignature "
             f"(splice.kernel_signature(...) makes one), got {signatures!r}")
-    from .. import _cutile
+    from ..system import _cutile
     name = _cutile.python_function(kernel).__name__
     symbols = [s.symbol or s.with_mangled_symbol(name).symbol for s in signatures]
     twice = sorted({x for x in symbols if symbols.count(x) > 1})

@@ -23,7 +23,7 @@ import collections
 import re
 from typing import Mapping
 
-from .. import forksafe
+from ..system import forksafe
 from .ptx import Function, Instruction, Module, Statement, parse_instruction
 
 _TYPE_RE = re.compile(r"^([bsuf])(\d+)$")

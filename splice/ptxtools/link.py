@@ -26,7 +26,6 @@ import re
 from typing import Sequence
 
 from ..errors import SpliceLinkError
-from ..spans import Generated, Span, shift_spans
 from ..types import ElementType, Signature, results_struct
 from .ptx import (
     Function,
@@ -38,6 +37,7 @@ from .ptx import (
     arch_words,
     declared_variable_name,
 )
+from .spans import Generated, Span, shift_spans
 
 _TARGET_RE = re.compile(r"^sm_(\d+)([af]?)$")
 
@@ -265,7 +265,7 @@ def _max_file_index(mod: Module) -> int:
 class Linked:
     """Fragments prepared for one kernel: the text to insert; per visible function, the
     prepared module defining it (internal symbols already renamed, so its body can be
-    inlined as it stands); and the spans of ``text`` (:class:`splice.spans.Span`: each
+    inlined as it stands); and the spans of ``text`` (:class:`splice.ptxtools.spans.Span`: each
     fragment, kind ``"fragment"``; the prototypes and host-filled definitions,
     ``"splice"``)."""
 
@@ -278,7 +278,7 @@ class Linked:
 @dataclasses.dataclass(frozen=True)
 class Merged:
     """The merged module's PTX, and the spans of what splice wrote into it: the linker's
-    (:attr:`Linked.spans`) and the rewriter's (:attr:`splice.rewrite.SpliceReport.spans`),
+    (:attr:`Linked.spans`) and the rewriter's (:attr:`splice.forms.rewrite.SpliceReport.spans`),
     at their lines in ``text``, in text order."""
 
     text: str

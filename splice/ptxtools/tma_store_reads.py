@@ -23,7 +23,7 @@ memory (:data:`BULK_GLOBAL_STORE`). Not refused: kernels without a bulk global s
 (sm_80, or every store ``allow_tma=False``), and calls given arrays the kernel only loads.
 
 The trace finds the candidates (:meth:`splice.tracing.tile_ir.SpliceMarkerPointer.splice_tma_stored_reads`,
-through the dataflow hook of :mod:`splice._cutile`); :func:`check` decides on the PTX.
+through the dataflow hook of :mod:`splice.system._cutile`); :func:`check` decides on the PTX.
 """
 
 from __future__ import annotations

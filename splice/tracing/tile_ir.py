@@ -8,8 +8,8 @@ a ``TileAtomicCAS`` to cuTile's passes), and for pure calls with a result an ``f
 keyed by a load of the global (:class:`SplicePureCall`, ``docs/design.md#fma-marker``).
 
 The operations subclass cuTile's ``Operation``, so this module imports cuTile's compiler:
-it is imported on the first trace (by :mod:`splice.tracing.trace` and :mod:`splice.inputs.asm_frontend`), never by
-``import splice``, and takes every cuTile name from :mod:`splice._cutile`.
+it is imported on the first trace (by :mod:`splice.tracing.trace` and :mod:`splice.declare.asm_frontend`), never by
+``import splice``, and takes every cuTile name from :mod:`splice.system._cutile`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from typing import Optional, Sequence
 
 import cuda.tile as ct
 
-from .._cutile import (
+from ..forms.base import CallSite
+from ..ptxtools.tma_store_reads import StoredArrayRead
+from ..system._cutile import (
     SPLICE_ALIAS_SET,
     MemoryOrder,
     MemoryScope,
@@ -35,8 +37,6 @@ from .._cutile import (
     operand,
     typeid,
 )
-from ..forms.base import CallSite
-from ..ptxtools.tma_store_reads import StoredArrayRead
 from ..types import Signature
 
 
@@ -149,11 +149,11 @@ class SpliceMarkerPointer(Operation, opcode="splice_marker_pointer"):
       this pointer), so the call is ordered against every memory operation of the kernel;
     - ``memory="arguments"``: the union of the alias sets of ``arrays`` (the base pointers
       of its array arguments; an array of unknown aliasing is the universe) and
-      :data:`splice._cutile.SPLICE_ALIAS_SET` (the tile staging's buffers), so the call is
+      :data:`splice.system._cutile.SPLICE_ALIAS_SET` (the tile staging's buffers), so the call is
       ordered against the kernel's operations on arrays that may alias its arguments, and
       against the other sites of its tile call, only;
     - a ``splice.asm`` snippet of ``memory="none"`` (no array operands):
-      :data:`splice._cutile.SPLICE_ALIAS_SET` alone, so it is ordered against splice's
+      :data:`splice.system._cutile.SPLICE_ALIAS_SET` alone, so it is ordered against splice's
       other calls only.
 
     ``arrays``: the base pointers of the call's array arguments (whatever its ``memory=``),
@@ -167,7 +167,7 @@ class SpliceMarkerPointer(Operation, opcode="splice_marker_pointer"):
 
     def splice_alias_set(self, alias_set_of) -> int | None:
         """The alias set of the pointer (None: cuTile's own, the universe); called by the
-        dataflow hook of :mod:`splice._cutile`."""
+        dataflow hook of :mod:`splice.system._cutile`."""
         memory = self.site.extern.memory
         if memory == "any":
             return None
@@ -179,7 +179,7 @@ class SpliceMarkerPointer(Operation, opcode="splice_marker_pointer"):
     def splice_tma_stored_reads(self, stores, alias_set_of) -> list[StoredArrayRead]:
         """The array arguments of an impure call that may alias an array of ``stores``
         ((alias set, "file:line") of each ``ct.store`` allowing TMA); called by the
-        dataflow hook of :mod:`splice._cutile` (:mod:`splice.ptxtools.tma_store_reads`)."""
+        dataflow hook of :mod:`splice.system._cutile` (:mod:`splice.ptxtools.tma_store_reads`)."""
         if self.site.extern.pure:
             return []
         reads = []
@@ -222,7 +222,7 @@ class SplicePureCall(Operation, opcode="splice_pure_call"):
     that it is an integer to LLVM from the start (an ``and`` clearing bit 63 of a bitcast
     f64 becomes ``abs.f64``, which may change NaN bits). The rewriter makes K 0 (the value the
     load reads) and replaces each such fma by the call of slots (a', c') -- which equal
-    (slot0, slot1) once K is 0. See :mod:`splice.rewrite`.
+    (slot0, slot1) once K is 0. See :mod:`splice.forms.rewrite`.
     """
 
     site: CallSite = attribute()

@@ -10,7 +10,7 @@ extern's signature, records a :class:`~splice.forms.base.CallSite` in the curren
            -> _handle_extern_call -> emit_call           for each extern call
       -> TracedKernel(bytecode, sites, tileiras flags)
 
-Every cuTile name comes from :mod:`splice._cutile` (as ``cu.<name>``, at call time, so that
+Every cuTile name comes from :mod:`splice.system._cutile` (as ``cu.<name>``, at call time, so that
 ``import splice`` does not import cuTile's compiler); the operations, which subclass
 cuTile's, are imported on the first call.
 """
@@ -24,9 +24,9 @@ from typing import Any
 
 import cuda.tile as ct
 
-from .. import _cutile as cu
 from ..errors import SpliceCallError, SpliceDeclarationError, SpliceError
 from ..forms.base import CallSite
+from ..system import _cutile as cu
 from ..types import Signature
 
 # --------------------------------------------------------------------------------------------
@@ -306,7 +306,7 @@ def emit_call(ext, args, loc, shown=None):
     Var (None for a void extern).
 
     ``shown``: (the extern, the argument positions) that errors name, where ``ext`` is a
-    staging site of a tile call (:mod:`splice.inputs.tile_trace`): the user's extern and where
+    staging site of a tile call (:mod:`splice.declare.tile_trace`): the user's extern and where
     each of ``args`` is among the arguments of the user's call. Default: ``ext``, and
     the positions of ``args`` in ``args``.
 
@@ -324,7 +324,7 @@ def emit_call(ext, args, loc, shown=None):
                  "splice.export_kernel and splice.jax.cutile_call (same arguments) instead",
             loc)
     sig: Signature = ext.signature
-    assert not sig.has_tiles, "tile calls are emitted by splice.inputs.tile_trace"
+    assert not sig.has_tiles, "tile calls are emitted by splice.declare.tile_trace"
     if len(args) != len(sig.args):
         raise call_error(ext, f"expected {len(sig.args)} argument(s) for signature {sig}, "
                               f"got {len(args)}", loc)
@@ -435,7 +435,7 @@ def _emit_atomic_call(session, ext, form, key, typed, call_shape, loc, shown):
         SpliceImpureCall, (result_ty, cu.TokenTy()), site=site, pointer=pointer, args=typed,
         memory_order=order, memory_scope=cu.MemoryScope.DEVICE)
     if res is None:
-        if ext.staging is None:     # a tile call's sites: splice.inputs.tile_trace records the call
+        if ext.staging is None:     # a tile call's sites: splice.declare.tile_trace records the call
             session.void_calls.append((ext, loc_str(loc)))
         return None
     return value if shape == call_shape else cu.reshape(value, call_shape)

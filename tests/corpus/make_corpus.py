@@ -18,7 +18,7 @@ sys.path.insert(0, str(HERE.parent))
 import cuda.tile as ct
 
 import splice
-from splice import toolchain
+from splice.system import toolchain
 from splice.tracing import trace
 from support import kernels as K
 

@@ -33,7 +33,7 @@ _OUT = Path(os.environ.get("SPLICE_EQUALITY_DIR", "")) if os.environ.get(
 _state = {"test": "collect", "n": 0}
 
 # where the rewriter and the merger live (the first that exists): a refactor may move them
-_REWRITERS = ("splice.rewrite", "splice.forms.rewrite")
+_REWRITERS = ("splice.forms.rewrite", "splice.forms.rewrite")
 _LINKERS = ("splice.ptxtools.link", "splice.link")
 
 

@@ -17,8 +17,8 @@ import pytest
 
 import splice
 from splice.errors import SpliceError
+from splice.forms.rewrite import MARKER_RE
 from splice.ptxtools.ptx import Module, destinations, parse_instruction
-from splice.rewrite import MARKER_RE
 
 from . import kernels as K
 
@@ -966,7 +966,7 @@ def expected_fma_slots(raw_ptx: str) -> list[tuple[str, str] | None]:
 
 def spliced_fma_slots(spliced: str, spans, fma_sites: set[int]) -> list[tuple[str, str]]:
     """The (slot 0, slot 1) registers each call block of an fma site takes, in text order
-    (``spans``: the build's :class:`splice.spans.Span`\\ s of ``spliced``)."""
+    (``spans``: the build's :class:`splice.ptxtools.spans.Span`\\ s of ``spliced``)."""
     out = []
     for span in spans:
         if span.kind != "call" or span.site not in fma_sites:

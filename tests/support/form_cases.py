@@ -9,9 +9,9 @@ from pathlib import Path
 
 from splice.forms import form_of
 from splice.forms.base import Marker, SiteCall
+from splice.forms.rewrite import SpliceReport, splice_calls
 from splice.forms.staging import Staging
 from splice.ptxtools.ptx import Module
-from splice.rewrite import SpliceReport, splice_calls
 from splice.types import parse_signature
 from support.sites import param_for
 

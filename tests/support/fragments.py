@@ -9,7 +9,7 @@ OBJ_SRC = b'extern "C" __device__ float obj_f(float x) { return x * 5.0f - 1.0f;
 
 def ltoir(arch="sm_90a") -> bytes:
     """LTO-IR of ``lto_f`` (float32 -> x * 3 + 1) for ``arch``."""
-    from splice.toolchain import nvrtc_compile_ltoir
+    from splice.system.toolchain import nvrtc_compile_ltoir
     return nvrtc_compile_ltoir(LTO_SRC, "lto.cu", [f"-arch={arch}", "-rdc=true", "-dlto"])
 
 
@@ -32,8 +32,8 @@ def nvjitlink_too_old() -> bool:
     """nvJitLink older than tileiras's ptxas (splice refuses binary objects then)."""
     from cuda.bindings import nvjitlink
 
-    from splice import toolchain
     from splice.compat import release
+    from splice.system import toolchain
     need = release(toolchain.ptxas_version())
     return need is not None and tuple(nvjitlink.version()) < need
 

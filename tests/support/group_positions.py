@@ -84,7 +84,7 @@ def compile_in_group(kernel, signature, first: int, monkeypatch, arch: str = "sm
     :func:`warp_specialise`'s 256-thread block (group at ``first``). Use with a fresh cache
     (the ``fresh_cache`` fixture): the build is cached under the kernel's own key."""
     import splice
-    from splice import toolchain
+    from splice.system import toolchain
     real = toolchain.run_tileiras
 
     def tileiras(*args, **kw):

@@ -19,8 +19,8 @@ import re
 
 import numpy as np
 
+from splice.forms.rewrite import MARKER_RE, splice_calls
 from splice.ptxtools.ptx import Module
-from splice.rewrite import MARKER_RE, splice_calls
 
 from .sites import fma_sites
 

@@ -27,8 +27,8 @@ import cuda.tile as ct
 from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature
 
 import splice
-from splice import cache, toolchain
 from splice.inputs import fragments
+from splice.system import cache, toolchain
 
 ARCH = "sm_90"
 #: 5.0f, what the extern multiplies by; the forged fragment multiplies by 7.0f.

@@ -1,4 +1,4 @@
-"""Call-site records (:class:`splice.rewrite.SiteCall`) for rewriter tests on hand-written
+"""Call-site records (:class:`splice.forms.rewrite.SiteCall`) for rewriter tests on hand-written
 PTX, and callee definitions matching them."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def callee_ptx(site: SiteCall) -> str:
 
 
 def with_calls_replaced(text: str, spans, tag: str = "<M>") -> str:
-    """``text`` with the lines of each call sequence (:class:`splice.spans.Span` of kind
+    """``text`` with the lines of each call sequence (:class:`splice.ptxtools.spans.Span` of kind
     "call" in ``spans``) replaced by one line ``tag``."""
     lines = text.split("\n")
     out: list[str] = []

@@ -18,8 +18,8 @@ from ..forms import element
 if TYPE_CHECKING:
     from ..forms.base import CallForm
     from ..types import Signature
-from .checks import is_cxx_name
-from .fragments import ENTRY_POINTS, FILE_KINDS
+from ..inputs.checks import is_cxx_name
+from ..inputs.fragments import ENTRY_POINTS, FILE_KINDS
 
 _C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -273,7 +273,7 @@ class CallOptions:
             (:data:`MEMORY`; a ``splice.asm`` snippet's: :data:`ASM_MEMORY`).
 
     Example:
-        >>> from splice.inputs.declaring import CallOptions
+        >>> from splice.declare.declaring import CallOptions
         >>> from splice.types import parse_signature
         >>> o = CallOptions.declared(parse_signature("float32(float32)"), scope="block",
         ...                          pure=True, what="extern 'f'")

@@ -31,8 +31,8 @@ import stat
 import time
 from pathlib import Path
 
+from ..errors import SpliceUnsafePathError
 from . import settings
-from .errors import SpliceUnsafePathError
 
 #: The largest source, header or fragment file splice reads (a ``/dev/zero`` link stops here).
 MAX_SOURCE_BYTES = 1 << 30

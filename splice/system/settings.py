@@ -2,9 +2,9 @@
 that a value set from Python after ``import splice`` counts).
 
 =========================  ====================================================
-``SPLICE_CACHE_DIR``       the cubin cache's directory (:func:`splice.cache.cache_root`)
-``SPLICE_CACHE_MAX_BYTES`` the cache's size bound (:func:`splice.cache.max_bytes`)
-``SPLICE_CACHE_TRUST``     users/groups whose cache entries are used (:mod:`splice.safe_fs`)
+``SPLICE_CACHE_DIR``       the cubin cache's directory (:func:`splice.system.cache.cache_root`)
+``SPLICE_CACHE_MAX_BYTES`` the cache's size bound (:func:`splice.system.cache.max_bytes`)
+``SPLICE_CACHE_TRUST``     users/groups whose cache entries are used (:mod:`splice.system.safe_fs`)
 ``SPLICE_DUMP_DIR``        write every build's stages there (:mod:`splice.driver.pipeline`)
 ``SPLICE_VERIFY``          check the linked cubin itself (:mod:`splice.driver.verify`)
 ``SPLICE_CHECK_TILES``     guard words around tile staging (:mod:`splice.inputs.tile_guards`)

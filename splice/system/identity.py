@@ -19,9 +19,10 @@ import os
 import sys
 from pathlib import Path
 
-from .errors import SpliceToolchainError
+from ..errors import SpliceToolchainError
 
-_PKG = Path(__file__).resolve().parent
+_PKG = Path(__file__).resolve().parents[1]   # the splice package
+_TOP = __name__.partition(".")[0]            # its name, "splice"
 
 
 def _hash_package(pkg: Path) -> tuple[str, dict[str, tuple[bytes, tuple[int, int]]]]:
@@ -74,7 +75,7 @@ class _SameCode:
     standard path finder does, after :func:`check_unchanged` on their file."""
 
     def find_spec(self, fullname, path, target=None):
-        if not fullname.startswith(f"{__package__}.") or path is None:
+        if not fullname.startswith(f"{_TOP}.") or path is None:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
         if spec is not None and spec.origin and _PKG in Path(spec.origin).resolve().parents:

@@ -14,15 +14,16 @@
     t = splice.cub.run_length_decode(vals, counts)  # and back
 
 The scans, reductions, merge sorts and runs (CUB's ``BlockScan``, ``BlockReduce``,
-``BlockMergeSort``, ``BlockDiscontinuity``) are documented
-function by function below and in ``docs/guide/cub.md``; what follows holds for all.
+``BlockMergeSort``, ``BlockDiscontinuity``) are documented function by function below and in
+``docs/guide/cub.md``; what follows holds for all. (The package imports the declaration API,
+:mod:`splice.declare`; :mod:`.sources` is its CUDA C.)
 
 Each is a block-scope call (``scope="block"``): every thread of the block runs CUB's
 ``BlockRadixSort`` / ``BlockScan`` (or, for ``histogram``, shared-memory atomics as CUB's
 ``BLOCK_HISTO_ATOMIC`` does) on the tile staged in shared memory. The first call of an op
-and dtype (and operator, direction, ``k``) on a tile of one of :data:`SIZES` compiles all
-of them in one NVRTC program, each cached on disk on its own: a sweep over tile sizes
-compiles CUB once; a larger tile compiles alone. What they need:
+and dtype (and operator, direction, ``k``) on a tile of one of :data:`SIZES` compiles all of
+them in one NVRTC program, each cached on disk on its own: a sweep over tile sizes compiles
+CUB once; a larger tile compiles alone. What they need:
 
 - **CCCL's headers** (``pip install 'cuda-toolkit[cccl]'``, a CUDA toolkit, or CuPy's copy:
   :mod:`splice.cccl`).
@@ -61,12 +62,12 @@ POS_INF`` or ``NEG_INF`` ascending/descending), or mask it yourself.
 
 from __future__ import annotations
 
-from . import _cutile as cu
-from . import forksafe
-from .cub_sources import OPS_SOURCE as _OPS_SOURCE
-from .cub_sources import SORTS_SOURCE as _SOURCE
-from .errors import SpliceCallError
-from .types import ElementType, element_type
+from ..errors import SpliceCallError
+from ..system import _cutile as cu
+from ..system import forksafe
+from ..types import ElementType, element_type
+from .sources import OPS_SOURCE as _OPS_SOURCE
+from .sources import SORTS_SOURCE as _SOURCE
 
 #: The block size the CUB code is compiled for (``THREADS`` in it): tileiras's for kernels
 #: that are not warp-specialised; another is refused when the kernel compiles.
@@ -91,8 +92,8 @@ _externs: dict[tuple, object] = {}
 def _lib():
     """The one library of these templates (compiled per instantiation: :mod:`splice.forms.staging`)."""
     global _library
-    from .cccl import include_dirs
-    from .inputs.externs import Library
+    from ..declare.externs import Library
+    from ..inputs.cccl import include_dirs
     with _lock:
         if _library is None:
             _library = Library(_SOURCE, options=["-std=c++17"], include_dirs=include_dirs(),
@@ -117,7 +118,7 @@ def _extern(cxx_name: str, signature: str, smallest: int = THREADS):
 
 def _tile(var, what: str, allowed, where: str, loc) -> ElementType:
     """The element type of tile argument ``var`` (1-D, one of ``allowed``)."""
-    from .tracing.trace import describe
+    from ..tracing.trace import describe
     ty = var.get_type()
     if not isinstance(ty, cu.TileTy) or len(ty.shape) != 1:
         raise SpliceCallError(f"{what} at {where}: takes a 1-D tile, got {describe(var)}", loc)
@@ -138,12 +139,12 @@ def _constant(var, what: str, where: str, loc):
 
 
 def _call(name: str, signature: str, args, loc, smallest: int = THREADS):
-    from .inputs.tile_trace import emit_tile_call
+    from ..declare.tile_trace import emit_tile_call
     return emit_tile_call(_extern(name, signature, smallest), tuple(args), loc)
 
 
 def _where():
-    from .tracing.trace import loc_str
+    from ..tracing.trace import loc_str
     loc = cu.current_loc()
     return loc, loc_str(loc)
 
@@ -219,7 +220,7 @@ def _device_function(handler, doc: str, optional=("descending",)):
     params = list(inspect.signature(handler).parameters.values())[1:]
 
     def fn(*args, **kwargs):
-        from .tracing.trace import python_caller
+        from ..tracing.trace import python_caller
         raise SpliceCallError(f"splice.cub.{fn.__name__} called from Python at "
                               f"{python_caller()}: it is device code; call it inside a "
                               f"@splice.kernel function")
@@ -275,8 +276,8 @@ _ops_libraries: dict[str, object] = {}
 
 def _ops_lib(user_op: str | None):
     """The library of :data:`_OPS_SOURCE`, with ``user_op``'s struct appended if given."""
-    from .cccl import include_dirs
-    from .inputs.externs import Library
+    from ..declare.externs import Library
+    from ..inputs.cccl import include_dirs
     key = user_op or ""
     with _lock:
         if key not in _ops_libraries:
@@ -303,7 +304,7 @@ def _ops_extern(cxx_name: str, signature: str, user_op: str | None = None):
 
 def _ops_call(cxx_name: str, signature: str, args, loc, user_op: str | None = None):
     """Emit one call of a template instance of :data:`_OPS_SOURCE` on ``args`` (Vars)."""
-    from .inputs.tile_trace import emit_tile_call
+    from ..declare.tile_trace import emit_tile_call
     return emit_tile_call(_ops_extern(cxx_name, signature, user_op), tuple(args), loc)
 
 
@@ -392,7 +393,7 @@ def _operator(value, named: dict, what: str, where: str, loc) -> tuple[str, str 
 def _initial(initial, elem: ElementType, fn: str, loc):
     """``initial`` as a scalar Var of ``elem`` (a Python number is converted where the call
     is emitted; omitted, 0); a tile or a scalar of another dtype is refused at the call."""
-    from .tracing.trace import describe
+    from ..tracing.trace import describe
     if initial is None or (initial.is_constant() and initial.get_constant() is None):
         return cu.strictly_typed_const(0.0 if elem.kind == "f" else 0, cu.TileTy(elem.dtype, ()))
     ty = initial.get_type()

@@ -13,7 +13,7 @@
 - **ptxas** (the real one, beside tileiras) assembles the spliced PTX with the captured
   flags, ``--nv-host`` included: re-assembling is exact (``docs/design.md#nv-host``).
 - **NVRTC** (cuda-bindings) compiles CUDA C fragments to relocatable-device-code PTX, and
-  **nvJitLink** links: both run in process, in :mod:`splice.cuda_libs` (re-exported here).
+  **nvJitLink** links: both run in process, in :mod:`splice.system.cuda_libs` (re-exported here).
 """
 
 from __future__ import annotations
@@ -35,19 +35,19 @@ import time
 import warnings
 from pathlib import Path
 
-from . import safe_fs
-
-# NVRTC and nvJitLink moved to splice.cuda_libs; their callers (and tests) use them from here
-from .cuda_libs import nvjitlink_run as nvjitlink_run
-from .cuda_libs import nvrtc_compile as nvrtc_compile
-from .cuda_libs import nvrtc_compile_ltoir as nvrtc_compile_ltoir
-from .cuda_libs import nvrtc_version as nvrtc_version
-from .errors import (
+from ..errors import (
     SpliceTileirasError,
     SpliceTileirasTimeout,
     SpliceToolchainError,
     SpliceUnsafePathError,
 )
+from . import safe_fs
+
+# NVRTC and nvJitLink moved to splice.system.cuda_libs; their callers (and tests) use them from here
+from .cuda_libs import nvjitlink_run as nvjitlink_run
+from .cuda_libs import nvrtc_compile as nvrtc_compile
+from .cuda_libs import nvrtc_compile_ltoir as nvrtc_compile_ltoir
+from .cuda_libs import nvrtc_version as nvrtc_version
 
 _STRIPPED_ENV = ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT")
 

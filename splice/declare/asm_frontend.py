@@ -23,10 +23,10 @@ import re
 
 import cuda.tile as ct
 
-from .. import _cutile as cu
 from ..analysis.asm_check import SnippetFault, check_snippet
 from ..errors import SpliceCallError, SpliceDeclarationError, SpliceError
 from ..forms import form_of
+from ..system import _cutile as cu
 from ..tracing.trace import describe, emit_call, loc_str, python_caller, split_results
 from ..types import ElementType, Signature, element_type, results_layout
 from .declaring import CallOptions
@@ -307,11 +307,11 @@ def _constant(var, what, where):
 
 
 def _check_memory(memory, pure: bool, where: str, loc) -> None:
-    """The ``memory=`` of a snippet (:data:`splice.inputs.declaring.ASM_MEMORY`), of a snippet that is
+    """The ``memory=`` of a snippet (:data:`splice.declare.declaring.ASM_MEMORY`), of a snippet that is
     ``pure`` (after its scope's rule) or not.
 
     Raises:
-        SpliceCallError: :func:`splice.inputs.declaring.check_memory`'s refusal, at the call.
+        SpliceCallError: :func:`splice.declare.declaring.check_memory`'s refusal, at the call.
     """
     from .declaring import ASM_MEMORY, check_memory
     try:
@@ -341,8 +341,8 @@ def _packed_types(outputs, k: int, error) -> tuple[ElementType, ...]:
 def _snippet_extern(text, outputs, args, constraints, pure: bool, where, loc, form, memory):
     """The extern calling the snippet, and each output's bit offset in its result
     (``constraints``: the Var of ``constraints=``; ``memory``: the value of ``memory=``)."""
+    from ..inputs.fragments import AsmSource
     from .externs import ExternFunction
-    from .fragments import AsmSource
     inputs = []
     for i, var in enumerate(args):
         try:

@@ -11,9 +11,16 @@ import math
 
 import cuda.tile as ct
 
-from .. import _cutile as cu
 from ..forms import element
 from ..forms.staging import Staging
+from ..inputs import tile_guards
+from ..inputs.tile_fragment import (
+    MAX_SHARED_BYTES,
+    TileFragment,
+    byte_size,
+    callee_fragment,
+)
+from ..system import _cutile as cu
 from ..tracing.trace import call_error, current_session, describe, emit_call, loc_str
 from ..types import (
     ELEMENT_TYPES,
@@ -23,8 +30,6 @@ from ..types import (
     pointer,
     result_tiles,
 )
-from . import tile_guards
-from .tile_fragment import MAX_SHARED_BYTES, TileFragment, byte_size, callee_fragment
 
 _INT32 = ELEMENT_TYPES["int32"]
 

@@ -8,14 +8,14 @@ import inspect
 from pathlib import Path
 from typing import Any
 
-from .. import cccl
 from ..errors import SpliceDeclarationError
 from ..forms import form_of
 from ..forms.base import CallForm
+from ..inputs import cccl, nvshmem, tile_fragment
+from ..inputs.checks import Declared, cxx_symbol, is_cxx_name
+from ..inputs.fragments import CudaSource, Fragment, PtxSource
 from ..tracing import trace
 from ..types import Signature, parse_signature, signature_from_annotations
-from . import nvshmem, tile_fragment
-from .checks import Declared, cxx_symbol, is_cxx_name
 from .declaring import (
     _C_IDENT,
     CallOptions,
@@ -26,7 +26,6 @@ from .declaring import (
     check_text,
     resolve_path,
 )
-from .fragments import CudaSource, Fragment, PtxSource
 
 #: The header libraries a CUDA C source may include besides the CUDA toolkit's, in
 #: include-path order (:class:`splice.inputs.headers.HeaderProvider`): CCCL on every source's
@@ -470,7 +469,7 @@ def from_ltoir(path=None, /, *, data: bytes | None = None, name: str, signature:
         print(splice.compile(k, splice.kernel_signature("array(float32)", "array(float32)", 128), "sm_90").summary())
         ```
     """
-    from .fragments import LtoirSource
+    from ..inputs.fragments import LtoirSource
     where, base = _caller_where(2)
     # LTO-IR carries no C types: splice checks the linked .func's parameter sizes only
     what = f"extern '{name}' at {where}"
@@ -529,7 +528,7 @@ def from_object(path, /, *, name: str, signature: str, pure: bool = True,
             print(str(e).splitlines()[0])
         ```
     """
-    from .fragments import BINARY_SUFFIXES, BinarySource
+    from ..inputs.fragments import BINARY_SUFFIXES, BinarySource
     where, base = _caller_where(2)
     what = f"extern '{name}' at {where}"
     if _several_results(None, signature):

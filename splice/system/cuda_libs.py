@@ -1,9 +1,9 @@
 """NVRTC and nvJitLink, the CUDA compiler libraries splice calls in process (through
-cuda-bindings), as :mod:`splice.toolchain` re-exports them: CUDA C to PTX or LTO-IR
-(optionally with NVRTC's automatic precompiled header, :mod:`splice.nvrtc_pch`), and
+cuda-bindings), as :mod:`splice.system.toolchain` re-exports them: CUDA C to PTX or LTO-IR
+(optionally with NVRTC's automatic precompiled header, :mod:`splice.system.nvrtc_pch`), and
 linking with nvJitLink. It imports only splice's errors and, for a PCH compile,
-:mod:`splice.nvrtc_pch`; the programs splice runs (tileiras, ptxas, nvdisasm), their
-versions and the check that nvJitLink is as new as ptxas stay in :mod:`splice.toolchain`."""
+:mod:`splice.system.nvrtc_pch`; the programs splice runs (tileiras, ptxas, nvdisasm), their
+versions and the check that nvJitLink is as new as ptxas stay in :mod:`splice.system.toolchain`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import contextlib
 import os
 import threading
 
-from .errors import SpliceCompileError, SpliceToolchainError
+from ..errors import SpliceCompileError, SpliceToolchainError
 
 
 class _Calls:
@@ -20,7 +20,7 @@ class _Calls:
     forked then (a ``multiprocessing`` pool, a fork server) would block for ever in its
     first NVRTC call. ``os.fork`` marks itself pending (no call starts after that), waits
     until none is in flight, and forks (:func:`os.register_at_fork`); the child starts
-    with none (and :mod:`splice.nvrtc_pch` gives it a PCH directory of its own)."""
+    with none (and :mod:`splice.system.nvrtc_pch` gives it a PCH directory of its own)."""
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
@@ -82,8 +82,8 @@ def _check_nvrtc(err, what: str, log: str = ""):
 def nvrtc_compile_ltoir(source: bytes, name: str, options: list[str], *,
                        pch: bool | str = False) -> bytes:
     """Compile CUDA C to LTO-IR with NVRTC (``options`` must hold ``-dlto``); ``pch``: with
-    NVRTC's automatic precompiled header (:mod:`splice.nvrtc_pch`; a string: the
-    :func:`~splice.nvrtc_pch.state` of the source's headers).
+    NVRTC's automatic precompiled header (:mod:`splice.system.nvrtc_pch`; a string: the
+    :func:`~splice.system.nvrtc_pch.state` of the source's headers).
 
     Raises:
         SpliceCompileError: the source did not compile; ``.log`` is NVRTC's log.
@@ -94,8 +94,8 @@ def nvrtc_compile_ltoir(source: bytes, name: str, options: list[str], *,
 def nvrtc_compile(source: bytes, name: str, options: list[str], *,
                   pch: bool | str = False) -> tuple[str, str]:
     """Compile CUDA C to PTX with NVRTC. Returns (ptx, log). ``pch``: with NVRTC's
-    automatic precompiled header (:mod:`splice.nvrtc_pch`; a string: the
-    :func:`~splice.nvrtc_pch.state` of the source's headers).
+    automatic precompiled header (:mod:`splice.system.nvrtc_pch`; a string: the
+    :func:`~splice.system.nvrtc_pch.state` of the source's headers).
 
     Raises:
         SpliceCompileError: the source did not compile; ``.log`` is NVRTC's log.
@@ -107,7 +107,7 @@ def nvrtc_compile(source: bytes, name: str, options: list[str], *,
 def _nvrtc(source: bytes, name: str, options: list[str], ltoir: bool,
            pch: bool | str = False):
     """NVRTC: (PTX or LTO-IR bytes, log). PCH compiles run one at a time
-    (:data:`splice.nvrtc_pch._lock`)."""
+    (:data:`splice.system.nvrtc_pch._lock`)."""
     from cuda.bindings import nvrtc
     with _calls.running():
         if not pch:
@@ -175,7 +175,7 @@ def _nvjitlink_run(options: list[str], inputs: list[tuple[str, bytes, str]], out
                    what: str) -> bytes:
     from cuda.bindings import nvjitlink
 
-    from .errors import SpliceLinkError
+    from ..errors import SpliceLinkError
     handle = nvjitlink.create(len(options), options)
     try:
         try:

@@ -38,15 +38,10 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .analysis.collectives import (
-    chain_names,
-    collective_of,
-    outside_ptx,
-    reach_text,
-)
-from .errors import SpliceLinkError
-from .forms.base import site_module
-from .ptxtools.ptx import Module, declared_variable_name, parse_instruction
+from ..analysis.collectives import chain_names, collective_of, outside_ptx, reach_text
+from ..errors import SpliceLinkError
+from ..ptxtools.ptx import Module, declared_variable_name, parse_instruction
+from .base import site_module
 
 _PRINT = frozenset({"vprintf", "printf"})
 #: Calls of CUDA's device runtime that act outside the thread: the callee is not PTX the

@@ -11,7 +11,7 @@ types of :data:`splice.types.ELEMENT_TYPES`, ``T*`` for an array), the snippet a
 (an expression is returned). The extern goes through the CUDA C path of any extern
 (:class:`CudaSnippetSource`, a :class:`splice.inputs.fragments.CudaSource`: NVRTC, the
 content-keyed cache, inlining, every check of the pipeline); its trace is an extern call's
-(:func:`splice.tracing.trace.emit_call`, :func:`splice.inputs.tile_trace.emit_tile_call` for tiles at
+(:func:`splice.tracing.trace.emit_call`, :func:`splice.declare.tile_trace.emit_tile_call` for tiles at
 block or warpgroup scope).
 
 The generated text does not hold the call's location, so two calls of one snippet with
@@ -28,13 +28,14 @@ import re
 import weakref
 from typing import Any
 
-from .. import _cutile as cu
 from ..errors import (
     SpliceCallError,
     SpliceCompileError,
     SpliceDeclarationError,
     SpliceError,
 )
+from ..inputs.fragments import CudaSource
+from ..system import _cutile as cu
 from ..tracing.trace import describe, loc_str, python_caller
 from ..types import (
     ElementType,
@@ -45,7 +46,6 @@ from ..types import (
     pointer,
     results_layout,
 )
-from .fragments import CudaSource
 
 #: The file name NVRTC reports the snippet's lines under (``#line 1 "..."``): a path that
 #: cannot exist (``/dev/null`` is no directory), so no code that reads an error's file
@@ -229,8 +229,8 @@ class CudaSnippetSource(CudaSource):
     def _compile_message(self, e: SpliceCompileError, target: str) -> str:
         """The first error of NVRTC's log: in the snippet, its line, column and text;
         elsewhere (a header, the generated code around the snippet), NVRTC's own lines."""
+        from ..inputs.cuda_compile import header_hint
         from ..ptxtools.ptx import arch_words
-        from .cuda_compile import header_hint
         head = f"{self.describe()} does not compile for {arch_words(target)}"
         said = _first_snippet_error(e.log, self.snippet.code)
         if said is None:
@@ -295,7 +295,7 @@ def _first_other_error(log: str) -> str:
 #: warning: the result would be garbage) an error.
 MISSING_RETURN = "--diag-error=940"
 
-#: ``memory=`` values of a snippet (those of an extern, :data:`splice.inputs.declaring.MEMORY`).
+#: ``memory=`` values of a snippet (those of an extern, :data:`splice.declare.declaring.MEMORY`).
 MEMORY = ("any", "arguments")
 
 
@@ -518,7 +518,7 @@ def _parameters(call: _Call, inputs: dict, form) -> tuple[tuple[str, ...],
 
 def _compile_inputs(call: _Call, includes, include_dirs, defines, options):
     """``includes`` as ``#include`` operands, and the checked (options, include
-    directories, defines) of :func:`splice.inputs.declaring.check_options`."""
+    directories, defines) of :func:`splice.declare.declaring.check_options`."""
     from .declaring import check_options
     inc = call.constant(includes, "includes")
     inc = (inc,) if isinstance(inc, str) else inc

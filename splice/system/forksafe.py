@@ -7,7 +7,7 @@ and the child's first compile blocks for ever. Each module's lock is made by
 :func:`lock`, which replaces it with a free one in a forked child
 (:func:`os.register_at_fork`). What the locks guard are caches a thread updates in one
 step; NVRTC's and nvJitLink's own locks are waited for before a fork instead
-(:mod:`splice.cuda_libs`). It imports nothing of splice.
+(:mod:`splice.system.cuda_libs`). It imports nothing of splice.
 """
 
 from __future__ import annotations

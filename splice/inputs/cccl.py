@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-from . import forksafe
-from .errors import SpliceToolchainError
+from ..errors import SpliceToolchainError
+from ..system import forksafe
 
 #: How to install CCCL (quoted by every error and hint about missing CCCL headers).
 INSTALL_HINT = "pip install 'cuda-toolkit[cccl]' (the nvidia-cuda-cccl wheel)"
@@ -50,7 +50,7 @@ _CUPY = ("cupy", "_core", "include", "cupy", "_cccl")
 
 def _beside_cuda_headers() -> list[list[str]]:
     """The CCCL beside the CUDA headers splice compiles with (the wheel that matches NVRTC)."""
-    from . import toolchain
+    from ..system import toolchain
     inc = toolchain.cuda_include_dir()
     return [] if inc is None else [[str(inc / "cccl")]]
 

@@ -14,7 +14,7 @@ What splice uses, and why (``docs/design.md#cutile-hooks``):
 - ``_cutile_custom_implementation_handler``: a plain function carrying this attribute is
   resolved by cuTile's frontend (``hir2ir._try_find_function_impl``) to splice's handler
   (:func:`resolve_calls`), which adds splice's own IR operations for the call
-  (:mod:`splice.tracing.trace`, :mod:`splice.inputs.asm_frontend`).
+  (:mod:`splice.tracing.trace`, :mod:`splice.declare.asm_frontend`).
 - ``cuda.tile._ir``: ``Operation``, ``operand``/``attribute``, ``add_operation``,
   ``broadcast_to``, ``implicit_cast``, ``TileTy``...; ``TileAtomicCAS`` is subclassed so
   that cuTile's token-order pass orders impure calls against the kernel's memory operations.
@@ -48,7 +48,7 @@ import importlib
 import threading
 from typing import Any
 
-from .errors import SpliceToolchainError
+from ..errors import SpliceToolchainError
 
 SUPPORTED_CUTILE = ((1, 7), (1, 8))  # [low, high)
 

@@ -35,11 +35,8 @@ import dataclasses
 from collections import defaultdict
 from typing import Mapping
 
-from .forms.base import CallForm, Edit, Refusal, SiteCall
-from .forms.marked import ADDR_RE, PLAIN_REG, MarkedBody, is_key_load
-from .forms.marked import rewrite_error as _fail
-from .names import MARKER_RE, RESERVED_PREFIXES
-from .ptxtools.ptx import (
+from ..ptxtools.names import MARKER_RE, RESERVED_PREFIXES
+from ..ptxtools.ptx import (
     Instruction,
     Module,
     PTXSyntaxError,
@@ -49,7 +46,10 @@ from .ptxtools.ptx import (
     parse_instruction,
     registers_in,
 )
-from .spans import Span, spans_of_edits
+from ..ptxtools.spans import Span, spans_of_edits
+from .base import CallForm, Edit, Refusal, SiteCall
+from .marked import ADDR_RE, PLAIN_REG, MarkedBody, is_key_load
+from .marked import rewrite_error as _fail
 
 __all__ = ["MARKER_RE", "Refusal", "SpliceReport", "splice_calls"]
 
@@ -60,7 +60,7 @@ class SpliceReport:
     rewritten PTX; ``module``, that PTX as parsed by the rewriter's own check; and
     ``spans``, the lines of ``ptx`` each marker instance's call sequence (kind ``"call"``,
     and ``"block call"`` around a block-scope one) and each block site's argument scratch
-    (``"splice"``) occupy, in text order (:class:`splice.spans.Span`). With ``refused``
+    (``"splice"``) occupy, in text order (:class:`splice.ptxtools.spans.Span`). With ``refused``
     set, nothing was rewritten (``ptx`` is empty): the fma markers it names must become
     atomic markers."""
 
@@ -202,7 +202,7 @@ def _check_tile_staging(b: MarkedBody, sites, at: Mapping[int, list[int]]) -> No
     follow it (:func:`splice.forms.staging.check_staging`)."""
     if not any(sites[idx].staging is not None for idx in at):
         return
-    from .forms.staging import check_staging
+    from .staging import check_staging
     why = check_staging(b.analysed, sites, at)
     if why is not None:
         raise b.fail(f"cannot prove the shared-memory staging of a tile call: {why}")

@@ -4,7 +4,7 @@ The key (:func:`key_of`) is a SHA-256 over everything that changes the output: f
 its Tile IR bytecode and tileiras flags, every fragment's bytes and compile options, the
 target architecture and the identity of tileiras, libnvvm and ptxas (for a CUDA C fragment,
 of NVRTC; for LTO-IR and binary objects, of nvJitLink): see
-:func:`splice.toolchain.tool_identity`. :func:`load` and :func:`store` add
+:func:`splice.system.toolchain.tool_identity`. :func:`load` and :func:`store` add
 :func:`code_identity`, a hash of splice's own source files, to every key, so an entry made
 by other splice code is never served. Nothing that merely moves (a file path, a line number
 of the kernel) is in it.
@@ -27,7 +27,7 @@ removed after :data:`STALE_TEMP_SECONDS`).
 The directory is ``$SPLICE_CACHE_DIR``, else ``$XDG_CACHE_HOME/splice``, else
 ``~/.cache/splice`` (without a home directory, a private temporary one, with one warning).
 A cache directory that cannot be written makes splice compile without caching, with one
-warning. On a shared machine (``docs/security.md``, :mod:`splice.safe_fs`) the cache's
+warning. On a shared machine (``docs/security.md``, :mod:`splice.system.safe_fs`) the cache's
 directories are made 0700 and its files 0600; a directory or entry another user owns or can
 write is refused, unless ``$SPLICE_CACHE_TRUST`` names that user or group; files are read
 only when regular and written only through a fresh temporary file, never through a link.
@@ -48,8 +48,8 @@ import time
 import warnings
 from pathlib import Path
 
+from ..errors import SpliceUnsafePathError
 from . import identity, safe_fs, settings
-from .errors import SpliceUnsafePathError
 
 _MAGIC = b"splice-cache-v2\n"  # v2: the checksum covers the meta
 _warned_readonly = False
@@ -125,7 +125,7 @@ def _warn_bad_limit(value: str) -> None:
 def code_identity() -> str:
     """SHA-256 of every ``*.py`` file of the imported splice package (relative path and
     bytes), taken when splice was imported: the code that runs is the code that was imported
-    (:mod:`splice.identity`, which also refuses to load a module changed since)."""
+    (:mod:`splice.system.identity`, which also refuses to load a module changed since)."""
     return identity.CODE_IDENTITY
 
 
@@ -246,7 +246,7 @@ def _cache_dirs(directory: Path) -> None:
 @contextlib.contextmanager
 def _locked():
     """Holds ``<root>/.lock`` (``flock``, 0600 in the 0700 root) for the byte count, at most
-    :data:`splice.safe_fs.LOCK_TIMEOUT_SECONDS`; without locks (some network filesystems),
+    :data:`splice.system.safe_fs.LOCK_TIMEOUT_SECONDS`; without locks (some network filesystems),
     or past the timeout (one warning naming the lock), runs unlocked: evicting concurrently
     is safe, only the count may be off."""
     with contextlib.ExitStack() as stack:

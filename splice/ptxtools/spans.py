@@ -1,6 +1,6 @@
 """Where each piece of the PTX splice writes came from, as data.
 
-The code that writes PTX -- the rewriter's call sequences (:mod:`splice.rewrite`), the
+The code that writes PTX -- the rewriter's call sequences (:mod:`splice.forms.rewrite`), the
 fragments and declarations the linker inserts (:mod:`splice.ptxtools.link`) -- returns, next to the
 text, a :class:`Span` per piece: which lines it occupies and what it belongs to (a
 fragment, a call site's instance). :mod:`splice.driver.diagnose` uses them to say which code a

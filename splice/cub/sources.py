@@ -1,7 +1,7 @@
 """The CUDA C that :mod:`splice.cub` compiles: device templates (namespace ``splice_cub``)
 around CUB's block algorithms, which :mod:`splice.cub` instantiates
 per tile shape and dtype and calls at block scope. Text only: it imports nothing of splice
-(:mod:`splice.cub` builds the libraries, :mod:`splice.cub_names` maps the templates back to
+(:mod:`splice.cub` builds the libraries, :mod:`splice.forms.cub_names` maps the templates back to
 ``splice.cub``'s functions for messages)."""
 
 #: The opening of both sources' namespace: the block size every op is written for, the

@@ -5,7 +5,7 @@ Attributes:
     MARKER_RE: matches a marker symbol; group 1 is the site's index.
     RESERVED_PREFIXES: the prefixes of the registers, parameters and labels splice's call
         sequences declare; a kernel's PTX that already uses one is refused
-        (:func:`splice.rewrite.splice_calls`).
+        (:func:`splice.forms.rewrite.splice_calls`).
 """
 
 from __future__ import annotations

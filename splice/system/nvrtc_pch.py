@@ -6,7 +6,7 @@ every documented size of an op and dtype in one program) that parses them again.
 ``-pch``, NVRTC saves the parsed state of the source's leading ``#include`` lines the first
 time and loads it for every later program that starts with the same lines and options, in
 this process: measured on the six sizes of a radix sort (nvcc's unroll limit,
-:data:`splice.cccl.UNROLL_LIMIT`), 1.2-1.3 s without, 1.65 s creating the PCH (163 MB),
+:data:`splice.inputs.cccl.UNROLL_LIMIT`), 1.2-1.3 s without, 1.65 s creating the PCH (163 MB),
 0.75-0.8 s loading it (``benchmarks/cub_first_compile.md``). splice turns it on from the
 second compile of the same include lines (:func:`wanted`): a process that compiles one CUB
 program does not pay for creating it.
@@ -19,7 +19,7 @@ Two details make it work and keep it safe:
   (``nvrtcGetPCHHeapSizeRequired``) after a compile that ran out of it.
 - **Where the file goes.** NVRTC writes the PCH to ``--pch-dir`` and reads it back from
   there. That directory is this process's own: a ``tempfile.mkdtemp`` directory (random
-  name, 0700) inside splice's cache directory (:func:`splice.cache.cache_root`), used only
+  name, 0700) inside splice's cache directory (:func:`splice.system.cache.cache_root`), used only
   when that directory is the user's, a real directory and not writable by anyone else,
   and removed at exit. Never a predictable name in a shared temporary directory.
 
@@ -85,7 +85,7 @@ def wanted(source: str, options: list[str], headers=()) -> bool:
         >>> wanted("#include <cuda_fp16.h>\\n", []), wanted("#include <cuda_fp16.h>\\n", [])
         (False, False)
     """
-    from .inputs.headers import STAT
+    from ..inputs.headers import STAT
     if _USES_CCCL.search(source) is None or \
             not all(_TOOLKIT_HEADER.fullmatch(m.group(1)) for m in _INCLUDE.finditer(source)) \
             or not all(ident.startswith(STAT) for _, ident in headers):
@@ -101,12 +101,12 @@ def wanted(source: str, options: list[str], headers=()) -> bool:
 
 def _private_dir() -> Path | None:
     """This process's PCH directory (made once), or None when the cache root is not a
-    directory only this user (or root) can write (:func:`splice.safe_fs.private_dir`)."""
+    directory only this user (or root) can write (:func:`splice.system.safe_fs.private_dir`)."""
     if "dir" in _state:
         return _state["dir"]  # type: ignore[return-value]
+    from ..errors import SpliceUnsafePathError
     from . import safe_fs
     from .cache import cache_root
-    from .errors import SpliceUnsafePathError
     found = None
     try:
         root = safe_fs.private_dir(cache_root(), "the cache directory")   # never shared
