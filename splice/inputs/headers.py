@@ -16,6 +16,7 @@ from typing import Protocol, Sequence
 
 from ..errors import SpliceUnsafePathError
 from ..system import forksafe, safe_fs
+from ..system.nvrtc_pch import STAT
 
 log = logging.getLogger("splice")
 
@@ -296,10 +297,9 @@ class _Macros:
 _warned_macros: set[tuple[str, str]] = set()
 
 
-#: How :func:`included` marks a toolkit header, keyed by its size and mtime.
-STAT = "stat "
-#: How it marks an ``#include MACRO`` of a toolkit header it cannot follow: not a header
-#: known by its stat, so the source's walk is not remembered nor NVRTC's PCH used for it
+#: How :func:`included` marks an ``#include MACRO`` of a toolkit header it cannot follow:
+#: not a header known by its stat (:data:`~splice.system.nvrtc_pch.STAT`), so the source's
+#: walk is not remembered nor NVRTC's PCH used for it
 UNRESOLVED = "unresolved"
 _toolkit_texts: dict[tuple[str, int, int], str] = {}
 #: The lines of a toolkit header the walk reads: its #include lines (by name or by macro)

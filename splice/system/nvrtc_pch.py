@@ -41,6 +41,9 @@ from pathlib import Path
 
 from . import forksafe
 
+#: How a header walk (:func:`splice.inputs.headers.included`) marks a toolkit header, keyed
+#: by its size and mtime: a source whose headers are all marked so may use the PCH.
+STAT = "stat "
 #: The PCH heap splice asks for: above the ~340 MB CCCL's BlockRadixSort needs.
 HEAP_BYTES = 512 << 20
 
@@ -85,7 +88,6 @@ def wanted(source: str, options: list[str], headers=()) -> bool:
         >>> wanted("#include <cuda_fp16.h>\\n", []), wanted("#include <cuda_fp16.h>\\n", [])
         (False, False)
     """
-    from ..inputs.headers import STAT
     if _USES_CCCL.search(source) is None or \
             not all(_TOOLKIT_HEADER.fullmatch(m.group(1)) for m in _INCLUDE.finditer(source)) \
             or not all(ident.startswith(STAT) for _, ident in headers):
