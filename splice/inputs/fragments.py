@@ -107,14 +107,14 @@ _along = _Along()
 os.register_at_fork(after_in_child=lambda: _along.forget())
 
 
-def _parse(text: str, what: str) -> Module:
+def parse_module(text: str, what: str) -> Module:
     """``text`` as a :class:`splice.ptxtools.ptx.Module` (the PTX parser is imported by the first
     build, not by ``import splice``)."""
     from ..ptxtools.ptx import Module
     return Module(text, what)
 
 
-def _memoized(key: str, make, still=None) -> Module:
+def memoized_module(key: str, make, still=None) -> Module:
     """The parsed fragment module for a content key, made once per process; not remembered
     when ``still(key)`` says the inputs no longer have that key after ``make``."""
     with _memo_lock:
@@ -227,7 +227,7 @@ class PtxSource(Fragment):
         text = self.read()
         from ..ptxtools.ptx import PTXSyntaxError
         try:
-            return _parse(text, self.describe())
+            return parse_module(text, self.describe())
         except PTXSyntaxError as e:
             raise SpliceLinkError(e.message) from None
 
@@ -365,11 +365,11 @@ class CudaSource(Fragment):
         during a compile): NVRTC may have read either version, so the PTX belongs to
         neither key."""
         kept: list[bool] = []   # _compile: whether the key held while NVRTC ran
-        return _memoized(key or self.content_key(target),
+        return memoized_module(key or self.content_key(target),
                          lambda key: self._compile(key, target, kept), lambda key: all(kept))
 
     def _compile(self, key: str, target: str, kept: list[bool]) -> Module:
-        return _parse(self._ptx(key, target, kept), f"NVRTC output for {self.describe()}")
+        return parse_module(self._ptx(key, target, kept), f"NVRTC output for {self.describe()}")
 
     def _ptx(self, key: str, target: str, kept: list[bool]) -> str:
         """The PTX of ``key``: compiled along with another size (or being: waited for),
@@ -411,7 +411,7 @@ class CudaSource(Fragment):
                 return texts[key]
         text = self._nvrtc(full, name, target, found)
         if self.batch is not None:
-            text = self._cut(_parse(text, f"NVRTC output for {self.describe()}"))
+            text = self._cut(parse_module(text, f"NVRTC output for {self.describe()}"))
         self._keep(key, {key: text}, target, kept)
         return text
 
@@ -433,7 +433,7 @@ class CudaSource(Fragment):
             self, declared=sum((m.declared for m in members.values()), ()),
             roots=sum((m.roots for m in members.values()), ()), batch=None)
         try:
-            mod = _parse(whole._nvrtc(full, name, target, found), f"NVRTC output for "
+            mod = parse_module(whole._nvrtc(full, name, target, found), f"NVRTC output for "
                                                                   f"{self.describe()}")
         except SpliceCompileError as e:
             log.debug("splice: %s did not compile with its other sizes (%s); alone now",
@@ -475,7 +475,7 @@ class AsmSource(Fragment):
                             [t.name for t in s.inputs], target, toolchain.tool_identity("ptxas"))
 
     def module(self, target: str, key: str | None = None) -> Module:
-        return _memoized(key or self.content_key(target),
+        return memoized_module(key or self.content_key(target),
                          lambda key: self._generate(key, target))
 
     def _generate(self, key: str, target: str) -> Module:
@@ -495,7 +495,7 @@ class AsmSource(Fragment):
                     f"int32, floats float32: convert with e.g. ct.int64(1))",
                     getattr(e, "log", "")) from None
             cache.store("asm-checked", key, {}, b"ok")
-        return _parse(text, self.describe())
+        return parse_module(text, self.describe())
 
 
 @dataclasses.dataclass(eq=False)
@@ -536,8 +536,8 @@ class LtoirSource(Fragment):
                     f"make it with nvcc -dlto or NVRTC -dlto of a CUDA version no newer than "
                     f"nvJitLink's (PTX goes to from_ptx, a cubin or object to from_object)",
                     e.log) from None
-            return _parse(text, self.describe())
-        return _memoized(key or self.content_key(target), link)
+            return parse_module(text, self.describe())
+        return memoized_module(key or self.content_key(target), link)
 
 
 #: File suffixes of binary device-code inputs and their nvJitLink input types.
@@ -610,4 +610,4 @@ class BinarySource(Fragment):
         num = int(re.sub(r"\D", "", target) or 0)
         text = (f".version {_PTX_VERSION_FOR.get(num, '9.0')}\n.target {target}\n"
                 f".address_size 64\n" + "".join(abi_prototype(s, g) for s, g in self.roots))
-        return _parse(text, self.describe())
+        return parse_module(text, self.describe())

@@ -12,7 +12,7 @@ from ..errors import SpliceCompileError, SpliceLinkError
 from ..system import cache
 from ..types import ElementType, Signature, TileType, pointer, result_tiles
 from . import tile_guards
-from .fragments import BinarySource, CudaSource, Fragment, _memoized, _parse
+from .fragments import BinarySource, CudaSource, Fragment, memoized_module, parse_module
 
 #: The prefix of every symbol the staging defines (users cannot declare ``__splice`` names);
 #: shared-memory reports know the buffers by it (:data:`splice.ptxtools.shared_memory.TILE_BUFFER_OWNER`).
@@ -71,9 +71,9 @@ class TileFragment(Fragment):
                 raise SpliceCompileError(f"{e.message}\n    instantiated for "
                                          f"{self.instance}", e.log) from None
             self._check_callee(base)
-            return _parse(base.text.rstrip("\n") + "\n\n" + self.staging_ptx(base),
+            return parse_module(base.text.rstrip("\n") + "\n\n" + self.staging_ptx(base),
                           self.describe())
-        return _memoized(key or self.content_key(target), make)
+        return memoized_module(key or self.content_key(target), make)
 
     def function_name(self, symbol: str) -> str:
         """The staging's call function and the trampoline it calls are the user's function
