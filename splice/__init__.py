@@ -49,14 +49,13 @@ _LAZY = {
     "ELEMENT_TYPES": ("types", "ELEMENT_TYPES"),
     "kernel_signature": ("tracing.signatures", "kernel_signature"),
     "export_kernel": ("integrations.export", "export_kernel"),
-    "toolchain": ("system.toolchain", None), "cub": ("cub", None),
+    "toolchain": ("toolchain", None), "cub": ("cub", None),
     "Build": ("driver.result", "Build"), "build": ("driver.pipeline", "build"),
     "__version__": ("driver.pipeline", "__version__"),
     "PTXSyntaxError": ("ptxtools.ptx", "PTXSyntaxError"),
 }
 if TYPE_CHECKING:
-    from . import cub
-    from .system import toolchain
+    from . import cub, toolchain
     from .declare.asm_frontend import asm
     from .declare.cuda_frontend import cuda
     from .declare.externs import ExternFunction, Library, extern, library
