@@ -1,8 +1,8 @@
 """NVRTC's PCH follows the state of every header it holds (one reached through a macro
 #include in a toolkit header included), a forked child gets a PCH directory of its own
 and leaves its parent's alone, and a fork waits for NVRTC calls without waiting for ever
-behind calls that overlap (splice.system.nvrtc_pch, splice.system.cuda_libs._Calls). Each test failed
-when it was written (found by trying to break them)."""
+behind calls that overlap (splice.system.nvrtc_pch, splice.system.cuda_libs._Calls). Each
+test failed when it was written (found by trying to break them)."""
 
 from __future__ import annotations
 

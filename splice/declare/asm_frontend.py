@@ -307,8 +307,8 @@ def _constant(var, what, where):
 
 
 def _check_memory(memory, pure: bool, where: str, loc) -> None:
-    """The ``memory=`` of a snippet (:data:`splice.declare.declaring.ASM_MEMORY`), of a snippet that is
-    ``pure`` (after its scope's rule) or not.
+    """The ``memory=`` of a snippet (:data:`splice.declare.declaring.ASM_MEMORY`), of a
+    snippet that is ``pure`` (after its scope's rule) or not.
 
     Raises:
         SpliceCallError: :func:`splice.declare.declaring.check_memory`'s refusal, at the call.

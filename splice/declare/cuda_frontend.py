@@ -11,8 +11,8 @@ types of :data:`splice.types.ELEMENT_TYPES`, ``T*`` for an array), the snippet a
 (an expression is returned). The extern goes through the CUDA C path of any extern
 (:class:`CudaSnippetSource`, a :class:`splice.inputs.fragments.CudaSource`: NVRTC, the
 content-keyed cache, inlining, every check of the pipeline); its trace is an extern call's
-(:func:`splice.tracing.trace.emit_call`, :func:`splice.declare.tile_trace.emit_tile_call` for tiles at
-block or warpgroup scope).
+(:func:`splice.tracing.trace.emit_call`, :func:`splice.declare.tile_trace.emit_tile_call`
+for tiles at block or warpgroup scope).
 
 The generated text does not hold the call's location, so two calls of one snippet with
 the same types share a symbol and a fragment (one NVRTC compile, one module). ``#line``

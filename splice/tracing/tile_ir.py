@@ -8,8 +8,9 @@ a ``TileAtomicCAS`` to cuTile's passes), and for pure calls with a result an ``f
 keyed by a load of the global (:class:`SplicePureCall`, ``docs/design.md#fma-marker``).
 
 The operations subclass cuTile's ``Operation``, so this module imports cuTile's compiler:
-it is imported on the first trace (by :mod:`splice.tracing.trace` and :mod:`splice.declare.asm_frontend`), never by
-``import splice``, and takes every cuTile name from :mod:`splice.system._cutile`.
+it is imported on the first trace (by :mod:`splice.tracing.trace` and
+:mod:`splice.declare.asm_frontend`), never by ``import splice``, and takes every cuTile
+name from :mod:`splice.system._cutile`.
 """
 
 from __future__ import annotations

@@ -411,7 +411,8 @@ def _emit_atomic_call(session, ext, form, key, typed, call_shape, loc, shown):
     ``shown``: the extern errors name and (position, array Var) of each array argument;
     their base pointers are the memory an extern of ``memory="arguments"`` is ordered
     against (a snippet of ``memory="none"`` is ordered against none) and what
-    :mod:`splice.ptxtools.tma_store_reads` checks (:class:`splice.tracing.tile_ir.SpliceMarkerPointer`)."""
+    :mod:`splice.ptxtools.tma_store_reads` checks
+    (:class:`splice.tracing.tile_ir.SpliceMarkerPointer`)."""
     from .tile_ir import SpliceImpureCall, SpliceMarkerPointer
     named, pointers = shown
     sig = ext.signature
@@ -435,7 +436,7 @@ def _emit_atomic_call(session, ext, form, key, typed, call_shape, loc, shown):
         SpliceImpureCall, (result_ty, cu.TokenTy()), site=site, pointer=pointer, args=typed,
         memory_order=order, memory_scope=cu.MemoryScope.DEVICE)
     if res is None:
-        if ext.staging is None:     # a tile call's sites: splice.declare.tile_trace records the call
+        if ext.staging is None:     # a tile call's sites: declare.tile_trace records the call
             session.void_calls.append((ext, loc_str(loc)))
         return None
     return value if shape == call_shape else cu.reshape(value, call_shape)
