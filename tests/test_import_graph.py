@@ -228,6 +228,9 @@ def layer_breaches(graph: dict[str, set[str]]) -> dict[str, list[str]]:
 
 
 def test_every_module_has_a_floor():
+    # every file of the package is a node of the graph (none in a package below a
+    # subpackage, which _sources would not read), and every node's layer has a floor
+    assert {p for p, _ in _sources().values()} == set(PKG.rglob("*.py"))
     assert sorted({_layer(m) for m in import_graph()} - set(FLOOR)) == []
 
 
