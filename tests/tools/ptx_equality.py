@@ -16,25 +16,25 @@ rewriter from outside, without ``$SPLICE_DUMP_DIR``: a dump directory makes ever
 its stages, which changes what some tests check. Builds in child processes (the tests that
 start a new Python) are not recorded, nor the GPU tests on a machine without one.
 
-``record`` runs the suite on a copy of the checkout at one fixed private path (``--at``,
-default ``~/.cache/splice-ptx-equality``, emptied first; one record at a time), with the
-cache and pytest's temporary directory under it: the paths that reach the PTX (``.file``,
-the comments naming a call site) and the cubin (its line table) are then the same in both
-runs, and texts and cubins compare byte for byte. The cache is new and empty (0700), so
-every kernel is really built; Hypothesis runs at a fixed seed without its example database,
-so the fuzzers draw the same cases in both runs::
+``record`` runs the suite on a copy of the checkout in a run directory, with the cache and
+pytest's temporary directory under it; a second record ``--like`` the first runs in the
+same directory (kept, empty, 0755 and this user's), so that the paths that reach the PTX
+(``.file``, the comments naming a call site) and the cubin (its line table) are the same
+in both runs, and texts and cubins compare byte for byte. The cache is new and empty
+(0700), so every kernel is really built; Hypothesis runs at a fixed seed without its
+example database, so the fuzzers draw the same cases in both runs::
 
     git worktree add /tmp/base 6de1406                 # the commit before the change
     python tests/tools/ptx_equality.py record /tmp/eq-before --checkout /tmp/base
-    python tests/tools/ptx_equality.py record /tmp/eq-after   # this checkout
+    python tests/tools/ptx_equality.py record /tmp/eq-after --like /tmp/eq-before
     python tests/tools/ptx_equality.py compare /tmp/eq-before /tmp/eq-after
 
 ``record`` takes pytest's arguments after ``--`` (default: the whole suite, ``-q -p
 no:cacheprovider``; ``SPLICE_SLOW_TESTS=1`` adds splice.cub's shape matrix) and returns
-pytest's status; ``compare`` prints every key that differs (a unified diff of the PTX) or is in one
-record only, then the counts, and exits 1 if any key differs. Use the project's Python
-(``. /work/main/.venv/bin/activate``); the record is ``record.jsonl`` (one row per
-artefact) and ``texts/<sha256>``.
+pytest's status; ``compare`` prints every key that differs (a unified diff of the PTX) or
+is in one record only, then the counts, and exits 1 if any key differs. Use the project's
+Python (``. /work/main/.venv/bin/activate``); a record is ``record.jsonl`` (one row per
+artefact), ``texts/<sha256>`` and ``run-dir`` (where it ran).
 """
 
 from __future__ import annotations
@@ -47,8 +47,10 @@ import importlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -58,8 +60,6 @@ REWRITER = ("splice.forms.rewrite", "splice.rewrite")
 #: The environment variable naming the record directory of a run (set by ``record``).
 RECORD_ENV = "SPLICE_PTX_RECORD"
 HERE = Path(__file__).resolve().parent
-#: Where ``record`` runs its copy of the checkout (a directory of this user's, emptied).
-AT = Path.home() / ".cache" / "splice-ptx-equality"
 
 # --------------------------------------------------------------------------------------------
 # the pytest plugin (``-p ptx_equality`` with $SPLICE_PTX_RECORD set)
@@ -157,15 +157,30 @@ if os.environ.get(RECORD_ENV):
 # record and compare
 
 
-def _private_dir(path: Path) -> Path:
-    """``path``, a new or emptied 0700 directory of this user (refused if it is a link or
-    another user's)."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if path.is_symlink() or (path.exists() and path.lstat().st_uid != os.getuid()):
-        raise SystemExit(f"{path} is a link or another user's: remove it or pass --at")
-    shutil.rmtree(path, ignore_errors=True)
-    path.mkdir(mode=0o700)
+def _run_dir(like: Path | None) -> Path:
+    """Where a record runs: a new directory of an unpredictable name in the temporary
+    directory, or (``like``) the one the earlier record ``like`` ran in, kept for this. Only
+    this user may write it (the two-user tests of ``tests/test_shared_machine.py`` read the
+    copy as other users, so it is 0755); refused if it is a link or another user's."""
+    if like is None:
+        path = Path(tempfile.mkdtemp(prefix="splice-ptx-equality-"))
+    else:
+        path = Path((like / "run-dir").read_text().strip())
+        st = path.lstat()
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+            raise SystemExit(f"{path} is not a directory of this user's that only it can "
+                             f"write: record again without --like, and the earlier one too")
+    path.chmod(0o755)
+    _empty(path)
     return path
+
+
+def _empty(path: Path) -> None:
+    for child in path.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
 
 
 def _copy_checkout(checkout: Path, to: Path) -> None:
@@ -180,17 +195,19 @@ def _copy_checkout(checkout: Path, to: Path) -> None:
             shutil.copy2(src, to / name)
 
 
-def record(out: Path, checkout: Path, at: Path, pytest_args: list[str]) -> int:
-    """Run pytest on a copy of ``checkout`` made at ``at`` (the same path for both runs, so
-    that the paths in the PTX and the cubin are the same), with an empty cache directory
-    and pytest's temporary directory there too, recording into ``out`` (a new directory)."""
+def record(out: Path, checkout: Path, like: Path | None, pytest_args: list[str]) -> int:
+    """Run pytest on a copy of ``checkout`` in a run directory (the same for both records,
+    ``like``: so that the paths in the PTX and the cubin are the same), with an empty
+    cache directory and pytest's temporary directory there too, recording into ``out`` (a
+    new directory)."""
     out.mkdir(mode=0o700, parents=True)
-    _private_dir(at)
+    at = _run_dir(like)
+    (out / "run-dir").write_text(f"{at}\n")
     _copy_checkout(checkout, at / "checkout")
+    (at / "cache").mkdir(mode=0o700)
     paths = [str(HERE), str(at / "checkout")] + ([os.environ["PYTHONPATH"]]
                                                  if os.environ.get("PYTHONPATH") else [])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths),
-               SPLICE_CACHE_DIR=str(_private_dir(at / "cache")),
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), SPLICE_CACHE_DIR=str(at / "cache"),
                **{RECORD_ENV: str(out.resolve())})
     env.pop("SPLICE_DUMP_DIR", None)
     cmd = [sys.executable, "-m", "pytest", "-p", "ptx_equality", "--hypothesis-seed=0",
@@ -199,7 +216,7 @@ def record(out: Path, checkout: Path, at: Path, pytest_args: list[str]) -> int:
     try:
         return subprocess.run(cmd, cwd=at / "checkout", env=env).returncode
     finally:
-        shutil.rmtree(at, ignore_errors=True)
+        _empty(at)      # kept, empty, for a record --like this one
 
 
 def _load(d: Path) -> dict[tuple, list[str]]:
@@ -247,15 +264,15 @@ def main(argv: list[str]) -> int:
     r.add_argument("out", type=Path)
     r.add_argument("--checkout", type=Path, default=HERE.parent.parent,
                    help="the checkout to test (default: this one)")
-    r.add_argument("--at", type=Path, default=AT,
-                   help=f"where its copy runs, the same for both records (default {AT})")
+    r.add_argument("--like", type=Path,
+                   help="an earlier record: run where it ran (the paths must be the same)")
     c = sub.add_parser("compare", help="compare two records")
     c.add_argument("a", type=Path)
     c.add_argument("b", type=Path)
     rest = argv[argv.index("--") + 1:] if "--" in argv else []
     a = p.parse_args(argv[:len(argv) - len(rest) - (1 if rest or "--" in argv else 0)])
     if a.cmd == "record":
-        return record(a.out, a.checkout.resolve(), a.at, rest)
+        return record(a.out, a.checkout.resolve(), a.like, rest)
     return compare(a.a, a.b)
 
 
