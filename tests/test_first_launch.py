@@ -444,7 +444,7 @@ class Editable:   # as setuptools' editable-install finder: splice.* from anothe
 
 
 sys.meta_path.append(Editable())
-os.remove(os.path.join(sys.argv[1], "splice", "inputs", "externs.py"))
+os.remove(os.path.join(sys.argv[1], "splice", "declare", "externs.py"))
 for name in ("splice.driver.stages", "splice.declare.externs", "splice.no_such_module"):
     try:
         __import__(name)
