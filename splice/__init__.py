@@ -68,12 +68,17 @@ if TYPE_CHECKING:
     from .types import ELEMENT_TYPES, Signature, parse_signature, pointer, tile
 
 
+#: Modules the documentation imports from ``splice`` that live in a layer now (``from splice
+#: import cache``: ``docs/guide/cache.md``), loaded on first use; not public names.
+_MOVED = {"cache": "system.cache"}
+
+
 if not TYPE_CHECKING:   # hidden from type checkers: they flag a misspelt name (splice.kernal)
     def __getattr__(name: str):
-        if name not in _LAZY:
+        if name not in _LAZY and name not in _MOVED:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         import importlib
-        module, attr = _LAZY[name]
+        module, attr = _LAZY.get(name, (_MOVED.get(name), None))
         mod = importlib.import_module(f"{__name__}.{module}")
         value = mod if attr is None else getattr(mod, attr)
         globals()[name] = value

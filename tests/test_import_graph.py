@@ -167,6 +167,13 @@ def test_no_lazy_public_name_is_a_submodule_name():
             assert module == name
 
 
+def test_a_documented_module_path_that_moved_still_imports():
+    # ``from splice import cache`` (docs/guide/cache.md): the module in its layer now
+    from splice import cache
+    from splice.system import cache as in_its_layer
+    assert cache is in_its_layer and "cache" not in splice.__all__
+
+
 def test_every_public_name_resolves_after_every_submodule_is_imported():
     import importlib
     for name in sorted(_sources()):
