@@ -22,7 +22,11 @@ same directory (kept, empty, 0755 and this user's), so that the paths that reach
 (``.file``, the comments naming a call site) and the cubin (its line table) are the same
 in both runs, and texts and cubins compare byte for byte. The cache is new and empty
 (0700), so every kernel is really built; Hypothesis runs at a fixed seed without its
-example database, so the fuzzers draw the same cases in both runs::
+example database, so the fuzzers draw the same cases in both runs, and Python's string
+hashes are fixed (``PYTHONHASHSEED=0``). What still differs between two runs of one
+checkout: names a test makes unique per run (``uuid4``), builds threads race for, and the
+line numbers of a test file whose lines moved (its kernels' ``.loc`` and call-site
+comments): keep a changed test file's line count where its kernels are::
 
     git worktree add /tmp/base 6de1406                 # the commit before the change
     python tests/tools/ptx_equality.py record /tmp/eq-before --checkout /tmp/base
@@ -209,6 +213,7 @@ def record(out: Path, checkout: Path, like: Path | None, pytest_args: list[str])
                                                  if os.environ.get("PYTHONPATH") else [])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), SPLICE_CACHE_DIR=str(at / "cache"),
                **{RECORD_ENV: str(out.resolve())})
+    env.setdefault("PYTHONHASHSEED", "0")   # tests that name externs by hash() name them alike
     env.pop("SPLICE_DUMP_DIR", None)
     cmd = [sys.executable, "-m", "pytest", "-p", "ptx_equality", "--hypothesis-seed=0",
            f"--basetemp={at / 'tmp'}",
