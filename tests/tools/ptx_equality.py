@@ -17,16 +17,17 @@ its stages, which changes what some tests check. Builds in child processes (the 
 start a new Python) are not recorded, nor the GPU tests on a machine without one.
 
 ``record`` runs the suite on a copy of the checkout in a run directory, with the cache and
-pytest's temporary directory under it; a second record ``--like`` the first runs in the
-same directory (kept, empty, 0755 and this user's), so that the paths that reach the PTX
-(``.file``, the comments naming a call site) and the cubin (its line table) are the same
-in both runs, and texts and cubins compare byte for byte. The cache is new and empty
-(0700), so every kernel is really built; Hypothesis runs at a fixed seed without its
-example database, so the fuzzers draw the same cases in both runs, and Python's string
-hashes are fixed (``PYTHONHASHSEED=0``). What still differs between two runs of one
-checkout: names a test makes unique per run (``uuid4``), builds threads race for, and the
-line numbers of a test file whose lines moved (its kernels' ``.loc`` and call-site
-comments): keep a changed test file's line count where its kernels are::
+pytest's temporary directory under it; a second record ``--like`` the first runs in the same
+directory (kept, empty, 0755 and this user's), so that the paths that reach the PTX
+(``.file``, the comments naming a call site) and the cubin (its line table) are the same in
+both runs, and texts and cubins compare byte for byte. The cache is new and empty (0700), so
+every kernel is really built; Hypothesis runs at a fixed seed without its example database,
+so the fuzzers draw the same cases in both runs, and Python's string hashes are fixed
+(``PYTHONHASHSEED=0``). What still differs between two runs of one checkout: names a test
+makes unique per run (``uuid4``, ``mkdtemp``: ``test_reloading.py``, the first-launch
+benchmark's test), builds threads race for, and the line numbers of a test file whose lines
+moved (its kernels' ``.loc`` and call-site comments): keep a changed test file's line count
+where its kernels are::
 
     git worktree add /tmp/base 6de1406                 # the commit before the change
     python tests/tools/ptx_equality.py record /tmp/eq-before --checkout /tmp/base
