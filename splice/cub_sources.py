@@ -104,6 +104,7 @@ OPS_SOURCE = r'''
 #include <cuda_bf16.h>
 #include <cuda/functional>
 #include <cuda/std/functional>
+#include <cuda/std/type_traits>
 #include <cub/block/block_scan.cuh>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_merge_sort.cuh>
@@ -114,8 +115,26 @@ struct op_sum {
     template <class T>
     __device__ __forceinline__ T operator()(const T &a, const T &b) const { return a + b; }
 };
-using op_max = cuda::maximum<>;
-using op_min = cuda::minimum<>;
+// max and min: for floats fmaxf / fminf (PTX max.f32 / min.f32, one FMNMX; a NaN is
+// ignored, as by ct.max), whatever the CCCL: cuda::maximum<> is `a < b ? b : a` in older
+// CCCL, and in newer CCCL cuda::std::fmax, which under NVRTC (no __builtin_fmaxf) is two
+// isnan branches per combine
+struct op_max {
+    template <class T>
+    __device__ __forceinline__ T operator()(const T &a, const T &b) const {
+        if constexpr (cuda::std::is_same_v<T, float>) return fmaxf(a, b);
+        else if constexpr (cuda::std::is_same_v<T, double>) return fmax(a, b);
+        else return a < b ? b : a;
+    }
+};
+struct op_min {
+    template <class T>
+    __device__ __forceinline__ T operator()(const T &a, const T &b) const {
+        if constexpr (cuda::std::is_same_v<T, float>) return fminf(a, b);
+        else if constexpr (cuda::std::is_same_v<T, double>) return fmin(a, b);
+        else return b < a ? b : a;
+    }
+};
 using op_less = cuda::std::less<>;
 using op_greater = cuda::std::greater<>;
 

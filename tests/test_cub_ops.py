@@ -158,6 +158,22 @@ def test_inclusive_scan_max_is_a_running_maximum():
     np.testing.assert_array_equal(y, np.maximum.accumulate(x))
 
 
+def test_max_and_min_ignore_nans_whatever_the_cccl():
+    """"max" and "min" on floats are fmaxf / fminf (a NaN is ignored, as by ct.max), not
+    whatever cuda::maximum<> is in the CCCL found (`a < b ? b : a` in older ones, NaN
+    branches under NVRTC in newer ones): the result does not depend on where a NaN is."""
+    x = _rng.standard_normal(N).astype(np.float32)
+    x[[0, 5, 77, 200]] = np.nan                                     # the first one too
+    y = np.zeros_like(x)
+    _exec(cummax_kernel, _sig(f32, f32, N), x, y)
+    np.testing.assert_array_equal(y, np.fmax.accumulate(x))        # NaN only at [0]
+    _exec(reduce_min_kernel, _sig(f32, f32, N), x, y)
+    np.testing.assert_array_equal(y, np.full(N, np.nanmin(x), np.float32))
+    sass = _build(reduce_min_kernel, _sig(f32, f32, N)).sass
+    if sass is not None:                       # one FMNMX a combine, no isnan tests (+INF)
+        assert "FMNMX" in sass and "+INF" not in sass
+
+
 def test_inclusive_scan_with_a_user_lambda():
     x = _rng.integers(0, 1 << 30, N).astype(np.int32)
     y = np.zeros_like(x)
