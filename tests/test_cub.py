@@ -343,14 +343,14 @@ def gather_loop_kernel(x, h, y, N: ConstInt):
 def test_warp_specialised_without_tma_or_mma_names_the_occupancy_hint():
     """Issue 44: tileiras split a kernel with neither TMA copies nor ct.mma (a loop of
     gathers after a sort); the refusal said "call it from a kernel without ct.mma". It
-    names what works instead; the hint alone is not the fix here (the loop is unrolled)."""
+    names what works instead."""
     from splice.errors import SpliceRewriteError
     sig = K.signature(K.array(f32), K.array(ct.bfloat16, 2), K.array(ct.bfloat16, 2), 1024)
     with pytest.raises(SpliceRewriteError) as e:
         splice.compile(gather_loop_kernel, sig, "sm_90")
     msg = str(e.value)
     assert "without ct.mma" not in msg
-    assert "@splice.kernel(occupancy=2)" in msg and "ct.static_iter" in msg
+    assert "@splice.kernel(occupancy=2)" in msg and "trip count that is a kernel argument" in msg
 
 def test_every_template_names_its_public_function():
     # the refusals name the user's splice.cub call by its template (splice.cub_names)
