@@ -60,7 +60,7 @@ def torch_align_vectorised(torch, logits, k, tile_m):
     start, ustart = torch.cumsum(padded, 0) - padded, torch.cumsum(counts, 0) - counts
     e = flat[order]
     dest = start[e] + torch.arange(flat.numel(), device=flat.device) - ustart[e]
-    size = tokens * k + experts * (tile_m - 1)
+    size = -(-(tokens * k + experts * (tile_m - 1)) // tile_m) * tile_m
     sorted_ids = torch.full((size,), tokens * k, dtype=torch.int32, device=flat.device)
     sorted_ids[dest] = order.int()
     expert_ids = torch.zeros(-(-size // tile_m), dtype=torch.int32, device=flat.device)

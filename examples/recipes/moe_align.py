@@ -13,8 +13,8 @@ sample's ``moe_align_tile_size_torch`` (cutile-python ``test/kernels/fused_moe.p
 - ``sorted_expert_ids``: per TILE_M block of ``sorted_token_ids``, its expert;
 - ``num_tokens_post_padded``: how many entries of ``sorted_token_ids`` are used.
 
-The buffers have their largest size (``tokens * k + experts * (TILE_M - 1)`` entries), so a
-launch needs no host synchronisation (CUDA graphs): past the used part ``sorted_token_ids``
+The buffers have their largest size (``tokens * k + experts * (TILE_M - 1)`` entries, rounded
+up to whole TILE_M blocks), so a launch needs no host synchronisation (CUDA graphs): past the used part ``sorted_token_ids``
 holds the sentinel and ``sorted_expert_ids`` 0, which the sample's GEMM skips (its scatter
 drops the sentinel's row). ``[:num_tokens_post_padded]`` is exactly the sample's output.
 
@@ -60,9 +60,11 @@ def config(tokens: int, experts: int, top_k: int, tile_m: int) -> dict:
         tpb = max(_pow2(tokens), 128 // kp)
     tb = min(tpb, max(128 // kp, ROUTE_ELEMENTS // ep))    # tb * kp >= 128: a cub tile
     blocks = 1 if one_block else -(-tokens // tpb)
-    padded = tokens * top_k + experts * (tile_m - 1)
+    # the most blocks the pairs can need, whole: the GEMM reads TILE_M token ids a block
+    # (a partial last block would gather id 0 past the end)
+    padded_blocks = -(-(tokens * top_k + experts * (tile_m - 1)) // tile_m)
     return dict(k=top_k, kp=kp, ep=ep, bins=max(128, ep), tb=tb, tpb=tpb, tile_m=tile_m,
-                blocks=blocks, padded=padded, padded_blocks=-(-padded // tile_m))
+                blocks=blocks, padded=padded_blocks * tile_m, padded_blocks=padded_blocks)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,20 +306,27 @@ def moe_align_tile_size_torch(topk_ids, tile_m: int, num_experts: int):
 # The script
 
 
+def check(logits, top_k: int, tile_m: int, out: dict):
+    """Assert that ``out`` (of :func:`moe_align`) is the PyTorch composite's: the ids, the
+    weights (to rounding), the used part of the alignment exactly, and the tail."""
+    import torch
+    w, ids, st, se = torch_reference(logits, top_k, tile_m)
+    n = int(out["num_tokens_post_padded"])
+    assert torch.equal(out["topk_ids"], ids)
+    torch.testing.assert_close(out["topk_weights"], w, rtol=1e-5, atol=1e-6)
+    assert n == st.numel() and torch.equal(out["sorted_token_ids"][:n], st)
+    assert torch.equal(out["sorted_expert_ids"][:n // tile_m], se)
+    assert bool((out["sorted_token_ids"][n:] == logits.shape[0] * top_k).all())
+    assert bool((out["sorted_expert_ids"][n // tile_m:] == 0).all())
+
+
 def run_on_gpu(tokens=(1, 64, 4096), experts=128, top_k=8, tile_m=64):
     import torch
     for t in tokens:
         logits = torch.randn(t, experts, device="cuda")
-        out = moe_align(logits, top_k, tile_m)
-        w, ids, st, se = torch_reference(logits, top_k, tile_m)
-        n = int(out["num_tokens_post_padded"])
-        assert torch.equal(out["topk_ids"], ids)
-        torch.testing.assert_close(out["topk_weights"], w, rtol=1e-5, atol=1e-6)
-        assert n == st.numel() and torch.equal(out["sorted_token_ids"][:n], st)
-        assert torch.equal(out["sorted_expert_ids"][:n // tile_m], se)
-        assert bool((out["sorted_token_ids"][n:] == t * top_k).all())
-        launches = len(plan(config(t, experts, top_k, tile_m), logits, out, t))
-        print(f"{t} tokens, {experts} experts, top-{top_k}, TILE_M {tile_m}: {launches} "
+        check(logits, top_k, tile_m, moe_align(logits, top_k, tile_m))
+        kernels = 1 if config(t, experts, top_k, tile_m)["blocks"] == 1 else 2
+        print(f"{t} tokens, {experts} experts, top-{top_k}, TILE_M {tile_m}: {kernels} "
               f"kernel(s), equal to the PyTorch composite")
     print("OK")
 

@@ -50,7 +50,7 @@ def config(rows: int, vocab: int, max_k: int, chunk: int = CHUNK,
     if not 1 <= max_k <= KMAX:
         raise ValueError(f"top-k must be 1 ... {KMAX}, got {max_k}")
     kc = max(128, _pow2(max_k))
-    if not kc <= chunk and 2 * kc <= merge:
+    if not (kc <= chunk and 2 * kc <= merge):
         raise ValueError(f"chunk {chunk} and merge {merge} too small for {kc} candidates")
     chunks = -(-vocab // chunk)
     return dict(rows=rows, vocab=vocab, kc=kc, chunks=chunks, candidates=chunks * kc,
