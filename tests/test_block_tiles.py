@@ -279,22 +279,6 @@ def test_2d_tile_ptx():
     assert not re.search(r"^\s*call", entry, re.M) and b.sass_call_count() == 0
 
 
-#: a load or store without a state space: generic (``ld.f32``, not ``ld.shared.f32``)
-_GENERIC_ACCESS = re.compile(
-    r"^\s*(?:@!?%\w+\s+)?(?:ld|st)(?!\.(?:global|shared|param|local|const))\.[\w.]+", re.M)
-
-
-@pytest.mark.parametrize("kernel,sig", [
-    (reverse_kernel, _vec_sig(512)),
-    (transpose_kernel, K.signature(K.array(f32, 2), K.array(f32, 2), K.scalar(i32), 16))])
-def test_staged_tiles_are_accessed_as_shared_memory(kernel, sig):
-    """The trampoline tells NVVM that each tile is in shared memory (it is one of splice's
-    staging buffers), so the callee reads and writes it with ld/st.shared, not with generic
-    accesses (issue 44: CUB's reduction read its tile with generic LD.E.128)."""
-    b = splice.compile(kernel, sig, "sm_90")
-    assert _GENERIC_ACCESS.findall(_entry(b)) == []
-
-
 def test_ptx_counts_per_shape():
     """The numbers of the issue's closing note: barriers and static shared bytes."""
     rows = {}

@@ -8,6 +8,8 @@ shared CPU), at one size and a couple of dtypes."""
 
 from __future__ import annotations
 
+import re
+
 import cuda.tile as ct
 import numpy as np
 import pytest
@@ -194,6 +196,24 @@ def test_reduce_min_reaches_every_thread():
     y = np.zeros_like(x)
     _exec(reduce_min_kernel, _sig(f32, f32, N), x, y)
     np.testing.assert_array_equal(y, np.full(N, x.min(), np.float32))
+
+
+#: a load or store without a state space: generic (``ld.f32``, not ``ld.shared.f32``)
+_GENERIC_ACCESS = re.compile(
+    r"^\s*(?:@!?%\w+\s+)?(?:ld|st)(?!\.(?:global|shared|param|local|const))\.[\w.]+", re.M)
+
+
+@pytest.mark.parametrize("kernel,sig", [
+    (reduce_min_kernel, _sig(f32, f32, N)),
+    (cummax_kernel, _sig(f32, f32, N)),
+    (unique_counts_kernel, _sig(i32, i32, i32, N))])
+def test_staged_tiles_are_read_as_shared_memory(kernel, sig):
+    """splice.cub's templates say that their tiles are in shared memory (they are splice's
+    staging buffers), so CUB reads and writes them with ld/st.shared, not with generic
+    accesses (issue 44: the reduction read its tile with generic LD.E.128)."""
+    ptx = _build(kernel, sig).spliced_ptx
+    entry = ptx[ptx.index(".entry"):].split(".nv_intermediate_source_section")[0]
+    assert _GENERIC_ACCESS.findall(entry) == []
 
 
 def test_reduce_with_a_user_functor():

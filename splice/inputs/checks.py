@@ -107,16 +107,12 @@ def tile_trampoline(d: TileDeclared) -> str:
         dims = "".join(f"[{n}]" for n in shape)
         return f"*reinterpret_cast<{t.pointee.c_type} (*){dims}>(a{i})"
     call = f"{d.cxx_name}({', '.join(arg(i, t, s) for i, (t, s) in enumerate(zip(d.sig.args, d.shapes)))})"
-    # the tiles are splice's staging buffers, in shared memory: said, NVVM accesses them
-    # with ld/st.shared (a callee inlined here) instead of generic loads and stores
-    shared = "".join(f"    __builtin_assume(__isShared(a{i}));\n"
-                     for i, s in enumerate(d.shapes) if s)
     ns = f"__splice_check_{d.symbol}"
     return (f"// tiles in shared memory, by reference: {d.code_label}\n"
             f"namespace {ns} {{ template <class A, class B> struct same "
             f"{{ enum {{ value = 0 }}; }};\n"
             f"template <class A> struct same<A, A> {{ enum {{ value = 1 }}; }}; }}\n"
-            f"extern \"C\" __device__ {ret} {d.symbol}({params}) {{\n{shared}"
+            f"extern \"C\" __device__ {ret} {d.symbol}({params}) {{\n"
             f"    static_assert({ns}::same<decltype({call}), {ret}>::value, \"splice: "
             f"'{d.cxx_name}' must return {ret} to match its signature\");\n"
             f"    {'' if d.sig.result is None else 'return '}{call};\n}}\n")
