@@ -279,7 +279,7 @@ def test_exec_histogram_with_shared_atomics():
     x = _rng.integers(-4, bins + 4, n).astype(np.int32)
     h = np.full(bins, -1, np.int32)
     b = splice.compile(histogram_kernel, _sig(i32, i32, consts=(n, bins)), "sm_90")
-    # the counters are the staged result tile: the trampoline says it is in shared memory,
+    # the counters are the staged result tile: the template says it is in shared memory,
     # so NVRTC adds with atom.shared (it emitted a generic atom.add before)
     assert re.search(r"^\s*atom\.shared\.add\.u32", b.spliced_ptx, re.M)
     run_build(b, (1,), x, h)
