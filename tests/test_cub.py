@@ -279,8 +279,9 @@ def test_exec_histogram_with_shared_atomics():
     x = _rng.integers(-4, bins + 4, n).astype(np.int32)
     h = np.full(bins, -1, np.int32)
     b = splice.compile(histogram_kernel, _sig(i32, i32, consts=(n, bins)), "sm_90")
-    # NVRTC emits a generic atom.add on the __shared__ counters' generic address
-    assert re.search(r"^\s*atom\.add\.u32", b.spliced_ptx, re.M)
+    # the counters are the staged result tile: the template says it is in shared memory,
+    # so NVRTC adds with atom.shared (it emitted a generic atom.add before)
+    assert re.search(r"^\s*atom\.shared\.add\.u32", b.spliced_ptx, re.M)
     run_build(b, (1,), x, h)
     np.testing.assert_array_equal(h, np.bincount(x[(x >= 0) & (x < bins)], minlength=bins))
 
@@ -322,6 +323,35 @@ def test_warp_specialised_kernel_refusal_says_what_works():
     assert "Declare the extern" not in msg and "splice_cub::" not in msg
     assert f"splice.cub.sort at {__file__}:{_line_of('splice.cub.sort(t) * ct.sum(t)')}" in msg
 
+
+def _sort_then_gather(x, h, y, N):
+    """Sort a row, then gather rows of ``h`` by the order in a loop: tileiras pipelines the
+    unrolled gathers in a producer warpgroup (no TMA, no ct.mma) unless told otherwise."""
+    _, order = splice.cub.sort_pairs(ct.load(x, index=(ct.bid(0),), shape=(N,),
+                                             allow_tma=False),
+                                     ct.arange(N, dtype=ct.int32))
+    for c in ct.static_iter(range(N // 64)):
+        rows = ct.extract(order, (c,), shape=(64,))[:, None]
+        v = ct.gather(h, (rows, ct.arange(64, dtype=ct.int32)[None, :]))
+        ct.store(y, index=(ct.bid(0) * (N // 64) + c, 0), tile=v, allow_tma=False)
+
+
+@splice.kernel
+def gather_loop_kernel(x, h, y, N: ConstInt):
+    _sort_then_gather(x, h, y, N)
+
+
+def test_warp_specialised_without_tma_or_mma_names_the_occupancy_hint():
+    """Issue 44: tileiras split a kernel with neither TMA copies nor ct.mma (a loop of
+    gathers after a sort); the refusal said "call it from a kernel without ct.mma". It
+    names what works instead."""
+    from splice.errors import SpliceRewriteError
+    sig = K.signature(K.array(f32), K.array(ct.bfloat16, 2), K.array(ct.bfloat16, 2), 1024)
+    with pytest.raises(SpliceRewriteError) as e:
+        splice.compile(gather_loop_kernel, sig, "sm_90")
+    msg = str(e.value)
+    assert "without ct.mma" not in msg
+    assert "@splice.kernel(occupancy=2)" in msg and "trip count that is a kernel argument" in msg
 
 def test_every_template_names_its_public_function():
     # the refusals name the user's splice.cub call by its template (splice.forms.cub_names)

@@ -8,6 +8,8 @@ shared CPU), at one size and a couple of dtypes."""
 
 from __future__ import annotations
 
+import re
+
 import cuda.tile as ct
 import numpy as np
 import pytest
@@ -158,6 +160,22 @@ def test_inclusive_scan_max_is_a_running_maximum():
     np.testing.assert_array_equal(y, np.maximum.accumulate(x))
 
 
+def test_max_and_min_ignore_nans_whatever_the_cccl():
+    """"max" and "min" on floats are fmaxf / fminf (a NaN is ignored, as by ct.max), not
+    whatever cuda::maximum<> is in the CCCL found (`a < b ? b : a` in older ones, NaN
+    branches under NVRTC in newer ones): the result does not depend on where a NaN is."""
+    x = _rng.standard_normal(N).astype(np.float32)
+    x[[0, 5, 77, 200]] = np.nan                                     # the first one too
+    y = np.zeros_like(x)
+    _exec(cummax_kernel, _sig(f32, f32, N), x, y)
+    np.testing.assert_array_equal(y, np.fmax.accumulate(x))        # NaN only at [0]
+    _exec(reduce_min_kernel, _sig(f32, f32, N), x, y)
+    np.testing.assert_array_equal(y, np.full(N, np.nanmin(x), np.float32))
+    sass = _build(reduce_min_kernel, _sig(f32, f32, N)).sass
+    if sass is not None:                       # one FMNMX a combine, no isnan tests (+INF)
+        assert "FMNMX" in sass and "+INF" not in sass
+
+
 def test_inclusive_scan_with_a_user_lambda():
     x = _rng.integers(0, 1 << 30, N).astype(np.int32)
     y = np.zeros_like(x)
@@ -178,6 +196,24 @@ def test_reduce_min_reaches_every_thread():
     y = np.zeros_like(x)
     _exec(reduce_min_kernel, _sig(f32, f32, N), x, y)
     np.testing.assert_array_equal(y, np.full(N, x.min(), np.float32))
+
+
+#: a load or store without a state space: generic (``ld.f32``, not ``ld.shared.f32``)
+_GENERIC_ACCESS = re.compile(
+    r"^\s*(?:@!?%\w+\s+)?(?:ld|st)(?!\.(?:global|shared|param|local|const))\.[\w.]+", re.M)
+
+
+@pytest.mark.parametrize("kernel,sig", [
+    (reduce_min_kernel, _sig(f32, f32, N)),
+    (cummax_kernel, _sig(f32, f32, N)),
+    (unique_counts_kernel, _sig(i32, i32, i32, N))])
+def test_staged_tiles_are_read_as_shared_memory(kernel, sig):
+    """splice.cub's templates say that their tiles are in shared memory (they are splice's
+    staging buffers), so CUB reads and writes them with ld/st.shared, not with generic
+    accesses (issue 44: the reduction read its tile with generic LD.E.128)."""
+    ptx = _build(kernel, sig).spliced_ptx
+    entry = ptx[ptx.index(".entry"):].split(".nv_intermediate_source_section")[0]
+    assert _GENERIC_ACCESS.findall(entry) == []
 
 
 def test_reduce_with_a_user_functor():

@@ -135,7 +135,8 @@ def test_every_public_function_has_an_example():
 
 EXAMPLES = ROOT / "examples"
 _EXAMPLE_NEEDS = {"nvshmem_allgather.py": "nvshmem", "row_sort.py": "cccl",
-                  "row_top_k.py": "cccl", "block_reduce_rows.py": "cccl"}
+                  "row_top_k.py": "cccl", "block_reduce_rows.py": "cccl",
+                  **{p.name: "cccl" for p in (EXAMPLES / "recipes").glob("*.py")}}
 
 
 def example_scripts() -> list[Path]:
@@ -177,9 +178,12 @@ def test_example_runs_and_checks_on_the_gpu(script):
 
 
 def test_every_example_is_on_the_examples_page():
-    page = (ROOT / "docs" / "examples.md").read_text()
+    """Every script is shown whole on the examples page, or on a recipe's page (docs/recipes/,
+    for examples/recipes/)."""
+    pages = "".join(p.read_text() for p in [ROOT / "docs" / "examples.md",
+                                             *(ROOT / "docs" / "recipes").glob("*.md")])
     missing = [str(p.relative_to(ROOT)) for p in example_scripts()
-               if f'--8<-- "{p.relative_to(ROOT)}"' not in page]
+               if f'--8<-- "{p.relative_to(ROOT)}"' not in pages]
     assert missing == []
 
 

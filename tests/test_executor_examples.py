@@ -4,9 +4,7 @@ default are compiled for sm_80 (on sm_90 tileiras warp-specialises them)."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import cuda.tile as ct
@@ -17,20 +15,9 @@ import splice
 from support import kernels as K
 from support.exact import fma
 from support.ptx_exec import ExecError, run_build
+from support.scripts import load_script as _module
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _module(path: Path, name: str, monkeypatch):
-    """Import a file as a module (cuTile reads a kernel's source from its file); relative
-    paths in it resolve from its directory."""
-    monkeypatch.chdir(path.parent)
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, name, mod)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.mark.parametrize("approx", ["exact", "bound"])

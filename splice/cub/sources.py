@@ -14,6 +14,14 @@ __device__ __forceinline__ void check_block() {
     if (blockDim.x != THREADS || blockDim.y != 1 || blockDim.z != 1) __trap();
 }
 
+// every tile these templates take is one of splice's staging buffers, in shared memory:
+// said, NVVM reads and writes them with ld/st.shared instead of generic accesses (NVVM
+// cannot see where a reference points). Not said for users' tile functions: the static
+// out-of-tile check follows generic addresses (splice.analysis.memory_proof), not shared ones
+template <class... Tile> __device__ __forceinline__ void in_shared(const Tile &... t) {
+    (__builtin_assume(__isShared(&t[0])), ...);
+}
+
 template <int N> struct items {
     static_assert(N % THREADS == 0, "splice.cub: the tile must have a multiple of 128 elements "
                                     "(tileiras's 128 threads, n / 128 items each)");
@@ -31,6 +39,7 @@ SORTS_SOURCE = r'''
 ''' + _PRELUDE + r'''
 template <class T, bool DESCENDING, int N>
 __device__ void sort_keys(const T (&x)[N], T (&y)[N]) {
+    in_shared(x, y);
     constexpr int I = items<N>::value;
     using Sort = cub::BlockRadixSort<T, THREADS, I>;
     __shared__ typename Sort::TempStorage tmp;
@@ -43,6 +52,7 @@ __device__ void sort_keys(const T (&x)[N], T (&y)[N]) {
 
 template <class K, class V, bool DESCENDING, int N>
 __device__ void sort_pairs(const K (&k)[N], const V (&v)[N], K (&ks)[N], V (&vs)[N]) {
+    in_shared(k, v, ks, vs);
     constexpr int I = items<N>::value;
     using Sort = cub::BlockRadixSort<K, THREADS, I, V>;
     __shared__ typename Sort::TempStorage tmp;
@@ -56,6 +66,7 @@ __device__ void sort_pairs(const K (&k)[N], const V (&v)[N], K (&ks)[N], V (&vs)
 
 template <class T, int N, int K>
 __device__ void top_k(const T (&x)[N], T (&vals)[K], int (&idx)[K]) {
+    in_shared(x, vals, idx);
     static_assert(K <= N, "splice.cub.top_k: k must be at most the tile's size");
     constexpr int I = items<N>::value;
     using Sort = cub::BlockRadixSort<T, THREADS, I, int>;
@@ -73,6 +84,7 @@ __device__ void top_k(const T (&x)[N], T (&vals)[K], int (&idx)[K]) {
 
 template <class T, int N>
 __device__ void inclusive_sum(const T (&x)[N], T (&y)[N]) {
+    in_shared(x, y);
     constexpr int I = items<N>::value;
     using Scan = cub::BlockScan<T, THREADS>;
     __shared__ typename Scan::TempStorage tmp;
@@ -85,6 +97,7 @@ __device__ void inclusive_sum(const T (&x)[N], T (&y)[N]) {
 
 template <class T, int N, int BINS>
 __device__ void histogram(const T (&x)[N], int (&h)[BINS]) {
+    in_shared(x, h);
     for (int b = threadIdx.x; b < BINS; b += blockDim.x) h[b] = 0;
     __syncthreads();
     for (int i = threadIdx.x; i < N; i += blockDim.x) {
@@ -104,6 +117,7 @@ OPS_SOURCE = r'''
 #include <cuda_bf16.h>
 #include <cuda/functional>
 #include <cuda/std/functional>
+#include <cuda/std/type_traits>
 #include <cub/block/block_scan.cuh>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_merge_sort.cuh>
@@ -114,8 +128,26 @@ struct op_sum {
     template <class T>
     __device__ __forceinline__ T operator()(const T &a, const T &b) const { return a + b; }
 };
-using op_max = cuda::maximum<>;
-using op_min = cuda::minimum<>;
+// max and min: for floats fmaxf / fminf (PTX max.f32 / min.f32, one FMNMX; a NaN is
+// ignored, as by ct.max), whatever the CCCL: cuda::maximum<> is `a < b ? b : a` in older
+// CCCL, and in newer CCCL cuda::std::fmax, which under NVRTC (no __builtin_fmaxf) is two
+// isnan branches per combine
+struct op_max {
+    template <class T>
+    __device__ __forceinline__ T operator()(const T &a, const T &b) const {
+        if constexpr (cuda::std::is_same_v<T, float>) return fmaxf(a, b);
+        else if constexpr (cuda::std::is_same_v<T, double>) return fmax(a, b);
+        else return a < b ? b : a;
+    }
+};
+struct op_min {
+    template <class T>
+    __device__ __forceinline__ T operator()(const T &a, const T &b) const {
+        if constexpr (cuda::std::is_same_v<T, float>) return fminf(a, b);
+        else if constexpr (cuda::std::is_same_v<T, double>) return fmin(a, b);
+        else return b < a ? b : a;
+    }
+};
 using op_less = cuda::std::less<>;
 using op_greater = cuda::std::greater<>;
 
@@ -123,9 +155,11 @@ template <class T, int N> struct blocked {       // thread t holds elements t*I 
     static constexpr int I = items<N>::value;
     T v[I];
     __device__ __forceinline__ void load(const T (&x)[N]) {
+        in_shared(x);
         for (int i = 0; i < I; ++i) v[i] = x[threadIdx.x * I + i];
     }
     __device__ __forceinline__ void store(T (&y)[N]) const {
+        in_shared(y);
         for (int i = 0; i < I; ++i) y[threadIdx.x * I + i] = v[i];
     }
 };
@@ -224,6 +258,7 @@ __device__ void flag_tails(const T (&x)[N], int (&f)[N]) {
 // number of runs, T{} and 0
 template <class T, int N>
 __device__ void unique_counts(const T (&x)[N], T (&vals)[N], int (&counts)[N]) {
+    in_shared(x, vals, counts);
     constexpr int I = items<N>::value;
     using Disc = cub::BlockDiscontinuity<T, THREADS>;
     using Scan = cub::BlockScan<int, THREADS>;
@@ -257,6 +292,7 @@ __device__ void unique_counts(const T (&x)[N], T (&vals)[N], int (&counts)[N]) {
 // 64-bit starts (N counts of up to 2**31 - 1 do not overflow).
 template <class T, int N>
 __device__ void run_length_decode(const T (&vals)[N], const int (&counts)[N], T (&y)[N]) {
+    in_shared(vals, counts, y);
     constexpr int I = items<N>::value;
     using Scan = cub::BlockScan<unsigned long long, THREADS>;
     __shared__ typename Scan::TempStorage tmp;

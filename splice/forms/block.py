@@ -193,4 +193,18 @@ def _warp_specialised(site, module, ws: str) -> str:
             f"only (CUB synchronises the whole block with __syncthreads()), so it has no "
             f"warpgroup form: " + (f"{fix[0].upper()}{fix[1:]}" if fix else
                                    "the kernel has no TMA copies (allow_tma=False would not "
-                                   "change it); call it from a kernel without ct.mma"))
+                                   "change it); " + _no_tma_fix(module)))
+
+
+def _no_tma_fix(module) -> str:
+    """The fix for a kernel tileiras warp-specialised without TMA copies: one with ct.mma
+    (wgmma) stays so; otherwise tileiras chose it (it pipelines the gathers or loads of an
+    unrolled loop in a producer warpgroup, or splits wide tiles): a loop it does not unroll
+    or cuTile's occupancy hint gave a plain 128-thread block in docs/recipes."""
+    if "wgmma." in module.text.split(".nv_intermediate_source_section")[0]:
+        return "call it from a kernel without ct.mma"
+    return ("tileiras chose to split the block (it pipelines the unrolled loads or gathers "
+            "of a loop in a producer warpgroup, or splits wide tiles): give such a loop a "
+            "trip count that is a kernel argument (tileiras unrolls ct.static_iter and "
+            "range() of a count it knows), or ask for a 128-thread block with cuTile's "
+            "occupancy hint, @splice.kernel(occupancy=2)")
