@@ -185,15 +185,19 @@ def _doctor_compilers(line) -> None:
 
 
 def _doctor_versions(line) -> None:
-    """Each component's version, and whether the set is one splice is tested on (with the
-    pip command that installs one when it is not)."""
+    """Each component's version, whether the set is one splice is tested on (with the pip
+    command that installs one when it is not, keeping what other packages pin), and what
+    the other installed packages (PyTorch, JAX, CuPy...) pin of the parts splice uses."""
     from . import compat
     components = compat.installed()
     print("versions: " + ", ".join(
         f"{c.name} {'.'.join(map(str, c.version)) if c.version else 'missing'}"
         for c in components))
-    tested, text = compat.assess(components)
+    dists = compat.distributions()
+    tested, text = compat.assess(components, dists)
     line(tested, "toolchain set", text)
+    ok, text = compat.beside(dists)
+    line(ok, "other packages' pins", text)
 
 
 def _doctor_files(line) -> None:

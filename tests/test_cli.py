@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from support.env import python_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,8 +25,49 @@ def test_doctor_reports_the_toolchain():
     out = _run("doctor")
     assert out.returncode == 0, out.stdout + out.stderr
     for what in ("cuda-tile", "tileiras", "ptxas", "libnvvm", "NVRTC", "nvJitLink", "cache",
-                 "toolchain set"):
+                 "toolchain set", "other packages' pins"):
         assert f"[ok] {what}" in out.stdout
+
+
+def _fake_dist(root: Path, name: str, version: str, *requires: str) -> None:
+    """A distribution's metadata under ``root`` (put first on the child's PYTHONPATH):
+    what ``pip install`` of it would leave, without its code."""
+    info = root / f"{name}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                                   + "".join(f"Requires-Dist: {r}\n" for r in requires))
+
+
+def _doctor_beside(root: Path):
+    return subprocess.run([sys.executable, "-m", "splice", "doctor"], capture_output=True,
+                          text=True, env=python_env(root, ROOT), timeout=600, cwd=ROOT)
+
+
+def _wheel_version(name: str) -> str:
+    from importlib import metadata
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        pytest.skip(f"{name} is not installed as a wheel here")
+
+
+def test_doctor_names_what_torch_pins(tmp_path):
+    nvrtc = _wheel_version("nvidia-cuda-nvrtc")
+    _fake_dist(tmp_path, "torch", "2.14.1", f"nvidia-cuda-nvrtc=={nvrtc}", "filelock")
+    out = _doctor_beside(tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    [pins] = [ln for ln in out.stdout.splitlines() if "other packages' pins" in ln]
+    assert pins.startswith("[ok] other packages' pins: kept: ")
+    assert f"torch 2.14.1: nvidia-cuda-nvrtc=={nvrtc}" in pins
+
+
+def test_doctor_says_a_broken_torch_pin_and_how_to_restore_it(tmp_path):
+    nvrtc = _wheel_version("nvidia-cuda-nvrtc")
+    _fake_dist(tmp_path, "torch", "2.14.1", "nvidia-cuda-nvrtc==12.8.*")
+    out = _doctor_beside(tmp_path)
+    assert out.returncode == 1
+    assert (f"[!!] other packages' pins: torch 2.14.1 requires nvidia-cuda-nvrtc==12.8.*, "
+            f"found {nvrtc} (pip install 'nvidia-cuda-nvrtc==12.8.*' restores it)") in out.stdout
 
 
 def test_doctor_warns_about_cuda_home():
