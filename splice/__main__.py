@@ -204,9 +204,12 @@ def _doctor_files(line) -> None:
     """nvdisasm, the CUDA headers, CUDA_HOME/CUDA_PATH (a warning, not a problem) and the
     cache directory, each reported by ``line(ok, what, detail)``."""
     from . import cache, safe_fs, toolchain
-    from .errors import SpliceUnsafePathError
-    dis = toolchain.nvdisasm()
-    line(dis is not None, "nvdisasm", dis or "not found (no SASS listings)")
+    from .errors import SpliceToolchainError, SpliceUnsafePathError
+    try:
+        dis = toolchain.nvdisasm()
+        line(dis is not None, "nvdisasm", dis or "not found (no SASS listings)")
+    except SpliceToolchainError:   # it is looked for beside tileiras
+        line(False, "nvdisasm", "not looked for: no tileiras (see above)")
     inc = toolchain.cuda_include_dir()
     line(inc is not None, "CUDA headers", inc or "cuda_fp16.h not found")
     for var in ("CUDA_HOME", "CUDA_PATH"):

@@ -83,15 +83,32 @@ def _probe(name: str, get) -> Component:
 def _cutile():
     from . import _cutile
     ver = _cutile.cutile_version()
-    parts = re.match(r"(\d+)\.(\d+)", ver)
-    return ((int(parts.group(1)), int(parts.group(2))) if parts else None), ver
+    return _version_minor(ver), ver
 
 
-def _tool(which):
+def _tool(which, part: str):
+    """A tool's version from its ``--version``; when it cannot run (cuTile found no
+    tileiras: its wheels differ in minor), its wheel's, so that the verdict names the odd
+    one."""
     def get():
-        text = which()
+        from importlib import metadata
+
+        from .errors import SpliceToolchainError
+        try:
+            text = which()
+        except SpliceToolchainError:
+            try:
+                version = metadata.version(PROJECTS[part])
+            except metadata.PackageNotFoundError:
+                raise
+            return _version_minor(version), f"{version} ({PROJECTS[part]}; not run)"
         return release(text), text
     return get
+
+
+def _version_minor(text: str) -> tuple[int, int] | None:
+    parts = re.match(r"(\d+)\.(\d+)", text)
+    return (int(parts.group(1)), int(parts.group(2))) if parts else None
 
 
 def _libnvvm():
@@ -99,7 +116,12 @@ def _libnvvm():
     from importlib import metadata
 
     from . import toolchain
-    found = [c for c in toolchain._libnvvm_candidates() if c.exists()]
+    from .errors import SpliceToolchainError
+    try:
+        found = [c for c in toolchain._libnvvm_candidates() if c.exists()]
+    except SpliceToolchainError:    # no tileiras: the wheel's version, for the verdict
+        version = metadata.version(PROJECTS["libnvvm"])
+        return _version_minor(version), f"{version} ({PROJECTS['libnvvm']}; tileiras not found)"
     if not found:
         raise FileNotFoundError("libnvvm missing beside tileiras")
     try:
@@ -110,8 +132,7 @@ def _libnvvm():
         owned = set()
     if found[0].resolve() not in owned:
         return None, f"{found[0]} (not from the nvidia-nvvm wheel: version unknown)"
-    parts = re.match(r"(\d+)\.(\d+)", dist.version)
-    return ((int(parts.group(1)), int(parts.group(2))) if parts else None), dist.version
+    return _version_minor(dist.version), dist.version
 
 
 def _nvrtc():
@@ -163,8 +184,9 @@ def installed() -> list[Component]:
     """
     from . import toolchain
     return [_probe("cuda-tile", _cutile),
-            _probe("tileiras", _tool(toolchain.tileiras_version)),
-            _probe("ptxas", _tool(toolchain.ptxas_version)), _probe("libnvvm", _libnvvm),
+            _probe("tileiras", _tool(toolchain.tileiras_version, "tileiras")),
+            _probe("ptxas", _tool(toolchain.ptxas_version, "ptxas")),
+            _probe("libnvvm", _libnvvm),
             _probe("NVRTC", _nvrtc), _probe("nvJitLink", _nvjitlink),
             _probe("nvdisasm", _nvdisasm), _probe("CCCL", _cccl)]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from support.env import python_env
+from support.env import fake_dist, python_env
 
 ROOT = Path(__file__).resolve().parent.parent
 SAXPY = ROOT / "examples" / "ptx_import" / "saxpy_from_ptx.py"
@@ -29,15 +29,6 @@ def test_doctor_reports_the_toolchain():
         assert f"[ok] {what}" in out.stdout
 
 
-def _fake_dist(root: Path, name: str, version: str, *requires: str) -> None:
-    """A distribution's metadata under ``root`` (put first on the child's PYTHONPATH):
-    what ``pip install`` of it would leave, without its code."""
-    info = root / f"{name}-{version}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-                                   + "".join(f"Requires-Dist: {r}\n" for r in requires))
-
-
 def _doctor_beside(root: Path):
     return subprocess.run([sys.executable, "-m", "splice", "doctor"], capture_output=True,
                           text=True, env=python_env(root, ROOT), timeout=600, cwd=ROOT)
@@ -53,7 +44,7 @@ def _wheel_version(name: str) -> str:
 
 def test_doctor_names_what_torch_pins(tmp_path):
     nvrtc = _wheel_version("nvidia-cuda-nvrtc")
-    _fake_dist(tmp_path, "torch", "2.14.1", f"nvidia-cuda-nvrtc=={nvrtc}", "filelock")
+    fake_dist(tmp_path, "torch", "2.14.1", f"nvidia-cuda-nvrtc=={nvrtc}", "filelock")
     out = _doctor_beside(tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     [pins] = [ln for ln in out.stdout.splitlines() if "other packages' pins" in ln]
@@ -63,11 +54,29 @@ def test_doctor_names_what_torch_pins(tmp_path):
 
 def test_doctor_says_a_broken_torch_pin_and_how_to_restore_it(tmp_path):
     nvrtc = _wheel_version("nvidia-cuda-nvrtc")
-    _fake_dist(tmp_path, "torch", "2.14.1", "nvidia-cuda-nvrtc==12.8.*")
+    fake_dist(tmp_path, "torch", "2.14.1", "nvidia-cuda-nvrtc==12.8.*")
     out = _doctor_beside(tmp_path)
     assert out.returncode == 1
     assert (f"[!!] other packages' pins: torch 2.14.1 requires nvidia-cuda-nvrtc==12.8.*, "
             f"found {nvrtc} (pip install 'nvidia-cuda-nvrtc==12.8.*' restores it)") in out.stdout
+
+
+def test_doctor_on_tileiras_wheels_of_different_minors_names_the_odd_one(tmp_path):
+    # what pip leaves when an environment had nvcc 13.4 (JAX's) and splice brought tileiras
+    # 13.5: cuTile then takes no tileiras from the wheels
+    fake_dist(tmp_path, "nvidia-cuda-tileiras", "13.5.37")
+    fake_dist(tmp_path, "nvidia-cuda-nvcc", "13.4.92")
+    fake_dist(tmp_path, "nvidia-nvvm", "13.5.37")
+    out = _doctor_beside(tmp_path)
+    if "[ok] tileiras" in out.stdout:
+        pytest.skip("cuTile found a system tileiras instead")
+    assert out.returncode == 1
+    assert "of different CUDA minors (nvidia-cuda-tileiras 13.5.37, nvidia-cuda-nvcc " \
+           "13.4.92, nvidia-nvvm 13.5.37)" in out.stdout
+    [verdict] = [ln for ln in out.stdout.splitlines() if "toolchain set" in ln]
+    assert verdict.startswith("[!!] toolchain set: untested combination: ptxas 13.4 ")
+    assert "Fix, for CUDA 13.5" in verdict
+    assert verdict.endswith("pip install 'nvidia-cuda-nvcc==13.5.*'")
 
 
 def test_doctor_warns_about_cuda_home():

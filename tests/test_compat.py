@@ -12,6 +12,7 @@ from packaging.specifiers import SpecifierSet
 
 from splice import compat
 from splice.compat import Component, Dist
+from support.env import fake_dist
 
 PARTS = ("cuda-tile", *compat.TOOLKIT_PARTS, "NVRTC", "nvJitLink")
 
@@ -262,16 +263,31 @@ def test_admits_agrees_with_every_version_of_the_minor(clauses, minor):
 
 
 def test_distributions_reads_installed_metadata(tmp_path):
-    info = tmp_path / "torch-2.14.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: torch\nVersion: 2.14.1\n"
-        "Requires-Dist: cuda-toolkit[nvrtc]==13.0.3; platform_system == \"Linux\"\n"
-        "Provides-Extra: pyyaml\nRequires-Dist: pyyaml; extra == \"pyyaml\"\n")
+    fake_dist(tmp_path, "torch", "2.14.1", 'cuda-toolkit[nvrtc]==13.0.3; platform_system == '
+              '"Linux"', 'pyyaml; extra == "pyyaml"', extras=("pyyaml",))
     [torch] = compat.distributions([str(tmp_path)])
     assert torch == Dist("torch", "2.14.1", (
         'cuda-toolkit[nvrtc]==13.0.3; platform_system == "Linux"',
         'pyyaml; extra == "pyyaml"'), ("pyyaml",))
+
+
+@pytest.mark.parametrize("nvcc, nvvm, fix", [
+    ("13.4.92", "13.5.37", "pip install 'nvidia-cuda-nvcc==13.5.*'"),
+    ("13.4.92", "13.4.92", "pip install 'nvidia-cuda-nvcc==13.5.*' 'nvidia-nvvm==13.5.*'"),
+    ("13.5.37", "13.5.37", None),
+])
+def test_tileiras_wheels_of_different_minors_are_named_with_the_fix(tmp_path, monkeypatch,
+                                                                    nvcc, nvvm, fix):
+    from splice import toolchain
+    for name, version in (("nvidia-cuda-tileiras", "13.5.37"), ("nvidia-cuda-nvcc", nvcc),
+                          ("nvidia-nvvm", nvvm)):
+        fake_dist(tmp_path, name, version)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    text = toolchain.mismatched_tileiras_wheels()
+    if fix is None:
+        assert text == ""
+    else:
+        assert f"nvidia-cuda-nvcc {nvcc}, nvidia-nvvm {nvvm}" in text and text.endswith(fix)
 
 
 def test_installed_reports_the_running_toolchain():
