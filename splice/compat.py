@@ -271,7 +271,13 @@ def _requirements(d: Dist):
 
 
 def _applies(req, extra: str) -> bool:
-    return req.marker is None or req.marker.evaluate({"extra": extra})
+    """Whether ``req`` is in force here with ``extra`` asked for (a marker that cannot be
+    evaluated counts: to be safe)."""
+    from packaging.markers import UndefinedComparison, UndefinedEnvironmentName
+    try:
+        return req.marker is None or req.marker.evaluate({"extra": extra})
+    except (UndefinedComparison, UndefinedEnvironmentName):
+        return True
 
 
 def _versions(dists: list[Dist]) -> dict[str, str]:
@@ -290,12 +296,15 @@ def _binding(d: Dist, versions: dict, requested: set[str]) -> list:
     """The requirements of ``d`` in force: its own, and those of each extra someone asked
     for (``requested``) or whose requirements all hold (pip may have installed it so;
     counted, to be safe)."""
+    from packaging.utils import canonicalize_name
     reqs = list(_requirements(d))
     out = [r for r in reqs if _applies(r, "")]
+    asked = {canonicalize_name(x) for x in requested}
     for extra in d.extras:
         of_extra = [r for r in reqs if r.marker is not None and _applies(r, extra)
                     and not _applies(r, "")]
-        if of_extra and (extra in requested or all(_holds(r, versions) for r in of_extra)):
+        if of_extra and (canonicalize_name(extra) in asked
+                         or all(_holds(r, versions) for r in of_extra)):
             out += of_extra
     return out
 
@@ -313,7 +322,7 @@ def pins(dists: list[Dist]) -> list[Pin]:
         distribution asks for it, or where its requirements all hold).
 
     Raises:
-        Nothing.
+        Nothing: a requirement that does not parse is left out.
 
     Example:
         ```python
@@ -353,7 +362,7 @@ def admits(specifier, minor: tuple[int, int]) -> bool:
         True when some version ``major.minor.*`` satisfies it.
 
     Raises:
-        Nothing.
+        Nothing: a clause without a version is left to the specifier itself.
 
     Example:
         ```python
@@ -391,7 +400,7 @@ def broken(dists: list[Dist]) -> list[tuple[Pin, str | None]]:
         ``(pin, found)`` pairs.
 
     Raises:
-        Nothing.
+        Nothing: it reads only ``dists``.
 
     Example:
         ```python
@@ -420,7 +429,7 @@ def beside(dists: list[Dist]) -> tuple[bool, str]:
         packages and their pins, or what is broken and the pip command that restores it.
 
     Raises:
-        Nothing.
+        Nothing: it reads only ``dists``.
 
     Example:
         ```python
@@ -533,7 +542,7 @@ def assess(components: list[Component], dists: list[Dist] | None = None) -> tupl
         installed package's pin, which pins are in the way).
 
     Raises:
-        Nothing.
+        Nothing: a missing component is part of the verdict.
 
     Example:
         ```python
