@@ -185,24 +185,31 @@ def _doctor_compilers(line) -> None:
 
 
 def _doctor_versions(line) -> None:
-    """Each component's version, and whether the set is one splice is tested on (with the
-    pip command that installs one when it is not)."""
+    """Each component's version, whether the set is one splice is tested on (with the pip
+    command that installs one when it is not, keeping what other packages pin), and what
+    the other installed packages (PyTorch, JAX, CuPy...) pin of the parts splice uses."""
     from . import compat
     components = compat.installed()
     print("versions: " + ", ".join(
         f"{c.name} {'.'.join(map(str, c.version)) if c.version else 'missing'}"
         for c in components))
-    tested, text = compat.assess(components)
+    dists = compat.distributions()
+    tested, text = compat.assess(components, dists)
     line(tested, "toolchain set", text)
+    ok, text = compat.beside(dists)
+    line(ok, "other packages' pins", text)
 
 
 def _doctor_files(line) -> None:
     """nvdisasm, the CUDA headers, CUDA_HOME/CUDA_PATH (a warning, not a problem) and the
     cache directory, each reported by ``line(ok, what, detail)``."""
-    from .errors import SpliceUnsafePathError
+    from .errors import SpliceToolchainError, SpliceUnsafePathError
     from .system import cache, safe_fs, toolchain
-    dis = toolchain.nvdisasm()
-    line(dis is not None, "nvdisasm", dis or "not found (no SASS listings)")
+    try:
+        dis = toolchain.nvdisasm()
+        line(dis is not None, "nvdisasm", dis or "not found (no SASS listings)")
+    except SpliceToolchainError:   # it is looked for beside tileiras
+        line(False, "nvdisasm", "not looked for: no tileiras (see above)")
     inc = toolchain.cuda_include_dir()
     line(inc is not None, "CUDA headers", inc or "cuda_fp16.h not found")
     for var in ("CUDA_HOME", "CUDA_PATH"):

@@ -28,7 +28,8 @@ HAVE_GPU = _gpu_available()
 
 
 def pytest_collection_modifyitems(config, items):
-    _skip_slow_unless_asked(config, items)
+    _skip_unless_asked(config, items, "slow", "SPLICE_SLOW_TESTS")
+    _skip_unless_asked(config, items, "resolution", "SPLICE_RESOLUTION_CHECK")
     if HAVE_GPU:
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU and driver")
@@ -37,15 +38,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def _skip_slow_unless_asked(config, items):
-    """``slow`` tests (the full splice.cub shape matrix) run only under ``-m slow`` (or an
-    expression naming it) or ``SPLICE_SLOW_TESTS=1``."""
-    if "slow" in (config.getoption("markexpr") or "") or \
-            os.environ.get("SPLICE_SLOW_TESTS", "") not in ("", "0"):
+def _skip_unless_asked(config, items, marker: str, variable: str):
+    """``marker`` tests (``slow``: the full splice.cub shape matrix; ``resolution``: what pip
+    picks from the package index) run only under ``-m marker`` (or an expression naming
+    it) or ``variable=1``."""
+    if marker in (config.getoption("markexpr") or "") or \
+            os.environ.get(variable, "") not in ("", "0"):
         return
-    skip = pytest.mark.skip(reason="slow: run with -m slow or SPLICE_SLOW_TESTS=1")
+    skip = pytest.mark.skip(reason=f"{marker}: run with -m {marker} or {variable}=1")
     for item in items:
-        if "slow" in item.keywords:
+        if marker in item.keywords:
             item.add_marker(skip)
 
 

@@ -5,7 +5,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support.env import python_env
+import pytest
+
+from support.env import fake_dist, python_env
 
 ROOT = Path(__file__).resolve().parent.parent
 SAXPY = ROOT / "examples" / "ptx_import" / "saxpy_from_ptx.py"
@@ -23,8 +25,58 @@ def test_doctor_reports_the_toolchain():
     out = _run("doctor")
     assert out.returncode == 0, out.stdout + out.stderr
     for what in ("cuda-tile", "tileiras", "ptxas", "libnvvm", "NVRTC", "nvJitLink", "cache",
-                 "toolchain set"):
+                 "toolchain set", "other packages' pins"):
         assert f"[ok] {what}" in out.stdout
+
+
+def _doctor_beside(root: Path):
+    return subprocess.run([sys.executable, "-m", "splice", "doctor"], capture_output=True,
+                          text=True, env=python_env(root, ROOT), timeout=600, cwd=ROOT)
+
+
+def _wheel_version(name: str) -> str:
+    from importlib import metadata
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        pytest.skip(f"{name} is not installed as a wheel here")
+
+
+def test_doctor_names_what_torch_pins(tmp_path):
+    nvrtc = _wheel_version("nvidia-cuda-nvrtc")
+    fake_dist(tmp_path, "torch", "2.14.1", f"nvidia-cuda-nvrtc=={nvrtc}", "filelock")
+    out = _doctor_beside(tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    [pins] = [ln for ln in out.stdout.splitlines() if "other packages' pins" in ln]
+    assert pins.startswith("[ok] other packages' pins: kept: ")
+    assert f"torch 2.14.1: nvidia-cuda-nvrtc=={nvrtc}" in pins
+
+
+def test_doctor_says_a_broken_torch_pin_and_how_to_restore_it(tmp_path):
+    nvrtc = _wheel_version("nvidia-cuda-nvrtc")
+    fake_dist(tmp_path, "torch", "2.14.1", "nvidia-cuda-nvrtc==12.8.*")
+    out = _doctor_beside(tmp_path)
+    assert out.returncode == 1
+    assert (f"[!!] other packages' pins: torch 2.14.1 requires nvidia-cuda-nvrtc==12.8.*, "
+            f"found {nvrtc} (pip install 'nvidia-cuda-nvrtc==12.8.*' restores it)") in out.stdout
+
+
+def test_doctor_on_tileiras_wheels_of_different_minors_names_the_odd_one(tmp_path):
+    # what pip leaves when an environment had nvcc 13.4 (JAX's) and splice brought tileiras
+    # 13.5: cuTile then takes no tileiras from the wheels
+    fake_dist(tmp_path, "nvidia-cuda-tileiras", "13.5.37")
+    fake_dist(tmp_path, "nvidia-cuda-nvcc", "13.4.92")
+    fake_dist(tmp_path, "nvidia-nvvm", "13.5.37")
+    out = _doctor_beside(tmp_path)
+    if "[ok] tileiras" in out.stdout:
+        pytest.skip("cuTile found a system tileiras instead")
+    assert out.returncode == 1
+    assert "of different CUDA minors (nvidia-cuda-tileiras 13.5.37, nvidia-cuda-nvcc " \
+           "13.4.92, nvidia-nvvm 13.5.37)" in out.stdout
+    [verdict] = [ln for ln in out.stdout.splitlines() if "toolchain set" in ln]
+    assert verdict.startswith("[!!] toolchain set: untested combination: ptxas 13.4 ")
+    assert "Fix, for CUDA 13.5" in verdict
+    assert verdict.endswith("pip install 'nvidia-cuda-nvcc==13.5.*'")
 
 
 def test_doctor_warns_about_cuda_home():

@@ -212,6 +212,20 @@ def test_every_error_class_has_a_section():
     assert [n for n in errors if f"## `{n}`" not in page] == []
 
 
+def test_readme_s_install_lines_are_the_ones_ci_resolves():
+    # tests/test_install_resolution.py dry-runs these lines (.ci/run): PyTorch's is a console
+    # line of the Install section, JAX's and CuPy's are named in its text
+    from support.resolution import FRAMEWORKS, PYTORCH_LINE
+    readme = (ROOT / "README.md").read_text()
+    install = readme.split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
+    console = [ln.split("#", 1)[0].strip()
+               for block in re.findall(r"```console\n(.*?)```", install, re.S)
+               for ln in block.splitlines()]
+    assert PYTORCH_LINE in console
+    for framework in FRAMEWORKS[1:]:
+        assert f"`{framework.line}`" in install, framework.line
+
+
 def test_every_page_is_in_the_navigation():
     nav = (ROOT / "mkdocs.yml").read_text()
     pages = [str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md")]

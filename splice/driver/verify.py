@@ -61,8 +61,8 @@ def verify_build(build) -> None:
                                  f"symbol(s) {bad}")
     sass = build.sass
     if sass is None:
-        raise SpliceToolchainError("SPLICE_VERIFY needs nvdisasm (pip install "
-                                   "'cuda-toolkit[nvdisasm]') to read the SASS")
+        raise SpliceToolchainError("SPLICE_VERIFY needs nvdisasm (the nvidia-cuda-nvdisasm "
+                                   "wheel of ptxas's CUDA minor) to read the SASS")
     if MARKER in sass:
         line = next(ln.strip() for ln in sass.splitlines() if MARKER in ln)
         raise SpliceRewriteError(f"SPLICE_VERIFY: the SASS of {what} still refers to a marker: "

@@ -308,6 +308,18 @@ def tileiras_path() -> str:
         raise SpliceToolchainError(str(e)) from None
 
 
+#: The wheels cuTile takes tileiras from, only when all share one CUDA minor (else it falls
+#: back to ``tileiras`` on PATH or in $CUDA_HOME): cuda-tile 1.7's ``_PIP_TILEIRAS_PACKAGES``.
+PIP_TILEIRAS_WHEELS = ("nvidia-cuda-tileiras", "nvidia-cuda-nvcc", "nvidia-nvvm")
+
+
+def pip_tileiras_wheels() -> tuple[str, ...]:
+    """:data:`PIP_TILEIRAS_WHEELS` as the installed cuda-tile names them."""
+    _load_private()
+    return tuple(getattr(_private("_compile_module"), "_PIP_TILEIRAS_PACKAGES",
+                         PIP_TILEIRAS_WHEELS))
+
+
 def nvshmem_lifecycle():
     """cuTile's NVSHMEM library-lifecycle provider module (``library_init(handle)`` runs
     ``nvshmem.core.library_init`` on a loaded module; cuda-tile 1.7)."""

@@ -62,12 +62,43 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 @functools.cache
 def tileiras() -> Path:
-    """The tileiras cuTile itself would run."""
+    """The tileiras cuTile itself would run.
+
+    Raises:
+        SpliceToolchainError: cuTile finds none (with why, when its wheels are installed
+            but of different CUDA minors, and the pip command that matches them).
+    """
     from . import _cutile
-    p = Path(_cutile.tileiras_path())
+    try:
+        p = Path(_cutile.tileiras_path())
+    except SpliceToolchainError as e:
+        why = mismatched_tileiras_wheels()
+        raise SpliceToolchainError(e.message.rstrip(".") + why if why else e.message) from None
     if not p.is_file():
         raise SpliceToolchainError(f"tileiras not found at {p}")
     return p
+
+
+def mismatched_tileiras_wheels() -> str:
+    """Why cuTile did not take tileiras from its wheels although they are installed: they
+    are of different CUDA minors (pip cannot keep them matched without the cuda-toolkit
+    metapackage, which PyTorch pins); "" otherwise."""
+    from importlib import metadata
+
+    from . import _cutile
+    try:
+        found = {n: metadata.version(n) for n in _cutile.pip_tileiras_wheels()}
+    except (metadata.PackageNotFoundError, SpliceToolchainError):
+        return ""
+    minors = {n: ".".join(v.split(".")[:2]) for n, v in found.items()}
+    want = minors.get("nvidia-cuda-tileiras", next(iter(minors.values())))
+    odd = [n for n, m in minors.items() if m != want]
+    if not odd:
+        return ""
+    fix = " ".join(f"'{n}=={want}.*'" for n in odd)
+    return (f". The tileiras wheels are installed but of different CUDA minors ("
+            f"{', '.join(f'{n} {v}' for n, v in found.items())}), and cuTile uses them only "
+            f"when they match: pip install {fix}")
 
 
 @functools.cache

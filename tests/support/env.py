@@ -12,3 +12,16 @@ def python_env(*paths, **variables: str) -> dict[str, str]:
     parent = os.environ.get("PYTHONPATH")
     search = [str(p) for p in paths] + ([parent] if parent else [])
     return dict(os.environ, PYTHONPATH=os.pathsep.join(search), **variables)
+
+
+def fake_dist(root, name: str, version: str, *requires: str, extras=()) -> None:
+    """A distribution's metadata under ``root`` (a directory put first on ``sys.path`` or a
+    child's ``PYTHONPATH``): what ``pip install`` of it leaves for ``importlib.metadata``,
+    without its files."""
+    from pathlib import Path
+    info = Path(root) / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+        + "".join(f"Provides-Extra: {x}\n" for x in extras)
+        + "".join(f"Requires-Dist: {r}\n" for r in requires))
