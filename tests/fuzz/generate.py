@@ -26,6 +26,7 @@ from .program import (
     ArrayDecl,
     Assign,
     Binary,
+    Cast,
     Cond,
     Decl,
     Expr,
@@ -35,6 +36,7 @@ from .program import (
     Jump,
     Lit,
     Load,
+    Render,
     Return,
     Snippet,
     Store,
@@ -91,13 +93,17 @@ class Generator:
 
     def snippet(self) -> Snippet:
         self.names = 0
+        style = self.r.choices(["mixed", "float", "int"], [50, 25, 25])[0]
+        self.types = {"mixed": ALL, "float": C.FLOATS, "int": C.INTS}[style]
+        self.weights = [20 if t.is_float else 6 for t in self.types]
         results = self.results()
-        inputs = self.inputs()
+        inputs = self.inputs(results)
         self.vars = [param_var(i) for i in inputs if i.kind != "array"]
+        self.varying = {i.name for i in inputs if i.kind == "tile"}
         self.arrays = [(i.name, i.ctype, 8) for i in inputs if i.kind == "array"]
         self.loops = 0
         if self.r.random() < 0.45:
-            body: tuple = tuple(self.expr(t, self.depth) for t in results)
+            body: tuple = tuple(self.expr(t, self.depth, top=True) for t in results)
         else:
             body = self.block(results, top=True, depth=0)
         return Snippet(inputs, results, body, contracts=self.r.random() < 0.6,
@@ -120,24 +126,33 @@ class Generator:
             inputs.append(Input(i.name, i.dtype, kind, values, self.r.randint(0, 1)))
         return s.replace(inputs=tuple(inputs), placement=self.placement())
 
+    def some_type(self) -> CType:
+        """A type of the snippet's style: in a mixed snippet floats more often than one in
+        eleven (float results and operands keep every bit of a rounding, where a
+        conversion to an integer keeps few); a float snippet's are float32 and float64, an
+        integer snippet's the integer types."""
+        return self.r.choices(self.types, self.weights)[0]
+
     def results(self) -> tuple[CType, ...]:
         if self.r.random() < 0.7:
-            return (self.r.choice(ALL),)
+            return (self.some_type(),)
         while True:
-            ts = tuple(self.r.choice(ALL) for _ in range(self.r.randint(2, 4)))
+            ts = tuple(self.some_type() for _ in range(self.r.randint(2, 4)))
             pos = 0
             for t in ts:
                 pos = -(-pos // t.bits) * t.bits + t.bits
             if pos <= 64:
                 return ts
 
-    def inputs(self) -> tuple[Input, ...]:
+    def inputs(self, results) -> tuple[Input, ...]:
+        """One to four inputs, the first a tile, half of them of a result's type."""
         out: list[Input] = []
         bits = 0
-        for k in range(self.r.randint(1, 4)):
+        for k in range(self.r.choice([1, 2, 2, 3, 3, 4])):
             kind = "tile" if k == 0 else self.r.choices(
                 ["tile", "scalar", "const", "array"], [50, 20, 15, 15])[0]
-            inp = self.input(NAMES[k], kind)
+            t = self.r.choice(results) if self.r.random() < 0.5 else self.some_type()
+            inp = self.input(NAMES[k], kind, t)
             width = 64 if kind == "array" else inp.ctype.bits
             if bits + width > 128:
                 break
@@ -145,7 +160,7 @@ class Generator:
             out.append(inp)
         return tuple(out)
 
-    def input(self, name: str, kind: str) -> Input:
+    def input(self, name: str, kind: str, t: CType) -> Input:
         if kind == "const":
             dtype = self.r.choice(["bool", "int32", "float32"])
             t = C.TYPES[dtype]
@@ -153,7 +168,7 @@ class Generator:
             if dtype == "float32":
                 v = v if np.isfinite(v) else 1.5
             return Input(name, dtype, kind, (v,))
-        return Input(name, self.r.choice(ALL).name, kind, variant=self.r.randint(0, 1))
+        return Input(name, t.name, kind, variant=self.r.randint(0, 1))
 
     def value(self, t: CType):
         if t.is_float:
@@ -161,20 +176,23 @@ class Generator:
                 return self.r.choice(float_values(t))
             f = np.float32 if t == F32 else np.float64
             return float(f(self.r.uniform(-1, 1) * 10.0 ** self.r.randint(-3, 6)))
-        if self.r.random() < 0.6:
+        pick = self.r.random()
+        if pick < 0.35:
             v = self.r.choice(int_values(t))
         else:
-            v = self.r.randint(-20, 20) if self.r.random() < 0.5 else self.r.randint(t.lo, t.hi)
+            v = self.r.randint(-20, 20) if pick < 0.8 else self.r.randint(t.lo, t.hi)
         return bool(v & 1) if t.kind == "b" else max(t.lo, min(t.hi, v))
 
     # ----------------------------------------------------------------------- expressions
 
-    def expr(self, t: CType, depth: int) -> Expr:
-        """An expression of type ``t``."""
-        if depth <= 0 or self.r.random() < 0.2:
+    def expr(self, t: CType, depth: int, top: bool = False) -> Expr:
+        """An expression of type ``t`` (``top``: a result, never a lone leaf)."""
+        if depth <= 0 or (not top and self.r.random() < 0.2):
             return self.leaf(t)
         kinds = ["arith", "bits", "compare", "logic", "unary", "cond", "cast", "call"]
-        weights = [30, 14 if t.is_int else 5, 8, 4, 6, 10, 8, 12]
+        boolean = t == BOOL     # a comparison or logic elsewhere loses all but one bit
+        weights = [30, 14 if t.is_int else 5, 30 if boolean else 4, 12 if boolean else 2, 6,
+                   10, 5, 12]
         if self.arrays:
             kinds.append("load")
             weights.append(6)
@@ -182,60 +200,68 @@ class Generator:
         return cast(t, getattr(self, "_" + kind)(t, depth - 1))
 
     def operand_type(self, t: CType, ints: bool = False) -> CType:
-        if self.r.random() < 0.6 and (t.is_int or not ints):
+        if self.r.random() < 0.75 and (t.is_int or not ints):
             return t
-        return self.r.choice(C.INTS + [BOOL] if ints else ALL)
+        return self.r.choice(C.INTS + [BOOL]) if ints else self.some_type()
 
     def leaf(self, t: CType) -> Expr:
+        """A variable (of type ``t`` if one is, else converted), sometimes a literal.
+        Variables that differ between elements (tile inputs, locals) are drawn three times
+        as often: a result that is the same for every element tests little."""
+        if not self.vars or self.r.random() < 0.15:
+            return Lit(t, self.value(t))
         same = [v for v in self.vars if v.ty == t]
-        if same and self.r.random() < 0.7:
-            return self.r.choice(same)
-        if self.vars and self.r.random() < 0.6:
-            return cast(t, self.r.choice(self.vars))
-        return Lit(t, self.value(t))
+        pool = same if same and self.r.random() < 0.7 else self.vars
+        weights = [3 if v.name in self.varying or v.name[0] == "v" else 1 for v in pool]
+        return cast(t, self.r.choices(pool, weights)[0])
+
+    def pair(self, ta: CType, tb: CType, d: int) -> tuple[Expr, Expr]:
+        """Two operands, redrawn once when they come out the same but for conversions
+        (``a % a`` and ``b - (int)b`` are constants)."""
+        a, b = self.expr(ta, d), self.expr(tb, d)
+        if _bare(a).render(_CTX) == _bare(b).render(_CTX):
+            b = self.expr(tb, d)
+        return a, b
 
     def _arith(self, t, d):
         op = self.r.choice(ARITH)
         ints = op == "%"
-        return Binary(op, self.expr(self.operand_type(t, ints), d),
-                      self.expr(self.operand_type(t, ints), d))
+        return Binary(op, *self.pair(self.operand_type(t, ints), self.operand_type(t, ints), d))
 
     def _bits(self, t, d):
         op = self.r.choice(["&", "|", "^", "<<", ">>"])
-        a = self.expr(self.operand_type(t, ints=True), d)
-        if op in ("<<", ">>") and self.r.random() < 0.5:
-            b: Expr = Lit(I32, self.r.randint(0, C.promote(a.ty).bits - 1))
-        else:
-            b = self.expr(self.operand_type(t, ints=True), d)
-        return Binary(op, a, b)
+        ta = self.operand_type(t, ints=True)
+        if op in ("<<", ">>") and self.r.random() < 0.5:    # within the operand's own bits
+            return Binary(op, self.expr(ta, d), Lit(I32, self.r.randint(0, ta.bits - 1)))
+        return Binary(op, *self.pair(ta, self.operand_type(t, ints=True), d))
 
     def _compare(self, t, d):
-        ta = self.r.choice(ALL)
-        tb = ta if self.r.random() < 0.6 else self.r.choice(ALL)
-        return Binary(self.r.choice(COMPARE), self.expr(ta, d), self.expr(tb, d))
+        ta = self.some_type()
+        tb = ta if self.r.random() < 0.6 else self.some_type()
+        return Binary(self.r.choice(COMPARE), *self.pair(ta, tb, d))
 
     def _logic(self, t, d):
         if self.r.random() < 0.3:
-            return Unary("!", self.expr(self.r.choice(ALL), d))
-        return Binary(self.r.choice(LOGIC), self.expr(self.r.choice(ALL), d),
-                      self.expr(self.r.choice(ALL), d))
+            return Unary("!", self.expr(self.some_type(), d))
+        return Binary(self.r.choice(LOGIC), self.expr(self.some_type(), d),
+                      self.expr(self.some_type(), d))
 
     def _unary(self, t, d):
         a = self.expr(self.operand_type(t), d)
         return Unary("~" if a.ty.is_int and self.r.random() < 0.4 else "-", a)
 
     def _cond(self, t, d):
-        tb = t if self.r.random() < 0.7 else self.r.choice(ALL)
-        c = self._compare(t, d) if self.r.random() < 0.6 else self.expr(self.r.choice(ALL), d)
+        tb = t if self.r.random() < 0.7 else self.some_type()
+        c = self._compare(t, d) if self.r.random() < 0.6 else self.expr(self.some_type(), d)
         return Cond(c, self.expr(t, d), self.expr(tb, d))
 
     def _cast(self, t, d):      # an expression of another type (expr() converts it)
-        return self.expr(self.r.choice(ALL), d)
+        return self.expr(self.some_type(), d)
 
     def _call(self, t, d):
-        fns = _BY_RESULT.get(t) if self.r.random() < 0.6 else None
+        fns = _BY_RESULT.get(t) if self.r.random() < (0.85 if t.is_float else 0.6) else None
         fn = self.r.choice(fns or C.FUNCTIONS)
-        return call(fn, [self.expr(p if self.r.random() < 0.7 else self.r.choice(ALL), d)
+        return call(fn, [self.expr(p if self.r.random() < 0.7 else self.some_type(), d)
                          for p in fn.params])
 
     def _load(self, t, d):
@@ -256,7 +282,7 @@ class Generator:
         for _ in range(self.r.randint(1, 4 if top else 3)):
             stmts.append(self.statement(results, depth))
         if top:
-            stmts.append(Return(tuple(self.expr(t, self.depth) for t in results)))
+            stmts.append(Return(tuple(self.expr(t, self.depth, top=True) for t in results)))
         self.vars, self.arrays = saved, saved_arrays
         return tuple(stmts)
 
@@ -269,7 +295,7 @@ class Generator:
         kind = self.r.choices(kinds, weights)[0]
         d = max(1, self.depth - 1)
         if kind == "decl":
-            v = Var(self.fresh("v"), self.r.choice(ALL))
+            v = Var(self.fresh("v"), self.some_type())
             init = self.expr(v.ty, d)
             self.vars.append(v)
             return Decl(v, init)
@@ -277,7 +303,7 @@ class Generator:
             v = self.r.choice(locals_)
             return Assign(v, self.expr(v.ty, d))
         if kind == "if":
-            cond = self.expr(self.r.choice(ALL), d)
+            cond = self.expr(self.some_type(), d)
             then = self.block(results, False, depth + 1)
             orelse = self.block(results, False, depth + 1) if self.r.random() < 0.5 else ()
             return If(cond, then, orelse)
@@ -291,7 +317,7 @@ class Generator:
             self.vars.remove(i)
             return For(i, count, body)
         if kind == "array":
-            ty, size = self.r.choice(ALL), self.r.choice([2, 4])
+            ty, size = self.some_type(), self.r.choice([2, 4])
             decl = ArrayDecl(self.fresh("w"), ty, tuple(self.expr(ty, d - 1)
                                                         for _ in range(size)))
             self.arrays.append((decl.name, ty, size))
@@ -303,6 +329,16 @@ class Generator:
             ret = Return(tuple(self.expr(t, d) for t in results))
             return If(self.expr(BOOL, d), (ret,))
         return If(self.expr(BOOL, d), (Jump(self.r.choice(["break", "continue"])),))
+
+
+_CTX = Render(True)
+
+
+def _bare(e: Expr) -> Expr:
+    """``e`` without its outer conversions."""
+    while isinstance(e, Cast):
+        e = e.a
+    return e
 
 
 def generate(seed: int, count: int, depth: int = 3) -> list[Snippet]:

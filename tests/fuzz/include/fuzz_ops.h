@@ -71,8 +71,10 @@ template <class F> FZ_FN long long fz_to_int64(F x) {
 #endif
 
 // one IEEE operation, run under a rounding mode: the operation is an opaque call after
-// fesetround, so no optimisation moves or folds it
-template <class R, class... A> static R fz_in_mode(int mode, R (*op)(A...), A... a) {
+// fesetround, so no optimisation moves or folds it; and fz_in_mode itself is opaque, so that
+// the caller's own float operations (the arguments' conversions) cannot be moved past the
+// fesetround either (GCC does, even with -frounding-math: GCC PR 34678; the fuzzer found it)
+template <class R, class... A> FZ_OPAQUE static R fz_in_mode(int mode, R (*op)(A...), A... a) {
     int old = fegetround();
     fesetround(mode);
     R r = op(a...);
