@@ -10,6 +10,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from fuzz.program import Case, Input
+from fuzz.runner import check
 from support.ptx_exec import ExecError, Pointer, run
 from support.ptx_snippets import HEAD, elementwise, kernel
 
@@ -51,6 +53,19 @@ def test_f32_directed_rounding_brackets_the_exact_value(op, mode):
             assert gq <= exact < Fraction(float(hi)), (x, y, g)
         else:
             assert Fraction(float(lo)) < exact <= gq, (x, y, g)
+
+
+def test_an_exact_zero_sum_has_the_sign_ieee_754_gives_it():
+    """Found by the splice.cuda fuzzer (seed 2): ``__fadd_rd(0.0f, -0.0f)`` is -0 (an exact
+    zero sum of opposite signs, or x - x, is -0 rounding toward -inf, +0 otherwise; zeros
+    of one sign keep it); the executor gave +0 when both addends were zeros. Checked
+    against the host C++ compiler's fesetround (tests/fuzz)."""
+    a = (0.0, -0.0, 0.0, -0.0, 1.5, -2.0, 0.0)
+    b = (-0.0, 0.0, 0.0, -0.0, -1.5, -2.0, 1.0)
+    check(*(Case(f"{fn}_{mode}(a, b)", (t,), (Input("a", t, "tile", a), Input("b", t, "tile", b)))
+            for fn, t in (("__fadd", "float32"), ("__fsub", "float32"), ("__dadd", "float64"),
+                          ("__dsub", "float64"))
+            for mode in ("rn", "rz", "rd", "ru")))
 
 
 def test_f32_fma_rounds_once():
