@@ -180,3 +180,23 @@ def test_the_run_is_deterministic():
     a = [s.case() for s in batch_snippets(SEED, 0, 30)]
     assert a == [s.case() for s in batch_snippets(SEED, 0, 30)]
     assert a != [s.case() for s in batch_snippets(SEED, 1, 30)]
+
+
+# ------------------------------------------------------- findings in the fuzzer's reference
+
+@pytest.mark.parametrize("opt", ["-O1", "-O2"])
+def test_the_host_rounds_under_a_mode_only_the_operation(monkeypatch, opt):
+    """Found by the fuzzer (seed 1): optimising, GCC computed the argument's int64 ->
+    float conversion ``(float)b`` after ``fuzz_ops.h``'s fesetround(FE_TOWARDZERO)
+    (GCC PR 34678), so the host's ``__fmaf_rz`` gave 0x6c7fffff for 2^90 + 1; the mode
+    switch is an opaque call now."""
+    monkeypatch.setattr(host, "FLAGS", [opt if f == "-O0" else f for f in host.FLAGS])
+    check(Case("__fmaf_rz((float)((65537ull + (unsigned long long)b) >> 16), (float)b, 1.0f)",
+               ("float32",), (Input("b", "int64", "tile", (2 ** 53 - 1, 3, -(2 ** 40) - 1)),)))
+
+
+def test_saturatef_of_negative_zero_is_positive_zero():
+    """Found by the fuzzer (seed 2): ``__saturatef(-0.0f)`` is +0.0 (libdevice: clamped to
+    [+0.0, 1.0]; PTX's .sat, which the executor models); the host's mapping kept -0.0."""
+    check(Case("__saturatef(0.0f / b)", ("float32",),
+               (Input("b", "float32", "tile", (-0.5, 0.5, -0.0, 2.0)),)))

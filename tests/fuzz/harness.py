@@ -58,8 +58,10 @@ class Layout:
     def scalar_form(self, key: str) -> str:
         """How scalar ``key`` reaches the kernel: ``param`` (a scalar parameter),
         ``tile0`` (an array loaded as a 0-d tile), ``tile1`` (loaded as a (1,) tile, which
-        broadcasts): one of :attr:`scalar_forms`, by the key."""
-        return self.scalar_forms[zlib.crc32(key.encode()) % len(self.scalar_forms)]
+        broadcasts): one of :attr:`scalar_forms`, by the key (a case's own scalar: by its
+        name, type and value, so that it keeps its form in any batch)."""
+        name = repr((key.split("_")[-1], *self.explicit[key])) if key in self.explicit else key
+        return self.scalar_forms[zlib.crc32(name.encode()) % len(self.scalar_forms)]
 
     def tiles(self) -> list[str]:
         """The array keys some case reads as a tile."""

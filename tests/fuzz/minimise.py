@@ -43,30 +43,51 @@ CHUNK = 48
 def minimise(snippet: Snippet, finding: Finding, seed: int, log=print,
              stats: Stats | None = None) -> tuple[Snippet, Finding]:
     """The smallest reduction of ``snippet`` found that fails as ``finding`` says, and its
-    finding."""
-    snippet = explicit(snippet, finding, seed)
-    first = run_cases([snippet.case()], seed, stats=stats)
-    if not _same(first, finding):
-        log("  (the case with the failing element's values alone does not fail: kept whole)")
+    finding. The inputs: the failing element's values if the case fails with them alone,
+    else the batch's values of every element (a failure that needs the other elements)."""
+    start = _alone(snippet, finding, seed, stats)
+    if start is None:
+        log("  (the case alone does not fail: not minimised)")
         return snippet, finding
-    finding = first[0]
+    snippet, finding = start
     rounds = 0
     while True:
         rounds += 1
         found = _smaller(snippet, finding, seed, stats)
         if found is None:
-            log(f"  minimised in {rounds} rounds: {size(snippet)} characters")
-            return snippet, finding
+            break
         snippet, finding = found
+    log(f"  minimised in {rounds} rounds: {size(snippet)} characters")
+    if any(i.values is None for i in snippet.inputs):   # explicit, for a regression test
+        whole = explicit(snippet, None, seed)
+        again = run_cases([whole.case()], seed, stats=stats)
+        if _same(again, finding):
+            return whole, again[0]
+        log("  (fails with the batch's input pools only: the test keeps values=None)")
+    return snippet, finding
 
 
-def explicit(snippet: Snippet, finding: Finding, seed: int) -> Snippet:
-    """``snippet`` with the values of the finding's element (all of them for a finding
-    that is not a mismatch: element 0's)."""
-    if all(i.values is not None for i in snippet.inputs):
-        return snippet
+def _alone(snippet: Snippet, finding: Finding, seed: int, stats):
+    """(the snippet as it fails alone, its finding), or None."""
+    for s in (explicit(snippet, finding.element or 0, seed), snippet):
+        found = run_cases([s.case()], seed, stats=stats)
+        if _same(found, finding):
+            return s, found[0]
+    return None
+
+
+def explicit(snippet: Snippet, element: int | None, seed: int) -> Snippet:
+    """``snippet`` with explicit input values, those its pool inputs have with ``seed``:
+    element ``element``'s (every element's: None)."""
     lay = layout([snippet.case()])
-    values = element_inputs(lay, 0, inputs(lay, seed), finding.element or 0)
+    data = inputs(lay, seed)
+    if element is not None:
+        values = element_inputs(lay, 0, data, element)
+    else:
+        values = {i.name: (i.values[0] if key is None else
+                           tuple(v.item() for v in data[key]) if i.kind in ("tile", "array")
+                           else data[key][0].item())
+                  for i, key in zip(snippet.inputs, lay.sources[0])}
     return snippet.replace(inputs=with_values(snippet.case(), values).inputs)
 
 

@@ -94,10 +94,10 @@ def _batch(cases: list[Case], seed: int, ubsan: bool, stats: Stats) -> list[Find
     return out
 
 
-def check(case: Case, seed: int = 0) -> None:
-    """Run one case on both sides; raise AssertionError with the finding if they disagree
-    or one side cannot run it (a regression test's body)."""
-    found = run_cases([case], seed)
+def check(*cases: Case, seed: int = 0) -> None:
+    """Run ``cases`` on both sides (one batch); raise AssertionError with the findings if
+    they disagree or one side cannot run one (a regression test's body)."""
+    found = run_cases(list(cases), seed)
     if found:
-        f = found[0]
-        raise AssertionError(f"{f.kind}: {f.detail}\ncode:\n{case.code}")
+        raise AssertionError("\n\n".join(f"{f.kind}: {f.detail}\ncode:\n{f.case.code}"
+                                          for f in found))

@@ -139,7 +139,9 @@ template <class T, class F> static T fz_sat(F r, F lo, F hi, T tmin, T tmax) {
 FZ_F2I(__float, float, f)
 FZ_F2I(__double, double, )
 
-static inline float __saturatef(float x) { return x != x ? 0.0f : x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
+// clamped to [+0.0, 1.0] (libdevice's __nv_saturatef); -0.0 is +0.0 (PTX's .sat, the
+// executor's model; the fuzzer found the difference: tests/test_cuda_fuzz_findings.py)
+static inline float __saturatef(float x) { return x != x ? 0.0f : x <= 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
 
 // integer intrinsics (CUDA Math API, "Integer Intrinsics")
 static inline int __popc(unsigned x) { return __builtin_popcount(x); }
