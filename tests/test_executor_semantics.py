@@ -68,6 +68,21 @@ def test_an_exact_zero_sum_has_the_sign_ieee_754_gives_it():
             for mode in ("rn", "rz", "rd", "ru")))
 
 
+def test_an_exact_zero_fma_has_the_sign_ieee_754_gives_it():
+    """Found by the splice.cuda fuzzer (seed 41): ``__fmaf_rd(0.0f, -2.0f, 0.0f)`` is -0
+    (the product -0 plus +0 is an exact zero of opposite signs: -0 rounding toward -inf);
+    the executor computed the sign and lost it rounding -0.0 to the format (f32 in every
+    directed mode, f64 in .rz/.rm/.rp)."""
+    a = (0.0, -0.0, 0.0, 2.0, -0.0, 3.0)
+    b = (-2.0, 5.0, 0.0, 0.5, -1.0, -2.0)
+    c = (0.0, 0.0, -0.0, -1.0, -0.0, 6.0)
+    inputs = tuple(Input(n, "float32", "tile", v) for n, v in (("a", a), ("b", b), ("c", c)))
+    check(*(Case(code.format(mode=mode), (t,), inputs)   # three float64 pass no call: cast
+            for code, t in (("__fmaf_{mode}(a, b, c)", "float32"),
+                            ("__fma_{mode}((double)a, (double)b, (double)c)", "float64"))
+            for mode in ("rn", "rz", "rd", "ru")))
+
+
 def test_f32_fma_rounds_once():
     # a * b + c whose float64 rounding is an exact float32 midpoint: rounding twice is wrong
     a = np.array([1 + 2.0 ** -12] * 32, np.float32)

@@ -105,8 +105,8 @@ def round_to_format(x: float | Fraction, ebits: int, mbits: int, mode: str,
     """The bits of the exact finite value ``x`` rounded to the format with ``ebits``
     exponent and ``mbits`` mantissa bits, IEEE style (subnormals; ``has_inf=False`` for
     fp8 e4m3, whose largest finite value is 448). ``mode`` rn/rz/rm/rp. ``satfinite``
-    clamps overflow to the largest finite value."""
-    sign = 1 if x < 0 else 0
+    clamps overflow to the largest finite value. A float -0.0 keeps its sign."""
+    sign = 1 if x < 0 or (isinstance(x, float) and math.copysign(1, x) < 0) else 0
     a = Fraction(abs(x))
     bias = (1 << (ebits - 1)) - 1
     if a == 0:
