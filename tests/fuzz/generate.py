@@ -102,6 +102,7 @@ class Generator:
         self.varying = {i.name for i in inputs if i.kind == "tile"}
         self.arrays = [(i.name, i.ctype, 8) for i in inputs if i.kind == "array"]
         self.loops = 0
+        self.budget = 16          # statements per body
         if self.r.random() < 0.45:
             body: tuple = tuple(self.expr(t, self.depth, top=True) for t in results)
         else:
@@ -280,6 +281,9 @@ class Generator:
         saved, saved_arrays = list(self.vars), list(self.arrays)
         stmts: list = []
         for _ in range(self.r.randint(1, 4 if top else 3)):
+            if self.budget <= 0:    # a long tail of huge bodies costs compile time, not bugs
+                break
+            self.budget -= 1
             stmts.append(self.statement(results, depth))
         if top:
             stmts.append(Return(tuple(self.expr(t, self.depth, top=True) for t in results)))
