@@ -69,6 +69,9 @@ def _case(code: str, result="int32", **inputs) -> Case:
                                        for n, (dt, vals) in inputs.items()))
 
 
+_FUNCTION = host._function
+
+
 def test_a_wrong_result_is_a_mismatch(monkeypatch):
     """The host side computing something else (``+ 2`` for ``+ 1``) is found, with the
     element, its input and both results."""
@@ -78,9 +81,6 @@ def test_a_wrong_result_is_a_mismatch(monkeypatch):
     [f] = run_cases([case, _case("a - 1", a=("int32", (3,)))], 0)
     assert f.kind == "mismatch" and f.case == case
     assert "inputs {'a': 5}; splice+executor 6, host C++ 7" in f.detail
-
-
-_FUNCTION = host._function
 
 
 def test_undefined_behaviour_is_a_host_finding():

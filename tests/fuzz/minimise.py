@@ -102,7 +102,7 @@ def _head(detail: str) -> str:
 
 
 def _smaller(snippet: Snippet, finding: Finding, seed: int, stats):
-    cands = sorted({c.code() + repr(c.case()): c for c in reductions(snippet)
+    cands = sorted({c.case(): c for c in reductions(snippet)
                     if size(c) < size(snippet) or _simpler(c, snippet)}.values(), key=size)
     for start in range(0, len(cands), CHUNK):
         chunk = cands[start:start + CHUNK]
