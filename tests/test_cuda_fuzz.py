@@ -14,9 +14,20 @@ import pytest
 
 from fuzz import host, minimise
 from fuzz.cli import batch_seed, batch_snippets, regression_test
-from fuzz.cmodel import I32, TYPES
+from fuzz.cmodel import FUNCTIONS, I32, TYPES
 from fuzz.harness import layout
-from fuzz.program import Binary, Case, Input, Lit, Render, Return, Snippet, Unary, Var
+from fuzz.program import (
+    Binary,
+    Case,
+    Input,
+    Lit,
+    Render,
+    Return,
+    Snippet,
+    Unary,
+    Var,
+    call,
+)
 from fuzz.runner import check, run_cases
 from support.fuzz import examples
 
@@ -200,3 +211,14 @@ def test_saturatef_of_negative_zero_is_positive_zero():
     [+0.0, 1.0]; PTX's .sat, which the executor models); the host's mapping kept -0.0."""
     check(Case("__saturatef(0.0f / b)", ("float32",),
                (Input("b", "float32", "tile", (-0.5, 0.5, -0.0, 2.0)),)))
+
+
+def test_no_result_shows_the_sign_of_a_nan_an_operation_made():
+    """Found by the fuzzer (seed 4): ``copysignf(0.0f, inf * 0.0f)`` is -0.0 on x86 (its
+    default NaN is negative) and +0.0 on a GPU (its canonical NaN is positive); IEEE 754
+    leaves that sign to the implementation, so copysign's sign goes through ``fz_not_nan``."""
+    a, b = Var("a", TYPES["float32"]), Var("b", TYPES["float32"])
+    [copysignf] = [f for f in FUNCTIONS if f.name == "copysignf"]
+    assert call(copysignf, [a, b]).render(Render(True)) == "copysignf(a, fz_not_nan(b))"
+    check(Case("copysignf(0.0f, fz_not_nan(__fmul_ru(a, 0.0f)))", ("float32",),
+               (Input("a", "float32", "tile", (float("inf"), -1.0, float("nan"))),)))

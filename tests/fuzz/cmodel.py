@@ -151,16 +151,27 @@ class Function:
         params: the parameter types (arguments are converted to them explicitly).
         masks: for each parameter, a mask the argument is anded with (None: none), keeping
             it in the domain both definitions agree on (``__byte_perm``'s selector).
+        guards: for each parameter, a function of ``fuzz_ops.h`` the argument goes through
+            (None: none): ``fz_not_nan`` for ``copysign``'s sign, since the sign of a NaN
+            an operation makes is the implementation's (x86's default NaN is negative, a
+            GPU's positive), and copysign is the one function that shows it.
     """
 
     name: str
     result: CType
     params: tuple[CType, ...]
     masks: tuple[int | None, ...] = ()
+    guards: tuple[str | None, ...] = ()
 
 
-def _f(name: str, result: str, *params: str, masks=()) -> Function:
-    return Function(name, TYPES[result], tuple(TYPES[p] for p in params), tuple(masks))
+def _f(name: str, result: str, *params: str, masks=(), guards=()) -> Function:
+    return Function(name, TYPES[result], tuple(TYPES[p] for p in params), tuple(masks),
+                    tuple(guards))
+
+
+#: The guard functions (fuzz_ops.h): a NaN becomes 1.
+GUARDS = {"float32": Function("fz_not_nan", TYPES["float32"], (TYPES["float32"],)),
+          "float64": Function("fz_not_nan", TYPES["float64"], (TYPES["float64"],))}
 
 
 _MODES = ("rn", "rz", "ru", "rd")
@@ -191,6 +202,8 @@ def _functions() -> list[Function]:
         # exact C library functions (0 ulp in the CUDA Math API)
         *(_f(n + "f", "float32", *["float32"] * k) for n, k in _LIBM),
         *(_f(n, "float64", *["float64"] * k) for n, k in _LIBM),
+        _f("copysignf", "float32", "float32", "float32", guards=(None, "fz_not_nan")),
+        _f("copysign", "float64", "float64", "float64", guards=(None, "fz_not_nan")),
         _f("ldexpf", "float32", "float32", "int32"), _f("ldexp", "float64", "float64", "int32"),
     ]
     for s in ("l", "lc", "r", "rc"):
@@ -219,7 +232,7 @@ def _functions() -> list[Function]:
 
 #: (name without the float suffix, arity) of the C library's exactly rounded functions.
 _LIBM = [("sqrt", 1), ("fabs", 1), ("floor", 1), ("ceil", 1), ("trunc", 1), ("rint", 1),
-         ("nearbyint", 1), ("round", 1), ("fma", 3), ("copysign", 2), ("fmod", 2),
+         ("nearbyint", 1), ("round", 1), ("fma", 3), ("fmod", 2),
          ("remainder", 2), ("fdim", 2), ("nextafter", 2)]
 
 FUNCTIONS: list[Function] = _functions()

@@ -341,10 +341,14 @@ class Call(Expr):
 
 
 def call(fn: Function, args) -> Call:
-    """``fn`` called on ``args``, each converted to its parameter type (and masked)."""
+    """``fn`` called on ``args``, each converted to its parameter type (and masked or
+    guarded)."""
     out = []
     for k, (p, a) in enumerate(zip(fn.params, args)):
         a = cast(p, a)
+        guard = fn.guards[k] if k < len(fn.guards) else None
+        if guard is not None and not (isinstance(a, Call) and a.fn.name == guard):
+            a = Call(C.GUARDS[p.name], (a,))
         mask = fn.masks[k] if k < len(fn.masks) else None
         if mask is not None and not (isinstance(a, Binary) and a.op == "&" and
                                      isinstance(a.b, Lit) and a.b.value == mask):

@@ -59,6 +59,11 @@ template <class F> FZ_FN long long fz_to_int64(F x) {
         : x >= (F)9223372036854775808.0 ? 9223372036854775807ll : (long long)x;
 }
 
+// the sign of a NaN an operation makes is the implementation's (x86: negative, a GPU:
+// positive); copysign's sign argument goes through this, so no result shows it
+FZ_FN float fz_not_nan(float x) { return x != x ? 1.0f : x; }
+FZ_FN double fz_not_nan(double x) { return x != x ? 1.0 : x; }
+
 // ------------------------------------------------------------- 2. CUDA intrinsics, host side
 #ifndef __CUDACC__
 #include <fenv.h>
