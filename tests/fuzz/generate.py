@@ -69,9 +69,10 @@ def int_values(t: CType) -> list[int]:
 
 
 def float_values(t: CType) -> list[float]:
-    """Special and edge values of a floating type, each exactly a value of ``t``: zeros,
-    halves (rounding ties), the integer types' bounds, the largest finite, the least normal
-    and subnormal, inf and NaN."""
+    """Finite edge values of a floating type, each exactly a value of ``t`` (literals can
+    be them): zeros, halves (rounding ties), the integer types' bounds, the largest finite,
+    the least normal and subnormal (the inputs add inf and NaN:
+    :func:`~.harness.pool`)."""
     f = np.float32 if t == F32 else np.float64
     info = np.finfo(f)
     vals = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, 2.5, -2.5, 3.0, 0.1, -7.25, 100.0, 1e10,

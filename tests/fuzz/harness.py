@@ -113,7 +113,8 @@ def pool(dtype: str, n: int, rng: np.random.Generator) -> np.ndarray:
         wide = rng.integers(t.lo, t.hi, n, endpoint=True, dtype=np.dtype(dtype))
         out = np.where(pick < 0.4, edge, np.where(pick < 0.7, small, wide.astype(object)))
         return np.array([min(max(int(v), t.lo), t.hi) for v in out], dtype=dtype)
-    special = np.array(float_values(t), dtype=dtype)[rng.integers(0, len(float_values(t)), n)]
+    specials = float_values(t) + [np.inf, -np.inf, np.nan]
+    special = np.array(specials, dtype=dtype)[rng.integers(0, len(specials), n)]
     halves = (rng.integers(-40, 41, n) / 2).astype(dtype)
     scaled = (rng.standard_normal(n) * 10.0 ** rng.integers(-3, 7, n)).astype(dtype)
     utype = np.dtype(f"u{t.bits // 8}")
