@@ -83,6 +83,17 @@ def test_an_exact_zero_fma_has_the_sign_ieee_754_gives_it():
             for mode in ("rn", "rz", "rd", "ru")))
 
 
+def test_an_fma_adding_an_infinity_to_a_finite_product_is_the_infinity():
+    """Found by the splice.cuda fuzzer (seed 5): ``__fma_ru(b, b, -inf)`` with b = 1.4e167
+    is -inf (the product is exact and finite inside an fma); the executor multiplied in
+    float64, overflowed to inf, and gave inf - inf = NaN."""
+    b = (1.446991711796173e+167, -3.0e200, 2.0, 1.0e300)
+    c = (-np.inf, np.inf, np.nan, np.inf)
+    inputs = (Input("b", "float64", "tile", b), Input("c", "float32", "tile", c))
+    check(*(Case(f"__fma_{mode}(b, b, (double)c)", ("float64",), inputs)
+            for mode in ("rn", "rz", "rd", "ru")))
+
+
 def test_f32_fma_rounds_once():
     # a * b + c whose float64 rounding is an exact float32 midpoint: rounding twice is wrong
     a = np.array([1 + 2.0 ** -12] * 32, np.float32)

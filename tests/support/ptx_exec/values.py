@@ -237,6 +237,8 @@ def f32_fma(a: int, b: int, c: int, mode: str = "rn", ftz: bool = False,
 
 
 def _exact_fma(x: float, y: float, z: float, to_bits, mode: str) -> int:
+    if math.isfinite(x) and math.isfinite(y) and not math.isfinite(z):
+        return to_bits(z, "rn")      # the exact product is finite, even where x * y is not
     if not (math.isfinite(x) and math.isfinite(y) and math.isfinite(z)):
         return to_bits(x * y + z, "rn")
     exact = Fraction(x) * Fraction(y) + Fraction(z)
