@@ -62,15 +62,20 @@ def test_generated_snippets_on_the_gpu_compute_what_the_executor_computes(dev, i
     none contracts; any NaN equals any NaN). Scalars reach the kernel as tiles here: a
     launch types a scalar parameter from a Python value, not a dtype."""
     from fuzz import device
-    from fuzz.harness import inputs, same
+    from fuzz.harness import N, inputs, same
     lay = layout(_batch(index), scalar_forms=("tile0", "tile1"))
     data = inputs(lay, batch_seed(SEED, index))
     build = device.compile_batch(lay)
-    cpu, _ = device.run_executor(build, lay, data)
+    cpu, launch = device.run_executor(build, lay, data)
     gpu = device.run_gpu(device.kernel(lay), lay, data, dev)
     for dt in cpu:
         bad = np.flatnonzero(~same(cpu[dt], gpu[dt]))
-        assert not bad.size, (dt, bad[:8], cpu[dt][bad[:8]], gpu[dt][bad[:8]])
+        if bad.size:
+            [case] = [c for c, slots in zip(lay.cases, lay.slots) if (dt, bad[0] // N) in slots]
+            # approximate instructions that ran, float add/sub/mul ptxas may contract: suspects
+            pytest.fail(f"{dt} elements {bad[:8]}: executor {cpu[dt][bad[:8]]}, GPU "
+                        f"{gpu[dt][bad[:8]]}; approximate {sorted(launch.approx)}, unrounded "
+                        f"{launch.unrounded}\nfirst case: {case}")
 
 
 # ------------------------------------------------------------------- the fuzzer's checks
