@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fuzz import host, minimise
+from fuzz import device, host, minimise
 from fuzz.cli import batch_seed, batch_snippets, regression_test
 from fuzz.cmodel import FUNCTIONS, I32, TYPES
-from fuzz.harness import layout
+from fuzz.harness import Finding, N, inputs, layout, same
 from fuzz.program import (
     Binary,
     Case,
@@ -58,11 +58,11 @@ def test_generated_snippets_compute_what_the_host_compiler_computes(index):
 @pytest.mark.parametrize("index", BATCHES)
 def test_generated_snippets_on_the_gpu_compute_what_the_executor_computes(dev, index):
     """The same batches launched on the GPU, compared with the executor bit for bit (floats
-    too: no snippet runs an approximate instruction whose result reaches an output, and
-    none contracts; any NaN equals any NaN). Scalars reach the kernel as tiles here: a
-    launch types a scalar parameter from a Python value, not a dtype."""
-    from fuzz import device
-    from fuzz.harness import N, inputs, same
+    too: every operation generated is IEEE-exact and no float multiply is left for ptxas
+    to contract; only libdevice's fmod/remainder run approximate or contractible
+    instructions, inside algorithms whose result is exact; any NaN equals any NaN).
+    Scalars reach the kernel as tiles here: a launch types a scalar parameter from a
+    Python value, not a dtype."""
     lay = layout(_batch(index), scalar_forms=("tile0", "tile1"))
     data = inputs(lay, batch_seed(SEED, index))
     build = device.compile_batch(lay)
@@ -138,7 +138,6 @@ def test_check_passes_and_fails():
 def test_generated_programs_are_well_defined_under_ubsan(seed):
     """Many programs on the host side alone, UBSan on: the generator's range rules keep
     every operation defined (signed overflow, shifts, division, float to integer)."""
-    from fuzz.harness import inputs
     lay = layout([s.case() for s in batch_snippets(1000 + seed, 0, 150)])
     host.run(lay, inputs(lay, seed), ubsan=True)
 
@@ -174,7 +173,6 @@ def test_the_minimiser_keeps_what_fails(monkeypatch):
                       (I32,), body, contracts=False, pure=False)
 
     def fake(cases, seed, ubsan=False, stats=None):
-        from fuzz.harness import Finding
         return [Finding("mismatch", c, "", 0) for c in cases if "fz_mul_int32" in c.code]
     monkeypatch.setattr(minimise, "run_cases", fake)
     small, _ = minimise.minimise(snippet, fake([snippet.case()], 0)[0], 0, log=lambda *a: None)
