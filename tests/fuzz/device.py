@@ -172,7 +172,7 @@ def compile_batch(lay: Layout):
     return splice.compile(kernel(lay), signature(lay), arch=ARCH)
 
 
-_LINE = re.compile(r"splice_fuzz_batch_\d+_\d+\.py:(\d+)")
+_LINE = re.compile(r'splice_fuzz_batch_\d+_\d+\.py(?::|", line )(\d+)')
 
 
 def case_of_error(message: str, where: dict[int, int]) -> int | None:

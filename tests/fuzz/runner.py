@@ -1,5 +1,5 @@
 """Batches run end to end: :func:`run_cases` (findings of a list of cases) and
-:func:`check` (one case, for regression tests)."""
+:func:`check` (cases that must agree: a regression test's body)."""
 
 from __future__ import annotations
 
