@@ -10,6 +10,7 @@ reproduced by its seed, batch and size alone.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import shutil
 import sys
@@ -91,18 +92,12 @@ def main(argv=None) -> int:
     if "SPLICE_CACHE_DIR" not in os.environ:     # thousands of snippets: not the user's cache
         cache = tempfile.mkdtemp(prefix="splice-fuzz-cache-")
         os.environ["SPLICE_CACHE_DIR"] = cache
-    else:
-        cache = None
+        atexit.register(shutil.rmtree, cache, True)
     stats = Stats()
     start = time.monotonic()
     findings = []
-    try:
-        for index, snippet, f in fuzz(a.seed, a.cases, a.batch, not a.no_ubsan, a.minutes,
-                                      stats):
-            findings.append(_report(a, index, snippet, f, len(findings) + 1))
-    finally:
-        if cache:
-            shutil.rmtree(cache, ignore_errors=True)
+    for index, snippet, f in fuzz(a.seed, a.cases, a.batch, not a.no_ubsan, a.minutes, stats):
+        findings.append(_report(a, index, snippet, f, len(findings) + 1))
     took = time.monotonic() - start
     print(f"\n{stats.cases} cases (seed {a.seed}, batches of {a.batch}) in {took:.0f} s: "
           f"{len(findings)} finding(s); host {stats.host:.0f} s, splice {stats.splice:.0f} s, "

@@ -10,10 +10,12 @@ slot of the output array of the result's dtype.
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import itertools
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -50,10 +52,11 @@ _modules = itertools.count()
 
 
 def workdir() -> str:
-    """This process's private (0700) directory for generated files."""
+    """This process's private (0700) directory for generated files, removed at exit."""
     global _workdir
     if _workdir is None:
         _workdir = tempfile.mkdtemp(prefix="splice-fuzz-")
+        atexit.register(shutil.rmtree, _workdir, True)
     return _workdir
 
 
