@@ -10,6 +10,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from fuzz.program import Case, Input
+from fuzz.runner import check
 from support.ptx_exec import ExecError, Pointer, run
 from support.ptx_snippets import HEAD, elementwise, kernel
 
@@ -51,6 +53,45 @@ def test_f32_directed_rounding_brackets_the_exact_value(op, mode):
             assert gq <= exact < Fraction(float(hi)), (x, y, g)
         else:
             assert Fraction(float(lo)) < exact <= gq, (x, y, g)
+
+
+def test_an_exact_zero_sum_has_the_sign_ieee_754_gives_it():
+    """Found by the splice.cuda fuzzer (seed 2): ``__fadd_rd(0.0f, -0.0f)`` is -0 (an exact
+    zero sum of opposite signs, or x - x, is -0 rounding toward -inf, +0 otherwise; zeros
+    of one sign keep it); the executor gave +0 when both addends were zeros. Checked
+    against the host C++ compiler's fesetround (tests/fuzz)."""
+    a = (0.0, -0.0, 0.0, -0.0, 1.5, -2.0, 0.0)
+    b = (-0.0, 0.0, 0.0, -0.0, -1.5, -2.0, 1.0)
+    check(*(Case(f"{fn}_{mode}(a, b)", (t,), (Input("a", t, "tile", a), Input("b", t, "tile", b)))
+            for fn, t in (("__fadd", "float32"), ("__fsub", "float32"), ("__dadd", "float64"),
+                          ("__dsub", "float64"))
+            for mode in ("rn", "rz", "rd", "ru")))
+
+
+def test_an_exact_zero_fma_has_the_sign_ieee_754_gives_it():
+    """Found by the splice.cuda fuzzer (seed 41): ``__fmaf_rd(0.0f, -2.0f, 0.0f)`` is -0
+    (the product -0 plus +0 is an exact zero of opposite signs: -0 rounding toward -inf);
+    the executor computed the sign and lost it rounding -0.0 to the format (f32 in every
+    directed mode, f64 in .rz/.rm/.rp)."""
+    a = (0.0, -0.0, 0.0, 2.0, -0.0, 3.0)
+    b = (-2.0, 5.0, 0.0, 0.5, -1.0, -2.0)
+    c = (0.0, 0.0, -0.0, -1.0, -0.0, 6.0)
+    inputs = tuple(Input(n, "float32", "tile", v) for n, v in (("a", a), ("b", b), ("c", c)))
+    check(*(Case(code.format(mode=mode), (t,), inputs)   # three float64 pass no call: cast
+            for code, t in (("__fmaf_{mode}(a, b, c)", "float32"),
+                            ("__fma_{mode}((double)a, (double)b, (double)c)", "float64"))
+            for mode in ("rn", "rz", "rd", "ru")))
+
+
+def test_an_fma_adding_an_infinity_to_a_finite_product_is_the_infinity():
+    """Found by the splice.cuda fuzzer (seed 5): ``__fma_ru(b, b, -inf)`` with b = 1.4e167
+    is -inf (the product is exact and finite inside an fma); the executor multiplied in
+    float64, overflowed to inf, and gave inf - inf = NaN."""
+    b = (1.446991711796173e+167, -3.0e200, 2.0, 1.0e300)
+    c = (-np.inf, np.inf, np.nan, np.inf)
+    inputs = (Input("b", "float64", "tile", b), Input("c", "float32", "tile", c))
+    check(*(Case(f"__fma_{mode}(b, b, (double)c)", ("float64",), inputs)
+            for mode in ("rn", "rz", "rd", "ru")))
 
 
 def test_f32_fma_rounds_once():

@@ -105,8 +105,8 @@ def round_to_format(x: float | Fraction, ebits: int, mbits: int, mode: str,
     """The bits of the exact finite value ``x`` rounded to the format with ``ebits``
     exponent and ``mbits`` mantissa bits, IEEE style (subnormals; ``has_inf=False`` for
     fp8 e4m3, whose largest finite value is 448). ``mode`` rn/rz/rm/rp. ``satfinite``
-    clamps overflow to the largest finite value."""
-    sign = 1 if x < 0 else 0
+    clamps overflow to the largest finite value. A float -0.0 keeps its sign."""
+    sign = 1 if x < 0 or (isinstance(x, float) and math.copysign(1, x) < 0) else 0
     a = Fraction(abs(x))
     bias = (1 << (ebits - 1)) - 1
     if a == 0:
@@ -237,6 +237,8 @@ def f32_fma(a: int, b: int, c: int, mode: str = "rn", ftz: bool = False,
 
 
 def _exact_fma(x: float, y: float, z: float, to_bits, mode: str) -> int:
+    if math.isfinite(x) and math.isfinite(y) and not math.isfinite(z):
+        return to_bits(z, "rn")      # the exact product is finite, even where x * y is not
     if not (math.isfinite(x) and math.isfinite(y) and math.isfinite(z)):
         return to_bits(x * y + z, "rn")
     exact = Fraction(x) * Fraction(y) + Fraction(z)
@@ -283,11 +285,23 @@ def f32_binary(op: str, a: int, b: int, mode: str = "rn", ftz: bool = False,
         if op == "div" and y == 0:
             return f32_binary(op, a, b, "rn", ftz, sat)
         exact = _EXACT[op](Fraction(x), Fraction(y))
-        r = exact_to_f32(exact, mode) if exact != 0 else f2b(_ARITH[op](x, y) if op != "div"
-                                                               else x / y)
-        if exact == 0 and op in ("add", "sub") and mode == "rm" and x != 0:
-            r = 0x80000000
+        if exact != 0:
+            r = exact_to_f32(exact, mode)
+        elif op in ("add", "sub"):
+            r = 0x80000000 if _zero_sum_negative(op, x, y, mode) else 0
+        else:
+            r = f2b(_ARITH[op](x, y))      # a zero product or quotient: the signs' xor
     return _finish32(r, ftz, sat)
+
+
+def _zero_sum_negative(op: str, x: float, y: float, mode: str) -> bool:
+    """The sign of an exact zero ``x + y`` (``x - y``: ``x + -y``), IEEE 754 6.3: the
+    addends' sign when both are zeros of one sign, else -0 only rounding toward -inf
+    (``+0 + -0`` and ``x - x`` are -0 in .rm, +0 in the other modes)."""
+    yy = y if op == "add" else -y
+    if x == 0 and yy == 0 and math.copysign(1, x) == math.copysign(1, yy):
+        return math.copysign(1, x) < 0
+    return mode == "rm"
 
 
 def f64_binary(op: str, a: int, b: int, mode: str = "rn") -> int:
@@ -302,9 +316,10 @@ def f64_binary(op: str, a: int, b: int, mode: str = "rn") -> int:
             v = math.inf
         return d2b(v)
     exact = _EXACT[op](Fraction(x), Fraction(y))
+    if exact == 0 and op in ("add", "sub"):
+        return d2b(-0.0 if _zero_sum_negative(op, x, y, mode) else 0.0)
     if exact == 0:
-        return d2b(-0.0 if mode == "rm" and op in ("add", "sub") and x != 0 else
-                   _ARITH[op](x, y))
+        return d2b(_ARITH[op](x, y))
     return exact_to_f64(exact, mode)
 
 
