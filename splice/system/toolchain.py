@@ -18,7 +18,7 @@
 
 from __future__ import annotations
 
-import atexit
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -129,10 +129,11 @@ def tool_identity(*names: str) -> list:
     out = []
     for name in names:
         if name == "tileiras":
-            # the overlay's hard link (or copy) is the file that runs: same size and mtime
-            ran = _live_overlay() / "bin" / "tileiras"
-            st = ran.stat()
-            out.append([name, str(tileiras().resolve()), st.st_size, st.st_mtime_ns,
+            # the overlay's hard link (or copy) runs only with the size and mtime of the
+            # real one (_checked_tileiras): the real one's identify it, no overlay needed
+            real = tileiras().resolve()
+            st = real.stat()
+            out.append([name, str(real), st.st_size, st.st_mtime_ns,
                         *[_file_identity(c) for c in _libnvvm_candidates() if c.exists()]])
         elif name == "ptxas":
             out.append([name, *_file_identity(ptxas())])
@@ -244,6 +245,7 @@ _CAPTURE_SCRIPT = """#!/bin/sh
 # splice: stands in for ptxas while tileiras runs; keeps what it would assemble. It runs on
 # every kernel's first compile: shell built-ins only, but for one ln (or cp) of its inputs
 # (tileiras deletes them when ptxas returns) into the capture directory, under their names.
+# Each program it runs is named by its absolute path: none is looked up in PATH.
 if [ "$1" = "--version" ]; then exec {real_ptxas} "$@"; fi
 d="$SPLICE_CAPTURE_DIR"
 if [ -z "$d" ] || [ ! -d "$d" ]; then
@@ -266,16 +268,45 @@ for a in "$@"; do
 done
 if [ -z "$ptx" ]; then exit 0; fi
 if [ -n "$host" ]; then set -- "$ptx" "$host"; else set -- "$ptx"; fi
-ln -f -- "$@" "$d/" 2>/dev/null || {{
+{ln} -f -- "$@" "$d/" 2>/dev/null || {{
   # cp will not copy onto a link ln made before failing on the other input
-  for f; do rm -f -- "$d/${{f##*/}}"; done; cp -- "$@" "$d/"; }} || exit 99
+  for f; do {rm} -f -- "$d/${{f##*/}}"; done; {cp} -- "$@" "$d/"; }} || exit 99
 exit 0
 """
 
 
-def _capture_script() -> str:
-    """:data:`_CAPTURE_SCRIPT` for this process's real ptxas."""
-    return _CAPTURE_SCRIPT.format(real_ptxas=shlex.quote(str(ptxas())))
+#: Where the capturing ptxas takes ``ln``, ``cp`` and ``rm`` from: the system's own
+#: directories (a program of that name in a directory on your PATH that someone else can
+#: write would otherwise run as you at every first compile)
+SYSTEM_BIN = ("/usr/bin", "/bin")
+
+
+def system_tool(name: str) -> str:
+    """The absolute path of the system's program ``name``: the first of :data:`SYSTEM_BIN`
+    that has it as a regular file root owns and no one else can write.
+
+    Raises:
+        SpliceToolchainError: none has it.
+    """
+    for d in SYSTEM_BIN:
+        path = os.path.join(d, name)
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o022:
+            return path
+    raise SpliceToolchainError(f"splice's capturing ptxas needs {name}: none in "
+                               f"{' or '.join(SYSTEM_BIN)} that root owns and only root can "
+                               f"write")
+
+
+def _capture_script(real_ptxas: str | None = None, **tools: str) -> str:
+    """:data:`_CAPTURE_SCRIPT` for ``real_ptxas`` (default: this process's real ptxas),
+    with ``ln``, ``cp`` and ``rm`` by absolute path (default: :func:`system_tool`)."""
+    real = str(ptxas()) if real_ptxas is None else real_ptxas
+    paths = {t: shlex.quote(tools.get(t) or system_tool(t)) for t in ("ln", "cp", "rm")}
+    return _CAPTURE_SCRIPT.format(real_ptxas=shlex.quote(real), **paths)
 
 
 def _overlay_bases(real: Path) -> list[Path]:
@@ -306,9 +337,11 @@ def _same_filesystem(directory: Path, file: Path) -> bool:
 def overlay() -> Path:
     """Directory laid out like tileiras's own toolkit root, with a capturing ptxas.
     Built once per tileiras binary (keyed by its path, size and mtime), in the first
-    of :func:`_overlay_bases` that this user owns (or root does) and no one else can write;
-    else in a fresh private temporary directory for this process (one warning). Not a
-    cache entry: never counted nor evicted.
+    of :func:`_overlay_bases` that this user owns (or root does), no one else can write and
+    no other user can rename a directory above (:func:`splice.system.safe_fs.walk`); else
+    in a fresh private temporary directory for this process (one warning). One process
+    builds it; others wait for it (a lock on the key). Not a cache entry: never counted nor
+    evicted. Checked again before every run (:func:`_runnable_tileiras`).
 
     Raises:
         SpliceUnsafePathError: an overlay found in a trusted place is not trusted itself
@@ -317,37 +350,58 @@ def overlay() -> Path:
     """
     real = tileiras().resolve()
     st = real.stat()
-    key = hashlib.sha256(f"{real}|{st.st_size}|{st.st_mtime_ns}|v5".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{real}|{st.st_size}|{st.st_mtime_ns}|v6".encode()).hexdigest()[:16]
+    safe_fs.sweep(Path(tempfile.gettempdir()), PRIVATE_PREFIX)   # those killed processes left
     why: list[str] = []
-    for base in _overlay_bases(real):
+    for base in [] if _changed else _overlay_bases(real):
         root = _overlay_in(base, f"overlay-{key}", real, why)
         if root is not None:
             return root
     return _private_overlay(f"overlay-{key}", real, "; ".join(why))
 
 
+#: The start of a private overlay's directory name: ``<prefix><pid>-<random>``
+PRIVATE_PREFIX = "splice-overlay-"
+#: What changed under this process in an overlay it ran (then it builds private ones only)
+_changed: list[str] = []
+
+
 def _overlay_in(base: Path, name: str, real: Path, why: list[str]) -> Path | None:
-    """The valid overlay ``name`` in ``base``, found or built; None (the reason appended to
-    ``why``) when ``base`` is not trusted or cannot be written."""
+    """The valid overlay ``name`` in ``base``, found or built (under a lock on ``name``:
+    other processes wait, then find it); None (the reason appended to ``why``) when
+    ``base`` is not trusted or cannot be written."""
     try:
         # PRIVATE, not the cache's trust: a member of a trusted group who can write the
         # shared cache could rename toolchain-<uid> and put their own tileiras there
-        safe_fs.check_ancestors(base, "the tileiras overlay")
-        safe_fs.private_dir(base, "the tileiras overlay directory")
+        safe_fs.private_dir(base, "the tileiras overlay directory", ancestors=True)
     except (OSError, SpliceUnsafePathError) as e:
         why.append(f"{base}: {e}")
         return None
-    _remove_leftovers(base)
-    root = base / name
-    if os.path.lexists(root):
-        if _valid_overlay(root, real):
-            return root
-        _discard(root)   # tileiras deleted, truncated or replaced: built again
     try:
-        return _build_overlay(root, real)
+        with _build_lock(base / f"{name}.lock"):
+            _remove_leftovers(base)
+            root = base / name
+            if os.path.lexists(root):
+                if _valid_overlay(root, real):
+                    return root
+                _discard(root)   # tileiras deleted, truncated or replaced: built again
+            return _build_overlay(root, real)
     except OSError as e:
         why.append(f"{base}: {e.strerror or e}")
         return None
+
+
+@contextlib.contextmanager
+def _build_lock(path: Path):
+    """Holds the lock ``path`` while an overlay is found or built; a lock that stays held
+    (a stuck process) is given up after :data:`splice.system.safe_fs.LOCK_TIMEOUT_SECONDS`:
+    the build then races (each builds aside and renames; the last finds the first's)."""
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(safe_fs.locked(path, "the tileiras overlay directory"))
+        except TimeoutError:
+            pass
+        yield
 
 
 #: An ``overlay-tmp-*`` directory older than this (seconds) was left by a killed build.
@@ -366,32 +420,91 @@ def _remove_leftovers(base: Path) -> None:
 
 
 def _valid_overlay(root: Path, real: Path) -> bool:
-    """Whether the overlay ``root`` found on disk can run: its directories and tools
-    trusted, its tileiras the same size and mtime as the real one. A capturing ptxas that
-    is not splice's is rewritten (an edited or truncated one failed every tileiras run with
-    "failed to compile Tile IR program").
+    """Whether the overlay ``root`` found on disk can run (:func:`_checked_tileiras`). A
+    capturing ptxas that is not splice's is rewritten (an edited or truncated one failed
+    every tileiras run with "failed to compile Tile IR program").
 
     Raises:
         SpliceUnsafePathError: its directory is another user's, or others can write it
             (what is inside a directory of this user's is rebuilt instead).
     """
-    tool, script = root / "bin" / "tileiras", root / "bin" / "ptxas"
-    st = root.lstat()
-    if not stat.S_ISDIR(st.st_mode):
+    try:
+        os.close(_checked_tileiras(root, real))
+    except (_Changed, FileNotFoundError):
         return False
-    safe_fs.check(root, st, "the tileiras overlay", safe_fs.PRIVATE)
-    for p in (root / "bin", tool, script):   # in a directory of this user's: rebuilt
-        try:
-            st = p.lstat()
-        except OSError:
-            return False
-        if stat.S_ISLNK(st.st_mode) or safe_fs.untrusted_why(st) is not None:
-            return False
-    real_st, st = real.stat(), tool.stat()
-    if (st.st_size, st.st_mtime_ns) != (real_st.st_size, real_st.st_mtime_ns):
-        return False
-    _check_script(script)
+    _check_script(root / "bin" / "ptxas")
     return True
+
+
+class _Changed(Exception):
+    """An overlay is not what splice built: a link, a file of another user, another
+    tileiras."""
+
+
+#: What :func:`_checked_tileiras` opens each directory of an overlay with: never through
+#: a link; ``O_PATH``: a descriptor to check and to run through
+_DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _checked_tileiras(root: Path, real: Path) -> int:
+    """A descriptor (``O_PATH``) of the overlay's tileiras, reached from ``/`` one checked
+    directory at a time (:func:`splice.system.safe_fs.walk`): the directories above
+    ``root`` trusted or sticky, and links on the way yours; ``root``, ``bin/``, ``lib/``,
+    ``bin/tileiras`` and ``bin/ptxas`` no links, yours (or root's) and no one else can
+    write them; tileiras the size and mtime of ``real``. Running the descriptor
+    (``/proc/self/fd/N``) runs the file checked, and tileiras, which finds ptxas and
+    libnvvm through ``/proc/self/exe``, finds them beside it by a path no other user can
+    change.
+
+    Raises:
+        _Changed: one of them is not so.
+        FileNotFoundError: one is missing (removed: an overlay is made again).
+        SpliceUnsafePathError: ``root`` or a directory above it is not trusted.
+    """
+    fds = [safe_fs.walk(root.parent, "the tileiras overlay directory", ancestors=True)]
+    try:
+        fds.append(_opened(fds[0], root.name, root, os.O_DIRECTORY))
+        safe_fs.check(root, os.fstat(fds[1]), "the tileiras overlay")   # named: delete it
+        fds.append(_opened(fds[1], "bin", root, os.O_DIRECTORY))
+        _trusted(os.fstat(fds[2]), stat.S_ISDIR, root / "bin")
+        _trusted(os.stat("lib", dir_fd=fds[1], follow_symlinks=False), stat.S_ISDIR,
+                 root / "lib")
+        _trusted(os.stat("ptxas", dir_fd=fds[2], follow_symlinks=False), stat.S_ISREG,
+                 root / "bin" / "ptxas")
+        tool = _opened(fds[2], "tileiras", root, 0)
+        try:
+            st, want = os.fstat(tool), real.stat()
+            _trusted(st, stat.S_ISREG, root / "bin" / "tileiras")
+            if (st.st_size, st.st_mtime_ns) != (want.st_size, want.st_mtime_ns):
+                raise _Changed(f"{root / 'bin' / 'tileiras'} is not {real}")
+        except BaseException:
+            os.close(tool)
+            raise
+        return tool
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _opened(directory: int, name: str, root: Path, flags: int) -> int:
+    """``name`` in ``directory`` opened ``O_PATH``, never through a link."""
+    try:
+        return os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC | flags,
+                       dir_fd=directory)
+    except FileNotFoundError:
+        raise
+    except OSError as e:   # ENOTDIR: a link or a file where a directory belongs
+        raise _Changed(f"{name} in {root}: {e.strerror}") from None
+
+
+def _trusted(st: os.stat_result, kind, path: Path) -> None:
+    """Raise :class:`_Changed` unless ``st`` is of ``kind`` (``stat.S_ISDIR``...), not a
+    link, and yours or root's that no one else can write."""
+    if not kind(st.st_mode):
+        raise _Changed(f"{path} is not a {'directory' if kind is stat.S_ISDIR else 'file'}")
+    why = safe_fs.untrusted_why(st)
+    if why is not None:
+        raise _Changed(f"{path} is {safe_fs.describe(st)}, and {why}")
 
 
 def _discard(root: Path) -> None:
@@ -410,31 +523,49 @@ _warned_private = False
 
 
 def _private_overlay(name: str, real: Path, why: str) -> Path:
-    """The overlay in a fresh private temporary directory, removed when the process
-    exits; said once in a warning."""
+    """The overlay in a fresh private temporary directory of this process
+    (:func:`splice.system.safe_fs.process_dir`: removed when it exits, or by a later
+    process when it was killed); said once in a warning."""
     global _warned_private
-    base = Path(tempfile.mkdtemp(prefix="splice-overlay-"))
-    atexit.register(shutil.rmtree, base, True)
+    try:
+        base = safe_fs.process_dir(PRIVATE_PREFIX)
+        safe_fs.private_dir(base, "the tileiras overlay directory", ancestors=True)
+        root = _build_overlay(base / name, real)
+    except OSError as e:
+        raise SpliceToolchainError(f"cannot create the tileiras overlay in "
+                                   f"{tempfile.gettempdir()}: {e.strerror or e} (and "
+                                   f"{why})") from None
     if not _warned_private:
         _warned_private = True
         warnings.warn(f"splice: the tileiras overlay cannot be kept ({why}); building it in "
                       f"{base} for this process", RuntimeWarning, stacklevel=4)
-    try:
-        return _build_overlay(base / name, real)
-    except OSError as e:
-        raise SpliceToolchainError(f"cannot create the tileiras overlay in {base}: "
-                                   f"{e.strerror or e} (and {why})") from None
-
-
-def _live_overlay() -> Path:
-    """:func:`overlay`, built again when it was removed since this process built or found
-    it (the cache directory deleted beside a running process, a temporary-directory
-    cleaner): one file test per call."""
-    root = overlay()
-    if not (root / "bin" / "tileiras").is_file():
-        overlay.cache_clear()
-        root = overlay()
     return root
+
+
+def _runnable_tileiras() -> int:
+    """A descriptor of the overlay's tileiras, checked now (:func:`_checked_tileiras`), for
+    one run: found or built again when the overlay was removed since this process found it
+    (the cache directory deleted beside a running process, a temporary-directory cleaner);
+    built in a new private directory, with one warning, when anything in it changed.
+
+    Raises:
+        SpliceToolchainError: it keeps changing.
+        SpliceUnsafePathError: the overlay found is another user's.
+    """
+    for _ in range(3):
+        root = overlay()
+        try:
+            return _checked_tileiras(root, tileiras().resolve())
+        except FileNotFoundError:
+            overlay.cache_clear()
+        except (_Changed, SpliceUnsafePathError, OSError) as e:
+            if not _changed:
+                warnings.warn(f"splice: the tileiras overlay {root} changed while this "
+                              f"process used it ({e}); building a new one in a private "
+                              f"directory", RuntimeWarning, stacklevel=4)
+            _changed.append(str(e))
+            overlay.cache_clear()
+    raise SpliceToolchainError(f"the tileiras overlay keeps changing: {_changed[-1]}")
 
 
 def _check_script(script: Path) -> None:
@@ -451,16 +582,20 @@ def _check_script(script: Path) -> None:
 
 
 def _build_overlay(root: Path, real: Path) -> Path:
+    """The overlay ``root``: built aside (``overlay-tmp-*``) and renamed into place. Its
+    ``bin/`` and ``lib/`` are directories of its own (links to the toolkit's files in
+    them), tileiras a hard link (or a copy) of ``real``, ptxas the capturing script."""
     real_root = real.parent.parent
     tmp = Path(tempfile.mkdtemp(prefix="overlay-tmp-", dir=root.parent))
     try:
         for entry in real_root.iterdir():
-            if entry.name != "bin":
+            if entry.name not in ("bin", "lib"):
                 os.symlink(entry, tmp / entry.name)
-        (tmp / "bin").mkdir(0o700)
-        for entry in real.parent.iterdir():
-            if entry.name not in ("tileiras", "ptxas"):
-                os.symlink(entry, tmp / "bin" / entry.name)
+        for sub, own in (("bin", ("tileiras", "ptxas")), ("lib", ())):
+            (tmp / sub).mkdir(0o700)
+            for entry in (real_root / sub).iterdir() if (real_root / sub).is_dir() else ():
+                if entry.name not in own:
+                    os.symlink(entry, tmp / sub / entry.name)
         try:
             os.link(real, tmp / "bin" / "tileiras")
         except OSError:
@@ -513,7 +648,6 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
         SpliceTileirasTimeout: it timed out (also cuTile's TileCompilerTimeoutError).
         SpliceToolchainError: it cannot run, or did not call ptxas exactly once.
     """
-    ov = _live_overlay()
     with tempfile.TemporaryDirectory(prefix="splice-tileiras-") as work:
         w = Path(work)
         if "\n" in work:   # the capture's argv is one argument a line
@@ -526,16 +660,9 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
         tmpdir.mkdir()
         src = w / "kernel.tileirbc"
         src.write_bytes(bytecode)
-        argv = [str(ov / "bin" / "tileiras"), str(src), "-o", str(w / "kernel.cubin"), *flags]
-        env = clean_env(SPLICE_CAPTURE_DIR=str(cap), TMPDIR=str(tmpdir))
-        try:
-            proc = subprocess.run(argv, capture_output=True, env=env, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise SpliceTileirasTimeout(
-                f"tileiras exceeded the compile timeout of {timeout}s on {what} "
-                f"(CUDA_TILE_COMPILER_TIMEOUT_SEC)", flags=shlex.join(flags)) from None
-        except OSError as e:
-            raise SpliceToolchainError(f"cannot run tileiras for {what}: {e}") from None
+        args = [str(src), "-o", str(w / "kernel.cubin"), *flags]
+        proc = _run_overlay(args, clean_env(SPLICE_CAPTURE_DIR=str(cap), TMPDIR=str(tmpdir)),
+                            timeout=timeout, what=what, flags=flags)
         log = (proc.stdout + proc.stderr).decode(errors="replace")
         if proc.returncode != 0:
             unsupported = re.search(r"--gpu-name option: Cannot find option named '([^']*)'",
@@ -547,7 +674,7 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
                     f"one of them as arch=", log)
             raise SpliceTileirasError(
                 f"tileiras failed (exit {proc.returncode}) on {what}; command: "
-                f"{shlex.join(argv[1:])}{_missing_libnvvm_hint()}", log,
+                f"{shlex.join(args)}{_missing_libnvvm_hint()}", log,
                 flags=shlex.join(flags))
         calls = sorted(cap.glob("call*.argv"))
         if len(calls) != 1:
@@ -565,6 +692,29 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
                                        f"{what} was not kept", log)
         return Capture(ptx_path.read_text(), host.read_bytes() if host else None,
                        ptxas_argv)
+
+
+def _run_overlay(args: list[str], env: dict[str, str], *, timeout: float | None, what: str,
+                 flags: tuple[str, ...]) -> subprocess.CompletedProcess:
+    """The overlay's tileiras run on ``args``, through the descriptor checked just before
+    (:func:`_runnable_tileiras`): ``/proc/self/fd/N``, no name resolved again.
+
+    Raises:
+        SpliceTileirasTimeout: it timed out.
+        SpliceToolchainError: it cannot run.
+    """
+    tool = _runnable_tileiras()
+    try:
+        return subprocess.run([f"/proc/self/fd/{tool}", *args], capture_output=True,
+                              env=env, timeout=timeout, pass_fds=(tool,))
+    except subprocess.TimeoutExpired:
+        raise SpliceTileirasTimeout(
+            f"tileiras exceeded the compile timeout of {timeout}s on {what} "
+            f"(CUDA_TILE_COMPILER_TIMEOUT_SEC)", flags=shlex.join(flags)) from None
+    except OSError as e:
+        raise SpliceToolchainError(f"cannot run tileiras for {what}: {e}") from None
+    finally:
+        os.close(tool)
 
 
 def tileiras_architectures() -> list[str]:
