@@ -173,8 +173,8 @@ def walk(path: Path | str, what: str, trust: Trust = PRIVATE, *, create: bool = 
         path: the directory (relative: to the current directory, once, here).
         what (str): what it is to splice ("the cache directory"), for the message.
         trust (Trust): who besides the user and root is trusted.
-        create (bool): make the directories that are missing, 0700 (in a shared cache
-            2770: the group of the directory above, which its members' files keep).
+        create (bool): make the directories that are missing, 0700 (2770 in a directory
+            of a trusted group, a shared cache's: its group, which the files in them keep).
         ancestors (bool): also refuse a directory on the way that another user could
             rename entries of: one neither trusted nor sticky (``/tmp``: users rename only
             their own entries) with you or root as owner. For what another program opens
@@ -229,9 +229,9 @@ def _names(path: str) -> list[str]:
 def _lstat_or_make(fd: int, name: str, parent: os.stat_result, trust: Trust,
                    create: bool) -> os.stat_result:
     """The ``lstat`` of ``name`` in the directory ``fd``; made first when missing and
-    ``create`` (0700, or 2770 with ``parent``'s group in a shared cache: a ``chmod 0770``
-    would clear the set-group-ID bit it inherited, and its members' entries would then
-    have their own primary groups)."""
+    ``create``: 0700, or 2770 with ``parent``'s group when that is a trusted group (a
+    shared cache: a ``chmod 0770`` would clear the set-group-ID bit it inherited, and the
+    members' entries in it would then have their own primary groups)."""
     try:
         return os.stat(name, dir_fd=fd, follow_symlinks=False)
     except FileNotFoundError:
@@ -244,9 +244,8 @@ def _lstat_or_make(fd: int, name: str, parent: os.stat_result, trust: Trust,
     made = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
                    dir_fd=fd)
     try:
-        if trust.gids:
-            if parent.st_gid in trust.gids and os.fstat(made).st_gid != parent.st_gid:
-                os.fchown(made, -1, parent.st_gid)
+        if parent.st_gid in trust.gids:   # in a shared cache's directory: its group's
+            os.fchown(made, -1, parent.st_gid)
             os.fchmod(made, 0o2770)
         else:
             os.fchmod(made, 0o700)   # (a umask took no bit of 0700; the mode is stated)
@@ -280,8 +279,8 @@ def _check_above(directory: str, st: os.stat_result, what: str, trust: Trust) ->
 
 def private_dir(path: Path, what: str, trust: Trust = PRIVATE, *,
                 ancestors: bool = False) -> Path:
-    """``path`` created (with its missing parents) 0700 (2770 in a shared cache), or
-    checked when it exists, as :func:`walk` does.
+    """``path`` created (with its missing parents) 0700 (2770 in a shared cache's
+    directory), or checked when it exists, as :func:`walk` does.
 
     Args:
         path (Path): the directory.

@@ -352,7 +352,7 @@ def overlay() -> Path:
     st = real.stat()
     key = hashlib.sha256(f"{real}|{st.st_size}|{st.st_mtime_ns}|v6".encode()).hexdigest()[:16]
     safe_fs.sweep(Path(tempfile.gettempdir()), PRIVATE_PREFIX)   # those killed processes left
-    why: list[str] = []
+    why = [f"one changed while this process used it: {_changed[-1]}"] if _changed else []
     for base in [] if _changed else _overlay_bases(real):
         root = _overlay_in(base, f"overlay-{key}", real, why)
         if root is not None:
