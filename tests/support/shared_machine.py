@@ -161,7 +161,8 @@ def plant_overlay(src: Path, dest: Path, marker: Path) -> None:
     script.write_text(f"{lines[0]}\ntouch {marker}\n{lines[1]}")
     for p in (dest, dest.parent, dest / "bin"):
         p.chmod(0o755)
-    script.chmod(0o755)
+    for p in (script, dest / "bin" / "tileiras"):   # (a copy of splice's 0700 one)
+        p.chmod(0o755)
 
 
 def forge(entry: Path, change) -> None:

@@ -118,13 +118,20 @@ def as_user(uid: int, *argv: str, groups: tuple[int, ...] = ()) -> str:
                           check=True, capture_output=True, text=True, timeout=60).stdout
 
 
-def wait_for(world: Path, name: str, seconds: float = CHILD_SECONDS) -> None:
-    """Wait until a child says it reached ``name`` (``sync/<name>.ready``)."""
-    deadline = time.monotonic() + seconds
-    while not (world / "sync" / f"{name}.ready").exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the child never reached {name}")
+def wait_for(world: Path, name: str, proc) -> str:
+    """What the child ``proc`` said when it reached ``name`` (``sync/<name>.ready``).
+
+    Raises:
+        TimeoutError: it ended, or took longer than :data:`CHILD_SECONDS`, before.
+    """
+    deadline = time.monotonic() + CHILD_SECONDS
+    ready = world / "sync" / f"{name}.ready"
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            out = proc.stdout.read().decode(errors="replace")[-3000:] if proc.stdout else ""
+            raise TimeoutError(f"the child never reached {name}: {out}")
         time.sleep(0.05)
+    return ready.read_text()
 
 
 def go(world: Path, name: str) -> None:
