@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import splice
-from splice.system import cache, nvrtc_pch, safe_fs, toolchain
+from splice.system import cache, nvrtc_pch, safe_fs, tileiras_overlay, toolchain
 from support import shared_machine as lab
 from support import two_users
 from support.env import python_env
@@ -121,7 +121,7 @@ def test_an_overlay_changed_after_it_was_found_is_not_run(tmp_path, fresh_cache,
     """Found once per process, it was run by name at every compile with one check (that
     ``bin/tileiras`` is a file): a capturing ptxas given to another user (who then wrote
     it), tileiras or ``lib/`` made links, ran or broke the next compile."""
-    monkeypatch.setattr(toolchain, "_changed", [])
+    monkeypatch.setattr(tileiras_overlay, "changed", [])
     lab.kernels.cache_clear()
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "five.cu").write_text(FIVE)
@@ -164,7 +164,7 @@ def test_the_capturing_ptxas_never_runs_a_program_found_in_path(tmp_path, fresh_
     mark = tmp_path / "mark"
     for tool in ("ln", "cp", "rm"):
         fake = theirs / tool
-        fake.write_text(f"#!/bin/sh\ntouch {mark}\nexec {toolchain.system_tool(tool)} \"$@\"\n")
+        fake.write_text(f"#!/bin/sh\ntouch {mark}\nexec {safe_fs.system_program(tool)} \"$@\"\n")
         fake.chmod(0o755)
         os.chown(fake, ATTACKER, ATTACKER)
     monkeypatch.setenv("PATH", f"{theirs}{os.pathsep}{os.environ.get('PATH', '')}")
@@ -314,9 +314,9 @@ def test_the_refusal_of_a_shared_cache_names_its_cause(tmp_path, monkeypatch):
 
 _MAKE_DIRS = """
 import atexit, json, os, sys
-from splice.system import cache, nvrtc_pch, toolchain
-made = [cache._temporary_root(), nvrtc_pch._private_dir(),
-        toolchain._private_overlay("overlay-test", toolchain.tileiras().resolve(), "test")]
+from splice.system import cache, nvrtc_pch, tileiras_overlay, toolchain
+made = [cache._temporary_root(), nvrtc_pch._private_dir(), tileiras_overlay._private_overlay(
+    "overlay-test", toolchain.tileiras().resolve(), "#!/bin/sh", "test")]
 (made[1] / "state").mkdir()
 (made[1] / "state" / "pch").write_bytes(b"x" * 10000)
 print(json.dumps([str(p) for p in made]), flush=True)
@@ -429,15 +429,15 @@ def test_pch_bytes_count_against_the_bound(fresh_cache):
 _ONE_OVERLAY = """
 import os, sys, time
 from pathlib import Path
-from splice.system import toolchain
-build = toolchain._build_overlay
-def logged(root, real):
+from splice.system import tileiras_overlay, toolchain
+build = tileiras_overlay._build_overlay
+def logged(root, real, script):
     with open(os.environ["LOG"], "a") as f:
         f.write(f"{os.getpid()}\\n")
     time.sleep(0.5)   # as a copy of tileiras (103 MB) takes
-    return build(root, real)
-toolchain._build_overlay = logged
-toolchain._overlay_bases = lambda real: [Path(os.environ["BASE"])]
+    return build(root, real, script)
+tileiras_overlay._build_overlay = logged
+tileiras_overlay._overlay_bases = lambda real: [Path(os.environ["BASE"])]
 print("ready", flush=True)
 sys.stdin.readline()
 print(toolchain.overlay(), flush=True)

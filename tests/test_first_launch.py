@@ -19,7 +19,7 @@ import pytest
 import splice
 from splice.driver import pipeline, stages
 from splice.errors import SpliceToolchainError
-from splice.system import toolchain
+from splice.system import safe_fs, tileiras_overlay, toolchain
 from support import kernels as K
 from support.env import python_env
 
@@ -263,12 +263,12 @@ def test_a_cache_hit_in_a_new_process_loads_no_miss_stage(tmp_path):
 
 
 def test_the_capturing_ptxas_keeps_argv_ptx_and_host_object(tmp_path):
-    # the script tileiras runs instead of ptxas (toolchain._CAPTURE_SCRIPT): built-ins but
+    # the script tileiras runs instead of ptxas (tileiras_overlay._CAPTURE_SCRIPT): built-ins but
     # for one ln, which links tileiras's temporary inputs before tileiras deletes them
     real = tmp_path / "real-ptxas"
     real.write_text('#!/bin/sh\necho "real ptxas $*"\n')
     script = tmp_path / "ptxas"
-    script.write_text(toolchain._capture_script(str(real)))
+    script.write_text(tileiras_overlay.capture_script(str(real)))
     for f in (real, script):
         f.chmod(0o755)
     tmp, cap = tmp_path / "tmp dir", tmp_path / "cap"
@@ -371,7 +371,7 @@ def test_mypy_flags_a_misspelt_splice_name(tmp_path):
 
 def _capture_script(tmp_path: Path, **tools: str) -> Path:
     script = tmp_path / "ptxas"
-    script.write_text(toolchain._capture_script("/bin/false", **tools))
+    script.write_text(tileiras_overlay.capture_script("/bin/false", **tools))
     script.chmod(0o755)
     return script
 
@@ -384,7 +384,7 @@ def test_capturing_ptxas_copies_when_ln_links_only_the_first_input(tmp_path):
     for d in (bin_dir, tmp, cap):
         d.mkdir()
     fake_ln = bin_dir / "ln"   # ln -f -- PTX HOST DIR/: links PTX, fails on HOST
-    fake_ln.write_text(f'#!/bin/sh\n{toolchain.system_tool("ln")} -f -- "$3" "$5" && exit 1\n')
+    fake_ln.write_text(f'#!/bin/sh\n{safe_fs.system_program("ln")} -f -- "$3" "$5" && exit 1\n')
     fake_ln.chmod(0o755)
     script = _capture_script(tmp_path, ln=str(fake_ln))
     (tmp / "k-1.ptx").write_text(".version 8.0\n")
@@ -569,7 +569,7 @@ def test_a_cache_directory_removed_while_the_process_runs_is_made_again(fresh_ca
     # overlay the process had built went with it, and every later build raised a bare
     # FileNotFoundError until the process restarted
     from splice.system import toolchain
-    monkeypatch.setattr(toolchain, "_overlay_bases", lambda real: [fresh_cache / "toolchain"])
+    monkeypatch.setattr(tileiras_overlay, "_overlay_bases", lambda real: [fresh_cache / "toolchain"])
     toolchain.overlay.cache_clear()
     try:
         first = splice.build(K.ptx_kernel, SIG, "sm_90")
@@ -703,7 +703,7 @@ def test_an_overlay_with_a_broken_capture_script_is_repaired(fresh_cache, monkey
     # an edited or truncated bin/ptxas of the overlay failed every tileiras run of every
     # later process ("failed to compile Tile IR program"), with no word of the overlay
     from splice.system import toolchain
-    monkeypatch.setattr(toolchain, "_overlay_bases", lambda real: [fresh_cache / "toolchain"])
+    monkeypatch.setattr(tileiras_overlay, "_overlay_bases", lambda real: [fresh_cache / "toolchain"])
     toolchain.overlay.cache_clear()
     try:
         script = toolchain.overlay() / "bin" / "ptxas"

@@ -285,7 +285,7 @@ def test_leftovers_of_killed_builds_are_removed(fresh_cache):
     left = root.parent / "overlay-tmp-killed"
     (left / "bin").mkdir(parents=True)
     (left / "bin" / "tileiras").write_bytes(b"x" * 1000)
-    old = time.time() - 7200   # (toolchain.STALE_BUILD_SECONDS is 600)
+    old = time.time() - 7200   # (tileiras_overlay.STALE_BUILD_SECONDS is 600)
     os.utime(left, (old, old))
     _fresh_overlay()
     assert not left.exists()

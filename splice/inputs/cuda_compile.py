@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from ..errors import SpliceCompileError
-from ..system import toolchain
+from ..errors import SpliceCompileError, SpliceUnsafePathError
+from ..system import safe_fs, toolchain
 
 if TYPE_CHECKING:
     from .headers import HeaderProvider
@@ -169,9 +169,10 @@ def _first_error(log: str, source: str, name: str, generated=()) -> str:
             text = gen[k - 1].strip() if 0 < k <= len(gen) else ""
             return (f"{ln}\n    in the code splice generated for extern "
                     f"{owner or '(unknown)'}: {text}")
-        try:
-            text = Path(file).read_text(errors="replace").splitlines()[n - 1].strip()
-        except (OSError, IndexError):
+        try:   # a regular file only: a FIFO at that name would hang the error message
+            text = safe_fs.read_regular(file, safe_fs.MAX_SOURCE_BYTES, "the header").decode(
+                errors="replace").splitlines()[n - 1].strip()
+        except (OSError, IndexError, SpliceUnsafePathError):
             text = ""
         return f"{ln}\n    {file}:{n}: {text}"
     for ln in log.splitlines():

@@ -190,7 +190,7 @@ def read(path: Path, touch: bool = True) -> tuple[dict, bytes] | None:
         return None
     if touch:
         try:
-            os.utime(path)  # used now: last to be evicted
+            os.utime(path, follow_symlinks=False)  # used now: last to be evicted
         except OSError:
             pass  # evicted meanwhile, or a read-only cache
     return header, payload

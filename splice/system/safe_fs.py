@@ -312,6 +312,26 @@ def open_dir(path: Path, what: str, trust: Trust = PRIVATE):
         os.close(fd)
 
 
+#: Where :func:`system_program` takes a program from: the system's own directories
+SYSTEM_BIN = ("/usr/bin", "/bin")
+
+
+def system_program(name: str) -> str | None:
+    """The absolute path of the system's program ``name`` (``ln``, ``c++filt``): the first
+    of :data:`SYSTEM_BIN` that has it as a file root owns and no one else can write; None
+    when none has. For the programs splice runs of its own accord (never looked up in
+    ``PATH``, where a directory someone else can write may come first)."""
+    for d in SYSTEM_BIN:
+        path = os.path.join(d, name)
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o022:
+            return path
+    return None
+
+
 #: A directory of :func:`process_dir` older than this (seconds) is removed whoever made it
 #: (a process alive that long finds it gone at its next use, and makes another)
 STALE_PROCESS_DIR_SECONDS = 24 * 3600
