@@ -18,10 +18,14 @@ Two details make it work and keep it safe:
   to :data:`HEAP_BYTES` before the first PCH compile, and to what NVRTC reports it needed
   (``nvrtcGetPCHHeapSizeRequired``) after a compile that ran out of it.
 - **Where the file goes.** NVRTC writes the PCH to ``--pch-dir`` and reads it back from
-  there. That directory is this process's own: a ``tempfile.mkdtemp`` directory (random
-  name, 0700) inside splice's cache directory (:func:`splice.system.cache.cache_root`), used only
-  when that directory is the user's, a real directory and not writable by anyone else,
-  and removed at exit. Never a predictable name in a shared temporary directory.
+  there. That directory is this process's own (``pch-<pid>-<random>``, 0700:
+  :func:`splice.system.safe_fs.process_dir`) inside splice's cache directory
+  (:func:`splice.system.cache.cache_root`), used only when that directory is the user's,
+  not writable by anyone else and under no directory another user could rename entries
+  of (NVRTC opens the file by name), and checked again before each compile. It is removed
+  at exit by the process that made it, else (``kill -9``) by a later one, and counted
+  against the cache's size bound. Never a predictable name in a shared temporary
+  directory.
 
 PCH compiles are serialised (:data:`_lock`): resizing the heap frees the one NVRTC is
 using, and two programs creating the same header's PCH at once would race on its file.
