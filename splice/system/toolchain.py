@@ -192,8 +192,11 @@ def _unambiguous_library(name: str) -> Path | None:
         return None
     import site
     roots = [*site.getsitepackages(), site.getusersitepackages()]
-    found = {p.resolve() for r in roots for d in dirs
-             for p in Path(r, d).glob(f"{prefix}[0-9]*") if p.is_file()}
+    try:
+        found = {p.resolve() for r in roots for d in dirs
+                 for p in Path(r, d).glob(f"{prefix}[0-9]*") if p.is_file()}
+    except OSError:   # a directory this user cannot read (another user's $HOME)
+        return None
     return found.pop() if len(found) == 1 else None
 
 
