@@ -9,9 +9,7 @@ working on a splice without the checks."""
 from __future__ import annotations
 
 import atexit
-import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,9 +21,9 @@ from splice.system import toolchain
 from support.shared_machine import SIG as SIG
 from support.shared_machine import (
     attempt,
-    become,
     build,
     env,
+    main,
     marks,
     plant_overlay,
     toolkit,
@@ -141,14 +139,5 @@ ROLES = {
 }
 
 
-def main() -> None:
-    role, world, uid = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
-    become(uid, int(world.joinpath("group-gid").read_text()), world)
-    out = {}
-    for step in ROLES[role]:
-        out[step.__name__] = attempt(lambda step=step: step(world))
-        world.joinpath("results", f"{role}.json").write_text(json.dumps(out, indent=1))
-
-
 if __name__ == "__main__":
-    main()
+    main(ROLES)

@@ -397,11 +397,13 @@ def become(uid: int, group: int, world: Path) -> None:
     os.setuid(uid)
 
 
-def main() -> None:
+def main(roles: dict | None = None) -> None:
+    """Play the role ``argv[1]`` of ``roles`` (default :data:`ROLES`) in the world
+    ``argv[2]`` as the uid ``argv[3]``: each step's result in ``results/<role>.json``."""
     role, world, uid = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
     become(uid, int(world.joinpath("group-gid").read_text()), world)
     results = {}
-    for step in ROLES[role]:
+    for step in (ROLES if roles is None else roles)[role]:
         results[step.__name__] = attempt(lambda step=step: step(world))
         world.joinpath("results", f"{role}.json").write_text(json.dumps(results, indent=1))
 
