@@ -255,6 +255,27 @@ def test_another_users_link_on_the_way_to_the_cache_is_not_followed(tmp_path, mo
     assert cache.load("kernel", "k")[1] == b"payload"
 
 
+def test_walk_follows_your_links_as_the_kernel_does(tmp_path):
+    """safe_fs.walk resolves a path one name at a time: a relative link of yours with
+    ``..`` in it leads where the kernel's lookup leads; a loop, a file and a missing name
+    are errors."""
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "up").symlink_to("..")
+    (tmp_path / "loop").symlink_to("loop")
+    (tmp_path / "file").write_text("")
+    fd = safe_fs.walk(tmp_path / "a" / "up" / "a" / "b", "the test directory")
+    try:
+        assert os.path.samestat(os.fstat(fd), os.stat(tmp_path / "a" / "b"))
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError):
+        safe_fs.walk(tmp_path / "loop", "the test directory")
+    with pytest.raises(splice.SpliceUnsafePathError, match="not a directory"):
+        safe_fs.walk(tmp_path / "file", "the test directory")
+    with pytest.raises(FileNotFoundError):
+        safe_fs.walk(tmp_path / "missing", "the test directory")
+
+
 # ---------------------------------------------------------------------------------------------
 # the team cache, as the docs set it up
 
