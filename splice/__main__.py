@@ -123,7 +123,10 @@ def _cmd_cache(a) -> int:
                   f"{meta.get('symbol') or meta.get('what') or ''}")
     elif a.action == "size":
         n, total = cache.size()
-        print(f"{root}: {n} entries, {total} bytes (limit {cache.max_bytes()})")
+        pch = cache.pch_bytes()
+        print(f"{root}: {n} entries, {total} bytes (limit {cache.max_bytes()})" +
+              (f"; {pch} of them NVRTC's precompiled headers of running processes" if pch
+               else ""))
     elif a.action == "prune":
         limit = cache.max_bytes() if a.max_bytes is None else a.max_bytes
         removed, freed = cache.prune(limit)

@@ -1,8 +1,8 @@
 """A CUDA C fragment's cache key covers every user header NVRTC may read: found through
 ``include_dirs``, beside the ``.cu`` file, through ``-I``/``--include-path`` in ``options``,
-pre-included with ``-include``/``--pre-include``, or (a text source declared where the file
-name has no directory, e.g. ``python -c``) in the current directory. An edit to any of them
-must change the key, else the cache serves the old header's cubin."""
+pre-included with ``-include``/``--pre-include``, or (a text source) beside the file that
+declares it. An edit to any of them must change the key, else the cache serves the old
+header's cubin."""
 
 import pytest
 
@@ -36,14 +36,33 @@ def test_pre_included_header(tmp_path, opts):
     assert _edit_changes_key(frag, tmp_path / "h.h")
 
 
-def test_text_source_header_in_the_current_directory(tmp_path, monkeypatch):
-    """NVRTC names a text source ``extern_source@<where>``; with no directory in ``where``
-    (``python -c``, ``<stdin>``, a relative script name) it looks in the current directory."""
+def test_text_source_header_beside_the_declaring_file(tmp_path, monkeypatch):
+    """NVRTC names a text source beside the file that declares it (as a ``.cu`` there
+    would be), wherever the process runs: a quoted header there is read and hashed."""
+    (tmp_path / "model.py").write_text("")
+    (tmp_path / "h.h").write_text("#define V 1\n")
+    monkeypatch.chdir(tmp_path.parent)
+    frag = CudaSource(text='#include "h.h"\n' + BODY, where=f"{tmp_path / 'model.py'}:1",
+                      providers=HEADER_PROVIDERS)
+    assert frag.program_name().startswith(f"{tmp_path}/")
+    assert _edit_changes_key(frag, tmp_path / "h.h")
+
+
+def test_text_source_outside_a_file_never_reads_the_current_directory(tmp_path,
+                                                                       monkeypatch):
+    """Declared where the file name is no file (``python -c``, ``<stdin>``): no directory
+    of its own, so a header in the current directory is neither compiled nor hashed (it
+    was, before the include_dirs: whoever could write the directory the user ran from
+    chose the header), and the error says where the header is looked up."""
+    from splice.errors import SpliceCompileError
     monkeypatch.chdir(tmp_path)
     (tmp_path / "h.h").write_text("#define V 1\n")
     frag = CudaSource(text='#include "h.h"\n' + BODY, where="<string>:1",
                       providers=HEADER_PROVIDERS)
-    assert _edit_changes_key(frag, tmp_path / "h.h")
+    assert not frag.program_name().startswith(str(tmp_path))
+    assert not _edit_changes_key(frag, tmp_path / "h.h")
+    with pytest.raises(SpliceCompileError, match="looked up in include_dirs= only"):
+        frag.module("sm_90a")
 
 
 def test_include_dirs_come_before_the_files_own_directory(tmp_path):

@@ -148,6 +148,18 @@ def test_cache_size_and_prune(tmp_path):
                    env=dict(os.environ, **env))
     size = _run("cache", "size", env_extra=env)
     assert "3 entries" in size.stdout and "limit 4294967296" in size.stdout
+    alive = subprocess.Popen(   # a running process's precompiled headers count
+        [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); from splice."
+         "system import cache, safe_fs; d = safe_fs.process_dir(cache.PCH_PREFIX, cache."
+         "cache_root()); (d / 'p.pch').write_bytes(b'x' * 7000); print(d, flush=True); "
+         "sys.stdin.read()", str(ROOT)], env=dict(os.environ, **env), text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    alive.stdout.readline()
+    try:
+        size = _run("cache", "size", env_extra=env).stdout
+    finally:
+        alive.communicate("")
+    assert "7000 of them NVRTC's precompiled headers" in size, size
     out = _run("cache", "prune", "--max-bytes", "1500", env_extra=env)
     assert out.returncode == 0 and "removed 2 entries" in out.stdout, out
     assert "1 entries" in _run("cache", "size", env_extra=env).stdout

@@ -14,7 +14,7 @@ import cuda.tile as ct
 import pytest
 
 import splice
-from splice.system import cache, toolchain
+from splice.system import cache, tileiras_overlay, toolchain
 from support import kernels as K
 
 SIG = K.signature(K.array(ct.float32), K.array(ct.float32), 512)
@@ -22,13 +22,14 @@ TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 
 
-def _fake_overlay(tmp_path, script):
+def _fake_tileiras(tmp_path, script):
+    """What runs as the overlay's tileiras: a script (opened as the checked one is)."""
     d = tmp_path / "fake-overlay"
     (d / "bin").mkdir(parents=True, exist_ok=True)
     t = d / "bin" / "tileiras"
     t.write_text("#!/bin/sh\n" + script)
     t.chmod(0o755)
-    return d
+    return lambda: os.open(t, os.O_PATH)
 
 
 def _no_entries():
@@ -36,7 +37,7 @@ def _no_entries():
 
 
 def test_tileiras_exits_nonzero(fresh_cache, tmp_path, monkeypatch):
-    monkeypatch.setattr(toolchain, "overlay", lambda: _fake_overlay(
+    monkeypatch.setattr(toolchain, "_runnable_tileiras", _fake_tileiras(
         tmp_path, "echo 'error: something broke' >&2; exit 3\n"))
     with pytest.raises(splice.SpliceToolchainError, match=r"tileiras failed \(exit 3\)") as e:
         splice.build(K.ptx_kernel, SIG, "sm_90")
@@ -48,7 +49,7 @@ def test_tileiras_exits_nonzero(fresh_cache, tmp_path, monkeypatch):
 
 
 def test_tileiras_times_out(fresh_cache, tmp_path, monkeypatch):
-    monkeypatch.setattr(toolchain, "overlay", lambda: _fake_overlay(tmp_path, "sleep 30\n"))
+    monkeypatch.setattr(toolchain, "_runnable_tileiras", _fake_tileiras(tmp_path, "sleep 30\n"))
     t0 = time.time()
     with pytest.raises(splice.SpliceToolchainError, match="exceeded the compile timeout") as e:
         toolchain.run_tileiras(b"bytecode", ("--gpu-name", "sm_90"), timeout=1, what="k")
@@ -58,7 +59,7 @@ def test_tileiras_times_out(fresh_cache, tmp_path, monkeypatch):
 
 
 def test_tileiras_that_never_runs_ptxas(fresh_cache, tmp_path, monkeypatch):
-    monkeypatch.setattr(toolchain, "overlay", lambda: _fake_overlay(tmp_path, "exit 0\n"))
+    monkeypatch.setattr(toolchain, "_runnable_tileiras", _fake_tileiras(tmp_path, "exit 0\n"))
     with pytest.raises(splice.SpliceToolchainError, match="ran it 0 times"):
         splice.build(K.ptx_kernel, SIG, "sm_90")
     assert _no_entries()
@@ -83,7 +84,7 @@ def test_libnvvm_missing(fresh_cache, tmp_path, monkeypatch):
         pytest.skip("cannot hard-link tileiras here")
     os.symlink(toolchain.ptxas(), root / "bin" / "ptxas")
     monkeypatch.setattr(toolchain, "tileiras", lambda: root / "bin" / "tileiras")
-    monkeypatch.setattr(toolchain, "_overlay_bases", lambda real: [tmp_path / "ov"])
+    monkeypatch.setattr(tileiras_overlay, "_overlay_bases", lambda real: [tmp_path / "ov"])
     toolchain.overlay.cache_clear()
     try:
         with pytest.raises(splice.SpliceToolchainError, match="libnvvm is missing"):

@@ -19,7 +19,7 @@ import pytest
 import splice
 from splice.driver import pipeline, stages
 from splice.errors import SpliceToolchainError
-from splice.system import toolchain
+from splice.system import safe_fs, tileiras_overlay, toolchain
 from support import kernels as K
 from support.env import python_env
 
@@ -263,13 +263,12 @@ def test_a_cache_hit_in_a_new_process_loads_no_miss_stage(tmp_path):
 
 
 def test_the_capturing_ptxas_keeps_argv_ptx_and_host_object(tmp_path):
-    # the script tileiras runs instead of ptxas (toolchain._CAPTURE_SCRIPT): built-ins but
+    # the script tileiras runs instead of ptxas (tileiras_overlay._CAPTURE_SCRIPT): built-ins but
     # for one ln, which links tileiras's temporary inputs before tileiras deletes them
-    from splice.system.toolchain import _CAPTURE_SCRIPT
     real = tmp_path / "real-ptxas"
     real.write_text('#!/bin/sh\necho "real ptxas $*"\n')
     script = tmp_path / "ptxas"
-    script.write_text(_CAPTURE_SCRIPT.format(real_ptxas=real))
+    script.write_text(tileiras_overlay.capture_script(str(real)))
     for f in (real, script):
         f.chmod(0o755)
     tmp, cap = tmp_path / "tmp dir", tmp_path / "cap"
@@ -305,7 +304,8 @@ def test_a_host_object_the_capture_did_not_keep_is_an_error(tmp_path, monkeypatc
                         '"--nv-host=$TMPDIR/tileir-1.o" > "$d/call0.argv"\n'
                         'echo ".version 8.0" > "$d/k.ptx"\n')
     tileiras.chmod(0o755)
-    monkeypatch.setattr(toolchain, "_live_overlay", lambda: fake)
+    monkeypatch.setattr(toolchain, "_runnable_tileiras",
+                        lambda: os.open(fake / "bin" / "tileiras", os.O_PATH))
     with pytest.raises(SpliceToolchainError, match="--nv-host object tileiras passed ptxas "
                                                    "for kernel 'k' .* was not kept"):
         toolchain.run_tileiras(b"", (), timeout=60, what="kernel 'k' (k.py:1)")
@@ -369,9 +369,9 @@ def test_mypy_flags_a_misspelt_splice_name(tmp_path):
     assert 'no attribute "kernal"' in errors[0]
 
 
-def _capture_script(tmp_path: Path) -> Path:
+def _capture_script(tmp_path: Path, **tools: str) -> Path:
     script = tmp_path / "ptxas"
-    script.write_text(toolchain._CAPTURE_SCRIPT.format(real_ptxas="/bin/false"))
+    script.write_text(tileiras_overlay.capture_script("/bin/false", **tools))
     script.chmod(0o755)
     return script
 
@@ -380,22 +380,19 @@ def test_capturing_ptxas_copies_when_ln_links_only_the_first_input(tmp_path):
     # `ln -f ptx host dir/` links the PTX, then fails on the host object (another
     # filesystem): cp then met the PTX's new link ("are the same file") and the script
     # exited 99, failing every compile
-    script = _capture_script(tmp_path)
     bin_dir, tmp, cap = tmp_path / "bin", tmp_path / "tmp", tmp_path / "cap"
     for d in (bin_dir, tmp, cap):
         d.mkdir()
-    real_ln = subprocess.run(["sh", "-c", "command -v ln"], capture_output=True,
-                             text=True).stdout.strip()
     fake_ln = bin_dir / "ln"   # ln -f -- PTX HOST DIR/: links PTX, fails on HOST
-    fake_ln.write_text(f'#!/bin/sh\n{real_ln} -f -- "$3" "$5" && exit 1\n')
+    fake_ln.write_text(f'#!/bin/sh\n{safe_fs.system_program("ln")} -f -- "$3" "$5" && exit 1\n')
     fake_ln.chmod(0o755)
+    script = _capture_script(tmp_path, ln=str(fake_ln))
     (tmp / "k-1.ptx").write_text(".version 8.0\n")
     (tmp / "tileir-1.o").write_bytes(b"\x7fELF\0host")
     argv = [str(script), str(tmp / "k-1.ptx"), "-o", str(tmp / "k.bin"),
             f"--nv-host={tmp / 'tileir-1.o'}"]
-    env = {"SPLICE_CAPTURE_DIR": str(cap),
-           "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"}
-    r = subprocess.run(argv, env=env, capture_output=True, text=True)
+    r = subprocess.run(argv, env={"SPLICE_CAPTURE_DIR": str(cap)}, capture_output=True,
+                       text=True)
     assert r.returncode == 0, r.stderr
     assert (cap / "k-1.ptx").read_text() == ".version 8.0\n"
     assert (cap / "tileir-1.o").read_bytes() == b"\x7fELF\0host"
@@ -572,7 +569,7 @@ def test_a_cache_directory_removed_while_the_process_runs_is_made_again(fresh_ca
     # overlay the process had built went with it, and every later build raised a bare
     # FileNotFoundError until the process restarted
     from splice.system import toolchain
-    monkeypatch.setattr(toolchain, "_overlay_bases", lambda real: [fresh_cache / "toolchain"])
+    monkeypatch.setattr(tileiras_overlay, "_overlay_bases", lambda real: [fresh_cache / "toolchain"])
     toolchain.overlay.cache_clear()
     try:
         first = splice.build(K.ptx_kernel, SIG, "sm_90")
@@ -706,7 +703,7 @@ def test_an_overlay_with_a_broken_capture_script_is_repaired(fresh_cache, monkey
     # an edited or truncated bin/ptxas of the overlay failed every tileiras run of every
     # later process ("failed to compile Tile IR program"), with no word of the overlay
     from splice.system import toolchain
-    monkeypatch.setattr(toolchain, "_overlay_bases", lambda real: [fresh_cache / "toolchain"])
+    monkeypatch.setattr(tileiras_overlay, "_overlay_bases", lambda real: [fresh_cache / "toolchain"])
     toolchain.overlay.cache_clear()
     try:
         script = toolchain.overlay() / "bin" / "ptxas"

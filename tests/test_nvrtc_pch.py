@@ -1,6 +1,6 @@
 """splice.system.nvrtc_pch: NVRTC's automatic precompiled header for CUDA C that includes CCCL --
-the same PTX as without it, written only to a private directory of splice's cache -- and
-the INFO line of a compile that takes more than a second."""
+the same PTX as without it, written only to a private directory of splice's cache, counted
+against the cache's bound -- and the INFO line of a compile that takes more than a second."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from splice.declare.externs import HEADER_PROVIDERS
 from splice.inputs import cccl, cuda_compile, fragments, headers
 from splice.inputs.fragments import CudaSource
-from splice.system import nvrtc_pch, toolchain
+from splice.system import cache, nvrtc_pch, toolchain
 
 _SOURCE = """#include <cuda/std/limits>
 extern "C" __device__ int biggest(int x) {
@@ -62,6 +62,8 @@ def test_pch_gives_the_same_ptx_from_a_private_directory(fresh_pch):
     assert d.parent == fresh_pch and d.name.startswith("pch-") and d.name != "pch-"
     assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
     assert list(d.glob("*.pch")), "NVRTC created no PCH (heap too small?)"
+    made = sum(p.stat().st_size for p in d.glob("*.pch"))   # 19 MB: against the bound
+    assert cache.size()[1] >= made and int((fresh_pch / ".size").read_text()) >= made
     again = toolchain.nvrtc_compile(_SOURCE.encode(), "a.cu", opts, pch=True)[0]
     without = toolchain.nvrtc_compile(_SOURCE.encode(), "a.cu", opts)[0]
     assert with_pch == again == without

@@ -3,19 +3,16 @@ attacks of another user on splice's overlay, cache, dump directory, lock and inp
 refused or harmless, and the honest compile still works.
 
 The two users are unused uids (no accounts needed): children of this process that import
-splice as root, then setgid/setuid (``support/shared_machine.py`` is what they run). CI runs as root; elsewhere these tests
+splice as root, then setgid/setuid (``support/shared_machine.py`` is what they run, from a
+copy every user can read: :mod:`support.two_users`). CI runs as root; elsewhere these tests
 skip. The in-process tests below them need root too: they give files to another uid.
 """
 
 import contextlib
 import fcntl
-import json
 import os
 import shutil
 import stat
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -24,50 +21,25 @@ import pytest
 import splice
 from splice.system import cache, toolchain
 from support import shared_machine as lab
+from support import two_users
+from support.two_users import ATTACKER, GROUP, OTHER, VICTIM
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="playing two users takes setuid to unused uids: run as root "
                               "(CI does)")
 
-VICTIM, ATTACKER, OTHER, GROUP = 54321, 54322, 54323, 54320
-REPO = Path(__file__).resolve().parent.parent
 FIVE = 'extern "C" __device__ float five(float x) { return x * 5.0f; }\n'
-
-
-def _make(path: Path, mode: int, owner: int = 0, group: int = 0) -> Path:
-    path.mkdir()
-    os.chown(path, owner, group)
-    path.chmod(mode)
-    return path
-
-
-def _fake_toolkit(pkgs: Path) -> None:
-    """A copy of tileiras's toolkit (links, and tileiras itself) under ``pkgs``."""
-    real = toolchain.tileiras().resolve()
-    root = pkgs / "cu13"
-    (root / "bin").mkdir(parents=True)
-    for e in real.parent.parent.iterdir():
-        if e.name != "bin":
-            (root / e.name).symlink_to(e)
-    for e in real.parent.iterdir():
-        if e.name != "tileiras":
-            (root / "bin" / e.name).symlink_to(e)
-    shutil.copy2(real, root / "bin" / "tileiras")
+_make = two_users.make_dir
 
 
 def _world() -> Path:
-    w = Path(tempfile.mkdtemp(prefix="splice-two-users-"))
-    w.chmod(0o755)
+    w = two_users.new_world("splice-two-users-")
     (w / "victim-uid").write_text(str(VICTIM))
-    (w / "group-gid").write_text(str(GROUP))
-    for name, mode in (("marks", 0o1777), ("sync", 0o1777), ("results", 0o1777), ("tmp", 0o1777),
-                       ("tmp2", 0o1777), ("dumps", 0o1777), ("world-cache", 0o777),
-                       ("ro-cache", 0o755), ("pkgs", 0o777), ("pkgs-root", 0o755),
-                       ("src", 0o755)):
+    for name, mode in (("tmp", 0o1777), ("tmp2", 0o1777), ("dumps", 0o1777),
+                       ("world-cache", 0o777), ("ro-cache", 0o755), ("pkgs", 0o777),
+                       ("pkgs-root", 0o755), ("src", 0o755)):
         _make(w / name, mode)
     _make(w / "group-cache", 0o2770, 0, GROUP)
-    _make(w / "victim", 0o755, VICTIM, VICTIM)
-    _make(w / "attacker", 0o755, ATTACKER, ATTACKER)
     (w / "src" / "five.cu").write_text(FIVE)
     os.mkfifo(w / "src" / "fifo.cu")
     os.mkfifo(w / "src" / "fifo.cuh")
@@ -75,49 +47,32 @@ def _world() -> Path:
     for name in ("precious-size", "precious-dump"):
         (w / "victim" / name).write_text("precious")
         os.chown(w / "victim" / name, VICTIM, VICTIM)
-    _fake_toolkit(w / "pkgs")        # in a directory every user can write
-    _fake_toolkit(w / "pkgs-root")   # in one only root can
+    two_users.fake_toolkit(w / "pkgs")        # in a directory every user can write
+    two_users.fake_toolkit(w / "pkgs-root")   # in one only root can
     return w
 
 
 def _as(uid: int, role: str, w: Path, home: Path, **extra):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SPLICE_", "XDG_")) and k not in ("HOME", "TMPDIR")}
-    cutile = home / f"cutile-tmp-{role}"   # cuTile makes its temporary directory on import
-    _make(cutile, 0o700, uid, uid)
-    env.update(PYTHONPATH=f"{REPO}{os.pathsep}{REPO / 'tests'}", HOME=str(home),
-               PYTHONDONTWRITEBYTECODE="1", CUDA_TILE_TEMP_DIR=str(cutile), **extra)
-    return subprocess.Popen([sys.executable, "-m", "support.shared_machine", role, str(w),
-                             str(uid)], cwd=w, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
-
-
-def _results(w: Path, role: str, proc) -> dict:
-    try:
-        out = proc.communicate(timeout=400)[0].decode(errors="replace")
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out = proc.communicate()[0].decode(errors="replace")
-    path = w / "results" / f"{role}.json"
-    res = json.loads(path.read_text()) if path.exists() else {}
-    res["output"] = out[-4000:]
-    return res
+    return two_users.spawn("support.shared_machine", role, w, uid, home, **extra)
 
 
 @pytest.fixture(scope="module")
-def two_users():
+def attacks():
     """The attacker plants, then the victim compiles while the attacker holds the lock:
     {role: {step: what it did}}."""
+    why = two_users.unusable_why()
+    if why is not None:
+        pytest.skip(why)
     w = _world()
     try:
         attacker_home = w / "attacker"
-        planted = _results(w, "attacker-plant", _as(
+        planted = two_users.results(w, "attacker-plant", _as(
             ATTACKER, "attacker-plant", w, attacker_home,
             SPLICE_CACHE_DIR=str(attacker_home / "cache")))
         assert planted.get("attacker_plant", {}).get("ok"), planted
         hold = _as(ATTACKER, "attacker-hold", w, attacker_home)
-        victim = _results(w, "victim", _as(VICTIM, "victim", w, w / "victim"))
-        _results(w, "attacker-hold", hold)
+        victim = two_users.results(w, "victim", _as(VICTIM, "victim", w, w / "victim"))
+        two_users.results(w, "attacker-hold", hold)
         yield {step: r.get("value", r) for step, r in victim.items() if step != "output"} | \
             {"output": victim["output"]}
     finally:
@@ -140,20 +95,20 @@ def _refused(r: dict, *words: str) -> str:
 # another user's program runs as you
 
 
-def test_overlay_planted_in_temporary_directory_is_never_run(two_users):
-    r = two_users["victim_temporary"]["tmp"]
+def test_overlay_planted_in_temporary_directory_is_never_run(attacks):
+    r = attacks["victim_temporary"]["tmp"]
     symbol, marks = _ok(r)
     assert "tmp" not in marks
     assert any("cannot be kept" in w for w in r["warnings"])
 
 
-def test_overlay_planted_beside_the_toolkit_is_never_run(two_users):
-    symbol, marks = _ok(two_users["victim_near"])
+def test_overlay_planted_beside_the_toolkit_is_never_run(attacks):
+    symbol, marks = _ok(attacks["victim_near"])
     assert "near" not in marks
 
 
-def test_overlay_planted_in_a_world_writable_cache_is_refused(two_users):
-    shared = two_users["victim_shared"]
+def test_overlay_planted_in_a_world_writable_cache_is_refused(attacks):
+    shared = attacks["victim_shared"]
     _refused(shared["world"]["a"], "world-cache", "every user can write it", "mode 0777")
     for scenario in ("world", "group", "group-trusted"):
         for k in "af":
@@ -161,8 +116,8 @@ def test_overlay_planted_in_a_world_writable_cache_is_refused(two_users):
             assert "world-cache" not in r.get("value", {}).get("marks", []), r
 
 
-def test_overlay_is_never_shared_even_in_a_trusted_cache(two_users):
-    r = _ok(two_users["victim_shared"]["group-trusted"]["a"])
+def test_overlay_is_never_shared_even_in_a_trusted_cache(attacks):
+    r = _ok(attacks["victim_shared"]["group-trusted"]["a"])
     assert "group-cache" not in r["marks"]
 
 
@@ -170,21 +125,21 @@ def test_overlay_is_never_shared_even_in_a_trusted_cache(two_users):
 # another user's GPU code in your cubin
 
 
-def test_forged_kernel_entry_in_a_shared_cache_is_not_served(two_users):
-    shared = two_users["victim_shared"]
+def test_forged_kernel_entry_in_a_shared_cache_is_not_served(attacks):
+    shared = attacks["victim_shared"]
     _refused(shared["world"]["a"], "world-cache")
     _refused(shared["group"]["a"], "group-cache", "its group can write it")
 
 
-def test_forged_fragment_entry_in_a_shared_cache_is_not_linked(two_users):
-    shared = two_users["victim_shared"]
+def test_forged_fragment_entry_in_a_shared_cache_is_not_linked(attacks):
+    shared = attacks["victim_shared"]
     _refused(shared["world"]["f"], "world-cache")
     _refused(shared["group"]["f"], "group-cache")
 
 
-def test_trusted_group_shares_entries_by_choice(two_users):
+def test_trusted_group_shares_entries_by_choice(attacks):
     """SPLICE_CACHE_TRUST=@group: what the group stored is used (the risk the docs state)."""
-    trusted = two_users["victim_shared"]["group-trusted"]
+    trusted = attacks["victim_shared"]["group-trusted"]
     assert _ok(trusted["a"])["forged_cubin"]
     assert _ok(trusted["f"])["forged_fragment"]
 
@@ -193,14 +148,14 @@ def test_trusted_group_shares_entries_by_choice(two_users):
 # your files overwritten
 
 
-def test_links_in_a_shared_cache_are_not_followed(two_users):
-    shared = two_users["victim_shared"]
+def test_links_in_a_shared_cache_are_not_followed(attacks):
+    shared = attacks["victim_shared"]
     assert shared["precious-size"] == "precious"   # .size -> the victim's file
     assert not shared["made-by-lock"]               # .lock -> a file it would create
 
 
-def test_dump_directory_of_another_user_is_refused(two_users):
-    r = two_users["victim_dump"]
+def test_dump_directory_of_another_user_is_refused(attacks):
+    r = attacks["victim_dump"]
     _refused(r, "dump directory", "another user owns it", f"uid {ATTACKER}")
     assert bytes.fromhex(r["precious"]) == b"precious"
 
@@ -209,19 +164,19 @@ def test_dump_directory_of_another_user_is_refused(two_users):
 # denial of service
 
 
-def test_another_user_cannot_hold_the_cache_lock(two_users):
-    r = two_users["victim_lock"]
+def test_another_user_cannot_hold_the_cache_lock(attacks):
+    r = attacks["victim_lock"]
     assert r["attacker"].startswith("denied"), r
     _ok(r["first"])
     _ok(r["second"])
 
 
-def test_precreated_temporary_directory_is_no_denial_of_service(two_users):
-    symbol, marks = _ok(two_users["victim_temporary"]["tmp2"])
+def test_precreated_temporary_directory_is_no_denial_of_service(attacks):
+    symbol, marks = _ok(attacks["victim_temporary"]["tmp2"])
 
 
-def test_fifo_and_device_inputs_are_refused_not_read(two_users):
-    files = two_users["victim_files"]
+def test_fifo_and_device_inputs_are_refused_not_read(attacks):
+    files = attacks["victim_files"]
     _ok(files["entry"])   # a FIFO at a cache entry: a miss, rebuilt
     _refused(files["fifo"], "fifo.cu", "not a regular file")
     _refused(files["zero"], "zero.cu", "not a regular file")
@@ -232,8 +187,8 @@ def test_fifo_and_device_inputs_are_refused_not_read(two_users):
 # states splice does not get out of
 
 
-def test_no_home_and_no_passwd_entry_compiles_in_a_private_cache(two_users):
-    r = two_users["victim_homeless"]
+def test_no_home_and_no_passwd_entry_compiles_in_a_private_cache(attacks):
+    r = attacks["victim_homeless"]
     _ok(r)
     assert any("no home directory" in w for w in r["warnings"]), r
 
@@ -330,7 +285,7 @@ def test_leftovers_of_killed_builds_are_removed(fresh_cache):
     left = root.parent / "overlay-tmp-killed"
     (left / "bin").mkdir(parents=True)
     (left / "bin" / "tileiras").write_bytes(b"x" * 1000)
-    old = time.time() - 7200   # (toolchain.STALE_BUILD_SECONDS is 600)
+    old = time.time() - 7200   # (tileiras_overlay.STALE_BUILD_SECONDS is 600)
     os.utime(left, (old, old))
     _fresh_overlay()
     assert not left.exists()

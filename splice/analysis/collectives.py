@@ -21,12 +21,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-import shutil
 import subprocess
 from typing import Iterable, Mapping, Sequence
 
 from ..ptxtools.ptx import Function, Module, opcode_at, parse_instruction
-from ..system import forksafe
+from ..system import forksafe, safe_fs
 from . import activemask
 
 
@@ -526,8 +525,9 @@ def reach_text(names: Sequence[str]) -> str:
 
 
 def demangled(names: Sequence[str]) -> list[str]:
-    """C++ names readable (``c++filt`` when installed; error messages only)."""
-    tool = shutil.which("c++filt")
+    """C++ names readable (the system's ``c++filt`` when installed, never one found in
+    PATH: :func:`splice.system.safe_fs.system_program`; error messages only)."""
+    tool = safe_fs.system_program("c++filt")
     if tool is None or not any(n.startswith("_Z") for n in names):
         return list(names)
     try:

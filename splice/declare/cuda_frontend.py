@@ -53,8 +53,10 @@ from ..types import (
 SNIPPET_FILE = "/dev/null/splice.cuda"
 
 #: The NVRTC program name of every snippet (the location of the call is not in the text,
-#: so that equal snippets share their compile): the generated lines' file name.
-PROGRAM = "splice_cuda.cu"
+#: so that equal snippets share their compile): the generated lines' file name. In no
+#: directory (:data:`~splice.inputs.cuda_compile.NO_DIRECTORY`): a quoted ``includes=``
+#: name is looked up in ``include_dirs=``, never in the current directory.
+PROGRAM = "/dev/null/splice_cuda.cu"
 
 _C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RETURN = re.compile(r"\breturn\b")
@@ -220,9 +222,12 @@ class CudaSnippetSource(CudaSource):
     def naming(self, ext) -> str:
         return f"inline CUDA C (splice.cuda) at {ext.where}"
 
+    def program_name(self) -> str:
+        return PROGRAM
+
     def _nvrtc(self, full: str, name: str, target: str, found) -> str:
         try:
-            return super()._nvrtc(full, PROGRAM, target, found)
+            return super()._nvrtc(full, name, target, found)
         except SpliceCompileError as e:
             raise SpliceCompileError(self._compile_message(e, target), e.log) from None
 

@@ -13,13 +13,38 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from ..errors import SpliceCompileError
-from ..system import toolchain
+from ..errors import SpliceCompileError, SpliceUnsafePathError
+from ..system import safe_fs, toolchain
 
 if TYPE_CHECKING:
     from .headers import HeaderProvider
 
 log = logging.getLogger("splice")
+
+#: The directory of an NVRTC program that has none of its own (a source declared outside a
+#: file, code splice generates): ``/dev/null`` is no directory, so NVRTC looks a quoted
+#: ``#include`` up in the ``-I`` directories only. Never a relative name: NVRTC looks a
+#: quoted name up beside the program first, and a relative program is in the current
+#: directory, which another user may be able to write (``/tmp``, a team directory).
+NO_DIRECTORY = "/dev/null"
+
+
+def program_name(where: str, tag: str) -> str:
+    """The NVRTC name of CUDA C text declared at ``where`` (``"file:line"``): an absolute
+    path in the declaring file's resolved directory, as a ``.cu`` file beside it would be
+    (its quoted ``#include`` names are looked up there first, then in the ``-I``
+    directories); in :data:`NO_DIRECTORY` when the declaration is in no file of that name
+    (``python -c``, ``<stdin>``) or names it relatively.
+
+    Example:
+        >>> program_name("<string>:3", "extern_source")
+        '/dev/null/extern_source@<string>:3'
+    """
+    file, _, line = where.rpartition(":")
+    path = Path(file)
+    home = path.resolve().parent if path.is_absolute() and path.is_file() else \
+        Path(NO_DIRECTORY)
+    return str(home / f"{tag}@{path.name}:{line}")
 
 
 def compile_source(full: str, name: str, target: str, options: list[str], *, declared,
@@ -144,9 +169,10 @@ def _first_error(log: str, source: str, name: str, generated=()) -> str:
             text = gen[k - 1].strip() if 0 < k <= len(gen) else ""
             return (f"{ln}\n    in the code splice generated for extern "
                     f"{owner or '(unknown)'}: {text}")
-        try:
-            text = Path(file).read_text(errors="replace").splitlines()[n - 1].strip()
-        except (OSError, IndexError):
+        try:   # a regular file only: a FIFO at that name would hang the error message
+            text = safe_fs.read_regular(file, safe_fs.MAX_SOURCE_BYTES, "the header").decode(
+                errors="replace").splitlines()[n - 1].strip()
+        except (OSError, IndexError, SpliceUnsafePathError):
             text = ""
         return f"{ln}\n    {file}:{n}: {text}"
     for ln in log.splitlines():
@@ -210,10 +236,24 @@ def header_hint(log: str, providers: Sequence[HeaderProvider]) -> str:
     if m is None:
         return ""
     header = m.group(1)
-    for hint in (_known_header_hint(header), *(p.header_hint(header) for p in providers)):
+    for hint in (_known_header_hint(header), *(p.header_hint(header) for p in providers),
+                 _no_directory_hint(log, header)):
         if hint:
             return f"\n    hint: {hint}"
     return ""
+
+
+def _no_directory_hint(log: str, header: str) -> str:
+    """The hint when a program in :data:`NO_DIRECTORY` (declared outside a file, or a
+    ``splice.cuda`` snippet) quoted a header the ``-I`` directories do not have."""
+    said = re.search(rf'^{re.escape(NO_DIRECTORY)}/[^\n]*cannot open source file '
+                     rf'"{re.escape(header)}"', log, re.M)
+    if said is None or f'#include "{header}"' not in log:
+        return ""
+    return (f'"{header}" is looked up in include_dirs= only: CUDA C given as text outside a '
+            f".py file (python -c, <stdin>) or in splice.cuda has no directory of its own "
+            f"(the current directory is never searched); give the header's directory in "
+            f"include_dirs=")
 
 
 def lto_link_to_ptx(inputs: list[tuple[bytes, str]], target: str, roots, what: str) -> str:
@@ -236,7 +276,8 @@ def lto_link_to_ptx(inputs: list[tuple[bytes, str]], target: str, roots, what: s
     inc = toolchain.cuda_include_dir()
     if inc is not None:
         opts.append(f"-I{inc}")
-    root = toolchain.nvrtc_compile_ltoir(root_src.encode(), "splice_lto_root.cu", opts)
+    root = toolchain.nvrtc_compile_ltoir(root_src.encode(),
+                                         f"{NO_DIRECTORY}/splice_lto_root.cu", opts)
     buf = toolchain.nvjitlink_run(
         [f"-arch={target}", "-lto", "-ptx"],
         [("LTOIR", data, name) for data, name in [*inputs, (root, "splice_lto_root.ltoir")]],

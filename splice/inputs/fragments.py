@@ -34,7 +34,7 @@ from ..errors import (
 )
 from ..system import cache, forksafe, safe_fs, toolchain
 from . import headers
-from .cuda_compile import compile_source, lto_link_to_ptx
+from .cuda_compile import compile_source, lto_link_to_ptx, program_name
 
 if TYPE_CHECKING:
     from ..ptxtools.ptx import Module
@@ -283,6 +283,14 @@ class CudaSource(Fragment):
         assert self.text is not None  # declared with text or path
         return self.text
 
+    def program_name(self) -> str:
+        """Its NVRTC program's name, the directory of which NVRTC looks quoted
+        ``#include`` names up in first: the file's path; for text, a name beside the file
+        that declares it (:func:`splice.inputs.cuda_compile.program_name`), never one
+        relative to the current directory."""
+        return str(self.path) if self.path is not None else \
+            program_name(self.where, "extern_source")
+
     def check_extern(self, ext) -> None:
         src = self.read()
         for p in self.providers:
@@ -391,7 +399,7 @@ class CudaSource(Fragment):
         src = self.read()
         if not src.strip():
             raise SpliceCompileError(f"{self.describe()} is empty")
-        name = str(self.path) if self.path else f"extern_source@{self.where}"
+        name = self.program_name()
         full = src if src.endswith("\n") else src + "\n"
         found = self._headers(src)
         if self.batch and key not in _along.failed:

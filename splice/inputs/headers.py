@@ -63,7 +63,7 @@ def included(source, src: str) -> list[tuple[str, str]]:
     """(path, sha256) of every user header ``src`` (the text of ``source``, a
     :class:`splice.inputs.fragments.CudaSource`) includes, transitively, found as NVRTC finds it:
     a quoted name beside the including file (for a text source, the directory of its NVRTC
-    name: the current one when ``where`` has none), then the ``-I`` directories in NVRTC's
+    name, :meth:`~splice.inputs.fragments.CudaSource.program_name`), then the ``-I`` directories in NVRTC's
     order (``CudaSource._options``: ``include_dirs``, beside ``path``,
     ``-I``/``--include-path`` of ``options``, then splice's own); ``-include``/
     ``--pre-include`` files too. A header found in splice's own directories (CUDA, CCCL) is
@@ -80,8 +80,7 @@ def included(source, src: str) -> list[tuple[str, str]]:
         dirs.append(str(source.path.parent))
     dirs += option_values(source.options, INCLUDE_OPTS) + toolkit
     pre = "".join(f'#include "{f}"\n' for f in option_values(source.options, PRE_OPTS))
-    here = source.path.parent if source.path is not None else \
-        Path(f"extern_source@{source.where}").parent
+    here = Path(source.program_name()).parent   # NVRTC looks there first
     walk = (src, pre, str(here), tuple(dirs), tuple(toolkit), tuple(source.defines),
             tuple(source.options))
     with _lock:

@@ -2,7 +2,8 @@
 on.
 
 :mod:`.toolchain` (the programs splice runs: tileiras through its overlay, ptxas, nvdisasm;
-their versions and identities), :mod:`.cuda_libs` (NVRTC and nvJitLink in process),
+their versions and identities), :mod:`.tileiras_overlay` (the directory tileiras runs
+from, checked before each run), :mod:`.cuda_libs` (NVRTC and nvJitLink in process),
 :mod:`.nvrtc_pch` (NVRTC's precompiled header for CUDA C that includes CCCL),
 :mod:`._cutile` (the one module on cuTile's private API), :mod:`.cache` (the content-keyed
 disk cache), :mod:`.identity` (the identity of splice's own code, for the cache's keys),

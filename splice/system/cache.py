@@ -35,15 +35,12 @@ only when regular and written only through a fresh temporary file, never through
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import functools
 import hashlib
 import json
 import os
 import re
-import shutil
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -60,6 +57,10 @@ DEFAULT_MAX_BYTES = 4 << 30
 #: Directories under the cache root that hold no entries (the tileiras overlay; in a shared
 #: cache, each user's is ``toolchain-<uid>``).
 _NOT_ENTRIES = ("toolchain",)
+#: The start of the name of a process's directory of NVRTC's precompiled headers
+#: (``pch-<pid>-<random>``, :mod:`splice.system.nvrtc_pch`): counted against the bound,
+#: never evicted, removed by the process at exit or, when it was killed, by a later one.
+PCH_PREFIX = "pch-"
 
 
 def cache_root() -> Path:
@@ -80,10 +81,10 @@ def cache_root() -> Path:
 
 @functools.cache
 def _temporary_root() -> Path:
-    """A private temporary cache for this process (removed at exit), said once in a
+    """A private temporary cache for this process (removed when it exits, or by a later
+    one when it was killed: :func:`splice.system.safe_fs.process_dir`), said once in a
     warning."""
-    root = Path(tempfile.mkdtemp(prefix="splice-cache-"))
-    atexit.register(shutil.rmtree, root, True)
+    root = safe_fs.process_dir("splice-cache-")
     warnings.warn(f"splice: no home directory (HOME unset, uid {os.getuid()} has no passwd "
                   f"entry); caching in {root} for this process only: set SPLICE_CACHE_DIR "
                   f"to keep compiled kernels", RuntimeWarning, stacklevel=3)
@@ -98,10 +99,9 @@ def _trusted_root() -> Path:
     """
     root = cache_root()
     try:
-        st = os.stat(root)
+        os.close(safe_fs.walk(root, "the cache directory", safe_fs.cache_trust()))
     except OSError:
-        return root
-    safe_fs.check(root, st, "the cache directory", safe_fs.cache_trust())
+        pass   # missing (made by a store), or no directory (then stores warn)
     return root
 
 
@@ -190,7 +190,7 @@ def read(path: Path, touch: bool = True) -> tuple[dict, bytes] | None:
         return None
     if touch:
         try:
-            os.utime(path)  # used now: last to be evicted
+            os.utime(path, follow_symlinks=False)  # used now: last to be evicted
         except OSError:
             pass  # evicted meanwhile, or a read-only cache
     return header, payload
@@ -282,7 +282,7 @@ def _write_ledger(ledger: Path, total: int) -> None:
         pass
 
 
-def _account(added: int, keep: Path) -> None:
+def _account(added: int, keep: Path | None) -> None:
     """Add a stored entry's bytes to the running count in ``<root>/.size``; when the count
     passes the limit (or is missing), evict down to 90% of it by a full scan, which also
     recounts. The count never underestimates what was stored (an entry removed by someone
@@ -299,11 +299,17 @@ def _account(added: int, keep: Path) -> None:
         _write_ledger(ledger, total)
 
 
+def add_bytes(added: int) -> None:
+    """Count ``added`` more bytes of the cache directory against the bound (NVRTC's
+    precompiled headers, written there by NVRTC, not by :func:`store`)."""
+    _account(added, keep=None)
+
+
 def _remove_stale_temps(directory: Path) -> None:
     now = time.time()
     for p in directory.glob(".tmp-*"):
         try:
-            if now - p.stat().st_mtime > STALE_TEMP_SECONDS:
+            if now - p.lstat().st_mtime > STALE_TEMP_SECONDS:
                 p.unlink()
         except OSError:
             pass
@@ -313,19 +319,22 @@ def entries(kind: str | None = None) -> list[Path]:
     """The entry files (of one kind, or all), sorted by path. Temporary files of writers
     in progress and the tileiras overlay are not entries."""
     root = cache_root()
-    if kind:
-        kinds = [kind]
-    else:
-        try:
-            kinds = [p.name for p in root.iterdir() if p.is_dir()]
-        except OSError:
-            kinds = []
+    kinds = [kind] if kind else [p.name for p in _directories(root)]
     out = []
     for k in kinds:
-        d = root / k
-        if k not in _NOT_ENTRIES and not k.startswith("toolchain-") and d.is_dir():
-            out.extend(sorted(p for p in d.glob("??/*.bin") if _is_entry_name(p)))
+        if k not in _NOT_ENTRIES and not k.startswith(("toolchain-", PCH_PREFIX)):
+            out.extend(sorted(p for d in _directories(root / k) if len(d.name) == 2
+                              for p in d.glob("*.bin") if _is_entry_name(p)))
     return out
+
+
+def _directories(parent: Path) -> list[Path]:
+    """The directories in ``parent``, never a link to one (what :func:`prune` deletes in
+    stays in the cache)."""
+    try:
+        return [Path(e.path) for e in os.scandir(parent) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
 
 
 _ENTRY_NAME = re.compile(r"[0-9a-f]{64}")
@@ -343,7 +352,7 @@ def _stats(paths) -> list[tuple[int, int, Path]]:
     out = []
     for p in paths:
         try:
-            st = p.stat()
+            st = p.lstat()
         except OSError:
             continue  # evicted by another process meanwhile
         out.append((st.st_mtime_ns, st.st_size, p))
@@ -351,9 +360,19 @@ def _stats(paths) -> list[tuple[int, int, Path]]:
 
 
 def size() -> tuple[int, int]:
-    """(number of entries, their total bytes)."""
+    """(number of entries, the bytes of the entries and of NVRTC's precompiled headers
+    of running processes)."""
     st = _stats(entries())
-    return len(st), sum(s for _, s, _ in st)
+    return len(st), sum(s for _, s, _ in st) + pch_bytes()
+
+
+def pch_bytes() -> int:
+    """The bytes of the precompiled-header directories of running processes in the cache
+    directory (:data:`PCH_PREFIX`); those that killed processes left are removed first."""
+    root = cache_root()
+    safe_fs.sweep(root, PCH_PREFIX)
+    return sum(safe_fs.tree_bytes(d) for d in _directories(root)
+               if d.name.startswith(PCH_PREFIX))
 
 
 def prune(limit: int) -> tuple[int, int]:
@@ -371,7 +390,7 @@ def _prune(limit: int, keep: Path | None) -> tuple[int, int, int]:
     """:func:`prune` without the lock, never deleting ``keep``; also returns the bytes
     left."""
     st = sorted(_stats(entries()), key=lambda e: (e[0], str(e[2])))
-    total = sum(s for _, s, _ in st)
+    total = sum(s for _, s, _ in st) + pch_bytes()   # not evicted: counted
     removed = freed = 0
     for _, s, p in st:
         if total <= limit:

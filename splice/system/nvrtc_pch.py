@@ -18,10 +18,14 @@ Two details make it work and keep it safe:
   to :data:`HEAP_BYTES` before the first PCH compile, and to what NVRTC reports it needed
   (``nvrtcGetPCHHeapSizeRequired``) after a compile that ran out of it.
 - **Where the file goes.** NVRTC writes the PCH to ``--pch-dir`` and reads it back from
-  there. That directory is this process's own: a ``tempfile.mkdtemp`` directory (random
-  name, 0700) inside splice's cache directory (:func:`splice.system.cache.cache_root`), used only
-  when that directory is the user's, a real directory and not writable by anyone else,
-  and removed at exit. Never a predictable name in a shared temporary directory.
+  there. That directory is this process's own (``pch-<pid>-<random>``, 0700:
+  :func:`splice.system.safe_fs.process_dir`) inside splice's cache directory
+  (:func:`splice.system.cache.cache_root`), used only when that directory is the user's,
+  not writable by anyone else and under no directory another user could rename entries
+  of (NVRTC opens the file by name), and checked again before each compile. It is removed
+  at exit by the process that made it, else (``kill -9``) by a later one, and counted
+  against the cache's size bound. Never a predictable name in a shared temporary
+  directory.
 
 PCH compiles are serialised (:data:`_lock`): resizing the heap frees the one NVRTC is
 using, and two programs creating the same header's PCH at once would race on its file.
@@ -30,12 +34,9 @@ Without a usable directory, or with an NVRTC older than 12.8, sources compile as
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import os
 import re
-import shutil
-import tempfile
 import threading
 from pathlib import Path
 
@@ -103,28 +104,21 @@ def wanted(source: str, options: list[str], headers=()) -> bool:
 
 def _private_dir() -> Path | None:
     """This process's PCH directory (made once), or None when the cache root is not a
-    directory only this user (or root) can write (:func:`splice.system.safe_fs.private_dir`)."""
+    directory only this user (or root) can write, or sits under a directory another user
+    could rename entries of (NVRTC opens the PCH by name: :func:`splice.system.safe_fs.walk`)."""
     if "dir" in _state:
         return _state["dir"]  # type: ignore[return-value]
     from ..errors import SpliceUnsafePathError
-    from . import safe_fs
-    from .cache import cache_root
+    from . import cache, safe_fs
     found = None
     try:
-        root = safe_fs.private_dir(cache_root(), "the cache directory")   # never shared
-        found = Path(tempfile.mkdtemp(prefix="pch-", dir=root))
-        atexit.register(_remove, found, os.getpid())
+        root = safe_fs.private_dir(cache.cache_root(), "the cache directory",   # never shared
+                                   ancestors=True)
+        found = safe_fs.process_dir(cache.PCH_PREFIX, root)   # removed by this process only
     except (OSError, SpliceUnsafePathError):
         found = None
     _state["dir"] = found
     return found
-
-
-def _remove(directory: Path, owner: int) -> None:
-    """At exit: this process's PCH directory, removed by the process that made it (a
-    forked child inherits the exit handler, not the directory)."""
-    if os.getpid() == owner:
-        shutil.rmtree(directory, True)
 
 
 # a forked child makes a PCH directory of its own (two processes creating one PCH file
@@ -172,23 +166,29 @@ def options(nvrtc, headers_state: str = "") -> list[str]:
         >>> opts == [] or opts[0] == "-pch"
         True
     """
+    from ..errors import SpliceUnsafePathError
+    from . import safe_fs
     d = _private_dir()
     if d is None or not _set_heap(nvrtc, int(_state.get("heap", HEAP_BYTES))):  # type: ignore[call-overload]
         return []
-    if headers_state:
-        d = d / headers_state
-        try:
-            d.mkdir(mode=0o700, exist_ok=True)   # inside the private 0700 directory
-        except OSError:
-            return []
+    d = d / headers_state if headers_state else d
+    try:   # made, or checked again now: NVRTC opens the PCH by this name
+        safe_fs.private_dir(d, "the PCH directory", ancestors=True)
+    except (OSError, SpliceUnsafePathError):
+        _state.pop("dir", None)   # removed or changed: another one for the next compile
+        return []
+    _state["used"] = d
     return ["-pch", f"--pch-dir={d}"]
 
 
 def after_compile(nvrtc, prog) -> None:
-    """After a PCH compile: when NVRTC ran out of heap creating the PCH, remember the size
-    it needed, for the next compile (which then creates it)."""
+    """After a PCH compile: a PCH created is counted against the cache's bound; when NVRTC
+    ran out of heap creating it, the size it needed is remembered, for the next compile
+    (which then creates it)."""
     try:
         (err,) = nvrtc.nvrtcGetPCHCreateStatus(prog)
+        if err == nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            _count(_state.get("used"))
         if err != nvrtc.nvrtcResult.NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED:
             return
         err, need = nvrtc.nvrtcGetPCHHeapSizeRequired(prog)
@@ -196,3 +196,16 @@ def after_compile(nvrtc, prog) -> None:
             _state["heap"] = max(int(need) + (16 << 20), HEAP_BYTES)
     except AttributeError:
         pass
+
+
+def _count(directory) -> None:
+    """Count what NVRTC added to ``directory`` (a PCH it created) against the cache's bound
+    (:func:`splice.system.cache.add_bytes`)."""
+    if directory is None:
+        return
+    from . import cache, safe_fs
+    now = safe_fs.tree_bytes(directory)
+    counted: dict = _state.setdefault("counted", {})  # type: ignore[assignment]
+    added, counted[directory] = now - counted.get(directory, 0), now
+    if added > 0:
+        cache.add_bytes(added)

@@ -18,6 +18,7 @@ owner and mode, and the fix.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import errno
@@ -26,8 +27,11 @@ import functools
 import grp
 import os
 import pwd
+import re
 import secrets
+import shutil
 import stat
+import tempfile
 import time
 from pathlib import Path
 
@@ -122,81 +126,292 @@ def check(path: Path | str, st: os.stat_result, what: str, trust: Trust = PRIVAT
     """
     why = untrusted_why(st, trust)
     if why is not None:
-        fix = ("remove it (another user's file is never used)" if "owns" in why else
-               f"chmod go-w {path}")
         raise SpliceUnsafePathError(
-            f"splice refuses {what} {path}: it is {describe(st)}, and {why}; {fix}, or point "
-            f"splice elsewhere (docs/security.md)")
+            f"splice refuses {what} {path}: it is {describe(st)}, and {why}; "
+            f"{_fix(path, st, why, trust)}, or point splice elsewhere (docs/security.md)")
 
 
-def check_ancestors(path: Path, what: str, trust: Trust = PRIVATE) -> None:
-    """Refuse ``path`` when one of the directories above it that exist could be renamed or
-    replaced by another user: not trusted, and not sticky (``/tmp``: each user can rename
-    only their own entries). What splice runs from ``path`` then stays what it checked.
+def _fix(path: Path | str, st: os.stat_result, why: str, trust: Trust) -> str:
+    """What makes ``path`` trusted, for the cause ``why`` (:func:`untrusted_why`)."""
+    if "owns" in why:
+        return "remove it (another user's file is never used)"
+    if "every user" in why:
+        return f"chmod o-w {path}"
+    if not trust.gids:
+        return f"chmod g-w {path}"
+    group = _group_name(st.st_gid)
+    named = sorted(_group_name(g) for g in trust.gids)
+    return (f"its group {group} (gid {st.st_gid}) is not one SPLICE_CACHE_TRUST names "
+            f"({', '.join('@' + g for g in named)}): chgrp {named[0]} {path}, and chmod g+s "
+            f"the cache directory so that directories made in it keep its group "
+            f"(docs/security.md#sharing-a-cache); or chmod g-w {path}")
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+#: How :func:`walk` opens each directory: a descriptor that names it (no read needed),
+#: never through a link at the name
+_DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: The most links :func:`walk` follows in one path (the kernel's own limit)
+_MAX_LINKS = 40
+
+
+def walk(path: Path | str, what: str, trust: Trust = PRIVATE, *, create: bool = False,
+         ancestors: bool = False) -> int:
+    """A descriptor (``O_PATH``) of the directory ``path``, reached one name at a time from
+    ``/`` (``openat``-style: what is checked is what the descriptor holds, no name is
+    resolved twice). A symbolic link on the way is followed only when you or root own it
+    (another user's link, in ``/tmp`` say, is never followed); the directory itself must
+    be trusted. The caller closes the descriptor.
 
     Args:
-        path (Path): the directory whose ancestors are checked (not itself).
-        what (str): what ``path`` is to splice, for the message.
+        path: the directory (relative: to the current directory, once, here).
+        what (str): what it is to splice ("the cache directory"), for the message.
         trust (Trust): who besides the user and root is trusted.
+        create (bool): make the directories that are missing, 0700 (2770 in a directory
+            of a trusted group, a shared cache's: its group, which the files in them keep).
+        ancestors (bool): also refuse a directory on the way that another user could
+            rename entries of: one neither trusted nor sticky (``/tmp``: users rename only
+            their own entries) with you or root as owner. For what another program opens
+            by name after splice checked it (tileiras its ``ptxas``, NVRTC its PCH).
+
+    Returns:
+        int: the descriptor, ``O_PATH | O_DIRECTORY``: for ``dir_fd=`` and ``fstat``.
 
     Raises:
-        SpliceUnsafePathError: naming the ancestor.
+        SpliceUnsafePathError: another user's link on the way, an untrusted directory (at
+            the end, or on the way with ``ancestors``), or ``path`` is not a directory.
+        OSError: a directory is missing (without ``create``), cannot be made, or a name on
+            the way is not a directory.
     """
-    for d in Path(os.path.abspath(path)).parents:
-        try:
-            st = os.stat(d)
-        except FileNotFoundError:
-            continue   # made by splice, 0700
-        why = untrusted_why(st, trust)
-        if why is not None and not (st.st_mode & stat.S_ISVTX and "owns" not in why):
-            check(d, st, f"a directory above {what} at", trust)
+    todo = _names(os.path.join(os.getcwd(), os.fspath(path)))
+    fd, here, links = os.open("/", _DIR_FLAGS), "/", 0
+    try:
+        st = os.fstat(fd)
+        while todo:
+            if ancestors:
+                _check_above(here, st, f"{what} {path}", trust)
+            name = todo.pop()
+            lst = _lstat_or_make(fd, name, st, trust, create)
+            if stat.S_ISLNK(lst.st_mode):
+                links += 1
+                target = _followed(fd, name, lst, os.path.join(here, name), links, what)
+                todo.extend(_names(target))
+                if target.startswith("/"):
+                    os.close(fd)
+                    fd, here = os.open("/", _DIR_FLAGS), "/"
+                    st = os.fstat(fd)
+                continue
+            if not todo and not stat.S_ISDIR(lst.st_mode):
+                raise SpliceUnsafePathError(f"splice refuses {what} {path}: it is not a "
+                                            f"directory")
+            nfd = os.open(name, _DIR_FLAGS, dir_fd=fd)   # a link put there meanwhile: ENOTDIR
+            os.close(fd)
+            fd, here = nfd, os.path.normpath(os.path.join(here, name))
+            st = os.fstat(fd)
+        check(path, st, what, trust)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
 
 
-def private_dir(path: Path, what: str, trust: Trust = PRIVATE) -> Path:
-    """``path`` created (with its missing parents) 0700 (0770 in a shared cache), or
-    checked when it exists.
+def _names(path: str) -> list[str]:
+    """The names of ``path``, last first (a stack for :func:`walk`)."""
+    return [c for c in path.split("/") if c not in ("", ".")][::-1]
+
+
+def _lstat_or_make(fd: int, name: str, parent: os.stat_result, trust: Trust,
+                   create: bool) -> os.stat_result:
+    """The ``lstat`` of ``name`` in the directory ``fd``; made first when missing and
+    ``create``: 0700, or 2770 with ``parent``'s group when that is a trusted group (a
+    shared cache: a ``chmod 0770`` would clear the set-group-ID bit it inherited, and the
+    members' entries in it would then have their own primary groups)."""
+    try:
+        return os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        if not create:
+            raise
+    try:
+        os.mkdir(name, 0o700, dir_fd=fd)
+    except FileExistsError:
+        return os.stat(name, dir_fd=fd, follow_symlinks=False)   # another process made it
+    made = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                   dir_fd=fd)
+    try:
+        if parent.st_gid in trust.gids:   # in a shared cache's directory: its group's
+            os.fchown(made, -1, parent.st_gid)
+            os.fchmod(made, 0o2770)
+        else:
+            os.fchmod(made, 0o700)   # (a umask took no bit of 0700; the mode is stated)
+        return os.fstat(made)
+    finally:
+        os.close(made)
+
+
+def _followed(fd: int, name: str, st: os.stat_result, shown: str, links: int,
+              what: str) -> str:
+    """The target of the link ``name`` in ``fd``, when it may be followed: you or root own
+    it (in a directory others can write, only its owner can replace it: sticky, or checked
+    as an ancestor)."""
+    if st.st_uid not in (os.geteuid(), 0):
+        raise SpliceUnsafePathError(
+            f"splice refuses {what} at {shown}: it is a symbolic link {describe(st)}, and "
+            f"another user's link is never followed; remove it, or point splice elsewhere "
+            f"(docs/security.md)")
+    if links > _MAX_LINKS:
+        raise OSError(errno.ELOOP, f"too many links on the way to {what}", shown)
+    return os.readlink(name, dir_fd=fd)
+
+
+def _check_above(directory: str, st: os.stat_result, what: str, trust: Trust) -> None:
+    """Refuse ``directory``, on the way to ``what``, when another user could rename an
+    entry of it: not trusted, and not sticky with you or root as owner."""
+    why = untrusted_why(st, trust)
+    if why is not None and not (st.st_mode & stat.S_ISVTX and "owns" not in why):
+        check(directory, st, f"a directory above {what} at", trust)
+
+
+def private_dir(path: Path, what: str, trust: Trust = PRIVATE, *,
+                ancestors: bool = False) -> Path:
+    """``path`` created (with its missing parents) 0700 (2770 in a shared cache's
+    directory), or checked when it exists, as :func:`walk` does.
 
     Args:
         path (Path): the directory.
         what (str): what it is to splice, for the message.
         trust (Trust): who besides the user and root is trusted.
+        ancestors (bool): also refuse it under a directory others could rename entries of
+            (:func:`walk`).
 
     Returns:
         Path: ``path``.
 
     Raises:
-        SpliceUnsafePathError: it exists and is not trusted, or is not a directory.
+        SpliceUnsafePathError: it exists and is not trusted, is not a directory, or
+            another user's link is on the way.
         OSError: it cannot be created.
     """
-    mode = 0o770 if trust.gids else 0o700
-    missing = []
-    p = Path(path)
-    while not os.path.lexists(p) and p != p.parent:
-        missing.append(p)
-        p = p.parent
-    for d in reversed(missing):
-        try:
-            os.mkdir(d, mode)
-            os.chmod(d, mode)   # umask took bits a shared cache needs
-        except FileExistsError:
-            pass   # another process made it: checked below
-    st = os.stat(path)
-    if not stat.S_ISDIR(st.st_mode):
-        raise SpliceUnsafePathError(f"splice refuses {what} {path}: it is not a directory")
-    check(path, st, what, trust)
+    os.close(walk(path, what, trust, create=True, ancestors=ancestors))
     return Path(path)
 
 
 @contextlib.contextmanager
 def open_dir(path: Path, what: str, trust: Trust = PRIVATE):
-    """A file descriptor of the trusted directory ``path`` (checked on the descriptor, so
-    what is checked is what is written into)."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    """A file descriptor of the trusted directory ``path`` (:func:`walk`: what is checked
+    is what is written into)."""
+    fd = walk(path, what, trust)
     try:
-        check(path, os.fstat(fd), what, trust)
         yield fd
     finally:
         os.close(fd)
+
+
+#: Where :func:`system_program` takes a program from: the system's own directories
+SYSTEM_BIN = ("/usr/bin", "/bin")
+
+
+def system_program(name: str) -> str | None:
+    """The absolute path of the system's program ``name`` (``ln``, ``c++filt``): the first
+    of :data:`SYSTEM_BIN` that has it as a file root owns and no one else can write; None
+    when none has. For the programs splice runs of its own accord (never looked up in
+    ``PATH``, where a directory someone else can write may come first)."""
+    for d in SYSTEM_BIN:
+        path = os.path.join(d, name)
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o022:
+            return path
+    return None
+
+
+#: A directory of :func:`process_dir` older than this (seconds) is removed whoever made it
+#: (a process alive that long finds it gone at its next use, and makes another)
+STALE_PROCESS_DIR_SECONDS = 24 * 3600
+
+
+def process_dir(prefix: str, parent: Path | None = None) -> Path:
+    """A fresh directory of this process: 0700, an unpredictable name
+    (``<prefix><pid>-<random>``, :func:`tempfile.mkdtemp`) in ``parent`` (default: the
+    temporary directory), removed at exit by this process only (a child made by
+    ``os.fork`` inherits the exit handler, not the directory). Those that dead processes
+    left (``kill -9``, a fork child's ``os._exit``) are removed first (:func:`sweep`).
+
+    Args:
+        prefix (str): the name's start (``"pch-"``).
+        parent (Path | None): where (a trusted directory).
+
+    Returns:
+        Path: the directory.
+
+    Raises:
+        OSError: it cannot be made.
+    """
+    parent = Path(parent) if parent is not None else Path(tempfile.gettempdir())
+    sweep(parent, prefix)
+    made = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent))
+    atexit.register(_remove_own, made, os.getpid())
+    return made
+
+
+def _remove_own(directory: Path, owner: int) -> None:
+    if os.getpid() == owner:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def sweep(parent: Path, prefix: str) -> int:
+    """Remove the directories :func:`process_dir` made in ``parent`` with ``prefix`` for
+    processes that are gone, or longer ago than :data:`STALE_PROCESS_DIR_SECONDS`: yours
+    only, real directories only (never a link). Returns the bytes freed."""
+    freed = 0
+    pattern = re.compile(re.escape(prefix) + r"(\d+)-")
+    try:
+        found = [(e, m) for e in os.scandir(parent) if (m := pattern.match(e.name))]
+    except OSError:
+        return 0
+    for entry, m in found:
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or \
+                _alive(int(m.group(1))) and \
+                time.time() - st.st_mtime < STALE_PROCESS_DIR_SECONDS:
+            continue
+        freed += tree_bytes(Path(entry.path))
+        shutil.rmtree(entry.path, ignore_errors=True)
+    return freed
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` may still be the process that made a directory of yours (a process
+    of another user is not: the pid was reused)."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError, OverflowError):
+        return False
+    return True
+
+
+def tree_bytes(directory: Path) -> int:
+    """The bytes of the regular files under ``directory`` (links not followed)."""
+    total = 0
+    for top, _, files in os.walk(directory):
+        for f in files:
+            try:
+                st = os.lstat(os.path.join(top, f))
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                total += st.st_size
+    return total
 
 
 def write_file(path: Path, data: bytes | str, what: str, *, trust: Trust = PRIVATE,

@@ -2,11 +2,10 @@
 
 - **tileiras** lowers Tile IR bytecode to PTX through libnvvm and then runs ``ptxas`` from
   its own directory (``docs/design.md#tileiras-ptxas``). splice runs it from an *overlay*
-  directory: a hard link (or copy) of tileiras beside a capturing ``ptxas`` script, every
-  other file of the toolkit directory linked in place, so tileiras finds libnvvm and
-  libdevice as usual. The capture keeps the PTX, the ``--nv-host`` host-callback object
-  and ptxas's flags (``docs/design.md#nv-host``) instead of assembling. A symlinked
-  tileiras does not work (it resolves its directory through ``/proc/self/exe``).
+  directory (:mod:`splice.system.tileiras_overlay`): a hard link (or copy) of tileiras
+  beside a capturing ``ptxas`` script, checked before every run and run through the
+  descriptor checked. The capture keeps the PTX, the ``--nv-host`` host-callback object
+  and ptxas's flags (``docs/design.md#nv-host``) instead of assembling.
 - tileiras and ptxas always run with ``CUDA_HOME``/``CUDA_PATH``/``CUDA_ROOT`` removed from
   the environment (another toolkit's libnvvm would be picked up:
   ``docs/design.md#environment``).
@@ -18,21 +17,15 @@
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import functools
-import hashlib
 import os
 import re
-import secrets
 import shlex
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
-import time
-import warnings
 from pathlib import Path
 
 from ..errors import (
@@ -41,7 +34,7 @@ from ..errors import (
     SpliceToolchainError,
     SpliceUnsafePathError,
 )
-from . import safe_fs
+from . import tileiras_overlay
 
 # NVRTC and nvJitLink moved to splice.system.cuda_libs; their callers (and tests) use them from here
 from .cuda_libs import nvjitlink_run as nvjitlink_run
@@ -160,10 +153,11 @@ def tool_identity(*names: str) -> list:
     out = []
     for name in names:
         if name == "tileiras":
-            # the overlay's hard link (or copy) is the file that runs: same size and mtime
-            ran = _live_overlay() / "bin" / "tileiras"
-            st = ran.stat()
-            out.append([name, str(tileiras().resolve()), st.st_size, st.st_mtime_ns,
+            # the overlay's hard link (or copy) runs only with the size and mtime of the
+            # real one (_checked_tileiras): the real one's identify it, no overlay needed
+            real = tileiras().resolve()
+            st = real.stat()
+            out.append([name, str(real), st.st_size, st.st_mtime_ns,
                         *[_file_identity(c) for c in _libnvvm_candidates() if c.exists()]])
         elif name == "ptxas":
             out.append([name, *_file_identity(ptxas())])
@@ -229,8 +223,11 @@ def _unambiguous_library(name: str) -> Path | None:
         return None
     import site
     roots = [*site.getsitepackages(), site.getusersitepackages()]
-    found = {p.resolve() for r in roots for d in dirs
-             for p in Path(r, d).glob(f"{prefix}[0-9]*") if p.is_file()}
+    try:
+        found = {p.resolve() for r in roots for d in dirs
+                 for p in Path(r, d).glob(f"{prefix}[0-9]*") if p.is_file()}
+    except OSError:   # a directory this user cannot read (another user's $HOME)
+        return None
     return found.pop() if len(found) == 1 else None
 
 
@@ -269,247 +266,45 @@ def cuda_include_dir() -> Path | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# tileiras overlay
-
-_CAPTURE_SCRIPT = """#!/bin/sh
-# splice: stands in for ptxas while tileiras runs; keeps what it would assemble. It runs on
-# every kernel's first compile: shell built-ins only, but for one ln (or cp) of its inputs
-# (tileiras deletes them when ptxas returns) into the capture directory, under their names.
-if [ "$1" = "--version" ]; then exec {real_ptxas} "$@"; fi
-d="$SPLICE_CAPTURE_DIR"
-if [ -z "$d" ] || [ ! -d "$d" ]; then
-  echo "splice capture ptxas: SPLICE_CAPTURE_DIR is not set" >&2; exit 97
-fi
-set -C   # noclobber: creating call<n>.argv claims the number n, atomically
-n=0
-until {{ for a in "$@"; do printf '%s\\n' "$a"; done; }} 2>/dev/null >"$d/call$n.argv"; do
-  n=$((n + 1))
-  if [ "$n" -gt 99 ]; then echo "splice capture ptxas: cannot write to $d" >&2; exit 98; fi
-done
-ptx=""; host=""; prev=""
-for a in "$@"; do
-  case "$a" in
-    --nv-host=*) host="${{a#--nv-host=}}" ;;
-    *.ptx) ptx="$a" ;;
-  esac
-  if [ "$prev" = "-o" ]; then : >| "$a"; fi
-  prev="$a"
-done
-if [ -z "$ptx" ]; then exit 0; fi
-if [ -n "$host" ]; then set -- "$ptx" "$host"; else set -- "$ptx"; fi
-ln -f -- "$@" "$d/" 2>/dev/null || {{
-  # cp will not copy onto a link ln made before failing on the other input
-  for f; do rm -f -- "$d/${{f##*/}}"; done; cp -- "$@" "$d/"; }} || exit 99
-exit 0
-"""
-
-
-def _capture_script() -> str:
-    """:data:`_CAPTURE_SCRIPT` for this process's real ptxas."""
-    return _CAPTURE_SCRIPT.format(real_ptxas=shlex.quote(str(ptxas())))
-
-
-def _overlay_bases(real: Path) -> list[Path]:
-    """Where the overlay may live, best first: on tileiras's filesystem, so that tileiras
-    is hard-linked rather than copied (about 100 MB). The cache directory when it is on
-    that filesystem, else a directory beside the toolkit (``<toolkit>/../.splice-overlay``),
-    then the cache directory. In a shared cache (``$SPLICE_CACHE_TRUST``) each user has
-    their own (``toolchain-<uid>``): the overlay is never shared (and a cache its group can
-    write is refused by :func:`_overlay_in`)."""
-    from .cache import cache_root
-    shared = safe_fs.cache_trust().shared
-    in_cache = cache_root() / (f"toolchain-{os.geteuid()}" if shared else "toolchain")
-    near = real.parent.parent.parent / ".splice-overlay"
-    return [in_cache, near] if _same_filesystem(in_cache, real) else [near, in_cache]
-
-
-def _same_filesystem(directory: Path, file: Path) -> bool:
-    d = directory
-    while not d.exists() and d != d.parent:
-        d = d.parent
-    try:
-        return d.stat().st_dev == file.stat().st_dev
-    except OSError:
-        return False
+# tileiras overlay (splice.system.tileiras_overlay)
 
 
 @functools.cache
 def overlay() -> Path:
-    """Directory laid out like tileiras's own toolkit root, with a capturing ptxas.
-    Built once per tileiras binary (keyed by its path, size and mtime), in the first
-    of :func:`_overlay_bases` that this user owns (or root does) and no one else can write;
-    else in a fresh private temporary directory for this process (one warning). Not a
-    cache entry: never counted nor evicted.
+    """The directory tileiras runs from, laid out like its own toolkit root with a
+    capturing ptxas (:func:`splice.system.tileiras_overlay.found`); checked again before
+    every run (:func:`_runnable_tileiras`).
 
     Raises:
         SpliceUnsafePathError: an overlay found in a trusted place is not trusted itself
             (the message names the path to delete).
         SpliceToolchainError: no overlay can be made anywhere.
     """
-    real = tileiras().resolve()
-    st = real.stat()
-    key = hashlib.sha256(f"{real}|{st.st_size}|{st.st_mtime_ns}|v5".encode()).hexdigest()[:16]
-    why: list[str] = []
-    for base in _overlay_bases(real):
-        root = _overlay_in(base, f"overlay-{key}", real, why)
-        if root is not None:
-            return root
-    return _private_overlay(f"overlay-{key}", real, "; ".join(why))
+    return tileiras_overlay.found(tileiras().resolve(), str(ptxas()))
 
 
-def _overlay_in(base: Path, name: str, real: Path, why: list[str]) -> Path | None:
-    """The valid overlay ``name`` in ``base``, found or built; None (the reason appended to
-    ``why``) when ``base`` is not trusted or cannot be written."""
-    try:
-        # PRIVATE, not the cache's trust: a member of a trusted group who can write the
-        # shared cache could rename toolchain-<uid> and put their own tileiras there
-        safe_fs.check_ancestors(base, "the tileiras overlay")
-        safe_fs.private_dir(base, "the tileiras overlay directory")
-    except (OSError, SpliceUnsafePathError) as e:
-        why.append(f"{base}: {e}")
-        return None
-    _remove_leftovers(base)
-    root = base / name
-    if os.path.lexists(root):
-        if _valid_overlay(root, real):
-            return root
-        _discard(root)   # tileiras deleted, truncated or replaced: built again
-    try:
-        return _build_overlay(root, real)
-    except OSError as e:
-        why.append(f"{base}: {e.strerror or e}")
-        return None
-
-
-#: An ``overlay-tmp-*`` directory older than this (seconds) was left by a killed build.
-STALE_BUILD_SECONDS = 600
-
-
-def _remove_leftovers(base: Path) -> None:
-    """Remove what killed builds left in ``base`` (a trusted directory)."""
-    now = time.time()
-    for p in base.glob("overlay-tmp-*"):
-        try:
-            if now - p.lstat().st_mtime > STALE_BUILD_SECONDS:
-                shutil.rmtree(p)
-        except OSError:
-            pass
-
-
-def _valid_overlay(root: Path, real: Path) -> bool:
-    """Whether the overlay ``root`` found on disk can run: its directories and tools
-    trusted, its tileiras the same size and mtime as the real one. A capturing ptxas that
-    is not splice's is rewritten (an edited or truncated one failed every tileiras run with
-    "failed to compile Tile IR program").
+def _runnable_tileiras() -> int:
+    """A descriptor of the overlay's tileiras, checked now
+    (:func:`splice.system.tileiras_overlay.checked_tileiras`), for one run: found or built
+    again when the overlay was removed since this process found it (the cache directory
+    deleted beside a running process, a temporary-directory cleaner); built in a new
+    private directory, with one warning, when anything in it changed.
 
     Raises:
-        SpliceUnsafePathError: its directory is another user's, or others can write it
-            (what is inside a directory of this user's is rebuilt instead).
+        SpliceToolchainError: it keeps changing.
+        SpliceUnsafePathError: the overlay found is another user's.
     """
-    tool, script = root / "bin" / "tileiras", root / "bin" / "ptxas"
-    st = root.lstat()
-    if not stat.S_ISDIR(st.st_mode):
-        return False
-    safe_fs.check(root, st, "the tileiras overlay", safe_fs.PRIVATE)
-    for p in (root / "bin", tool, script):   # in a directory of this user's: rebuilt
-        try:
-            st = p.lstat()
-        except OSError:
-            return False
-        if stat.S_ISLNK(st.st_mode) or safe_fs.untrusted_why(st) is not None:
-            return False
-    real_st, st = real.stat(), tool.stat()
-    if (st.st_size, st.st_mtime_ns) != (real_st.st_size, real_st.st_mtime_ns):
-        return False
-    _check_script(script)
-    return True
-
-
-def _discard(root: Path) -> None:
-    """Remove a broken overlay of this user (renamed aside first: atomic for readers)."""
-    aside = root.with_name(f"overlay-tmp-{os.getpid()}-{secrets.token_hex(4)}")
-    try:
-        os.rename(root, aside)
-    except OSError as e:
-        raise SpliceToolchainError(
-            f"the tileiras overlay {root} is broken and cannot be removed "
-            f"({e.strerror or e}): delete it") from None
-    shutil.rmtree(aside, ignore_errors=True)
-
-
-_warned_private = False
-
-
-def _private_overlay(name: str, real: Path, why: str) -> Path:
-    """The overlay in a fresh private temporary directory, removed when the process
-    exits; said once in a warning."""
-    global _warned_private
-    base = Path(tempfile.mkdtemp(prefix="splice-overlay-"))
-    atexit.register(shutil.rmtree, base, True)
-    if not _warned_private:
-        _warned_private = True
-        warnings.warn(f"splice: the tileiras overlay cannot be kept ({why}); building it in "
-                      f"{base} for this process", RuntimeWarning, stacklevel=4)
-    try:
-        return _build_overlay(base / name, real)
-    except OSError as e:
-        raise SpliceToolchainError(f"cannot create the tileiras overlay in {base}: "
-                                   f"{e.strerror or e} (and {why})") from None
-
-
-def _live_overlay() -> Path:
-    """:func:`overlay`, built again when it was removed since this process built or found
-    it (the cache directory deleted beside a running process, a temporary-directory
-    cleaner): one file test per call."""
-    root = overlay()
-    if not (root / "bin" / "tileiras").is_file():
-        overlay.cache_clear()
+    for _ in range(3):
         root = overlay()
-    return root
-
-
-def _check_script(script: Path) -> None:
-    """The capturing ptxas of an overlay found on disk, rewritten (atomically, never
-    through a link) when it is not splice's."""
-    text = _capture_script()
-    try:
-        if safe_fs.read_regular(script, 1 << 16, "the capturing ptxas",
-                                follow=False).decode() == text:
-            return
-        safe_fs.write_file(script, text, "the tileiras overlay", executable=True)
-    except (OSError, UnicodeDecodeError, SpliceUnsafePathError):
-        pass   # unreadable or read-only: tileiras's error says what went wrong
-
-
-def _build_overlay(root: Path, real: Path) -> Path:
-    real_root = real.parent.parent
-    tmp = Path(tempfile.mkdtemp(prefix="overlay-tmp-", dir=root.parent))
-    try:
-        for entry in real_root.iterdir():
-            if entry.name != "bin":
-                os.symlink(entry, tmp / entry.name)
-        (tmp / "bin").mkdir(0o700)
-        for entry in real.parent.iterdir():
-            if entry.name not in ("tileiras", "ptxas"):
-                os.symlink(entry, tmp / "bin" / entry.name)
         try:
-            os.link(real, tmp / "bin" / "tileiras")
-        except OSError:
-            shutil.copy2(real, tmp / "bin" / "tileiras")
-            os.chmod(tmp / "bin" / "tileiras", 0o700)
-        safe_fs.write_file(tmp / "bin" / "ptxas", _capture_script(), "the tileiras overlay",
-                           executable=True)
-        try:
-            os.replace(tmp, root)
-        except OSError:
-            # another process finished first: use theirs
-            shutil.rmtree(tmp, ignore_errors=True)
-            if not _valid_overlay(root, real):
-                raise
-    except BaseException:   # any failure, an interrupt too: no half-made overlay left
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return root
+            return tileiras_overlay.checked_tileiras(root, tileiras().resolve())
+        except FileNotFoundError:
+            overlay.cache_clear()
+        except (tileiras_overlay.Changed, SpliceUnsafePathError, OSError) as e:
+            tileiras_overlay.distrust(root, e)
+            overlay.cache_clear()
+    raise SpliceToolchainError(f"the tileiras overlay keeps changing: "
+                               f"{tileiras_overlay.changed[-1]}")
 
 
 def _libnvvm_candidates() -> list[Path]:
@@ -544,7 +339,6 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
         SpliceTileirasTimeout: it timed out (also cuTile's TileCompilerTimeoutError).
         SpliceToolchainError: it cannot run, or did not call ptxas exactly once.
     """
-    ov = _live_overlay()
     with tempfile.TemporaryDirectory(prefix="splice-tileiras-") as work:
         w = Path(work)
         if "\n" in work:   # the capture's argv is one argument a line
@@ -557,16 +351,9 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
         tmpdir.mkdir()
         src = w / "kernel.tileirbc"
         src.write_bytes(bytecode)
-        argv = [str(ov / "bin" / "tileiras"), str(src), "-o", str(w / "kernel.cubin"), *flags]
-        env = clean_env(SPLICE_CAPTURE_DIR=str(cap), TMPDIR=str(tmpdir))
-        try:
-            proc = subprocess.run(argv, capture_output=True, env=env, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise SpliceTileirasTimeout(
-                f"tileiras exceeded the compile timeout of {timeout}s on {what} "
-                f"(CUDA_TILE_COMPILER_TIMEOUT_SEC)", flags=shlex.join(flags)) from None
-        except OSError as e:
-            raise SpliceToolchainError(f"cannot run tileiras for {what}: {e}") from None
+        args = [str(src), "-o", str(w / "kernel.cubin"), *flags]
+        proc = _run_overlay(args, clean_env(SPLICE_CAPTURE_DIR=str(cap), TMPDIR=str(tmpdir)),
+                            timeout=timeout, what=what, flags=flags)
         log = (proc.stdout + proc.stderr).decode(errors="replace")
         if proc.returncode != 0:
             unsupported = re.search(r"--gpu-name option: Cannot find option named '([^']*)'",
@@ -578,7 +365,7 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
                     f"one of them as arch=", log)
             raise SpliceTileirasError(
                 f"tileiras failed (exit {proc.returncode}) on {what}; command: "
-                f"{shlex.join(argv[1:])}{_missing_libnvvm_hint()}", log,
+                f"{shlex.join(args)}{_missing_libnvvm_hint()}", log,
                 flags=shlex.join(flags))
         calls = sorted(cap.glob("call*.argv"))
         if len(calls) != 1:
@@ -596,6 +383,29 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
                                        f"{what} was not kept", log)
         return Capture(ptx_path.read_text(), host.read_bytes() if host else None,
                        ptxas_argv)
+
+
+def _run_overlay(args: list[str], env: dict[str, str], *, timeout: float | None, what: str,
+                 flags: tuple[str, ...]) -> subprocess.CompletedProcess:
+    """The overlay's tileiras run on ``args``, through the descriptor checked just before
+    (:func:`_runnable_tileiras`): ``/proc/self/fd/N``, no name resolved again.
+
+    Raises:
+        SpliceTileirasTimeout: it timed out.
+        SpliceToolchainError: it cannot run.
+    """
+    tool = _runnable_tileiras()
+    try:
+        return subprocess.run([f"/proc/self/fd/{tool}", *args], capture_output=True,
+                              env=env, timeout=timeout, pass_fds=(tool,))
+    except subprocess.TimeoutExpired:
+        raise SpliceTileirasTimeout(
+            f"tileiras exceeded the compile timeout of {timeout}s on {what} "
+            f"(CUDA_TILE_COMPILER_TIMEOUT_SEC)", flags=shlex.join(flags)) from None
+    except OSError as e:
+        raise SpliceToolchainError(f"cannot run tileiras for {what}: {e}") from None
+    finally:
+        os.close(tool)
 
 
 def tileiras_architectures() -> list[str]:

@@ -161,7 +161,8 @@ def plant_overlay(src: Path, dest: Path, marker: Path) -> None:
     script.write_text(f"{lines[0]}\ntouch {marker}\n{lines[1]}")
     for p in (dest, dest.parent, dest / "bin"):
         p.chmod(0o755)
-    script.chmod(0o755)
+    for p in (script, dest / "bin" / "tileiras"):   # (a copy of splice's 0700 one)
+        p.chmod(0o755)
 
 
 def forge(entry: Path, change) -> None:
@@ -396,11 +397,13 @@ def become(uid: int, group: int, world: Path) -> None:
     os.setuid(uid)
 
 
-def main() -> None:
+def main(roles: dict | None = None) -> None:
+    """Play the role ``argv[1]`` of ``roles`` (default :data:`ROLES`) in the world
+    ``argv[2]`` as the uid ``argv[3]``: each step's result in ``results/<role>.json``."""
     role, world, uid = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
     become(uid, int(world.joinpath("group-gid").read_text()), world)
     results = {}
-    for step in ROLES[role]:
+    for step in (ROLES if roles is None else roles)[role]:
         results[step.__name__] = attempt(lambda step=step: step(world))
         world.joinpath("results", f"{role}.json").write_text(json.dumps(results, indent=1))
 
