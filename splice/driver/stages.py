@@ -18,8 +18,7 @@ from typing import Any, Callable, Protocol
 
 from ..analysis import memory_proof
 from ..errors import SpliceLinkError, SpliceToolchainError
-from ..forms import effects, element_callees, rewrite
-from ..forms import staging as tiles
+from ..forms import effects, element_callees, rewrite, staging
 from ..forms.base import CallForm, SiteCall, SiteInfo
 from ..inputs import nvshmem
 from ..inputs.fragments import Fragment
@@ -93,7 +92,7 @@ def assemble(job: Driver, sp: Spliced, merged: link.Merged) -> bytes:
     """The kernel's static shared memory checked (before ptxas, naming each owner's bytes);
     ptxas with tileiras's flags and host object; with binary objects, ptxas -c and
     nvJitLink, then the SASS check of the sites that call into them."""
-    tiles.check_shared_memory(merged.text, lambda n: diagnose.owner_of_line(merged.spans, n),
+    staging.check_shared_memory(merged.text, lambda n: diagnose.owner_of_line(merged.spans, n),
                               sp.lowered.target, job.what)
     flags = list(sp.lowered.ptxas_flags)
     binaries = [f for f in _fragments(sp.traced) if f.link_input is not None]

@@ -77,36 +77,36 @@ class BlockForm(FlagAnswers):
 
     def global_edit(self, index: int) -> Generated:
         from ..ptxtools.spans import Generated
-        from . import block_proof as block
-        return Generated(block.scratch_declaration(index, self.scope),
-                         block.scratch_owner(self.scope), "splice", index)
+        from . import block_proof
+        return Generated(block_proof.scratch_declaration(index, self.scope),
+                         block_proof.scratch_owner(self.scope), "splice", index)
 
     def instance_edits(self, body, i, site, instance):
         """The edits of one instance of the site's marker (statement ``i``): the guard
         retargeted, the marker replaced by thread 0's store of the arguments and every
         thread's call (see :mod:`splice.forms.block_proof`, which proves it)."""
         from ..ptxtools.spans import Generated
-        from . import block_proof as block
+        from . import block_proof
         from .calls import call_block
         from .marked import rewrite_error
         parsed, kernel_name = body.parsed, body.kernel_name
         s, ins = parsed[i]
         what = f"block-scope call of {site.label} (site {site.index})"
-        ws = block.warp_specialisation(body.analysed)
+        ws = block_proof.warp_specialisation(body.analysed)
         if ws is not None:
             raise rewrite_error(kernel_name, _warp_specialised(site, body.module, ws))
         dest = marker_result(body, i, what)
         try:
-            g, _j = block.prove_instance(body.analysed, i)
+            g, _j = block_proof.prove_instance(body.analysed, i)
         except ValueError as e:
             raise body.fail(f"{what}: cannot prove that every thread of the block reaches "
                             f"the call exactly once: {e}", i) from None
         gs, gins = parsed[g]
         join = gins.operands[0]
-        guard = f"@{gins.guard} {gins.opcode} \t{block.guard_label(site, instance)}; // " \
+        guard = f"@{gins.guard} {gins.opcode} \t{block_proof.guard_label(site, instance)}; // " \
                 f"splice: was {join}"
-        text = block.thread0_block(site, instance, ins.operands[2:]) + "\n" + \
-            block.all_threads_block(site, instance, dest, join, call_block)
+        text = block_proof.thread0_block(site, instance, ins.operands[2:]) + "\n" + \
+            block_proof.all_threads_block(site, instance, dest, join, call_block)
         return [(gs.start, gs.end, guard),
                 (s.start, s.end, Generated(text, site.label, self.span_kind, site.index,
                                            instance))]
@@ -114,9 +114,9 @@ class BlockForm(FlagAnswers):
     def call_ends(self, body, i):
         """Thread 0's guard and the join at tileiras's ``bar.sync 0``
         (:func:`splice.forms.block_proof.prove_instance`), and the block's threads (``.reqntid``)."""
-        from . import block_proof as block
-        g, j = block.prove_instance(body, i)
-        dims = block.block_dims(body.module, body.fn)
+        from . import block_proof
+        g, j = block_proof.prove_instance(body, i)
+        dims = block_proof.block_dims(body.module, body.fn)
         assert dims is not None     # prove_instance refuses a kernel without .reqntid
         return g, j, int(dims.split(",")[0])
 
@@ -125,8 +125,8 @@ class BlockForm(FlagAnswers):
     def check_callees(self, sites, fragments, target: str, keys, kernel) -> None:
         """Collectives are allowed in the callee; splice_group.h's group only where the
         block is one warpgroup (:func:`splice.forms.warpgroup_proof.check_block_sites`)."""
-        from . import warpgroup_proof as warpgroup
-        warpgroup.check_block_sites(sites, fragments, target, keys, kernel)
+        from . import warpgroup_proof
+        warpgroup_proof.check_block_sites(sites, fragments, target, keys, kernel)
 
     def check_snippet(self, text: str, pack: int) -> str | None:
         """Every thread of the group runs a ``splice.asm`` snippet of this form once per
@@ -173,8 +173,7 @@ def _warp_specialised(site, module, ws: str) -> str:
     instruction that shows it), with the fix that works: a user's extern can be declared
     at warpgroup scope (tiles included) unless its code synchronises the whole block; a
     splice.cub call cannot (CUB synchronises the block), only a plain kernel runs it."""
-    from . import cub_names
-    from . import warpgroup_proof as warpgroup
+    from . import cub_names, warpgroup_proof
     why = (f"tileiras warp-specialised this kernel ({ws!r}): its scalar operations run in a "
            f"subset of the block's warps, so splice cannot make every thread of the block "
            f"call")
@@ -183,12 +182,12 @@ def _warp_specialised(site, module, ws: str) -> str:
         return (f"block-scope call of {site.label} (site {site.index}): {why} the extern. "
                 f"Declare the extern scope=\"warpgroup\" to call it on the warpgroup that "
                 f"runs the site, if its code has no barrier of the whole block: it then runs "
-                f"on that warpgroup's {warpgroup.GROUP_SIZE} threads, with "
+                f"on that warpgroup's {warpgroup_proof.GROUP_SIZE} threads, with "
                 f"splice_group_rank(), splice_group_size() and splice_group_sync() from "
                 f"#include <splice_group.h> for threadIdx, blockDim and "
-                f"__syncthreads(){warpgroup.tma_hint(module)}")
+                f"__syncthreads(){warpgroup_proof.tma_hint(module)}")
     name, where = public
-    fix = warpgroup.tma_fix(module)
+    fix = warpgroup_proof.tma_fix(module)
     return (f"{name} at {where} (site {site.index}): {why} it. {name} runs at block scope "
             f"only (CUB synchronises the whole block with __syncthreads()), so it has no "
             f"warpgroup form: " + (f"{fix[0].upper()}{fix[1:]}" if fix else

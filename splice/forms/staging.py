@@ -142,7 +142,7 @@ def check_staging(body, sites, at: Mapping[int, list[int]]) -> str | None:
     elements are spread over come from its form (:meth:`~splice.forms.base.CallForm.call_ends`:
     the block's at block scope, the warpgroup's 128 at warpgroup scope). Returns why the
     staging is not proven, naming the step, or None."""
-    from . import block_proof as block
+    from . import block_proof
     groups: dict[int, dict[str, list[tuple[Any, list[int]]]]] = {}
     for idx, positions in at.items():
         st = sites[idx].staging
@@ -170,7 +170,7 @@ def check_staging(body, sites, at: Mapping[int, list[int]]) -> str | None:
             if need is not None and need != threads:
                 return (f"step 'block size': {call_site.staging.what} is compiled for blocks "
                         f"of {need} threads, and tileiras runs it on {threads} (.reqntid "
-                        f"{block.block_dims(body.module, body.fn)})")
+                        f"{block_proof.block_dims(body.module, body.fn)})")
             lo, hi = skips.stretch_before(g), skips.stretch_after(j)
             for role, window in (("store", range(lo, g)), ("load", range(j + 1, hi))):
                 for site, positions in roles.get(role, []):

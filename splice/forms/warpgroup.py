@@ -42,28 +42,28 @@ class WarpgroupForm(BlockForm):
         retargeted, the marker replaced by the leader's store of the arguments and the
         group's call (see :mod:`splice.forms.warpgroup_proof`, which proves it)."""
         from ..ptxtools.spans import Generated
-        from . import warpgroup_proof as warpgroup
+        from . import warpgroup_proof
         from .calls import call_block
         parsed = body.parsed
         s, ins = parsed[i]
         what = f"warpgroup-scope call of {site.label} (site {site.index})"
         dest = marker_result(body, i, what)
-        if site.index >= warpgroup.MAX_SITES:
+        if site.index >= warpgroup_proof.MAX_SITES:
             raise body.fail(f"{what}: a kernel's warpgroup calls must be among its first "
-                            f"{warpgroup.MAX_SITES} call sites", i)
+                            f"{warpgroup_proof.MAX_SITES} call sites", i)
         try:
-            proof = warpgroup.prove_site(body.analysed, i)
-            warpgroup.check_registers(proof, site)
-        except warpgroup.WarpgroupRefusal as e:
+            proof = warpgroup_proof.prove_site(body.analysed, i)
+            warpgroup_proof.check_registers(proof, site)
+        except warpgroup_proof.WarpgroupRefusal as e:
             raise body.fail(f"{what}: cannot prove that every thread of a warpgroup reaches "
                             f"the call exactly once, at step '{e.step}': {e.reason}",
                             i) from None
         gs, gins = parsed[proof.guard]
         join = gins.operands[0]
-        guard = f"@{gins.guard} {gins.opcode} \t{warpgroup.group_label(site, instance)}; " \
+        guard = f"@{gins.guard} {gins.opcode} \t{warpgroup_proof.group_label(site, instance)}; " \
                 f"// splice: was {join}"
-        text = warpgroup.leader_block(site, instance, ins.operands[2:]) + "\n" + \
-            warpgroup.all_threads_block(site, instance, dest, join, proof.group, call_block)
+        text = warpgroup_proof.leader_block(site, instance, ins.operands[2:]) + "\n" + \
+            warpgroup_proof.all_threads_block(site, instance, dest, join, proof.group, call_block)
         return [(gs.start, gs.end, guard),
                 (s.start, s.end, Generated(text, site.label, self.span_kind, site.index,
                                            instance))]
@@ -72,18 +72,18 @@ class WarpgroupForm(BlockForm):
         """The group's guard G and join J (:func:`splice.forms.warpgroup_proof.prove_site`), and the
         group's :data:`~splice.forms.warpgroup_proof.GROUP_SIZE` threads, over which tileiras spreads
         the elements of a tile it runs there."""
-        from . import warpgroup_proof as warpgroup
+        from . import warpgroup_proof
         try:
-            proof = warpgroup.prove_site(body, i)
-        except warpgroup.WarpgroupRefusal as e:
+            proof = warpgroup_proof.prove_site(body, i)
+        except warpgroup_proof.WarpgroupRefusal as e:
             raise ValueError(str(e)) from None
-        return proof.guard, proof.join, warpgroup.GROUP_SIZE
+        return proof.guard, proof.join, warpgroup_proof.GROUP_SIZE
 
     def check_callees(self, sites, fragments, target: str, keys, kernel) -> None:
         """Refuse the sites whose extern runs what the group cannot
         (:func:`splice.forms.warpgroup_proof.check_sites`: the same arguments but ``kernel``)."""
-        from . import warpgroup_proof as warpgroup
-        warpgroup.check_sites(sites, fragments, target, keys)
+        from . import warpgroup_proof
+        warpgroup_proof.check_sites(sites, fragments, target, keys)
 
     def describe(self, span: Span) -> str:
         return generated_text(span, "warpgroup-scope call sequence")

@@ -106,8 +106,7 @@ from typing import Callable, Mapping, Sequence
 from ..analysis import collectives, control
 from ..errors import SpliceLinkError
 from ..ptxtools.ptx import Body, Instruction, Module, parse_instruction
-from . import block_proof as block
-from . import warpgroup_callee
+from . import block_proof, warpgroup_callee
 from .base import site_module
 
 #: The named barrier id of splice's entry and exit barriers and of ``splice_group_sync()``.
@@ -173,7 +172,7 @@ def prove_site(body: Body, i: int) -> SiteProof:
     _check_barrier_ids(body)
     g, c, target = _guard(body, i)
     try:
-        j = block.join_of(body, g, i, target)
+        j = block_proof.join_of(body, g, i, target)
     except ValueError as e:
         raise WarpgroupRefusal("site shape", str(e)) from None
     b, bins = _join_barrier(body, j)
@@ -253,7 +252,7 @@ def tma_fix(module: Module) -> str | None:
 
 def _check_kernel(body: Body) -> int:
     try:
-        dims = block.check_kernel(body)
+        dims = block_proof.check_kernel(body)
     except ValueError as e:
         raise WarpgroupRefusal("kernel", str(e)) from None
     ntid = int(dims.split(",")[0])
@@ -336,7 +335,7 @@ def _guard(body: Body, i: int) -> tuple[int, int, str]:
     module, parsed = body.module, body.parsed
     g = i - 1
     while g >= 0 and (parsed[g][0].kind == "directive" or
-                      ((ins := parsed[g][1]) is not None and ins.base not in block._BRANCH_OPS
+                      ((ins := parsed[g][1]) is not None and ins.base not in block_proof._BRANCH_OPS
                        and ins.base not in ("bar", "barrier", "atom"))):
         g -= 1
     gins = parsed[g][1] if g >= 0 else None
@@ -357,7 +356,7 @@ def _join_barrier(body: Body, j: int) -> tuple[int, Instruction]:
     module, parsed = body.module, body.parsed
     b = j + 1
     while b < len(parsed) and (parsed[b][0].kind == "directive" or (
-            (nxt := parsed[b][1]) is not None and nxt.base not in block._BRANCH_OPS and
+            (nxt := parsed[b][1]) is not None and nxt.base not in block_proof._BRANCH_OPS and
             nxt.base not in ("bar", "barrier"))):
         b += 1
     ins = parsed[b][1] if b < len(parsed) else None
@@ -372,7 +371,7 @@ def _join_barrier(body: Body, j: int) -> tuple[int, Instruction]:
             f"has none, but a declaration memory=\"arguments\" (when it touches global "
             f"memory only through its pointer arguments) or the tile it works on as an "
             f"argument (a splice.tile parameter) can keep it there")
-    if ins is None or ins.guard is not None or ins.opcode not in block.BARRIER_OPS + (
+    if ins is None or ins.guard is not None or ins.opcode not in block_proof.BARRIER_OPS + (
             "barrier.sync", "barrier.cta.sync"):
         raise WarpgroupRefusal("join barrier", f"the join label is not followed by an "
                                f"unpredicated barrier of the CTA but by {found!r}")
@@ -391,7 +390,7 @@ def _group(body: Body, g: int, b: int, bins: Instruction, c: int, ntid: int) -> 
         if control.immediate(bid) != 0:
             raise WarpgroupRefusal("join barrier", f"the site joins at {text!r}, a named "
                                    f"barrier without a thread count")
-        ws = block.warp_specialisation(body)
+        ws = block_proof.warp_specialisation(body)
         if ws is not None:
             raise WarpgroupRefusal("join barrier", f"the site joins at {text!r}, a barrier "
                                    f"of the whole block, in a kernel tileiras "
@@ -572,7 +571,7 @@ def site_identity(site) -> int:
 def leader_block(site, instance: int, operands) -> str:
     """Replaces the marker: the leader stores the marker's operands into the site's
     scratch."""
-    head, rest = block.thread0_block(site, instance, operands).split("\n", 1)
+    head, rest = block_proof.thread0_block(site, instance, operands).split("\n", 1)
     return head.replace("block call", "warpgroup call").replace(
         "thread 0 passes", "the group's leader passes") + "\n" + rest
 
@@ -592,7 +591,7 @@ def all_threads_block(site, instance: int, dest: str, join: str, group: Group,
     (barriers pair by id, not by instruction: threads at another site's barrier would make
     it that site's count, so that either these or those trap)."""
     w = site.width
-    sym = block.scratch_symbol(site.index)
+    sym = block_proof.scratch_symbol(site.index)
     call = call_block(site, None, dest, ("%__splice_a0", "%__splice_a1"), instance)
     bar = f"{GROUP_BARRIER}, {GROUP_SIZE}"
     ident = site_identity(site)
@@ -693,7 +692,7 @@ def check_block_sites(sites, fragments, target: str, keys: Mapping[int, str],
     Raises:
         SpliceLinkError: naming the extern, the instruction, the block size and the fix.
     """
-    dims = (block.block_dims(kernel, fn) for fn in kernel.entries())
+    dims = (block_proof.block_dims(kernel, fn) for fn in kernel.entries())
     wrong = sorted({n for d in dims if d is not None
                     and (n := int(d.split(",")[0])) != GROUP_SIZE})
     if not wrong:
