@@ -350,7 +350,7 @@ class CallForm(Protocol):
         in the straight-line code before the guard, its loads after the join.
 
         Raises:
-            ValueError: the instance's call is not proven (its own proof says why).
+            ProofRefusal: the instance's call is not proven (its own proof says why).
         """
 
     def check_callees(self, sites: list[CallSite], fragments: Mapping[str, tuple[str, Module]],

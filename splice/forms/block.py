@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import SpliceDeclarationError
+from ..errors import ProofRefusal, SpliceDeclarationError
 from .base import (
     FlagAnswers,
     Marker,
@@ -98,7 +98,7 @@ class BlockForm(FlagAnswers):
         dest = marker_result(body, i, what)
         try:
             g, _j = block_proof.prove_instance(body.analysed, i)
-        except ValueError as e:
+        except ProofRefusal as e:
             raise body.fail(f"{what}: cannot prove that every thread of the block reaches "
                             f"the call exactly once: {e}", i) from None
         gs, gins = parsed[g]

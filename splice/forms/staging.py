@@ -62,7 +62,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from ..errors import SpliceLinkError
+from ..errors import ProofRefusal, SpliceLinkError
 
 #: The most shared memory one block may have, by PTX target without its ``a``/``f``
 #: suffix (sm_90 and sm_100: 227 KB, the opt-in maximum, which static declarations may
@@ -223,7 +223,7 @@ def _call_ends(body, sites, at) -> dict[int, tuple[int, int, int]]:
         for i in positions:
             try:
                 out[i] = form.call_ends(body, i)
-            except ValueError:
+            except ProofRefusal:
                 pass    # the call site's own proof reports it
     return out
 

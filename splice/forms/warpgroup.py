@@ -73,10 +73,7 @@ class WarpgroupForm(BlockForm):
         group's :data:`~splice.forms.warpgroup_proof.GROUP_SIZE` threads, over which tileiras spreads
         the elements of a tile it runs there."""
         from . import warpgroup_proof
-        try:
-            proof = warpgroup_proof.prove_site(body, i)
-        except warpgroup_proof.WarpgroupRefusal as e:
-            raise ValueError(str(e)) from None
+        proof = warpgroup_proof.prove_site(body, i)     # a WarpgroupRefusal: a ProofRefusal
         return proof.guard, proof.join, warpgroup_proof.GROUP_SIZE
 
     def check_callees(self, sites, fragments, target: str, keys, kernel) -> None:

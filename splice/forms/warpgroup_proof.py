@@ -104,7 +104,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from ..analysis import collectives, control
-from ..errors import SpliceLinkError
+from ..errors import ProofRefusal, SpliceLinkError
 from ..ptxtools.ptx import Body, Instruction, Module, parse_instruction
 from . import block_proof, warpgroup_callee
 from .base import site_module
@@ -121,7 +121,7 @@ RANK_REGISTER = "%splice_group_tid"
 _WGMMA_OPEN = ("wgmma.mma_async", "wgmma.commit_group")
 
 
-class WarpgroupRefusal(ValueError):
+class WarpgroupRefusal(ProofRefusal):
     """A step of the proof that failed: ``step`` (e.g. "threads") and ``reason``."""
 
     def __init__(self, step: str, reason: str):
@@ -173,7 +173,7 @@ def prove_site(body: Body, i: int) -> SiteProof:
     g, c, target = _guard(body, i)
     try:
         j = block_proof.join_of(body, g, i, target)
-    except ValueError as e:
+    except ProofRefusal as e:
         raise WarpgroupRefusal("site shape", str(e)) from None
     b, bins = _join_barrier(body, j)
     group = _group(body, g, b, bins, c, ntid)
@@ -253,7 +253,7 @@ def tma_fix(module: Module) -> str | None:
 def _check_kernel(body: Body) -> int:
     try:
         dims = block_proof.check_kernel(body)
-    except ValueError as e:
+    except ProofRefusal as e:
         raise WarpgroupRefusal("kernel", str(e)) from None
     ntid = int(dims.split(",")[0])
     if ntid % 32:
