@@ -95,7 +95,7 @@ def test_memory_is_recorded_on_the_snippets_extern(monkeypatch):
 
 
 def _check(body: str) -> None:
-    check_snippet(body, [], [], memory="none")
+    check_snippet(body, [], [], no_global_memory=True)
 
 
 #: One or more forms of every PTX ISA (8.x) family that can touch global memory, by family

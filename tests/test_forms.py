@@ -46,7 +46,7 @@ class VoidOnly(element.ElementAtomic):
                                       f"{site.where}, stores to memory: "
                                       f"{stores[0].text(mod.text).strip()}")
 
-    def declare(self, sig, pure, what):
+    def declare(self, sig, options, what):
         if sig.result is not None:
             raise SpliceDeclarationError(f"{what}: a test_void extern returns nothing")
         return False

@@ -77,17 +77,18 @@ FORMS: dict[str, CallForm] = {
 }
 
 
-def form_of(scope, what: str) -> CallForm:
-    """The form of a declaration with ``scope`` (a :class:`Scope` or its string).
+def form_of(name, what: str) -> CallForm:
+    """The form of a declaration whose ``scope=`` is ``name`` (a :class:`Scope` or its
+    string).
 
     Raises:
         SpliceDeclarationError: an unknown scope, naming ``what`` (the extern and where it
             is declared).
     """
-    if isinstance(scope, str) and scope in FORMS:
-        return FORMS[scope]
+    if isinstance(name, str) and name in FORMS:
+        return FORMS[name]
     names = " or ".join(repr(str(s)) for s in FORMS)
-    raise SpliceDeclarationError(f"{what}: scope must be {names}, got {scope!r}")
+    raise SpliceDeclarationError(f"{what}: scope must be {names}, got {name!r}")
 
 
 def of_span(span) -> CallForm | None:
@@ -96,10 +97,10 @@ def of_span(span) -> CallForm | None:
     return next((f for f in FORMS.values() if f.span_kind == span.kind), None)
 
 
-def register(scope: str, form: CallForm) -> None:
-    """Make ``form`` the form of declarations with ``scope`` (a form defined outside
-    ``splice/forms/``, e.g. in a test)."""
-    FORMS[scope] = form
+def register(name: str, form: CallForm) -> None:
+    """Make ``form`` the form of declarations whose ``scope=`` is ``name`` (a form defined
+    outside ``splice/forms/``, e.g. in a test)."""
+    FORMS[name] = form
 
 
 __all__ = ["FORMS", "CallForm", "Marker", "Refusal", "Scope", "form_of", "register"]

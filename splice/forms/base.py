@@ -43,6 +43,27 @@ class Scope(str, enum.Enum):
         return self.value
 
 
+class Memory(str, enum.Enum):
+    """The ``memory=`` of a declaration: which memory an impure call touches, and so which of
+    the kernel's memory operations it is ordered against (a ``str`` enum:
+    ``Memory.ARGUMENTS == "arguments"``).
+
+    ``ANY`` (the default): any memory; ordered against every load and store of the kernel.
+    ``ARGUMENTS`` (externs): global memory only through its pointer arguments (and a tile
+    call's staged tiles), proven by :mod:`splice.analysis.memory_proof`; ordered only
+    against the kernel's operations on arrays that may alias them. ``NONE``
+    (``splice.asm``): no global memory, proven by :mod:`splice.analysis.asm_check`;
+    ordered only against splice's other calls.
+    """
+
+    ANY = "any"
+    ARGUMENTS = "arguments"
+    NONE = "none"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class Marker(str, enum.Enum):
     """How a call site reaches PTX (``docs/design.md#markers``).
 
@@ -298,8 +319,10 @@ class CallForm(Protocol):
         """The scope whose straight-line rule a ``splice.asm`` snippet of this form follows
         (:attr:`straight_line_snippets`), or None."""
 
-    def declare(self, sig: Signature, pure: bool, what: str) -> bool:
-        """Check a declaration of this form; the ``pure`` the extern gets.
+    def declare(self, sig: Signature, options: Any, what: str) -> bool:
+        """Check a declaration of this form (of signature ``sig``, its ``options`` as the
+        door took them: :class:`splice.declare.declaring.CallOptions`); the ``pure`` the
+        extern gets.
 
         Raises:
             SpliceDeclarationError: naming ``what``.

@@ -42,7 +42,7 @@ class BlockForm(FlagAnswers):
     per_function = False
     takes_tiles = True
 
-    def declare(self, sig, pure: bool, what: str) -> bool:
+    def declare(self, sig, options, what: str) -> bool:
         """A block-scope extern's result is one scalar, taken from one thread: any element
         type or void. (Its arguments are checked at the call: scalars and pointers.)"""
         if sig.result is not None and sig.result.kind == "p":
@@ -78,8 +78,8 @@ class BlockForm(FlagAnswers):
     def global_edit(self, index: int) -> Generated:
         from ..ptxtools.spans import Generated
         from . import block_proof
-        return Generated(block_proof.scratch_declaration(index, self.scope),
-                         block_proof.scratch_owner(self.scope), "splice", index)
+        return Generated(block_proof.scratch_declaration(index, self),
+                         block_proof.scratch_owner(self), "splice", index)
 
     def instance_edits(self, body, i, site, instance):
         """The edits of one instance of the site's marker (statement ``i``): the guard
@@ -131,7 +131,7 @@ class BlockForm(FlagAnswers):
     def check_snippet(self, text: str, pack: int) -> str | None:
         """Every thread of the group runs a ``splice.asm`` snippet of this form once per
         execution, on scalars (:func:`scalar_snippet`)."""
-        return scalar_snippet(self.scope, text, pack)
+        return scalar_snippet(self, text, pack)
 
     def describe(self, span: Span) -> str:
         return generated_text(span, "block-scope call sequence")
@@ -155,13 +155,14 @@ def marker_result(body, i: int, what: str) -> str:
     return dest
 
 
-def scalar_snippet(scope: str, text: str, pack: int) -> str | None:
-    """What is wrong with a ``splice.asm`` snippet (PTX template ``text``, ``pack=``) that
-    runs once per execution on every thread of its ``scope``'s group, or None: it takes
+def scalar_snippet(form, text: str, pack: int) -> str | None:
+    """What is wrong with a ``splice.asm`` snippet of ``form`` (PTX template ``text``,
+    ``pack=``) that runs once per execution on every thread of its scope's group, or None:
+    it takes
     scalars (its straight-line rule is :mod:`splice.analysis.asm_check`'s, by
     :attr:`~splice.forms.base.CallForm.straight_line_snippets`)."""
     if pack != 1:
-        return f"pack={pack} packs tile elements; a {scope}-scope snippet takes scalars"
+        return f"pack={pack} packs tile elements; a {form.scope}-scope snippet takes scalars"
     return None
 
 

@@ -88,10 +88,10 @@ BARRIER_OPS = ("bar.sync", "bar.cta.sync", "barrier.sync.aligned", "barrier.cta.
 _BRANCH_OPS = ("bra", "brx", "ret", "exit", "call", "trap")
 
 
-def scratch_owner(scope: str) -> str:
-    """What a block or warpgroup site's argument scratch is called in messages (its span's
-    owner)."""
-    return f"splice's {scope}-call argument scratch"
+def scratch_owner(form) -> str:
+    """What the argument scratch of a site of ``form`` (block or warpgroup) is called in
+    messages (its span's owner)."""
+    return f"splice's {form.scope}-call argument scratch"
 
 
 
@@ -99,11 +99,11 @@ def scratch_symbol(index: int) -> str:
     return f"__splice_block_{index}"
 
 
-def scratch_declaration(index: int, scope: str = "block") -> str:
-    """The module-level shared scratch of a block or warpgroup site: thread 0's two marker
-    operands."""
+def scratch_declaration(index: int, form) -> str:
+    """The module-level shared scratch of site ``index`` of ``form`` (block or warpgroup):
+    thread 0's two marker operands."""
     return (f".shared .align 8 .b8 {scratch_symbol(index)}[16]; // splice: arguments of "
-            f"{scope}-scope site {index}")
+            f"{form.scope}-scope site {index}")
 
 
 def warp_specialisation(body: Body) -> str | None:

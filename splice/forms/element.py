@@ -46,8 +46,8 @@ class ElementAtomic(FlagAnswers):
     per_function = False
     takes_tiles = False
 
-    def declare(self, sig, pure: bool, what: str) -> bool:
-        return pure
+    def declare(self, sig, options, what: str) -> bool:
+        return options.pure
 
     def check_arguments(self, typed, describe, positions) -> str | None:
         return None

@@ -211,9 +211,9 @@ def check_registers(proof: SiteProof, site) -> None:
             f"calls of functions it cannot inline)")
 
 
-def _calls_in(inline) -> str | None:
-    """Why the inlined body ``inline`` ((Module, Function)) is not call-free, or None."""
-    mod, fn = inline
+def _calls_in(body: tuple) -> str | None:
+    """Why the inlined body ``body`` ((Module, Function)) is not call-free, or None."""
+    mod, fn = body
     for st in mod.body_statements(fn):
         if st.kind == "instruction" and parse_instruction(st, mod.text).base == "call":
             return f"its body calls another function ('{' '.join(st.text(mod.text).split())}')"

@@ -170,8 +170,8 @@ class TileFragment(Fragment):
                 body.append(f"\tld.param.b{bits} \t{reg}, [p{s}];")
                 values.append((reg, bits))
                 s += 1
-        guard_in, guard_out = ((tile_guards.prologue(self, self.scope),
-                                tile_guards.epilogue(self, self.scope))
+        guard_in, guard_out = ((tile_guards.prologue(self),
+                                tile_guards.epilogue(self))
                                if self.guard_bytes else ([], []))
         inlined = self._inlined_callee(base, values, res)
         if inlined is not None:

@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 
 import cuda.tile as ct
 
-from ..forms.base import CallSite
+from ..forms.base import CallSite, Memory
 from ..ptxtools.tma_store_reads import StoredArrayRead
 from ..system._cutile import (
     SPLICE_ALIAS_SET,
@@ -170,10 +170,10 @@ class SpliceMarkerPointer(Operation, opcode="splice_marker_pointer"):
         """The alias set of the pointer (None: cuTile's own, the universe); called by the
         dataflow hook of :mod:`splice.system._cutile`."""
         memory = self.site.extern.memory
-        if memory == "any":
+        if memory is Memory.ANY:
             return None
         alias_set = SPLICE_ALIAS_SET
-        for array in self.arrays if memory == "arguments" else ():
+        for array in self.arrays if memory is Memory.ARGUMENTS else ():
             alias_set |= alias_set_of(array)
         return alias_set
 

@@ -25,7 +25,7 @@ from typing import Any
 import cuda.tile as ct
 
 from ..errors import SpliceCallError, SpliceDeclarationError, SpliceError
-from ..forms.base import CallSite
+from ..forms.base import CallSite, Memory
 from ..system import _cutile as cu
 from ..types import Signature
 
@@ -431,7 +431,7 @@ def _emit_atomic_call(session, ext, form, key, typed, call_shape, loc, shown):
         arrays=tuple(var.get_aggregate().base_ptr for _, var in pointers))
     res = sig.result
     result_ty = cu.TileTy(marker_dtype if res is None else res.dtype, shape)
-    order = cu.MemoryOrder.ACQ_REL if ext.memory == "any" else cu.MemoryOrder.RELAXED
+    order = cu.MemoryOrder.ACQ_REL if ext.memory is Memory.ANY else cu.MemoryOrder.RELAXED
     value, _token = cu.add_operation_variadic(
         SpliceImpureCall, (result_ty, cu.TokenTy()), site=site, pointer=pointer, args=typed,
         memory_order=order, memory_scope=cu.MemoryScope.DEVICE)
