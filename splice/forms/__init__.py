@@ -11,7 +11,9 @@ Tile IR marker         :meth:`for_call` / :attr:`marker` (which variant a call g
 PTX analysis           :meth:`global_edit`, :meth:`instance_edits` (per marker
                        instance) or :meth:`key_load` + :meth:`function_edits` (per
                        function, ``per_function``): edits, or a ``Refusal`` value
-collective policy      :attr:`runs_collectives`, :meth:`check_callees`
+callee checks          :attr:`runs_collectives`, :meth:`check_callees` (every check
+                       of a site's callees, on PTX), :meth:`check_linked_callees`
+                       (what only the cubin shows: a binary object's machine code)
 span kind, messages    :attr:`span_kind`, :meth:`describe`
 summary text           :meth:`summary` (``SiteInfo.__str__``)
 =====================  ==========================================================
@@ -41,7 +43,9 @@ in a warp-specialised kernel):
    warpgroup form reuses that proof with its own join barrier (the named ``bar.sync N,
    128`` instead of ``bar.sync 0``) and its own policy on the callee's barriers
    (:meth:`~base.CallForm.check_callees`, which the fragments stage runs for each form
-   present; :func:`~base.no_check_callees` for none beyond :attr:`runs_collectives`); its
+   present, and which ends with :func:`.effects.check_every_callee`, the checks every
+   callee gets; :meth:`~base.CallForm.check_linked_callees` for a binary object's machine
+   code); its
    spans get its :attr:`span_kind`; with ``takes_tiles`` and
    :meth:`~base.CallForm.call_ends` (the guard and join of a proven instance) its calls
    take tiles, staged by :mod:`.staging`.

@@ -378,10 +378,11 @@ class CallForm(Protocol):
 
     def check_callees(self, sites: list[CallSite], fragments: Mapping[str, tuple[str, Module]],
                       target: str, keys: Mapping[int, str], kernel: Module) -> None:
-        """Refuse what the externs of ``sites`` (this form's sites of one kernel) or anything
-        they call execute that a call of this form cannot run (:func:`no_check_callees`: a
-        form without a callee policy of its own); run once per form present, after the
-        fragments are compiled and before they are linked.
+        """Every check of what the externs of ``sites`` (this form's sites of one kernel) or
+        anything they call execute, on their PTX: the form's own policy, then what every
+        callee is checked for (:func:`splice.forms.effects.check_every_callee`: effects,
+        ``memory=``); run once per form present, after the fragments are compiled and
+        before they are linked. The driver asks the forms; it runs no check itself.
 
         Args:
             sites: the kernel's traced call sites whose extern has this form.
@@ -394,6 +395,19 @@ class CallForm(Protocol):
 
         Raises:
             SpliceLinkError: naming the extern, its declaration, the call site and the fix.
+        """
+
+    def check_linked_callees(self, sites: list[CallSite], cubin: bytes, target: str,
+                             fragments: Mapping[str, tuple[str, Module]],
+                             keys: Mapping[int, str], disassemble: Callable) -> None:
+        """What :meth:`check_callees` cannot read on PTX: the machine code of the externs of
+        ``sites`` that binary objects define, in the kernel's linked ``cubin``
+        (``disassemble``: its SASS, :func:`splice.system.toolchain.disassemble`); run once
+        per form present, after assembling (:func:`no_check_linked_callees`: none).
+
+        Raises:
+            SpliceLinkError: as :meth:`check_callees`.
+            SpliceToolchainError: the cubin cannot be disassembled where it must be.
         """
 
     def check_snippet(self, text: str, pack: int) -> str | None:
@@ -426,10 +440,9 @@ def no_function_edits(body, key_loads, sites, first) -> tuple[list[Edit], dict[i
     return [], {}
 
 
-def no_check_callees(sites, fragments, target: str, keys, kernel) -> None:
-    """:meth:`CallForm.check_callees` of a form whose callees face only the checks every
-    site gets (:mod:`splice.analysis.collectives` by :attr:`CallForm.runs_collectives`,
-    :mod:`splice.forms.effects`)."""
+def no_check_linked_callees(sites, cubin: bytes, target: str, fragments, keys,
+                            disassemble) -> None:
+    """:meth:`CallForm.check_linked_callees` of a form whose callees' PTX says all."""
 
 
 def no_check_snippet(text: str, pack: int) -> str | None:

@@ -23,6 +23,7 @@ from .base import (
     SiteInfo,
     generated_text,
     instances_text,
+    no_check_linked_callees,
     no_function_edits,
     no_key_load,
 )
@@ -124,9 +125,15 @@ class BlockForm(FlagAnswers):
     function_edits = staticmethod(no_function_edits)
     def check_callees(self, sites, fragments, target: str, keys, kernel) -> None:
         """Collectives are allowed in the callee; splice_group.h's group only where the
-        block is one warpgroup (:func:`splice.forms.warpgroup_proof.check_block_sites`)."""
-        from . import warpgroup_proof
+        block is one warpgroup (:func:`splice.forms.warpgroup_proof.check_block_sites`);
+        then what every callee is checked for
+        (:func:`splice.forms.effects.check_every_callee`)."""
+        from . import effects, warpgroup_proof
         warpgroup_proof.check_block_sites(sites, fragments, target, keys, kernel)
+        effects.check_every_callee(sites, fragments, target, keys)
+
+    #: a convergent callee's machine code may run collectives: nothing to read in the cubin
+    check_linked_callees = staticmethod(no_check_linked_callees)
 
     def check_snippet(self, text: str, pack: int) -> str | None:
         """Every thread of the group runs a ``splice.asm`` snippet of this form once per

@@ -73,9 +73,19 @@ class ElementAtomic(FlagAnswers):
 
     def check_callees(self, sites, fragments, target: str, keys, kernel) -> None:
         """No warp- or CTA-collective instruction in the callee or anything it calls
-        (:func:`splice.forms.element_callees.check_element_sites`)."""
-        from . import element_callees
+        (:func:`splice.forms.element_callees.check_element_sites`), then what every callee
+        is checked for (:func:`splice.forms.effects.check_every_callee`)."""
+        from . import effects, element_callees
         element_callees.check_element_sites(sites, fragments, target, keys)
+        effects.check_every_callee(sites, fragments, target, keys)
+
+    def check_linked_callees(self, sites, cubin: bytes, target: str, fragments, keys,
+                             disassemble) -> None:
+        """No collective instruction in the machine code of a binary object's callee
+        (:func:`splice.forms.element_callees.check_binary_sites`)."""
+        from . import element_callees
+        element_callees.check_binary_sites(sites, cubin, target, fragments, keys,
+                                           disassemble=disassemble)
 
     #: a snippet runs per element like any element call: no rule of its own
     check_snippet = staticmethod(no_check_snippet)

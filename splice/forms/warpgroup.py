@@ -78,9 +78,12 @@ class WarpgroupForm(BlockForm):
 
     def check_callees(self, sites, fragments, target: str, keys, kernel) -> None:
         """Refuse the sites whose extern runs what the group cannot
-        (:func:`splice.forms.warpgroup_proof.check_sites`: the same arguments but ``kernel``)."""
-        from . import warpgroup_proof
+        (:func:`splice.forms.warpgroup_proof.check_sites`: the same arguments but
+        ``kernel``), then what every callee is checked for
+        (:func:`splice.forms.effects.check_every_callee`)."""
+        from . import effects, warpgroup_proof
         warpgroup_proof.check_sites(sites, fragments, target, keys)
+        effects.check_every_callee(sites, fragments, target, keys)
 
     def describe(self, span: Span) -> str:
         return generated_text(span, "warpgroup-scope call sequence")

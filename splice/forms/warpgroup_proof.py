@@ -92,7 +92,7 @@ into splice's shared buffer in the straight-line code before G, every thread of 
 loads the result after J, and the elements are spread over the group's
 :data:`GROUP_SIZE` threads (``call_ends`` of the form says so), not the block's. The
 buffers, tileiras's own shared memory and the callee's must fit in the block's maximum
-(:func:`splice.forms.staging.check_shared_memory`: about 35 KB next to the 128x128x64 TMA matmul's
+(:func:`splice.ptxtools.shared_memory.check_block_limit`: about 35 KB next to the 128x128x64 TMA matmul's
 196,760 B): a (128,) vector fits, a 128x128 float32 accumulator does not.
 """
 
