@@ -7,15 +7,19 @@ which tileiras runs on thread 0 behind a ``tid.x == 0`` guard; its global become
 arguments' shared scratch. Each instance: thread 0 stores the arguments, the guard is
 retargeted so that every thread calls the extern, joined at tileiras's ``bar.sync 0``
 (:func:`splice.forms.block_proof.prove_instance` proves it; ``docs/design.md#block-scope``).
-Collectives: allowed in the callee. The PTX analysis is imported when it runs: a cache hit
-loads the forms, not the rewriter.
+Collectives: allowed in the callee. The PTX analysis is imported when it runs (:func:`_ptx`):
+a cache hit loads the forms, not the rewriter.
 """
 
 from __future__ import annotations
 
+import functools
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from ..errors import ProofRefusal, SpliceDeclarationError
+from ..ptxtools.spans import Generated
+from . import cub_names
 from .base import (
     FlagAnswers,
     Marker,
@@ -29,7 +33,7 @@ from .base import (
 )
 
 if TYPE_CHECKING:
-    from ..ptxtools.spans import Generated, Span
+    from ..ptxtools.spans import Span
 
 
 class BlockForm(FlagAnswers):
@@ -77,8 +81,7 @@ class BlockForm(FlagAnswers):
         return self
 
     def global_edit(self, index: int) -> Generated:
-        from ..ptxtools.spans import Generated
-        from . import block_proof
+        block_proof = _ptx().block_proof
         return Generated(block_proof.scratch_declaration(index, self),
                          block_proof.scratch_owner(self), "splice", index)
 
@@ -86,16 +89,15 @@ class BlockForm(FlagAnswers):
         """The edits of one instance of the site's marker (statement ``i``): the guard
         retargeted, the marker replaced by thread 0's store of the arguments and every
         thread's call (see :mod:`splice.forms.block_proof`, which proves it)."""
-        from ..ptxtools.spans import Generated
-        from . import block_proof
-        from .calls import call_block
-        from .marked import rewrite_error
+        ptx = _ptx()
+        block_proof = ptx.block_proof
         parsed, kernel_name = body.parsed, body.kernel_name
         s, ins = parsed[i]
         what = f"block-scope call of {site.label} (site {site.index})"
         ws = block_proof.warp_specialisation(body.analysed)
         if ws is not None:
-            raise rewrite_error(kernel_name, _warp_specialised(site, body.module, ws))
+            raise ptx.marked.rewrite_error(kernel_name,
+                                           _warp_specialised(site, body.module, ws))
         dest = marker_result(body, i, what)
         try:
             g, _j = block_proof.prove_instance(body.analysed, i)
@@ -107,7 +109,7 @@ class BlockForm(FlagAnswers):
         guard = f"@{gins.guard} {gins.opcode} \t{block_proof.guard_label(site, instance)}; // " \
                 f"splice: was {join}"
         text = block_proof.thread0_block(site, instance, ins.operands[2:]) + "\n" + \
-            block_proof.all_threads_block(site, instance, dest, join, call_block)
+            block_proof.all_threads_block(site, instance, dest, join, ptx.calls.call_block)
         return [(gs.start, gs.end, guard),
                 (s.start, s.end, Generated(text, site.label, self.span_kind, site.index,
                                            instance))]
@@ -115,7 +117,7 @@ class BlockForm(FlagAnswers):
     def call_ends(self, body, i):
         """Thread 0's guard and the join at tileiras's ``bar.sync 0``
         (:func:`splice.forms.block_proof.prove_instance`), and the block's threads (``.reqntid``)."""
-        from . import block_proof
+        block_proof = _ptx().block_proof
         g, j = block_proof.prove_instance(body, i)
         dims = block_proof.block_dims(body.module, body.fn)
         assert dims is not None     # prove_instance refuses a kernel without .reqntid
@@ -128,9 +130,9 @@ class BlockForm(FlagAnswers):
         block is one warpgroup (:func:`splice.forms.warpgroup_proof.check_block_sites`);
         then what every callee is checked for
         (:func:`splice.forms.effects.check_every_callee`)."""
-        from . import effects, warpgroup_proof
-        warpgroup_proof.check_block_sites(sites, fragments, target, keys, kernel)
-        effects.check_every_callee(sites, fragments, target, keys)
+        ptx = _ptx()
+        ptx.warpgroup_proof.check_block_sites(sites, fragments, target, keys, kernel)
+        ptx.effects.check_every_callee(sites, fragments, target, keys)
 
     #: a convergent callee's machine code may run collectives: nothing to read in the cubin
     check_linked_callees = staticmethod(no_check_linked_callees)
@@ -181,7 +183,7 @@ def _warp_specialised(site, module, ws: str) -> str:
     instruction that shows it), with the fix that works: a user's extern can be declared
     at warpgroup scope (tiles included) unless its code synchronises the whole block; a
     splice.cub call cannot (CUB synchronises the block), only a plain kernel runs it."""
-    from . import cub_names, warpgroup_proof
+    warpgroup_proof = _ptx().warpgroup_proof
     why = (f"tileiras warp-specialised this kernel ({ws!r}): its scalar operations run in a "
            f"subset of the block's warps, so splice cannot make every thread of the block "
            f"call")
@@ -215,3 +217,14 @@ def _no_tma_fix(module) -> str:
             "trip count that is a kernel argument (tileiras unrolls ct.static_iter and "
             "range() of a count it knows), or ask for a 128-thread block with cuTile's "
             "occupancy hint, @splice.kernel(occupancy=2)")
+
+
+@functools.cache
+def _ptx() -> SimpleNamespace:
+    """The modules that prove and write a block call's PTX (:mod:`.block_proof`,
+    :mod:`.calls`, :mod:`.marked`) and check its callees (:mod:`.warpgroup_proof`'s rule on
+    the group header, :mod:`.effects`), imported on first use: a cache hit loads the forms,
+    not the PTX parser."""
+    from . import block_proof, calls, effects, marked, warpgroup_proof
+    return SimpleNamespace(block_proof=block_proof, calls=calls, effects=effects,
+                           marked=marked, warpgroup_proof=warpgroup_proof)

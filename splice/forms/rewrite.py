@@ -49,6 +49,7 @@ from ..ptxtools.ptx import (
 from ..ptxtools.spans import Span, spans_of_edits
 from .base import CallForm, Edit, Refusal, SiteCall
 from .marked import ADDR_RE, PLAIN_REG, MarkedBody, is_key_load, rewrite_error
+from .staging import check_staging
 
 __all__ = ["MARKER_RE", "Refusal", "SpliceReport", "splice_calls"]
 
@@ -201,7 +202,6 @@ def _check_tile_staging(b: MarkedBody, sites, at: Mapping[int, list[int]]) -> No
     follow it (:func:`splice.forms.staging.check_staging`)."""
     if not any(sites[idx].staging is not None for idx in at):
         return
-    from .staging import check_staging
     why = check_staging(b.analysed, sites, at)
     if why is not None:
         raise b.fail(f"cannot prove the shared-memory staging of a tile call: {why}")

@@ -14,14 +14,17 @@ the extern between splice's own counting barriers (``docs/design.md#warpgroup-sc
 Collectives: warp-level ones and the group's barrier in the callee; CTA barriers, other
 barriers and raw ``blockDim``/``threadIdx`` reads are refused
 (:meth:`WarpgroupForm.check_callees`, which :mod:`splice.driver.stages` runs for every form
-present). The PTX analysis is imported when it runs: a cache hit loads the forms, not the
-rewriter.
+present). The PTX analysis is imported when it runs (:func:`_ptx`): a cache hit loads the
+forms, not the rewriter.
 """
 
 from __future__ import annotations
 
+import functools
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
+from ..ptxtools.spans import Generated
 from .base import Scope, SiteInfo, generated_text, instances_text
 from .block import BlockForm, marker_result
 
@@ -41,9 +44,8 @@ class WarpgroupForm(BlockForm):
         """The edits of one instance of the site's marker (statement ``i``): the guard
         retargeted, the marker replaced by the leader's store of the arguments and the
         group's call (see :mod:`splice.forms.warpgroup_proof`, which proves it)."""
-        from ..ptxtools.spans import Generated
-        from . import warpgroup_proof
-        from .calls import call_block
+        ptx = _ptx()
+        warpgroup_proof = ptx.warpgroup_proof
         parsed = body.parsed
         s, ins = parsed[i]
         what = f"warpgroup-scope call of {site.label} (site {site.index})"
@@ -63,7 +65,8 @@ class WarpgroupForm(BlockForm):
         guard = f"@{gins.guard} {gins.opcode} \t{warpgroup_proof.group_label(site, instance)}; " \
                 f"// splice: was {join}"
         text = warpgroup_proof.leader_block(site, instance, ins.operands[2:]) + "\n" + \
-            warpgroup_proof.all_threads_block(site, instance, dest, join, proof.group, call_block)
+            warpgroup_proof.all_threads_block(site, instance, dest, join, proof.group,
+                                              ptx.calls.call_block)
         return [(gs.start, gs.end, guard),
                 (s.start, s.end, Generated(text, site.label, self.span_kind, site.index,
                                            instance))]
@@ -72,7 +75,7 @@ class WarpgroupForm(BlockForm):
         """The group's guard G and join J (:func:`splice.forms.warpgroup_proof.prove_site`), and the
         group's :data:`~splice.forms.warpgroup_proof.GROUP_SIZE` threads, over which tileiras spreads
         the elements of a tile it runs there."""
-        from . import warpgroup_proof
+        warpgroup_proof = _ptx().warpgroup_proof
         proof = warpgroup_proof.prove_site(body, i)     # a WarpgroupRefusal: a ProofRefusal
         return proof.guard, proof.join, warpgroup_proof.GROUP_SIZE
 
@@ -81,9 +84,9 @@ class WarpgroupForm(BlockForm):
         (:func:`splice.forms.warpgroup_proof.check_sites`: the same arguments but
         ``kernel``), then what every callee is checked for
         (:func:`splice.forms.effects.check_every_callee`)."""
-        from . import effects, warpgroup_proof
-        warpgroup_proof.check_sites(sites, fragments, target, keys)
-        effects.check_every_callee(sites, fragments, target, keys)
+        ptx = _ptx()
+        ptx.warpgroup_proof.check_sites(sites, fragments, target, keys)
+        ptx.effects.check_every_callee(sites, fragments, target, keys)
 
     def describe(self, span: Span) -> str:
         return generated_text(span, "warpgroup-scope call sequence")
@@ -95,3 +98,12 @@ class WarpgroupForm(BlockForm):
 
 
 WARPGROUP = WarpgroupForm()
+
+
+@functools.cache
+def _ptx() -> SimpleNamespace:
+    """The modules that prove and write a warpgroup call's PTX (:mod:`.warpgroup_proof`,
+    :mod:`.calls`) and check its callees (:mod:`.warpgroup_proof`, :mod:`.effects`),
+    imported on first use: a cache hit loads the forms, not the PTX parser."""
+    from . import calls, effects, warpgroup_proof
+    return SimpleNamespace(calls=calls, effects=effects, warpgroup_proof=warpgroup_proof)
