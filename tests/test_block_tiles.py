@@ -901,7 +901,7 @@ def test_warp_specialised_kernel_refused():
 valid_sum = splice.extern(source=r'''
 template <int N> __device__ float valid_sum(const float (&x)[N], int n) {
     __shared__ float total;
-    if (threadIdx.x == 0) { float s = 0; for (int i = 0; i < n && i < N; ++i) s += x[i]; total = s; }
+    if (threadIdx.x == 0) { float s{}; for (int i = 0; i < n && i < N; ++i) s += x[i]; total = s; }
     __syncthreads();
     return total;
 }''', name="valid_sum", scope="block", signature="float32(tile(float32), int32)")

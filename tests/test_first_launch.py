@@ -469,10 +469,10 @@ def test_a_submodule_is_never_loaded_from_another_copy_of_splice(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     stages, externs, missing = out.stdout.splitlines()
-    assert stages.startswith("splice.driver.stages refused: splice.driver.stages is not part of the splice")
-    assert "another copy of splice" in stages
-    assert externs.startswith("splice.declare.externs refused: splice/declare/externs.py changed on disk")
-    assert missing.startswith("splice.no_such_module not found")
+    assert stages.startswith("splice.driver.stages refused: splice.driver.stages is not part of "
+                             "the splice") and "another copy of splice" in stages
+    assert externs.startswith("splice.declare.externs refused: splice/declare/externs.py changed "
+                              "on disk") and missing.startswith("splice.no_such_module not found")
 
 
 # --------------------------------------------------------------------------------------------

@@ -3,8 +3,9 @@ attacks of another user on splice's overlay, cache, dump directory, lock and inp
 refused or harmless, and the honest compile still works.
 
 The two users are unused uids (no accounts needed): children of this process that import
-splice as root, then setgid/setuid (``support/shared_machine.py`` is what they run). CI runs as root; elsewhere these tests
-skip. The in-process tests below them need root too: they give files to another uid.
+splice as root, then setgid/setuid (``support/shared_machine.py`` is what they run). CI runs
+as root; elsewhere these tests skip. The in-process tests below them need root too: they give
+files to another uid.
 """
 
 import contextlib

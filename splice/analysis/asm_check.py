@@ -26,13 +26,13 @@ at every element. Two faults would compile and silently store garbage, so
    any of them could send the threads of the group different ways around those barriers.
 
 4. **Global memory in a snippet declared ``memory="none"``.** Such a snippet is ordered
-   against none of the kernel's loads and stores (:class:`splice.tracing.tile_ir.SpliceMarkerPointer`),
-   so one that touched global memory could race with them. With ``memory="none"`` every
-   instruction must be one that touches no memory (arithmetic, conversion, ``mov``,
-   ``shfl``, ``vote``, ``redux``, ``bar``, ...: :data:`_NO_MEMORY`), or a memory access
-   whose opcode names the state space ``.shared``, ``.shared::cta``, ``.local`` or
-   ``.param`` (:data:`_SPACED`: ``ld``, ``st``, ``atom``, ``red``, ``mbarrier``, ...).
-   Everything else is refused: a generic address (no state space), ``.global``,
+   against none of the kernel's loads and stores
+   (:class:`splice.tracing.tile_ir.SpliceMarkerPointer`), so one that touched global memory could
+   race with them. With ``memory="none"`` every instruction must be one that touches no memory
+   (arithmetic, conversion, ``mov``, ``shfl``, ``vote``, ``redux``, ``bar``, ...:
+   :data:`_NO_MEMORY`), or a memory access whose opcode names the state space ``.shared``,
+   ``.shared::cta``, ``.local`` or ``.param`` (:data:`_SPACED`: ``ld``, ``st``, ``atom``, ``red``,
+   ``mbarrier``, ...). Everything else is refused: a generic address (no state space), ``.global``,
    ``.shared::cluster``, ``.const``, asynchronous and bulk copies (``cp.*``), texture and
    surface instructions, ``multimem``, ``tensormap``, fences, ``call`` (its callee is not
    read), and any opcode splice does not know -- an allowlist, so that no form is missed.
@@ -130,7 +130,8 @@ def _code(body: str, stmts: list[Statement], reserved: set[str], straight_line: 
     return out
 
 
-def _check_directive(s: Statement, body: str, reserved: set[str], straight_line: str | None) -> None:
+def _check_directive(s: Statement, body: str, reserved: set[str],
+                     straight_line: str | None) -> None:
     heads = [t.text for t in s.tokens if t.kind == "directive"]
     if ".shared" in heads and straight_line is not None:
         raise SnippetFault(f"it declares a .shared variable, which splice.asm does not "
@@ -210,9 +211,9 @@ def _check_straight_line(code, straight_line: str) -> None:
             f"'{item.base}'" if isinstance(item, Instruction) and item.base in _CONTROL \
             else None
         if what is not None:
-            raise SnippetFault(f"a {straight_line}-scope snippet must be straight-line PTX, and this "
-                               f"one has {what}: move the control flow into the kernel (an "
-                               f"if on a scalar) or into a CUDA C extern")
+            raise SnippetFault(f"a {straight_line}-scope snippet must be straight-line PTX, "
+                               f"and this one has {what}: move the control flow into the "
+                               f"kernel (an if on a scalar) or into a CUDA C extern")
 
 
 def _complement(guard: str) -> str:

@@ -246,7 +246,9 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
         import splice
 
         @splice.extern(source=r'''
-        extern "C" __device__ float fast_gelu(float x) { return x / (1.0f + __expf(-1.702f * x)); }''')
+        extern "C" __device__ float fast_gelu(float x) {
+            return x / (1.0f + __expf(-1.702f * x));
+        }''')
         def fast_gelu(x: ct.float32) -> ct.float32: ...
 
         @splice.kernel
@@ -254,7 +256,8 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
             t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
             ct.store(y, index=(ct.bid(0),), tile=fast_gelu(t))
 
-        print(splice.compile(k, splice.kernel_signature("array(float32)", "array(float32)", 128), "sm_90").summary())
+        sig = splice.kernel_signature("array(float32)", "array(float32)", 128)
+        print(splice.compile(k, sig, "sm_90").summary())
         ```
     """
     if func is not None:
@@ -420,7 +423,8 @@ def from_ptx(path=None, /, *, ptx: str | None = None, name: str, signature: str,
             t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
             ct.store(y, index=(ct.bid(0),), tile=neg(t))
 
-        print(splice.compile(k, splice.kernel_signature("array(float32)", "array(float32)", 128), "sm_90").summary())
+        sig = splice.kernel_signature("array(float32)", "array(float32)", 128)
+        print(splice.compile(k, sig, "sm_90").summary())
         ```
     """
     where, base = _caller_where(2)
@@ -474,8 +478,8 @@ def from_ltoir(path=None, /, *, data: bytes | None = None, name: str, signature:
         import splice
         from splice.toolchain import nvrtc_compile_ltoir
 
-        ir = nvrtc_compile_ltoir(b'extern "C" __device__ float sq(float x) { return x * x; }', "sq.cu",
-                                 ["-dlto", "-rdc=true", "-arch=compute_90"])
+        src = b'extern "C" __device__ float sq(float x) { return x * x; }'
+        ir = nvrtc_compile_ltoir(src, "sq.cu", ["-dlto", "-rdc=true", "-arch=compute_90"])
         sq = splice.extern.from_ltoir(data=ir, name="sq", signature="float32(float32)")
 
         @splice.kernel
@@ -483,7 +487,8 @@ def from_ltoir(path=None, /, *, data: bytes | None = None, name: str, signature:
             t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
             ct.store(y, index=(ct.bid(0),), tile=sq(t))
 
-        print(splice.compile(k, splice.kernel_signature("array(float32)", "array(float32)", 128), "sm_90").summary())
+        sig = splice.kernel_signature("array(float32)", "array(float32)", 128)
+        print(splice.compile(k, sig, "sm_90").summary())
         ```
     """
     from ..inputs.fragments import LtoirSource
@@ -673,7 +678,8 @@ class Library:
                 t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
                 ct.store(y, index=(ct.bid(0),), tile=dbl(inc(t)))
 
-            print(splice.compile(k, splice.kernel_signature("array(float32)", "array(float32)", 128), "sm_90").summary())
+            sig = splice.kernel_signature("array(float32)", "array(float32)", 128)
+            print(splice.compile(k, sig, "sm_90").summary())
             ```
         """
         where, _ = _caller_where(2)
@@ -735,7 +741,8 @@ def library(source=None, *, path=None, options=(), include_dirs=(), defines=None
             t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
             ct.store(y, index=(ct.bid(0),), tile=sq(t) + cube(t))
 
-        print(splice.compile(k, splice.kernel_signature("array(float32)", "array(float32)", 128), "sm_90").summary())
+        sig = splice.kernel_signature("array(float32)", "array(float32)", 128)
+        print(splice.compile(k, sig, "sm_90").summary())
         ```
     """
     return Library(source, path=path, options=options, include_dirs=include_dirs,

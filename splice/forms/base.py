@@ -11,9 +11,9 @@ its methods take::
                PTX, inlined or not and why, its marker and why it is not the fma marker
 
 Records and protocol live in one module because each names the other. This module imports
-nothing of cuTile's, so that the rewriter and its tests use it without cuTile. Nothing here loads the PTX machinery (a cache hit needs the
-forms, not the rewriter): the marked function body the analysis reads is
-:mod:`splice.forms.marked`."""
+nothing of cuTile's, so that the rewriter and its tests use it without cuTile. Nothing here loads
+the PTX machinery (a cache hit needs the forms, not the rewriter): the marked function body the
+analysis reads is :mod:`splice.forms.marked`."""
 
 from __future__ import annotations
 

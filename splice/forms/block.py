@@ -1,8 +1,8 @@
 """Block calls (``scope="block"``): every thread of the block calls the extern once per
 execution of the call site, convergently, with thread 0's arguments.
 
-Declaration: one result (any type but a pointer) or void; always kept in place and in order (never pure).
-Arguments: scalars and pointers (every thread passes the same values). Marker: a 0-d atomic,
+Declaration: one result (any type but a pointer) or void; always kept in place and in order (never
+pure). Arguments: scalars and pointers (every thread passes the same values). Marker: a 0-d atomic,
 which tileiras runs on thread 0 behind a ``tid.x == 0`` guard; its global becomes the
 arguments' shared scratch. Each instance: thread 0 stores the arguments, the guard is
 retargeted so that every thread calls the extern, joined at tileiras's ``bar.sync 0``
@@ -116,7 +116,8 @@ class BlockForm(FlagAnswers):
 
     def call_ends(self, body, i):
         """Thread 0's guard and the join at tileiras's ``bar.sync 0``
-        (:func:`splice.forms.block_proof.prove_instance`), and the block's threads (``.reqntid``)."""
+        (:func:`splice.forms.block_proof.prove_instance`), and the block's threads
+        (``.reqntid``)."""
         block_proof = _ptx().block_proof
         g, j = block_proof.prove_instance(body, i)
         dims = block_proof.block_dims(body.module, body.fn)

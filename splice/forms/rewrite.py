@@ -126,8 +126,9 @@ def _check_reserved_names(module: Module, kernel_name: str) -> None:
             continue
         for t in s.tokens:
             if t.kind in ("reg", "ident") and t.text.startswith(RESERVED_PREFIXES):
-                raise rewrite_error(kernel_name, f"the kernel's PTX already uses the name {t.text!r}, "
-                                         f"which has splice's reserved prefix", s.text(text))
+                raise rewrite_error(kernel_name, f"the kernel's PTX already uses the name "
+                                    f"{t.text!r}, which has splice's reserved prefix",
+                                    s.text(text))
 
 
 def _marker_globals(module: Module, sites: Mapping[int, SiteCall], kernel_name: str
@@ -141,8 +142,9 @@ def _marker_globals(module: Module, sites: Mapping[int, SiteCall], kernel_name: 
                 if m:
                     idx = int(m.group(1))
                     if idx not in sites:
-                        raise rewrite_error(kernel_name, f"marker global of unknown call site {idx}",
-                                    s.text(module.text))
+                        raise rewrite_error(kernel_name,
+                                            f"marker global of unknown call site {idx}",
+                                            s.text(module.text))
                     edits.append((s.start, s.end, sites[idx].form.global_edit(idx)))
                     break
     return edits
@@ -335,7 +337,8 @@ def _verify(new_text: str, sites, n_replaced: int, calls_before: int,
                         s.text(new_text))
     calls_after = _count_calls(out, sites)
     if calls_after - calls_before != n_replaced:
-        raise rewrite_error(kernel_name, f"{n_replaced} markers replaced by calls but the rewritten "
-                                 f"PTX has {calls_after - calls_before} new calls")
+        raise rewrite_error(kernel_name, f"{n_replaced} markers replaced by calls but the "
+                                         f"rewritten PTX has {calls_after - calls_before} new "
+                                         f"calls")
     return out
 

@@ -37,12 +37,13 @@ the step):
 3. *loads*: the same for the load site, in the straight-line stretch after the block site's
    join.
 
-**At warpgroup scope** (:mod:`splice.forms.warpgroup_proof`) the same staging and the same proof hold
-with the warpgroup site in the block site's place: 1. is :func:`splice.forms.warpgroup_proof.prove_site`
-(every thread of one warpgroup reaches it once; splice's counting entry barrier over the
-group orders the stores before the call, its exit barrier the call before the loads), and
-the elements per thread of 2. and 3. count the group's 128 threads, not the block's: the
-``threads`` of :meth:`~splice.forms.base.CallForm.call_ends`, which each form answers.
+**At warpgroup scope** (:mod:`splice.forms.warpgroup_proof`) the same staging and the same proof
+hold with the warpgroup site in the block site's place: 1. is
+:func:`splice.forms.warpgroup_proof.prove_site` (every thread of one warpgroup reaches it once;
+splice's counting entry barrier over the group orders the stores before the call, its exit barrier
+the call before the loads), and the elements per thread of 2. and 3. count the group's 128 threads,
+not the block's: the ``threads`` of :meth:`~splice.forms.base.CallForm.call_ends`, which each form
+answers.
 
 **Shared memory**: the buffers of one call beyond :data:`MAX_SHARED_BYTES` are refused at
 the call (:mod:`splice.declare.tile_trace`); once the fragments are merged,

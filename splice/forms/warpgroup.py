@@ -4,13 +4,13 @@ the thread tileiras ran the 0-d operation on.
 
 Declaration: any result but a pointer; always kept in place and in order (never pure).
 Arguments: scalars, pointers and tiles, as for block calls (tiles staged in shared memory
-around the call by :mod:`splice.forms.staging`, spread over the group's 128 threads). Marker: a 0-d atomic, which tileiras runs on one thread of the
-consumer warpgroup behind a ``tid.x != c`` guard, joined at its named barrier
-(``barrier.sync 1, 128``) in a warp-specialised kernel, at ``bar.sync 0`` in a 128-thread
-kernel that is not; its global becomes the arguments' shared scratch. Each instance:
-:func:`splice.forms.warpgroup_proof.prove_site` proves which threads reach it (one warpgroup), the
-leader stores the arguments, the guard is retargeted so that every thread of the group calls
-the extern between splice's own counting barriers (``docs/design.md#warpgroup-scope``).
+around the call by :mod:`splice.forms.staging`, spread over the group's 128 threads). Marker: a 0-d
+atomic, which tileiras runs on one thread of the consumer warpgroup behind a ``tid.x != c`` guard,
+joined at its named barrier (``barrier.sync 1, 128``) in a warp-specialised kernel, at ``bar.sync
+0`` in a 128-thread kernel that is not; its global becomes the arguments' shared scratch. Each
+instance: :func:`splice.forms.warpgroup_proof.prove_site` proves which threads reach it (one
+warpgroup), the leader stores the arguments, the guard is retargeted so that every thread of the
+group calls the extern between splice's own counting barriers (``docs/design.md#warpgroup-scope``).
 Collectives: warp-level ones and the group's barrier in the callee; CTA barriers, other
 barriers and raw ``blockDim``/``threadIdx`` reads are refused
 (:meth:`WarpgroupForm.check_callees`, which :mod:`splice.driver.stages` runs for every form
@@ -73,8 +73,8 @@ class WarpgroupForm(BlockForm):
 
     def call_ends(self, body, i):
         """The group's guard G and join J (:func:`splice.forms.warpgroup_proof.prove_site`), and the
-        group's :data:`~splice.forms.warpgroup_proof.GROUP_SIZE` threads, over which tileiras spreads
-        the elements of a tile it runs there."""
+        group's :data:`~splice.forms.warpgroup_proof.GROUP_SIZE` threads, over which tileiras
+        spreads the elements of a tile it runs there."""
         warpgroup_proof = _ptx().warpgroup_proof
         proof = warpgroup_proof.prove_site(body, i)     # a WarpgroupRefusal: a ProofRefusal
         return proof.guard, proof.join, warpgroup_proof.GROUP_SIZE

@@ -38,16 +38,17 @@ a :class:`WarpgroupRefusal` naming the step (the rewriter's
 3. **site shape**: the guard G is a branch taken exactly by the threads with
    ``tid.x != c`` (a single thread ``c``; tileiras's epilogue warpgroup tests
    ``tid.x - 128 != 0``: :func:`guard_thread`), the guarded code is straight-line and falls
-   through to the join J, which nothing but G names (as for block scope, :mod:`splice.forms.block_proof`).
+   through to the join J, which nothing but G names (as for block scope,
+   :mod:`splice.forms.block_proof`).
 4. **join barrier**: J is followed, through straight-line code, by an unpredicated
    ``barrier.sync``/``bar.sync`` with immediate id and count (the warp-specialised case), or
    by ``bar.sync 0`` (a kernel that is not warp-specialised).
 5. **threads**: which warps can reach G, by a forward analysis over the control-flow graph
    from the kernel's entry in which every branch on a *per-warp-uniform* value -- the warp
    id ``tid.x >> 5`` (or its ``shfl.sync.idx`` from lane 0, or that and a constant through
-   ``add``, ``and``, ...) compared with a constant -- sends each warp its own way, and every other branch both
-   ways. The warps that can reach G must be exactly one warpgroup (4 consecutive warps, the
-   first a multiple of 4: 128 threads), they must number the join barrier's count, and the
+   ``add``, ``and``, ...) compared with a constant -- sends each warp its own way, and every other
+   branch both ways. The warps that can reach G must be exactly one warpgroup (4 consecutive warps,
+   the first a multiple of 4: 128 threads), they must number the join barrier's count, and the
    region the warp branch R opens must be entered only through R (no branch from outside it
    to a label inside it: no loop entered partway). In a kernel that is not warp-specialised
    the group is the block, which must be 128 threads.
@@ -70,12 +71,12 @@ call: then the count is short and the entry traps), and a second one counts the 
 rank below the site's identity (:func:`site_identity`), which is that identity only when
 every thread is at this site (else the threads of one site or the other trap). With a whole
 warp exited the first never completes (it waits for 128 arrivals): a hang, still never a
-partial call (``tests/test_warpgroup_scope.py`` runs both on the CPU executor). Then every thread calls the
-extern, meets the others at the exit barrier (same id and count; both barriers are the non-aligned
-form, correct also where the leader's path has not reconverged with its warp's: the callee's stores are
-visible to the group after it, and thread ``c`` does not overwrite the arguments of the next
-execution before every thread has read them), and thread ``c`` goes on with tileiras's code
-after the marker, the others to J. A partial or mixed call is a trap, never a wrong result.
+partial call (``tests/test_warpgroup_scope.py`` runs both on the CPU executor). Then every thread
+calls the extern, meets the others at the exit barrier (same id and count; both barriers are the
+non-aligned form, correct also where the leader's path has not reconverged with its warp's: the
+callee's stores are visible to the group after it, and thread ``c`` does not overwrite the arguments
+of the next execution before every thread has read them), and thread ``c`` goes on with tileiras's
+code after the marker, the others to J. A partial or mixed call is a trap, never a wrong result.
 
 **The callee** (:func:`check_callee`): the group is 128 threads of a larger block, so a
 CTA-wide barrier (``__syncthreads``, ``bar.sync 0``, ``barrier.sync 0``, ``bar.red.* 0``,
@@ -92,8 +93,8 @@ into splice's shared buffer in the straight-line code before G, every thread of 
 loads the result after J, and the elements are spread over the group's
 :data:`GROUP_SIZE` threads (``call_ends`` of the form says so), not the block's. The
 buffers, tileiras's own shared memory and the callee's must fit in the block's maximum
-(:func:`splice.ptxtools.shared_memory.check_block_limit`: about 35 KB next to the 128x128x64 TMA matmul's
-196,760 B): a (128,) vector fits, a 128x128 float32 accumulator does not.
+(:func:`splice.ptxtools.shared_memory.check_block_limit`: about 35 KB next to the 128x128x64 TMA
+matmul's 196,760 B): a (128,) vector fits, a 128x128 float32 accumulator does not.
 """
 
 from __future__ import annotations
@@ -465,8 +466,9 @@ def _check_region_entry(body: Body, g: int) -> None:
             hit = [op for op in other.operands if op in inside]
             if hit:
                 raise WarpgroupRefusal(
-                    "threads", f"the group's region (from {parsed[r][0].text(module.text).strip()!r}"
-                    f" to {ins.operands[0]}) is entered partway, at {hit[0]}, by "
+                    "threads", f"the group's region (from "
+                    f"{parsed[r][0].text(module.text).strip()!r} to {ins.operands[0]}) is "
+                    f"entered partway, at {hit[0]}, by "
                     f"{s.text(module.text).strip()!r} from outside it")
         return
     raise WarpgroupRefusal("threads", "no branch on the warp id opens a region around the "

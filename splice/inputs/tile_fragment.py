@@ -15,7 +15,8 @@ from . import tile_guards
 from .fragments import BinarySource, CudaSource, Fragment, memoized_module, parse_module
 
 #: The prefix of every symbol the staging defines (users cannot declare ``__splice`` names);
-#: shared-memory reports know the buffers by it (:data:`splice.ptxtools.shared_memory.TILE_BUFFER_OWNER`).
+#: shared-memory reports know the buffers by it
+#: (:data:`splice.ptxtools.shared_memory.TILE_BUFFER_OWNER`).
 PREFIX = "__splice_tile_"
 
 

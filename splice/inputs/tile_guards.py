@@ -1,5 +1,6 @@
 """``SPLICE_CHECK_TILES=1``: guard words around every staging buffer of a tile call, checked
-after the call (:class:`splice.inputs.tile_fragment.TileFragment` adds this code to its call function).
+after the call (:class:`splice.inputs.tile_fragment.TileFragment` adds this code to its call
+function).
 
 A cooperative callee that writes past its tile (``y[N] = -1.0f``) writes shared memory
 splice or tileiras uses for something else, and nothing notices (compute-sanitizer does not

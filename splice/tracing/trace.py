@@ -113,7 +113,8 @@ class TracedKernel:
     tileiras_flags: tuple[str, ...]
     timeout_sec: float | None
     symbols: tuple[str, ...] = ()   # every entry's symbol (several signatures: one each)
-    #: impure calls given an array the kernel may store by TMA (:mod:`splice.ptxtools.tma_store_reads`)
+    #: impure calls given an array the kernel may store by TMA
+    #: (:mod:`splice.ptxtools.tma_store_reads`)
     tma_stored_reads: tuple = ()
 
 
@@ -196,7 +197,8 @@ def check_build_args(kernel, signature) -> None:
             continue
         code = cu.python_function(kernel).__code__
         raise SpliceDeclarationError(
-            f"kernel '{cu.python_function(kernel).__name__}' ({code.co_filename}:{code.co_firstlineno}): "
+            f"kernel '{cu.python_function(kernel).__name__}' "
+            f"({code.co_filename}:{code.co_firstlineno}): "
             f"signature must be a cuda.tile.compilation.KernelSignature (or a non-empty list "
             f"of them), got {type(bad).__name__} {bad!r:.80}; make one with "
             f"splice.kernel_signature(\"array(float32)\", ...), or pass the launch "
