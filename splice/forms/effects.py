@@ -5,8 +5,9 @@ program can see; and the memory any callee declared ``memory="arguments"`` may t
 for each form's :meth:`~splice.forms.base.CallForm.check_callees`.
 
 - **exit** (also at block scope). A thread that exits inside the call skips the kernel's
-  code after it: its stores are lost, silently (a barrier excuses exited threads) (``splice.asm`` snippets are checked for ``exit`` themselves,
-  :mod:`splice.analysis.asm_check`; this covers what they and externs call).
+  code after it: its stores are lost, silently (a barrier excuses exited threads) (``splice.asm``
+  snippets are checked for ``exit`` themselves, :mod:`splice.analysis.asm_check`; this covers what
+  they and externs call).
 
 - **Shared memory.** An element-scope call runs on each thread that owns an element, all
   at once and in no order splice controls, so one ``__shared__`` variable is shared by the
@@ -245,7 +246,8 @@ def _check_one(ext, mod: Module, modules, what: str) -> None:
                 f"shared memory)")
         if ext.form.runs_convergently() or _stages_a_tile(ext):
             continue   # a convergent (block) call: shared memory is its own, never pure; a
-                       # tile's store/load site: splice's own buffers (splice.forms.staging proves them)
+                       # tile's store/load site: splice's own buffers (splice.forms.staging
+                       # proves them)
         if shared_use is not None:
             raise SpliceLinkError(
                 f"{what} uses __shared__ memory ('{shared_use[0]}' {where}): an element-scope "
@@ -287,21 +289,13 @@ def check_argument_sites(sites, fragments: Mapping[str, tuple[str, Module]], tar
                          keys: Mapping[int, str] | None = None) -> None:
     """Refuse every call site whose extern is declared ``memory="arguments"`` unless
     :func:`splice.analysis.memory_proof.prove_arguments_only` proves it, and every tile call
-    that :func:`splice.analysis.memory_proof.check_tile_bounds` refuses.
-
-    Args:
-        sites: the traced call sites (``.extern``, ``.where``).
-        fragments: content key -> (description, PTX module) of every fragment of the
-            kernel, compiled for ``target``.
-        target: the kernel's PTX target.
-        keys: id(fragment) -> its content key for ``target``
-            (:func:`splice.forms.base.site_module`).
+    that :func:`splice.analysis.memory_proof.check_tile_bounds` refuses (the arguments as
+    for :func:`check_element_effects`).
 
     Raises:
         SpliceLinkError: naming the extern, its declaration, the instruction, the chain of
             functions that reaches it, the call site and the fix (``memory="any"``); or,
             for a tile call, the tile and the bytes outside it.
-
     """
     modules = [m for _, m in fragments.values()]
     done: set[tuple[int, str]] = set()
