@@ -90,8 +90,7 @@ _externs: dict[tuple, object] = {}
 
 
 def _lib():
-    """The one library of these templates (compiled per instantiation:
-    :mod:`splice.forms.staging`)."""
+    """The one library of these templates (compiled per instantiation: ``forms/staging``)."""
     global _library
     from ..declare.externs import Library
     from ..inputs.cccl import include_dirs

@@ -40,14 +40,11 @@ class ExternFunction:
         name: the Python name (used in messages).
         symbol: the PTX symbol of the device function (its C name, ``extern "C"``).
         signature: argument and result element types.
-        pure: whether the call may be removed when unused and hoisted out of loops.
         fragment: the device code that defines ``symbol``.
         where: "file:line" of the declaration.
-        inline: "auto", "always" or "never" (see :func:`extern`).
-        form: the call form of its ``scope=`` (:mod:`splice.forms`): element (one call
-            per tile element, on the thread that owns it) or block (every thread of the
-            block calls it once per execution of the call site, convergently; see
-            :func:`extern`). ``scope`` reads (and sets) it by name.
+        options: its ``pure``, ``inline``, call form and ``memory``
+            (:class:`~splice.declare.declaring.CallOptions`), which the properties of those
+            names read; ``scope`` reads (and sets) the form by its scope's name.
     """
 
     name: str
@@ -55,7 +52,6 @@ class ExternFunction:
     signature: Signature
     fragment: Fragment
     where: str
-    #: pure, inline, the call form and memory, validated at declaration
     options: CallOptions = CallOptions(True)
 
     @property
@@ -247,8 +243,7 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
 
         @splice.extern(source=r'''
         extern "C" __device__ float fast_gelu(float x) {
-            return x / (1.0f + __expf(-1.702f * x));
-        }''')
+            return x / (1.0f + __expf(-1.702f * x)); }''')
         def fast_gelu(x: ct.float32) -> ct.float32: ...
 
         @splice.kernel
@@ -303,8 +298,7 @@ def _extern_name(stub, name, where: str) -> str:
 
 
 def _calls_cxx(stub, name, signature) -> bool:
-    """Whether :func:`extern` calls its function through a C++ trampoline: a C++ ``name``,
-    or several results."""
+    """Whether :func:`extern` calls through a C++ trampoline (C++ ``name``, several results)."""
     return name is not None and is_cxx_name(name) or _several_results(stub, signature)
 
 
@@ -317,7 +311,6 @@ def _declare_cuda(stub, where: str, base: Path | None, ext_name: str, cxx_name: 
     what = f"extern '{ext_name}' at {where}"
     file, opts, incs, defs = _cuda_inputs(source, path, options, include_dirs, defines, what,
                                           base)
-
     if cxx_name is not None:
         return _declare_cxx(stub, cxx_name, signature, call_options, where,
                             CudaSource(text=source, path=file, options=opts,
