@@ -27,9 +27,9 @@ what ``ct.launch`` calls on a cache miss -- for ``--arch`` (default sm_90). With
 times the real first ``ct.launch`` (compile, load, run, synchronise).
 
 ``--stages`` adds, under each of (a)-(d), the median of each stage of the timed splice
-builds (``Build.timings``, ms) and what the build spent outside them.
-
-    python benchmarks/bench_first_launch.py [--arch sm_90] [--reps 7] [--cases a,b,c,d,warm,cub,import,declare] [--stages]
+builds (``Build.timings``, ms) and what the build spent outside them. ``--cases``: of
+a,b,c,d,warm,cub,import,declare (default: all)::
+    python benchmarks/bench_first_launch.py [--arch sm_90] [--reps 7] [--cases a,b] [--stages]
 """
 
 from __future__ import annotations
@@ -224,8 +224,8 @@ def _array(ct, dtype, ndim=1):
 def signature(case: str, n: int = 1024):
     import cuda.tile as ct
     from cuda.tile.compilation import CallingConvention, KernelSignature
-    params = {"cub": lambda: (_array(ct, ct.float32), _array(ct, ct.float32), n),"a": lambda: (_array(ct, ct.float32), _array(ct, ct.float32), 1024),
-              "b": lambda: (_array(ct, ct.float32), _array(ct, ct.float32), 1024),
+    params = {"cub": lambda: (_array(ct, ct.float32), _array(ct, ct.float32), n),
+              **dict.fromkeys("ab", lambda: (_array(ct, ct.float32), _array(ct, ct.float32), 1024)),
               "c": lambda: (_array(ct, ct.float32), _array(ct, ct.float32), 3, 256),
               "d": lambda: (_array(ct, ct.float16, 2),) * 3 + (128, 128, 64)}[case]()
     return KernelSignature(params, CallingConvention.cutile_python_v1())

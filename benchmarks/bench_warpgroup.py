@@ -146,8 +146,8 @@ def sass_profile(build) -> dict[str, int]:
     atomics, shared and global loads and stores)."""
     ops = [(m.group(1), m.group(2)) for m in _SASS_INS.finditer(build.sass or "")]
     kinds = {"UTMASTG": ("UTMASTG",), "BAR": ("BAR",), "SHFL": ("SHFL",),
-             "ATOM/RED": ("ATOM", "ATOMG", "RED", "REDG", "REDUX"), "LDS/STS/LDSM": ("LDS", "STS", "LDSM"),
-             "LDG/STG": ("LDG", "STG")}
+             "ATOM/RED": ("ATOM", "ATOMG", "RED", "REDG", "REDUX"),
+             "LDS/STS/LDSM": ("LDS", "STS", "LDSM"), "LDG/STG": ("LDG", "STG")}
     out = {"SASS instructions": len(ops), "in the epilogue": epilogue_size(ops)}
     for name, heads in kinds.items():
         out[name] = sum(1 for op, _ in ops if op.split(".")[0] in heads)

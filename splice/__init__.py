@@ -127,7 +127,8 @@ def compile(kernel, signature, arch: str = "sm_90") -> "Build":
 
         @splice.kernel
         def scale(x, y, TILE: ct.Constant[int]):
-            ct.store(y, index=(ct.bid(0),), tile=twice(ct.load(x, index=(ct.bid(0),), shape=(TILE,))))
+            t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+            ct.store(y, index=(ct.bid(0),), tile=twice(t))
 
         b = splice.compile(scale, splice.kernel_signature("array(float32)", "array(float32)", 128),
                            "sm_90")

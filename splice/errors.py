@@ -101,6 +101,13 @@ class SpliceRewriteError(SpliceError):
     launches such a kernel."""
 
 
+class ProofRefusal(SpliceError):
+    """A step of a proof on the PTX that does not hold (a block site's guard or join, a
+    warpgroup site's barrier): raised by the proofs of :mod:`splice.forms` and turned by
+    the form into the :class:`SpliceRewriteError` naming the call site, so that a bug's
+    ``ValueError`` stays a traceback and is never taken for a refusal."""
+
+
 class SpliceToolchainError(SpliceError):
     """A compiler tool is missing or failed (tileiras, ptxas, libnvvm, NVRTC, nvJitLink).
     ``.log`` holds its output."""

@@ -102,15 +102,17 @@ def cutile_call(grid: tuple[int, ...], kernel, args: tuple[Any, ...]):
         import splice
         from splice.jax import OutputPlaceholder, cutile_call
 
-        twice = splice.extern(source='extern "C" __device__ float twice(float x) { return 2 * x; }',
-                              name="twice", signature="float32(float32)")
+        lib = splice.library(source='extern "C" __device__ float twice(float x) { return 2 * x; }')
+        twice = lib.extern("twice", signature="float32(float32)")
 
         @splice.kernel
         def scale(x, y, TILE: ct.Constant[int]):
-            ct.store(y, index=(ct.bid(0),), tile=twice(ct.load(x, index=(ct.bid(0),), shape=(TILE,))))
+            block = ct.bid(0)
+            ct.store(y, index=(block,), tile=twice(ct.load(x, index=(block,), shape=(TILE,))))
 
         x = jnp.arange(4096, dtype=jnp.float32)
-        y = jax.jit(lambda x: cutile_call((4,), scale, (x, OutputPlaceholder(x.shape, x.dtype), 1024)))(x)
+        out = OutputPlaceholder(x.shape, x.dtype)
+        y = jax.jit(lambda x: cutile_call((4,), scale, (x, out, 1024)))(x)
         assert bool((y == 2 * x).all())
         print("ok")
         ```

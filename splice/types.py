@@ -139,7 +139,8 @@ def pointer(elem) -> ElementType:
             t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
             ct.store(y, index=(ct.bid(0),), tile=t + at(x, 0))
 
-        print(splice.compile(k, splice.kernel_signature("array(float32)", "array(float32)", 128), "sm_90").summary())
+        sig = splice.kernel_signature("array(float32)", "array(float32)", 128)
+        print(splice.compile(k, sig, "sm_90").summary())
         ```
     """
     elem = element_type(elem)
@@ -245,7 +246,8 @@ def tile(dtype, shape=None) -> TileType:
             t = ct.load(x, index=(ct.bid(0),), shape=(TILE,), allow_tma=False)
             ct.store(y, index=(ct.bid(0),), tile=rev(t))
 
-        print(splice.compile(k, splice.kernel_signature("array(float32)", "array(float32)", 128), "sm_90").summary())
+        sig = splice.kernel_signature("array(float32)", "array(float32)", 128)
+        print(splice.compile(k, sig, "sm_90").summary())
         ```
     """
     elem = element_type(dtype)

@@ -343,8 +343,8 @@ def test_pointer_dtype_is_a_splice_error():
                                                          dtype=splice.pointer(ct.int32)))
     with pytest.raises(splice.SpliceCallError) as e:
         splice.build(kern, I32, "sm_90")
-    assert f"splice.pointer() called inside a kernel at {__file__}:{_line_in(kern, 'splice.pointer(')}: it names " \
-           f"a type for an extern's declaration" in str(e.value)
+    said = f"at {__file__}:{_line_in(kern, 'splice.pointer(')}: it names a type for an extern's"
+    assert f"splice.pointer() called inside a kernel {said} declaration" in str(e.value)
 
 
 def _line_in(kernel, code: str = "splice.asm(") -> int:

@@ -95,7 +95,7 @@ def test_memory_is_recorded_on_the_snippets_extern(monkeypatch):
 
 
 def _check(body: str) -> None:
-    check_snippet(body, [], [], memory="none")
+    check_snippet(body, [], [], no_global_memory=True)
 
 
 #: One or more forms of every PTX ISA (8.x) family that can touch global memory, by family
@@ -220,8 +220,8 @@ ACCEPTED = [
     "shfl.sync.bfly.b32 %r1, %r2, 1, 31, -1;", "redux.sync.max.u32 %r1, %r2, -1;",
     "vote.sync.ballot.b32 %r1, %p1, -1;", "match.any.sync.b32 %r1, %r2, -1;",
     "activemask.b32 %r1;", "bar.sync 0;", "barrier.sync 15, 128;", "bar.warp.sync -1;",
-    "elect.sync %r1|%p1, -1;", "nanosleep.u32 100;", "setp.lt.u32 %p1, %r1, 3;",
-    "selp.b32 %r1, 1, 0, %p1;", "prmt.b32 %r1, %r2, 0, 0x0123;", "lop3.b32 %r1, %r2, %r3, %r4, 0x96;",
+    "elect.sync %r1|%p1, -1;", "nanosleep.u32 100;", "lop3.b32 %r1, %r2, %r3, %r4, 0x96;",
+    "setp.lt.u32 %p1, %r1, 3;", "selp.b32 %r1, 1, 0, %p1;", "prmt.b32 %r1, %r2, 0, 0x0123;",
     "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f1}, {%r1}, {%r2}, {%f2};",
     "wgmma.fence.sync.aligned;", "createpolicy.fractional.L2::evict_last.b64 %rd1, 1.0;",
     "trap;",

@@ -901,7 +901,7 @@ def test_warp_specialised_kernel_refused():
 valid_sum = splice.extern(source=r'''
 template <int N> __device__ float valid_sum(const float (&x)[N], int n) {
     __shared__ float total;
-    if (threadIdx.x == 0) { float s = 0; for (int i = 0; i < n && i < N; ++i) s += x[i]; total = s; }
+    if (threadIdx.x == 0) { float s{}; for (int i = 0; i < n && i < N; ++i) s += x[i]; total = s; }
     __syncthreads();
     return total;
 }''', name="valid_sum", scope="block", signature="float32(tile(float32), int32)")
@@ -948,7 +948,7 @@ def _staging_of(ptx: str, roles, elements):
     (``roles``: index -> role), each atomic marker instance found by its global."""
     from types import SimpleNamespace
 
-    from splice.forms import staging as tiles
+    from splice.forms import staging
     from splice.forms.rewrite import MARKER_RE
     mod = Module(ptx)
     [fn] = [f for f in mod.function_order if f.kind == ".entry"]
@@ -966,7 +966,7 @@ def _staging_of(ptx: str, roles, elements):
     sites = {k: SimpleNamespace(index=k, form=FORMS["block" if r == "call" else "element"],
                                 staging=Staging(r, 0, 0 if r == "call" else elements, r))
              for k, r in roles.items()}
-    return tiles.check_staging(mod.body(fn), sites, at), at
+    return staging.check_staging(mod.body(fn), sites, at), at
 
 
 def test_staging_proof_on_real_ptx_counts_and_refuses():

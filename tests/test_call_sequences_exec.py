@@ -1,9 +1,9 @@
 """Call sequences, links and result paths on the executor, with values: a guarded marker
 calls on exactly the threads its guard holds for (``@p`` and ``@!p``); two fragments
-defining an internal ``.func`` and ``.global`` of one name each use their own; the barrier after a block
-or warpgroup call orders the callee's writes before code between the join and tileiras's
-barrier; 32-bit results reach their 64-bit slot zero-extended on the element (fma and
-atomic markers, called and inlined) and block result paths."""
+defining an internal ``.func`` and ``.global`` of one name each use their own; the barrier
+after a block or warpgroup call orders the callee's writes before code between the join and
+tileiras's barrier; 32-bit results reach their 64-bit slot zero-extended on the element (fma
+and atomic markers, called and inlined) and block result paths."""
 
 from __future__ import annotations
 
@@ -304,7 +304,7 @@ def test_a_32_bit_result_fills_its_64_bit_slot_zero_extended(result, marker, inl
 
 # 2 x of a narrow signed argument read as the whole .b32 the ABI passes it in: right only if
 # the call sequence sign-extended it (as C promotes it)
-_WHOLE_WORD = HEADER.replace("sm_90a", "sm_80") + """.visible .func (.param .b32 r) pw(.param .b32 x)
+_WHOLE_WORD = HEADER.replace("90a", "80") + """.visible .func (.param .b32 r) pw(.param .b32 x)
 {
 	.reg .b32 	%r<3>;
 	ld.param.b32 	%r1, [x];

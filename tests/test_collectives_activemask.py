@@ -403,8 +403,8 @@ ACCEPTED_CUDA = {
     __syncwarp(m);
     return b + (int)__reduce_add_sync(m, (unsigned)x) + (int)__reduce_max_sync(m, (unsigned)x);''',
     "activemask in every iteration of a divergent loop": r'''
-    int v = 0;
-    for (int i = 0; i < (x & 7); ++i) { unsigned m = __activemask(); v += __shfl_xor_sync(m, x + i, 1); }
+    int v = 0; for (int i = 0; i < (x & 7); ++i) {
+    unsigned m = __activemask(); v += __shfl_xor_sync(m, x + i, 1); }
     return v;''',
     # NVSHMEM's nvshmem_<T>_g (nvshmemi_proxy_rma_g), in its shape: a full constant mask
     # under "activemask() == full", branches on match.all results, a lane-0-only spin

@@ -357,7 +357,7 @@ def _line_of(code: str) -> int:
 
 def test_operator_refusals_name_the_call_and_the_fix():
     cases = [(scan_op_kernel, "scan_op_kernel", "must be a string, one of 'sum', 'max', 'min'"),
-             (scan_hash_kernel, "scan_hash_kernel", "must be one C\\+\\+ expression, but has a '#'"),
+             (scan_hash_kernel, "scan_hash_kernel", r"must be one C\+\+ expression, but has a '#'"),
              (scan_escape_kernel, "scan_escape_kernel", "brackets that do not nest and close")]
     for kernel, name, msg in cases:
         with pytest.raises(SpliceCallError, match=msg) as e:

@@ -303,7 +303,8 @@ def test_float_to_integer_conversions_saturate_and_send_nan_to_zero():
         s8 = np.where(np.isnan(x), 0, np.clip(rni, -128, 127))
     np.testing.assert_array_equal(_cvt("cvt.rni.s32.f32 %r3, %r1;", x).view(np.int32), s32)
     np.testing.assert_array_equal(_cvt("cvt.rni.u32.f32 %r3, %r1;", x), u32)
-    np.testing.assert_array_equal(_cvt("cvt.rzi.sat.u8.f32 %h1, %r1;\n    cvt.u32.u16 %r3, %h1;", x) & 0xff, u8)
+    got = _cvt("cvt.rzi.sat.u8.f32 %h1, %r1;\n    cvt.u32.u16 %r3, %h1;", x)
+    np.testing.assert_array_equal(got & 0xff, u8)
     got = _cvt("cvt.rni.sat.s8.f32 %h1, %r1;\n    cvt.u32.u16 %r3, %h1;", x)
     np.testing.assert_array_equal((got & 0xff).astype(np.uint8).view(np.int8), s8)
 
@@ -312,11 +313,12 @@ def test_integer_saturating_conversions():
     a, b = _ints(19)
     a[6:12] = [127, 128, 0xffffff80, 0xffffff7f, 255, 256]
     sa = a.view(np.int32).astype(np.int64)
-    np.testing.assert_array_equal((elementwise("cvt.sat.s8.s32 %h1, %r1;\n    cvt.u32.u16 %r3, %h1;", a, b) & 0xff).astype(np.uint8).view(np.int8),
-                                  np.clip(sa, -128, 127))
-    np.testing.assert_array_equal(elementwise("cvt.sat.u8.s32 %h1, %r1;\n    cvt.u32.u16 %r3, %h1;", a, b) & 0xff,
+    widen = "\n    cvt.u32.u16 %r3, %h1;"
+    got = elementwise("cvt.sat.s8.s32 %h1, %r1;" + widen, a, b) & 0xff
+    np.testing.assert_array_equal(got.astype(np.uint8).view(np.int8), np.clip(sa, -128, 127))
+    np.testing.assert_array_equal(elementwise("cvt.sat.u8.s32 %h1, %r1;" + widen, a, b) & 0xff,
                                   np.clip(sa, 0, 255))
-    np.testing.assert_array_equal(elementwise("cvt.sat.u16.u32 %h1, %r1;\n    cvt.u32.u16 %r3, %h1;", a, b),
+    np.testing.assert_array_equal(elementwise("cvt.sat.u16.u32 %h1, %r1;" + widen, a, b),
                                   np.minimum(a, 0xffff))
     np.testing.assert_array_equal(elementwise("cvt.s32.s8 %r3, %r1;", a, b).view(np.int32),
                                   (a & 0xff).astype(np.uint8).view(np.int8))

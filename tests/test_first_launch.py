@@ -466,10 +466,10 @@ def test_a_submodule_is_never_loaded_from_another_copy_of_splice(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     stages, externs, missing = out.stdout.splitlines()
-    assert stages.startswith("splice.driver.stages refused: splice.driver.stages is not part of the splice")
-    assert "another copy of splice" in stages
-    assert externs.startswith("splice.declare.externs refused: splice/declare/externs.py changed on disk")
-    assert missing.startswith("splice.no_such_module not found")
+    assert stages.startswith("splice.driver.stages refused: splice.driver.stages is not part of "
+                             "the splice") and "another copy of splice" in stages
+    assert externs.startswith("splice.declare.externs refused: splice/declare/externs.py changed "
+                              "on disk") and missing.startswith("splice.no_such_module not found")
 
 
 # --------------------------------------------------------------------------------------------
@@ -569,7 +569,7 @@ def test_a_cache_directory_removed_while_the_process_runs_is_made_again(fresh_ca
     # overlay the process had built went with it, and every later build raised a bare
     # FileNotFoundError until the process restarted
     from splice.system import toolchain
-    monkeypatch.setattr(tileiras_overlay, "_overlay_bases", lambda real: [fresh_cache / "toolchain"])
+    monkeypatch.setattr(tileiras_overlay, "_overlay_bases", lambda _: [fresh_cache / "toolchain"])
     toolchain.overlay.cache_clear()
     try:
         first = splice.build(K.ptx_kernel, SIG, "sm_90")
@@ -703,7 +703,7 @@ def test_an_overlay_with_a_broken_capture_script_is_repaired(fresh_cache, monkey
     # an edited or truncated bin/ptxas of the overlay failed every tileiras run of every
     # later process ("failed to compile Tile IR program"), with no word of the overlay
     from splice.system import toolchain
-    monkeypatch.setattr(tileiras_overlay, "_overlay_bases", lambda real: [fresh_cache / "toolchain"])
+    monkeypatch.setattr(tileiras_overlay, "_overlay_bases", lambda _: [fresh_cache / "toolchain"])
     toolchain.overlay.cache_clear()
     try:
         script = toolchain.overlay() / "bin" / "ptxas"

@@ -497,7 +497,8 @@ NETWORK_FORMS = {
 NETWORK_REFUSED = {
     # keys of two sites left over: neither a slot nor free
     "two_sites_left_as_slot": (TWO_KEYS + "\txor.b64 \t%rd7, %rd2, %rd1;\n"
-                               "\tfma.rn.f64 \t%rd8, %rd7, %rd1, %rd1;\n", "mixes the values", {0, 1}),
+                               "\tfma.rn.f64 \t%rd8, %rd7, %rd1, %rd1;\n", "mixes the values",
+                               {0, 1}),
     "two_sites_left_stored": (TWO_KEYS + "\txor.b64 \t%rd7, %rd2, %rd4;\n"
                               "\txor.b64 \t%rd8, %rd7, %rd30;\n"
                               "\tst.global.b64 \t[%rd30], %rd8;\n", "not a marker", {0, 1}),

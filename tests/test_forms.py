@@ -23,9 +23,8 @@ ConstInt = ct.Constant[int]
 
 
 class VoidOnly(element.ElementAtomic):
-    """A test form: an element call on an atomic marker that takes void externs only, whose
-    callees may not store to global memory (they count with atomics) and whose snippets may
-    not trap, and that reports itself by its own span kind and summary."""
+    """A test form: an element call (atomic marker) of void externs whose callees store to
+    no global memory (they count with atomics), whose snippets do not trap; own span kind."""
 
     scope = "test_void"   # type: ignore[assignment]
     span_kind = "test call"
@@ -45,8 +44,9 @@ class VoidOnly(element.ElementAtomic):
                 raise SpliceLinkError(f"test_void extern '{ext.name}', called at "
                                       f"{site.where}, stores to memory: "
                                       f"{stores[0].text(mod.text).strip()}")
+        super().check_callees(sites, fragments, target, keys, kernel)  # and every callee's
 
-    def declare(self, sig, pure, what):
+    def declare(self, sig, options, what):
         if sig.result is not None:
             raise SpliceDeclarationError(f"{what}: a test_void extern returns nothing")
         return False

@@ -359,3 +359,28 @@ def test_no_module_of_splice_is_longer_than_750_lines():
     long = {str(p.relative_to(PKG)): n for p in PKG.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > 750}
     assert not long
+
+
+#: What the driver may import of the forms: the registry, the protocol and site records,
+#: and the rewriter it runs. Every check of a site's callees is a form's answer
+#: (``check_callees``, ``check_linked_callees``), never a check module the driver calls.
+DRIVER_ASKS = ("forms", "forms.base", "forms.rewrite")
+
+
+def driver_reaches_past_the_forms(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """{driver module: the analyses and form modules besides :data:`DRIVER_ASKS` it
+    imports}."""
+    bad = {m: sorted(d for d in deps if _layer(d) == "analysis" or
+                     (_layer(d) == "forms" and d not in DRIVER_ASKS))
+           for m, deps in graph.items() if _layer(m) == "driver"}
+    return {m: d for m, d in bad.items() if d}
+
+
+def test_the_driver_asks_the_forms_for_every_callee_check():
+    # issue 43: stages.py imported memory_proof, effects, element_callees and staging
+    assert driver_reaches_past_the_forms(import_graph()) == {}
+    planted = {"driver.stages": {"forms.rewrite", "analysis.memory_proof", "forms.effects",
+                                 "ptxtools.link"},
+               "driver.pipeline": {"forms.base"}}
+    assert driver_reaches_past_the_forms(planted) == {
+        "driver.stages": ["analysis.memory_proof", "forms.effects"]}

@@ -201,7 +201,7 @@ def test_gpu_call_reads_the_kernels_store(dev, kernel):
 
 
 def test_memory_is_recorded_on_every_declaration_kind():
-    ptx = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .func f(.param .b64 p)\n{\n\tret;\n}\n"
+    ptx = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .func f(.param .b64 p) { ret; }"
     assert bump._splice_extern.memory == "arguments"
     assert bump_any._splice_extern.memory == "any"
     p = splice.extern.from_ptx(ptx=ptx, name="f", signature="void(float32*)", pure=False,

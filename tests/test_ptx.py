@@ -19,7 +19,8 @@ _OLD_TOKEN_RE = re.compile(r"""
   | (?P<string>"(?:[^"\\\n]|\\.)*")
   | (?P<directive>\.[A-Za-z_][A-Za-z0-9_$:]*)
   | (?P<reg>%[A-Za-z_$][A-Za-z0-9_$]*(?:\.[xyzw])?)
-  | (?P<number>0[fFdD][0-9a-fA-F]+|0[xX][0-9a-fA-F]+U?|[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|[0-9]+(?:[eE][+-]?[0-9]+)?U?)
+  | (?P<number>0[fFdD][0-9a-fA-F]+|0[xX][0-9a-fA-F]+U?
+               |[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|[0-9]+(?:[eE][+-]?[0-9]+)?U?)
   | (?P<ident>[A-Za-z_$][A-Za-z0-9_$]*(?:\.[A-Za-z0-9_:]+)*)
   | (?P<punct>::|[;:,{}()\[\]<>@!+\-*/=|&^~?])
 """, re.VERBOSE | re.DOTALL)
@@ -47,7 +48,8 @@ def _old_tokenize(text: str, pos: int) -> list:
 
 
 def _lc(text: str, pos: int) -> str:
-    return f"line {text.count(chr(10), 0, pos) + 1}, column {pos - (text.rfind(chr(10), 0, pos) + 1) + 1}"
+    line_start = text.rfind(chr(10), 0, pos) + 1
+    return f"line {text.count(chr(10), 0, pos) + 1}, column {pos - line_start + 1}"
 
 
 def _outcome(fn):

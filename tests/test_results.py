@@ -32,8 +32,8 @@ extern "C" __device__ Quad powers(float x) {
                 __float2half(-x)};
 }'''
 
-VEC = 'extern "C" __device__ float2 minmax(float a, float b) { return make_float2(fminf(a, b), fmaxf(a, b)); }'
-
+VEC = ('extern "C" __device__ float2 minmax(float a, float b) {'
+       ' return make_float2(fminf(a, b), fmaxf(a, b)); }')
 CXX = r'''
 namespace geo {
 template <class T> struct Polar { T r, theta; };

@@ -69,7 +69,8 @@ def test_nothing_found_is_cuda_pathfinders_choice(sites):
 
 def test_a_copy_already_loaded_wins(tmp_path, monkeypatch):
     loaded = tmp_path / "elsewhere" / "libnvrtc.so.13"
-    maps = f"7f00-7f01 r-xp 0 08:01 1 {loaded}\n7f02-7f03 r-xp 0 08:01 2 /x/libnvrtc-builtins.so.13\n"
+    maps = (f"7f00-7f01 r-xp 0 08:01 1 {loaded}\n"
+            f"7f02-7f03 r-xp 0 08:01 2 /x/libnvrtc-builtins.so.13\n")
     real_open = open
 
     def fake(path, *a, **k):

@@ -16,10 +16,10 @@ import pytest
 import splice
 from splice.errors import SpliceLinkError, SpliceRewriteError
 from splice.forms import FORMS
-from splice.forms import warpgroup_proof as warpgroup
 from splice.forms.base import SiteCall
 from splice.forms.rewrite import splice_calls
 from splice.forms.staging import Staging
+from splice.forms.warpgroup_proof import GROUP_SIZE, site_identity
 from splice.ptxtools.ptx import Module, Param
 from splice.system import toolchain
 from splice.types import parse_signature
@@ -157,12 +157,12 @@ def _check_tile_call(b, tm: int) -> None:
     counting barriers, every store before its entry barrier."""
     store, call = b.sites[:2]
     assert call.scope == "warpgroup" and store.scope == "element"
-    assert store.instances == tm // warpgroup.GROUP_SIZE and call.instances == 1
+    assert store.instances == tm // GROUP_SIZE and call.instances == 1
     [text] = _group_calls(b)
     assert "barrier.red.popc.u32 \t%__splice_n, 15, 128, %__splice_p;" in text
     entry = _entry(b)
     stores = [m.start() for m in re.finditer(r"st\.shared\.b32 \t\[%r2\], %r3;", entry)]
-    assert len(stores) == tm // warpgroup.GROUP_SIZE
+    assert len(stores) == tm // GROUP_SIZE
     assert max(stores) < entry.index("barrier.red.popc.u32 \t%__splice_n, 15, 128")
 
 
@@ -205,11 +205,11 @@ def test_tma_matmul_tile_result_feeds_the_store(case):
     b = splice.compile(matmul_recip_kernel, _mm_sig(dtype, tm), "sm_90")
     _check_tile_call(b, tm)
     store, call, load = b.sites
-    assert load.instances == tm // warpgroup.GROUP_SIZE
+    assert load.instances == tm // GROUP_SIZE
     assert _staging_bytes(b) == [4 * tm, 4 * tm]           # in and out
     entry = _entry(b)
     loads = [m.start() for m in re.finditer(r"ld\.shared\.b32 \t%r3, \[%r2\];", entry)]
-    assert len(loads) == tm // warpgroup.GROUP_SIZE
+    assert len(loads) == tm // GROUP_SIZE
     assert entry.index("barrier.sync \t15, 128;") < min(loads)
 
 
@@ -652,7 +652,7 @@ def test_two_warpgroup_calls_in_one_epilogue(case):
     assert len(calls) == 2
     idents = sorted(int(m.group(1)) for t in calls for m in
                     [re.search(r"setp\.lt\.u32 \t%__splice_p, %__splice_rank, (\d+);", t)])
-    assert idents == sorted({warpgroup.site_identity(s) for s in b.sites
+    assert idents == sorted({site_identity(s) for s in b.sites
                              if s.scope == "warpgroup"})
     assert len(set(idents)) == 2
 

@@ -14,9 +14,9 @@ sample's ``moe_align_tile_size_torch`` (cutile-python ``test/kernels/fused_moe.p
 - ``num_tokens_post_padded``: how many entries of ``sorted_token_ids`` are used.
 
 The buffers have their largest size (``tokens * k + experts * (TILE_M - 1)`` entries, rounded
-up to whole TILE_M blocks), so a launch needs no host synchronisation (CUDA graphs): past the used part ``sorted_token_ids``
-holds the sentinel and ``sorted_expert_ids`` 0, which the sample's GEMM skips (its scatter
-drops the sentinel's row). ``[:num_tokens_post_padded]`` is exactly the sample's output.
+up to whole TILE_M blocks), so a launch needs no host synchronisation (CUDA graphs): past the
+used part ``sorted_token_ids`` holds the sentinel and ``sorted_expert_ids`` 0, which the GEMM
+skips (its scatter drops the sentinel's row). ``[:num_tokens_post_padded]`` is the output.
 
 One kernel when the pairs fit one block (decode: up to 1024 pairs), otherwise two: per block
 of tokens the routing and a histogram, then per block the offsets, the sort and the scatter.

@@ -36,8 +36,8 @@ the function's PTX (else it stays refused by :mod:`splice.analysis.collectives`)
 Syncs are proven in rounds until none is added (a sync's result may make a later branch
 uniform). An ``activemask.b32`` is accepted with the S it feeds: alone, its value would be
 tileiras's layout. The proof stays in one function; calls are walked by
-:mod:`splice.analysis.collectives` as before. Binary objects (``from_object``) are not covered: their
-SASS is checked by :func:`splice.forms.element_callees.check_binary_sites` as before.
+:mod:`splice.analysis.collectives` as before. Binary objects (``from_object``) are not covered:
+their SASS is checked by :func:`splice.forms.element_callees.check_binary_sites` as before.
 """
 
 from __future__ import annotations

@@ -26,13 +26,13 @@ at every element. Two faults would compile and silently store garbage, so
    any of them could send the threads of the group different ways around those barriers.
 
 4. **Global memory in a snippet declared ``memory="none"``.** Such a snippet is ordered
-   against none of the kernel's loads and stores (:class:`splice.tracing.tile_ir.SpliceMarkerPointer`),
-   so one that touched global memory could race with them. With ``memory="none"`` every
-   instruction must be one that touches no memory (arithmetic, conversion, ``mov``,
-   ``shfl``, ``vote``, ``redux``, ``bar``, ...: :data:`_NO_MEMORY`), or a memory access
-   whose opcode names the state space ``.shared``, ``.shared::cta``, ``.local`` or
-   ``.param`` (:data:`_SPACED`: ``ld``, ``st``, ``atom``, ``red``, ``mbarrier``, ...).
-   Everything else is refused: a generic address (no state space), ``.global``,
+   against none of the kernel's loads and stores
+   (:class:`splice.tracing.tile_ir.SpliceMarkerPointer`), so one that touched global memory could
+   race with them. With ``memory="none"`` every instruction must be one that touches no memory
+   (arithmetic, conversion, ``mov``, ``shfl``, ``vote``, ``redux``, ``bar``, ...:
+   :data:`_NO_MEMORY`), or a memory access whose opcode names the state space ``.shared``,
+   ``.shared::cta``, ``.local`` or ``.param`` (:data:`_SPACED`: ``ld``, ``st``, ``atom``, ``red``,
+   ``mbarrier``, ...). Everything else is refused: a generic address (no state space), ``.global``,
    ``.shared::cluster``, ``.const``, asynchronous and bulk copies (``cp.*``), texture and
    surface instructions, ``multimem``, ``tensormap``, fences, ``call`` (its callee is not
    read), and any opcode splice does not know -- an allowlist, so that no form is missed.
@@ -71,7 +71,7 @@ class SnippetFault(Exception):
 
 
 def check_snippet(body: str, outputs: Iterable[str], reserved: Iterable[str], *,
-                  straight_line: str | None = None, memory: str = "any") -> None:
+                  straight_line: str | None = None, no_global_memory: bool = False) -> None:
     """Refuse a snippet that control can leave, or that leaves an output unwritten.
 
     Args:
@@ -80,7 +80,8 @@ def check_snippet(body: str, outputs: Iterable[str], reserved: Iterable[str], *,
         reserved: every register the wrapper declares.
         straight_line: the scope of a cooperative snippet (``"block"``, ``"warpgroup"``),
             which must also be straight-line code (rule 3); None for an element snippet.
-        memory: the snippet's ``memory=``; "none": it must touch no global memory (rule 4).
+        no_global_memory: whether the snippet must touch no global memory (rule 4: it is
+            declared ``memory="none"``).
 
     Raises:
         SnippetFault: the first rule of the module docstring that the snippet breaks.
@@ -93,7 +94,7 @@ def check_snippet(body: str, outputs: Iterable[str], reserved: Iterable[str], *,
     code = _code(body, stmts, set(reserved), straight_line)
     if straight_line is not None:
         _check_straight_line(code, straight_line)
-    if memory == "none":
+    if no_global_memory:
         for _, ins in code:
             if isinstance(ins, Instruction):
                 _check_no_global_memory(ins)
@@ -110,10 +111,10 @@ def check_snippet(body: str, outputs: Iterable[str], reserved: Iterable[str], *,
             f"(or of a pair guarded by @p and @!p) on every path to its end")
 
 
-def _code(body: str, stmts: list[Statement], reserved: set[str], scope: str | None):
+def _code(body: str, stmts: list[Statement], reserved: set[str], straight_line: str | None):
     """``(statement, Instruction | label name | None)`` for the statements that matter to
-    control flow, after refusing what a snippet may not hold (``scope``: a cooperative
-    snippet's, None for an element snippet)."""
+    control flow, after refusing what a snippet may not hold (``straight_line``: a
+    cooperative snippet's scope, None for an element snippet)."""
     out: list[tuple[Statement, Instruction | str | None]] = []
     for s in stmts:
         if s.kind == "instruction":
@@ -121,7 +122,7 @@ def _code(body: str, stmts: list[Statement], reserved: set[str], scope: str | No
         elif s.kind == "label":
             out.append((s, s.tokens[0].text))
         elif s.kind == "directive":
-            _check_directive(s, body, reserved, scope)
+            _check_directive(s, body, reserved, straight_line)
         elif s.kind not in ("open", "close"):
             raise SnippetFault(f"{s.text(body).strip()[:60]!r} is not an instruction: a "
                                f"snippet is pasted into a function body (instructions, "
@@ -129,12 +130,13 @@ def _code(body: str, stmts: list[Statement], reserved: set[str], scope: str | No
     return out
 
 
-def _check_directive(s: Statement, body: str, reserved: set[str], scope: str | None) -> None:
+def _check_directive(s: Statement, body: str, reserved: set[str],
+                     straight_line: str | None) -> None:
     heads = [t.text for t in s.tokens if t.kind == "directive"]
-    if ".shared" in heads and scope is not None:
+    if ".shared" in heads and straight_line is not None:
         raise SnippetFault(f"it declares a .shared variable, which splice.asm does not "
-                           f"support in a {scope}-scope snippet: use CUDA C with "
-                           f"scope=\"{scope}\" (its __shared__ variables, which splice "
+                           f"support in a {straight_line}-scope snippet: use CUDA C with "
+                           f"scope=\"{straight_line}\" (its __shared__ variables, which splice "
                            f"counts in the block's shared memory), or .local scratch")
     if ".shared" in heads:
         raise SnippetFault("it declares a .shared variable: a per-element snippet runs on "
@@ -201,17 +203,17 @@ def _check_transfer(ins: Instruction, labels: set[str], targets: dict[str, list[
 _CONTROL = frozenset({"bra", "brx", "call", "ret", "exit"})
 
 
-def _check_straight_line(code, scope: str) -> None:
+def _check_straight_line(code, straight_line: str) -> None:
     """Refuse a label or a control transfer (``code`` as :func:`_code` returns) in a
-    ``scope``-scope snippet."""
+    ``straight_line``-scope snippet."""
     for _, item in code:
         what = "a label" if isinstance(item, str) else \
             f"'{item.base}'" if isinstance(item, Instruction) and item.base in _CONTROL \
             else None
         if what is not None:
-            raise SnippetFault(f"a {scope}-scope snippet must be straight-line PTX, and this "
-                               f"one has {what}: move the control flow into the kernel (an "
-                               f"if on a scalar) or into a CUDA C extern")
+            raise SnippetFault(f"a {straight_line}-scope snippet must be straight-line PTX, "
+                               f"and this one has {what}: move the control flow into the "
+                               f"kernel (an if on a scalar) or into a CUDA C extern")
 
 
 def _complement(guard: str) -> str:

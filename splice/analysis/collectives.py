@@ -2,9 +2,9 @@
 
 An element-scope call runs once per tile element, on the thread that owns the element
 (``docs/design.md#per-element``): which threads of a warp or CTA execute it together is
-tileiras's layout decision, not the user's. An instruction whose PTX ISA semantics need other threads
-of the warp, warpgroup, CTA or cluster to execute it too (``bar.sync``, ``shfl.sync``, ``mma``,
-...) is undefined there: a hang, or wrong data. :func:`find_collective` finds one in a
+tileiras's layout decision, not the user's. An instruction whose PTX ISA semantics need other
+threads of the warp, warpgroup, CTA or cluster to execute it too (``bar.sync``, ``shfl.sync``,
+``mma``, ...) is undefined there: a hang, or wrong data. :func:`find_collective` finds one in a
 function or anything it calls; :func:`check_element_sites` refuses such calls with a
 :class:`SpliceLinkError` that points at ``scope="block"``. Exempt: the opportunistic
 pattern, ``__activemask()`` feeding the membermask of ``.sync`` instructions, which is

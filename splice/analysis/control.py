@@ -107,8 +107,8 @@ _CMP: dict[str, Callable[[int, int], bool]] = {
 
 def warp_predicate(guard: str, body: Body) -> Callable[[int], bool] | None:
     """For ``@guard`` on a per-warp-uniform value (a ``setp`` comparing a function of the
-    warp id (:func:`warp_expr`) with an immediate, the predicate's only definition): warp -> whether the guard holds.
-    None for any other guard."""
+    warp id (:func:`warp_expr`) with an immediate, the predicate's only definition): warp -> whether
+    the guard holds. None for any other guard."""
     found = setp_of(guard, body)
     if found is None or found[0].modifiers[0] not in _CMP:
         return None

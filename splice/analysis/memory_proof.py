@@ -11,7 +11,8 @@ that let cuTile order the call against less than every memory operation of the k
 - **``memory="arguments"``** (externs): the callee touches global memory only through its
   pointer arguments (and a tile call's staged tiles). Proven on the callee's PTX and on
   every function it reaches (:func:`splice.analysis.collectives.outside_ptx`) by an address
-  analysis (:func:`check_argument_sites`):
+  analysis (:func:`prove_arguments_only`; the sites declared so are refused by
+  :func:`splice.forms.effects.check_argument_sites`):
 
   1. Each 64-bit value gets a set of *origins*, iterated to a fixed point over the
      function's instructions (flow-insensitively: a register's origins are those of all its
@@ -58,7 +59,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from ..errors import SpliceLinkError
 from .collectives import chain_names, outside_ptx, reach_text
@@ -536,59 +536,6 @@ def prove_arguments_only(ext, mod: Module, modules) -> tuple[str, str] | None:
     return text, f"{reach_text(chain_names(ext, f.chain))} {why}"
 
 
-def check_argument_sites(sites, fragments: Mapping[str, tuple[str, Module]], target: str,
-                         keys: Mapping[int, str] | None = None) -> None:
-    """Refuse every call site whose extern is declared ``memory="arguments"`` unless
-    :func:`prove_arguments_only` proves it, and every tile call that
-    :func:`check_tile_bounds` refuses.
-
-    Args:
-        sites: the traced call sites (``.extern``, ``.where``).
-        fragments: content key -> (description, PTX module) of every fragment of the
-            kernel, compiled for ``target``.
-        target: the kernel's PTX target.
-        keys: id(fragment) -> its content key for ``target``
-            (:func:`splice.forms.base.site_module`).
-
-    Raises:
-        SpliceLinkError: naming the extern, its declaration, the instruction, the chain of
-            functions that reaches it, the call site and the fix (``memory="any"``); or,
-            for a tile call, the tile and the bytes outside it.
-
-    Example:
-        >>> check_argument_sites(traced.sites, modules, "sm_90a", keys)  # doctest: +SKIP
-    """
-    modules = [m for _, m in fragments.values()]
-    done: set[tuple[int, str]] = set()
-    for site in sites:
-        ext = site.extern
-        if ext.staging is not None and ext.staging.role == "call" and \
-                ext.fragment.has_ptx_body:
-            check_tile_bounds(site, _site_module(ext, fragments, target, keys), modules)
-        if ext.memory != "arguments" or (ext.staging is not None and
-                                         ext.staging.role in ("store", "load")):
-            continue
-        what = f"extern '{ext.name}' (declared at {ext.where}), called at {site.where},"
-        if not ext.fragment.has_ptx_body:
-            raise SpliceLinkError(
-                f"{what} is declared memory=\"arguments\", but its code is a binary object "
-                f"({ext.fragment.describe()}) whose memory accesses splice cannot read. "
-                f"Declare it memory=\"any\" (the default), or link its PTX")
-        mod = _site_module(ext, fragments, target, keys)
-        if (id(mod), ext.symbol) in done:
-            continue
-        hit = prove_arguments_only(ext, mod, modules)
-        if hit is not None:
-            raise SpliceLinkError(
-                f"{what} is declared memory=\"arguments\" (it touches global memory only "
-                f"through its pointer arguments, so cuTile orders it against those arrays "
-                f"alone), but '{hit[0]}' {hit[1]}. A later read of that memory could see a "
-                f"stale value. Declare it memory=\"any\" (the default: ordered against "
-                f"every load and store of the kernel), or pass the memory it touches as a "
-                f"pointer argument")
-        done.add((id(mod), ext.symbol))
-
-
 # ---------------------------------------------------------------------------------------------
 # Tile calls: no constant offset outside a staged tile
 
@@ -614,13 +561,6 @@ def tile_names(frag) -> list[str]:
     return [f"tile argument {frag.tile_positions[k] + 1}" if k < first_result else
             "the tile result" if frag.results == 1 else
             f"tile result {k - first_result + 1}" for k in range(len(frag.buffers))]
-
-
-def _site_module(ext, fragments, target: str, keys) -> Module:
-    """The PTX module of ``ext``'s fragment (as :func:`splice.forms.base.site_module`,
-    which the analyses cannot import)."""
-    frag = ext.fragment
-    return fragments[keys[id(frag)] if keys is not None else frag.content_key(target)][1]
 
 
 def _access_bytes(ins: Instruction) -> int:

@@ -1,8 +1,8 @@
 """What a register or guard predicate holds in each thread of a one-dimensional block, by
 EVALUATING its definitions for every ``tid.x`` (not by matching one pattern).
 
-The block-scope proof (:mod:`splice.forms.block_proof`, point 1) needs the guard before a marker to be
-true exactly for the threads with ``tid.x != 0``. tileiras derives that predicate from
+The block-scope proof (:mod:`splice.forms.block_proof`, point 1) needs the guard before a marker to
+be true exactly for the threads with ``tid.x != 0``. tileiras derives that predicate from
 ``%tid.x`` in more than one way: ``mov.u32 %r1, %tid.x; setp.ne.b32 %p1, %r1, 0``, or, in
 kernels whose arrays are not known to be 16-byte aligned, through a 64-bit round trip::
 

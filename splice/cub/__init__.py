@@ -33,8 +33,8 @@ CUB once; a larger tile compiles alone. What they need:
   ``SpliceRewriteError`` when the kernel compiles (and traps at launch, should it get
   through). Not at warpgroup scope: CUB's block algorithms synchronise with
   ``__syncthreads()`` (``CTA_SYNC``), a barrier of the whole block, which the warpgroup
-  callee policy refuses (:func:`splice.forms.warpgroup_proof.callee_refusal`: the block's other warps
-  never reach it in a warp-specialised kernel); a tile call there needs CUDA C written
+  callee policy refuses (:func:`splice.forms.warpgroup_proof.callee_refusal`: the block's other
+  warps never reach it in a warp-specialised kernel); a tile call there needs CUDA C written
   for the group (``splice_group_sync()``, ``examples/matmul_rowmax_fp8.py``).
 - **Tiles**: 1-D, of 128 x 2**j elements (CUB's items per thread are ``n / 128``): every
   op and dtype below compiles at 128, 256, 512, 1024, 2048 and 4096 elements (the matrix
@@ -90,7 +90,7 @@ _externs: dict[tuple, object] = {}
 
 
 def _lib():
-    """The one library of these templates (compiled per instantiation: :mod:`splice.forms.staging`)."""
+    """The one library of these templates (compiled per instantiation: ``forms/staging``)."""
     global _library
     from ..declare.externs import Library
     from ..inputs.cccl import include_dirs
@@ -410,8 +410,8 @@ def _handle_exclusive_sum(callee, t, initial):
     loc, where = _where()
     elem = _tile(t, "splice.cub.exclusive_sum", _SCANNABLE, where, loc)
     return _ops_call(f"splice_cub::exclusive_sum<{elem.c_type}>",
-                     f"tile({elem})(tile({elem}), {elem})", (t, _initial(initial, elem, "exclusive_sum", loc)),
-                     loc)
+                     f"tile({elem})(tile({elem}), {elem})",
+                     (t, _initial(initial, elem, "exclusive_sum", loc)), loc)
 
 
 def _scan_operands(fn: str, t, op):

@@ -271,7 +271,10 @@ __device__ void unique_counts(const T (&x)[N], T (&vals)[N], int (&counts)[N]) {
     __syncthreads();                           // tmp is reused by the scan
     int runs;
     Scan(tmp.scan).ExclusiveSum(head, run, runs);
-    for (int i = 0; i < I; ++i) { vals[threadIdx.x * I + i] = T{}; counts[threadIdx.x * I + i] = 0; }
+    for (int i = 0; i < I; ++i) {
+        vals[threadIdx.x * I + i] = T{};
+        counts[threadIdx.x * I + i] = 0;
+    }
     __syncthreads();
     for (int i = 0; i < I; ++i)                // the run's value and where it starts
         if (head[i]) { vals[run[i]] = b.v[i]; counts[run[i]] = threadIdx.x * I + i; }
@@ -288,8 +291,8 @@ __device__ void unique_counts(const T (&x)[N], T (&vals)[N], int (&counts)[N]) {
 // the inverse: value r repeated counts[r] times (a negative count as 0), the first N items,
 // then T{}. Not CUB's BlockRunLengthDecode: within a thread's items it steps from a run to
 // the next one, so a run of length 0 there (CUB allows them only as trailing padding) puts
-// that run's value out (seen on the executor). Each element finds its run by a binary search of the runs' starts instead;
-// 64-bit starts (N counts of up to 2**31 - 1 do not overflow).
+// that run's value out (seen on the executor). Each element finds its run by a binary search
+// of the runs' starts instead; 64-bit starts (N counts of up to 2**31 - 1 do not overflow).
 template <class T, int N>
 __device__ void run_length_decode(const T (&vals)[N], const int (&counts)[N], T (&y)[N]) {
     in_shared(vals, counts, y);

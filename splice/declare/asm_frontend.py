@@ -25,11 +25,11 @@ import cuda.tile as ct
 
 from ..analysis.asm_check import SnippetFault, check_snippet
 from ..errors import SpliceCallError, SpliceDeclarationError, SpliceError
-from ..forms import form_of
+from ..forms.base import Memory
 from ..system import _cutile as cu
 from ..tracing.trace import describe, emit_call, loc_str, python_caller, split_results
 from ..types import ElementType, Signature, element_type, results_layout
-from .declaring import CallOptions
+from .declaring import ASM_MEMORY, CallOptions
 
 #: Register type and constraint letter of each element type (CUDA C / Triton constraint
 #: letters: h = 16-bit, r = 32-bit, l = 64-bit, f = f32, d = f64, b = predicate; 8-bit
@@ -118,10 +118,11 @@ class AsmSpec:
         return _OPERAND_RE.sub(lambda m: "$" if m.group(1) == "$" else f"%a{m.group(1)}",
                                self.template)
 
-    def check_control(self, straight_line: str | None = None, memory: str = "any") -> None:
+    def check_control(self, options: CallOptions) -> None:
         """Refuse a snippet control can leave or that leaves an output unwritten, a
-        cooperative one (``straight_line``: its scope) that is not straight-line code, and
-        one of ``memory="none"`` that may touch global memory (:mod:`splice.analysis.asm_check`).
+        cooperative one (its form's :meth:`~splice.forms.base.CallForm.snippet_rule`) that
+        is not straight-line code, and one of ``memory="none"`` that may touch global memory
+        (:mod:`splice.analysis.asm_check`); ``options``: the snippet's.
 
         Raises:
             SpliceCallError: naming the rule, the snippet and the call site.
@@ -130,7 +131,8 @@ class AsmSpec:
         try:
             check_snippet(self.body(), [f"%a{k}" for k in range(len(self.outputs))],
                           [f"%a{k}" for k in range(n)] + list(_SCRATCH),
-                          straight_line=straight_line, memory=memory)
+                          straight_line=options.form.snippet_rule(),
+                          no_global_memory=options.memory is Memory.NONE)
         except SnippetFault as e:
             raise SpliceCallError(f"inline PTX at {self.where}: {e}\n    snippet: "
                                   f"{self.template.strip()}\n    operands: "
@@ -261,17 +263,17 @@ def _handle_asm(callee, template, args, dtype, constraints, pure, pack, scope, m
         raise error("the template must be a string")
     dt = _constant(dtype, "dtype", where)
     outputs = _output_types(dt, error)
-    pure_v = _constant(pure, "pure", where)
-    if not isinstance(pure_v, bool):
-        raise error("pure must be True or False")
+    try:    # inline="auto": a snippet that declares .local/.shared scratch stays a call
+        options = CallOptions.parse(
+            f"inline PTX at {where}", pure=_constant(pure, "pure", where),
+            scope=_constant(scope, "scope", where) or "element",
+            memory=_constant(memory, "memory", where), memory_values=ASM_MEMORY)
+    except SpliceDeclarationError as e:
+        raise SpliceCallError(e.message, loc) from None
     k = _constant(pack, "pack", where)
     if isinstance(k, bool) or not isinstance(k, int) or k not in (1, 2, 4, 8):   # True == 1
         raise error(f"pack must be 1, 2, 4 or 8, got {k!r}")
-    try:
-        form = form_of(_constant(scope, "scope", where) or "element", "scope=")
-    except SpliceDeclarationError as e:
-        raise error(e.message) from None
-    why = form.check_snippet(text, k)
+    why = options.form.check_snippet(text, k)
     if why is not None:
         raise error(why)
     for i, var in enumerate(args):
@@ -283,12 +285,10 @@ def _handle_asm(callee, template, args, dtype, constraints, pure, pack, scope, m
             raise error(f"pack={k} needs inputs")
         if any(t.kind == "b" for t in outputs):
             raise error(f"pack={k} cannot pack bool outputs")
-        args, shape, padded = _pack_inputs(args, k, pure_v and bool(outputs), where, loc)
+        args, shape, padded = _pack_inputs(args, k, options.pure and bool(outputs), where,
+                                           loc)
         outputs = _packed_types(outputs, k, error)
-    memory_v = _constant(memory, "memory", where)
-    _check_memory(memory_v, False, where, loc)
-    ext, offsets = _snippet_extern(text, outputs, args, constraints, pure_v, where, loc, form,
-                                   memory_v)
+    ext, offsets = _snippet_extern(text, outputs, args, constraints, options, where, loc)
     raw = emit_call(ext, tuple(args), loc)
     if not outputs:
         return None
@@ -304,20 +304,6 @@ def _constant(var, what, where):
     if not var.is_constant():
         raise SpliceCallError(f"inline PTX at {where}: {what} must be a compile-time constant")
     return var.get_constant()
-
-
-def _check_memory(memory, pure: bool, where: str, loc) -> None:
-    """The ``memory=`` of a snippet (:data:`splice.declare.declaring.ASM_MEMORY`), of a
-    snippet that is ``pure`` (after its scope's rule) or not.
-
-    Raises:
-        SpliceCallError: :func:`splice.declare.declaring.check_memory`'s refusal, at the call.
-    """
-    from .declaring import ASM_MEMORY, check_memory
-    try:
-        check_memory(memory, pure, f"inline PTX at {where}", ASM_MEMORY)
-    except SpliceDeclarationError as e:
-        raise SpliceCallError(e.message, loc) from None
 
 
 def _output_types(dt, error) -> tuple[ElementType, ...]:
@@ -338,9 +324,9 @@ def _packed_types(outputs, k: int, error) -> tuple[ElementType, ...]:
         raise error(f"pack={k} outputs must be {16 // k}/{32 // k}/{64 // k}-bit") from None
 
 
-def _snippet_extern(text, outputs, args, constraints, pure: bool, where, loc, form, memory):
+def _snippet_extern(text, outputs, args, constraints, options: CallOptions, where, loc):
     """The extern calling the snippet, and each output's bit offset in its result
-    (``constraints``: the Var of ``constraints=``; ``memory``: the value of ``memory=``)."""
+    (``constraints``: the Var of ``constraints=``; ``options``: the snippet's)."""
     from ..inputs.fragments import AsmSource
     from .externs import ExternFunction
     inputs = []
@@ -354,16 +340,14 @@ def _snippet_extern(text, outputs, args, constraints, pure: bool, where, loc, fo
     try:
         spec.check(_constant(constraints, "constraints", where))
         carrier, offsets = spec.result_layout()
-        spec.check_control(form.snippet_rule(), memory)
+        spec.check_control(options)
         sig = Signature(tuple(inputs), carrier)
         sig.packing()
+        # a snippet without outputs is impure
+        options = dataclasses.replace(options, pure=options.pure and bool(outputs))
+        options = options.declared(sig, f"inline PTX at {where}")
     except SpliceError as e:
         raise SpliceCallError(e.message, loc) from None
-    pure = form.declare(sig, pure and bool(outputs), f"inline PTX at {where}")
-    _check_memory(memory, pure, where, loc)
-    # the options checked above; inline="auto": a snippet that declares .local/.shared
-    # scratch stays a call
-    options = CallOptions(pure, "auto", form, memory)
     return ExternFunction(f"asm@{where}", spec.symbol, sig, AsmSource(spec=spec), where,
                           options), offsets
 
@@ -381,16 +365,16 @@ def _unpack_output(var, t: ElementType, k: int, shape, padded):
     return v
 
 
-def _pack_inputs(args, k, pure, where, loc):
+def _pack_inputs(args, k, may_pad: bool, where, loc):
     """Broadcast the inputs of a ``pack=k`` snippet to a common shape, pad a last axis
-    shorter than k by repeating it (pure snippets only), and pack k elements per operand.
-    Returns (packed operands, common shape, padded shape)."""
+    shorter than k by repeating it (``may_pad``: a pure snippet with outputs only), and
+    pack k elements per operand. Returns (packed operands, common shape, padded shape)."""
     from ..tracing.tile_ir import SplicePack
     shape: tuple[int, ...] = ()
     for var in args:
         shape = cu.broadcast_shapes2(shape, var.get_type().shape)
     base = tuple(shape) if shape else (1,)
-    if base[-1] % k and not pure:
+    if base[-1] % k and not may_pad:
         raise SpliceCallError(f"inline PTX at {where}: pack={k} needs a last axis divisible by "
                               f"{k} for an impure snippet (got {base[-1]}): padding would run "
                               f"its side effects on padding lanes", loc)

@@ -46,6 +46,7 @@ from ..types import (
     pointer,
     results_layout,
 )
+from .declaring import CallOptions
 
 #: The file name NVRTC reports the snippet's lines under (``#line 1 "..."``): a path that
 #: cannot exist (``/dev/null`` is no directory), so no code that reads an error's file
@@ -300,10 +301,6 @@ def _first_other_error(log: str) -> str:
 #: warning: the result would be garbage) an error.
 MISSING_RETURN = "--diag-error=940"
 
-#: ``memory=`` values of a snippet (those of an extern, :data:`splice.declare.declaring.MEMORY`).
-MEMORY = ("any", "arguments")
-
-
 def make_cuda_function():
     """``splice.cuda``: a plain function cuTile resolves to :func:`_handle_cuda`."""
     def cuda(code, *args, dtype=..., pure=True, memory="any", scope=None, includes=(),
@@ -347,7 +344,14 @@ def _handle_cuda(callee, code, args, dtype, pure, memory, scope, includes, inclu
                          f"splice.cuda(code, dtype=..., x=t), not {len(args)} positional "
                          f"input(s)")
     outputs = _output_types(call, call.constant(dtype, "dtype"))
-    ext = _snippet_extern(call, text, outputs, inputs, pure, memory, scope,
+    try:
+        call_options = CallOptions.parse(
+            f"inline CUDA C (splice.cuda) at {call.where}", pure=call.constant(pure, "pure"),
+            scope=call.constant(scope, "scope") or "element",
+            memory=call.constant(memory, "memory"))
+    except SpliceDeclarationError as e:
+        raise SpliceCallError(e.message, call.loc) from None
+    ext = _snippet_extern(call, text, outputs, inputs, call_options,
                           (includes, include_dirs, defines, options))
     if ext.signature.has_tiles:
         from .tile_trace import emit_tile_call
@@ -401,19 +405,12 @@ def _output_types(call: _Call, dt) -> tuple[ElementType, ...]:
     return types
 
 
-def _snippet_extern(call: _Call, text: str, outputs, inputs: dict, pure, memory, scope,
+def _snippet_extern(call: _Call, text: str, outputs, inputs: dict, options: CallOptions,
                     compile_args):
-    """The extern calling the snippet (its fragment a :class:`CudaSnippetSource`)."""
-    from ..forms import form_of
-    from .declaring import CallOptions, check_memory
+    """The extern calling the snippet (its fragment a :class:`CudaSnippetSource`) with the
+    ``options`` its call gave."""
     from .externs import ExternFunction
-    try:
-        form = form_of(call.constant(scope, "scope") or "element", "scope=")
-    except SpliceDeclarationError as e:
-        raise call.error(e.message) from None
-    pure_v = call.constant(pure, "pure")
-    if not isinstance(pure_v, bool):
-        raise call.error("pure must be True or False")
+    form = options.form
     if not form.takes_tile_arguments():
         _check_broadcast(call, inputs)
     names, params = _parameters(call, inputs, form)
@@ -424,16 +421,15 @@ def _snippet_extern(call: _Call, text: str, outputs, inputs: dict, pure, memory,
     snippet = CudaSnippet(text, names, params, outputs, includes, (opts, incs, defs),
                           tile_outputs)
     sig = snippet.signature()
-    what = f"inline CUDA C (splice.cuda) at {call.where}"
-    memory_v = call.constant(memory, "memory")
     try:
         sig.packing()
-        pure_v = form.declare(sig, pure_v and bool(outputs), what)
-        check_memory(memory_v, pure_v, what, MEMORY)
+        # a snippet without outputs is impure
+        options = dataclasses.replace(options, pure=options.pure and bool(outputs))
+        options = options.declared(sig, f"inline CUDA C (splice.cuda) at {call.where}")
     except SpliceDeclarationError as e:
         raise SpliceCallError(e.message, call.loc) from None
     return ExternFunction("splice.cuda", snippet.symbol, sig, _fragment(snippet, call.where),
-                          call.where, CallOptions(pure_v, "auto", form, memory_v))
+                          call.where, options)
 
 
 #: The fragment of each snippet (by symbol) in each trace: equal snippets of one kernel

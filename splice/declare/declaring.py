@@ -1,8 +1,9 @@
 """The checks of a declaration's arguments (``splice.extern``, ``from_ptx``, ``from_ltoir``,
-``from_object``, ``splice.library``, ``splice.asm``'s ``memory=``), run once when it is
-declared: a source given as text or as a path, a symbol, compiler options, include
-directories and defines, and ``memory=``. Each refusal is a ``SpliceDeclarationError`` that
-names the declaration."""
+``from_object``, ``splice.library``, ``splice.asm`` and ``splice.cuda``), run once when it
+is declared: a source given as text or as a path, a symbol, compiler options, include
+directories and defines; and :class:`CallOptions`, the record of ``pure=``, ``inline=``,
+``scope=`` and ``memory=`` each door makes once. Each refusal is a
+``SpliceDeclarationError`` that names the declaration."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import SpliceDeclarationError
-from ..forms import element
+from ..forms import element, form_of
+from ..forms.base import Memory
+from ..inputs.checks import is_cxx_name
+from ..inputs.fragments import ENTRY_POINTS, FILE_KINDS
 
 if TYPE_CHECKING:
     from ..forms.base import CallForm
     from ..types import Signature
-from ..inputs.checks import is_cxx_name
-from ..inputs.fragments import ENTRY_POINTS, FILE_KINDS
 
 _C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -201,44 +203,18 @@ def check_include_options(options, include_dirs, what: str) -> None:
                 f"{what}: include directory {d!r} ({source}) is not a directory{rel}")
 
 
-#: ``memory=`` values of an extern: "any" (default): the call may touch any memory, and is
-#: ordered against every memory operation of the kernel; "arguments": it touches global
-#: memory only through its pointer arguments (and a tile call's staged tiles), and is
-#: ordered only against the kernel's operations on arrays that may alias them.
-MEMORY = ("any", "arguments")
+#: ``memory=`` values of an extern (and of ``splice.cuda``): :attr:`~Memory.ANY` (the
+#: default) and :attr:`~Memory.ARGUMENTS`.
+MEMORY = (Memory.ANY, Memory.ARGUMENTS)
 
 
-#: ``memory=`` values of ``splice.asm``: "any" (default), as for an extern; "none": the
-#: snippet touches no global memory (registers, shared and local memory, barriers,
-#: shuffles, votes: ``splice.analysis.asm_check.check_snippet(..., memory="none")`` proves it) and
-#: is ordered only against splice's other calls.
-ASM_MEMORY = ("any", "none")
-
-
-def check_memory(memory, pure: bool, what: str, values: tuple[str, ...] = MEMORY) -> None:
-    """Check the ``memory=`` of a declaration against its ``values`` (:data:`MEMORY`,
-    :data:`ASM_MEMORY`) and its ``pure`` (block and warpgroup scope make every call
-    impure).
-
-    Raises:
-        SpliceDeclarationError: naming ``what``: a value not in ``values`` (with the one
-            to use where it is the other kind's), or a value other than "any" on a pure
-            declaration (its calls touch no memory and are ordered against nothing).
-    """
-    if not isinstance(memory, str) or memory not in values:
-        hint = _MEMORY_HINTS[values].get(memory, "") if isinstance(memory, str) else ""
-        raise SpliceDeclarationError(
-            f"{what}: memory must be {' or '.join(repr(v) for v in values)}, got "
-            f"{memory!r}{hint}")
-    if memory != "any" and pure:
-        raise SpliceDeclarationError(
-            f"{what}: memory={memory!r} says which memory an impure call touches, but the "
-            f"{'snippet' if values is ASM_MEMORY else 'extern'} is pure (it touches none "
-            f"and is ordered against nothing); declare it pure=False, or leave memory= out")
+#: ``memory=`` values of ``splice.asm``: :attr:`~Memory.ANY` (the default) and
+#: :attr:`~Memory.NONE` (``splice.analysis.asm_check.check_snippet`` proves it).
+ASM_MEMORY = (Memory.ANY, Memory.NONE)
 
 
 #: Why a value of the other kind of declaration is not this one's (its value tuple's key).
-_MEMORY_HINTS: dict[tuple[str, ...], dict[str, str]] = {
+_MEMORY_HINTS: dict[tuple[Memory, ...], dict[str, str]] = {
     MEMORY: {"none": "; memory='none' is splice.asm's: an extern without pointer "
                      "arguments declared memory='arguments' is ordered against no array"},
     ASM_MEMORY: {"arguments": "; a snippet has no pointer arguments: use memory='none' "
@@ -250,64 +226,93 @@ _MEMORY_HINTS: dict[tuple[str, ...], dict[str, str]] = {
 INLINE = ("auto", "always", "never")
 
 
-def check_inline(inline, what: str) -> None:
-    """Raise SpliceDeclarationError naming ``what`` unless ``inline`` is one of
-    :data:`INLINE`."""
-    if inline not in INLINE:
-        raise SpliceDeclarationError(f"{what}: inline must be 'auto', 'always' or 'never', "
-                                     f"got {inline!r}")
-
-
 @dataclasses.dataclass(frozen=True)
 class CallOptions:
-    """How the calls of one extern run, as one record validated once, when the extern is
-    declared (:meth:`declared`); the trace, the stages and the cache key read it, not the
-    declaration's keywords.
+    """How the calls of one declaration run: its ``pure=``, ``inline=``, ``scope=`` (as the
+    form) and ``memory=``, as one record made once, at the public door that took them
+    (``splice.extern``, ``from_ptx``, ``from_ltoir``, ``from_object``, ``Library.extern``;
+    ``splice.asm`` and ``splice.cuda`` at the call: :meth:`parse`), and validated there
+    (``__post_init__``). The declaration, the trace, the stages and the cache key read the
+    record; no function below the doors takes these as keywords.
 
     Attributes:
-        pure: whether a call may be removed when unused, hoisted or duplicated (the form's
-            answer: a block or warpgroup call never is).
+        pure: whether a call may be removed when unused, hoisted or duplicated (after
+            :meth:`declared`: the form's answer; a block or warpgroup call never is).
         inline: ``"auto"``, ``"always"`` or ``"never"`` (:data:`INLINE`).
         form: the call form of the declaration's ``scope=`` (:mod:`splice.forms`).
         memory: the memory an impure call touches, which it is ordered against
+            (:class:`~splice.forms.base.Memory`; a user's string is taken at the door).
+        memory_values: the ``memory=`` values this kind of declaration takes
             (:data:`MEMORY`; a ``splice.asm`` snippet's: :data:`ASM_MEMORY`).
 
     Example:
         >>> from splice.declare.declaring import CallOptions
         >>> from splice.types import parse_signature
-        >>> o = CallOptions.declared(parse_signature("float32(float32)"), scope="block",
-        ...                          pure=True, what="extern 'f'")
-        >>> (o.pure, o.inline, str(o.form.scope), o.memory)
-        (False, 'auto', 'block', 'any')
+        >>> o = CallOptions.parse("extern 'f'", scope="block", memory="arguments")
+        >>> o = o.declared(parse_signature("float32(float32)"), "extern 'f'")
+        >>> (o.pure, o.inline, str(o.form.scope), str(o.memory))
+        (False, 'auto', 'block', 'arguments')
     """
 
-    pure: bool
+    pure: bool = True
     inline: str = "auto"
     form: CallForm = element.ATOMIC
-    memory: str = "any"
+    memory: Memory = Memory.ANY
+    memory_values: tuple[Memory, ...] = dataclasses.field(default=MEMORY, compare=False,
+                                                          repr=False)
+    #: the declaration in the messages of ``__post_init__`` ("extern 'f' at k.py:3")
+    what: dataclasses.InitVar[str] = "a declaration"
 
     @classmethod
-    def declared(cls, sig: Signature, *, pure, scope="element", inline="auto", memory="any",
-                 what: str, memory_values: tuple[str, ...] = MEMORY) -> CallOptions:
-        """The options of a declaration of signature ``sig``, each checked.
-
-        Args:
-            sig: the extern's signature (the form's rules on results).
-            pure, scope, inline, memory: the declaration's keywords.
-            what: the declaration in messages ("extern 'f' at k.py:3").
-            memory_values: the values ``memory`` may take.
-
-        Returns:
-            CallOptions: with the pure the form gives (block calls are never pure).
+    def parse(cls, what: str, *, pure=True, inline="auto", scope="element", memory="any",
+              memory_values: tuple[Memory, ...] = MEMORY) -> CallOptions:
+        """The record of a public door's keywords as the user gave them (``scope``: a
+        :class:`~splice.forms.base.Scope`, its string or a form; ``memory``: a
+        :class:`~splice.forms.base.Memory` or its string), validated.
 
         Raises:
             SpliceDeclarationError: a keyword of the wrong type or value, naming ``what``.
         """
-        from ..forms import form_of
-        if not isinstance(pure, bool):
+        return cls(pure, inline, scope, memory, memory_values, what=what)
+
+    def __post_init__(self, what: str) -> None:
+        if not isinstance(self.pure, bool):
             raise SpliceDeclarationError(f"{what}: pure must be True or False")
-        form = scope if not isinstance(scope, str) else form_of(scope, what)
-        check_inline(inline, what)
-        pure = form.declare(sig, pure, what)
-        check_memory(memory, pure, what, memory_values)
-        return cls(pure, inline, form, memory)
+        if not callable(getattr(self.form, "for_call", None)):     # a scope's name
+            object.__setattr__(self, "form", form_of(self.form, what))
+        if self.inline not in INLINE:
+            raise SpliceDeclarationError(f"{what}: inline must be 'auto', 'always' or "
+                                         f"'never', got {self.inline!r}")
+        object.__setattr__(self, "memory", self._memory(what))
+
+    def _memory(self, what: str) -> Memory:
+        """:attr:`memory` as a :class:`~splice.forms.base.Memory`, one of
+        :attr:`memory_values` (a value of the other kind of declaration named)."""
+        memory, values = self.memory, self.memory_values
+        if not isinstance(memory, str) or memory not in values:
+            hint = _MEMORY_HINTS[values].get(str(memory), "") if isinstance(memory, str) \
+                else ""
+            raise SpliceDeclarationError(
+                f"{what}: memory must be {' or '.join(repr(v.value) for v in values)}, got "
+                f"{memory!r}{hint}")
+        return Memory(memory)
+
+    def declared(self, sig: Signature, what: str) -> CallOptions:
+        """These options for a declaration of signature ``sig``: with the ``pure`` its form
+        gives (block and warpgroup calls are never pure), a ``memory=`` other than
+        :attr:`~splice.forms.base.Memory.ANY` refused on a pure one (its calls touch no
+        memory and are ordered against nothing).
+
+        Raises:
+            SpliceDeclarationError: naming ``what``: the form's rules on ``sig``
+                (:meth:`~splice.forms.base.CallForm.declare`), or ``memory=`` on a pure
+                declaration.
+        """
+        pure = self.form.declare(sig, self, what)
+        if self.memory is not Memory.ANY and pure:
+            kind = "snippet" if Memory.NONE in self.memory_values else "extern"
+            raise SpliceDeclarationError(
+                f"{what}: memory={self.memory.value!r} says which memory an impure call "
+                f"touches, but the {kind} is pure (it touches none and is ordered against "
+                f"nothing); declare it pure=False, or leave memory= out")
+        return dataclasses.replace(self, pure=pure)

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import SpliceDeclarationError
 from ..forms import form_of
-from ..forms.base import CallForm
+from ..forms.base import CallForm, Memory
 from ..inputs import cccl, nvshmem, tile_fragment
 from ..inputs.checks import Declared, cxx_symbol, is_cxx_name
 from ..inputs.fragments import CudaSource, Fragment, PtxSource
@@ -19,7 +19,6 @@ from ..types import Signature, parse_signature, signature_from_annotations
 from .declaring import (
     _C_IDENT,
     CallOptions,
-    check_inline,
     check_options,
     check_stub,
     check_symbol,
@@ -41,14 +40,11 @@ class ExternFunction:
         name: the Python name (used in messages).
         symbol: the PTX symbol of the device function (its C name, ``extern "C"``).
         signature: argument and result element types.
-        pure: whether the call may be removed when unused and hoisted out of loops.
         fragment: the device code that defines ``symbol``.
         where: "file:line" of the declaration.
-        inline: "auto", "always" or "never" (see :func:`extern`).
-        form: the call form of its ``scope=`` (:mod:`splice.forms`): element (one call
-            per tile element, on the thread that owns it) or block (every thread of the
-            block calls it once per execution of the call site, convergently; see
-            :func:`extern`). ``scope`` reads (and sets) it by name.
+        options: its ``pure``, ``inline``, call form and ``memory``
+            (:class:`~splice.declare.declaring.CallOptions`), which the properties of those
+            names read; ``scope`` reads (and sets) the form by its scope's name.
     """
 
     name: str
@@ -56,7 +52,6 @@ class ExternFunction:
     signature: Signature
     fragment: Fragment
     where: str
-    #: pure, inline, the call form and memory, validated at declaration
     options: CallOptions = CallOptions(True)
 
     @property
@@ -72,7 +67,7 @@ class ExternFunction:
         return self.options.form
 
     @property
-    def memory(self) -> str:
+    def memory(self) -> Memory:
         return self.options.memory
 
     @property
@@ -80,8 +75,8 @@ class ExternFunction:
         return self.form.scope
 
     @scope.setter
-    def scope(self, scope: str) -> None:
-        form = form_of(scope, f"extern '{self.name}' at {self.where}")
+    def scope(self, name: str) -> None:
+        form = form_of(name, f"extern '{self.name}' at {self.where}")
         self.options = dataclasses.replace(self.options, form=form)
     #: the C++ name called through a trampoline (None: ``symbol`` is the C name)
     cxx_name: str | None = None
@@ -113,14 +108,12 @@ def _func_where(func) -> tuple[str, Path | None]:
 
 
 
-def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name,
-             inline="auto", display_name=None, scope="element", cxx_name=None,
-             memory="any"):
+def _declare(stub, *, symbol, signature, fragment_factory, where, name, options: CallOptions,
+             display_name=None, cxx_name=None):
+    """The extern ``name`` declared at ``where`` with the ``options`` its door made: its
+    signature (``signature``, or ``stub``'s annotations) checked, its fragment made by
+    ``fragment_factory(symbol, sig)``, and the callable stub a kernel calls."""
     what = f"extern '{name}' at {where}"
-    if not isinstance(pure, bool):
-        raise SpliceDeclarationError(f"{what}: pure must be True or False")
-    form = form_of(scope, what)
-    check_inline(inline, what)
     try:
         sig = signature_from_annotations(stub) if signature is None else \
             signature if isinstance(signature, Signature) else parse_signature(signature)
@@ -136,11 +129,9 @@ def _declare(stub, *, symbol, signature, pure, fragment_factory, where, name,
                 f"extern '{name}' at {where}: the stub takes {len(params)} parameter(s) but "
                 f"the signature {sig} has {len(sig.args)}")
     fragment = fragment_factory(symbol, sig)
-    tile_fragment.check_declaration(sig, form, fragment, f"extern '{name}' at {where}")
-    options = CallOptions.declared(sig, pure=pure, scope=form, inline=inline, memory=memory,
-                                   what=what)
-    ext = ExternFunction(display_name or name, symbol, sig, fragment, where, options,
-                         cxx_name)
+    tile_fragment.check_declaration(sig, options.form, fragment, what)
+    ext = ExternFunction(display_name or name, symbol, sig, fragment, where,
+                         options.declared(sig, what), cxx_name)
     if sig.has_tiles:
         from .tile_trace import emit_tile_call
         return trace.make_callable_stub(ext, stub, emit_tile_call)
@@ -251,7 +242,8 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
         import splice
 
         @splice.extern(source=r'''
-        extern "C" __device__ float fast_gelu(float x) { return x / (1.0f + __expf(-1.702f * x)); }''')
+        extern "C" __device__ float fast_gelu(float x) {
+            return x / (1.0f + __expf(-1.702f * x)); }''')
         def fast_gelu(x: ct.float32) -> ct.float32: ...
 
         @splice.kernel
@@ -259,7 +251,8 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
             t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
             ct.store(y, index=(ct.bid(0),), tile=fast_gelu(t))
 
-        print(splice.compile(k, splice.kernel_signature("array(float32)", "array(float32)", 128), "sm_90").summary())
+        sig = splice.kernel_signature("array(float32)", "array(float32)", 128)
+        print(splice.compile(k, sig, "sm_90").summary())
         ```
     """
     if func is not None:
@@ -267,42 +260,62 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
         raise SpliceDeclarationError(
             f"extern declared at {where}: use @splice.extern(source=...) or "
             f"@splice.extern(path=...) with arguments; the CUDA C source is required")
-    declare = functools.partial(
-        _declare_cuda, source=source, path=path, name=name, signature=signature, pure=pure,
-        inline=inline, options=options, include_dirs=include_dirs, defines=defines, scope=scope,
-        memory=memory)
+    declare = functools.partial(_declare_cuda, source=source, path=path, name=name,
+                                signature=signature, options=options,
+                                include_dirs=include_dirs, defines=defines)
 
     def decorate(stub, _where=None):
-        return declare(stub, *(_where or _func_where(stub)))
+        where, base = _where or _func_where(stub)
+        ext_name = _extern_name(stub, name, where)
+        cxx_name = (name or ext_name) if _calls_cxx(stub, name, signature) else None
+        call_options = CallOptions.parse(f"extern '{cxx_name or ext_name}' at {where}",
+                                         pure=pure, inline=inline, scope=scope, memory=memory)
+        return declare(stub, where, base, ext_name, cxx_name, call_options)
     if name is not None and signature is not None:   # no stub needed: declare it now
         return _also_a_decorator(decorate(None, _where=_caller_where(2)), decorate)
     return trace.refuse_in_kernels(decorate, _decorator_only(name, signature,
                                                              _caller_where(2)[0]))
 
 
-def _declare_cuda(stub, where: str, base: Path | None, *, source, path, name, signature, pure,
-                  inline, options, include_dirs, defines, scope, memory):
-    """The extern :func:`extern` declares for ``stub`` (None: declared from ``name=`` and
-    ``signature=``) at ``where``, relative paths looked up in ``base`` first."""
+def _extern_name(stub, name, where: str) -> str:
+    """The name of the extern :func:`extern` declares for ``stub`` (None: declared from
+    ``name=`` and ``signature=``): the stub's, where it is named like a C function, else
+    ``name``.
+
+    Raises:
+        SpliceDeclarationError: ``stub`` is not callable, or neither names the extern.
+    """
     if stub is not None:
         check_stub(stub, where)
     ext_name = getattr(stub, "__name__", "")
-    if not _C_IDENT.fullmatch(ext_name or ""):
-        if name is None:
-            raise SpliceDeclarationError(
-                f"extern declared at {where}: the stub {ext_name!r} is not named like a C "
-                f"function; give the symbol with name='...'")
-        ext_name = name
+    if _C_IDENT.fullmatch(ext_name or ""):
+        return ext_name
+    if name is None:
+        raise SpliceDeclarationError(
+            f"extern declared at {where}: the stub {ext_name!r} is not named like a C "
+            f"function; give the symbol with name='...'")
+    return name
+
+
+def _calls_cxx(stub, name, signature) -> bool:
+    """Whether :func:`extern` calls through a C++ trampoline (C++ ``name``, several results)."""
+    return name is not None and is_cxx_name(name) or _several_results(stub, signature)
+
+
+def _declare_cuda(stub, where: str, base: Path | None, ext_name: str, cxx_name: str | None,
+                  call_options: CallOptions, *, source, path, name, signature, options,
+                  include_dirs, defines):
+    """The extern :func:`extern` declares for ``stub`` (None: declared from ``name=`` and
+    ``signature=``) at ``where`` with ``call_options``, relative paths looked up in
+    ``base`` first; ``cxx_name``: the function called through a C++ trampoline, or None."""
     what = f"extern '{ext_name}' at {where}"
     file, opts, incs, defs = _cuda_inputs(source, path, options, include_dirs, defines, what,
                                           base)
-
-    if name is not None and is_cxx_name(name) or _several_results(stub, signature):
-        return _declare_cxx(stub, name or ext_name, signature, pure, inline, where,
+    if cxx_name is not None:
+        return _declare_cxx(stub, cxx_name, signature, call_options, where,
                             CudaSource(text=source, path=file, options=opts,
                                        include_dirs=incs, defines=defs, where=where,
-                                       providers=HEADER_PROVIDERS),
-                            scope=scope, memory=memory)
+                                       providers=HEADER_PROVIDERS))
 
     def make(symbol, sig):
         # a tile extern is checked and instantiated per call site (splice.forms.staging)
@@ -312,9 +325,8 @@ def _declare_cuda(stub, where: str, base: Path | None, *, source, path, name, si
                                                                       where),),
                           roots=() if sig.has_tiles else ((symbol, sig),),
                           providers=HEADER_PROVIDERS)
-    return _declare(stub, symbol=name or ext_name, signature=signature, pure=pure,
-                    fragment_factory=make, where=where, name=ext_name, inline=inline,
-                    scope=scope, memory=memory)
+    return _declare(stub, symbol=name or ext_name, signature=signature,
+                    fragment_factory=make, where=where, name=ext_name, options=call_options)
 
 
 def _cuda_inputs(source, path, options, include_dirs, defines, what: str, base):
@@ -404,7 +416,8 @@ def from_ptx(path=None, /, *, ptx: str | None = None, name: str, signature: str,
             t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
             ct.store(y, index=(ct.bid(0),), tile=neg(t))
 
-        print(splice.compile(k, splice.kernel_signature("array(float32)", "array(float32)", 128), "sm_90").summary())
+        sig = splice.kernel_signature("array(float32)", "array(float32)", 128)
+        print(splice.compile(k, sig, "sm_90").summary())
         ```
     """
     where, base = _caller_where(2)
@@ -418,9 +431,10 @@ def from_ptx(path=None, /, *, ptx: str | None = None, name: str, signature: str,
     file = resolve_path(path, base, what, "ptx") if path is not None else None
     if signature is None:
         raise SpliceDeclarationError(f"{what}: signature= is required for PTX externs")
-    return _declare(None, symbol=name, signature=signature, pure=pure,
+    options = CallOptions.parse(what, pure=pure, inline=inline, scope=scope, memory=memory)
+    return _declare(None, symbol=name, signature=signature,
                     fragment_factory=lambda s, g: PtxSource(text=ptx, path=file, where=where),
-                    where=where, name=name, inline=inline, scope=scope, memory=memory)
+                    where=where, name=name, options=options)
 
 
 def from_ltoir(path=None, /, *, data: bytes | None = None, name: str, signature: str,
@@ -457,8 +471,8 @@ def from_ltoir(path=None, /, *, data: bytes | None = None, name: str, signature:
         import splice
         from splice.toolchain import nvrtc_compile_ltoir
 
-        ir = nvrtc_compile_ltoir(b'extern "C" __device__ float sq(float x) { return x * x; }', "sq.cu",
-                                 ["-dlto", "-rdc=true", "-arch=compute_90"])
+        src = b'extern "C" __device__ float sq(float x) { return x * x; }'
+        ir = nvrtc_compile_ltoir(src, "sq.cu", ["-dlto", "-rdc=true", "-arch=compute_90"])
         sq = splice.extern.from_ltoir(data=ir, name="sq", signature="float32(float32)")
 
         @splice.kernel
@@ -466,7 +480,8 @@ def from_ltoir(path=None, /, *, data: bytes | None = None, name: str, signature:
             t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
             ct.store(y, index=(ct.bid(0),), tile=sq(t))
 
-        print(splice.compile(k, splice.kernel_signature("array(float32)", "array(float32)", 128), "sm_90").summary())
+        sig = splice.kernel_signature("array(float32)", "array(float32)", 128)
+        print(splice.compile(k, sig, "sm_90").summary())
         ```
     """
     from ..inputs.fragments import LtoirSource
@@ -482,11 +497,12 @@ def from_ltoir(path=None, /, *, data: bytes | None = None, name: str, signature:
         raise SpliceDeclarationError(f"{what}: data= is empty; give the bytes of an LTO-IR "
                                      f"module (nvcc -dlto, NVRTC -dlto)")
     file = resolve_path(path, base, what, "ltoir") if path is not None else None
-    return _declare(None, symbol=name, signature=signature, pure=pure,
+    options = CallOptions.parse(what, pure=pure, inline=inline, scope=scope, memory=memory)
+    return _declare(None, symbol=name, signature=signature,
                     fragment_factory=lambda s, g: LtoirSource(
                         data=None if data is None else bytes(data), path=file, where=where,
                         roots=((s, tile_fragment.abi_signature(g)),)), where=where, name=name,
-                    inline=inline, scope=scope, memory=memory)
+                    options=options)
 
 
 def from_object(path, /, *, name: str, signature: str, pure: bool = True,
@@ -541,10 +557,11 @@ def from_object(path, /, *, name: str, signature: str, pure: bool = True,
         raise SpliceDeclarationError(
             f"{what}: {file.name}: a binary object must end in "
             f"{', '.join(BINARY_SUFFIXES)} (PTX: from_ptx, LTO-IR: from_ltoir)")
-    return _declare(None, symbol=name, signature=signature, pure=pure,
+    options = CallOptions.parse(what, pure=pure, inline="never", scope=scope, memory=memory)
+    return _declare(None, symbol=name, signature=signature,
                     fragment_factory=lambda s, g: BinarySource(path=file, where=where,
                                                                roots=((s, g),)),
-                    where=where, name=name, inline="never", scope=scope, memory=memory)
+                    where=where, name=name, options=options)
 
 
 def _several_results(stub, signature) -> bool:
@@ -559,11 +576,11 @@ def _several_results(stub, signature) -> bool:
     return bool(sig.results)
 
 
-def _declare_cxx(stub, cxx_name, signature, pure, inline, where, fragment, library=None,
-                 scope="element", memory="any"):
+def _declare_cxx(stub, cxx_name, signature, options: CallOptions, where, fragment,
+                 library=None):
     """An extern calling the C++ function ``cxx_name`` (or a C function of several
     results) through a generated extern "C" trampoline appended to ``fragment`` (or
-    registered with ``library``)."""
+    registered with ``library``), with the ``options`` its door made."""
     what = f"extern '{cxx_name}' at {where}"
     if not is_cxx_name(cxx_name):   # a C function of several results
         check_symbol(cxx_name, what)
@@ -581,10 +598,9 @@ def _declare_cxx(stub, cxx_name, signature, pure, inline, where, fragment, libra
     else:
         fragment.declared = (decl,)
         fragment.roots = ((symbol, sig),)
-    return _declare(stub, symbol=symbol, signature=sig, pure=pure,
+    return _declare(stub, symbol=symbol, signature=sig,
                     fragment_factory=lambda s, g: fragment, where=where, name=cxx_name,
-                    inline=inline, display_name=cxx_name, scope=scope, cxx_name=cxx_name,
-                    memory=memory)
+                    options=options, display_name=cxx_name, cxx_name=cxx_name)
 
 
 class Library:
@@ -655,23 +671,25 @@ class Library:
                 t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
                 ct.store(y, index=(ct.bid(0),), tile=dbl(inc(t)))
 
-            print(splice.compile(k, splice.kernel_signature("array(float32)", "array(float32)", 128), "sm_90").summary())
+            sig = splice.kernel_signature("array(float32)", "array(float32)", 128)
+            print(splice.compile(k, sig, "sm_90").summary())
             ```
         """
         where, _ = _caller_where(2)
 
         def declare(stub, sym):
+            options = CallOptions.parse(f"extern '{sym}' at {where}", pure=pure,
+                                        inline=inline, scope=scope, memory=memory)
             if is_cxx_name(sym) or _several_results(stub, signature):
-                return _declare_cxx(stub, sym, signature, pure, inline, where, self.fragment,
-                                    library=self, scope=scope, memory=memory)
+                return _declare_cxx(stub, sym, signature, options, where, self.fragment,
+                                    library=self)
 
             def make(symbol, sig):
                 if not sig.has_tiles:   # a tile extern: per call site (splice.forms.staging)
                     self._add(Declared(symbol, None, sig, where))
                 return self.fragment
-            return _declare(stub, symbol=sym, signature=signature, pure=pure,
-                            fragment_factory=make, where=where, name=sym, inline=inline,
-                            scope=scope, memory=memory)
+            return _declare(stub, symbol=sym, signature=signature,
+                            fragment_factory=make, where=where, name=sym, options=options)
         if callable(name):
             return declare(name, name.__name__)
         if name is not None and signature is not None:
@@ -716,7 +734,8 @@ def library(source=None, *, path=None, options=(), include_dirs=(), defines=None
             t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
             ct.store(y, index=(ct.bid(0),), tile=sq(t) + cube(t))
 
-        print(splice.compile(k, splice.kernel_signature("array(float32)", "array(float32)", 128), "sm_90").summary())
+        sig = splice.kernel_signature("array(float32)", "array(float32)", 128)
+        print(splice.compile(k, sig, "sm_90").summary())
         ```
     """
     return Library(source, path=path, options=options, include_dirs=include_dirs,

@@ -1,7 +1,8 @@
 """The trace side of tile calls (:mod:`splice.forms.staging`): a call of a block-scope extern
 with tile parameters or a tile result becomes its staging sites -- a store site per tile
 argument, the block site, a load site for the result -- each an extern of the call's
-:class:`~splice.inputs.tile_fragment.TileFragment`, emitted by :func:`splice.tracing.trace.emit_call`.
+:class:`~splice.inputs.tile_fragment.TileFragment`, emitted by
+:func:`splice.tracing.trace.emit_call`.
 """
 
 from __future__ import annotations
@@ -105,8 +106,8 @@ def _row_major_index(shape):
 
 
 def _staging_externs(ext, tiles, results, group: int, where: str, loc):
-    """The externs of one tile call, all of one :class:`~splice.inputs.tile_fragment.TileFragment`: (the
-    store externs, the call extern, the load externs). ``tiles``: (argument position, Var,
+    """The externs of one tile call, all of one :class:`~splice.inputs.tile_fragment.TileFragment`:
+    (the store externs, the call extern, the load externs). ``tiles``: (argument position, Var,
     type, shape) of each tile argument; ``results``: (type, shape) of each tile result."""
     sig: Signature = ext.signature
     abi_args: list[ElementType] = []

@@ -22,9 +22,10 @@ times each stage (``Build.timings``, the ``splice`` logger at DEBUG) and writes 
 artefact to ``$SPLICE_DUMP_DIR/<symbol>.<arch>/`` as the stage returns it (the stages return
 their artefacts and dump nothing themselves), so that a failed build leaves the stages
 before the failure. A build that keeps its stages (:func:`splice.compile`,
-``inspect()``, a dump directory) caches their texts beside the cubin and hits like a launch. Linked cubins are cached on disk by content (:mod:`splice.system.cache`);
-fragments by their own content (:mod:`splice.inputs.fragments`). What each stage costs against
-plain cuTile, and why: ``docs/design.md#first-launch``.
+``inspect()``, a dump directory) caches their texts beside the cubin and hits like a launch. Linked
+cubins are cached on disk by content (:mod:`splice.system.cache`); fragments by their own content
+(:mod:`splice.inputs.fragments`). What each stage costs against plain cuTile, and why:
+``docs/design.md#first-launch``.
 """
 
 from __future__ import annotations
@@ -88,17 +89,16 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
         import cuda.tile as ct
         import splice
 
-        twice = splice.extern(source='extern "C" __device__ float twice(float x) { return 2 * x; }',
-                              name="twice", signature="float32(float32)")
-
         @splice.kernel
-        def scale(x, y, TILE: ct.Constant[int]):
-            ct.store(y, index=(ct.bid(0),), tile=twice(ct.load(x, index=(ct.bid(0),), shape=(TILE,))))
+        def scale(x, y, TILE: ct.Constant[int]):     # inline CUDA C: splice.cuda
+            doubled = splice.cuda("2 * x", dtype=ct.float32,
+                                  x=ct.load(x, index=(ct.bid(0),), shape=(TILE,)))
+            ct.store(y, index=(ct.bid(0),), tile=doubled)
 
-        b = splice.build(scale, splice.kernel_signature("array(float32)", "array(float32)", 128),
-                         "sm_90")
-        print(b.symbol, [s.instances for s in b.sites])
-        assert b.cubin[:4] == b"\x7fELF"
+        sig = splice.kernel_signature("array(float32)", "array(float32)", 128)
+        b = splice.build(scale, sig, "sm_90", keep_stages=True)
+        print(b.symbol, [s.instances for s in b.sites], sorted(b.timings))
+        assert b.cubin[:4] == b"\x7fELF" and "call" in b["spliced_ptx"]
         ```
     """
     with _gc_paused():

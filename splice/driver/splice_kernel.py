@@ -105,7 +105,8 @@ class SpliceKernel(ct.kernel):
 
     def replace_hints(self, **hints):
         # through __init__, which turns cuTile's refusal of a hint into a SpliceError
-        return type(self)(_cutile.python_function(self), **{**_cutile.kernel_options(self), **hints})
+        options = {**_cutile.kernel_options(self), **hints}
+        return type(self)(_cutile.python_function(self), **options)
 
     def inspect(self, *args, signature=None, arch: str | None = None):
         """Every stage of this kernel's compilation, as a :class:`splice.driver.pipeline.Build`.

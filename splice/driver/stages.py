@@ -16,14 +16,12 @@ import os
 import re
 from typing import Any, Callable, Protocol
 
-from ..analysis import memory_proof
 from ..errors import SpliceLinkError, SpliceToolchainError
-from ..forms import effects, element_callees, rewrite
-from ..forms import staging as tiles
+from ..forms import rewrite
 from ..forms.base import CallForm, SiteCall, SiteInfo
 from ..inputs import nvshmem
 from ..inputs.fragments import Fragment
-from ..ptxtools import inline, link, tma_store_reads
+from ..ptxtools import inline, link, shared_memory, tma_store_reads
 from ..ptxtools.ptx import Module, opcode_head, parse_instruction
 from ..system import toolchain
 from . import diagnose
@@ -92,9 +90,11 @@ def _rewritten_files(report: rewrite.SpliceReport) -> list[tuple[str, str | byte
 def assemble(job: Driver, sp: Spliced, merged: link.Merged) -> bytes:
     """The kernel's static shared memory checked (before ptxas, naming each owner's bytes);
     ptxas with tileiras's flags and host object; with binary objects, ptxas -c and
-    nvJitLink, then the SASS check of the sites that call into them."""
-    tiles.check_shared_memory(merged.text, lambda n: diagnose.owner_of_line(merged.spans, n),
-                              sp.lowered.target, job.what)
+    nvJitLink; then each form's check of what only the cubin shows (the SASS of the sites
+    that call into binary objects)."""
+    shared_memory.check_block_limit(merged.text,
+                                    lambda n: diagnose.owner_of_line(merged.spans, n),
+                                    sp.lowered.target, job.what)
     flags = list(sp.lowered.ptxas_flags)
     binaries = [f for f in _fragments(sp.traced) if f.link_input is not None]
     timeout = sp.traced.timeout_sec
@@ -106,9 +106,9 @@ def assemble(job: Driver, sp: Spliced, merged: link.Merged) -> bytes:
                                sp.lowered.target, job.what, timeout)
     except SpliceToolchainError as e:
         raise diagnose.explain_ptxas_failure(e, merged.text, merged.spans, job.what) from None
-    element_callees.check_binary_sites(sp.traced.sites, cubin, sp.lowered.target,
-                                       sp.compiled.modules, sp.compiled.keys,
-                                       disassemble=toolchain.disassemble)
+    for form, sites in _sites_by_form(sp.traced.sites).items():
+        form.check_linked_callees(sites, cubin, sp.lowered.target, sp.compiled.modules,
+                                  sp.compiled.keys, toolchain.disassemble)
     return cubin
 
 
@@ -214,10 +214,8 @@ def _compile_fragments(job: Driver, traced, lowered: _Lowered) -> _Compiled:
         if fkey not in modules:
             modules[fkey] = (frag.describe(), frag.module(lowered.target, fkey))
         _check_fragment(site, *modules[fkey], lowered)
-    for form, sites in _sites_by_form(traced.sites).items():
+    for form, sites in _sites_by_form(traced.sites).items():    # every callee check
         form.check_callees(sites, modules, lowered.target, fkeys, lowered.module)
-    effects.check_element_effects(traced.sites, modules, lowered.target, fkeys)
-    memory_proof.check_argument_sites(traced.sites, modules, lowered.target, fkeys)
     linked = link.prepare(lowered.module, list(modules.values()), job.name,
                           frozenset(s.extern.symbol for s in traced.sites),
                           host_filled=nvshmem.HOST_FILLED)

@@ -11,7 +11,9 @@ Tile IR marker         :meth:`for_call` / :attr:`marker` (which variant a call g
 PTX analysis           :meth:`global_edit`, :meth:`instance_edits` (per marker
                        instance) or :meth:`key_load` + :meth:`function_edits` (per
                        function, ``per_function``): edits, or a ``Refusal`` value
-collective policy      :attr:`runs_collectives`, :meth:`check_callees`
+callee checks          :attr:`runs_collectives`, :meth:`check_callees` (every check
+                       of a site's callees, on PTX), :meth:`check_linked_callees`
+                       (what only the cubin shows: a binary object's machine code)
 span kind, messages    :attr:`span_kind`, :meth:`describe`
 summary text           :meth:`summary` (``SiteInfo.__str__``)
 =====================  ==========================================================
@@ -41,7 +43,9 @@ in a warp-specialised kernel):
    warpgroup form reuses that proof with its own join barrier (the named ``bar.sync N,
    128`` instead of ``bar.sync 0``) and its own policy on the callee's barriers
    (:meth:`~base.CallForm.check_callees`, which the fragments stage runs for each form
-   present; :func:`~base.no_check_callees` for none beyond :attr:`runs_collectives`); its
+   present, and which ends with :func:`.effects.check_every_callee`, the checks every
+   callee gets; :meth:`~base.CallForm.check_linked_callees` for a binary object's machine
+   code); its
    spans get its :attr:`span_kind`; with ``takes_tiles`` and
    :meth:`~base.CallForm.call_ends` (the guard and join of a proven instance) its calls
    take tiles, staged by :mod:`.staging`.
@@ -77,17 +81,18 @@ FORMS: dict[str, CallForm] = {
 }
 
 
-def form_of(scope, what: str) -> CallForm:
-    """The form of a declaration with ``scope`` (a :class:`Scope` or its string).
+def form_of(name, what: str) -> CallForm:
+    """The form of a declaration whose ``scope=`` is ``name`` (a :class:`Scope` or its
+    string).
 
     Raises:
         SpliceDeclarationError: an unknown scope, naming ``what`` (the extern and where it
             is declared).
     """
-    if isinstance(scope, str) and scope in FORMS:
-        return FORMS[scope]
+    if isinstance(name, str) and name in FORMS:
+        return FORMS[name]
     names = " or ".join(repr(str(s)) for s in FORMS)
-    raise SpliceDeclarationError(f"{what}: scope must be {names}, got {scope!r}")
+    raise SpliceDeclarationError(f"{what}: scope must be {names}, got {name!r}")
 
 
 def of_span(span) -> CallForm | None:
@@ -96,10 +101,10 @@ def of_span(span) -> CallForm | None:
     return next((f for f in FORMS.values() if f.span_kind == span.kind), None)
 
 
-def register(scope: str, form: CallForm) -> None:
-    """Make ``form`` the form of declarations with ``scope`` (a form defined outside
-    ``splice/forms/``, e.g. in a test)."""
-    FORMS[scope] = form
+def register(name: str, form: CallForm) -> None:
+    """Make ``form`` the form of declarations whose ``scope=`` is ``name`` (a form defined
+    outside ``splice/forms/``, e.g. in a test)."""
+    FORMS[name] = form
 
 
 __all__ = ["FORMS", "CallForm", "Marker", "Refusal", "Scope", "form_of", "register"]

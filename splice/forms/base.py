@@ -11,9 +11,9 @@ its methods take::
                PTX, inlined or not and why, its marker and why it is not the fma marker
 
 Records and protocol live in one module because each names the other. This module imports
-nothing of cuTile's, so that the rewriter and its tests use it without cuTile. Nothing here loads the PTX machinery (a cache hit needs the
-forms, not the rewriter): the marked function body the analysis reads is
-:mod:`splice.forms.marked`."""
+nothing of cuTile's, so that the rewriter and its tests use it without cuTile. Nothing here loads
+the PTX machinery (a cache hit needs the forms, not the rewriter): the marked function body the
+analysis reads is :mod:`splice.forms.marked`."""
 
 from __future__ import annotations
 
@@ -38,6 +38,27 @@ class Scope(str, enum.Enum):
     ELEMENT = "element"
     BLOCK = "block"
     WARPGROUP = "warpgroup"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Memory(str, enum.Enum):
+    """The ``memory=`` of a declaration: which memory an impure call touches, and so which of
+    the kernel's memory operations it is ordered against (a ``str`` enum:
+    ``Memory.ARGUMENTS == "arguments"``).
+
+    ``ANY`` (the default): any memory; ordered against every load and store of the kernel.
+    ``ARGUMENTS`` (externs): global memory only through its pointer arguments (and a tile
+    call's staged tiles), proven by :mod:`splice.analysis.memory_proof`; ordered only
+    against the kernel's operations on arrays that may alias them. ``NONE``
+    (``splice.asm``): no global memory, proven by :mod:`splice.analysis.asm_check`;
+    ordered only against splice's other calls.
+    """
+
+    ANY = "any"
+    ARGUMENTS = "arguments"
+    NONE = "none"
 
     def __str__(self) -> str:
         return self.value
@@ -298,8 +319,10 @@ class CallForm(Protocol):
         """The scope whose straight-line rule a ``splice.asm`` snippet of this form follows
         (:attr:`straight_line_snippets`), or None."""
 
-    def declare(self, sig: Signature, pure: bool, what: str) -> bool:
-        """Check a declaration of this form; the ``pure`` the extern gets.
+    def declare(self, sig: Signature, options: Any, what: str) -> bool:
+        """Check a declaration of this form (of signature ``sig``, its ``options`` as the
+        door took them: :class:`splice.declare.declaring.CallOptions`); the ``pure`` the
+        extern gets.
 
         Raises:
             SpliceDeclarationError: naming ``what``.
@@ -350,15 +373,16 @@ class CallForm(Protocol):
         in the straight-line code before the guard, its loads after the join.
 
         Raises:
-            ValueError: the instance's call is not proven (its own proof says why).
+            ProofRefusal: the instance's call is not proven (its own proof says why).
         """
 
     def check_callees(self, sites: list[CallSite], fragments: Mapping[str, tuple[str, Module]],
                       target: str, keys: Mapping[int, str], kernel: Module) -> None:
-        """Refuse what the externs of ``sites`` (this form's sites of one kernel) or anything
-        they call execute that a call of this form cannot run (:func:`no_check_callees`: a
-        form without a callee policy of its own); run once per form present, after the
-        fragments are compiled and before they are linked.
+        """Every check of what the externs of ``sites`` (this form's sites of one kernel) or
+        anything they call execute, on their PTX: the form's own policy, then what every
+        callee is checked for (:func:`splice.forms.effects.check_every_callee`: effects,
+        ``memory=``); run once per form present, after the fragments are compiled and
+        before they are linked. The driver asks the forms; it runs no check itself.
 
         Args:
             sites: the kernel's traced call sites whose extern has this form.
@@ -371,6 +395,19 @@ class CallForm(Protocol):
 
         Raises:
             SpliceLinkError: naming the extern, its declaration, the call site and the fix.
+        """
+
+    def check_linked_callees(self, sites: list[CallSite], cubin: bytes, target: str,
+                             fragments: Mapping[str, tuple[str, Module]],
+                             keys: Mapping[int, str], disassemble: Callable) -> None:
+        """What :meth:`check_callees` cannot read on PTX: the machine code of the externs of
+        ``sites`` that binary objects define, in the kernel's linked ``cubin``
+        (``disassemble``: its SASS, :func:`splice.system.toolchain.disassemble`); run once
+        per form present, after assembling (:func:`no_check_linked_callees`: none).
+
+        Raises:
+            SpliceLinkError: as :meth:`check_callees`.
+            SpliceToolchainError: the cubin cannot be disassembled where it must be.
         """
 
     def check_snippet(self, text: str, pack: int) -> str | None:
@@ -403,10 +440,9 @@ def no_function_edits(body, key_loads, sites, first) -> tuple[list[Edit], dict[i
     return [], {}
 
 
-def no_check_callees(sites, fragments, target: str, keys, kernel) -> None:
-    """:meth:`CallForm.check_callees` of a form whose callees face only the checks every
-    site gets (:mod:`splice.analysis.collectives` by :attr:`CallForm.runs_collectives`,
-    :mod:`splice.forms.effects`)."""
+def no_check_linked_callees(sites, cubin: bytes, target: str, fragments, keys,
+                            disassemble) -> None:
+    """:meth:`CallForm.check_linked_callees` of a form whose callees' PTX says all."""
 
 
 def no_check_snippet(text: str, pack: int) -> str | None:

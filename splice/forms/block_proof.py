@@ -81,16 +81,17 @@ from __future__ import annotations
 import re
 
 from ..analysis.thread_index import guard_values
+from ..errors import ProofRefusal
 from ..ptxtools.ptx import Body, Instruction, Module
 
 BARRIER_OPS = ("bar.sync", "bar.cta.sync", "barrier.sync.aligned", "barrier.cta.sync.aligned")
 _BRANCH_OPS = ("bra", "brx", "ret", "exit", "call", "trap")
 
 
-def scratch_owner(scope: str) -> str:
-    """What a block or warpgroup site's argument scratch is called in messages (its span's
-    owner)."""
-    return f"splice's {scope}-call argument scratch"
+def scratch_owner(form) -> str:
+    """What the argument scratch of a site of ``form`` (block or warpgroup) is called in
+    messages (its span's owner)."""
+    return f"splice's {form.scope}-call argument scratch"
 
 
 
@@ -98,11 +99,11 @@ def scratch_symbol(index: int) -> str:
     return f"__splice_block_{index}"
 
 
-def scratch_declaration(index: int, scope: str = "block") -> str:
-    """The module-level shared scratch of a block or warpgroup site: thread 0's two marker
-    operands."""
+def scratch_declaration(index: int, form) -> str:
+    """The module-level shared scratch of site ``index`` of ``form`` (block or warpgroup):
+    thread 0's two marker operands."""
     return (f".shared .align 8 .b8 {scratch_symbol(index)}[16]; // splice: arguments of "
-            f"{scope}-scope site {index}")
+            f"{form.scope}-scope site {index}")
 
 
 def warp_specialisation(body: Body) -> str | None:
@@ -184,7 +185,7 @@ def prove_instance(body: Body, i: int) -> tuple[int, int]:
         (statement index of the guard G, statement index of the join label J).
 
     Raises:
-        ValueError: the reason, for the caller's :class:`SpliceRewriteError`.
+        ProofRefusal: the reason, for the caller's :class:`SpliceRewriteError`.
     """
     dims = check_kernel(body)
     g, target = _guard(body, i, int(dims.split(",")[0]))
@@ -195,22 +196,26 @@ def prove_instance(body: Body, i: int) -> tuple[int, int]:
 
 def check_kernel(body: Body) -> str:
     """What the site's proof needs of the whole kernel: no thread exits early (3.), a
-    fixed one-dimensional block (1.), no cluster of CTAs. Returns the ``.reqntid``."""
+    fixed one-dimensional block (1.), no cluster of CTAs. Returns the ``.reqntid``.
+
+    Raises:
+        ProofRefusal: what the kernel lacks.
+    """
     module, fn = body.module, body.fn
     leave = early_exit(body)
     if leave is not None:
-        raise ValueError(f"threads of the kernel may exit early ({leave!r})")
+        raise ProofRefusal(f"threads of the kernel may exit early ({leave!r})")
     dims = block_dims(module, fn)
     if dims is None:
-        raise ValueError("the kernel declares no fixed block size (.reqntid)")
+        raise ProofRefusal("the kernel declares no fixed block size (.reqntid)")
     if [d.strip() for d in dims.split(",")][1:] not in ([], ["1"], ["1", "1"]):
-        raise ValueError(f"the block is not one-dimensional (.reqntid {dims})")
+        raise ProofRefusal(f"the block is not one-dimensional (.reqntid {dims})")
     cluster = cluster_dims(module, fn)
     if cluster is not None:
-        raise ValueError(f"tileiras runs this kernel as a cluster of CTAs (.reqnctapercluster "
-                         f"{cluster}: num_ctas > 1), and runs its scalar operations once per "
-                         f"cluster, on one thread of one CTA; block-scope calls need "
-                         f"num_ctas=1")
+        raise ProofRefusal(f"tileiras runs this kernel as a cluster of CTAs "
+                           f"(.reqnctapercluster {cluster}: num_ctas > 1), and runs its scalar "
+                           f"operations once per cluster, on one thread of one CTA; block-scope "
+                           f"calls need num_ctas=1")
     return dims
 
 
@@ -226,40 +231,45 @@ def _guard(body: Body, i: int, threads: int) -> tuple[int, str]:
                        ins.base not in ("bar", "barrier", "atom"))):
         g -= 1
     if g < 0:
-        raise ValueError("no guard branch before the marker")
+        raise ProofRefusal("no guard branch before the marker")
     gs, gins = parsed[g]
     if gins is None or gins.base != "bra" or gins.guard is None or len(gins.operands) != 1:
-        raise ValueError(f"the marker is not behind a branch on the thread index "
-                         f"(found {gs.text(module.text).strip()!r} before it)")
+        raise ProofRefusal(f"the marker is not behind a branch on the thread index "
+                           f"(found {gs.text(module.text).strip()!r} before it)")
     if not _guard_is_not_thread0(gins.guard, body, g, threads):
-        raise ValueError(f"the branch before the marker ({gs.text(module.text).strip()!r}) "
-                         f"does not skip exactly the threads with tid.x != 0")
+        raise ProofRefusal(f"the branch before the marker "
+                           f"({gs.text(module.text).strip()!r}) does not skip exactly the "
+                           f"threads with tid.x != 0")
     return g, gins.operands[0]
 
 
 def join_of(body: Body, g: int, i: int, target: str) -> int:
     """Point 2: the marker at ``i`` falls through straight-line code to the guard's
     ``target``, the join J, which nothing but the guard at ``g`` names. Returns J's
-    statement index."""
+    statement index.
+
+    Raises:
+        ProofRefusal: the step that does not hold.
+    """
     module, parsed = body.module, body.parsed
     j = i + 1
     while j < len(parsed) and parsed[j][0].kind != "label":
         j += 1
     if j >= len(parsed):
-        raise ValueError("no join label after the marker")
+        raise ProofRefusal("no join label after the marker")
     label = parsed[j][0].tokens[0].text
     if label != target:
-        raise ValueError(f"the code after the marker does not fall through to the guard's "
-                         f"target {target} (it reaches {label} first)")
+        raise ProofRefusal(f"the code after the marker does not fall through to the "
+                           f"guard's target {target} (it reaches {label} first)")
     why = _straight_line(parsed, g + 1, i, "the guarded code before the marker") or \
         _straight_line(parsed, i + 1, j, "the guarded code after the marker")
     if why:
-        raise ValueError(why)
+        raise ProofRefusal(why)
     names = [k for k, (s, _) in enumerate(parsed)
              if k not in (g, j) and any(t.text == target for t in s.tokens)]
     if names:
-        raise ValueError(f"the join label {target} is reached from elsewhere too "
-                         f"({parsed[names[0]][0].text(module.text).strip()!r})")
+        raise ProofRefusal(f"the join label {target} is reached from elsewhere too "
+                           f"({parsed[names[0]][0].text(module.text).strip()!r})")
     return j
 
 
@@ -276,13 +286,13 @@ def _check_barrier_after_join(body: Body, j: int, target: str, dims: str) -> Non
         return
     found = parsed[b][0].text(module.text).strip() if b < len(parsed) else "the end"
     if dims.split(",")[0].strip() == "32" and found.startswith("bar.warp.sync"):
-        raise ValueError(
+        raise ProofRefusal(
             "tileiras runs this kernel with one warp per block (.reqntid 32) and joins "
             "it with bar.warp.sync, which does not make every thread execute the same "
             "instruction; kernels with a tile operation of 128 or more elements get a "
             "128-thread block and a CTA-wide bar.sync 0")
-    raise ValueError(f"the join label {target} is not followed by an unpredicated "
-                     f"CTA-wide barrier (bar.sync 0) but by {found!r}")
+    raise ProofRefusal(f"the join label {target} is not followed by an unpredicated "
+                       f"CTA-wide barrier (bar.sync 0) but by {found!r}")
 
 
 def thread0_block(site, instance: int, operands) -> str:

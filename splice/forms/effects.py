@@ -1,10 +1,13 @@
 """What an element-scope extern's code may not do besides collectives: end the thread
 (``exit``), use ``__shared__`` memory, or, when it is declared pure, have a side effect the
-program can see.
+program can see; and the memory any callee declared ``memory="arguments"`` may touch.
+:func:`check_every_callee` runs these checks, which every call site gets whatever its form,
+for each form's :meth:`~splice.forms.base.CallForm.check_callees`.
 
 - **exit** (also at block scope). A thread that exits inside the call skips the kernel's
-  code after it: its stores are lost, silently (a barrier excuses exited threads) (``splice.asm`` snippets are checked for ``exit`` themselves,
-  :mod:`splice.analysis.asm_check`; this covers what they and externs call).
+  code after it: its stores are lost, silently (a barrier excuses exited threads) (``splice.asm``
+  snippets are checked for ``exit`` themselves, :mod:`splice.analysis.asm_check`; this covers what
+  they and externs call).
 
 - **Shared memory.** An element-scope call runs on each thread that owns an element, all
   at once and in no order splice controls, so one ``__shared__`` variable is shared by the
@@ -28,6 +31,11 @@ program can see.
   without a word, so it is refused with ``pure=False`` as the fix. Stores to ``.local``
   (the stack) and ``.param`` are not effects the program can see.
 
+- **Memory** (any scope). A callee declared ``memory="arguments"`` may touch global memory
+  only through its pointer arguments, proven on its PTX by
+  :mod:`splice.analysis.memory_proof` (:func:`check_argument_sites`, which also refuses a
+  tile call's constant offsets outside its tiles).
+
 They walk the functions the extern reaches as the collective check does
 (:func:`splice.analysis.collectives.outside_ptx`). The shared-memory and purity rules apply to the
 call forms that do not run convergently (``form.runs_convergently()``, :mod:`splice.forms`):
@@ -38,10 +46,11 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from ..analysis import memory_proof
 from ..analysis.collectives import chain_names, collective_of, outside_ptx, reach_text
 from ..errors import SpliceLinkError
 from ..ptxtools.ptx import Module, declared_variable_name, parse_instruction
-from .base import site_module
+from .base import Memory, site_module
 
 _PRINT = frozenset({"vprintf", "printf"})
 #: Calls of CUDA's device runtime that act outside the thread: the callee is not PTX the
@@ -237,7 +246,8 @@ def _check_one(ext, mod: Module, modules, what: str) -> None:
                 f"shared memory)")
         if ext.form.runs_convergently() or _stages_a_tile(ext):
             continue   # a convergent (block) call: shared memory is its own, never pure; a
-                       # tile's store/load site: splice's own buffers (splice.forms.staging proves them)
+                       # tile's store/load site: splice's own buffers (splice.forms.staging
+                       # proves them)
         if shared_use is not None:
             raise SpliceLinkError(
                 f"{what} uses __shared__ memory ('{shared_use[0]}' {where}): an element-scope "
@@ -259,3 +269,61 @@ def _impure(what: str, effect: str) -> SpliceLinkError:
         f"call may be removed when its result is unused, hoisted out of a loop or repeated, "
         f"which would lose, move or repeat it: declare it pure=False (kept, in place, once "
         f"per element)")
+
+
+def check_every_callee(sites, fragments: Mapping[str, tuple[str, Module]], target: str,
+                       keys: Mapping[int, str] | None = None) -> None:
+    """The checks every call site's callee gets, whatever its form (each form's
+    :meth:`~splice.forms.base.CallForm.check_callees` runs them after its own policy): what
+    it may not execute (:func:`check_element_effects`) and the memory it is declared to
+    touch (:func:`check_argument_sites`).
+
+    Raises:
+        SpliceLinkError: as those do.
+    """
+    check_element_effects(sites, fragments, target, keys)
+    check_argument_sites(sites, fragments, target, keys)
+
+
+def check_argument_sites(sites, fragments: Mapping[str, tuple[str, Module]], target: str,
+                         keys: Mapping[int, str] | None = None) -> None:
+    """Refuse every call site whose extern is declared ``memory="arguments"`` unless
+    :func:`splice.analysis.memory_proof.prove_arguments_only` proves it, and every tile call
+    that :func:`splice.analysis.memory_proof.check_tile_bounds` refuses (the arguments as
+    for :func:`check_element_effects`).
+
+    Raises:
+        SpliceLinkError: naming the extern, its declaration, the instruction, the chain of
+            functions that reaches it, the call site and the fix (``memory="any"``); or,
+            for a tile call, the tile and the bytes outside it.
+    """
+    modules = [m for _, m in fragments.values()]
+    done: set[tuple[int, str]] = set()
+    for site in sites:
+        ext = site.extern
+        if ext.staging is not None and ext.staging.role == "call" and \
+                ext.fragment.has_ptx_body:
+            memory_proof.check_tile_bounds(site, site_module(ext, fragments, target, keys),
+                                           modules)
+        if ext.memory is not Memory.ARGUMENTS or (ext.staging is not None and
+                                         ext.staging.role in ("store", "load")):
+            continue
+        what = f"extern '{ext.name}' (declared at {ext.where}), called at {site.where},"
+        if not ext.fragment.has_ptx_body:
+            raise SpliceLinkError(
+                f"{what} is declared memory=\"arguments\", but its code is a binary object "
+                f"({ext.fragment.describe()}) whose memory accesses splice cannot read. "
+                f"Declare it memory=\"any\" (the default), or link its PTX")
+        mod = site_module(ext, fragments, target, keys)
+        if (id(mod), ext.symbol) in done:
+            continue
+        hit = memory_proof.prove_arguments_only(ext, mod, modules)
+        if hit is not None:
+            raise SpliceLinkError(
+                f"{what} is declared memory=\"arguments\" (it touches global memory only "
+                f"through its pointer arguments, so cuTile orders it against those arrays "
+                f"alone), but '{hit[0]}' {hit[1]}. A later read of that memory could see a "
+                f"stale value. Declare it memory=\"any\" (the default: ordered against "
+                f"every load and store of the kernel), or pass the memory it touches as a "
+                f"pointer argument")
+        done.add((id(mod), ext.symbol))

@@ -10,11 +10,14 @@ impure and void calls, and pure calls whose fma marker LLVM changed) and :data:`
 Collectives: refused in the callee (:mod:`splice.analysis.collectives`): which threads of a warp or
 CTA reach one instance together is tileiras's layout.
 
-The PTX analysis is imported when it runs: a cache hit loads the forms, not the rewriter.
+The PTX analysis is imported when it runs (:func:`_ptx`): a cache hit loads the forms, not
+the rewriter.
 """
 
 from __future__ import annotations
 
+import functools
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from .base import (
@@ -46,8 +49,8 @@ class ElementAtomic(FlagAnswers):
     per_function = False
     takes_tiles = False
 
-    def declare(self, sig, pure: bool, what: str) -> bool:
-        return pure
+    def declare(self, sig, options, what: str) -> bool:
+        return options.pure
 
     def check_arguments(self, typed, describe, positions) -> str | None:
         return None
@@ -62,10 +65,10 @@ class ElementAtomic(FlagAnswers):
         return f"// splice: marker global of site {index} removed"
 
     def instance_edits(self, body, i, site, instance):
-        from .calls import call_block
         s, ins = body.parsed[i]
         dest, _addr, cmp, swap = ins.operands
-        return [(s.start, s.end, call_block(site, ins.guard, dest, (cmp, swap), instance))]
+        return [(s.start, s.end,
+                 _ptx().calls.call_block(site, ins.guard, dest, (cmp, swap), instance))]
 
     key_load = staticmethod(no_key_load)
     call_ends = staticmethod(no_call_ends)
@@ -73,9 +76,18 @@ class ElementAtomic(FlagAnswers):
 
     def check_callees(self, sites, fragments, target: str, keys, kernel) -> None:
         """No warp- or CTA-collective instruction in the callee or anything it calls
-        (:func:`splice.forms.element_callees.check_element_sites`)."""
-        from . import element_callees
-        element_callees.check_element_sites(sites, fragments, target, keys)
+        (:func:`splice.forms.element_callees.check_element_sites`), then what every callee
+        is checked for (:func:`splice.forms.effects.check_every_callee`)."""
+        ptx = _ptx()
+        ptx.element_callees.check_element_sites(sites, fragments, target, keys)
+        ptx.effects.check_every_callee(sites, fragments, target, keys)
+
+    def check_linked_callees(self, sites, cubin: bytes, target: str, fragments, keys,
+                             disassemble) -> None:
+        """No collective instruction in the machine code of a binary object's callee
+        (:func:`splice.forms.element_callees.check_binary_sites`)."""
+        _ptx().element_callees.check_binary_sites(sites, cubin, target, fragments, keys,
+                                                  disassemble=disassemble)
 
     #: a snippet runs per element like any element call: no rule of its own
     check_snippet = staticmethod(no_check_snippet)
@@ -104,13 +116,21 @@ class ElementFma(ElementAtomic):
                         f"marker", i)
 
     def key_load(self, body, i, named, sites):
-        from . import fma_proof
-        return fma_proof.key_load(body, i, named, sites)
+        return _ptx().fma_proof.key_load(body, i, named, sites)
 
     def function_edits(self, body, key_loads, sites, first):
-        from . import fma_proof
-        return fma_proof.fma_edits(body, key_loads, sites, first)
+        return _ptx().fma_proof.fma_edits(body, key_loads, sites, first)
 
 
 ATOMIC = ElementAtomic()
 FMA = ElementFma()
+
+
+@functools.cache
+def _ptx() -> SimpleNamespace:
+    """The modules that write an element call's PTX (:mod:`.calls`), prove its fma markers
+    (:mod:`.fma_proof`) and check its callees (:mod:`.element_callees`, :mod:`.effects`),
+    imported on first use: a cache hit loads the forms, not the PTX parser."""
+    from . import calls, effects, element_callees, fma_proof
+    return SimpleNamespace(calls=calls, effects=effects, element_callees=element_callees,
+                           fma_proof=fma_proof)

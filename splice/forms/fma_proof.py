@@ -24,10 +24,7 @@ from typing import Mapping, Sequence
 from ..ptxtools.ptx import Instruction, destinations, registers_in
 from .base import Refusal, SiteCall
 from .calls import call_block
-from .marked import ADDR_RE as _ADDR_RE
-from .marked import PLAIN_REG as _PLAIN_REG
-from .marked import MarkedBody, rewrite_error
-from .marked import is_key_load as _is_key_load
+from .marked import ADDR_RE, PLAIN_REG, MarkedBody, is_key_load, rewrite_error
 
 
 def key_load(b: MarkedBody, i: int, fma_named: set[int], sites
@@ -37,11 +34,11 @@ def key_load(b: MarkedBody, i: int, fma_named: set[int], sites
     naming the sites, so that the pipeline gives them the atomic marker."""
     ins = b.parsed[i][1]
     assert ins is not None
-    m = _ADDR_RE.match(ins.operands[1]) if len(ins.operands) == 2 else None
+    m = ADDR_RE.match(ins.operands[1]) if len(ins.operands) == 2 else None
     dest = ins.operands[0]
     idx = min(fma_named)
-    if _is_key_load(ins) and len(fma_named) == 1 and m is not None and \
-            m.group(2) in (None, "0") and _PLAIN_REG.fullmatch(dest) and \
+    if is_key_load(ins) and len(fma_named) == 1 and m is not None and \
+            m.group(2) in (None, "0") and PLAIN_REG.fullmatch(dest) and \
             _width_of(ins) == sites[idx].width:
         return i, dest, idx
     msg = (f"the marker global of site(s) {sorted(fma_named)} is used by an instruction "
@@ -182,7 +179,7 @@ def _prove_fma_markers(parsed, defs, key_loads, sites, kernel_name, text) -> Fma
 
 def _plain_copy(ins) -> bool:
     return ins is not None and ins.base == "mov" and ins.guard is None and \
-        len(ins.operands) == 2 and all(_PLAIN_REG.fullmatch(o) for o in ins.operands)
+        len(ins.operands) == 2 and all(PLAIN_REG.fullmatch(o) for o in ins.operands)
 
 
 def _fma_key_registers(parsed, defs, key_loads, load_stmts, fail):
@@ -228,7 +225,7 @@ def _fma_instances(parsed, defs, key_site, key_regs, sites):
         if ins is None or ins.base != "fma" or len(ins.operands) != 4:
             continue
         _dest, x, y, z = ins.operands
-        if not all(_PLAIN_REG.fullmatch(o) for o in (x, y, z)):
+        if not all(PLAIN_REG.fullmatch(o) for o in (x, y, z)):
             continue   # a slot is never a constant (it holds the key): not an instance
         key = y if y in key_regs else x if x in key_regs else None
         if key is not None and ins.modifiers == (sites[key_site[key]].fma_rounding, "f64"):
@@ -261,18 +258,18 @@ def _xor_form(ins: Instruction) -> tuple[int, bool] | None:
     ``neg.f64`` flips the sign bit of a register that holds the key (0.0 -> -0.0, exact),
     but of a NaN it "yields an unspecified NaN" (PTX ISA), so only on a key. Else None."""
     ops = ins.operands
-    if ins.guard is not None or not all(_PLAIN_REG.fullmatch(o) or _immediate(o) is not None
+    if ins.guard is not None or not all(PLAIN_REG.fullmatch(o) or _immediate(o) is not None
                                         for o in ops[1:]):
         return None
-    if ins.opcode == "not.b64" and len(ops) == 2 and _PLAIN_REG.fullmatch(ops[1]):
+    if ins.opcode == "not.b64" and len(ops) == 2 and PLAIN_REG.fullmatch(ops[1]):
         return _ALL_ONES, True
-    if ins.opcode == "neg.f64" and len(ops) == 2 and _PLAIN_REG.fullmatch(ops[1]):
+    if ins.opcode == "neg.f64" and len(ops) == 2 and PLAIN_REG.fullmatch(ops[1]):
         return _SIGN_BIT, False
     if ins.opcode in ("add.s64", "add.u64", "sub.s64", "sub.u64") and len(ops) == 3:
         x, c = ops[1:]
         if ins.base == "add" and _immediate(x) is not None:
             x, c = c, x       # add is commutative; sub of the register from C is not ^ C
-        if _PLAIN_REG.fullmatch(x) and _immediate(c) == _SIGN_BIT:
+        if PLAIN_REG.fullmatch(x) and _immediate(c) == _SIGN_BIT:
             return _SIGN_BIT, True
     return None
 
@@ -289,18 +286,18 @@ def _network_sources(ins: Instruction | None, key_regs) -> list[str] | None:
     unguarded ``mov`` of a register, ``xor`` of registers and immediates, or an exact
     :func:`_xor_form` -- else None."""
     if ins is None or ins.guard is not None or len(ins.operands) < 2 or \
-            not _PLAIN_REG.fullmatch(ins.operands[0]):
+            not PLAIN_REG.fullmatch(ins.operands[0]):
         return None
     srcs = list(ins.operands[1:])
     form = _xor_form(ins)
     if form is not None:
-        [reg] = [o for o in srcs if _PLAIN_REG.fullmatch(o)]
+        [reg] = [o for o in srcs if PLAIN_REG.fullmatch(o)]
         return [reg] if form[1] or reg in key_regs else None
-    if ins.base == "mov" and len(srcs) == 1 and _PLAIN_REG.fullmatch(srcs[0]):
+    if ins.base == "mov" and len(srcs) == 1 and PLAIN_REG.fullmatch(srcs[0]):
         return srcs
     if ins.base == "xor" and len(srcs) == 2 and \
-            all(_PLAIN_REG.fullmatch(o) or _immediate(o) is not None for o in srcs):
-        return [o for o in srcs if _PLAIN_REG.fullmatch(o)]
+            all(PLAIN_REG.fullmatch(o) or _immediate(o) is not None for o in srcs):
+        return [o for o in srcs if PLAIN_REG.fullmatch(o)]
     return None
 
 

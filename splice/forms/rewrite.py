@@ -48,8 +48,8 @@ from ..ptxtools.ptx import (
 )
 from ..ptxtools.spans import Span, spans_of_edits
 from .base import CallForm, Edit, Refusal, SiteCall
-from .marked import ADDR_RE, PLAIN_REG, MarkedBody, is_key_load
-from .marked import rewrite_error as _fail
+from .marked import ADDR_RE, PLAIN_REG, MarkedBody, is_key_load, rewrite_error
+from .staging import check_staging
 
 __all__ = ["MARKER_RE", "Refusal", "SpliceReport", "splice_calls"]
 
@@ -109,7 +109,7 @@ def splice_calls(module: Module, sites: Mapping[int, SiteCall], *,
             replaced[idx] += n
     for idx in found:
         if found[idx] != replaced[idx]:
-            raise _fail(kernel_name, f"site {idx}: {found[idx]} marker instance(s) found, "
+            raise rewrite_error(kernel_name, f"site {idx}: {found[idx]} marker instance(s) found, "
                                      f"{replaced[idx]} replaced")
     new_text = apply_edits(text, edits)
     n_calls = sum(n for i, n in replaced.items()
@@ -126,8 +126,9 @@ def _check_reserved_names(module: Module, kernel_name: str) -> None:
             continue
         for t in s.tokens:
             if t.kind in ("reg", "ident") and t.text.startswith(RESERVED_PREFIXES):
-                raise _fail(kernel_name, f"the kernel's PTX already uses the name {t.text!r}, "
-                                         f"which has splice's reserved prefix", s.text(text))
+                raise rewrite_error(kernel_name, f"the kernel's PTX already uses the name "
+                                    f"{t.text!r}, which has splice's reserved prefix",
+                                    s.text(text))
 
 
 def _marker_globals(module: Module, sites: Mapping[int, SiteCall], kernel_name: str
@@ -141,8 +142,9 @@ def _marker_globals(module: Module, sites: Mapping[int, SiteCall], kernel_name: 
                 if m:
                     idx = int(m.group(1))
                     if idx not in sites:
-                        raise _fail(kernel_name, f"marker global of unknown call site {idx}",
-                                    s.text(module.text))
+                        raise rewrite_error(kernel_name,
+                                            f"marker global of unknown call site {idx}",
+                                            s.text(module.text))
                     edits.append((s.start, s.end, sites[idx].form.global_edit(idx)))
                     break
     return edits
@@ -202,7 +204,6 @@ def _check_tile_staging(b: MarkedBody, sites, at: Mapping[int, list[int]]) -> No
     follow it (:func:`splice.forms.staging.check_staging`)."""
     if not any(sites[idx].staging is not None for idx in at):
         return
-    from .staging import check_staging
     why = check_staging(b.analysed, sites, at)
     if why is not None:
         raise b.fail(f"cannot prove the shared-memory staging of a tile call: {why}")
@@ -323,7 +324,7 @@ def _verify(new_text: str, sites, n_replaced: int, calls_before: int,
     try:
         out = Module(new_text, f"spliced PTX of {kernel_name}")
     except PTXSyntaxError as e:
-        raise _fail(kernel_name, f"the rewritten PTX does not parse: {e}") from None
+        raise rewrite_error(kernel_name, f"the rewritten PTX does not parse: {e}") from None
     # no marker symbol in any statement (so no marker instruction either): only the
     # statements where the text spells one (the Tile IR tileiras embeds does) are looked at
     starts = [s.start for s in out.statements]
@@ -332,11 +333,12 @@ def _verify(new_text: str, sites, n_replaced: int, calls_before: int,
         s = out.statements[i] if i >= 0 else None
         if s is not None and s.kind != "opaque" and m.start() < s.end and \
                 any(MARKER_RE.search(t.text) for t in s.tokens):
-            raise _fail(kernel_name, "a marker symbol is left after the rewrite",
+            raise rewrite_error(kernel_name, "a marker symbol is left after the rewrite",
                         s.text(new_text))
     calls_after = _count_calls(out, sites)
     if calls_after - calls_before != n_replaced:
-        raise _fail(kernel_name, f"{n_replaced} markers replaced by calls but the rewritten "
-                                 f"PTX has {calls_after - calls_before} new calls")
+        raise rewrite_error(kernel_name, f"{n_replaced} markers replaced by calls but the "
+                                         f"rewritten PTX has {calls_after - calls_before} new "
+                                         f"calls")
     return out
 

@@ -37,16 +37,18 @@ the step):
 3. *loads*: the same for the load site, in the straight-line stretch after the block site's
    join.
 
-**At warpgroup scope** (:mod:`splice.forms.warpgroup_proof`) the same staging and the same proof hold
-with the warpgroup site in the block site's place: 1. is :func:`splice.forms.warpgroup_proof.prove_site`
-(every thread of one warpgroup reaches it once; splice's counting entry barrier over the
-group orders the stores before the call, its exit barrier the call before the loads), and
-the elements per thread of 2. and 3. count the group's 128 threads, not the block's: the
-``threads`` of :meth:`~splice.forms.base.CallForm.call_ends`, which each form answers.
+**At warpgroup scope** (:mod:`splice.forms.warpgroup_proof`) the same staging and the same proof
+hold with the warpgroup site in the block site's place: 1. is
+:func:`splice.forms.warpgroup_proof.prove_site` (every thread of one warpgroup reaches it once;
+splice's counting entry barrier over the group orders the stores before the call, its exit barrier
+the call before the loads), and the elements per thread of 2. and 3. count the group's 128 threads,
+not the block's: the ``threads`` of :meth:`~splice.forms.base.CallForm.call_ends`, which each form
+answers.
 
 **Shared memory**: the buffers of one call beyond :data:`MAX_SHARED_BYTES` are refused at
 the call (:mod:`splice.declare.tile_trace`); once the fragments are merged,
-:func:`check_shared_memory` adds every static ``.shared`` declaration of the kernel (the
+:func:`splice.ptxtools.shared_memory.check_block_limit` adds every static ``.shared``
+declaration of the kernel (the
 buffers, tileiras's own, the callee's ``__shared__``) and refuses a total beyond the
 block's maximum before ptxas runs, naming each owner's bytes (next to the 128x128x64 TMA
 matmul's 196,760 B that leaves about 35 KB: a (128,) float32 vector, 1 KB in and out,
@@ -62,13 +64,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from ..errors import SpliceLinkError
-
-#: The most shared memory one block may have, by PTX target without its ``a``/``f``
-#: suffix (sm_90 and sm_100: 227 KB, the opt-in maximum, which static declarations may
-#: use there: tileiras's TMA matmul declares 196,760 B). :func:`check_shared_memory`
-#: checks against it; other targets are left to ptxas (its report names the owners too).
-BLOCK_SHARED_LIMIT = {"sm_90": 232_448, "sm_100": 232_448}
+from ..errors import ProofRefusal
 
 #: The parts of a tile call (:attr:`Staging.role`).
 ROLES = ("store", "call", "load")
@@ -99,32 +95,6 @@ class Staging:
 # The fragment of one tile call
 
 
-def check_shared_memory(merged: str, owner_of_line, target: str, what: str) -> None:
-    """Refuse, before ptxas runs, a kernel with tile calls whose static shared memory
-    cannot fit in one block on ``target`` (:data:`BLOCK_SHARED_LIMIT`): ``merged`` is the
-    merged PTX, ``owner_of_line`` the owner of each of its lines (a line number -> a name:
-    :func:`splice.driver.diagnose.owner_of_line` over the spans of :class:`splice.ptxtools.link.Merged`). The
-    refusal counts what the kernel surely uses -- splice's staging buffers and tileiras's
-    own declarations -- and names every owner's bytes, the callees' ``__shared__`` too
-    (a total those push over the limit is ptxas's report, which names them alike).
-
-    Raises:
-        SpliceLinkError: naming ``what``, the bytes of each owner and the limit.
-    """
-    from ..ptxtools import shared_memory as smem
-    if smem.TILE_BUFFER_MARK not in merged:
-        return
-    limit = BLOCK_SHARED_LIMIT.get(target.rstrip("af"))
-    if limit is None:
-        return
-    owners = smem.shared_owners(merged, owner_of_line)
-    sure = owners.get(smem.TILE_BUFFER_OWNER, 0) + owners.get(smem.KERNEL_OWNER, 0)
-    if sure > limit:
-        raise SpliceLinkError(smem.shared_memory_message(what, sum(owners.values()), limit,
-                                                          owners) +
-                              f" (tileiras's and the staging's alone: {sure} bytes)")
-
-
 # --------------------------------------------------------------------------------------------
 # Declaration
 
@@ -142,7 +112,7 @@ def check_staging(body, sites, at: Mapping[int, list[int]]) -> str | None:
     elements are spread over come from its form (:meth:`~splice.forms.base.CallForm.call_ends`:
     the block's at block scope, the warpgroup's 128 at warpgroup scope). Returns why the
     staging is not proven, naming the step, or None."""
-    from . import block_proof as block
+    from . import block_proof
     groups: dict[int, dict[str, list[tuple[Any, list[int]]]]] = {}
     for idx, positions in at.items():
         st = sites[idx].staging
@@ -170,7 +140,7 @@ def check_staging(body, sites, at: Mapping[int, list[int]]) -> str | None:
             if need is not None and need != threads:
                 return (f"step 'block size': {call_site.staging.what} is compiled for blocks "
                         f"of {need} threads, and tileiras runs it on {threads} (.reqntid "
-                        f"{block.block_dims(body.module, body.fn)})")
+                        f"{block_proof.block_dims(body.module, body.fn)})")
             lo, hi = skips.stretch_before(g), skips.stretch_after(j)
             for role, window in (("store", range(lo, g)), ("load", range(j + 1, hi))):
                 for site, positions in roles.get(role, []):
@@ -223,7 +193,7 @@ def _call_ends(body, sites, at) -> dict[int, tuple[int, int, int]]:
         for i in positions:
             try:
                 out[i] = form.call_ends(body, i)
-            except ValueError:
+            except ProofRefusal:
                 pass    # the call site's own proof reports it
     return out
 

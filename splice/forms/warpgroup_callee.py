@@ -23,7 +23,8 @@ there, and the warpgroup is a hardware warpgroup.
   there is a ``wgmma.wait_group 0`` (else the asynchronous MMA could still write its
   accumulator registers, or read its shared-memory operands, after the call, whose
   registers and staged tiles the kernel reuses). Refused otherwise. (An open group of the
-  kernel's own at the call site is refused by step 6 of :func:`splice.forms.warpgroup_proof.prove_site`.)
+  kernel's own at the call site is refused by step 6 of
+  :func:`splice.forms.warpgroup_proof.prove_site`.)
 """
 
 from __future__ import annotations

@@ -38,16 +38,17 @@ a :class:`WarpgroupRefusal` naming the step (the rewriter's
 3. **site shape**: the guard G is a branch taken exactly by the threads with
    ``tid.x != c`` (a single thread ``c``; tileiras's epilogue warpgroup tests
    ``tid.x - 128 != 0``: :func:`guard_thread`), the guarded code is straight-line and falls
-   through to the join J, which nothing but G names (as for block scope, :mod:`splice.forms.block_proof`).
+   through to the join J, which nothing but G names (as for block scope,
+   :mod:`splice.forms.block_proof`).
 4. **join barrier**: J is followed, through straight-line code, by an unpredicated
    ``barrier.sync``/``bar.sync`` with immediate id and count (the warp-specialised case), or
    by ``bar.sync 0`` (a kernel that is not warp-specialised).
 5. **threads**: which warps can reach G, by a forward analysis over the control-flow graph
    from the kernel's entry in which every branch on a *per-warp-uniform* value -- the warp
    id ``tid.x >> 5`` (or its ``shfl.sync.idx`` from lane 0, or that and a constant through
-   ``add``, ``and``, ...) compared with a constant -- sends each warp its own way, and every other branch both
-   ways. The warps that can reach G must be exactly one warpgroup (4 consecutive warps, the
-   first a multiple of 4: 128 threads), they must number the join barrier's count, and the
+   ``add``, ``and``, ...) compared with a constant -- sends each warp its own way, and every other
+   branch both ways. The warps that can reach G must be exactly one warpgroup (4 consecutive warps,
+   the first a multiple of 4: 128 threads), they must number the join barrier's count, and the
    region the warp branch R opens must be entered only through R (no branch from outside it
    to a label inside it: no loop entered partway). In a kernel that is not warp-specialised
    the group is the block, which must be 128 threads.
@@ -70,12 +71,12 @@ call: then the count is short and the entry traps), and a second one counts the 
 rank below the site's identity (:func:`site_identity`), which is that identity only when
 every thread is at this site (else the threads of one site or the other trap). With a whole
 warp exited the first never completes (it waits for 128 arrivals): a hang, still never a
-partial call (``tests/test_warpgroup_scope.py`` runs both on the CPU executor). Then every thread calls the
-extern, meets the others at the exit barrier (same id and count; both barriers are the non-aligned
-form, correct also where the leader's path has not reconverged with its warp's: the callee's stores are
-visible to the group after it, and thread ``c`` does not overwrite the arguments of the next
-execution before every thread has read them), and thread ``c`` goes on with tileiras's code
-after the marker, the others to J. A partial or mixed call is a trap, never a wrong result.
+partial call (``tests/test_warpgroup_scope.py`` runs both on the CPU executor). Then every thread
+calls the extern, meets the others at the exit barrier (same id and count; both barriers are the
+non-aligned form, correct also where the leader's path has not reconverged with its warp's: the
+callee's stores are visible to the group after it, and thread ``c`` does not overwrite the arguments
+of the next execution before every thread has read them), and thread ``c`` goes on with tileiras's
+code after the marker, the others to J. A partial or mixed call is a trap, never a wrong result.
 
 **The callee** (:func:`check_callee`): the group is 128 threads of a larger block, so a
 CTA-wide barrier (``__syncthreads``, ``bar.sync 0``, ``barrier.sync 0``, ``bar.red.* 0``,
@@ -92,8 +93,8 @@ into splice's shared buffer in the straight-line code before G, every thread of 
 loads the result after J, and the elements are spread over the group's
 :data:`GROUP_SIZE` threads (``call_ends`` of the form says so), not the block's. The
 buffers, tileiras's own shared memory and the callee's must fit in the block's maximum
-(:func:`splice.forms.staging.check_shared_memory`: about 35 KB next to the 128x128x64 TMA matmul's
-196,760 B): a (128,) vector fits, a 128x128 float32 accumulator does not.
+(:func:`splice.ptxtools.shared_memory.check_block_limit`: about 35 KB next to the 128x128x64 TMA
+matmul's 196,760 B): a (128,) vector fits, a 128x128 float32 accumulator does not.
 """
 
 from __future__ import annotations
@@ -104,10 +105,9 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from ..analysis import collectives, control
-from ..errors import SpliceLinkError
+from ..errors import ProofRefusal, SpliceLinkError
 from ..ptxtools.ptx import Body, Instruction, Module, parse_instruction
-from . import block_proof as block
-from . import warpgroup_callee
+from . import block_proof, warpgroup_callee
 from .base import site_module
 
 #: The named barrier id of splice's entry and exit barriers and of ``splice_group_sync()``.
@@ -122,7 +122,7 @@ RANK_REGISTER = "%splice_group_tid"
 _WGMMA_OPEN = ("wgmma.mma_async", "wgmma.commit_group")
 
 
-class WarpgroupRefusal(ValueError):
+class WarpgroupRefusal(ProofRefusal):
     """A step of the proof that failed: ``step`` (e.g. "threads") and ``reason``."""
 
     def __init__(self, step: str, reason: str):
@@ -173,8 +173,8 @@ def prove_site(body: Body, i: int) -> SiteProof:
     _check_barrier_ids(body)
     g, c, target = _guard(body, i)
     try:
-        j = block.join_of(body, g, i, target)
-    except ValueError as e:
+        j = block_proof.join_of(body, g, i, target)
+    except ProofRefusal as e:
         raise WarpgroupRefusal("site shape", str(e)) from None
     b, bins = _join_barrier(body, j)
     group = _group(body, g, b, bins, c, ntid)
@@ -212,9 +212,9 @@ def check_registers(proof: SiteProof, site) -> None:
             f"calls of functions it cannot inline)")
 
 
-def _calls_in(inline) -> str | None:
-    """Why the inlined body ``inline`` ((Module, Function)) is not call-free, or None."""
-    mod, fn = inline
+def _calls_in(body: tuple) -> str | None:
+    """Why the inlined body ``body`` ((Module, Function)) is not call-free, or None."""
+    mod, fn = body
     for st in mod.body_statements(fn):
         if st.kind == "instruction" and parse_instruction(st, mod.text).base == "call":
             return f"its body calls another function ('{' '.join(st.text(mod.text).split())}')"
@@ -253,8 +253,8 @@ def tma_fix(module: Module) -> str | None:
 
 def _check_kernel(body: Body) -> int:
     try:
-        dims = block.check_kernel(body)
-    except ValueError as e:
+        dims = block_proof.check_kernel(body)
+    except ProofRefusal as e:
         raise WarpgroupRefusal("kernel", str(e)) from None
     ntid = int(dims.split(",")[0])
     if ntid % 32:
@@ -336,7 +336,7 @@ def _guard(body: Body, i: int) -> tuple[int, int, str]:
     module, parsed = body.module, body.parsed
     g = i - 1
     while g >= 0 and (parsed[g][0].kind == "directive" or
-                      ((ins := parsed[g][1]) is not None and ins.base not in block._BRANCH_OPS
+                      ((ins := parsed[g][1]) is not None and ins.base not in block_proof._BRANCH_OPS
                        and ins.base not in ("bar", "barrier", "atom"))):
         g -= 1
     gins = parsed[g][1] if g >= 0 else None
@@ -357,7 +357,7 @@ def _join_barrier(body: Body, j: int) -> tuple[int, Instruction]:
     module, parsed = body.module, body.parsed
     b = j + 1
     while b < len(parsed) and (parsed[b][0].kind == "directive" or (
-            (nxt := parsed[b][1]) is not None and nxt.base not in block._BRANCH_OPS and
+            (nxt := parsed[b][1]) is not None and nxt.base not in block_proof._BRANCH_OPS and
             nxt.base not in ("bar", "barrier"))):
         b += 1
     ins = parsed[b][1] if b < len(parsed) else None
@@ -372,7 +372,7 @@ def _join_barrier(body: Body, j: int) -> tuple[int, Instruction]:
             f"has none, but a declaration memory=\"arguments\" (when it touches global "
             f"memory only through its pointer arguments) or the tile it works on as an "
             f"argument (a splice.tile parameter) can keep it there")
-    if ins is None or ins.guard is not None or ins.opcode not in block.BARRIER_OPS + (
+    if ins is None or ins.guard is not None or ins.opcode not in block_proof.BARRIER_OPS + (
             "barrier.sync", "barrier.cta.sync"):
         raise WarpgroupRefusal("join barrier", f"the join label is not followed by an "
                                f"unpredicated barrier of the CTA but by {found!r}")
@@ -391,7 +391,7 @@ def _group(body: Body, g: int, b: int, bins: Instruction, c: int, ntid: int) -> 
         if control.immediate(bid) != 0:
             raise WarpgroupRefusal("join barrier", f"the site joins at {text!r}, a named "
                                    f"barrier without a thread count")
-        ws = block.warp_specialisation(body)
+        ws = block_proof.warp_specialisation(body)
         if ws is not None:
             raise WarpgroupRefusal("join barrier", f"the site joins at {text!r}, a barrier "
                                    f"of the whole block, in a kernel tileiras "
@@ -466,8 +466,9 @@ def _check_region_entry(body: Body, g: int) -> None:
             hit = [op for op in other.operands if op in inside]
             if hit:
                 raise WarpgroupRefusal(
-                    "threads", f"the group's region (from {parsed[r][0].text(module.text).strip()!r}"
-                    f" to {ins.operands[0]}) is entered partway, at {hit[0]}, by "
+                    "threads", f"the group's region (from "
+                    f"{parsed[r][0].text(module.text).strip()!r} to {ins.operands[0]}) is "
+                    f"entered partway, at {hit[0]}, by "
                     f"{s.text(module.text).strip()!r} from outside it")
         return
     raise WarpgroupRefusal("threads", "no branch on the warp id opens a region around the "
@@ -572,7 +573,7 @@ def site_identity(site) -> int:
 def leader_block(site, instance: int, operands) -> str:
     """Replaces the marker: the leader stores the marker's operands into the site's
     scratch."""
-    head, rest = block.thread0_block(site, instance, operands).split("\n", 1)
+    head, rest = block_proof.thread0_block(site, instance, operands).split("\n", 1)
     return head.replace("block call", "warpgroup call").replace(
         "thread 0 passes", "the group's leader passes") + "\n" + rest
 
@@ -592,7 +593,7 @@ def all_threads_block(site, instance: int, dest: str, join: str, group: Group,
     (barriers pair by id, not by instruction: threads at another site's barrier would make
     it that site's count, so that either these or those trap)."""
     w = site.width
-    sym = block.scratch_symbol(site.index)
+    sym = block_proof.scratch_symbol(site.index)
     call = call_block(site, None, dest, ("%__splice_a0", "%__splice_a1"), instance)
     bar = f"{GROUP_BARRIER}, {GROUP_SIZE}"
     ident = site_identity(site)
@@ -693,7 +694,7 @@ def check_block_sites(sites, fragments, target: str, keys: Mapping[int, str],
     Raises:
         SpliceLinkError: naming the extern, the instruction, the block size and the fix.
     """
-    dims = (block.block_dims(kernel, fn) for fn in kernel.entries())
+    dims = (block_proof.block_dims(kernel, fn) for fn in kernel.entries())
     wrong = sorted({n for d in dims if d is not None
                     and (n := int(d.split(",")[0])) != GROUP_SIZE})
     if not wrong:

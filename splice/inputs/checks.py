@@ -106,7 +106,8 @@ def tile_trampoline(d: TileDeclared) -> str:
             return f"a{i}"
         dims = "".join(f"[{n}]" for n in shape)
         return f"*reinterpret_cast<{t.pointee.c_type} (*){dims}>(a{i})"
-    call = f"{d.cxx_name}({', '.join(arg(i, t, s) for i, (t, s) in enumerate(zip(d.sig.args, d.shapes)))})"
+    args = ", ".join(arg(i, t, s) for i, (t, s) in enumerate(zip(d.sig.args, d.shapes)))
+    call = f"{d.cxx_name}({args})"
     ns = f"__splice_check_{d.symbol}"
     return (f"// tiles in shared memory, by reference: {d.code_label}\n"
             f"namespace {ns} {{ template <class A, class B> struct same "

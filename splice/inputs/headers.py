@@ -63,7 +63,7 @@ def included(source, src: str) -> list[tuple[str, str]]:
     """(path, sha256) of every user header ``src`` (the text of ``source``, a
     :class:`splice.inputs.fragments.CudaSource`) includes, transitively, found as NVRTC finds it:
     a quoted name beside the including file (for a text source, the directory of its NVRTC
-    name, :meth:`~splice.inputs.fragments.CudaSource.program_name`), then the ``-I`` directories in NVRTC's
+    name, ``fragments.CudaSource.program_name``), then the ``-I`` directories in NVRTC's
     order (``CudaSource._options``: ``include_dirs``, beside ``path``,
     ``-I``/``--include-path`` of ``options``, then splice's own); ``-include``/
     ``--pre-include`` files too. A header found in splice's own directories (CUDA, CCCL) is

@@ -154,8 +154,8 @@ def collective_calls(source: str) -> list[tuple[int, str]]:
 
 def check_scope(ext, source: str) -> None:
     """Refuse block/warp-collective NVSHMEM APIs in an element-scope extern: each tile
-    element's call runs on the one thread that owns it (``docs/design.md#per-element``), so a collective
-    would see a divergent subset of its threads (hang or wrong data).
+    element's call runs on the one thread that owns it (``docs/design.md#per-element``), so a
+    collective would see a divergent subset of its threads (hang or wrong data).
 
     Raises:
         SpliceDeclarationError: naming the extern, the API and its source line.

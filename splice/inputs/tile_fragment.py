@@ -15,7 +15,8 @@ from . import tile_guards
 from .fragments import BinarySource, CudaSource, Fragment, memoized_module, parse_module
 
 #: The prefix of every symbol the staging defines (users cannot declare ``__splice`` names);
-#: shared-memory reports know the buffers by it (:data:`splice.ptxtools.shared_memory.TILE_BUFFER_OWNER`).
+#: shared-memory reports know the buffers by it
+#: (:data:`splice.ptxtools.shared_memory.TILE_BUFFER_OWNER`).
 PREFIX = "__splice_tile_"
 
 
@@ -170,8 +171,8 @@ class TileFragment(Fragment):
                 body.append(f"\tld.param.b{bits} \t{reg}, [p{s}];")
                 values.append((reg, bits))
                 s += 1
-        guard_in, guard_out = ((tile_guards.prologue(self, self.scope),
-                                tile_guards.epilogue(self, self.scope))
+        guard_in, guard_out = ((tile_guards.prologue(self),
+                                tile_guards.epilogue(self))
                                if self.guard_bytes else ([], []))
         inlined = self._inlined_callee(base, values, res)
         if inlined is not None:

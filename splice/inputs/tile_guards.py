@@ -1,5 +1,6 @@
 """``SPLICE_CHECK_TILES=1``: guard words around every staging buffer of a tile call, checked
-after the call (:class:`splice.inputs.tile_fragment.TileFragment` adds this code to its call function).
+after the call (:class:`splice.inputs.tile_fragment.TileFragment` adds this code to its call
+function).
 
 A cooperative callee that writes past its tile (``y[N] = -1.0f``) writes shared memory
 splice or tileiras uses for something else, and nothing notices (compute-sanitizer does not
@@ -91,8 +92,9 @@ def _guard_offsets(frag, k: int) -> list[tuple[str, int]]:
         [("after", end + i) for i in range(GUARD_BYTES)]
 
 
-def prologue(frag, scope: str) -> list[str]:
-    """Rank 0 fills the guards; then the group meets."""
+def prologue(frag) -> list[str]:
+    """Rank 0 fills the guards; then the group (of ``frag.scope``) meets."""
+    scope = frag.scope
     lines = ["\t{ // splice: SPLICE_CHECK_TILES, the guards set", f"\t.reg .b32 \t{_REG}r;",
              f"\t.reg .pred \t{_REG}p;", f"\t.reg .b16 \t{_REG}v;", *_RANK[scope],
              f"\tmov.b16 \t{_REG}v, {PATTERN};"]
@@ -102,9 +104,10 @@ def prologue(frag, scope: str) -> list[str]:
     return lines + [f"\t{_BARRIER[scope]}", "\t}"]
 
 
-def epilogue(frag, scope: str) -> list[str]:
-    """The group meets; rank 0 reads every guard byte and asserts on the first side of a
-    buffer that changed."""
+def epilogue(frag) -> list[str]:
+    """The group (of ``frag.scope``) meets; rank 0 reads every guard byte and asserts on
+    the first side of a buffer that changed."""
+    scope = frag.scope
     lines = ["\t{ // splice: SPLICE_CHECK_TILES, the guards checked",
              f"\t.reg .b32 \t{_REG}r, {_REG}x, {_REG}b;", f"\t.reg .pred \t{_REG}p, {_REG}q;",
              f"\t.reg .b64 \t{_REG}m;", f"\t{_BARRIER[scope]}", *_RANK[scope]]

@@ -59,17 +59,16 @@ def export_kernel(kernel, signatures: Sequence, output_file: IO | str | bytes | 
         import cuda.tile as ct
         import splice
 
-        twice = splice.extern(source='extern "C" __device__ float twice(float x) { return 2 * x; }',
-                              name="twice", signature="float32(float32)")
-
         @splice.kernel
-        def scale(x, y, TILE: ct.Constant[int]):
-            ct.store(y, index=(ct.bid(0),), tile=twice(ct.load(x, index=(ct.bid(0),), shape=(TILE,))))
+        def scale(x, y, TILE: ct.Constant[int]):     # inline PTX: splice.asm
+            t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+            ct.store(y, index=(ct.bid(0),), tile=splice.asm("add.f32 $0, $1, $1;", t,
+                                                             dtype=ct.float32))
 
         out = io.BytesIO()
-        splice.export_kernel(scale, [splice.kernel_signature("array(float32)", "array(float32)", 128,
-                                                             symbol="scale_128")],
-                             out, gpu_code="sm_90")
+        sig = splice.kernel_signature("array(float32)", "array(float32)", 128,
+                                      symbol="scale_128")
+        splice.export_kernel(scale, [sig], out, gpu_code="sm_90")
         print(len(out.getvalue()), "bytes")
         assert b"scale_128" in out.getvalue()
         ```

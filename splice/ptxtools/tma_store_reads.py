@@ -22,8 +22,9 @@ is "before" the next iteration) -- and the kernel's PTX issues a bulk store to g
 memory (:data:`BULK_GLOBAL_STORE`). Not refused: kernels without a bulk global store
 (sm_80, or every store ``allow_tma=False``), and calls given arrays the kernel only loads.
 
-The trace finds the candidates (:meth:`splice.tracing.tile_ir.SpliceMarkerPointer.splice_tma_stored_reads`,
-through the dataflow hook of :mod:`splice.system._cutile`); :func:`check` decides on the PTX.
+The trace finds the candidates
+(:meth:`splice.tracing.tile_ir.SpliceMarkerPointer.splice_tma_stored_reads`, through the dataflow
+hook of :mod:`splice.system._cutile`); :func:`check` decides on the PTX.
 """
 
 from __future__ import annotations

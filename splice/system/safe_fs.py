@@ -537,6 +537,7 @@ def _wait(fd: int, path: Path, timeout: float) -> None:
         except BlockingIOError:
             if time.monotonic() >= deadline:
                 raise TimeoutError(errno.ETIMEDOUT, f"the lock {path} stayed held for "
-                                   f"{timeout:g} s (by another splice, or another program)") from None
+                                   f"{timeout:g} s (by another splice, or another "
+                                   f"program)") from None
             time.sleep(delay)
             delay = min(delay * 2, 0.1)

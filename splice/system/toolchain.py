@@ -106,7 +106,8 @@ def ptxas() -> Path:
 
 
 def run_version(path: Path) -> str:
-    """The version line that a CUDA tool prints for ``--version`` (``... release 13.5, V13.5.37``)."""
+    """The version line that a CUDA tool prints for ``--version`` (``... release 13.5,
+    V13.5.37``)."""
     try:
         out = subprocess.run([str(path), "--version"], capture_output=True, text=True,
                              env=clean_env(), timeout=60)

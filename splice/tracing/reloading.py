@@ -28,6 +28,8 @@ import weakref
 from pathlib import Path
 from types import FrameType
 
+from ..system import _cutile as cu
+
 _SPLICE_DIR = str(Path(__file__).resolve().parents[1])   # the splice package
 
 
@@ -189,7 +191,8 @@ def declared(new, pyfunc) -> None:
         global _generation
         _generation += 1
     for old in olds:
-        kernels = sorted(k._pyfunc.__name__ for k in getattr(old, "_splice_launched", ()))
+        kernels = sorted(cu.python_function(k).__name__
+                         for k in getattr(old, "_splice_launched", ()))
         if kernels:
             warnings.warn(StaleKernelWarning(
                 f"extern '{name}' declared again at {new._splice_extern.where} (it was "

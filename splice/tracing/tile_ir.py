@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 
 import cuda.tile as ct
 
-from ..forms.base import CallSite
+from ..forms.base import CallSite, Memory
 from ..ptxtools.tma_store_reads import StoredArrayRead
 from ..system._cutile import (
     SPLICE_ALIAS_SET,
@@ -170,10 +170,10 @@ class SpliceMarkerPointer(Operation, opcode="splice_marker_pointer"):
         """The alias set of the pointer (None: cuTile's own, the universe); called by the
         dataflow hook of :mod:`splice.system._cutile`."""
         memory = self.site.extern.memory
-        if memory == "any":
+        if memory is Memory.ANY:
             return None
         alias_set = SPLICE_ALIAS_SET
-        for array in self.arrays if memory == "arguments" else ():
+        for array in self.arrays if memory is Memory.ARGUMENTS else ():
             alias_set |= alias_set_of(array)
         return alias_set
 
@@ -219,11 +219,11 @@ class SplicePureCall(Operation, opcode="splice_pure_call"):
     time; xor with an unknown is a bijection, so no constant argument -- a NaN, 1.0, -0.0 --
     reaches the fma and lets it be simplified), so each element reaches PTX as one
     ``fma.<rounding>.f64`` with K as a multiplicand (the rounding differs between
-    neighbouring sites so that LLVM does not merge them: :data:`splice.forms.base.FMA_ROUNDINGS`). A 64-bit result is xor-ed with K again, so
-    that it is an integer to LLVM from the start (an ``and`` clearing bit 63 of a bitcast
-    f64 becomes ``abs.f64``, which may change NaN bits). The rewriter makes K 0 (the value the
-    load reads) and replaces each such fma by the call of slots (a', c') -- which equal
-    (slot0, slot1) once K is 0. See :mod:`splice.forms.rewrite`.
+    neighbouring sites so that LLVM does not merge them: :data:`splice.forms.base.FMA_ROUNDINGS`). A
+    64-bit result is xor-ed with K again, so that it is an integer to LLVM from the start (an
+    ``and`` clearing bit 63 of a bitcast f64 becomes ``abs.f64``, which may change NaN bits). The
+    rewriter makes K 0 (the value the load reads) and replaces each such fma by the call of slots
+    (a', c') -- which equal (slot0, slot1) once K is 0. See :mod:`splice.forms.rewrite`.
     """
 
     site: CallSite = attribute()
@@ -295,8 +295,8 @@ class SpliceImpureCall(TileAtomicCAS, opcode="splice_impure_call",
     ``memory="any"``, relaxed for ``memory="arguments"`` (and a snippet's "none"). That
     pass joins the input token of an operation with release semantics with the last token
     of every array, whatever its alias set, and orders every later operation after one
-    with acquire semantics; relaxed leaves both out, so the call is ordered (before and after) only against the
-    operations whose pointer's alias set overlaps its own (:class:`SpliceMarkerPointer`:
+    with acquire semantics; relaxed leaves both out, so the call is ordered (before and after) only
+    against the operations whose pointer's alias set overlaps its own (:class:`SpliceMarkerPointer`:
     the arrays it is given, the other sites of its tile call, the other declared calls),
     and after the kernel's last acquire (an earlier call of ``memory="any"``; a later one
     is release, so it follows). The bytecode is acq_rel for all (:data:`MARKER_ORDER`), so

@@ -25,7 +25,7 @@ from typing import Any
 import cuda.tile as ct
 
 from ..errors import SpliceCallError, SpliceDeclarationError, SpliceError
-from ..forms.base import CallSite
+from ..forms.base import CallSite, Memory
 from ..system import _cutile as cu
 from ..types import Signature
 
@@ -113,7 +113,8 @@ class TracedKernel:
     tileiras_flags: tuple[str, ...]
     timeout_sec: float | None
     symbols: tuple[str, ...] = ()   # every entry's symbol (several signatures: one each)
-    #: impure calls given an array the kernel may store by TMA (:mod:`splice.ptxtools.tma_store_reads`)
+    #: impure calls given an array the kernel may store by TMA
+    #: (:mod:`splice.ptxtools.tma_store_reads`)
     tma_stored_reads: tuple = ()
 
 
@@ -196,7 +197,8 @@ def check_build_args(kernel, signature) -> None:
             continue
         code = cu.python_function(kernel).__code__
         raise SpliceDeclarationError(
-            f"kernel '{cu.python_function(kernel).__name__}' ({code.co_filename}:{code.co_firstlineno}): "
+            f"kernel '{cu.python_function(kernel).__name__}' "
+            f"({code.co_filename}:{code.co_firstlineno}): "
             f"signature must be a cuda.tile.compilation.KernelSignature (or a non-empty list "
             f"of them), got {type(bad).__name__} {bad!r:.80}; make one with "
             f"splice.kernel_signature(\"array(float32)\", ...), or pass the launch "
@@ -431,7 +433,7 @@ def _emit_atomic_call(session, ext, form, key, typed, call_shape, loc, shown):
         arrays=tuple(var.get_aggregate().base_ptr for _, var in pointers))
     res = sig.result
     result_ty = cu.TileTy(marker_dtype if res is None else res.dtype, shape)
-    order = cu.MemoryOrder.ACQ_REL if ext.memory == "any" else cu.MemoryOrder.RELAXED
+    order = cu.MemoryOrder.ACQ_REL if ext.memory is Memory.ANY else cu.MemoryOrder.RELAXED
     value, _token = cu.add_operation_variadic(
         SpliceImpureCall, (result_ty, cu.TokenTy()), site=site, pointer=pointer, args=typed,
         memory_order=order, memory_scope=cu.MemoryScope.DEVICE)

@@ -85,8 +85,8 @@ ff = cuda_extern("float32(float32, float32)", "return a * 0.5f + b;", "fm_ff")
 f_bool = cuda_extern("bool(float64, bool)", "return (a > 0.0) != b;", "fm_f_bool")
 f_i8 = cuda_extern("int8(int8, uint64)", "return (signed char)(a + (signed char)(b & 7));",
                "fm_f_i8")
-f_half = cuda_extern("float16(float16, float16)", "return __hadd(a, __hmul(b, __float2half(2.0f)));",
-                 "fm_f_half")
+f_half = cuda_extern("float16(float16, float16)",
+                     "return __hadd(a, __hmul(b, __float2half(2.0f)));", "fm_f_half")
 f_bf16 = cuda_extern("bfloat16(bfloat16)",
                  "return __float2bfloat16(__bfloat162float(a) * 2.0f + 1.0f);", "fm_f_bf16")
 no_args = cuda_extern("float32()", "return 42.5f;", "fm_no_args")

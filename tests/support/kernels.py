@@ -112,8 +112,8 @@ def mixed_kernel(a, b, c, d, e, y, TILE: ConstInt):
     ct.store(y, index=(bid,), tile=mixed(ta, tb, tc, td, te))
 
 
-fma64 = splice.extern(source=r'''
-extern "C" __device__ double fma64(double a, double b) { return __dadd_rn(__dmul_rn(a, b), 0.25); }''',
+fma64 = splice.extern(source=r'''extern "C" __device__ double fma64(double a, double b) {
+    return __dadd_rn(__dmul_rn(a, b), 0.25); }''',
                       name="fma64", signature="float64(float64, float64)")(lambda a, b: None)
 
 

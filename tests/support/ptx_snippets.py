@@ -63,12 +63,13 @@ MISALIGNED = [
     ("ld.global.v2.b32 {%r3, %r4}, [%rd_a+4]; add.u32 %r3, %r3, %r4;\n"
      "st.global.b32 [%rd_out], %r3;", "ld.global.v2.b32"),
     ("ld.global.v4.f32 {%f1, %f2, %f3, %f4}, [%rd_a+8]; add.rn.f32 %f1, %f1, %f2;\n"
-     "add.rn.f32 %f3, %f3, %f4; add.rn.f32 %f1, %f1, %f3; st.global.f32 [%rd_out], %f1;", "ld.global.v4.f32"),
+     "add.rn.f32 %f3, %f3, %f4; add.rn.f32 %f1, %f1, %f3; st.global.f32 [%rd_out], %f1;",
+     "ld.global.v4.f32"),
     ("st.global.b64 [%rd_out+4], %rd1;", "st.global.b64"),
     ("st.global.v2.f32 [%rd_out+4], {%f1, %f2};", "st.global.v2.f32"),
     ("atom.global.add.u32 %r3, [%rd_out+2], 1;", "atom.global.add.u32"),
     ("red.global.add.u64 [%rd_out+4], 1;", "red.global.add.u64"),
-    ("ld.b32 %r3, [%rd_a+1]; st.global.b32 [%rd_out], %r3;", "ld.b32"),                      # generic, onto global
+    ("ld.b32 %r3, [%rd_a+1]; st.global.b32 [%rd_out], %r3;", "ld.b32"),  # generic, onto global
     ("mov.u32 %r5, cell; ld.shared.b32 %r3, [%r5+2]; st.global.b32 [%rd_out], %r3;",
      "ld.shared.b32"),
     ("mov.u32 %r5, cell; st.shared.v4.b32 [%r5+4], {%r1, %r1, %r1, %r1};",

@@ -310,7 +310,8 @@ def victim_shared(world: Path) -> dict:
 
 
 def victim_dump(world: Path) -> dict:
-    with env(SPLICE_DUMP_DIR=str(world / "dumps"), SPLICE_CACHE_DIR=str(world / "victim" / "dump-cache")):
+    with env(SPLICE_DUMP_DIR=str(world / "dumps"),
+             SPLICE_CACHE_DIR=str(world / "victim" / "dump-cache")):
         out = attempt(lambda: build(str(world), "a").symbol)
     out["precious"] = (world / "victim" / "precious-dump").read_bytes()[:8].hex()
     return out
