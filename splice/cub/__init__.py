@@ -42,8 +42,8 @@ CUB once; a larger tile compiles alone. What they need:
   them (below: a float32 ``sort`` of 16384 elements fits, a float64 one does not). A tile
   of fewer than 128 elements is a ``SpliceCompileError`` (``n`` must be a multiple of
   128). Dtypes: int8 ... int64, uint8 ... uint64, float16, bfloat16, float32, float64 for
-  ``sort``/``sort_pairs``/``top_k`` keys (radix sort: -0.0 sorts before +0.0, NaNs after
-  +inf ascending), any of those or bool for ``sort_pairs`` values, int32 indices for
+  ``sort``/``sort_pairs``/``top_k`` keys (radix sort: -0.0 equal to +0.0, NaNs after
+  +inf ascending but one with its sign bit set before -inf), any of those or bool for ``sort_pairs`` values, int32 indices for
   ``top_k``; ``inclusive_sum`` for int32, int64, uint32, uint64, float32, float64;
   ``histogram`` of integer tiles (values outside ``[0, bins)`` are not counted), ``bins``
   a power of two up to 65536, int32 counts.
