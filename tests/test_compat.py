@@ -164,6 +164,28 @@ def test_an_extra_torch_asks_for_pins_even_when_broken():
     assert "cuda-toolkit 13.0.3.0 requires nvidia-cuda-nvrtc==13.0.88.*, found 13.5.37" in text
 
 
+
+# CuPy for CUDA 13 with its wheels (``pip install 'cupy-cuda13x[ctk]'``): the metapackage is
+# asked for by an extra of CuPy's, not by a requirement of its own
+CUPY = Dist("cupy-cuda13x", "14.2.0", (
+    "cuda-pathfinder==1.*,>=1.3.4",
+    'cuda-toolkit[cublas,cudart,nvrtc]==13.*; extra == "ctk"'), ("ctk",))
+TOOLKIT_1350 = Dist("cuda-toolkit", "13.5.0", (
+    "nvidia-cuda-nvrtc==13.5.37.*; extra == 'nvrtc'",
+    "nvidia-cuda-runtime==13.5.37.*; extra == 'cudart'",
+    "nvidia-cublas==13.10.0.20.*; extra == 'cublas'"), ("cublas", "cudart", "nvrtc"))
+
+
+def test_an_extra_asked_for_by_a_counted_extra_pins_even_when_broken():
+    """Found trying to break doctor (issue 46): CuPy's ctk extra is counted (its
+    requirement holds), and asks for the metapackage's nvrtc extra; with NVRTC moved off
+    that pin, doctor said every pin was kept, as if nobody asked for the extra."""
+    env = [CUPY, TOOLKIT_1350, Dist("nvidia-cuda-nvrtc", "13.0.88"),
+           Dist("nvidia-cuda-runtime", "13.5.37"), Dist("nvidia-cublas", "13.10.0.20")]
+    ok, text = compat.beside(env)
+    assert not ok, text
+    assert "cuda-toolkit 13.5.0 requires nvidia-cuda-nvrtc==13.5.37.*, found 13.0.88" in text
+
 def test_beside_names_torch_and_its_pins():
     ok, text = compat.beside(_torch_env())
     assert ok, text
