@@ -411,9 +411,10 @@ def broken(dists: list[Dist]) -> list[tuple[Pin, str | None]]:
     """
     versions = _versions(dists)
     watched = {*PROJECTS.values(), "cuda-toolkit"}
-    return [(p, versions.get(p.project)) for p in pins(dists) if p.project in watched
-            and (versions.get(p.project) is None
-                 or not p.specifier.contains(versions[p.project], prereleases=True))]
+    bad = [(p, versions.get(p.project)) for p in pins(dists) if p.project in watched
+           and (versions.get(p.project) is None
+                or not p.specifier.contains(versions[p.project], prereleases=True))]
+    return [b for i, b in enumerate(bad) if b not in bad[:i]]   # one pin, several extras
 
 
 def beside(dists: list[Dist]) -> tuple[bool, str]:
