@@ -169,6 +169,24 @@ def test_sampling_is_the_definition(recipe):
     assert at[0] > 0 and at[1] < top_k[1]
 
 
+def test_sampling_at_infinite_temperature_draws_from_the_vocabulary(recipe):
+    """Found trying to break the recipe: temperature = inf (> 0: in the definition) made
+    the padding past the vocabulary -inf / inf = NaN, which sorted first: out-of-vocabulary
+    ids took candidate slots, and the draw was among fewer tokens than k."""
+    smp = recipe("sampling")
+    rng = np.random.default_rng(6)
+    logits = (rng.integers(-40, 40, (2, 700)) / 8).astype(np.float32)      # 2 chunks
+    temperature = np.array([np.inf, 1.0], np.float32)
+    top_k = np.array([50, 20], np.int32)
+    top_p, uniform = np.ones(2, np.float32), np.array([0.25, 0.5], np.float32)
+    c = smp.config(2, 700, 50, chunk=512, merge=256)
+    out = smp.outputs(np, c)
+    _launch(smp, smp.plan(c, logits, temperature, top_k, top_p, uniform, out))
+    order = np.argsort(-(logits / temperature[:, None]), axis=1, kind="stable")[:, :c["kc"]]
+    np.testing.assert_array_equal(out["order"][:, :50], order[:, :50])
+    assert out["tokens"][0] == 12                    # 50 equal weights: u = 0.25 picks the 13th
+    np.testing.assert_array_equal(out["weights"][0, :50], np.ones(50, np.float32))
+
 @pytest.mark.parametrize("u,expect", [(0.0, 0), (0.999999, 2)])
 def test_sampling_uniform_ends(recipe, u, expect):
     """On three equal weights, u = 0 picks the first, u just below 1 the last."""
