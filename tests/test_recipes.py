@@ -131,6 +131,22 @@ def test_moe_align_compiles_at_deepseek_size(recipe, capsys):
     assert out.count("block scope: every thread of the block calls it") >= 6
 
 
+
+def test_moe_align_compiles_at_kimi_k2_size(recipe):
+    """Found trying to break the recipe: 384 experts, top-8, decode (Kimi K2's router; in
+    the documented limits, k <= experts <= 4096): the routing step holds 16 tokens, the
+    fewest whose pairs fill a splice.cub tile, of 512 logits, twice ROUTE_ELEMENTS, and
+    tileiras split the one-block kernel: a SpliceRewriteError. 256 experts at top-4 too."""
+    moe = recipe("moe_align")
+    for tokens, experts, k in ((64, 384, 8), (64, 256, 4)):
+        c = moe.config(tokens, experts, k, 64)
+        assert c["tb"] * c["ep"] > moe.ROUTE_ELEMENTS and c["blocks"] == 1
+        logits = np.zeros((tokens, experts), np.float32)
+        [(kernel, grid, args, constants)] = moe.plan(c, logits, moe.outputs(np, c, tokens),
+                                                     tokens)
+        build = splice.compile(kernel, moe.signature(args, constants), "sm_90")
+        assert all(s.scope == "block" for s in build.sites), build.summary()
+
 # ---------------------------------------------------------------------------------------------
 # Top-k / top-p sampling
 
