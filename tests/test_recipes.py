@@ -270,6 +270,24 @@ def test_rmsnorm_fp8_rows_and_scales(recipe):
     np.testing.assert_array_equal(q, _to_e4m3(y * (np.float32(rms.E4M3_MAX) / amax)[:, None]))
 
 
+def test_rmsnorm_gpu_check_admits_one_e4m3_step_and_no_more(recipe):
+    """Found trying to break the recipe: its GPU check, 'one e4m3 step at most', compared
+    the values with rtol 0.0625, which no step between normal e4m3 values meets (1.0 and
+    1.125 differ by 11 %): the last bit of an rsqrt that moves a value across a rounding
+    failed it. Codes one apart pass (+0 and -0 are one value); two apart, or a NaN beside
+    a number, do not."""
+    rms = recipe("rmsnorm_fp8")
+    table = _e4m3_table()
+    ours = np.array([0x38, 0x39, 0x7e, 0x01, 0x80, 0xb8], np.uint8)
+    one_off = np.array([0x39, 0x38, 0x7d, 0x00, 0x81, 0xb9], np.uint8)
+    assert table[0x38] == 1.0 and table[0x39] == 1.125
+    assert rms.within_one_step(ours, one_off)
+    assert rms.within_one_step(ours, ours)
+    for i, bad in ((0, 0x3a), (5, 0x38), (3, 0x81), (2, 0x7f)):   # 2 steps, a sign, NaN
+        far = one_off.copy()
+        far[i] = bad
+        assert not rms.within_one_step(ours, far), (i, bad)
+
 def test_rmsnorm_fp8_fused_equals_the_unfused_cutile_pair(recipe):
     rms = recipe("rmsnorm_fp8")
     rows, hidden, eps = 2, 256, np.float32(1e-6)
