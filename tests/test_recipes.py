@@ -270,6 +270,26 @@ def test_rmsnorm_fp8_rows_and_scales(recipe):
     np.testing.assert_array_equal(q, _to_e4m3(y * (np.float32(rms.E4M3_MAX) / amax)[:, None]))
 
 
+def test_rmsnorm_fp8_of_a_row_shorter_than_a_cub_tile(recipe):
+    """Found trying to break the recipe: run() loaded a hidden size of 64 as a (64,) tile,
+    below splice.cub's 128 elements (a SpliceCompileError); the tile is padded to 128."""
+    rms = recipe("rmsnorm_fp8")
+    rows, hidden, eps = 2, 64, np.float32(0.25)
+    rng = np.random.default_rng(10)
+    x = rng.integers(-6, 7, (rows, hidden)).astype(np.float32)
+    w = np.ones(hidden, np.float32)
+    q, scale = np.zeros((rows, hidden), np.uint8), np.zeros(rows, np.float32)
+    sig = splice.kernel_signature("array(float32, ndim=2)", "array(float32)",
+                                  "array(float8_e4m3fn, ndim=2)", "array(float32)",
+                                  "scalar(int32)", "scalar(float32)", rms.tile_size(hidden))
+    run_build(splice.compile(rms.rms_norm_fp8, sig, "sm_90"), (rows,), x, w, q, scale,
+              np.int32(hidden), eps)
+    ms = (x * x).sum(axis=1, dtype=np.float32) / np.float32(hidden) + eps
+    y = x * (1 / np.sqrt(ms.astype(np.float64))).astype(np.float32)[:, None]
+    amax = np.abs(y).max(axis=1)
+    np.testing.assert_array_equal(scale, amax / np.float32(rms.E4M3_MAX))
+    np.testing.assert_array_equal(q, _to_e4m3(y * (np.float32(rms.E4M3_MAX) / amax)[:, None]))
+
 def test_rmsnorm_gpu_check_admits_one_e4m3_step_and_no_more(recipe):
     """Found trying to break the recipe: its GPU check, 'one e4m3 step at most', compared
     the values with rtol 0.0625, which no step between normal e4m3 values meets (1.0 and
