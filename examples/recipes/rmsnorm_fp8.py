@@ -27,8 +27,10 @@ E4M3_MAX = 448.0
 MIN_AMAX = 1e-12
 
 
-def _pow2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
+def tile_size(hidden: int) -> int:
+    """The tile a row is loaded as: ``hidden`` rounded up to a power of two, at least 128
+    (``splice.cub``'s smallest tile; the padding's zeros change nothing)."""
+    return max(128, 1 << max(0, hidden - 1).bit_length())
 
 
 def rms_norm_row(x, w, hidden: int, eps: float, H: int):
@@ -81,7 +83,7 @@ def run(x, w, eps: float = 1e-6):
     q = torch.empty(tokens, hidden, dtype=torch.float8_e4m3fn, device=x.device)
     scale = torch.empty(tokens, dtype=torch.float32, device=x.device)
     ct.launch(torch.cuda.current_stream(), (tokens,), rms_norm_fp8,
-              (x, w, q, scale, hidden, eps, _pow2(hidden)))
+              (x, w, q, scale, hidden, eps, tile_size(hidden)))
     return q, scale
 
 
@@ -93,8 +95,8 @@ def run_unfused(x, w, eps: float = 1e-6):
     q = torch.empty(tokens, hidden, dtype=torch.float8_e4m3fn, device=x.device)
     scale = torch.empty(tokens, dtype=torch.float32, device=x.device)
     stream = torch.cuda.current_stream()
-    ct.launch(stream, (tokens,), rms_norm, (x, w, y, hidden, eps, _pow2(hidden)))
-    ct.launch(stream, (tokens,), quantize_fp8, (y, q, scale, _pow2(hidden)))
+    ct.launch(stream, (tokens,), rms_norm, (x, w, y, hidden, eps, tile_size(hidden)))
+    ct.launch(stream, (tokens,), quantize_fp8, (y, q, scale, tile_size(hidden)))
     return q, scale
 
 
@@ -140,7 +142,7 @@ def compile_only(hidden=4096):
     print("no GPU: compiled for sm_90 without launching")
     sig = splice.kernel_signature("array(bfloat16, ndim=2)", "array(bfloat16)",
                                   "array(float8_e4m3fn, ndim=2)", "array(float32)",
-                                  "scalar(int32)", "scalar(float32)", _pow2(hidden))
+                                  "scalar(int32)", "scalar(float32)", tile_size(hidden))
     print(splice.compile(rms_norm_fp8, sig, "sm_90").summary())
 
 
