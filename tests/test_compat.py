@@ -273,6 +273,16 @@ def test_a_fix_gives_a_tested_set_and_breaks_no_pin(minors, nvrtc_pin, nvjitlink
     assert compat.assess([components[0], *after], dists)[0], (text, fixed)
 
 
+
+@pytest.mark.parametrize("pin, refuses", [
+    ("==3.4.5", True), ("<3.8", True), ("~=3.4.0", True), (">=3.0", False), ("<4", False),
+    ("==3.9.*", False), (">3.8", False), ("!=3.8.0", False)])
+def test_refusing_names_the_pins_that_no_wanted_version_meets(pin, refuses):
+    # doctor's NVSHMEM line: splice[nvshmem] asks for nvidia-nvshmem-cu13>=3.8
+    torch = Dist("torch", "2.14.1", (f"nvidia-nvshmem-cu13{pin}",))
+    found = compat.refusing([torch, Dist("numpy", "2.4.6")], "nvidia-nvshmem-cu13>=3.8")
+    assert [p.requirement for p in found] == ([f"nvidia-nvshmem-cu13{pin}"] if refuses else [])
+
 # --- version specifiers and minors --------------------------------------------------------
 
 
