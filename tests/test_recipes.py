@@ -366,7 +366,8 @@ def torch():
 @pytest.mark.gpu
 @pytest.mark.parametrize("tokens,experts,k,tile_m", [
     (1, 8, 2, 16), (64, 256, 8, 64), (200, 64, 6, 32), (4096, 128, 8, 64),
-    (16384, 256, 8, 128)])
+    (16384, 256, 8, 128),
+    (64, 384, 8, 64), (32, 256, 4, 64)])       # the one-block kernel with the occupancy hint
 def test_gpu_moe_align_equals_the_pytorch_composite(recipe, torch, tokens, experts, k, tile_m):
     moe = recipe("moe_align")
     logits = torch.randn(tokens, experts, device="cuda")
