@@ -196,19 +196,28 @@ def test_max_and_min_are_ct_max_s_and_ct_min_s_but_on_a_tile_of_only_nans(case):
     a NaN is ignored by both; -0.0 is below +0.0 for both (PTX max.f32 and min.f32); a tile
     of only NaNs is NaN for splice's "max" and "min" and ct.min, but -inf for ct.max
     (cuTile's cross-warp maximum is an integer atomic on the float's bits)."""
-    x = _rng.standard_normal(N).astype(np.float32)
-    if case == "nans":
-        x[[0, 9, 130]] = np.nan
-        want = [np.nanmax(x)] * 2 + [np.nanmin(x)] * 2
-    elif case == "only nans":
-        x[:] = np.nan
-        want = [np.nan, -np.inf, np.nan, np.nan]
-    else:
-        x[:] = -0.0
-        x[1::3] = 0.0
-        want = [0.0, 0.0, -0.0, -0.0]
+    x, want = _max_min_case(case)
     y = np.zeros(4, np.float32)
     _exec(max_min_kernel, _sig(f32, f32, N), x, y)
+    _assert_same_floats(y, want)
+
+
+def _max_min_case(case: str):
+    """(a tile, [splice's max, ct.max, splice's min, ct.min] of it)."""
+    x = np.random.default_rng(12).standard_normal(N).astype(np.float32)
+    if case == "nans":
+        x[[0, 9, 130]] = np.nan
+        return x, [np.nanmax(x)] * 2 + [np.nanmin(x)] * 2
+    if case == "only nans":
+        x[:] = np.nan
+        return x, [np.nan, -np.inf, np.nan, np.nan]
+    x[:] = -0.0
+    x[1::3] = 0.0
+    return x, [0.0, 0.0, -0.0, -0.0]
+
+
+def _assert_same_floats(y, want):
+    """Bit for bit where ``want`` is a number (signed zeros), NaN where it is NaN."""
     want = np.float32(want)
     nan = np.isnan(want)
     np.testing.assert_array_equal(np.isnan(y), nan)
@@ -514,6 +523,16 @@ def test_gpu_scans(torch):
     assert torch.equal(yi.view(ROWS, GN), xi.view(ROWS, GN).max(-1, keepdim=True).values
                        .expand(ROWS, GN))
 
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["nans", "only nans", "signed zeros"])
+def test_gpu_max_and_min_against_ct_max_and_ct_min(torch, case):
+    """The executor's reading of "max"/"min" against ct.max/ct.min, on the GPU."""
+    from support.gpu import launch
+    x, want = _max_min_case(case)
+    y = torch.zeros(4, device="cuda")
+    launch(torch, (1,), max_min_kernel, (torch.from_numpy(x).cuda(), y, N))
+    _assert_same_floats(y.cpu().numpy(), want)
 
 @pytest.mark.gpu
 def test_gpu_merge_sorts(torch):
