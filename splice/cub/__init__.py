@@ -505,12 +505,11 @@ _SCAN_LIMITS = """1-D, of 128 x 2**j elements (128 ... 4096, larger while shared
             memory holds them; ``n / 128`` items per thread), int32, int64, uint32,
             uint64, float32 or float64"""
 _OP_DOC = """``"sum"``, ``"max"``, ``"min"`` (floats: ``fmaxf``/``fminf``, a NaN
-            ignored as by ``ct.max``, NaN for a tile of only NaNs; integers:
-            ``a < b ? b : a``), or a C++ expression of an associative binary callable,
-            compiled by NVRTC with the CUB code (``"cuda::maximum<>{}"``,
-            ``"[](float a, float b) { return a * b; }"``; one expression: brackets that
-            close, no ``#`` or comments; it is code, and the compile is cached under its
-            text). A compile-time constant string"""
+            ignored as by ``ct.max``, NaN if all are; integers: ``a < b ? b : a``), or a
+            C++ expression of an associative binary callable, compiled by NVRTC with CUB
+            (``"cuda::maximum<>{}"``, ``"[](float a, float b) { return a * b; }"``; one
+            expression: brackets that close, no ``#`` or comments; it is code, and the
+            compile is cached under its text). A compile-time constant string"""
 _SORT_LIMITS = """1-D, of 128 x 2**j elements (128 ... 4096, larger while shared
             memory holds them), int8 ... int64, uint8 ... uint64, float16, bfloat16,
             float32 or float64"""
