@@ -80,6 +80,7 @@ def _route_reference(logits: np.ndarray, k: int):
 @pytest.mark.parametrize("tokens,experts,k,tile_m,paths", [
     (16, 8, 2, 16, 1),          # decode-sized: one kernel
     (300, 16, 3, 8, 2),         # two blocks of 256 tokens (k = 3: 4 slots, one unused)
+    (3, 64, 1, 8, 1),           # a routing step of 128 x 64 logits: the occupancy-hint kernel
 ])
 def test_moe_align_is_the_samples_alignment(recipe, tokens, experts, k, tile_m, paths):
     moe = recipe("moe_align")
@@ -92,6 +93,8 @@ def test_moe_align_is_the_samples_alignment(recipe, tokens, experts, k, tile_m, 
     out["sorted_expert_ids"][:] = -1
     launches = moe.plan(c, logits, out, tokens)
     assert len(launches) == paths
+    assert (launches[0][0] is moe.moe_align_one_block_wide) == (
+        c["tb"] * c["ep"] > moe.ROUTE_ELEMENTS)
     _launch(moe, launches)
     ids, weights = _route_reference(logits, k)
     np.testing.assert_array_equal(out["topk_ids"], ids)
