@@ -173,7 +173,7 @@ def rmsnorm_cases(torch):
         uq, us = rmsnorm_fp8.run_unfused(x, w)
         assert torch.equal(uq.view(torch.uint8), q.view(torch.uint8)) and torch.equal(us, s)
         q2, s2 = torch.empty_like(q), torch.empty_like(s)
-        stream, h = torch.cuda.current_stream(), rmsnorm_fp8._pow2(hidden)
+        stream, h = torch.cuda.current_stream(), rmsnorm_fp8.tile_size(hidden)
 
         def ct_max(q2=q2, s2=s2, x=x, w=w, h=h, hidden=hidden, tokens=tokens, stream=stream):
             ct.launch(stream, (tokens,), rms_norm_fp8_ct_max, (x, w, q2, s2, hidden, 1e-6, h))

@@ -244,7 +244,19 @@ def _doctor_optional() -> None:
     where = nvshmem.include_dir() if version else None
     print(f"[{'ok' if version else '--'}] NVSHMEM headers: " +
           (f"{where} ({version})" if version else
-           f"not found (optional, for <nvshmem.h>: {nvshmem.INSTALL_HINT})"))
+           f"not found (optional, for <nvshmem.h>: {_nvshmem_hint()})"))
+
+
+def _nvshmem_hint() -> str:
+    """splice[nvshmem]'s pip command, or, where an installed package's pin refuses its
+    NVSHMEM (torch 2.14 pins 3.4.5), which pin: the command would break it."""
+    from . import compat
+    from .inputs import nvshmem
+    refused = compat.refusing(compat.distributions(), nvshmem.REQUIREMENT)
+    if not refused:
+        return nvshmem.INSTALL_HINT
+    return (f"splice[nvshmem] needs {nvshmem.REQUIREMENT}, which what is installed refuses: "
+            + "; ".join(f"{p.by} requires {p.requirement}" for p in refused))
 
 
 def _doctor_gpu() -> str:

@@ -349,6 +349,42 @@ def pins(dists: list[Dist]) -> list[Pin]:
     return out
 
 
+def refusing(dists: list[Dist], requirement: str) -> list[Pin]:
+    """The pins of installed packages that no version ``requirement`` asks for meets: what
+    installing it would break (splice[nvshmem]'s ``nvidia-nvshmem-cu13>=3.8`` beside
+    torch 2.14's ``==3.4.5``).
+
+    Args:
+        dists: the installed distributions (:func:`distributions`).
+        requirement: a requirement, ``"nvidia-nvshmem-cu13>=3.8"``.
+
+    Returns:
+        The :class:`Pin` s on its project that refuse it (tried on the versions either
+        names, and one part past each).
+
+    Raises:
+        packaging.requirements.InvalidRequirement: ``requirement`` does not parse.
+
+    Example:
+        ```python
+        from splice import compat
+        torch = compat.Dist("torch", "2.14.1", ("nvidia-nvshmem-cu13==3.4.5",))
+        print(compat.refusing([torch], "nvidia-nvshmem-cu13>=3.8")[0].by)   # torch 2.14.1
+        ```
+    """
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+    want = Requirement(requirement)
+
+    def meets(pin: Pin) -> bool:
+        named = [c.version.removesuffix(".*") for c in (*pin.specifier, *want.specifier)]
+        return any(want.specifier.contains(v, prereleases=True)
+                   and pin.specifier.contains(v, prereleases=True)
+                   for v in named + [f"{v}.1" for v in named])
+    return [p for p in pins(dists) if p.project == canonicalize_name(want.name)
+            and not meets(p)]
+
+
 def admits(specifier, minor: tuple[int, int]) -> bool:
     """Whether a version specifier admits some release of ``minor``: tried on the edges
     its clauses name inside that minor, one step either side, one part longer (13.0.88.1,
@@ -411,9 +447,10 @@ def broken(dists: list[Dist]) -> list[tuple[Pin, str | None]]:
     """
     versions = _versions(dists)
     watched = {*PROJECTS.values(), "cuda-toolkit"}
-    return [(p, versions.get(p.project)) for p in pins(dists) if p.project in watched
-            and (versions.get(p.project) is None
-                 or not p.specifier.contains(versions[p.project], prereleases=True))]
+    bad = [(p, versions.get(p.project)) for p in pins(dists) if p.project in watched
+           and (versions.get(p.project) is None
+                or not p.specifier.contains(versions[p.project], prereleases=True))]
+    return [b for i, b in enumerate(bad) if b not in bad[:i]]   # one pin, several extras
 
 
 def beside(dists: list[Dist]) -> tuple[bool, str]:

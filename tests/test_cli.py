@@ -61,6 +61,21 @@ def test_doctor_says_a_broken_torch_pin_and_how_to_restore_it(tmp_path):
             f"found {nvrtc} (pip install 'nvidia-cuda-nvrtc==12.8.*' restores it)") in out.stdout
 
 
+
+def test_doctor_never_advises_splice_nvshmem_beside_a_torch_that_pins_nvshmem(tmp_path):
+    """Found trying to break doctor (issue 46): beside torch 2.14, which pins
+    nvidia-nvshmem-cu13==3.4.5, the NVSHMEM line said `pip install 'splice[nvshmem]'`
+    (>= 3.8): pip would replace torch's NVSHMEM and report torch broken."""
+    from splice.inputs import nvshmem
+    if nvshmem.header_version() is not None:
+        pytest.skip("NVSHMEM headers are installed here: doctor advises nothing")
+    fake_dist(tmp_path, "torch", "2.14.1", 'nvidia-nvshmem-cu13==3.4.5; platform_system == '
+              '"Linux"')
+    out = _doctor_beside(tmp_path)
+    [line] = [ln for ln in out.stdout.splitlines() if "NVSHMEM headers" in ln]
+    assert "pip install" not in line, line
+    assert "torch 2.14.1 requires nvidia-nvshmem-cu13==3.4.5" in line, line
+
 def test_doctor_on_tileiras_wheels_of_different_minors_names_the_odd_one(tmp_path):
     # what pip leaves when an environment had nvcc 13.4 (JAX's) and splice brought tileiras
     # 13.5: cuTile then takes no tileiras from the wheels

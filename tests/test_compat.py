@@ -164,6 +164,52 @@ def test_an_extra_torch_asks_for_pins_even_when_broken():
     assert "cuda-toolkit 13.0.3.0 requires nvidia-cuda-nvrtc==13.0.88.*, found 13.5.37" in text
 
 
+
+# CuPy for CUDA 13 with its wheels (``pip install 'cupy-cuda13x[ctk]'``): the metapackage is
+# asked for by an extra of CuPy's, not by a requirement of its own
+CUPY = Dist("cupy-cuda13x", "14.2.0", (
+    "cuda-pathfinder==1.*,>=1.3.4",
+    'cuda-toolkit[cublas,cudart,nvrtc]==13.*; extra == "ctk"'), ("ctk",))
+TOOLKIT_1350 = Dist("cuda-toolkit", "13.5.0", (
+    "nvidia-cuda-nvrtc==13.5.37.*; extra == 'nvrtc'",
+    "nvidia-cuda-runtime==13.5.37.*; extra == 'cudart'",
+    "nvidia-cublas==13.10.0.20.*; extra == 'cublas'"), ("cublas", "cudart", "nvrtc"))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "pip records no extras a distribution was installed with: cupy-cuda13x's ctk extra "
+    "counts only because its requirement holds, and following the extras such an extra "
+    "asks for also follows cuda-bindings' 'all' extra beside torch (it holds too), which "
+    "asks cuda-toolkit 13.0.3 for nvvm: a false broken pin on nvidia-nvvm 13.5 in every "
+    "torch environment (test_extras_asked_by_an_extra_that_merely_holds_do_not_pin)"))
+def test_an_extra_asked_for_by_a_counted_extra_pins_even_when_broken():
+    """Found trying to break doctor (issue 46): CuPy's ctk extra is counted (its
+    requirement holds), and asks for the metapackage's nvrtc extra; with NVRTC moved off
+    that pin, doctor says every pin is kept, as if nobody asked for the extra."""
+    env = [CUPY, TOOLKIT_1350, Dist("nvidia-cuda-nvrtc", "13.0.88"),
+           Dist("nvidia-cuda-runtime", "13.5.37"), Dist("nvidia-cublas", "13.10.0.20")]
+    ok, text = compat.beside(env)
+    assert not ok, text
+    assert "cuda-toolkit 13.5.0 requires nvidia-cuda-nvrtc==13.5.37.*, found 13.0.88" in text
+
+
+def test_extras_asked_by_an_extra_that_merely_holds_do_not_pin():
+    # cuda-bindings' 'all' extra holds beside torch's cuda-toolkit 13.0.3 (==13.*), and asks
+    # it for nvvm; nobody installed that: splice's nvidia-nvvm 13.5 breaks no pin
+    bindings = Dist("cuda-bindings", "13.5.0", (
+        "cuda-pathfinder>=1.4.2",
+        'cuda-toolkit[nvfatbin,nvjitlink,nvrtc,nvvm]==13.*; extra == "all"'), ("all",))
+    env = [bindings, *_torch_env()]
+    assert compat.beside(env)[0], compat.beside(env)[1]
+    assert not [p for p in compat.pins(env) if p.project == "nvidia-nvvm"]
+
+
+def test_a_broken_pin_asked_for_through_two_extras_is_said_once():
+    # torch asks cuda-toolkit 13.0.3 for nvrtc and cublas, each of which pins NVRTC 13.0.88
+    ok, text = compat.beside(_torch_env(nvrtc="13.5.37"))
+    assert not ok
+    assert text.count("nvidia-cuda-nvrtc==13.0.88.*, found 13.5.37") == 1, text
+
 def test_beside_names_torch_and_its_pins():
     ok, text = compat.beside(_torch_env())
     assert ok, text
@@ -226,6 +272,16 @@ def test_a_fix_gives_a_tested_set_and_breaks_no_pin(minors, nvrtc_pin, nvjitlink
     after = [Component(n, v, "") for n, v in fixed.items()]
     assert compat.assess([components[0], *after], dists)[0], (text, fixed)
 
+
+
+@pytest.mark.parametrize("pin, refuses", [
+    ("==3.4.5", True), ("<3.8", True), ("~=3.4.0", True), (">=3.0", False), ("<4", False),
+    ("==3.9.*", False), (">3.8", False), ("!=3.8.0", False)])
+def test_refusing_names_the_pins_that_no_wanted_version_meets(pin, refuses):
+    # doctor's NVSHMEM line: splice[nvshmem] asks for nvidia-nvshmem-cu13>=3.8
+    torch = Dist("torch", "2.14.1", (f"nvidia-nvshmem-cu13{pin}",))
+    found = compat.refusing([torch, Dist("numpy", "2.4.6")], "nvidia-nvshmem-cu13>=3.8")
+    assert [p.requirement for p in found] == ([f"nvidia-nvshmem-cu13{pin}"] if refuses else [])
 
 # --- version specifiers and minors --------------------------------------------------------
 

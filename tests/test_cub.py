@@ -222,6 +222,37 @@ def test_exec_sort_pairs():
     np.testing.assert_array_equal(vs, v[order])
 
 
+
+@splice.kernel
+def sort_pairs_desc_kernel(k, v, ks, vs, N: ConstInt):
+    a = ct.load(k, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    b = ct.load(v, index=(ct.bid(0),), shape=(N,), allow_tma=False)
+    sa, sb = splice.cub.sort_pairs(a, b, descending=True)
+    ct.store(ks, index=(ct.bid(0),), tile=sa)
+    ct.store(vs, index=(ct.bid(0),), tile=sb)
+
+
+@pytest.mark.parametrize("desc", [False, True])
+def test_exec_radix_sort_orders_signed_zeros_as_equal_and_nans_by_sign(desc):
+    """Found trying to break the sorts (issue 44): the docs said -0.0 sorts before +0.0,
+    and NaNs after +inf; CUB's radix sort ranks -0.0 as +0.0 (equal keys: their order kept,
+    as torch.sort(stable=True) does) and a NaN with its sign bit set below -inf."""
+    n = 128
+    k = np.zeros(n, np.float32)
+    k[0::2] = -0.0                                                   # -0.0, +0.0, -0.0 ...
+    k[10:16] = [np.nan, -np.nan, np.inf, -np.inf, 1.0, -1.0]
+    assert np.signbit(k[11]) and not np.signbit(k[10])
+    v = np.arange(n, dtype=np.int32)
+    ks, vs = np.zeros_like(k), np.zeros_like(v)
+    kernel = sort_pairs_desc_kernel if desc else sort_pairs_kernel
+    _exec(kernel, _sig(f32, i32, f32, i32, consts=(n,)), k, v, ks, vs)
+    # by rank: -nan, -inf, -1, the zeros in index order, 1, +inf, +nan
+    rank = np.select([np.isnan(k) & np.signbit(k), np.isnan(k)], [-4.0, 4.0],
+                     np.clip(np.where(k == 0, 0.0, k), -3, 3))
+    order = np.argsort(-rank if desc else rank, kind="stable")
+    np.testing.assert_array_equal(vs, order)
+    np.testing.assert_array_equal(ks.view(np.uint32), k[order].view(np.uint32))
+
 @pytest.mark.gpu
 def test_gpu_top_k(torch):
     from support.gpu import launch

@@ -78,6 +78,19 @@ def reduce_user_kernel(x, y, N: ConstInt):
     _put(y, ct.full((N,), 0, dtype=i32) + splice.cub.reduce(_row(x, N), "cuda::maximum<>{}"))
 
 
+
+@splice.kernel
+def max_min_kernel(x, y, N: ConstInt):
+    """splice.cub's "max" and "min" and cuTile's ct.max and ct.min of one tile, y[0:4];
+    added to -0.0, which keeps the sign of a zero."""
+    t = _row(x, N)
+    r = ct.full((4,), -0.0, dtype=f32)
+    r = ct.where(ct.arange(4, dtype=i32) == 0, r + splice.cub.reduce(t, "max"), r)
+    r = ct.where(ct.arange(4, dtype=i32) == 1, r + ct.max(t, axis=0), r)
+    r = ct.where(ct.arange(4, dtype=i32) == 2, r + splice.cub.reduce(t, "min"), r)
+    r = ct.where(ct.arange(4, dtype=i32) == 3, r + ct.min(t, axis=0), r)
+    ct.store(y, index=(0,), tile=r, allow_tma=False)
+
 @splice.kernel
 def merge_sort_kernel(x, y, N: ConstInt):
     _put(y, splice.cub.merge_sort(_row(x, N)))
@@ -175,6 +188,40 @@ def test_max_and_min_ignore_nans_whatever_the_cccl():
     if sass is not None:                       # one FMNMX a combine, no isnan tests (+INF)
         assert "FMNMX" in sass and "+INF" not in sass
 
+
+
+@pytest.mark.parametrize("case", ["nans", "only nans", "signed zeros"])
+def test_max_and_min_are_ct_max_s_and_ct_min_s_but_on_a_tile_of_only_nans(case):
+    """What the docs promise of "max" and "min" against ct.max and ct.min, on the executor:
+    a NaN is ignored by both; -0.0 is below +0.0 for both (PTX max.f32 and min.f32); a tile
+    of only NaNs is NaN for splice's "max" and "min" and ct.min, but -inf for ct.max
+    (cuTile's cross-warp maximum is an integer atomic on the float's bits)."""
+    x, want = _max_min_case(case)
+    y = np.zeros(4, np.float32)
+    _exec(max_min_kernel, _sig(f32, f32, N), x, y)
+    _assert_same_floats(y, want)
+
+
+def _max_min_case(case: str):
+    """(a tile, [splice's max, ct.max, splice's min, ct.min] of it)."""
+    x = np.random.default_rng(12).standard_normal(N).astype(np.float32)
+    if case == "nans":
+        x[[0, 9, 130]] = np.nan
+        return x, [np.nanmax(x)] * 2 + [np.nanmin(x)] * 2
+    if case == "only nans":
+        x[:] = np.nan
+        return x, [np.nan, -np.inf, np.nan, np.nan]
+    x[:] = -0.0
+    x[1::3] = 0.0
+    return x, [0.0, 0.0, -0.0, -0.0]
+
+
+def _assert_same_floats(y, want):
+    """Bit for bit where ``want`` is a number (signed zeros), NaN where it is NaN."""
+    want = np.float32(want)
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(np.isnan(y), nan)
+    np.testing.assert_array_equal(y[~nan].view(np.uint32), want[~nan].view(np.uint32))
 
 def test_inclusive_scan_with_a_user_lambda():
     x = _rng.integers(0, 1 << 30, N).astype(np.int32)
@@ -476,6 +523,16 @@ def test_gpu_scans(torch):
     assert torch.equal(yi.view(ROWS, GN), xi.view(ROWS, GN).max(-1, keepdim=True).values
                        .expand(ROWS, GN))
 
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["nans", "only nans", "signed zeros"])
+def test_gpu_max_and_min_against_ct_max_and_ct_min(torch, case):
+    """The executor's reading of "max"/"min" against ct.max/ct.min, on the GPU."""
+    from support.gpu import launch
+    x, want = _max_min_case(case)
+    y = torch.zeros(4, device="cuda")
+    launch(torch, (1,), max_min_kernel, (torch.from_numpy(x).cuda(), y, N))
+    _assert_same_floats(y.cpu().numpy(), want)
 
 @pytest.mark.gpu
 def test_gpu_merge_sorts(torch):

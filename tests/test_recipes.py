@@ -80,6 +80,7 @@ def _route_reference(logits: np.ndarray, k: int):
 @pytest.mark.parametrize("tokens,experts,k,tile_m,paths", [
     (16, 8, 2, 16, 1),          # decode-sized: one kernel
     (300, 16, 3, 8, 2),         # two blocks of 256 tokens (k = 3: 4 slots, one unused)
+    (3, 64, 1, 8, 1),           # a routing step of 128 x 64 logits: the occupancy-hint kernel
 ])
 def test_moe_align_is_the_samples_alignment(recipe, tokens, experts, k, tile_m, paths):
     moe = recipe("moe_align")
@@ -92,6 +93,8 @@ def test_moe_align_is_the_samples_alignment(recipe, tokens, experts, k, tile_m, 
     out["sorted_expert_ids"][:] = -1
     launches = moe.plan(c, logits, out, tokens)
     assert len(launches) == paths
+    assert (launches[0][0] is moe.moe_align_one_block_wide) == (
+        c["tb"] * c["ep"] > moe.ROUTE_ELEMENTS)
     _launch(moe, launches)
     ids, weights = _route_reference(logits, k)
     np.testing.assert_array_equal(out["topk_ids"], ids)
@@ -131,6 +134,23 @@ def test_moe_align_compiles_at_deepseek_size(recipe, capsys):
     assert out.count("block scope: every thread of the block calls it") >= 6
 
 
+
+def test_moe_align_compiles_at_kimi_k2_size(recipe):
+    """Found trying to break the recipe: 384 experts, top-8, decode (Kimi K2's router; in
+    the documented limits, k <= experts <= 4096): the routing step holds 16 tokens, the
+    fewest whose pairs fill a splice.cub tile, of 512 logits, twice ROUTE_ELEMENTS, and
+    tileiras split the one-block kernel: a SpliceRewriteError. 256 experts at top-4 too."""
+    moe = recipe("moe_align")
+    for tokens, experts, k in ((64, 384, 8), (64, 256, 4)):
+        c = moe.config(tokens, experts, k, 64)
+        assert c["tb"] * c["ep"] > moe.ROUTE_ELEMENTS and c["blocks"] == 1
+        logits = np.zeros((tokens, experts), np.float32)
+        [(kernel, grid, args, constants)] = moe.plan(c, logits, moe.outputs(np, c, tokens),
+                                                     tokens)
+        build = splice.compile(kernel, moe.signature(args, constants), "sm_90")
+        # histogram, two exclusive sums, the sort: each a block call of one 128-thread block
+        assert build.summary().count("block scope: every thread of the block calls it") == 4
+
 # ---------------------------------------------------------------------------------------------
 # Top-k / top-p sampling
 
@@ -168,6 +188,24 @@ def test_sampling_is_the_definition(recipe):
     assert out["tokens"][3] == order[3, 0]                      # p = 0.001: the first only
     assert at[0] > 0 and at[1] < top_k[1]
 
+
+def test_sampling_at_infinite_temperature_draws_from_the_vocabulary(recipe):
+    """Found trying to break the recipe: temperature = inf (> 0: in the definition) made
+    the padding past the vocabulary -inf / inf = NaN, which sorted first: out-of-vocabulary
+    ids took candidate slots, and the draw was among fewer tokens than k."""
+    smp = recipe("sampling")
+    rng = np.random.default_rng(6)
+    logits = (rng.integers(-40, 40, (2, 700)) / 8).astype(np.float32)      # 2 chunks
+    temperature = np.array([np.inf, 1.0], np.float32)
+    top_k = np.array([50, 20], np.int32)
+    top_p, uniform = np.ones(2, np.float32), np.array([0.25, 0.5], np.float32)
+    c = smp.config(2, 700, 50, chunk=512, merge=256)
+    out = smp.outputs(np, c)
+    _launch(smp, smp.plan(c, logits, temperature, top_k, top_p, uniform, out))
+    order = np.argsort(-(logits / temperature[:, None]), axis=1, kind="stable")[:, :c["kc"]]
+    np.testing.assert_array_equal(out["order"][:, :50], order[:, :50])
+    assert out["tokens"][0] == 12                    # 50 equal weights: u = 0.25 picks the 13th
+    np.testing.assert_array_equal(out["weights"][0, :50], np.ones(50, np.float32))
 
 @pytest.mark.parametrize("u,expect", [(0.0, 0), (0.999999, 2)])
 def test_sampling_uniform_ends(recipe, u, expect):
@@ -235,6 +273,44 @@ def test_rmsnorm_fp8_rows_and_scales(recipe):
     np.testing.assert_array_equal(q, _to_e4m3(y * (np.float32(rms.E4M3_MAX) / amax)[:, None]))
 
 
+def test_rmsnorm_fp8_of_a_row_shorter_than_a_cub_tile(recipe):
+    """Found trying to break the recipe: run() loaded a hidden size of 64 as a (64,) tile,
+    below splice.cub's 128 elements (a SpliceCompileError); the tile is padded to 128."""
+    rms = recipe("rmsnorm_fp8")
+    rows, hidden, eps = 2, 64, np.float32(0.25)
+    rng = np.random.default_rng(10)
+    x = rng.integers(-6, 7, (rows, hidden)).astype(np.float32)
+    w = np.ones(hidden, np.float32)
+    q, scale = np.zeros((rows, hidden), np.uint8), np.zeros(rows, np.float32)
+    sig = splice.kernel_signature("array(float32, ndim=2)", "array(float32)",
+                                  "array(float8_e4m3fn, ndim=2)", "array(float32)",
+                                  "scalar(int32)", "scalar(float32)", rms.tile_size(hidden))
+    run_build(splice.compile(rms.rms_norm_fp8, sig, "sm_90"), (rows,), x, w, q, scale,
+              np.int32(hidden), eps)
+    ms = (x * x).sum(axis=1, dtype=np.float32) / np.float32(hidden) + eps
+    y = x * (1 / np.sqrt(ms.astype(np.float64))).astype(np.float32)[:, None]
+    amax = np.abs(y).max(axis=1)
+    np.testing.assert_array_equal(scale, amax / np.float32(rms.E4M3_MAX))
+    np.testing.assert_array_equal(q, _to_e4m3(y * (np.float32(rms.E4M3_MAX) / amax)[:, None]))
+
+def test_rmsnorm_gpu_check_admits_one_e4m3_step_and_no_more(recipe):
+    """Found trying to break the recipe: its GPU check, 'one e4m3 step at most', compared
+    the values with rtol 0.0625, which no step between normal e4m3 values meets (1.0 and
+    1.125 differ by 11 %): the last bit of an rsqrt that moves a value across a rounding
+    failed it. Codes one apart pass (+0 and -0 are one value); two apart, or a NaN beside
+    a number, do not."""
+    rms = recipe("rmsnorm_fp8")
+    table = _e4m3_table()
+    ours = np.array([0x38, 0x39, 0x7e, 0x01, 0x80, 0xb8], np.uint8)
+    one_off = np.array([0x39, 0x38, 0x7d, 0x00, 0x81, 0xb9], np.uint8)
+    assert table[0x38] == 1.0 and table[0x39] == 1.125
+    assert rms.within_one_step(ours, one_off)
+    assert rms.within_one_step(ours, ours)
+    for i, bad in ((0, 0x3a), (5, 0x38), (3, 0x81), (2, 0x7f)):   # 2 steps, a sign, NaN
+        far = one_off.copy()
+        far[i] = bad
+        assert not rms.within_one_step(ours, far), (i, bad)
+
 def test_rmsnorm_fp8_fused_equals_the_unfused_cutile_pair(recipe):
     rms = recipe("rmsnorm_fp8")
     rows, hidden, eps = 2, 256, np.float32(1e-6)
@@ -293,7 +369,8 @@ def torch():
 @pytest.mark.gpu
 @pytest.mark.parametrize("tokens,experts,k,tile_m", [
     (1, 8, 2, 16), (64, 256, 8, 64), (200, 64, 6, 32), (4096, 128, 8, 64),
-    (16384, 256, 8, 128)])
+    (16384, 256, 8, 128),
+    (64, 384, 8, 64), (32, 256, 4, 64)])       # the one-block kernel with the occupancy hint
 def test_gpu_moe_align_equals_the_pytorch_composite(recipe, torch, tokens, experts, k, tile_m):
     moe = recipe("moe_align")
     logits = torch.randn(tokens, experts, device="cuda")

@@ -157,6 +157,13 @@ def moe_align_one_block(logits, topk_ids, topk_weights, sorted_token_ids, sorted
     place(keys, pairs, base, sorted_token_ids, sorted_expert_ids, 0, TM, BINS)
 
 
+#: The same kernel with cuTile's occupancy hint, for problems whose routing step is wider than
+#: ROUTE_ELEMENTS (its TB is held at 128 // KP tokens, a splice.cub tile of pairs: 384
+#: experts at top-8 take 8192 logits a step): tileiras split such a block in two warpgroups,
+#: where the block calls cannot run (refused), and the hint keeps it one 128-thread block.
+moe_align_one_block_wide = splice.kernel(occupancy=2)(moe_align_one_block._pyfunc)
+
+
 @splice.kernel
 def moe_route_count(logits, topk_ids, topk_weights, counts, sorted_token_ids,
                     sorted_expert_ids, tokens: int, k: int, steps: int, KP: ConstInt,
@@ -208,7 +215,8 @@ def plan(c: dict, logits, out: dict, tokens: int) -> list:
     arrays NumPy's or PyTorch's (``out`` from :func:`outputs`)."""
     o = out
     if c["blocks"] == 1:
-        return [(moe_align_one_block, (1,),
+        wide = c["tb"] * c["ep"] > ROUTE_ELEMENTS
+        return [(moe_align_one_block_wide if wide else moe_align_one_block, (1,),
                  (logits, o["topk_ids"], o["topk_weights"], o["sorted_token_ids"],
                   o["sorted_expert_ids"], o["num_tokens_post_padded"], o["base"], tokens,
                   c["k"]),

@@ -66,6 +66,8 @@ def sample_candidates(logits, temperature, cand_s, cand_id, C: ConstInt, KC: Con
                 padding_mode=ct.PaddingMode.NEG_INF)
     t = ct.load(temperature, index=(row,), shape=(1,), allow_tma=False)
     s = ct.reshape(s / ct.reshape(t, (1, 1)), (C,))
+    token = chunk * C + ct.arange(C, dtype=ct.int32)
+    s = ct.where(token < logits.shape[1], s, -float("inf"))    # past the vocabulary (inf / inf)
     v, i = splice.cub.top_k(s, KC)
     ct.store(cand_s, index=(row, chunk), tile=ct.reshape(v, (1, KC)), allow_tma=False)
     ct.store(cand_id, index=(row, chunk), tile=ct.reshape(i + chunk * C, (1, KC)),

@@ -6,10 +6,11 @@ kernels (and cuTile cannot do alone: it has no sort).
     perm[b] = argsort(-scores[b])           (stable; CUB's radix sort of (score, index))
     out[b, i, :] = h[b, perm[b, i], :]
 
-Keys are ordered by their IEEE value as a radix sort orders them: largest first, a NaN
-before +inf, +0.0 before -0.0 (``torch.sort`` has -0.0 == +0.0: with signed zeros, ties
-between them differ). A sequence is one tile of 128 ... 4096 scores (``splice.cub`` tiles);
-the vectors are gathered CHUNK tokens at a time.
+Keys are ordered by their IEEE value as CUB's radix sort ranks them: largest first, -0.0
+equal to +0.0 (token order kept, as by ``torch.sort``), a NaN before +inf unless its sign
+bit is set (``-nan``: after -inf; ``torch.sort`` puts every NaN first). A sequence is one
+tile of 128 ... 4096 scores (``splice.cub`` tiles); the vectors are gathered NC tokens
+(ELEMENTS vector elements) at a time.
 
     python examples/recipes/sort_gather.py                  # GPU: runs and checks
     python examples/recipes/sort_gather.py --compile-only   # compiles for sm_90

@@ -42,11 +42,11 @@ CUB once; a larger tile compiles alone. What they need:
   them (below: a float32 ``sort`` of 16384 elements fits, a float64 one does not). A tile
   of fewer than 128 elements is a ``SpliceCompileError`` (``n`` must be a multiple of
   128). Dtypes: int8 ... int64, uint8 ... uint64, float16, bfloat16, float32, float64 for
-  ``sort``/``sort_pairs``/``top_k`` keys (radix sort: -0.0 sorts before +0.0, NaNs after
-  +inf ascending), any of those or bool for ``sort_pairs`` values, int32 indices for
-  ``top_k``; ``inclusive_sum`` for int32, int64, uint32, uint64, float32, float64;
-  ``histogram`` of integer tiles (values outside ``[0, bins)`` are not counted), ``bins``
-  a power of two up to 65536, int32 counts.
+  ``sort``/``sort_pairs``/``top_k`` keys (radix sort: -0.0 equal to +0.0, NaNs after
+  +inf ascending but one with its sign bit set before -inf), any of those or bool for
+  ``sort_pairs`` values, int32 indices for ``top_k``; ``inclusive_sum`` for int32, int64,
+  uint32, uint64, float32, float64; ``histogram`` of integer tiles (values outside
+  ``[0, bins)`` are not counted), ``bins`` a power of two up to 65536, int32 counts.
 - **Shared memory**: the staging buffers (the input tile(s) and the result(s)) plus CUB's
   temporary storage (``BlockRadixSort<T, 128, n / 128>::TempStorage``: about
   ``n * sizeof(T)`` bytes and more for 8-bit keys) plus tileiras's own: a (2048,) float32
@@ -505,8 +505,8 @@ _SCAN_LIMITS = """1-D, of 128 x 2**j elements (128 ... 4096, larger while shared
             memory holds them; ``n / 128`` items per thread), int32, int64, uint32,
             uint64, float32 or float64"""
 _OP_DOC = """``"sum"``, ``"max"``, ``"min"`` (floats: ``fmaxf``/``fminf``, a NaN
-            ignored as by ``ct.max``; integers: ``a < b ? b : a``), or a C++
-            expression of an associative binary callable, compiled by NVRTC with the CUB code
+            ignored as by ``ct.max``, NaN if all are; integers: ``a < b ? b : a``), or a
+            C++ expression of an associative binary callable, compiled by NVRTC with CUB
             (``"cuda::maximum<>{}"``, ``"[](float a, float b) { return a * b; }"``; one
             expression: brackets that close, no ``#`` or comments; it is code, and the
             compile is cached under its text). A compile-time constant string"""

@@ -30,6 +30,8 @@ STATE_SYMBOL = "nvshmemi_device_state_d"
 HOST_FILLED = frozenset({STATE_SYMBOL})
 
 INSTALL_HINT = "pip install 'splice[nvshmem]'"
+#: What ``splice[nvshmem]`` asks of the headers' wheel (``pyproject.toml``).
+REQUIREMENT = "nvidia-nvshmem-cu13>=3.8"
 _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](?:[^>"\n]*/)?(nvshmemx?\.h)[>"]',
                          re.M)
 # Block- and warp-collective device APIs: nvshmemx_<anything>_block / _warp (put/get, signal
