@@ -340,7 +340,7 @@ def test_rmsnorm_fp8_fused_equals_the_unfused_cutile_pair(recipe):
 
 def test_sort_gather_is_a_stable_descending_argsort_and_gather(recipe):
     sg = recipe("sort_gather")
-    bsz, n, d = 2, 256, 64
+    bsz, n, d = 2, 256, 128
     rng = np.random.default_rng(9)
     scores = rng.integers(0, 40, (bsz, n)).astype(np.float32)              # ties
     h = rng.standard_normal((bsz, n, d)).astype(np.float32)
@@ -349,12 +349,20 @@ def test_sort_gather_is_a_stable_descending_argsort_and_gather(recipe):
     sig = splice.kernel_signature("array(float32, ndim=2)", "array(float32, ndim=3)",
                                   "array(int32, ndim=2)", "array(float32, ndim=3)",
                                   "scalar(int32)", *constants)
-    assert steps == 2                                             # several gather steps
-    run_build(splice.compile(sg.sort_gather, sig, "sm_90"), (bsz,), scores, h, perm, out,
-              np.int32(steps))
+    assert steps == 4                                             # several gather steps
+    build = splice.compile(sg.sort_gather, sig, "sm_90")
     want = np.argsort(-scores, axis=1, kind="stable")
-    np.testing.assert_array_equal(perm, want)
-    np.testing.assert_array_equal(out, np.take_along_axis(h, want[:, :, None], 1))
+    for parts in (1, 3):           # a sequence's steps split over blocks, unevenly too
+        perm, out = np.zeros((bsz, n), np.int32), np.zeros_like(h)
+        run_build(build, (bsz, parts), scores, h, perm, out, np.int32(steps))
+        np.testing.assert_array_equal(perm, want)
+        np.testing.assert_array_equal(out, np.take_along_axis(h, want[:, :, None], 1))
+
+
+def test_sort_gather_takes_two_blocks_a_multiprocessor_and_at_most_one_a_step(recipe):
+    parts = recipe("sort_gather").parts
+    assert parts(8, 64, 132) == 33 and parts(256, 16, 132) == 2
+    assert parts(1, 4, 132) == 4 and parts(1024, 64, 132) == 1
 
 
 # ---------------------------------------------------------------------------------------------
