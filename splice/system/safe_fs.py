@@ -25,6 +25,7 @@ import errno
 import fcntl
 import functools
 import grp
+import linecache
 import os
 import pwd
 import re
@@ -310,6 +311,28 @@ def open_dir(path: Path, what: str, trust: Trust = PRIVATE):
         yield fd
     finally:
         os.close(fd)
+
+
+def declaring_dir(file: str) -> Path | None:
+    """The resolved directory of ``file``, the file a declaration is in (a code object's
+    ``co_filename``), against which the declaration's relative names are resolved; None
+    when it is in no file: a name that is not an absolute path of a regular file
+    (``<stdin>``, ``<string>``), or one IPython gave a notebook cell
+    (``/tmp/ipykernel_<pid>/<hash>.py``, registered in :mod:`linecache` without a modification
+    time: a file of that name is no cell of yours, and another user can create it).
+    Never the current directory.
+
+    Example:
+        >>> declaring_dir("<stdin>") is None
+        True
+    """
+    cached = linecache.cache.get(file)
+    if cached is not None and len(cached) == 4 and cached[1] is None:
+        return None   # code IPython compiled from a cell, not read from this file
+    path = Path(file)
+    if not path.is_absolute() or not path.is_file():
+        return None
+    return path.resolve().parent
 
 
 #: Where :func:`system_program` takes a program from: the system's own directories
