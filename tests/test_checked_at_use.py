@@ -198,6 +198,30 @@ def test_a_header_planted_in_the_working_directory_is_never_used(world):
     assert _ok(r["victim_cwd"]) == {"genuine": True, "planted": False}
 
 
+def test_a_tool_work_directory_in_a_tmpdir_others_can_rename_is_refused(world):
+    """``$TMPDIR`` a directory every user can write, not sticky (a team scratch
+    directory): ptxas wrote the cubin into ``$TMPDIR/splice-ptxas-*/kernel.cubin`` and
+    splice read it back by name; another user renamed the work directory and put her own
+    in its place (as she can in such a directory), and her cubin was loaded as yours.
+    The same held for tileiras's PTX. Now such a ``$TMPDIR`` is refused, naming it."""
+    w, _ = world
+    shared = _make(w / "shared-tmp", 0o777)
+    proc = two_users.spawn("support.at_use", "victim-tmpdir", w, VICTIM, w / "victim")
+    ready = w / "sync" / "swap.ready"
+    while not ready.exists() and proc.poll() is None:
+        time.sleep(0.05)
+    if ready.exists():
+        work = Path(ready.read_text())
+        assert work.parent == shared
+        two_users.as_user(ATTACKER, "sh", "-c", 'mv "$1" "$1.x" && mkdir -m 777 "$1" && '
+                          'printf FORGED-BY-ATTACKER > "$1/kernel.cubin"', "sh", str(work))
+        two_users.go(w, "swap")
+    v = two_users.results(w, "victim-tmpdir", proc)["victim_tmpdir"]
+    assert v.get("value") is not True, "another user's cubin was loaded"
+    assert not v["ok"] and v["error"] == "SpliceUnsafePathError", v
+    assert str(shared) in v["message"] and "TMPDIR" in v["message"]
+
+
 @root_only
 def test_the_pch_directory_is_not_made_under_a_cache_another_user_can_rename(
         tmp_path, monkeypatch):
