@@ -17,6 +17,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,6 +35,17 @@ root_only = pytest.mark.skipif(os.geteuid() != 0, reason="giving files to anothe
                                "takes root (CI runs as root)")
 _make = two_users.make_dir
 FIVE = 'extern "C" __device__ float five(float x) { return x * 5.0f; }\n'
+
+
+@pytest.fixture
+def open_tmp():
+    """A fresh directory every user can reach (``tmp_path`` is under root's 0700 one)."""
+    d = Path(tempfile.mkdtemp(prefix="splice-at-use-"))
+    d.chmod(0o755)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _ok(r: dict):
@@ -451,6 +463,25 @@ def test_sweep_never_takes_another_users_directory(tmp_path):
     theirs = _make(tmp_path / f"x-{gone.pid}-theirs", 0o700, ATTACKER, ATTACKER)
     safe_fs.sweep(tmp_path, "x-")
     assert theirs.exists()
+
+
+@root_only
+@pytest.mark.parametrize("owner, mode", [(0, 0o777), (ATTACKER, 0o1777)],
+                         ids=["every-user-writes", "hers-sticky"])
+def test_sweep_never_deletes_a_directory_another_user_renamed_to_look_dead(open_tmp, owner,
+                                                                          mode):
+    """A directory of yours in a place where another user can rename entries (every
+    user can write it without the sticky bit, or it is hers: a ``$TMPDIR`` or cache
+    there): she renamed it ``<prefix><dead pid>-x``, which she cannot delete herself (it
+    is 0700 and not empty), and the next splice deleted it as a dead process's."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    place = _make(open_tmp / "place", mode, owner, owner)
+    precious = _make(place / "precious", 0o700)
+    (precious / "work").write_text("yours")
+    two_users.as_user(ATTACKER, "mv", str(precious), str(place / f"x-{gone.pid}-y"))
+    safe_fs.sweep(place, "x-")
+    assert (place / f"x-{gone.pid}-y" / "work").read_text() == "yours"
 
 
 def test_pch_bytes_count_against_the_bound(fresh_cache):
