@@ -365,6 +365,35 @@ def test_the_refusal_of_a_shared_cache_names_its_cause(tmp_path, monkeypatch):
     assert f"chgrp {GROUP} {shared}" in str(e.value) and "go-w" not in str(e.value)
 
 
+@root_only
+def test_an_entry_in_a_cache_directory_every_user_can_write_is_never_loaded(open_tmp,
+                                                                            monkeypatch):
+    """A team cache the group can traverse (2775), its ``kernel/`` directories made
+    writable by every user (a member's ``chmod -R a+rwX kernel``): an entry there was
+    read by its path, its directories unchecked, and a file in a set-group-ID directory
+    of the team has the team's group whoever writes it: a user outside the team
+    replaced the entry with hers, and it was loaded. A store there was refused all
+    along."""
+    team = _make(open_tmp / "team", 0o2775, 0, GROUP)
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(team))
+    monkeypatch.setenv("SPLICE_CACHE_TRUST", f"@{GROUP}")
+    assert cache.store("kernel", "k", {}, b"genuine")
+    entry = cache._entry_path("kernel", "k")
+    for d in (entry.parent, entry.parent.parent):
+        d.chmod(0o2777)
+    data = entry.read_bytes()
+    nl = data.index(b"\n", len(cache._MAGIC))
+    header = json.loads(data[len(cache._MAGIC):nl])
+    header.update(size=6, sha256=cache._digest(header["meta"], b"forged"))
+    forged = open_tmp / "forged"
+    forged.write_bytes(cache._MAGIC + json.dumps(header).encode() + b"\n" + b"forged")
+    forged.chmod(0o644)
+    two_users.as_user(ATTACKER, "sh", "-c", 'rm -f "$2" && cp "$1" "$2"', "sh", str(forged),
+                      str(entry))
+    assert (entry.stat().st_uid, entry.stat().st_gid) == (ATTACKER, GROUP)
+    assert cache.load("kernel", "k") is None
+
+
 # ---------------------------------------------------------------------------------------------
 # nothing leaks (any user)
 
