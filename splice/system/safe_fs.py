@@ -528,7 +528,7 @@ def write_file(path: Path, data: bytes | str, what: str, *, trust: Trust = PRIVA
 
 
 def read_regular(path: Path | str, limit: int, what: str, *, trust: Trust | None = None,
-                 follow: bool = True) -> bytes:
+                 follow: bool = True, dir_fd: int | None = None) -> bytes:
     """The bytes of the regular file ``path``.
 
     Args:
@@ -537,6 +537,8 @@ def read_regular(path: Path | str, limit: int, what: str, *, trust: Trust | None
         what (str): what it is to splice, for the message.
         trust (Trust | None): also refuse a file this does not trust.
         follow (bool): False: refuse a symlink.
+        dir_fd (int | None): the directory (a descriptor, :func:`open_dir`) ``path``'s
+            last name is opened in, instead of ``path`` itself.
 
     Returns:
         bytes: its content.
@@ -548,7 +550,8 @@ def read_regular(path: Path | str, limit: int, what: str, *, trust: Trust | None
     """
     flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, flags) if dir_fd is None else \
+            os.open(Path(path).name, flags, dir_fd=dir_fd)
     except OSError as e:
         if e.errno == errno.ELOOP and not follow:
             raise SpliceUnsafePathError(f"splice refuses {what} {path}: it is a symlink; "
