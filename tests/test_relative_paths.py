@@ -9,14 +9,18 @@ another value, and checks which value the compiled PTX holds. A declaration in n
 from __future__ import annotations
 
 import linecache
+import os
 import runpy
+import shutil
 import textwrap
 from pathlib import Path
 
 import pytest
 
 import splice
+from splice.declare.externs import HEADER_PROVIDERS
 from splice.inputs.cuda_compile import NO_DIRECTORY, program_name
+from splice.inputs.fragments import CudaSource
 from splice.system import safe_fs
 
 #: SCALE in the declaring file's directory (3.0f) and in the current directory (7.0f), as
@@ -184,6 +188,32 @@ def test_a_notebook_cell_is_no_file_even_where_one_was_planted(places, tmp_path)
             exec(compile(src, str(cell), "exec"), {"splice": splice})
     finally:
         del linecache.cache[str(cell)]
+
+
+def test_dot_dot_beside_a_program_in_no_directory_is_never_resolved_by_its_text(tmp_path):
+    """A text source declared in no file is named under ``/dev/null/``: a quoted
+    ``#include "../shm/x/h.h"`` there is ``/dev/null/../shm/...``, which the kernel
+    refuses (``/dev/null`` is no directory); read as text it would be ``/dev/shm/x/h.h``,
+    which every user can write. NVRTC and the include walk both take it from
+    ``include_dirs`` only."""
+    shm = Path("/dev/shm")
+    if not (shm.is_dir() and os.access(shm, os.W_OK)):
+        pytest.skip("no writable /dev/shm")
+    name = f"splice-test-{os.getpid()}-{tmp_path.name}"
+    planted, genuine = shm / name, tmp_path / "shm" / name
+    for d, value in ((planted, "7.0f"), (genuine, "3.0f")):
+        d.mkdir(parents=True)
+        (d / "h.h").write_text(f"#define SCALE {value}\n")
+    (tmp_path / "inc").mkdir()
+    try:
+        frag = CudaSource(text=f'#include "../shm/{name}/h.h"\n' + SCALED, where="<string>:1",
+                          include_dirs=(str(tmp_path / "inc"),), providers=HEADER_PROVIDERS)
+        text = frag.module("sm_90a").text
+        assert GENUINE in text and PLANTED not in text
+        walked = [p for p, _ in frag._headers(frag.read())]
+        assert walked == [str(genuine / "h.h")]
+    finally:
+        shutil.rmtree(planted)
 
 
 def test_splice_cuda_include_dirs_are_the_kernels_files(places):
