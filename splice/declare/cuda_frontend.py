@@ -36,6 +36,7 @@ from ..errors import (
 )
 from ..inputs.fragments import CudaSource
 from ..system import _cutile as cu
+from ..system import safe_fs
 from ..tracing.trace import describe, loc_str, python_caller
 from ..types import (
     ElementType,
@@ -540,9 +541,11 @@ def _compile_inputs(call: _Call, includes, include_dirs, defines, options):
     if isinstance(opts, list) and any(o in ("-dlto", "--dlto") for o in opts
                                       if isinstance(o, str)):
         raise call.error("option -dlto is not for snippets: splice inlines the snippet's PTX")
+    base = None if call.loc is None or call.loc.is_unknown() else \
+        safe_fs.declaring_dir(call.loc.filename)
     try:
         o, d, df = check_options(opts, dirs, defs, f"inline CUDA C (splice.cuda) at "
-                                                   f"{call.where}")
+                                                   f"{call.where}", base)
     except SpliceDeclarationError as e:
         raise SpliceCallError(e.message, call.loc) from None
     return heads, o, d, df
@@ -591,7 +594,8 @@ Args:
         writes (see ``dtype``).
     includes (str | tuple[str, ...]): headers to ``#include`` before the snippet
         (``"cuda_fp16.h"``, ``"<cuda/std/cmath>"``, ``'"my.h"'``).
-    include_dirs (str | tuple[str, ...]): extra include directories.
+    include_dirs (str | tuple[str, ...]): extra include directories (a relative one is
+        taken from the directory of the kernel's file, never the working directory).
     defines (dict | tuple): preprocessor macros, a dict or (inside a kernel, which has
         no dict literals) a tuple of (name, value) pairs; values as for
         ``splice.extern(defines=)``.

@@ -33,18 +33,17 @@ def program_name(where: str, tag: str) -> str:
     """The NVRTC name of CUDA C text declared at ``where`` (``"file:line"``): an absolute
     path in the declaring file's resolved directory, as a ``.cu`` file beside it would be
     (its quoted ``#include`` names are looked up there first, then in the ``-I``
-    directories); in :data:`NO_DIRECTORY` when the declaration is in no file of that name
-    (``python -c``, ``<stdin>``) or names it relatively.
+    directories); in :data:`NO_DIRECTORY` when the declaration is in no file
+    (:func:`splice.system.safe_fs.declaring_dir`: ``python -c``, ``<stdin>``, a notebook
+    cell).
 
     Example:
         >>> program_name("<string>:3", "extern_source")
         '/dev/null/extern_source@<string>:3'
     """
     file, _, line = where.rpartition(":")
-    path = Path(file)
-    home = path.resolve().parent if path.is_absolute() and path.is_file() else \
-        Path(NO_DIRECTORY)
-    return str(home / f"{tag}@{path.name}:{line}")
+    home = safe_fs.declaring_dir(file) or Path(NO_DIRECTORY)
+    return str(home / f"{tag}@{Path(file).name}:{line}")
 
 
 def compile_source(full: str, name: str, target: str, options: list[str], *, declared,

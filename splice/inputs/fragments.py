@@ -312,7 +312,7 @@ class CudaSource(Fragment):
             opts.extend(p.options(texts))
         for name, value in self.defines:     # after the providers': the user's -D wins
             opts.append(f"-D{name}" if value is None else f"-D{name}={value}")
-        opts.extend(o for o in self.options if o not in ("-dlto", "--dlto"))
+        opts.extend(o for o in headers.pre_included(self) if o not in ("-dlto", "--dlto"))
         opts.extend(f"-I{d}" for d in self.default_include_dirs(texts))
         return opts
 

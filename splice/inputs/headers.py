@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 from typing import Protocol, Sequence
 
-from ..errors import SpliceUnsafePathError
+from ..errors import SpliceCompileError, SpliceUnsafePathError
 from ..system import forksafe, safe_fs
 from ..system.nvrtc_pch import STAT
 
@@ -74,12 +74,8 @@ def included(source, src: str) -> list[tuple[str, str]]:
     ``#include MACRO`` in a user file, every quoted or ``<>`` name the macro is defined to
     (in the files read, ``defines`` or ``-D``), directly or through other macros, is
     followed (:class:`_Macros`)."""
-    toolkit = [str(d) for d in source.default_include_dirs()]
-    dirs = [str(d) for d in source.include_dirs]
-    if source.path is not None:
-        dirs.append(str(source.path.parent))
-    dirs += option_values(source.options, INCLUDE_OPTS) + toolkit
-    pre = "".join(f'#include "{f}"\n' for f in option_values(source.options, PRE_OPTS))
+    dirs, toolkit = search_path(source)
+    pre = "".join(f'#include "{f}"\n' for f in option_values(pre_included(source), PRE_OPTS))
     here = Path(source.program_name()).parent   # NVRTC looks there first
     walk = (src, pre, str(here), tuple(dirs), tuple(toolkit), tuple(source.defines),
             tuple(source.options))
@@ -94,6 +90,57 @@ def included(source, src: str) -> list[tuple[str, str]]:
         with _lock:   # only toolkit headers, known by their stat: remembered (_unchanged)
             _walks[walk] = (found_headers, tuple(probes.items()))
     return found_headers
+
+
+def search_path(source) -> tuple[list[str], list[str]]:
+    """The directories NVRTC searches for the headers of ``source`` (a
+    :class:`splice.inputs.fragments.CudaSource`) after the including file's own, in
+    NVRTC's order (``CudaSource._options``: ``include_dirs``, beside ``path``,
+    ``-I``/``--include-path`` of ``options``, then splice's own); and splice's own."""
+    toolkit = [str(d) for d in source.default_include_dirs()]
+    dirs = [str(d) for d in source.include_dirs]
+    if source.path is not None:
+        dirs.append(str(source.path.parent))
+    return dirs + option_values(source.options, INCLUDE_OPTS) + toolkit, toolkit
+
+
+def pre_included(source) -> list[str]:
+    """The options of ``source`` with the file of each ``-include``/``--pre-include``
+    made absolute. NVRTC, as gcc, looks a relative one up in the current directory first,
+    then in the include path; splice looks it up in the directory of the file that
+    declares the source instead (:func:`splice.system.safe_fs.declaring_dir`, as for the
+    declaration's other relative paths), then in the include path (:func:`search_path`),
+    and gives NVRTC the file found: NVRTC never looks in the current directory.
+
+    Raises:
+        SpliceCompileError: a relative one is in none of those directories.
+    """
+    out: list[str] = []
+    it = iter(source.options)
+    for o in it:
+        opt = next((n for n in PRE_OPTS if o == n or o.startswith(n + "=")), None)
+        if opt is None:
+            out.append(o)
+        elif o == opt:
+            out += [o, _pre_include_file(source, next(it, ""))]
+        else:
+            out.append(f"{opt}={_pre_include_file(source, o[len(opt) + 1:])}")
+    return out
+
+
+def _pre_include_file(source, name: str) -> str:
+    """The absolute path of the pre-included header ``name`` (:func:`pre_included`)."""
+    if not name or os.path.isabs(name):
+        return name
+    first = safe_fs.declaring_dir(source.where.rpartition(":")[0])
+    dirs = ([str(first)] if first is not None else []) + search_path(source)[0]
+    hit = _find_header(name, [(d, False) for d in dirs])
+    if hit is None:
+        raise SpliceCompileError(
+            f"{source.describe()}: the pre-included header {name!r} is in none of "
+            f"{', '.join(dirs)} (a relative one is looked up beside the declaring file, "
+            f"then in the include path; never in the current directory)")
+    return hit[0]
 
 
 #: :func:`included`'s walks of sources that include only toolkit headers (CUDA, CCCL:

@@ -164,10 +164,23 @@ def read(path: Path, touch: bool = True) -> tuple[dict, bytes] | None:
     """The (header, payload) of the entry file ``path``, or None when it is missing (an
     entry may be evicted at any time) or corrupt (then it is removed). ``touch`` marks it
     used (listing the cache does not). An entry that is a link, not a regular file, or
-    written by a user the cache does not trust is a miss (and left alone)."""
+    written by a user the cache does not trust, or in a directory the cache does not
+    trust (reached one name at a time: :func:`splice.system.safe_fs.open_dir`; a file
+    has the group of a set-group-ID directory whoever writes it) is a miss (and left
+    alone)."""
+    try:
+        with safe_fs.open_dir(path.parent, "the cache directory", safe_fs.cache_trust()) as d:
+            return _read_in(d, path, touch)
+    except (OSError, SpliceUnsafePathError):
+        return None
+
+
+def _read_in(directory: int, path: Path, touch: bool) -> tuple[dict, bytes] | None:
+    """:func:`read` of ``path`` in its checked ``directory`` (a descriptor)."""
     try:
         data = safe_fs.read_regular(path, max(max_bytes(), 1 << 30), "the cache entry",
-                                    trust=safe_fs.cache_trust(), follow=False)
+                                    trust=safe_fs.cache_trust(), follow=False,
+                                    dir_fd=directory)
     except (OSError, SpliceUnsafePathError):
         return None
     try:
@@ -184,13 +197,13 @@ def read(path: Path, touch: bool = True) -> tuple[dict, bytes] | None:
             raise ValueError("checksum mismatch")
     except (ValueError, json.JSONDecodeError):
         try:
-            path.unlink()
+            os.unlink(path.name, dir_fd=directory)
         except OSError:
             pass
         return None
     if touch:
-        try:
-            os.utime(path, follow_symlinks=False)  # used now: last to be evicted
+        try:   # used now: last to be evicted
+            os.utime(path.name, dir_fd=directory, follow_symlinks=False)
         except OSError:
             pass  # evicted meanwhile, or a read-only cache
     return header, payload

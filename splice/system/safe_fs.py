@@ -25,6 +25,7 @@ import errno
 import fcntl
 import functools
 import grp
+import linecache
 import os
 import pwd
 import re
@@ -162,7 +163,7 @@ _MAX_LINKS = 40
 
 
 def walk(path: Path | str, what: str, trust: Trust = PRIVATE, *, create: bool = False,
-         ancestors: bool = False) -> int:
+         ancestors: bool = False, place: bool = False) -> int:
     """A descriptor (``O_PATH``) of the directory ``path``, reached one name at a time from
     ``/`` (``openat``-style: what is checked is what the descriptor holds, no name is
     resolved twice). A symbolic link on the way is followed only when you or root own it
@@ -179,6 +180,9 @@ def walk(path: Path | str, what: str, trust: Trust = PRIVATE, *, create: bool = 
             rename entries of: one neither trusted nor sticky (``/tmp``: users rename only
             their own entries) with you or root as owner. For what another program opens
             by name after splice checked it (tileiras its ``ptxas``, NVRTC its PCH).
+        place (bool): ``path`` is not trusted with what is in it, only a place for
+            entries of yours (``$TMPDIR``): refused, as a directory on the way with
+            ``ancestors``, when another user could rename an entry of it.
 
     Returns:
         int: the descriptor, ``O_PATH | O_DIRECTORY``: for ``dir_fd=`` and ``fstat``.
@@ -195,7 +199,7 @@ def walk(path: Path | str, what: str, trust: Trust = PRIVATE, *, create: bool = 
         st = os.fstat(fd)
         while todo:
             if ancestors:
-                _check_above(here, st, f"{what} {path}", trust)
+                check_no_renames(here, st, f"a directory above {what} {path} at", trust)
             name = todo.pop()
             lst = _lstat_or_make(fd, name, st, trust, create)
             if stat.S_ISLNK(lst.st_mode):
@@ -214,7 +218,10 @@ def walk(path: Path | str, what: str, trust: Trust = PRIVATE, *, create: bool = 
             os.close(fd)
             fd, here = nfd, os.path.normpath(os.path.join(here, name))
             st = os.fstat(fd)
-        check(path, st, what, trust)
+        if place:
+            check_no_renames(path, st, what, trust)
+        else:
+            check(path, st, what, trust)
         return fd
     except BaseException:
         os.close(fd)
@@ -269,12 +276,24 @@ def _followed(fd: int, name: str, st: os.stat_result, shown: str, links: int,
     return os.readlink(name, dir_fd=fd)
 
 
-def _check_above(directory: str, st: os.stat_result, what: str, trust: Trust) -> None:
-    """Refuse ``directory``, on the way to ``what``, when another user could rename an
-    entry of it: not trusted, and not sticky with you or root as owner."""
+def check_no_renames(directory: Path | str, st: os.stat_result, what: str,
+                     trust: Trust = PRIVATE) -> None:
+    """Refuse ``directory`` (``st`` its stat) when another user could rename an entry of
+    it (and put hers in its place): not trusted, and not sticky with you or root as owner
+    (``/tmp``: users rename only their own entries).
+
+    Raises:
+        SpliceUnsafePathError: as :func:`check`, ``what`` naming it.
+    """
     why = untrusted_why(st, trust)
-    if why is not None and not (st.st_mode & stat.S_ISVTX and "owns" not in why):
-        check(directory, st, f"a directory above {what} at", trust)
+    if why is None or st.st_mode & stat.S_ISVTX and "owns" not in why:
+        return
+    fix = "point splice elsewhere" if "owns" in why else \
+        f"chmod +t {directory} (as /tmp), or point splice elsewhere"
+    raise SpliceUnsafePathError(
+        f"splice refuses {what} {directory}: it is {describe(st)}, and {why}"
+        f"{'' if 'owns' in why else ', without the sticky bit'}: another user could rename "
+        f"an entry of it and put hers in its place; {fix} (docs/security.md)")
 
 
 def private_dir(path: Path, what: str, trust: Trust = PRIVATE, *,
@@ -312,6 +331,28 @@ def open_dir(path: Path, what: str, trust: Trust = PRIVATE):
         os.close(fd)
 
 
+def declaring_dir(file: str) -> Path | None:
+    """The resolved directory of ``file``, the file a declaration is in (a code object's
+    ``co_filename``), against which the declaration's relative names are resolved; None
+    when it is in no file: a name that is not an absolute path of a regular file
+    (``<stdin>``, ``<string>``), or one IPython gave a notebook cell
+    (``/tmp/ipykernel_<pid>/<hash>.py``, registered in :mod:`linecache` without a modification
+    time: a file of that name is no cell of yours, and another user can create it).
+    Never the current directory.
+
+    Example:
+        >>> declaring_dir("<stdin>") is None
+        True
+    """
+    cached = linecache.cache.get(file)
+    if cached is not None and len(cached) == 4 and cached[1] is None:
+        return None   # code IPython compiled from a cell, not read from this file
+    path = Path(file)
+    if not path.is_absolute() or not path.is_file():
+        return None
+    return path.resolve().parent
+
+
 #: Where :func:`system_program` takes a program from: the system's own directories
 SYSTEM_BIN = ("/usr/bin", "/bin")
 
@@ -337,6 +378,33 @@ def system_program(name: str) -> str | None:
 STALE_PROCESS_DIR_SECONDS = 24 * 3600
 
 
+def temporary_parent() -> Path:
+    """The temporary directory (``$TMPDIR``, :func:`tempfile.gettempdir`), where splice
+    makes directories of its own (:func:`work_dir`, :func:`process_dir`), checked now: a
+    tool reads and writes files there by name, so it must be one where no other user can
+    rename your entries (and put hers in their place), it and every directory above it:
+    trusted, or sticky with you or root as owner (``/tmp``).
+
+    Raises:
+        SpliceUnsafePathError: another user could; the message names the directory.
+    """
+    parent = Path(tempfile.gettempdir())
+    os.close(walk(parent, "the temporary directory ($TMPDIR)", ancestors=True, place=True))
+    return parent
+
+
+@contextlib.contextmanager
+def work_dir(prefix: str):
+    """A fresh directory of yours (0700, ``<prefix><random>``) in the checked temporary
+    directory (:func:`temporary_parent`) for one run of a tool, removed after.
+
+    Raises:
+        SpliceUnsafePathError: another user could rename it in ``$TMPDIR``.
+    """
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=temporary_parent()) as d:
+        yield Path(d)
+
+
 def process_dir(prefix: str, parent: Path | None = None) -> Path:
     """A fresh directory of this process: 0700, an unpredictable name
     (``<prefix><pid>-<random>``, :func:`tempfile.mkdtemp`) in ``parent`` (default: the
@@ -346,15 +414,18 @@ def process_dir(prefix: str, parent: Path | None = None) -> Path:
 
     Args:
         prefix (str): the name's start (``"pch-"``).
-        parent (Path | None): where (a trusted directory).
+        parent (Path | None): where (a trusted directory; default
+            :func:`temporary_parent`).
 
     Returns:
         Path: the directory.
 
     Raises:
+        SpliceUnsafePathError: the temporary directory is one where another user could
+            rename it.
         OSError: it cannot be made.
     """
-    parent = Path(parent) if parent is not None else Path(tempfile.gettempdir())
+    parent = Path(parent) if parent is not None else temporary_parent()
     sweep(parent, prefix)
     made = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent))
     atexit.register(_remove_own, made, os.getpid())
@@ -369,12 +440,15 @@ def _remove_own(directory: Path, owner: int) -> None:
 def sweep(parent: Path, prefix: str) -> int:
     """Remove the directories :func:`process_dir` made in ``parent`` with ``prefix`` for
     processes that are gone, or longer ago than :data:`STALE_PROCESS_DIR_SECONDS`: yours
-    only, real directories only (never a link). Returns the bytes freed."""
+    only, real directories only (never a link), and only where no other user can rename
+    entries (:func:`check_no_renames`: there she could give a directory of yours such a
+    name, for splice to delete). Returns the bytes freed."""
     freed = 0
     pattern = re.compile(re.escape(prefix) + r"(\d+)-")
     try:
+        os.close(walk(parent, "a directory splice sweeps", place=True, ancestors=True))
         found = [(e, m) for e in os.scandir(parent) if (m := pattern.match(e.name))]
-    except OSError:
+    except (OSError, SpliceUnsafePathError):
         return 0
     for entry, m in found:
         try:
@@ -454,7 +528,7 @@ def write_file(path: Path, data: bytes | str, what: str, *, trust: Trust = PRIVA
 
 
 def read_regular(path: Path | str, limit: int, what: str, *, trust: Trust | None = None,
-                 follow: bool = True) -> bytes:
+                 follow: bool = True, dir_fd: int | None = None) -> bytes:
     """The bytes of the regular file ``path``.
 
     Args:
@@ -463,6 +537,8 @@ def read_regular(path: Path | str, limit: int, what: str, *, trust: Trust | None
         what (str): what it is to splice, for the message.
         trust (Trust | None): also refuse a file this does not trust.
         follow (bool): False: refuse a symlink.
+        dir_fd (int | None): the directory (a descriptor, :func:`open_dir`) ``path``'s
+            last name is opened in, instead of ``path`` itself.
 
     Returns:
         bytes: its content.
@@ -474,7 +550,8 @@ def read_regular(path: Path | str, limit: int, what: str, *, trust: Trust | None
     """
     flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, flags) if dir_fd is None else \
+            os.open(Path(path).name, flags, dir_fd=dir_fd)
     except OSError as e:
         if e.errno == errno.ELOOP and not follow:
             raise SpliceUnsafePathError(f"splice refuses {what} {path}: it is a symlink; "
