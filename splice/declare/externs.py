@@ -97,9 +97,8 @@ class ExternFunction:
 
 
 def _caller_where(depth: int = 2) -> tuple[str, Path | None]:
-    """Where the caller ``depth`` frames up is (``"file:line"``), and the directory its
-    relative paths are taken from (:func:`splice.system.safe_fs.declaring_dir`; None: in
-    no file)."""
+    """Where the caller ``depth`` frames up is (``"file:line"``), and the directory its relative
+    paths are taken from (:func:`splice.system.safe_fs.declaring_dir`; None: in no file)."""
     frame = inspect.stack()[depth]
     return f"{frame.filename}:{frame.lineno}", safe_fs.declaring_dir(frame.filename)
 
@@ -110,7 +109,6 @@ def _func_where(func) -> tuple[str, Path | None]:
     if code is None:
         return _caller_where(3)
     return f"{code.co_filename}:{code.co_firstlineno}", safe_fs.declaring_dir(code.co_filename)
-
 
 
 def _declare(stub, *, symbol, signature, fragment_factory, where, name, options: CallOptions,
@@ -328,8 +326,7 @@ def _declare_cuda(stub, where: str, base: Path | None, ext_name: str, cxx_name: 
         # a tile extern is checked and instantiated per call site (splice.forms.staging)
         return CudaSource(text=source, path=file, options=opts, include_dirs=incs,
                           defines=defs, where=where,
-                          declared=() if sig.has_tiles else (Declared(symbol, None, sig,
-                                                                      where),),
+                          declared=() if sig.has_tiles else (Declared(symbol, None, sig, where),),
                           roots=() if sig.has_tiles else ((symbol, sig),),
                           providers=HEADER_PROVIDERS)
     return _declare(stub, symbol=name or ext_name, signature=signature,
@@ -565,10 +562,9 @@ def from_object(path, /, *, name: str, signature: str, pure: bool = True,
             f"{what}: {file.name}: a binary object must end in "
             f"{', '.join(BINARY_SUFFIXES)} (PTX: from_ptx, LTO-IR: from_ltoir)")
     options = CallOptions.parse(what, pure=pure, inline="never", scope=scope, memory=memory)
-    return _declare(None, symbol=name, signature=signature,
-                    fragment_factory=lambda s, g: BinarySource(path=file, where=where,
-                                                               roots=((s, g),)),
-                    where=where, name=name, options=options)
+    return _declare(None, symbol=name, signature=signature, where=where, name=name,
+                    options=options, fragment_factory=lambda s, g: BinarySource(
+                        path=file, where=where, roots=((s, g),)))
 
 
 def _several_results(stub, signature) -> bool:
