@@ -210,8 +210,26 @@ def store(kind: str, key: str, meta: dict, payload: bytes) -> bool:
     Raises:
         SpliceUnsafePathError: the cache directory, or one below it, is not trusted.
     """
+    return _store_at(_entry_path(kind, key), meta, payload)
+
+
+def store_entry(kind: str, name: str, meta: dict, payload: bytes) -> bool:
+    """:func:`store` of an entry known by its file's name (``name``: the SHA-256 hex digest
+    :func:`store` makes of the key and splice's code identity, a pack's member), with the
+    same trust rules, atomicity and accounting.
+
+    Raises:
+        ValueError: ``kind`` or ``name`` is not one :func:`store` could have made.
+        SpliceUnsafePathError: the cache directory, or one below it, is not trusted.
+    """
+    if not _KIND.fullmatch(kind) or kind in _NOT_ENTRIES or not _ENTRY_NAME.fullmatch(name):
+        raise ValueError(f"not a cache entry: {kind}/{name}")
+    return _store_at(_trusted_root() / kind / name[:2] / f"{name}.bin", meta, payload)
+
+
+def _store_at(path: Path, meta: dict, payload: bytes) -> bool:
+    """:func:`store` at the entry file ``path``."""
     global _warned_readonly
-    path = _entry_path(kind, key)
     header = json.dumps({"key": path.stem, "size": len(payload),
                          "sha256": _digest(meta, payload), "meta": meta},
                         sort_keys=True).encode()
@@ -329,6 +347,8 @@ def entries(kind: str | None = None) -> list[Path]:
 
 
 _ENTRY_NAME = re.compile(r"[0-9a-f]{64}")
+#: The kinds of entry splice stores (``kernel``, ``fragment``, ``stages``, ``walk``...)
+_KIND = re.compile(r"[a-z][a-z-]{0,31}")
 
 
 def _is_entry_name(p: Path) -> bool:
