@@ -27,6 +27,7 @@ import cuda.tile as ct
 from ..errors import SpliceCallError, SpliceDeclarationError, SpliceError
 from ..forms.base import CallSite
 from ..system import _cutile as cu
+from ..system import toolchain
 from ..types import Signature
 
 # --------------------------------------------------------------------------------------------
@@ -133,7 +134,8 @@ def trace_kernel(kernel: ct.kernel, signature, arch: str, context=None,
     signatures = tuple(signature) if isinstance(signature, (list, tuple)) else (signature,)
     with trace_session(cu.python_function(kernel).__name__, atomic_sites) as session:
         try:
-            lowered = cu.lower_to_bytecode(kernel, signatures, arch, context)
+            lowered = cu.lower_to_bytecode(kernel, signatures, arch, context,
+                                           toolchain.bytecode_version())
         except OSError as e:
             if str(e) not in _NO_SOURCE:
                 raise
