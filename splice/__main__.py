@@ -6,6 +6,8 @@
                                             [--out DIR]
     python -m splice compile k.py my_kernel --sig "..." --arch sm_100 -o my_kernel.cubin
     python -m splice cache list|size|prune [--max-bytes N]|clear
+    python -m splice cache export FILE [--used-within 2h]   # the cache's entries, one file
+    python -m splice cache import FILE                     # into this user's cache
 
 ``--sig`` lists the kernel's parameters, comma-separated, in the grammar of
 :func:`splice.kernel_signature`: ``array(dtype, ndim=1)`` (a C-contiguous array),
@@ -109,10 +111,12 @@ def _cmd_compile(a) -> int:
 def _cmd_cache(a) -> int:
     from .system import cache
     root = cache.cache_root()
-    if a.max_bytes is not None and a.action != "prune":
-        print(f"error: --max-bytes is an option of 'cache prune', not of 'cache {a.action}'",
-              file=sys.stderr)
+    wrong = _cache_usage(a)
+    if wrong:
+        print(f"error: {wrong}", file=sys.stderr)
         return 2
+    if a.action in ("export", "import"):
+        return _cmd_pack(a)
     if a.action == "list":
         for p in cache.entries():
             hit = cache.read(p, touch=False)
@@ -138,6 +142,45 @@ def _cmd_cache(a) -> int:
             print(f"error: {left} entries could not be removed (permissions?)", file=sys.stderr)
             return 1
     return 0
+
+
+def _cache_usage(a) -> str:
+    """What is wrong with a ``cache`` command's arguments ("" when nothing)."""
+    if a.max_bytes is not None and a.action != "prune":
+        return f"--max-bytes is an option of 'cache prune', not of 'cache {a.action}'"
+    if a.used_within is not None and a.action != "export":
+        return f"--used-within is an option of 'cache export', not of 'cache {a.action}'"
+    if (a.file is None) == (a.action in ("export", "import")):
+        return (f"'cache {a.action}' takes a FILE" if a.file is None else
+                f"'cache {a.action}' takes no FILE (export and import do)")
+    return ""
+
+
+def _cmd_pack(a) -> int:
+    """``cache export FILE`` / ``cache import FILE`` (:mod:`splice.system.packs`)."""
+    from .system import packs
+    if a.action == "export":
+        pack = packs.export_pack(a.file, used_within=a.used_within)
+        print(f"{pack.path}: {pack.entries} entries, {pack.bytes} bytes, kernels for "
+              f"{', '.join(pack.architectures) or 'no architecture'}")
+    else:
+        pack = packs.import_pack(a.file)
+        print(f"{pack.path}: {pack.entries} entries imported ({pack.bytes} bytes), kernels "
+              f"for {', '.join(pack.architectures) or 'no architecture'}")
+    return 0
+
+
+def _duration(text: str) -> float:
+    """Seconds of ``90``, ``90s``, ``30m``, ``2h`` or ``1d``."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    number, unit = (text[:-1], text[-1]) if text[-1:] in units else (text, "s")
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (write 90s, 30m, 2h, 1d)")
+    return value * units[unit]
 
 
 def _cmd_doctor(a) -> int:
@@ -272,9 +315,12 @@ def main(argv=None) -> int:
         else:
             s.add_argument("-o", "--output")
     c = sub.add_parser("cache")
-    c.add_argument("action", choices=("list", "size", "prune", "clear"))
+    c.add_argument("action", choices=("list", "size", "prune", "clear", "export", "import"))
+    c.add_argument("file", nargs="?", help="export, import: the pack file")
     c.add_argument("--max-bytes", type=_byte_count, help="prune: the limit (default "
                    "$SPLICE_CACHE_MAX_BYTES or 4 GiB)")
+    c.add_argument("--used-within", type=_duration, help="export: only the entries made "
+                   "or used in the last DURATION (90s, 30m, 2h, 1d); default all")
     sub.add_parser("doctor")
     a = p.parse_args(argv)
     from .errors import SpliceError

@@ -149,6 +149,25 @@ def _entry_path(kind: str, key: str) -> Path:
     return _trusted_root() / kind / full[:2] / f"{full}.bin"
 
 
+def entry_file(kind: str, name: str) -> Path:
+    """The file of the entry ``name`` (the SHA-256 hex digest :func:`store` names it by)
+    of ``kind``.
+
+    Raises:
+        ValueError: ``kind`` or ``name`` is not one :func:`store` could have made.
+        SpliceUnsafePathError: the cache directory is not trusted.
+    """
+    if not _KIND.fullmatch(kind) or kind in _NOT_ENTRIES or kind.startswith("toolchain-") \
+            or not _ENTRY_NAME.fullmatch(name):
+        raise ValueError(f"not a cache entry: {kind}/{name}")
+    return _trusted_root() / kind / name[:2] / f"{name}.bin"
+
+
+def entry_limit() -> int:
+    """The most bytes an entry file may have to be read (a larger one is not splice's)."""
+    return max(max_bytes(), 1 << 30)
+
+
 def load(kind: str, key: str) -> tuple[dict, bytes] | None:
     """The (header, payload) stored under ``key``, or None. A hit marks the entry used; a
     corrupt entry is removed.
@@ -166,23 +185,13 @@ def read(path: Path, touch: bool = True) -> tuple[dict, bytes] | None:
     used (listing the cache does not). An entry that is a link, not a regular file, or
     written by a user the cache does not trust is a miss (and left alone)."""
     try:
-        data = safe_fs.read_regular(path, max(max_bytes(), 1 << 30), "the cache entry",
+        data = safe_fs.read_regular(path, entry_limit(), "the cache entry",
                                     trust=safe_fs.cache_trust(), follow=False)
     except (OSError, SpliceUnsafePathError):
         return None
     try:
-        if not data.startswith(_MAGIC):
-            raise ValueError("bad magic")
-        nl = data.index(b"\n", len(_MAGIC))
-        header = json.loads(data[len(_MAGIC):nl])
-        payload = data[nl + 1:]
-        if not isinstance(header, dict):
-            raise ValueError("header is not an object")
-        if header.get("key") != path.stem or header.get("size") != len(payload) or \
-                not isinstance(header.get("meta"), dict) or \
-                header.get("sha256") != _digest(header["meta"], payload):
-            raise ValueError("checksum mismatch")
-    except (ValueError, json.JSONDecodeError):
+        header, payload = decode(path.stem, data)
+    except ValueError:
         try:
             path.unlink()
         except OSError:
@@ -194,6 +203,38 @@ def read(path: Path, touch: bool = True) -> tuple[dict, bytes] | None:
         except OSError:
             pass  # evicted meanwhile, or a read-only cache
     return header, payload
+
+
+def decode(name: str, data: bytes) -> tuple[dict, bytes]:
+    """The (header, payload) of an entry file's bytes ``data``, whose file is named
+    ``name`` (``<name>.bin``).
+
+    Raises:
+        ValueError: not an entry of that name, or its checksum fails (torn, edited).
+    """
+    if not data.startswith(_MAGIC):
+        raise ValueError("not a splice cache entry")
+    try:
+        nl = data.index(b"\n", len(_MAGIC))
+        header = json.loads(data[len(_MAGIC):nl])
+    except ValueError:   # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ValueError("its header is not JSON") from None
+    payload = data[nl + 1:]
+    if not isinstance(header, dict) or header.get("key") != name or \
+            header.get("size") != len(payload) or not isinstance(header.get("meta"), dict):
+        raise ValueError("its header does not describe it")
+    if header.get("sha256") != _digest(header["meta"], payload):
+        raise ValueError("its checksum fails")
+    return header, payload
+
+
+def encode(name: str, meta: dict, payload: bytes) -> bytes:
+    """The bytes of the entry file ``<name>.bin`` holding ``meta`` and ``payload``, stamped
+    with the splice code that wrote it (``code``: :func:`code_identity`)."""
+    header = json.dumps({"key": name, "size": len(payload), "code": code_identity(),
+                         "sha256": _digest(meta, payload), "meta": meta},
+                        sort_keys=True).encode()
+    return _MAGIC + header + b"\n" + payload
 
 
 def _digest(meta: dict, payload: bytes) -> str:
@@ -222,20 +263,16 @@ def store_entry(kind: str, name: str, meta: dict, payload: bytes) -> bool:
         ValueError: ``kind`` or ``name`` is not one :func:`store` could have made.
         SpliceUnsafePathError: the cache directory, or one below it, is not trusted.
     """
-    if not _KIND.fullmatch(kind) or kind in _NOT_ENTRIES or not _ENTRY_NAME.fullmatch(name):
-        raise ValueError(f"not a cache entry: {kind}/{name}")
-    return _store_at(_trusted_root() / kind / name[:2] / f"{name}.bin", meta, payload)
+    return _store_at(entry_file(kind, name), meta, payload)
 
 
 def _store_at(path: Path, meta: dict, payload: bytes) -> bool:
     """:func:`store` at the entry file ``path``."""
     global _warned_readonly
-    header = json.dumps({"key": path.stem, "size": len(payload),
-                         "sha256": _digest(meta, payload), "meta": meta},
-                        sort_keys=True).encode()
+    data = encode(path.stem, meta, payload)
     try:
         _cache_dirs(path.parent)
-        safe_fs.write_file(path, _MAGIC + header + b"\n" + payload, "the cache directory",
+        safe_fs.write_file(path, data, "the cache directory",
                            trust=safe_fs.cache_trust(), sync=True)
     except OSError as e:
         if not _warned_readonly:
@@ -244,7 +281,7 @@ def _store_at(path: Path, meta: dict, payload: bytes) -> bool:
                           f"compiling without caching", RuntimeWarning, stacklevel=2)
         return False
     _remove_stale_temps(path.parent)
-    _account(len(_MAGIC) + len(header) + 1 + len(payload), keep=path)
+    _account(len(data), keep=path)
     return True
 
 
