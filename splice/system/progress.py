@@ -38,7 +38,12 @@ def wanted(stream=None) -> bool:
         tty = stream is not None and stream.isatty()
     except (AttributeError, ValueError):   # no isatty, or closed
         tty = False
-    return tty and settings.progress() and not logging.getLogger("splice").hasHandlers()
+    return tty and settings.progress() and not _logging_configured()
+
+
+def _logging_configured() -> bool:
+    """Whether splice's log records reach a handler (on the ``splice`` logger or above)."""
+    return logging.getLogger("splice").hasHandlers()
 
 
 class Task:
