@@ -67,8 +67,8 @@ if TYPE_CHECKING:
     from .driver.result import Build
     from .driver.splice_kernel import SpliceKernel as kernel
     from .integrations.export import export_kernel
-    from .system.packs import export_pack, import_pack
     from .ptxtools.ptx import PTXSyntaxError
+    from .system.packs import export_pack, import_pack
     from .tracing.signatures import kernel_signature
     from .types import ELEMENT_TYPES, Signature, parse_signature, pointer, tile
 
