@@ -29,6 +29,7 @@ cache's bound. A pack is compiled code: import packs you trust as you would a wh
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import hashlib
@@ -135,23 +136,23 @@ def export_pack(path: str | os.PathLike, *, used_within: float | None = None) ->
         ```
     """
     path = Path(path)
-    chosen = _chosen(used_within)
-    with progress.task(f"exporting {len(chosen)} cache entries to {path}",
-                       len(chosen)) as shown, tempfile.SpooledTemporaryFile(64 << 20) as spool:
+    since = None if used_within is None else time.time() - used_within
+    entries = cache.entries()
+    with progress.task(f"exporting the cache to {path}", len(entries)) as shown, \
+            tempfile.SpooledTemporaryFile(64 << 20) as spool:
         listed: list[dict] = []
         archs: set[str] = set()
-        for kind, entry in chosen:
+        for entry in entries:
             shown.done += 1
-            hit = cache.read(entry, touch=False)
-            if hit is None:      # evicted meanwhile
+            hit = _exported(entry, since)
+            if hit is None:
                 continue
-            header, payload = hit
-            data = cache.encode(entry.stem, header["meta"], payload)
+            data = cache.encode(entry.stem, hit["meta"], hit["payload"])
             spool.write(data)
-            listed.append({"kind": kind, "name": entry.stem, "size": len(data),
-                           "sha256": hashlib.sha256(data).hexdigest()})
-            if kind == "kernel" and isinstance(header["meta"].get("arch"), str):
-                archs.add(header["meta"]["arch"])
+            listed.append({"kind": entry.parent.parent.name, "name": entry.stem,
+                           "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+            if listed[-1]["kind"] == "kernel" and isinstance(hit["meta"].get("arch"), str):
+                archs.add(hit["meta"]["arch"])
         record = toolchain_record()
         manifest = {"format": FORMAT, "toolchain": record, "architectures": sorted(archs),
                     "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
@@ -162,21 +163,19 @@ def export_pack(path: str | os.PathLike, *, used_within: float | None = None) ->
                 record)
 
 
-def _chosen(used_within: float | None) -> list[tuple[str, Path]]:
-    """(kind, file) of the entries :func:`export_pack` writes: those this splice code
-    wrote, made or used in the last ``used_within`` seconds."""
-    since = None if used_within is None else time.time() - used_within
-    out = []
-    for entry in cache.entries():
-        try:
-            if since is not None and entry.stat().st_mtime < since:
-                continue
-        except OSError:
-            continue
-        hit = cache.read(entry, touch=False)
-        if hit is not None and hit[0].get("code") == cache.code_identity():
-            out.append((entry.parent.parent.name, entry))
-    return out
+def _exported(entry: Path, since: float | None) -> dict | None:
+    """The meta and payload of the entry file ``entry`` when :func:`export_pack` takes it:
+    written by this splice's code, made or used at ``since`` or later (None: any time);
+    else None (also when it was evicted meanwhile)."""
+    try:
+        if since is not None and entry.stat().st_mtime < since:
+            return None
+    except OSError:
+        return None
+    hit = cache.read(entry, touch=False)
+    if hit is None or hit[0].get("code") != cache.code_identity():
+        return None
+    return {"meta": hit[0]["meta"], "payload": hit[1]}
 
 
 def _write(path: Path, manifest: dict, spool) -> None:
@@ -188,14 +187,16 @@ def _write(path: Path, manifest: dict, spool) -> None:
     except OSError as e:
         raise SplicePackError(f"cannot write the pack {path}: {e.strerror or e}") from None
     try:
-        with os.fdopen(fd, "wb") as f, tarfile.open(fileobj=f, mode="w:gz") as tar:
+        with os.fdopen(fd, "wb") as f, \
+                tarfile.open(fileobj=f, mode="w:gz", compresslevel=6) as tar:
             _add(tar, "manifest.json", io.BytesIO(json.dumps(manifest).encode()))
             for listed in manifest["entries"]:
                 _add(tar, f"entries/{listed['kind']}/{listed['name']}.bin", spool,
                      listed["size"])
         os.replace(tmp, path)
     except OSError as e:
-        os.unlink(tmp)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         raise SplicePackError(f"cannot write the pack {path}: {e.strerror or e}") from None
 
 
