@@ -193,6 +193,19 @@ def _new_process(monkeypatch) -> None:
     monkeypatch.setattr(headers, "_walks", {})
 
 
+@pytest.fixture
+def stored(monkeypatch):
+    """Every walk of only toolkit headers stored on disk (these walks find a few headers,
+    CCCL's some hundreds)."""
+    monkeypatch.setattr(headers, "STORED_FROM", 1)
+
+
+def test_a_walk_of_a_few_headers_is_not_stored(installed, walks, fresh_cache):
+    from splice.system import cache
+    CudaSource(text=SRC, where="x.py:1", providers=HEADER_PROVIDERS).content_key("sm_90")
+    assert walks[0] == 1 and cache.entries("walk") == []
+
+
 def _thrust_like(installed: Path) -> Path:
     """top.cuh reaching lib/sys/fast/detail/policy.h only through ``#include TAG``, TAG a
     macro whose value has another macro in it (thrust's system headers, commit 2cb0212)."""
@@ -207,7 +220,7 @@ def _thrust_like(installed: Path) -> Path:
     return policy
 
 
-def test_a_walk_stored_by_one_process_answers_the_next(installed, walks, fresh_cache,
+def test_a_walk_stored_by_one_process_answers_the_next(installed, walks, fresh_cache, stored,
                                                        monkeypatch):
     frag = CudaSource(text=SRC, where="x.py:1", providers=HEADER_PROVIDERS)
     k = frag.content_key("sm_90")
@@ -220,7 +233,7 @@ def test_a_walk_stored_by_one_process_answers_the_next(installed, walks, fresh_c
 
 @pytest.mark.parametrize("edit", ["deep", "through a macro #include", "placed in front",
                                   "touched", "removed"])
-def test_a_stored_walk_never_hides_an_edit_from_the_next_process(installed, walks,
+def test_a_stored_walk_never_hides_an_edit_from_the_next_process(installed, walks, stored,
                                                                  fresh_cache, monkeypatch,
                                                                  tmp_path, edit):
     """Each edit made between two processes changes the key the second one takes, which
@@ -257,7 +270,7 @@ def test_a_stored_walk_never_hides_an_edit_from_the_next_process(installed, walk
 
 @pytest.mark.parametrize("payload", [b"not json", b'{"found": 3}', b'{"probes": []}',
                                      b'{"found": [["a"]], "probes": []}'])
-def test_a_stored_walk_of_another_shape_is_walked_again(installed, walks, fresh_cache,
+def test_a_stored_walk_of_another_shape_is_walked_again(installed, walks, fresh_cache, stored,
                                                         monkeypatch, payload):
     from splice.system import cache
     frag = CudaSource(text=SRC, where="x.py:1", providers=HEADER_PROVIDERS)

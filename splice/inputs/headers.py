@@ -119,11 +119,19 @@ def _remembered(walk: tuple) -> list[tuple[str, str]] | None:
     return list(hit[0])
 
 
+#: A walk that found fewer headers is not stored on disk: its check costs about what the
+#: walk does, and a store is a file written in every first compile of a new source.
+STORED_FROM = 32
+
+
 def _remember(walk: tuple, found: list[tuple[str, str]], probes: tuple) -> None:
-    """Remember a walk in this process and in the cache (nothing on disk when the cache
-    cannot be written or is not trusted: the build says so where it stores the cubin)."""
+    """Remember a walk in this process, and in the cache when it found
+    :data:`STORED_FROM` headers or more (nothing on disk when the cache cannot be written
+    or is not trusted: the build says so where it stores the cubin)."""
     with _lock:
         _walks[walk] = (found, probes)
+    if len(found) < STORED_FROM:
+        return
     try:
         cache.store("walk", cache.key_of("walk", *walk), {},
                     json.dumps({"found": found, "probes": probes}).encode())
