@@ -440,17 +440,19 @@ def start_medians(reps: int, arch: str, gpu: bool, workdir: Path) -> dict:
     for side in ("start-plain", "start-splice"):
         _run_child(side, arch, workdir, gpu, warm)
     pack = str(workdir / "starts.splice")
-    subprocess.run([sys.executable, "-m", "splice", "cache", "export", pack], env=warm,
-                   check=True, capture_output=True)
-    times: dict[str, tuple[list[float], list[float]]] = {
-        row: ([], []) for row in ("cub cold", "cub warm", "cub pack")}
+    # a splice without packs (an older tree, for comparison): no pack row
+    packs = subprocess.run([sys.executable, "-m", "splice", "cache", "export", pack],
+                           env=warm, capture_output=True).returncode == 0
+    rows = ("cub cold", "cub warm") + (("cub pack",) if packs else ())
+    times: dict[str, tuple[list[float], list[float]]] = {row: ([], []) for row in rows}
     for _ in range(reps):
-        packed = _fresh_env(SPLICE_COMPILE="never", CUDA_TILE_CACHE_DIR=warm[
-            "CUDA_TILE_CACHE_DIR"])
-        subprocess.run([sys.executable, "-m", "splice", "cache", "import", pack], env=packed,
-                       check=True, capture_output=True)
-        runs = {"cub cold": (_fresh_env(), _fresh_env()), "cub warm": (warm, warm),
-                "cub pack": (warm, packed)}
+        runs = {"cub cold": (_fresh_env(), _fresh_env()), "cub warm": (warm, warm)}
+        if packs:
+            packed = _fresh_env(SPLICE_COMPILE="never",
+                                CUDA_TILE_CACHE_DIR=warm["CUDA_TILE_CACHE_DIR"])
+            subprocess.run([sys.executable, "-m", "splice", "cache", "import", pack],
+                           env=packed, check=True, capture_output=True)
+            runs["cub pack"] = (warm, packed)
         for row, (plain_env, splice_env) in runs.items():
             times[row][0].append(_run_child("start-plain", arch, workdir, gpu, plain_env))
             times[row][1].append(_run_child("start-splice", arch, workdir, gpu, splice_env))
