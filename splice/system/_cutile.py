@@ -59,7 +59,7 @@ _PRIVATE: dict[str, tuple[str, str | None]] = {
     **{n: ("cuda.tile._compile", n) for n in (
         "compile_tile", "format_sm_arch", "_find_compiler_bin",
         "_tileiras_effective_opt_and_device_debug", "_get_max_supported_bytecode_version")},
-    **{n: ("cuda.tile._cext", n) for n in ("default_tile_context", "dev_features_enabled")},
+    **{n: ("cuda.tile._cext", n) for n in ("default_tile_context",)},
     "_get_compute_capability": ("cuda.tile._cext", "get_compute_capability"),
     "pointer_dtype": ("cuda.tile._datatype", "pointer_dtype"),
     "broadcast_to": ("cuda.tile._ir.arithmetic_ops", "broadcast_to"),
@@ -187,19 +187,17 @@ class Lowered:
 
 def max_bytecode_version() -> int:
     """The newest Tile IR bytecode version the installed tileiras takes, as cuTile's
-    ``compile_tile`` finds it when it is not given one: by running tileiras on an empty
-    module of each version, newest first (once per process).
-    :func:`splice.system.toolchain.bytecode_version` remembers it in the cache, so that a
-    process which only hits runs no tileiras."""
+    ``compile_tile`` finds it when not given one: by running tileiras on an empty module of
+    each version, newest first, dev versions too when :func:`dev_features` (cached by cuTile
+    in this process; :func:`splice.tracing.trace.bytecode_version` remembers it on disk)."""
     temp_dir = _private("default_tile_context").config.temp_dir
     return int(_private("_get_max_supported_bytecode_version")(temp_dir,
                                                                allow_dev=dev_features()))
 
 
 def dev_features() -> bool:
-    """Whether cuTile's dev features are on (its bytecode versions then include the dev
-    ones)."""
-    return bool(_private("dev_features_enabled")())
+    """Whether cuTile's dev features are on, as its ``compile_tile`` asks."""
+    return bool(_private("_compile_module").dev_features_enabled())
 
 
 def lower_to_bytecode(kernel, signatures: tuple, arch: str, context=None,

@@ -307,7 +307,13 @@ def locked(path: Path, what: str, trust: Trust = PRIVATE,
             raise SpliceUnsafePathError(f"splice refuses {what} {path}: not a regular file")
         check(path, st, what, trust)
         _wait(fd, path, LOCK_TIMEOUT_SECONDS if timeout is None else timeout)
-        yield
+        try:
+            yield
+        finally:
+            # released, not only closed: the lock belongs to the open file description,
+            # which a child forked meanwhile shares; its copy of the descriptor would hold
+            # the lock for ever after this close (its first cache store then waited 60 s)
+            fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
 

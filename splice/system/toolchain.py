@@ -722,30 +722,3 @@ def gpu_arch() -> str | None:
     except (ImportError, OSError, RuntimeError):   # no cuda.bindings, or no libcuda
         return None
 
-
-@functools.cache
-def bytecode_version() -> int:
-    """The Tile IR bytecode version cuTile writes for the installed tileiras (the newest it
-    takes: :func:`splice.system._cutile.max_bytecode_version`, which runs tileiras),
-    remembered in the cache under tileiras's identity (:func:`tool_identity`) and cuTile's
-    dev-features switch: a process that only hits the cache (a service started from a
-    pack) runs no tileiras. Once per process, as cuTile's own probe.
-
-    Raises:
-        SpliceToolchainError: tileiras is missing.
-    """
-    from . import _cutile, cache
-    key = cache.key_of("bytecode-version", tool_identity("tileiras"), _cutile.dev_features())
-    try:
-        hit = cache.load("probe", key)
-    except SpliceUnsafePathError:
-        hit = None
-    if hit is not None and hit[1].isdigit():
-        return int(hit[1])
-    version = _cutile.max_bytecode_version()
-    try:
-        cache.store("probe", key, {"what": "tileiras's newest Tile IR bytecode version"},
-                    str(version).encode())
-    except SpliceUnsafePathError:
-        pass
-    return version
