@@ -151,10 +151,9 @@ def test_a_source_with_a_user_header_is_walked_every_time(installed, tmp_path, w
 
 # --- #include MACRO inside toolkit headers (thrust's system headers) ---------------------
 
-def test_a_toolkit_header_named_by_macros_inside_a_macro_is_followed(installed, walks):
-    """thrust: ``#define TAG <ROOT/detail/policy.h>``, ``ROOT`` defined to a path with
-    another macro in it, ``#include TAG``: every name the macros can make is followed, so
-    an edit of the header it names changes the key (and the PCH's directory)."""
+def _thrust_like(installed: Path) -> Path:
+    """top.cuh reaching lib/sys/fast/detail/policy.h only through ``#include TAG``, TAG a
+    macro whose value has another macro in it (thrust's system headers, commit 2cb0212)."""
     (installed / "lib" / "sys" / "fast" / "detail").mkdir(parents=True)
     policy = installed / "lib" / "sys" / "fast" / "detail" / "policy.h"
     policy.write_text("#pragma once\n#define POLICY 1\n")
@@ -163,6 +162,14 @@ def test_a_toolkit_header_named_by_macros_inside_a_macro_is_followed(installed, 
     (installed / "lib" / "top.cuh").write_text(
         "#pragma once\n#include <lib/config.h>\n#define TAG <SYS_ROOT/detail/policy.h>\n"
         "#include TAG\n#include <lib/detail/mid.cuh>\n")
+    return policy
+
+
+def test_a_toolkit_header_named_by_macros_inside_a_macro_is_followed(installed, walks):
+    """thrust: ``#define TAG <ROOT/detail/policy.h>``, ``ROOT`` defined to a path with
+    another macro in it, ``#include TAG``: every name the macros can make is followed, so
+    an edit of the header it names changes the key (and the PCH's directory)."""
+    policy = _thrust_like(installed)
     frag = CudaSource(text=SRC, where="x.py:1", providers=HEADER_PROVIDERS)
     k = frag.content_key("sm_90")
     found = dict(headers.included(frag, SRC))
@@ -204,20 +211,6 @@ def test_a_walk_of_a_few_headers_is_not_stored(installed, walks, fresh_cache):
     from splice.system import cache
     CudaSource(text=SRC, where="x.py:1", providers=HEADER_PROVIDERS).content_key("sm_90")
     assert walks[0] == 1 and cache.entries("walk") == []
-
-
-def _thrust_like(installed: Path) -> Path:
-    """top.cuh reaching lib/sys/fast/detail/policy.h only through ``#include TAG``, TAG a
-    macro whose value has another macro in it (thrust's system headers, commit 2cb0212)."""
-    (installed / "lib" / "sys" / "fast" / "detail").mkdir(parents=True)
-    policy = installed / "lib" / "sys" / "fast" / "detail" / "policy.h"
-    policy.write_text("#pragma once\n#define POLICY 1\n")
-    (installed / "lib" / "config.h").write_text(
-        "#pragma once\n#define SYS_NAME fast\n#define SYS_ROOT lib/sys/SYS_NAME\n")
-    (installed / "lib" / "top.cuh").write_text(
-        "#pragma once\n#include <lib/config.h>\n#define TAG <SYS_ROOT/detail/policy.h>\n"
-        "#include TAG\n#include <lib/detail/mid.cuh>\n")
-    return policy
 
 
 def test_a_walk_stored_by_one_process_answers_the_next(installed, walks, fresh_cache, stored,

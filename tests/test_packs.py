@@ -204,14 +204,20 @@ def _link(kind, name="entries/kernel/" + "cd" * 32 + ".bin", target="/etc/passwd
     "a manifest of another format", "a kind splice does not store"])
 def test_a_tampered_pack_is_refused_and_nothing_imported(two_caches, tmp_path, monkeypatch,
                                                          how):
+    _refused_whole(two_caches, tmp_path, monkeypatch, lambda members: _tamper(members, how))
+
+
+def _refused_whole(two_caches, tmp_path, monkeypatch, alter) -> None:
+    """A pack of three entries, its members altered by ``alter``, is refused and leaves
+    the importing cache empty (the entries stored before the bad member removed)."""
     a, b = two_caches
     _fill(3)
     pack = packs.export_pack(tmp_path / "p.splice").path
-    bad = _repack(pack, _tamper(_members(pack), how), tmp_path / "bad.splice")
+    bad = _repack(pack, alter(_members(pack)), tmp_path / "bad.splice")
     monkeypatch.setenv("SPLICE_CACHE_DIR", str(b))
     with pytest.raises(SplicePackError, match="refuses the pack"):
         packs.import_pack(bad)
-    assert _cache_files(b) == []                 # the entries before the bad one removed
+    assert _cache_files(b) == []
 
 
 @pytest.mark.parametrize("member", [
@@ -224,16 +230,8 @@ def test_a_tampered_pack_is_refused_and_nothing_imported(two_caches, tmp_path, m
          "dotdot under entries", "upper-case name"])
 def test_a_member_that_is_not_an_entry_file_is_refused(two_caches, tmp_path, monkeypatch,
                                                        member):
-    a, b = two_caches
-    _fill(2)
-    pack = packs.export_pack(tmp_path / "p.splice").path
-    members = _members(pack)
-    bad = _repack(pack, members[:2] + [(member, b"x" * 10)] + members[2:],
-                  tmp_path / "bad.splice")
-    monkeypatch.setenv("SPLICE_CACHE_DIR", str(b))
-    with pytest.raises(SplicePackError, match="refuses the pack"):
-        packs.import_pack(bad)
-    assert _cache_files(b) == []
+    _refused_whole(two_caches, tmp_path, monkeypatch,
+                   lambda members: members[:2] + [(member, b"x" * 10)] + members[2:])
     assert not (tmp_path / "escaped.bin").exists() and not Path("/tmp/absolute.bin").exists()
 
 
