@@ -257,6 +257,34 @@ class SpliceTileirasTimeout(_TileirasFailure, TileCompilerTimeoutError):
     """
 
 
+class SpliceNotCachedError(SpliceError):
+    """A kernel to build is not in the cache while ``SPLICE_COMPILE=never`` forbids
+    compiling (a service or a CI job that must start from a pack, ``docs/guide/cache.md``).
+    The message names the kernel, its architecture, the externs it calls and the commands
+    that make and load a pack (``python -m splice cache export`` where it compiled,
+    ``python -m splice cache import`` here). Nothing ran: no tileiras, NVRTC or ptxas.
+
+    Example:
+        >>> from splice.errors import SpliceNotCachedError, SpliceError
+        >>> issubclass(SpliceNotCachedError, SpliceError)
+        True
+    """
+
+
+class SplicePackError(SpliceError):
+    """A pack (:func:`splice.import_pack`, ``python -m splice cache import``) is refused
+    whole, nothing of it imported: built by another splice or toolchain (the message names
+    both), not a pack, a member that is not a regular file or has a name splice does not
+    write, an entry whose checksum fails, or more than the cache holds. Also raised when
+    :func:`splice.export_pack` cannot write its file.
+
+    Example:
+        >>> from splice.errors import SplicePackError, SpliceError
+        >>> issubclass(SplicePackError, SpliceError)
+        True
+    """
+
+
 class SpliceUnsafePathError(SpliceError):
     """A directory or file splice would run, load or write is not safe on a shared machine:
     another user owns it or can write it, it is a link where splice writes, or it is not a

@@ -253,6 +253,40 @@ def test_lock_wait_times_out_naming_the_lock(world, fresh_cache, monkeypatch):
         os.close(fd)
 
 
+def test_a_child_forked_while_a_thread_holds_the_cache_lock_gets_it_later(tmp_path):
+    """flock belongs to the open file description, which a forked child shares: the
+    parent's thread closing its descriptor left the lock held by the child's copy, and
+    the child's own first store waited the whole timeout (a fork pool compiling beside
+    compiling threads; found when the include walk began to be stored)."""
+    code = f"""
+import os, sys, threading, time
+sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+from pathlib import Path
+from splice.system import safe_fs
+lock = Path({str(tmp_path)!r}) / ".lock"
+held, forked = threading.Event(), threading.Event()
+def hold():
+    with safe_fs.locked(lock, "the lock"):
+        held.set()
+        forked.wait()
+threading.Thread(target=hold).start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    time.sleep(0.2)                     # the parent's thread has released it by now
+    try:
+        with safe_fs.locked(lock, "the lock", timeout=3):
+            os._exit(0)
+    except TimeoutError:
+        os._exit(3)
+forked.set()
+print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.strip() == "0", out.stdout + out.stderr
+
+
 def _fresh_overlay() -> Path:
     toolchain.overlay.cache_clear()
     return toolchain.overlay()

@@ -201,9 +201,9 @@ class TileFragment(Fragment):
     def _inlined_callee(self, base, values, res) -> list[str] | None:
         """The callee's body with ``values`` as its arguments and its result stored to
         ``func_retval0`` (:mod:`splice.ptxtools.inline`), or None where it cannot be inlined."""
-        from ..ptxtools.inline import inline_body, why_not_inlinable
-        if base is None:
+        if base is None:   # the content key's text (a hit loads no PTX tool)
             return None
+        from ..ptxtools.inline import inline_body, why_not_inlinable
         functions = {f.name: (base, f) for f in base.function_order if f.is_definition}
         fn = base.functions[self.callee]
         if why_not_inlinable(base, fn, functions) is not None:

@@ -58,7 +58,7 @@ _PRIVATE: dict[str, tuple[str, str | None]] = {
     "ir": ("cuda.tile._ir.ir", None),
     **{n: ("cuda.tile._compile", n) for n in (
         "compile_tile", "format_sm_arch", "_find_compiler_bin",
-        "_tileiras_effective_opt_and_device_debug")},
+        "_tileiras_effective_opt_and_device_debug", "_get_max_supported_bytecode_version")},
     **{n: ("cuda.tile._cext", n) for n in ("default_tile_context",)},
     "_get_compute_capability": ("cuda.tile._cext", "get_compute_capability"),
     "pointer_dtype": ("cuda.tile._datatype", "pointer_dtype"),
@@ -185,10 +185,28 @@ class Lowered:
     tma_stored_reads: tuple = ()
 
 
-def lower_to_bytecode(kernel, signatures: tuple, arch: str, context=None) -> Lowered:
+def max_bytecode_version() -> int:
+    """The newest Tile IR bytecode version the installed tileiras takes, as cuTile's
+    ``compile_tile`` finds it when not given one: by running tileiras on an empty module of
+    each version, newest first, dev versions too when :func:`dev_features` (cached by cuTile
+    in this process; :func:`splice.tracing.trace.bytecode_version` remembers it on disk)."""
+    temp_dir = _private("default_tile_context").config.temp_dir
+    return int(_private("_get_max_supported_bytecode_version")(temp_dir,
+                                                               allow_dev=dev_features()))
+
+
+def dev_features() -> bool:
+    """Whether cuTile's dev features are on, as its ``compile_tile`` asks."""
+    return bool(_private("_compile_module").dev_features_enabled())
+
+
+def lower_to_bytecode(kernel, signatures: tuple, arch: str, context=None,
+                      bytecode_version: int | None = None) -> Lowered:
     """cuTile's frontend on ``kernel`` (a ``ct.kernel``) for ``signatures``: Tile IR
     bytecode (one module, an entry per signature) and the tileiras flags cuTile would use
-    for ``arch``. Extern calls in it reach splice's handlers (:func:`resolve_calls`)."""
+    for ``arch``. Extern calls in it reach splice's handlers (:func:`resolve_calls`).
+    ``bytecode_version``: the Tile IR bytecode version to write (None: cuTile's choice,
+    which runs tileiras once per process to find it)."""
     context = context or _private("default_tile_context")
     _install_alias_hook()
     options = kernel._compiler_options
@@ -198,8 +216,11 @@ def lower_to_bytecode(kernel, signatures: tuple, arch: str, context=None) -> Low
         # looked up at each call, as cuTile's own kernel._compile imports it: a test that
         # patches cuda.tile._compile.compile_tile sees splice's calls too
         compile_tile = _private("_compile_module").compile_tile
+        version = None if bytecode_version is None else \
+            _private("bc").BytecodeVersion(bytecode_version)
         result = compile_tile(kernel._annotated_function, signatures, arch, options,
-                              context, return_bytecode=True, return_cubin=False)
+                              context, bytecode_version=version, return_bytecode=True,
+                              return_cubin=False)
     finally:
         _hook_state.found = None
     opt, device_debug = _private("_tileiras_effective_opt_and_device_debug")(options, arch)

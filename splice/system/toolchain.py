@@ -533,3 +533,4 @@ def gpu_arch() -> str | None:
         return f"sm_{major}{minor}"
     except (ImportError, OSError, RuntimeError):   # no cuda.bindings, or no libcuda
         return None
+

@@ -24,9 +24,15 @@ from typing import Any
 
 import cuda.tile as ct
 
-from ..errors import SpliceCallError, SpliceDeclarationError, SpliceError
+from ..errors import (
+    SpliceCallError,
+    SpliceDeclarationError,
+    SpliceError,
+    SpliceUnsafePathError,
+)
 from ..forms.base import CallSite, Memory
 from ..system import _cutile as cu
+from ..system import cache, toolchain
 from ..types import Signature
 
 # --------------------------------------------------------------------------------------------
@@ -134,7 +140,8 @@ def trace_kernel(kernel: ct.kernel, signature, arch: str, context=None,
     signatures = tuple(signature) if isinstance(signature, (list, tuple)) else (signature,)
     with trace_session(cu.python_function(kernel).__name__, atomic_sites) as session:
         try:
-            lowered = cu.lower_to_bytecode(kernel, signatures, arch, context)
+            lowered = cu.lower_to_bytecode(kernel, signatures, arch, context,
+                                           bytecode_version())
         except OSError as e:
             if str(e) not in _NO_SOURCE:
                 raise
@@ -147,6 +154,32 @@ def trace_kernel(kernel: ct.kernel, signature, arch: str, context=None,
     return TracedKernel(lowered.bytecode, lowered.symbols[0], tuple(session.sites),
                         lowered.lifecycle_providers, lowered.tileiras_flags,
                         lowered.timeout_sec, lowered.symbols, lowered.tma_stored_reads)
+
+
+def bytecode_version() -> int:
+    """The Tile IR bytecode version the kernels are written in: the newest the installed
+    tileiras takes (:func:`splice.system._cutile.max_bytecode_version`, which runs
+    tileiras), remembered in this process and in the cache under tileiras's identity
+    (:func:`splice.system.toolchain.tool_identity`) and cuTile's dev-features switch: a
+    process that only hits (a service started from a pack) runs no tileiras."""
+    key = cache.key_of("bytecode-version", toolchain.tool_identity("tileiras"),
+                       cu.dev_features())
+    if key not in _versions:
+        try:
+            hit = cache.load("probe", key)
+        except SpliceUnsafePathError:
+            hit = None
+        if hit is not None and hit[1].isdigit():
+            _versions[key] = int(hit[1])
+        else:
+            _versions[key] = cu.max_bytecode_version()
+            with contextlib.suppress(SpliceUnsafePathError):
+                cache.store("probe", key, {"what": "tileiras's newest Tile IR bytecode "
+                                                   "version"}, str(_versions[key]).encode())
+    return _versions[key]
+
+
+_versions: dict[str, int] = {}
 
 
 #: What :func:`inspect.findsource` raises for a function whose source Python has not kept.
