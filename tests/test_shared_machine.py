@@ -13,6 +13,8 @@ import fcntl
 import os
 import shutil
 import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
 

@@ -122,11 +122,13 @@ def export_pack(path: str | os.PathLike, *, used_within: float | None = None) ->
         import splice
 
         twice = splice.extern(source='extern "C" __device__ float twice(float x) '
-                                     '{ return 2 * x; }', name="twice", signature="float32(float32)")
+                                     '{ return 2 * x; }',
+                              name="twice", signature="float32(float32)")
 
         @splice.kernel
         def scale(x, y, TILE: ct.Constant[int]):
-            ct.store(y, index=(ct.bid(0),), tile=twice(ct.load(x, index=(ct.bid(0),), shape=(TILE,))))
+            x_tile = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+            ct.store(y, index=(ct.bid(0),), tile=twice(x_tile))
 
         splice.compile(scale, splice.kernel_signature("array(float32)", "array(float32)", 128),
                        "sm_90")
