@@ -28,6 +28,7 @@ from ..errors import SpliceCallError, SpliceDeclarationError, SpliceError
 from ..forms.base import CallSite
 from ..system import _cutile as cu
 from ..types import Signature
+from . import reloading
 
 # --------------------------------------------------------------------------------------------
 # Call sites recorded while cuTile traces one kernel signature.
@@ -115,6 +116,9 @@ class TracedKernel:
     symbols: tuple[str, ...] = ()   # every entry's symbol (several signatures: one each)
     #: impure calls given an array the kernel may store by TMA (:mod:`splice.ptxtools.tma_store_reads`)
     tma_stored_reads: tuple = ()
+    #: the global names the traced code loaded and what they held
+    #: (:class:`splice.system._cutile.Read`, :mod:`splice.tracing.reloading`)
+    reads: tuple = ()
 
 
 
@@ -143,9 +147,11 @@ def trace_kernel(kernel: ct.kernel, signature, arch: str, context=None,
                     isinstance(e, ct.TileInternalError) or "None" in e.message):
                 raise
             raise _void_result_error(e, session) from None
+    reloading.read(lowered.reads)
     return TracedKernel(lowered.bytecode, lowered.symbols[0], tuple(session.sites),
                         lowered.lifecycle_providers, lowered.tileiras_flags,
-                        lowered.timeout_sec, lowered.symbols, lowered.tma_stored_reads)
+                        lowered.timeout_sec, lowered.symbols, lowered.tma_stored_reads,
+                        lowered.reads)
 
 
 #: What :func:`inspect.findsource` raises for a function whose source Python has not kept.
@@ -289,8 +295,7 @@ def _check_float_constant(ext, i, value, elem, loc):
 
 
 def _handle_extern_call(callee, *args):
-    from .reloading import latest
-    callee = latest(callee)   # the extern declared again since cuTile froze the kernel's globals
+    reloading.reached(callee)
     ext = callee._splice_extern
     loc = cu.current_loc()
     if len(args) == 2 and isinstance(args[0], tuple):  # cuTile packs *args, **kwargs
@@ -525,8 +530,7 @@ def make_callable_stub(ext, pyfunc, emit=None):
     stub._splice_extern = ext  # type: ignore[attr-defined]
     if emit is not None:
         stub._splice_emit = emit  # type: ignore[attr-defined]
-    from .reloading import declared
-    declared(stub, pyfunc)
+    reloading.declared(stub)
     return stub
 
 
