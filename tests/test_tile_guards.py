@@ -62,6 +62,7 @@ def _run(kernel, blocks=2, n=128):
 # Static: a constant offset outside the tile
 
 
+@pytest.mark.parametrize("check_tiles", ["", "1"], ids=["static", "with-guards"])
 @pytest.mark.parametrize("scope", ["block", "warpgroup"])
 @pytest.mark.parametrize("plant, what", [
     ("y[N] = -1.0f;", r"'st\.(u32|f32|b32) \[%rd\d+\+512\], %(r|f)\d+;' in its own body "
@@ -69,8 +70,14 @@ def _run(kernel, blocks=2, n=128):
                       r"bytes\): past the end of the tile"),
     ("y[0] = x[N];", r"accesses bytes 512\.\.515 of tile argument 1 .*past the end"),
     ("y[-1] = 0.0f;", r"accesses bytes -4\.\.-1 of the tile result .*before the start"),
+    # past the guard words too: only the static check can see it
+    ("y[N + 16] = -1.0f;", r"accesses bytes 576\.\.579 of the tile result .*past the end"),
+    ("y[-5] = 0.0f;", r"accesses bytes -20\.\.-17 of the tile result .*before the start"),
 ])
-def test_constant_offset_outside_the_tile_refused(scope, plant, what):
+def test_constant_offset_outside_the_tile_refused(scope, plant, what, check_tiles,
+                                                  monkeypatch):
+    # the static check is always on: SPLICE_CHECK_TILES's guard words are an addition
+    monkeypatch.setenv("SPLICE_CHECK_TILES", check_tiles)
     with pytest.raises(splice.SpliceLinkError, match=r"tile call of extern 'flip .*" + what +
                        r".*Index the tile within its shape"):
         splice.compile(_kernel(plant, scope), SIG, "sm_90")

@@ -159,9 +159,10 @@ class TileFragment(Fragment):
             if k in self.tile_positions:
                 b = self.tile_positions.index(k)
                 reg = f"{_REG[64]}{k}"
-                body.append(f"\tmov.u64 \t{reg}, {self.buffer(b)};")
-                if self.guard_bytes:
-                    body.append(f"\tadd.u64 \t{reg}, {reg}, {self.guard_bytes};")
+                # one definition of the address (past the guard): the static check
+                # (memory_proof.check_tile_bounds) joins a register's definitions, and an
+                # address seen at two offsets is at an unknown one it cannot check
+                body.append(f"\tmov.u64 \t{reg}, {self.buffer_address(b)};")
                 body.append(f"\tcvta.shared.u64 \t{reg}, {reg};")
                 values.append((reg, 64))
             else:
