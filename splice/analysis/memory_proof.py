@@ -16,19 +16,24 @@ that let cuTile order the call against less than every memory operation of the k
   1. Each 64-bit value gets a set of *origins*, iterated to a fixed point over the
      function's instructions (flow-insensitively: a register's origins are those of all its
      definitions, so loops and joins need no special case). ``D``: an address derived from
-     a pointer parameter (a ``float32*`` argument or a staged tile), from the thread's
-     stack (``__local_depot``), from a ``.shared`` or ``.const`` variable; ``Z``: the
-     constant 0 (a null pointer); ``N``: an integer (a narrower value, a non-pointer
-     parameter, an immediate, a special register); ``L``: a 64-bit value loaded from
-     memory, or the result of a call that is not proven to return an address; ``G``: the
-     address of a ``.global`` variable or a function; ``X``: arithmetic splice does not
-     follow as address arithmetic.
-  2. ``mov``, ``cvta`` and a 64-bit ``cvt`` keep the origins; ``selp`` joins its two
-     values; ``add``/``sub`` of exactly one address and offsets that are not addresses
-     (``N``, ``Z`` or ``L``: an index read from memory is data) keep the address's
-     origins, as does ``mad`` whose product is of non-addresses and ``and`` with a mask
-     (alignment); ``sub`` of two derived addresses is an integer. Any other arithmetic
-     with an address operand (``mul``, ``shl``, ``or``, a sum of two addresses) is ``X``.
+     a pointer parameter (a ``float32*`` argument or a staged tile), or the address of the
+     thread's stack (``__local_depot``), a ``.shared`` or ``.const`` variable with its
+     constant offset (``("D", "sym@8")``, ``sym@?`` once unknown); ``Z``: the constant 0 (a
+     null pointer); ``N``: an integer (a narrower value, a non-pointer parameter, an
+     immediate, a special register); ``L``: a 64-bit value loaded from memory, the result
+     of a call that is not proven to return an address, a ``.param`` that is neither a
+     parameter, a call's result nor a stored argument; ``G``: the address of a ``.global``
+     variable or a function; ``X``: arithmetic splice does not follow as address
+     arithmetic.
+  2. ``mov``, ``cvta``, ``mapa`` and a ``cvt`` between integer types keep the origins;
+     ``selp`` joins its two values; ``add``/``sub`` of exactly one address and offsets that
+     are not addresses (``N``, ``Z`` or ``L``: an index read from memory is data) keep the
+     address's origins, as does ``mad`` whose product is of non-addresses, except that a
+     null (``Z``) side of the address becomes ``X`` (null plus an integer is any address);
+     ``and`` keeps them only with an immediate alignment mask (:func:`_alignment_mask`);
+     ``sub`` of two derived addresses is an integer. Any other arithmetic with an address
+     operand (``mul``, ``shl``, ``or``, a sum of two addresses, an ``and`` with a run-time
+     mask, any floating-point instruction) is ``X``.
   3. Parameters: a ``ld.param`` of the function's own parameter has its origins (the
      root's from the declared signature; a callee's, the join of what its callers pass,
      iterated with the callers); a ``ld.param`` of a call's return value has what the
@@ -37,11 +42,14 @@ that let cuTile order the call against less than every memory operation of the k
      ``__assertfail`` nor ``malloc``/``free`` (code of a binary object), or a call through
      a register, is refused: splice cannot read what it touches.
   4. Then every access of ``.global`` or generic memory (``ld``, ``ldu``, ``st``,
-     ``atom``, ``red``, ``multimem``, ``discard``, the global operand of a ``cp.*`` copy)
-     must be at an address whose origins are only ``D`` (or ``Z``); a ``[symbol]``
-     operand of a ``.global`` variable, a texture, surface or tensor-map access, a bulk
-     tensor copy (its tensor map is not a pointer argument) and any instruction not known
-     to leave global memory alone are refused.
+     ``atom``, ``red``, ``multimem``, ``discard``, ``wmma`` loads and stores,
+     ``mbarrier``, the global operand of a ``cp.*`` copy) must be at an address whose
+     origins are only ``D`` (or ``Z``), and a ``D`` of the stack, a ``.shared`` or a
+     ``.const`` variable at a constant offset inside it (a run-time offset through a
+     generic address may reach any memory); a ``[symbol]`` operand of a ``.global``
+     variable, a texture, surface or tensor-map access, a bulk tensor copy (its tensor map
+     is not a pointer argument) and any instruction not known to leave global memory alone
+     are refused.
 
   A refusal names the extern, its declaration, the instruction, the chain of functions
   that reaches it, the call site, and the fix (``memory="any"``).
@@ -120,6 +128,7 @@ class _Fn:
     params: list[str]
     result: str | None
     symbols: dict[str, str]                  # symbol -> its state space (".global", ...)
+    sizes: dict[str, int | None]             # symbol -> its bytes (None: unsized, [])
     regs: dict[str, frozenset] = field(default_factory=dict)
 
 
@@ -137,9 +146,31 @@ def _widths(mod: Module, body: list[Statement]) -> dict[str, int]:
     return out
 
 
-def _symbol_spaces(mod: Module) -> dict[str, str]:
-    """Every variable the module declares (at any depth) -> its state space."""
+_TYPE_BYTES_RE = re.compile(r"\.[bsuf](8|16|32|64)\b")
+_VECTOR_RE = re.compile(r"\.v(2|4|8)\b")
+_DIM_RE = re.compile(r"\[\s*(\d*)\s*\]")
+
+
+def _variable_bytes(text: str) -> int | None:
+    """The bytes a variable directive declares (``.local .align 4 .b8 d[16];``: 16), or
+    None for an unsized array (``[]``)."""
+    decl = text.split("=")[0]
+    m = _TYPE_BYTES_RE.search(decl)
+    size = int(m.group(1)) // 8 if m else 1
+    v = _VECTOR_RE.search(decl)
+    size *= int(v.group(1)) if v else 1
+    for dim in _DIM_RE.findall(decl):
+        if not dim:
+            return None
+        size *= int(dim)
+    return size
+
+
+def _symbol_spaces(mod: Module) -> tuple[dict[str, str], dict[str, int | None]]:
+    """Every variable the module declares (at any depth) -> its state space, and -> its
+    bytes."""
     out: dict[str, str] = {}
+    sizes: dict[str, int | None] = {}
     for st in mod.statements:
         if st.kind != "directive":
             continue
@@ -149,18 +180,19 @@ def _symbol_spaces(mod: Module) -> dict[str, str]:
         name = declared_variable_name(st) if space is not None else None
         if name is not None and space is not None:
             out[name] = space
+            sizes[name] = _variable_bytes(st.text(mod.text))
     for name in mod.functions:
         out.setdefault(name, ".func")
-    return out
+    return out, sizes
 
 
-def _function(mod: Module, name: str, chain: tuple[str, ...], spaces) -> _Fn:
+def _function(mod: Module, name: str, chain: tuple[str, ...], symbols) -> _Fn:
     fn = mod.functions[name]
     body = mod.body_statements(fn)
     code = [(parse_instruction(st, mod.text), " ".join(st.text(mod.text).split()))
             for st in body if st.kind == "instruction"]
     return _Fn(mod, name, chain, code, _widths(mod, body), [p.name for p in fn.params],
-               fn.results[0].name if fn.results else None, spaces)
+               fn.results[0].name if fn.results else None, *symbols)
 
 
 def _width(f: _Fn, reg: str) -> int:
@@ -202,7 +234,7 @@ class _Proof:
 
     def _pass(self, f: _Fn) -> bool:
         pending: dict[str, frozenset] = {}     # a call's argument .params, by name
-        returned: frozenset = frozenset()      # the last call's result
+        returned: dict[str, frozenset] = {}    # the last call's result .param, by name
         grew = False
         for ins, text in f.code:
             if ins.base == "st" and "param" in ins.modifiers and len(ins.operands) >= 2:
@@ -219,7 +251,7 @@ class _Proof:
                 pending = {}
                 continue
             for d in _written(ins):
-                new = self._transfer(f, ins, text, d, returned)
+                new = self._transfer(f, ins, text, d, returned, pending)
                 f.regs[d] = _join(f.regs.get(d, frozenset()), new)
         return grew
 
@@ -228,11 +260,17 @@ class _Proof:
         self.results[id(f)] = _join(old, value)
         return self.results[id(f)] != old
 
-    def _call(self, f: _Fn, ins: Instruction, text: str, pending) -> tuple[frozenset, bool]:
+    def _call(self, f: _Fn, ins: Instruction, text: str, pending) \
+            -> tuple[dict[str, frozenset], bool]:
+        """What the call's result ``.param`` holds (by name), and whether a callee's
+        parameters grew."""
         target = ins.call_target or ""
         callees = self.by_name.get(target, [])
+        rets = [r.strip() for r in ins.operands[0].strip("()").split(",")] \
+            if ins.operands and ins.operands[0].startswith("(") else []
         if not callees:
-            return frozenset({("L", f"the result of '{target}' ('{text}')")}), False
+            unknown = frozenset({("L", f"the result of '{target}' ('{text}')")})
+            return dict.fromkeys(rets, unknown), False
         args = _call_args(ins)
         grew = False
         for g in callees:
@@ -246,7 +284,7 @@ class _Proof:
         out: frozenset = frozenset()
         for g in callees:
             out |= self.results[id(g)]
-        return out, grew
+        return dict.fromkeys(rets, out), grew
 
     def value(self, f: _Fn, op: str) -> frozenset:
         """The origins of operand ``op`` of an instruction of ``f``."""
@@ -265,41 +303,76 @@ class _Proof:
         sym, _, offset = op.replace(" ", "").partition("+")
         return frozenset({_symbol_origin(f, sym, _int(offset or "0"))})
 
-    def _transfer(self, f: _Fn, ins: Instruction, text: str, dest: str, returned) \
-            -> frozenset:
+    def _transfer(self, f: _Fn, ins: Instruction, text: str, dest: str, returned,
+                  pending) -> frozenset:
         if _width(f, dest) < 64:
             return frozenset({N})
         base, ops = ins.base, list(ins.operands[1:])
         if base in ("ld", "ldu") and "param" in ins.modifiers:
-            return self._param_load(f, ops[0], returned)
+            return self._param_load(f, ops[0], returned, pending)
         if base in ("ld", "ldu", "atom", "multimem"):
             return frozenset({("L", f"a value loaded from memory ('{text}')")})
         vals = [self.value(f, o) for o in ops]
+        if any(m in _FLOAT_TYPES for m in ins.modifiers) and any(map(_has_address, vals)):
+            return frozenset({("X", f"'{text}', floating-point arithmetic on an address")})
         if base in ("mov", "cvta", "mapa") or (base == "cvt" and vals):
             return vals[0] if vals else frozenset({N})
         if base == "selp":
             return _join(vals[0], vals[1])
-        return _shift(_arithmetic(base, vals, text), _constant_offset(base, ops, vals))
+        return _shift(_arithmetic(base, vals, text, ops), _constant_offset(base, ops, vals))
 
-    def _param_load(self, f: _Fn, op: str, returned: frozenset) -> frozenset:
+    def _param_load(self, f: _Fn, op: str, returned, pending) -> frozenset:
+        """A ``ld.param``: of the function's own parameter, of the last call's result, or of
+        an argument it stored for a call; any other ``.param`` is not followed."""
         sym = _bracket_symbol(op)
         if sym in f.params:
             return self.params[id(f)][f.params.index(sym)]
-        return returned
+        if sym in returned:
+            return returned[sym]
+        if sym in pending:
+            return pending[sym]
+        return frozenset({("L", f"a .param value splice does not follow ('{op.strip()}')")})
 
 
 def _symbol_origin(f: _Fn, sym: str, offset: int | None) -> Origin:
     space = f.symbols.get(sym)
-    if sym.startswith(TILE_PREFIX) and space == ".shared":
+    if space in (".shared", ".local", ".const"):   # a staged tile, or private memory
         return ("D", f"{sym}@{'?' if offset is None else offset}")
-    if space in (".shared", ".local", ".const"):
-        return D
     if space == ".func":
         return ("G", f"the address of the function '{sym}'")
     return ("G", f"the address of the global variable '{sym}'")
 
 
-def _arithmetic(base: str, vals: list[frozenset], text: str) -> frozenset:
+#: The floating-point types of PTX: arithmetic in them on an address is not an offset.
+_FLOAT_TYPES = frozenset({"f16", "f16x2", "bf16", "bf16x2", "f32", "f32x2", "f64", "tf32",
+                          "e4m3", "e5m2", "e4m3x2", "e5m2x2"})
+
+#: The widest alignment an ``and`` may round an address down to and keep its origin: the
+#: result lies at most this many bytes below the address.
+MAX_ALIGNMENT = 4096
+
+
+def _alignment_mask(op: str) -> bool:
+    """Whether ``op`` is an immediate ``-2**k`` (k >= 1, 2**k <= :data:`MAX_ALIGNMENT`):
+    an ``and`` with it rounds an address down to a multiple of ``2**k``."""
+    k = _int(op.strip())
+    if k is None:
+        return False
+    low = ~k & (2 ** 64 - 1)           # the bits the mask clears
+    return 0 < low < MAX_ALIGNMENT and low & (low + 1) == 0
+
+
+def _plus_offset(address: frozenset, text: str) -> frozenset:
+    """The origins of an address plus an offset: the address's, where a null side (a
+    select or join of an argument and 0) becomes an arbitrary address."""
+    null = frozenset({("X", f"'{text}', an offset added to a value that may be the null "
+                            f"pointer (a select or join of an address and 0): the sum may be "
+                            f"any address")})
+    return frozenset(o for o in address if o[0] != "Z") | (null if Z in address else
+                                                          frozenset())
+
+
+def _arithmetic(base: str, vals: list[frozenset], text: str, ops: list[str]) -> frozenset:
     """Origins of the result of ``base`` on operands of origins ``vals`` (rule 2)."""
     has_address = _has_address
     bad = frozenset({("X", f"'{text}', arithmetic splice does not follow on an address")})
@@ -311,11 +384,19 @@ def _arithmetic(base: str, vals: list[frozenset], text: str) -> frozenset:
     if base == "sub" and len(vals) == 2 and has_address(vals[1]):
         both_derived = all(k in _FINE for v in vals for k, _ in v)
         return frozenset({N}) if both_derived else bad
-    if base in ("add", "sub", "mad", "and"):
+    if base == "and" and any(map(has_address, vals)):
+        mask = [o for o, v in zip(ops, vals) if not has_address(v)]
+        if len(vals) != 2 or len(mask) != 1 or not _alignment_mask(mask[0]):
+            return frozenset({("X", f"'{text}', an 'and' of an address with what is not a "
+                                    f"constant alignment mask (-2, -4 ... -{MAX_ALIGNMENT}): "
+                                    f"the result need not point into the same memory")})
+        return next(v for v in vals if has_address(v))
+    if base in ("add", "sub", "mad"):
         addresses = [v for v in terms if has_address(v)]
         if len(addresses) == 1:
             rest = [v for v in terms if v is not addresses[0]]
-            return addresses[0] | frozenset(o for v in rest for o in v if o[0] == "X")
+            return _plus_offset(addresses[0], text) | \
+                frozenset(o for v in rest for o in v if o[0] == "X")
         if len(addresses) > 1:
             return bad
     elif any(has_address(v) for v in vals):
@@ -373,17 +454,23 @@ def _compact(origins: frozenset) -> frozenset:
         frozenset(kept.values())
 
 
+#: How many constant offsets of one symbol a register's origins keep; past that it is at an
+#: unknown offset (so that a loop that steps a pointer reaches a fixed point).
+_OFFSETS_KEPT = 8
+
+
 def _join(a: frozenset, b: frozenset) -> frozenset:
-    """The union of two origin sets, widened: a buffer seen at two different offsets is
-    at an unknown one (so that a loop that steps a pointer reaches a fixed point); one
-    reason per refused kind (:func:`_compact`)."""
+    """The union of two origin sets, widened: a symbol seen at more than
+    :data:`_OFFSETS_KEPT` offsets is at an unknown one; one reason per refused kind
+    (:func:`_compact`)."""
     out = _compact(a | b)
     offsets: dict[str, set[str]] = {}
     for kind, why in out:
         if kind == "D" and "@" in why:
             sym, off = why.rsplit("@", 1)
             offsets.setdefault(sym, set()).add(off)
-    wide = {sym for sym, offs in offsets.items() if len(offs) > 1}
+    wide = {sym for sym, offs in offsets.items() if len(offs) > _OFFSETS_KEPT or
+            (len(offs) > 1 and "?" in offs)}
     if not wide:
         return out
     return frozenset(o for o in out if not (o[0] == "D" and o[1].rsplit("@", 1)[0] in wide)) \
@@ -419,7 +506,8 @@ def _access_operands(ins: Instruction) -> list[tuple[str, str]]:
     spaces = [m.split("::")[0] for m in ins.modifiers
               if m.split("::")[0] in ("global", "shared", "local", "param", "const")]
     bracketed = [o for o in ins.operands if o.strip().startswith("[")]
-    if ins.base in _ACCESSES:
+    if ins.base in _ACCESSES or ins.base == "mbarrier" or (
+            ins.base == "wmma" and ("load" in ins.modifiers or "store" in ins.modifiers)):
         space = spaces[0] if spaces else ""
         return [(space, o) for o in bracketed[:1]] if space in ("", "global") else []
     if ins.base == "cp":
@@ -443,17 +531,40 @@ def _refusal(ins: Instruction, text: str) -> str | None:
     return "is not an instruction splice knows to leave global memory alone"
 
 
-def _address_fault(proof: _Proof, f: _Fn, op: str) -> str | None:
-    inner = op.strip()[1:-1]
-    head = re.split(r"[+\-\s]", inner.strip(), maxsplit=1)[0]
+def _address_fault(proof: _Proof, f: _Fn, ins: Instruction, op: str) -> str | None:
+    inner = op.strip()[1:-1].replace(" ", "")
+    head, _, offset = inner.partition("+")
     origins = proof.value(f, head)
     bad = [o for o in origins if o[0] not in _FINE]
     if not bad:
-        return None if origins else "of no origin splice could trace"
+        return "of no origin splice could trace" if not origins else \
+            _private_fault(f, origins, _int(offset or "0"), _access_bytes(ins))
     for kind in ("G", "X", "L", "N"):
         hit = next((o for o in sorted(bad) if o[0] == kind), None)
         if hit is not None:
             return _WHY[kind].format(why=hit[1])
+    return None
+
+
+def _private_fault(f: _Fn, origins: frozenset, imm: int | None, size: int) -> str | None:
+    """Why a generic (or global) access at an address of ``origins`` plus ``imm`` may leave
+    the ``.local``, ``.shared`` or ``.const`` variable it is derived from: a run-time
+    offset (through a generic address it may reach any memory), or constant bytes outside
+    the variable's declared size. A staged tile's offsets are the tile call's
+    (:func:`check_tile_bounds`, the guard words)."""
+    for kind, why in sorted(origins):
+        if kind != "D" or "@" not in why or why.startswith(TILE_PREFIX):
+            continue
+        sym, _, at = why.rpartition("@")
+        space = f.symbols.get(sym, ".local")[1:]
+        if at == "?" or imm is None:
+            return (f"that is the address of the {space} variable '{sym}' plus a run-time "
+                    f"offset: through a generic address that may reach any memory, and "
+                    f"splice cannot prove it stays in '{sym}'")
+        a, end = int(at) + imm, f.sizes.get(sym)
+        if end is not None and (a < 0 or a + size > end):
+            return (f"that is bytes {a}..{a + size - 1} of the {space} variable '{sym}' "
+                    f"({end} bytes): outside it")
     return None
 
 
@@ -475,7 +586,7 @@ def _first_fault(proof: _Proof) -> tuple[_Fn, str, str] | None:
             if why is not None:
                 return f, text, why
             for _space, op in _access_operands(ins):
-                fault = _address_fault(proof, f, op)
+                fault = _address_fault(proof, f, ins, op)
                 if fault is not None:
                     return f, text, f"accesses global (or generic) memory at an address {fault}"
     return None
@@ -484,8 +595,8 @@ def _first_fault(proof: _Proof) -> tuple[_Fn, str, str] | None:
 def _proven(ext, reach) -> _Proof | None:
     """The fixed point over the functions ``ext``'s symbol reaches (``reach``:
     :func:`splice.analysis.collectives.outside_ptx`), or None when it reaches none."""
-    spaces: dict[int, dict[str, str]] = {}
-    fns = [_function(m, n, tuple(c), spaces.setdefault(id(m), _symbol_spaces(m)))
+    symbols: dict[int, tuple] = {}
+    fns = [_function(m, n, tuple(c), symbols.setdefault(id(m), _symbol_spaces(m)))
            for m, n, c in reach.functions()]
     if not fns:
         return None
