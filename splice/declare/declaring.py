@@ -9,10 +9,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import SpliceDeclarationError
+from ..errors import SpliceDeclarationError, SpliceUnsafePathError
 from ..forms import element
 
 if TYPE_CHECKING:
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from ..types import Signature
 from ..inputs.checks import is_cxx_name
 from ..inputs.fragments import ENTRY_POINTS, FILE_KINDS
+from ..system import safe_fs
 
 _C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -80,6 +82,7 @@ def resolve_path(path, base: Path | None, what: str, kind: str) -> Path:
     Raises:
         SpliceDeclarationError: text or bytes where a path goes, a suffix of another kind,
             a directory, or a missing file; each says which declaration to use instead.
+        SpliceUnsafePathError: a FIFO, a device or a socket (never opened).
     """
     bad = not_a_path(path, kind)
     if bad is not None:
@@ -96,11 +99,16 @@ def resolve_path(path, base: Path | None, what: str, kind: str) -> Path:
     else:
         candidates = ([base / p] if base is not None else []) + [Path.cwd() / p]
     for c in candidates:
-        if c.is_file():
-            return c.resolve()
-        if c.is_dir():
+        try:
+            st = os.stat(c)            # never opened here: a FIFO is refused by its type
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
             raise SpliceDeclarationError(f"{what}: {os.fspath(path)!r} is a directory, not a "
                                          f"file ({c.resolve()})")
+        if not stat.S_ISREG(st.st_mode):
+            raise SpliceUnsafePathError(safe_fs.not_regular(c, st, f"{what}: the file"))
+        return c.resolve()
     tried = ", ".join(dict.fromkeys(str(c.resolve()) for c in candidates))
     raise SpliceDeclarationError(f"{what}: file {os.fspath(path)!r} not found (tried {tried})")
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 import logging
 import re
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from ..errors import SpliceCompileError
-from ..system import toolchain
+from ..errors import SpliceCompileError, SpliceUnsafePathError
+from ..system import safe_fs, toolchain
 
 if TYPE_CHECKING:
     from .headers import HeaderProvider
@@ -235,8 +234,9 @@ def _first_error(log: str, source: str, name: str, generated=()) -> str:
             return (f"{ln}\n    in the code splice generated for extern "
                     f"{owner or '(unknown)'}: {text}")
         try:
-            text = Path(file).read_text(errors="replace").splitlines()[n - 1].strip()
-        except (OSError, IndexError):
+            text = safe_fs.read_regular(file, safe_fs.MAX_SOURCE_BYTES, "the header").decode(
+                errors="replace").splitlines()[n - 1].strip()
+        except (OSError, IndexError, SpliceUnsafePathError):
             text = ""
         return f"{ln}\n    {file}:{n}: {text}"
     for ln in log.splitlines():
