@@ -563,6 +563,50 @@ def keyword_name_kernel(x, y, TILE: ConstInt):
 
 
 @splice.kernel
+def null_input_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=splice.cuda("NULL", dtype=ct.float32, NULL=t))
+
+
+@splice.kernel
+def va_arg_input_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=splice.cuda("x", dtype=ct.float32, x=t, va_arg=t))
+
+
+@splice.kernel
+def alternative_token_input_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=splice.cuda("x", dtype=ct.float32, x=t, xor_eq=t))
+
+
+@splice.kernel
+def double_underscore_input_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=splice.cuda("x", dtype=ct.float32, x=t, a__b=t))
+
+
+@splice.kernel
+def underscore_capital_input_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=splice.cuda("x", dtype=ct.float32, x=t, _Value=t))
+
+
+@splice.kernel
+def splice_prefix_input_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=splice.cuda("x", dtype=ct.float32, x=t, splice_x=t))
+
+
+def _code_kernel(code: str):
+    @splice.kernel
+    def code_kernel(x, y, TILE: ConstInt):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=splice.cuda(code, dtype=ct.float32, x=t))
+    return code_kernel
+
+
+@splice.kernel
 def non_constant_code_kernel(x, y, TILE: ConstInt):
     t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
     ct.store(y, index=(ct.bid(0),), tile=splice.cuda(t, dtype=ct.float32, x=t))
@@ -572,7 +616,25 @@ def non_constant_code_kernel(x, y, TILE: ConstInt):
     (no_dtype_kernel, "dtype= is required"),
     (positional_kernel, "inputs are passed by name"),
     (tuple_input_kernel, "input 'x' is"),
-    (keyword_name_kernel, "cannot be a C parameter name"),
+    (keyword_name_kernel, "input 'int' cannot name the snippet's C parameter: it is a C++ "
+                          "keyword"),
+    # a name that would break splice's generated code: refused at the call (issue 41)
+    (null_input_kernel, "input 'NULL' cannot name the snippet's C parameter: it is a macro "
+                        "NVRTC defines (NULL)"),
+    (va_arg_input_kernel, "input 'va_arg' cannot name the snippet's C parameter: it is a "
+                          "macro NVRTC defines"),
+    (alternative_token_input_kernel, "input 'xor_eq' cannot name the snippet's C parameter: "
+                                     "it is a C++ keyword"),
+    (double_underscore_input_kernel, "an identifier C++ reserves"),
+    (underscore_capital_input_kernel, "an identifier C++ reserves"),
+    (splice_prefix_input_kernel, "a name splice's generated code uses"),
+    # an unbalanced bracket is said as such, not as a missing return
+    (_code_kernel("if (x > 0) { return x; return 0.0f;"),
+     "'{' at line 1, column 12 is never closed"),
+    (_code_kernel("if (x > 0) return x; } return 0.0f;"), "'}' at line 1, column 22 closes "
+                                                           "no '{'"),
+    (_code_kernel("return fmaxf(x, [0.0f);"), "')' at line 1, column 22 does not close the "
+                                              "'[' at line 1, column 17"),
     (non_constant_code_kernel, "the code must be a compile-time constant"),
     (mismatch_kernel, "do not broadcast to a common shape: a (128,), b (64,)"),
     (_options_kernel(dtype=F32_TILE), "a tile result (splice.tile) is for scope=\"block\""),
@@ -589,7 +651,9 @@ def non_constant_code_kernel(x, y, TILE: ConstInt):
     (_options_kernel(includes=(1,)), "includes must"),
     (_options_kernel(defines=(1,)), "defines must"),
     (_options_kernel(include_dirs="/no/such/dir"), "not a directory"),
-], ids=["no-dtype", "positional", "tuple-input", "keyword-name", "non-constant-code",
+], ids=["no-dtype", "positional", "tuple-input", "keyword-name", "NULL", "va_arg",
+        "alternative-token", "reserved-double-underscore", "reserved-underscore-capital",
+        "splice-prefix", "open-brace", "close-brace", "crossed-brackets", "non-constant-code",
         "shapes", "tile-result-per-element", "tile-and-element-results", "empty",
         "one-tuple", "128-bit-results", "bad-dtype", "memory-on-pure", "memory-none", "scope",
         "pure", "dlto", "includes", "defines", "include-dirs"])
@@ -599,6 +663,18 @@ def test_bad_calls_are_call_errors(kernel, said, fresh_cache):
     assert said in str(e.value), str(e.value)
     assert f"{__file__}:" in str(e.value)
     assert not list(fresh_cache.rglob("*.cubin"))
+
+
+def test_an_input_that_a_header_makes_a_macro_is_refused_when_it_compiles(fresh_cache):
+    @splice.kernel
+    def k(x, y, TILE: ConstInt):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=splice.cuda("k * 2.0f", dtype=ct.float32, k=t,
+                                                         defines=(("k", "3"),)))
+    with pytest.raises(splice.SpliceCompileError,
+                       match=r"inline CUDA C \(splice\.cuda\) at .*test_cuda_inline\.py:\d+ "
+                             r"does not compile(.|\n)*the input k is a macro here"):
+        splice.compile(k, F32x2, "sm_90")
 
 
 def test_called_from_python_is_an_error():

@@ -63,16 +63,51 @@ _RETURN = re.compile(r"\breturn\b")
 _NOT_CODE = re.compile(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'",
                        re.DOTALL)
 
-#: C and C++ keywords and the names the generated code uses, which an input cannot be named.
+#: C and C++ keywords and alternative tokens, which an input cannot be named.
 _RESERVED = frozenset("""
-alignas alignof and asm auto bool break case catch char char16_t char32_t char8_t class
-compl concept const consteval constexpr constinit const_cast continue decltype default delete
-do double dynamic_cast else enum explicit export extern false float for friend goto if
-inline int long mutable namespace new noexcept not nullptr operator or private protected
-public register reinterpret_cast requires return short signed sizeof static static_assert
-static_cast struct switch template this thread_local throw true try typedef typeid typename
-union unsigned using virtual void volatile wchar_t while xor
+alignas alignof and and_eq asm auto bitand bitor bool break case catch char char16_t
+char32_t char8_t class compl concept const consteval constexpr constinit const_cast continue
+co_await co_return co_yield decltype default delete do double dynamic_cast else enum explicit
+export extern false float for friend goto if inline int long mutable namespace new noexcept
+not not_eq nullptr operator or or_eq private protected public register reinterpret_cast
+requires return short signed sizeof static static_assert static_cast struct switch template
+this thread_local throw true try typedef typeid typename union unsigned using virtual void
+volatile wchar_t while xor xor_eq
 """.split())
+
+#: The macros NVRTC defines in every program (``#ifdef`` of each, measured with NVRTC 13):
+#: an input of that name would be replaced in splice's generated parameter list. Macros of
+#: headers the snippet includes are refused when it compiles (:meth:`CudaSnippet.source`).
+_NVRTC_MACROS = frozenset({"NULL", "assert", "va_start", "va_arg", "va_end", "va_copy"})
+
+
+def input_name_refusal(name: str) -> str | None:
+    """Why ``name`` cannot name an input of ``splice.cuda`` (a parameter of the generated
+    function), or None.
+
+    Args:
+        name (str): the keyword argument's name.
+
+    Returns:
+        str | None: the reason, for the call's error.
+
+    Example:
+        >>> input_name_refusal("NULL")
+        'a macro NVRTC defines (NULL)'
+        >>> input_name_refusal("x") is None
+        True
+    """
+    if not _C_IDENT.fullmatch(name):
+        return "not a C identifier"
+    if name in _RESERVED:
+        return "a C++ keyword"
+    if name in _NVRTC_MACROS:
+        return f"a macro NVRTC defines ({name})"
+    if "__" in name or re.match(r"_[A-Z]", name):
+        return "an identifier C++ reserves (with '__', or '_' and a capital)"
+    if name.startswith("splice_"):
+        return "a name splice's generated code uses (splice_...)"
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +192,10 @@ class CudaSnippet:
                   if isinstance(t, TileType) and t.elem.c_header}
         lines = [f"#include <{h}>" for h in sorted(heads)]
         lines += [f"#include {h}" for h in self.includes]
+        for name in (*self.names, *self.output_names[:len(self.tile_outputs)]):
+            lines += [f"#ifdef {name}",      # a macro of an included header: not a parameter
+                      f'#error "splice: the input {name} is a macro here (of an included header, or '
+                      f'defines=); rename the input"', "#endif"]
         tiles = self.tile_outputs or any(isinstance(t, TileType) for t in self.params)
         linkage = "" if tiles else 'extern "C" '   # a tile function is called by the
         # staging trampoline (splice.inputs.checks.tile_trampoline), by its C++ name
@@ -377,6 +416,10 @@ def _handle_cuda(callee, code, args, dtype, pure, memory, scope, includes, inclu
     if not isinstance(text, str) or not text.strip():
         raise call.error(f"the code must be a non-empty str of CUDA C (an expression such as "
                          f"'__expf(-x * x)' or a body with return), got {text!r:.60}")
+    unbalanced = bracket_refusal(text)
+    if unbalanced is not None:
+        raise call.error(f"{unbalanced}; the snippet must be whole: an expression, or a body "
+                         f"whose brackets close")
     if args:
         raise call.error(f"inputs are passed by name, as the snippet's parameters: "
                          f"splice.cuda(code, dtype=..., x=t), not {len(args)} positional "
@@ -389,6 +432,47 @@ def _handle_cuda(callee, code, args, dtype, pure, memory, scope, includes, inclu
         return emit_tile_call(ext, tuple(inputs.values()), loc)
     from ..tracing.trace import emit_call
     return emit_call(ext, tuple(inputs.values()), loc)
+
+
+def bracket_refusal(code: str) -> str | None:
+    """Where the brackets ``()[]{}`` of ``code`` (outside comments and literals) do not
+    balance, or None.
+
+    Args:
+        code (str): a snippet.
+
+    Returns:
+        str | None: "'{' at line 1, column 12 is never closed" and the like.
+
+    Example:
+        >>> bracket_refusal("if (x > 0) { return x; return 0.0f;")
+        "'{' at line 1, column 12 is never closed"
+        >>> bracket_refusal('return x > 0 ? x : 0.0f; // }') is None
+        True
+    """
+    text = _NOT_CODE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), code)
+    pairs = {")": "(", "]": "[", "}": "{"}
+    open_: list[tuple[str, int]] = []
+    for i, c in enumerate(text):
+        if c in "([{":
+            open_.append((c, i))
+        elif c in pairs:
+            if not open_:
+                return f"'{c}' at {_line_col(text, i)} closes no '{pairs[c]}'"
+            if open_[-1][0] != pairs[c]:
+                o, j = open_[-1]
+                return f"'{c}' at {_line_col(text, i)} does not close the '{o}' at " \
+                       f"{_line_col(text, j)}"
+            open_.pop()
+    if open_:
+        c, i = open_[-1]
+        return f"'{c}' at {_line_col(text, i)} is never closed"
+    return None
+
+
+def _line_col(text: str, i: int) -> str:
+    line = text.count("\n", 0, i) + 1
+    return f"line {line}, column {i - (text.rfind(chr(10), 0, i) + 1) + 1}"
 
 
 def _check_broadcast(call: _Call, inputs: dict) -> None:
@@ -532,10 +616,10 @@ def _parameters(call: _Call, inputs: dict, form) -> tuple[tuple[str, ...],
     the array of that shape (``float (&t)[16]``)."""
     names, params = [], []
     for name, var in inputs.items():
-        if not _C_IDENT.fullmatch(name) or name in _RESERVED or name.startswith("__") or \
-                name.startswith("splice_"):
-            raise call.error(f"input {name!r} cannot be a C parameter name (a C++ keyword, or "
-                             f"a name starting with '__' or 'splice_'); rename it")
+        why = input_name_refusal(name)
+        if why is not None:
+            raise call.error(f"input {name!r} cannot name the snippet's C parameter: it is "
+                             f"{why}; rename it")
         ty = var.get_type()
         try:
             if isinstance(ty, cu.ArrayTy):
