@@ -40,8 +40,8 @@ CUB once; a larger tile compiles alone. What they need:
   op and dtype below compiles at 128, 256, 512, 1024, 2048 and 4096 elements (the matrix
   of ``tests/test_cub_sizes.py``), aligned or not; larger tiles while shared memory holds
   them (below: a float32 ``sort`` of 16384 elements fits, a float64 one does not). A tile
-  of fewer than 128 elements is a ``SpliceCompileError`` (``n`` must be a multiple of
-  128). Dtypes: int8 ... int64, uint8 ... uint64, float16, bfloat16, float32, float64 for
+  of fewer than 128 elements, or not a multiple of 128, is a ``SpliceCallError`` at the
+  call. Dtypes: int8 ... int64, uint8 ... uint64, float16, bfloat16, float32, float64 for
   ``sort``/``sort_pairs``/``top_k`` keys (radix sort: -0.0 sorts before +0.0, NaNs after
   +inf ascending), any of those or bool for ``sort_pairs`` values, int32 indices for
   ``top_k``; ``inclusive_sum`` for int32, int64, uint32, uint64, float32, float64;
@@ -127,6 +127,12 @@ def _tile(var, what: str, allowed, where: str, loc) -> ElementType:
         raise SpliceCallError(f"{what} at {where}: {elem} tiles are not supported (CUB "
                               f"supports {', '.join(allowed)}); convert with .astype(...)",
                               loc)
+    n = ty.shape[0]
+    if n < THREADS or n % THREADS:
+        raise SpliceCallError(f"{what} at {where}: a tile of {n} elements; splice.cub takes "
+                              f"tiles of {THREADS} x 2**j elements (128, 256 ... 4096: each "
+                              f"of tileiras's {THREADS} threads holds n / {THREADS}); load a "
+                              f"larger tile (padded: padding_mode=)", loc)
     return elem
 
 
@@ -319,6 +325,19 @@ def _balanced(text: str) -> bool:
     return not stack
 
 
+def _top_level_comma(text: str) -> bool:
+    """Whether ``text`` has a comma outside its brackets ``()[]{}``, where no ``<`` outside
+    them could open a template's arguments (``op<float, 2>{}``: NVRTC decides those)."""
+    depth, commas, angles = 0, False, False
+    for c in text:
+        depth += c in "([{"
+        depth -= c in ")]}"
+        if depth == 0:
+            commas |= c == ","
+            angles |= c == "<"
+    return commas and not angles
+
+
 def user_operator(text: str) -> tuple[str, str]:
     """The C++ type name and the struct definition of a user's operator: a C++ expression
     whose value is a callable of two arguments, such as ``"cuda::maximum<>{}"`` or
@@ -329,7 +348,8 @@ def user_operator(text: str) -> tuple[str, str]:
     in a member function of a struct named by the text's hash (braced, so that two
     expressions separated by a comma are a compile error, never the comma operator, and an
     overloaded function name must be wrapped in a lambda); it must be one expression:
-    brackets that nest and close,
+    brackets that nest and close, no comma outside them (a ``<`` outside them leaves a comma
+    to NVRTC: template arguments),
     no ``#`` (preprocessor lines), no line-comment (``//``) or block comment, under
     2000 characters.
 
@@ -355,7 +375,9 @@ def user_operator(text: str) -> tuple[str, str]:
                                 ("a comment", "//" in text or "/*" in text),
                                 (f"more than {_MAX_OP_CHARS} characters",
                                  len(text) > _MAX_OP_CHARS),
-                                ("brackets that do not nest and close", not _balanced(text)))
+                                ("brackets that do not nest and close", not _balanced(text)),
+                                ("a comma outside brackets (two expressions)",
+                                 _top_level_comma(text)))
            if hit]
     if bad:
         raise ValueError(f"must be one C++ expression, but has {' and '.join(bad)}")
@@ -545,9 +567,8 @@ exclusive_sum = _device_function(_handle_exclusive_sum, _doc("""The exclusive pr
         CUB's order (per thread, then across threads), not left to right.
 
     Raises:
-        SpliceCallError: a tile that is not 1-D or of another dtype; ``initial`` of another
-            dtype (convert it with ``.astype``).
-        SpliceCompileError: a tile that is not a multiple of 128 elements.
+        SpliceCallError: a tile that is not 1-D, of another dtype or not a multiple of 128
+            elements; ``initial`` of another dtype (convert it with ``.astype``).
 
     Example:
         ``offsets = splice.cub.exclusive_sum(counts)`` (``torch.cumsum(x, 0) - x``)
@@ -568,10 +589,10 @@ inclusive_scan = _device_function(_handle_inclusive_scan, _doc("""The inclusive 
         that is not associative gives an order-dependent result.
 
     Raises:
-        SpliceCallError: a tile that is not 1-D or of another dtype; ``op`` not a constant
-            string, or not one C++ expression.
+        SpliceCallError: a tile that is not 1-D, of another dtype or not a multiple of 128
+            elements; ``op`` not a constant string, or not one C++ expression.
         SpliceCompileError: an ``op`` that does not compile for the dtype (NVRTC's message,
-            naming the call); a tile that is not a multiple of 128 elements.
+            after the call).
 
     Example:
         ``running_max = splice.cub.inclusive_scan(t, "max")``
@@ -631,10 +652,9 @@ merge_sort = _device_function(_handle_merge_sort, _doc("""The tile's elements in
         A tile of ``t``'s shape and dtype.
 
     Raises:
-        SpliceCallError: a tile that is not 1-D or of another dtype; ``less`` not a
-            constant string or not one C++ expression.
-        SpliceCompileError: a comparator that does not compile for the dtype; a tile that
-            is not a multiple of 128 elements.
+        SpliceCallError: a tile that is not 1-D, of another dtype or not a multiple of 128
+            elements; ``less`` not a constant string or not one C++ expression.
+        SpliceCompileError: a comparator that does not compile for the dtype.
 
     Example:
         ``by_magnitude = splice.cub.merge_sort(t, "[](float a, float b) { return fabsf(a) <
@@ -674,8 +694,8 @@ flag_heads = _device_function(_handle_flag_heads, _doc("""1 where a run of equal
         An int32 tile of ``t``'s shape.
 
     Raises:
-        SpliceCallError: a tile that is not 1-D or of another dtype.
-        SpliceCompileError: a tile that is not a multiple of 128 elements.
+        SpliceCallError: a tile that is not 1-D, of another dtype or not a multiple of 128
+            elements.
 
     Example:
         ``segment_ids = splice.cub.inclusive_scan(splice.cub.flag_heads(t), "sum") - 1``
@@ -692,8 +712,8 @@ flag_tails = _device_function(_handle_flag_tails, _doc("""1 where a run of equal
         An int32 tile of ``t``'s shape.
 
     Raises:
-        SpliceCallError: a tile that is not 1-D or of another dtype.
-        SpliceCompileError: a tile that is not a multiple of 128 elements.
+        SpliceCallError: a tile that is not 1-D, of another dtype or not a multiple of 128
+            elements.
 
     Example:
         ``last = splice.cub.flag_tails(t)``
@@ -714,8 +734,8 @@ unique_counts = _device_function(_handle_unique_counts, _doc("""The runs of equa
         the tile's size. Sort first (:func:`sort`) for the counts of each distinct value.
 
     Raises:
-        SpliceCallError: a tile that is not 1-D or of another dtype.
-        SpliceCompileError: a tile that is not a multiple of 128 elements.
+        SpliceCallError: a tile that is not 1-D, of another dtype or not a multiple of 128
+            elements.
 
     Example:
         ``vals, counts = splice.cub.unique_counts(splice.cub.sort(t))``
@@ -738,8 +758,7 @@ run_length_decode = _device_function(_handle_run_length_decode, _doc("""The inve
 
     Raises:
         SpliceCallError: tiles that are not 1-D, of another dtype (``counts`` must be int32:
-            ``.astype(ct.int32)``), or of different shapes.
-        SpliceCompileError: a tile that is not a multiple of 128 elements.
+            ``.astype(ct.int32)``), of different shapes, or not a multiple of 128 elements.
 
     Example:
         ``expanded = splice.cub.run_length_decode(*splice.cub.unique_counts(t))`` (``t``)

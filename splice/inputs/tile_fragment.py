@@ -55,6 +55,9 @@ class TileFragment(Fragment):
     where: str = ""
     guard_bytes: int = 0        # SPLICE_CHECK_TILES: guard bytes at each end of a buffer
     scope: str = "block"        # the call's scope ("block", "warpgroup")
+    #: what the user called where the callee is splice's own ("splice.cub.sort at k.py:12"),
+    #: which a compile error names first; "" for a user's extern (its declaration leads)
+    call_name: str = ""
     kind = "tile"
 
     def describe(self) -> str:
@@ -68,7 +71,8 @@ class TileFragment(Fragment):
             try:
                 base = self.base.module(target)
             except SpliceCompileError as e:   # inside the function, for these shapes
-                raise SpliceCompileError(f"{e.message}\n    instantiated for "
+                head = f"{self.call_name} does not compile: " if self.call_name else ""
+                raise SpliceCompileError(f"{head}{e.message}\n    instantiated for "
                                          f"{self.instance}", e.log) from None
             self._check_callee(base)
             return parse_module(base.text.rstrip("\n") + "\n\n" + self.staging_ptx(base),
