@@ -29,7 +29,8 @@ import types
 import warnings
 import weakref
 from pathlib import Path
-from types import FrameType
+
+from ..errors import user_frame
 
 _SPLICE_DIR = str(Path(__file__).resolve().parents[1])   # the splice package
 
@@ -168,7 +169,7 @@ def declared(new) -> None:
     for the launched kernels that reached an extern of its name."""
     if not _launched:
         return
-    target = _binding(_user_frame())
+    target = _binding(user_frame())
     name = new._splice_extern.name
     with _launched_lock:
         kernels = sorted({k._pyfunc.__name__ for k, record in _launched.items()
@@ -253,17 +254,9 @@ def _load(frame, name: str):
     return None
 
 
-def _user_frame() -> FrameType | None:
-    """The frame of the user's code that called into splice."""
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_SPLICE_DIR):
-        frame = frame.f_back
-    return frame
-
-
 def _user_level() -> int:
     """The ``stacklevel`` of the user's code that called into splice (for warnings)."""
-    level, frame = 2, sys._getframe(2)   # type: int, FrameType | None
+    level, frame = 2, sys._getframe(2)   # type: int, types.FrameType | None
     while frame is not None and frame.f_code.co_filename.startswith(_SPLICE_DIR):
         level, frame = level + 1, frame.f_back
     return level

@@ -24,7 +24,7 @@ from typing import Any
 
 import cuda.tile as ct
 
-from ..errors import SpliceCallError, SpliceDeclarationError, SpliceError
+from ..errors import SpliceCallError, SpliceDeclarationError, SpliceError, user_location
 from ..forms.base import CallSite
 from ..system import _cutile as cu
 from ..types import Signature
@@ -492,16 +492,9 @@ def _marker_shape(shape, args) -> tuple[int, ...]:
 
 
 def python_caller() -> str:
-    """"file:line" of the user's Python code that called into splice (the first frame above
-    the caller of this function that is outside the splice package)."""
-    import os
-    import sys
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-    frame = sys._getframe(2)
-    while frame.f_back is not None and \
-            os.path.abspath(frame.f_code.co_filename).startswith(here):
-        frame = frame.f_back
-    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+    """"file:line" of the user's Python code that called into splice
+    (:func:`splice.errors.user_location`)."""
+    return user_location()
 
 
 def make_callable_stub(ext, pyfunc, emit=None):
