@@ -313,6 +313,21 @@ def test_a_builtin_name_is_read_when_the_kernel_is_compiled(fresh_cache, tmp_pat
         delattr(builtins, name)
 
 
+def test_a_function_nested_in_the_kernel_reads_the_names_now(fresh_cache, tmp_path):
+    mod = _module(tmp_path, DEF_FORM, k=5)
+    _rerun_cell(tmp_path, mod, '''
+@splice.kernel
+def k(x, y):
+    def apply(v):
+        return f(v)
+    t = ct.load(x, index=(ct.bid(0),), shape=(16,))
+    ct.store(y, index=(ct.bid(0),), tile=apply(t))
+''')
+    assert _value(splice.compile(mod.k, SIG, "sm_80")) == 10.0
+    _rerun_cell(tmp_path, mod, DEF_FORM.format(k=7))
+    assert _value(splice.compile(mod.k, SIG, "sm_80")) == 14.0
+
+
 SNIPPET_HELPER = '''
 def scale(t):
     return splice.cuda("return x * {k}.0f;", dtype=ct.float32, x=t)

@@ -308,7 +308,7 @@ def _operations(block):
 # Python's rule for names: a trace reads what each global name holds now
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)   # compared by what they read, never by ==
 class Read:
     """One global name the traced code of ``function`` (a Python function) loaded, and the
     value it read there."""
