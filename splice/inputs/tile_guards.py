@@ -9,9 +9,9 @@ buffer is declared :data:`GUARD_BYTES` longer at both ends, and the call functio
 1. has the group's first thread (rank 0) fill both guards of every buffer with its
    *canary* (:func:`canary`: a word of the buffer's index and side and of a value read
    from ``%globaltimer_lo`` at this call, so that no two guards of a call hold the same
-   bytes, and no two launches the same), then meets the group (``bar.sync 0`` at block
-   scope, the group's ``barrier.sync 15, 128`` at warpgroup scope), so the guards are set
-   before any thread runs the callee;
+   word, and the words change from launch to launch), then meets the group (``bar.sync 0``
+   at block scope, the group's ``barrier.sync 15, 128`` at warpgroup scope), so the guards
+   are set before any thread runs the callee;
 2. after the callee, meets the group again (every thread's callee is done), and rank 0
    reads every guard byte back: a byte that is not its canary's was written by the call
    (also where the call copied another buffer's guard over it: a callee that copies past
