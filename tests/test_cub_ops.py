@@ -389,7 +389,7 @@ def test_an_operator_that_does_not_compile_leads_with_the_call():
 
 
 def test_user_operator_commas_inside_brackets_or_template_arguments_are_left_to_cpp():
-    from splice.cub import user_operator
+    from splice.cub.operators import user_operator
     for text in ("[](float a, float b) { return a < b ? b : a; }", "cuda::maximum<>{}",
                  "my_op<float, 2>{}"):
         assert user_operator(text)[0].startswith("splice_cub::user_op_")
@@ -439,7 +439,7 @@ def test_two_operators_separated_by_a_comma_are_a_compile_error_not_the_last_one
 
 
 def test_a_user_operator_is_part_of_the_code_it_keys():
-    from splice.cub import user_operator
+    from splice.cub.operators import user_operator
     a, src_a = user_operator(XOR)
     b, src_b = user_operator(XOR.replace("^", "|"))
     assert a != b and XOR in src_a and XOR not in src_b
