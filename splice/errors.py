@@ -18,6 +18,9 @@ that is also a :class:`SpliceError` (a :class:`CuTileError`, made by
 
 from __future__ import annotations
 
+import os
+import sys
+from types import FrameType
 from typing import Any
 
 from cuda.tile import (
@@ -26,6 +29,36 @@ from cuda.tile import (
     TileError,
     TileTypeError,
 )
+
+_SPLICE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep   # the splice package
+
+
+def user_frame() -> FrameType | None:
+    """The frame of the user's code that called into splice: the first frame, from the
+    caller's up, whose code is outside the splice package.
+
+    Example:
+        >>> user_frame().f_code.co_filename != __file__
+        True
+    """
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(
+            _SPLICE_DIR):
+        frame = frame.f_back
+    return frame
+
+
+def user_location() -> str:
+    """"file:line" of the user's code that called into splice (:func:`user_frame`), for
+    messages.
+
+    Example:
+        >>> ":" in user_location()
+        True
+    """
+    frame = user_frame()
+    return "<unknown location>" if frame is None else \
+        f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
 class SpliceError(Exception):

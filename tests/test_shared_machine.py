@@ -373,3 +373,35 @@ def test_overlay_not_kept_in_a_shared_cache_whose_members_can_rename_it(tmp_path
         assert shared not in _fresh_overlay().parents
     finally:
         toolchain.overlay.cache_clear()
+
+
+# ---------------------------------------------------------------------------------------------
+# a FIFO or a device as a declaration's path (any user)
+
+
+@pytest.mark.parametrize("declare", [
+    lambda p: splice.extern(path=p, name="f", signature="float32(float32)"),
+    lambda p: splice.library(path=p),
+    lambda p: splice.extern.from_ptx(p, name="f", signature="float32(float32)"),
+    lambda p: splice.extern.from_ltoir(p, name="f", signature="float32(float32)"),
+    lambda p: splice.extern.from_object(p, name="f", signature="float32(float32)"),
+], ids=["extern", "library", "from_ptx", "from_ltoir", "from_object"])
+def test_a_fifo_or_device_as_a_path_is_refused_never_opened(tmp_path, declare):
+    """errors.md's promise: SpliceUnsafePathError, not "file not found"; the FIFO is never
+    opened, so a writer waiting on it stays blocked (opening it to read would release it)."""
+    import threading
+    fifo = tmp_path / "f.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: open(fifo, "wb").close(), daemon=True)
+    writer.start()
+    with pytest.raises(splice.SpliceUnsafePathError, match=r"it is a FIFO, not a regular "
+                                                           r"file(.|\n)*give a file"):
+        declare(str(fifo))
+    writer.join(0.5)
+    assert writer.is_alive()           # still waiting for a reader: splice opened nothing
+    os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))   # release it
+    writer.join(5)
+    with pytest.raises(splice.SpliceUnsafePathError, match=r"/dev/zero: it is a character "
+                                                           r"device"):
+        declare("/dev/zero")
+

@@ -10,14 +10,16 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import SpliceDeclarationError
+from ..errors import SpliceDeclarationError, SpliceUnsafePathError
 from ..forms import element, form_of
 from ..forms.base import Memory
 from ..inputs.checks import is_cxx_name
 from ..inputs.fragments import ENTRY_POINTS, FILE_KINDS
+from ..system import safe_fs
 
 if TYPE_CHECKING:
     from ..forms.base import CallForm
@@ -84,6 +86,7 @@ def resolve_path(path, base: Path | None, what: str, kind: str) -> Path:
         SpliceDeclarationError: text or bytes where a path goes, a suffix of another kind,
             a directory, a missing file, or a relative path declared in no file; each says
             what to do instead.
+        SpliceUnsafePathError: a FIFO, a device or a socket (never opened).
     """
     bad = not_a_path(path, kind)
     if bad is not None:
@@ -96,14 +99,18 @@ def resolve_path(path, base: Path | None, what: str, kind: str) -> Path:
             f"{what}: {p.name} is a {p.suffix} file, which {ENTRY_POINTS[kind][0]} does not "
             f"take: use {ENTRY_POINTS[other][0]}")
     c = Path(anchored(p, base, what, "the file"))
-    if c.is_file():
-        return c.resolve()
-    if c.is_dir():
+    try:
+        st = os.stat(c)            # never opened here: a FIFO is refused by its type
+    except OSError:
+        raise SpliceDeclarationError(f"{what}: file {os.fspath(path)!r} not found ({c}{_BESIDE})"
+                                     if not p.is_absolute() else
+                                     f"{what}: file {os.fspath(path)!r} not found") from None
+    if stat.S_ISDIR(st.st_mode):
         raise SpliceDeclarationError(f"{what}: {os.fspath(path)!r} is a directory, not a "
                                      f"file ({c.resolve()})")
-    raise SpliceDeclarationError(f"{what}: file {os.fspath(path)!r} not found ({c}{_BESIDE})"
-                                 if not p.is_absolute() else
-                                 f"{what}: file {os.fspath(path)!r} not found")
+    if not stat.S_ISREG(st.st_mode):
+        raise SpliceUnsafePathError(safe_fs.not_regular(c, st, f"{what}: the file"))
+    return c.resolve()
 
 
 #: How a relative name of a declaration is resolved, for its messages

@@ -25,6 +25,11 @@ What splice uses, and why (``docs/design.md#cutile-hooks``):
   ``dataflow_analysis`` is wrapped so that an operation may name the alias set of its
   result (:func:`lower_to_bytecode`, ``splice_alias_set``): how a call declared
   ``memory="arguments"`` is ordered only against the arrays it is given.
+- ``cuda.tile._passes.ast2hir.get_function_hir`` (cuTile's cache of each function's HIR,
+  with the values its global names held when it was first read) is wrapped, by its name in
+  the modules that call it, so that a trace by splice reads each global name the code
+  loads from the function's namespaces at that moment (:func:`_install_globals_hook`,
+  ``docs/guide/reloading.md``).
 - ``ct.kernel._compile`` is overridden by :class:`splice.driver.splice_kernel.SpliceKernel` to
   return splice's cubin to cuTile's own launcher and launch cache.
 - ``cuda.tile.jax._jax`` (``_array_constraint``, ``pack_scalar``,
@@ -48,7 +53,7 @@ import importlib
 import threading
 from typing import Any
 
-from ..errors import SpliceToolchainError
+from ..errors import SpliceDeclarationError, SpliceToolchainError
 
 SUPPORTED_CUTILE = ((1, 7), (1, 8))  # [low, high)
 
@@ -81,6 +86,12 @@ _PRIVATE: dict[str, tuple[str, str | None]] = {
         "MemoryOrder", "MemoryScope", "MemorySpace")},
     "typeid": ("cuda.tile._ir2bytecode", "typeid"),
     "_compile_module": ("cuda.tile._compile", None),
+    "_ast2hir": ("cuda.tile._passes.ast2hir", None),
+    "_hir2ir": ("cuda.tile._passes.hir2ir", None),
+    "is_function_wrapper": ("cuda.tile._execution", "is_function_wrapper"),
+    **{n: ("cuda.tile._ir.hir", n) for n in (
+        "Block", "ResolvedName", "StaticEvalExpression")},
+    "load_var": ("cuda.tile._ir.hir_stubs", "load_var"),
 }
 
 
@@ -183,6 +194,8 @@ class Lowered:
     #: what the operations with a ``splice_tma_stored_reads`` method found (their own
     #: records: :func:`_install_alias_hook`), each once
     tma_stored_reads: tuple = ()
+    #: every global name the traced code loaded, with the value it read (:class:`Read`)
+    reads: tuple = ()
 
 
 def max_bytecode_version() -> int:
@@ -209,9 +222,11 @@ def lower_to_bytecode(kernel, signatures: tuple, arch: str, context=None,
     which runs tileiras once per process to find it)."""
     context = context or _private("default_tile_context")
     _install_alias_hook()
+    _install_globals_hook()
     options = kernel._compiler_options
     found: dict = {}
-    _hook_state.found = found
+    reads: list[Read] = []
+    _hook_state.found, _hook_state.reads = found, reads
     try:
         # looked up at each call, as cuTile's own kernel._compile imports it: a test that
         # patches cuda.tile._compile.compile_tile sees splice's calls too
@@ -222,13 +237,13 @@ def lower_to_bytecode(kernel, signatures: tuple, arch: str, context=None,
                               context, bytecode_version=version, return_bytecode=True,
                               return_cubin=False)
     finally:
-        _hook_state.found = None
+        _hook_state.found = _hook_state.reads = None
     opt, device_debug = _private("_tileiras_effective_opt_and_device_debug")(options, arch)
     flags = ("--gpu-name", arch, f"-O{opt}", "--device-debug" if device_debug
              else "--lineinfo")
     return Lowered(bytes(result.bytecode), tuple(s.symbol for s in result.kernel_signatures),
                    tuple(result.library_lifecycle_providers), flags,
-                   context.config.compiler_timeout_sec, tuple(found))
+                   context.config.compiler_timeout_sec, tuple(found), tuple(reads))
 
 
 #: An alias set of splice's own (cuTile's are ints, a bit per alias group counted from
@@ -308,6 +323,151 @@ def _operations(block):
         yield op
         for nested in op.nested_blocks:
             yield from _operations(nested)
+
+
+# --------------------------------------------------------------------------------------------
+# Python's rule for names: a trace reads what each global name holds now
+
+
+@dataclasses.dataclass(frozen=True, eq=False)   # compared by what they read, never by ==
+class Read:
+    """One global name the traced code of ``function`` (a Python function) loaded, and the
+    value it read there."""
+
+    function: Any
+    name: str
+    value: Any
+
+    def holds(self) -> bool:
+        """Whether ``name`` still holds ``value`` in ``function``'s namespaces."""
+        return lookup(self.function, self.name) is self.value
+
+
+#: what :func:`lookup` gives for a name bound nowhere
+UNBOUND: Any = object()
+
+
+def lookup(function, name: str):
+    """What ``name`` holds in the code of the Python function ``function`` now, by
+    Python's rule for a name the function does not assign: its closure cell, else its
+    module's globals, else its builtins (LEGB); :data:`UNBOUND` where none binds it."""
+    code = function.__code__
+    if name in code.co_freevars and function.__closure__:
+        cell = function.__closure__[code.co_freevars.index(name)]
+        try:
+            return cell.cell_contents
+        except ValueError:      # an empty cell (assigned later, or deleted)
+            return UNBOUND
+    if name in function.__globals__:
+        return function.__globals__[name]
+    builtins = function.__builtins__
+    if not isinstance(builtins, dict):
+        builtins = vars(builtins)
+    return builtins.get(name, UNBOUND)
+
+
+def _install_globals_hook() -> None:
+    """Wrap cuTile's ``get_function_hir`` (once) so that in a trace by splice each function
+    cuTile compiles reads the global names its code loads as they are bound now, not as
+    cuTile froze them when it first read the function (its cache is by function object,
+    for the process): the kernel, the helpers it calls, their nested functions and their
+    ``ct.static_eval`` expressions. The values read are recorded for
+    :func:`lower_to_bytecode` (:class:`Read`).
+
+    cuTile's HIR keeps a value per global name (``frozen_global_values``, read by its
+    ``load_var``); the wrapper sets, in the cached HIR, the values of the names a
+    ``load_var`` of the function's code reads, and the globals of the functions cuTile
+    compiled for its ``static_eval`` expressions, before the trace uses them."""
+    ast2hir = _private("_ast2hir")
+    original = ast2hir.get_function_hir
+    if getattr(original, "_splice_globals_hook", False):
+        return
+
+    def get_function_hir(pyfunc, mode):
+        hir = original(pyfunc, mode)
+        reads = getattr(_hook_state, "reads", None)
+        if reads is not None:
+            while _private("is_function_wrapper")(pyfunc):   # as cuTile unwraps it
+                pyfunc = pyfunc.__wrapped__
+            reads.extend(_read_globals(hir, pyfunc))
+        return hir
+    get_function_hir._splice_globals_hook = True
+    get_function_hir.cache_clear = original.cache_clear
+    for module in (ast2hir, _private("_hir2ir"), _private("_compile_module")):
+        module.get_function_hir = get_function_hir
+
+
+def _read_globals(hir, pyfunc) -> list[Read]:
+    """Set the global names ``hir`` (and the functions nested in it) loads to what they
+    hold in ``pyfunc``'s namespaces now; what was read.
+
+    Raises:
+        SpliceDeclarationError: a name the code loads is bound nowhere now (Python would
+            raise NameError)."""
+    loads, static_evals = _global_loads(hir)
+    values = list(hir.frozen_global_values)
+    reads = []
+    for i in loads:
+        name = hir.frozen_global_names[i]
+        values[i] = _bound(pyfunc, name, hir)
+        reads.append(Read(pyfunc, name, values[i]))
+    hir.frozen_global_values = tuple(values)
+    known = set(hir.frozen_global_names)
+    for fn in static_evals:
+        namespace = fn.__globals__           # cuTile's own copy, made for this function
+        for name in _code_names(fn.__code__) & known:
+            namespace[name] = _bound(pyfunc, name, hir)
+            reads.append(Read(pyfunc, name, namespace[name]))
+    for nested in hir.nested_functions:
+        reads.extend(_read_globals(nested, pyfunc))
+    return reads
+
+
+def _bound(pyfunc, name: str, hir):
+    value = lookup(pyfunc, name)
+    if value is UNBOUND:
+        desc = hir.desc
+        raise SpliceDeclarationError(
+            f"'{desc.name}' ({desc.filename}:{desc.line}) reads the name '{name}', which "
+            f"nothing binds now (it was bound when cuTile first read the function; Python "
+            f"would raise NameError): bind it again, or remove its use")
+    return value
+
+
+def _global_loads(hir) -> tuple[list[int], list]:
+    """The indices (into ``frozen_global_names``) of the global names ``hir``'s own code
+    loads, and the functions of its ``static_eval`` expressions; found once per HIR."""
+    found = hir.__dict__.get("_splice_global_loads")
+    if found is None:
+        loads: set[int] = set()
+        static_evals: list = []
+        _scan(hir.body, loads, static_evals)
+        found = hir._splice_global_loads = (sorted(loads), static_evals)
+    return found
+
+
+def _scan(block, loads: set[int], static_evals: list) -> None:
+    load_var, resolved = _private("load_var"), _private("ResolvedName")
+    for call in block.calls:
+        rn = call.args[0] if call.args else None
+        if call.callee is load_var and isinstance(rn, resolved) and rn.depth < 0 \
+                and rn.index >= 0:
+            loads.add(rn.index)
+        for arg in call.args:
+            if isinstance(arg, _private("Block")):
+                _scan(arg, loads, static_evals)
+            elif isinstance(arg, _private("StaticEvalExpression")):
+                static_evals.append(arg.compiled_expr)
+
+
+def _code_names(code) -> set[str]:
+    """The global names ``code`` and the code nested in it (lambdas, comprehensions) may
+    load."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _code_names(const)
+    return names
 
 
 def python_function(kernel):

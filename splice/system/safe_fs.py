@@ -574,8 +574,14 @@ def read_regular(path: Path | str, limit: int, what: str, *, trust: Trust | None
     """
     flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, flags) if dir_fd is None else \
-            os.open(Path(path).name, flags, dir_fd=dir_fd)
+        # the type before it is opened: opening a FIFO to read releases a writer waiting
+        # on it (O_NONBLOCK only keeps the open from waiting); the fstat below checks the
+        # file that was opened
+        name, at = (path, None) if dir_fd is None else (Path(path).name, dir_fd)
+        first = os.stat(name, dir_fd=at, follow_symlinks=follow)
+        if not stat.S_ISREG(first.st_mode) and not (stat.S_ISLNK(first.st_mode) and not follow):
+            raise SpliceUnsafePathError(not_regular(path, first, what))
+        fd = os.open(name, flags, dir_fd=at)
     except OSError as e:
         if e.errno == errno.ELOOP and not follow:
             raise SpliceUnsafePathError(f"splice refuses {what} {path}: it is a symlink; "
@@ -584,8 +590,7 @@ def read_regular(path: Path | str, limit: int, what: str, *, trust: Trust | None
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise SpliceUnsafePathError(f"splice refuses {what} {path}: it is not a regular "
-                                        f"file (a FIFO, a device or a socket); give a file")
+            raise SpliceUnsafePathError(not_regular(path, st, what))
         if trust is not None:
             check(path, st, what, trust)
         data = f.read(limit + 1)
@@ -593,6 +598,23 @@ def read_regular(path: Path | str, limit: int, what: str, *, trust: Trust | None
         raise SpliceUnsafePathError(f"splice refuses {what} {path}: it is larger than "
                                     f"{limit} bytes")
     return data
+
+
+def not_regular(path, st: os.stat_result, what: str) -> str:
+    """The refusal of ``path`` (its stat ``st``), which is not a regular file.
+
+    Example:
+        >>> import os
+        >>> not_regular("/dev/null", os.stat("/dev/null"), "the file")[:44]
+        'splice refuses the file /dev/null: it is a c'
+    """
+    kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a character device"
+            if stat.S_ISCHR(st.st_mode) else "a block device" if stat.S_ISBLK(st.st_mode)
+            else "a socket" if stat.S_ISSOCK(st.st_mode) else "a directory"
+            if stat.S_ISDIR(st.st_mode) else "not a regular file")
+    return (f"splice refuses {what} {path}: it is {kind}, not a regular file, and splice "
+            f"reads regular files only (a FIFO or a device could block or never end); give "
+            f"a file")
 
 
 @contextlib.contextmanager

@@ -29,11 +29,13 @@ from ..errors import (
     SpliceDeclarationError,
     SpliceError,
     SpliceUnsafePathError,
+    user_location,
 )
 from ..forms.base import CallSite, Memory
 from ..system import _cutile as cu
 from ..system import cache, toolchain
 from ..types import Signature
+from . import reloading
 
 # --------------------------------------------------------------------------------------------
 # Call sites recorded while cuTile traces one kernel signature.
@@ -122,6 +124,9 @@ class TracedKernel:
     #: impure calls given an array the kernel may store by TMA
     #: (:mod:`splice.ptxtools.tma_store_reads`)
     tma_stored_reads: tuple = ()
+    #: the global names the traced code loaded and what they held
+    #: (:class:`splice.system._cutile.Read`, :mod:`splice.tracing.reloading`)
+    reads: tuple = ()
 
 
 
@@ -151,9 +156,11 @@ def trace_kernel(kernel: ct.kernel, signature, arch: str, context=None,
                     isinstance(e, ct.TileInternalError) or "None" in e.message):
                 raise
             raise _void_result_error(e, session) from None
+    reloading.read(lowered.reads)
     return TracedKernel(lowered.bytecode, lowered.symbols[0], tuple(session.sites),
                         lowered.lifecycle_providers, lowered.tileiras_flags,
-                        lowered.timeout_sec, lowered.symbols, lowered.tma_stored_reads)
+                        lowered.timeout_sec, lowered.symbols, lowered.tma_stored_reads,
+                        lowered.reads)
 
 
 def bytecode_version() -> int:
@@ -324,8 +331,7 @@ def _check_float_constant(ext, i, value, elem, loc):
 
 
 def _handle_extern_call(callee, *args):
-    from .reloading import latest
-    callee = latest(callee)   # the extern declared again since cuTile froze the kernel's globals
+    reloading.reached(callee)
     ext = callee._splice_extern
     loc = cu.current_loc()
     if len(args) == 2 and isinstance(args[0], tuple):  # cuTile packs *args, **kwargs
@@ -522,16 +528,9 @@ def _marker_shape(shape, args) -> tuple[int, ...]:
 
 
 def python_caller() -> str:
-    """"file:line" of the user's Python code that called into splice (the first frame above
-    the caller of this function that is outside the splice package)."""
-    import os
-    import sys
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-    frame = sys._getframe(2)
-    while frame.f_back is not None and \
-            os.path.abspath(frame.f_code.co_filename).startswith(here):
-        frame = frame.f_back
-    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+    """"file:line" of the user's Python code that called into splice
+    (:func:`splice.errors.user_location`)."""
+    return user_location()
 
 
 def make_callable_stub(ext, pyfunc, emit=None):
@@ -560,8 +559,7 @@ def make_callable_stub(ext, pyfunc, emit=None):
     stub._splice_extern = ext  # type: ignore[attr-defined]
     if emit is not None:
         stub._splice_emit = emit  # type: ignore[attr-defined]
-    from .reloading import declared
-    declared(stub, pyfunc)
+    reloading.declared(stub)
     return stub
 
 
