@@ -614,8 +614,9 @@ def non_constant_code_kernel(x, y, TILE: ConstInt):
     (_options_kernel(includes=(1,)), "includes must"),
     (_options_kernel(defines=(1,)), "defines must"),
     (_options_kernel(include_dirs="/no/such/dir"), "not a directory"),
-], ids=["no-dtype", "positional", "tuple-input", "keyword-name", "NULL", "open-brace", "close-brace", "crossed-brackets", "non-constant-code",
-        "shapes", "tile-result-per-element", "tile-and-element-results", "empty",
+], ids=["no-dtype", "positional", "tuple-input", "keyword-name", "NULL", "open-brace",
+        "close-brace", "crossed-brackets", "non-constant-code", "shapes",
+        "tile-result-per-element", "tile-and-element-results", "empty",
         "one-tuple", "128-bit-results", "bad-dtype", "memory-on-pure", "memory-none", "scope",
         "pure", "dlto", "includes", "defines", "include-dirs"])
 def test_bad_calls_are_call_errors(kernel, said, fresh_cache):

@@ -145,8 +145,8 @@ class CudaSnippet:
         lines += [f"#include {h}" for h in self.includes]
         for name in (*self.names, *self.output_names[:len(self.tile_outputs)]):
             lines += [f"#ifdef {name}",      # a macro of an included header: not a parameter
-                      f'#error "splice: the input {name} is a macro here (of an included header, or '
-                      f'defines=); rename the input"', "#endif"]
+                      f'#error "splice: the input {name} is a macro here (of an included '
+                      f'header, or defines=); rename the input"', "#endif"]
         tiles = self.tile_outputs or any(isinstance(t, TileType) for t in self.params)
         linkage = "" if tiles else 'extern "C" '   # a tile function is called by the
         # staging trampoline (splice.inputs.checks.tile_trampoline), by its C++ name

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from ..errors import SpliceCompileError, SpliceUnsafePathError
@@ -100,8 +101,9 @@ def compile_source(full: str, name: str, target: str, options: list[str], *, dec
 
 #: NVRTC's warnings that mean an undefined or silently changed result, which splice makes
 #: errors (``--diag-error``, NVRTC's own option, :func:`undefined_result_option`): number ->
-#: (a regular expression NVRTC's message starts with, what it means). ``docs/errors.md`` lists them; the CUDA
-#: headers and CCCL compile with them (``tests/test_nvrtc_diagnostics.py``). Not among
+#: (a regular expression NVRTC's message starts with, what it means). ``docs/errors.md``
+#: lists them; the CUDA headers and CCCL compile with them
+#: (``tests/test_nvrtc_diagnostics.py``). Not among
 #: them: #68 ("integer conversion resulted in a change of sign": ``__shfl_sync(-1, ...)``,
 #: a defined conversion CUDA code uses for a full mask) and the warnings on code that is
 #: well defined (unused variables, ``=`` in a condition, deprecations).
