@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from pathlib import Path
 
@@ -264,10 +265,19 @@ def test_a_file_that_is_not_a_pack_is_refused(two_caches, tmp_path, content):
 
 
 def test_a_fifo_is_refused_not_waited_for(two_caches, tmp_path):
+    """Refused by its type before it is opened (as a declaration's path= is): opening a
+    FIFO to read, even without blocking, releases a writer waiting on it."""
     fifo = tmp_path / "pack.fifo"
     os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: open(fifo, "wb").close(), daemon=True)
+    writer.start()
+    time.sleep(0.2)                    # the writer is blocked in its open by now
     with pytest.raises(SplicePackError, match="not a regular file"):
         packs.import_pack(fifo)
+    writer.join(0.5)
+    assert writer.is_alive()           # still waiting for a reader: splice opened nothing
+    os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))   # release it
+    writer.join(5)
 
 
 def test_export_used_within_takes_the_entries_of_the_last_runs(two_caches, tmp_path):
