@@ -306,7 +306,11 @@ def _read(path: Path, f) -> Iterator[tuple[tarfile.TarInfo, bytes]]:
 
 
 def _open(path: Path):
-    """The pack file, opened for reading: a regular file (a FIFO would hang the import)."""
+    """The pack file, opened for reading: a regular file (a FIFO would hang the import),
+    by its type before it is opened (opening a FIFO to read releases a writer waiting on
+    it) and again as opened."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise SplicePackError(f"splice refuses the pack {path}: it is not a regular file")
     f = open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb")
     if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
         f.close()
