@@ -394,6 +394,7 @@ def test_a_fifo_or_device_as_a_path_is_refused_never_opened(tmp_path, declare):
     os.mkfifo(fifo)
     writer = threading.Thread(target=lambda: open(fifo, "wb").close(), daemon=True)
     writer.start()
+    time.sleep(0.2)                    # the writer is blocked in its open by now
     with pytest.raises(splice.SpliceUnsafePathError, match=r"it is a FIFO, not a regular "
                                                            r"file(.|\n)*give a file"):
         declare(str(fifo))
