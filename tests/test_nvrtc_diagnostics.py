@@ -28,6 +28,7 @@ PROBES = {
     63: "F int f(int x) { return x << 40; }",
     69: "F signed char f(int x) { return 300; }",
     117: "F float f(float x) { if (x > 0) return x; return; }",
+    170: "F int f(int x) { int a[4] = {x, x, x, x}; int* p = a + 7; return *p; }",
     173: "F int f(int x) { return 3e10; }",
     179: "F int f(int x) { return x % 0; }",
     181: 'F int f(int x) { printf("%f\\n", x); return x; }',
@@ -136,6 +137,7 @@ def _snippet_kernel(code: str, dtype):
     ("float z; return x + z;", 549),
     ("int v{x}; return v;", 2361),
     ('printf("%d %d\\n", (int)x); return x;', 224),
+    ("float a[2] = {x, x}; return *(a + 3);", 170),
 ])
 def test_each_diagnostic_is_an_error_for_a_snippet(code, number):
     with pytest.raises(splice.SpliceCompileError,
