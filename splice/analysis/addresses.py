@@ -14,13 +14,15 @@ bounds on (its rule 4: the accesses). ``docs/guide/effects.md`` says the same fo
    address, a ``.param`` that is neither a parameter, a call's result nor a stored
    argument; ``G``: the address of a ``.global`` variable or a function; ``X``: arithmetic
    splice does not follow as address arithmetic.
-2. ``mov``, ``cvta``, ``mapa`` and a ``cvt`` between integer types keep the origins;
+2. ``mov``, ``cvta``, ``mapa`` and a ``cvt`` between 64-bit integer types keep the origins
+   (a ``cvt`` through a narrower type truncates an address: ``X``);
    ``selp`` joins its two values; ``add``/``sub`` of exactly one address and offsets that
    are not addresses (``N``, ``Z`` or ``L``: an index read from memory is data) keep the
    address's origins, as does ``mad`` whose product is of non-addresses, except that a null
    (``Z``) side of the address becomes ``X`` (null plus an integer is any address); ``and``
    keeps them only with an immediate alignment mask (:func:`alignment_mask`); ``sub`` of
-   two derived addresses is an integer. Any other arithmetic with an address operand
+   two derived addresses is an integer (not null minus an address: its negation, which added
+   back to the address makes null). Any other arithmetic with an address operand
    (``mul``, ``shl``, ``or``, a sum of two addresses, an ``and`` with a run-time mask, any
    floating-point instruction) is ``X``.
 3. Parameters: a ``ld.param`` of the function's own parameter has its origins (the root's
@@ -255,6 +257,10 @@ class Proof:
         vals = [self.value(f, o) for o in ops]
         if any(m in _FLOAT_TYPES for m in ins.modifiers) and any(map(_has_address, vals)):
             return frozenset({("X", f"'{text}', floating-point arithmetic on an address")})
+        if base == "cvt" and vals and _has_address(vals[0]) and \
+                any(_NARROW_INT_RE.fullmatch(m) for m in ins.modifiers):
+            return frozenset({("X", f"'{text}', a cvt that truncates an address to fewer "
+                                    f"than 64 bits")})
         if base in ("mov", "cvta", "mapa") or (base == "cvt" and vals):
             return vals[0] if vals else frozenset({N})
         if base == "selp":
@@ -282,6 +288,10 @@ def _symbol_origin(f: Fn, sym: str, offset: int | None) -> Origin:
         return ("G", f"the address of the function '{sym}'")
     return ("G", f"the address of the global variable '{sym}'")
 
+
+#: An integer type narrower than an address: a ``cvt`` through it (PTX lets a ``cvt`` read
+#: and write 64-bit registers with narrower types) keeps only the address's low bits.
+_NARROW_INT_RE = re.compile(r"[bsu](8|16|32)")
 
 #: The floating-point types of PTX: arithmetic in them on an address is not an offset.
 _FLOAT_TYPES = frozenset({"f16", "f16x2", "bf16", "bf16x2", "f32", "f32x2", "f64", "tf32",
@@ -322,7 +332,7 @@ def _arithmetic(base: str, vals: list[frozenset], text: str, ops: list[str]) -> 
             return bad
         terms = [frozenset({N}), vals[2]]
     if base == "sub" and len(vals) == 2 and has_address(vals[1]):
-        both_derived = all(k in FINE for v in vals for k, _ in v)
+        both_derived = all(k == "D" for v in vals for k, _ in v)
         return frozenset({N}) if both_derived else bad
     if base == "and" and any(map(has_address, vals)):
         mask = [o for o, v in zip(ops, vals) if not has_address(v)]
