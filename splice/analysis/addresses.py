@@ -13,7 +13,9 @@ bounds on (its rule 4: the accesses). ``docs/guide/effects.md`` says the same fo
    64-bit value loaded from memory, the result of a call that is not proven to return an
    address, a ``.param`` that is neither a parameter, a call's result nor a stored
    argument; ``G``: the address of a ``.global`` variable or a function; ``X``: arithmetic
-   splice does not follow as address arithmetic.
+   splice does not follow as address arithmetic. A 32-bit register holds only a variable's
+   shared-window address at its offset, for the tile bounds (:meth:`Proof.window`); to
+   every 64-bit instruction it is ``N``.
 2. ``mov``, ``cvta``, ``mapa`` and a ``cvt`` between 64-bit integer types keep the origins
    (a ``cvt`` through a narrower type truncates an address: ``X``);
    ``selp`` joins its two values; ``add``/``sub`` of exactly one address and offsets that
@@ -245,10 +247,40 @@ class Proof:
         sym, _, offset = op.replace(" ", "").partition("+")
         return frozenset({_symbol_origin(f, sym, int_value(offset or "0"))})
 
+    def window(self, f: Fn, op: str) -> frozenset:
+        """The origins of operand ``op`` as a shared-window address: a 32-bit register's
+        variable offsets (:meth:`_window_transfer`), else :meth:`value`'s."""
+        op = op.strip()
+        if op.startswith("%") and "." not in op and _width(f, op) == 32:
+            return f.regs.get(op, frozenset({N}))
+        return self.value(f, op)
+
+    def _window_transfer(self, f: Fn, ins: Instruction, ops: list[str]) -> frozenset:
+        """A 32-bit register: the address of a ``.local``, ``.shared`` or ``.const``
+        variable (a staged tile) at its offset, where it is a ``cvt`` or ``mov`` of one
+        (``cvta.to.shared`` then ``cvt.u32.u64``: the shared window's address, as inline
+        PTX takes it) or one plus an immediate (``add``/``sub``; plus a register: an
+        unknown offset); else ``N``. Only :func:`tile bounds
+        <splice.analysis.memory_proof.check_tile_bounds>` reads it (:meth:`window`): to a
+        64-bit instruction the register is an integer, as before."""
+        if ins.base not in ("cvt", "mov", "add", "sub") or not ops or len(ops) > 2 or \
+                any(m in _FLOAT_TYPES for m in ins.modifiers):
+            return frozenset({N})
+        vals = [self.window(f, o) for o in ops]
+        held = [frozenset(o for o in v if o[0] == "D" and "@" in o[1]) for v in vals]
+        if len(ops) == 1:
+            return held[0] or frozenset({N})
+        if ins.base == "sub" and held[1] or bool(held[0]) == bool(held[1]):
+            return frozenset({N})
+        k = int_value(ops[1 if held[0] else 0].strip())
+        by = None if k is None else -k if ins.base == "sub" else k
+        return shift(held[0] or held[1], by)
+
     def _transfer(self, f: Fn, ins: Instruction, text: str, dest: str, returned,
                   pending) -> frozenset:
         if _width(f, dest) < 64:
-            return frozenset({N})
+            return self._window_transfer(f, ins, list(ins.operands[1:])) \
+                if _width(f, dest) == 32 else frozenset({N})
         base, ops = ins.base, list(ins.operands[1:])
         if base in ("ld", "ldu") and "param" in ins.modifiers:
             return self._param_load(f, ops[0], returned, pending)
