@@ -87,6 +87,14 @@ def test_a_users_own_option_may_take_one_back():
     assert undefined_result_option() in frag._options("sm_90a")
 
 
+@pytest.mark.parametrize("pragma", ["nv_diag_suppress 940", "nv_diag_warning 940"])
+def test_a_pragma_in_the_source_may_take_one_back(pragma):
+    """NVRTC's pragmas override its options from their line on: the errors page says so."""
+    frag = CudaSource(text=f"#pragma {pragma}\n" + _source(PROBES[940]),
+                      where="user.py:7", providers=HEADER_PROVIDERS)
+    assert "f" in frag.module("sm_90a").functions
+
+
 def test_a_change_of_sign_stays_a_warning():
     # __shfl_sync(-1, ...): a defined conversion CUDA code uses for the full mask (#68)
     frag = CudaSource(text='extern "C" __device__ float f(float x) '
