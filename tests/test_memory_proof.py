@@ -269,6 +269,17 @@ def test_rule_proves(body):
     # a .param that is neither a parameter, a call's result nor a stored argument
     ("{\n.param .b64 other;\nld.param.b64 %rd3, [other];\n}\nst.f32 [%rd3], %f1;",
      r"a \.param value splice does not follow"),
+    # a cvt to or from a narrower integer type truncates the address (PTX lets a cvt read
+    # and write registers wider than its types): the low bits are not the argument's memory
+    ("cvt.u64.u32 %rd3, %rd1;\nst.f32 [%rd3], %f1;", r"truncates an address"),
+    ("cvt.s64.s8 %rd3, %rd1;\nst.f32 [%rd3], %f1;", r"truncates an address"),
+    ("cvt.u32.u64 %rd3, %rd1;\nst.f32 [%rd3], %f1;", r"truncates an address"),
+    # null minus the argument is its negation, not a distance between two addresses: added
+    # back to the argument it is the null pointer, and then any integer is any address
+    ("sub.s64 %rd3, 0, %rd1;\nadd.s64 %rd4, %rd1, %rd3;\nadd.s64 %rd5, %rd4, %rd2;\n"
+     "st.f32 [%rd5], %f1;", r"computed by 'sub\.s64 %rd3, 0, %rd1;'"),
+    ("mov.u64 %rd6, 0;\nselp.b64 %rd3, %rd1, %rd6, %p1;\nsub.s64 %rd4, %rd3, %rd1;\n"
+     "add.s64 %rd5, %rd1, %rd4;\nst.f32 [%rd5], %f1;", r"computed by 'sub\.s64 %rd4"),
     # instructions that take a generic address besides ld/st
     ("mbarrier.arrive.b64 %rd3, [%rd2];", r"integers only"),
     ("wmma.store.d.sync.aligned.row.m16n16k16.f32 [%rd2], {%f1, %f1, %f1, %f1, %f1, %f1, "

@@ -28,6 +28,7 @@ PROBES = {
     63: "F int f(int x) { return x << 40; }",
     69: "F signed char f(int x) { return 300; }",
     117: "F float f(float x) { if (x > 0) return x; return; }",
+    170: "F int f(int x) { int a[4] = {x, x, x, x}; int* p = a + 7; return *p; }",
     173: "F int f(int x) { return 3e10; }",
     179: "F int f(int x) { return x % 0; }",
     181: 'F int f(int x) { printf("%f\\n", x); return x; }',
@@ -86,6 +87,14 @@ def test_a_users_own_option_may_take_one_back():
     assert undefined_result_option() in frag._options("sm_90a")
 
 
+@pytest.mark.parametrize("pragma", ["nv_diag_suppress 940", "nv_diag_warning 940"])
+def test_a_pragma_in_the_source_may_take_one_back(pragma):
+    """NVRTC's pragmas override its options from their line on: the errors page says so."""
+    frag = CudaSource(text=f"#pragma {pragma}\n" + _source(PROBES[940]),
+                      where="user.py:7", providers=HEADER_PROVIDERS)
+    assert "f" in frag.module("sm_90a").functions
+
+
 def test_a_change_of_sign_stays_a_warning():
     # __shfl_sync(-1, ...): a defined conversion CUDA code uses for the full mask (#68)
     frag = CudaSource(text='extern "C" __device__ float f(float x) '
@@ -136,6 +145,7 @@ def _snippet_kernel(code: str, dtype):
     ("float z; return x + z;", 549),
     ("int v{x}; return v;", 2361),
     ('printf("%d %d\\n", (int)x); return x;', 224),
+    ("float a[2] = {x, x}; return *(a + 3);", 170),
 ])
 def test_each_diagnostic_is_an_error_for_a_snippet(code, number):
     with pytest.raises(splice.SpliceCompileError,

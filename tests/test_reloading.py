@@ -259,6 +259,33 @@ def test_an_extern_of_another_module_through_its_attribute(fresh_cache, tmp_path
     assert _value(splice.compile(mod.k, SIG, "sm_80")) == 14.0
 
 
+def _of_k(k: int) -> str:
+    """An extern of ``k``, as a cell's text."""
+    return EXTERN_OF_K.replace("{{", "{").replace("}}", "}").replace("% k", f"% {k}")
+
+
+@pytest.mark.parametrize("holder, use, rebind", [
+    ("module", "lib.f(t)", "f = " + _of_k(7)),
+    ("class", "Ops.f(t)", "Ops.f = " + _of_k(7)),
+], ids=["module", "class"])
+def test_recorded_reads_follow_an_attribute(fresh_cache, tmp_path, holder, use, rebind):
+    """What splice.jax keeps a build by: ``lib.f`` rebound in ``lib`` (or a class's
+    attribute rebound) leaves the name ``lib`` holding the same module, but the kept build
+    is stale, as compiling again shows."""
+    from splice.driver import pipeline
+    from splice.tracing.reloading import recording, still_bound
+    lib, mod = _other_module(tmp_path, "import {lib} as lib")
+    _rerun_cell(tmp_path, mod, "class Ops:\n    f = " + _of_k(5) + "\n" +
+                MODULE.format(extern="").replace("f(t)", use))
+    with recording() as reads:
+        pipeline.build(mod.k, SIG, "sm_80")
+    assert still_bound(reads)
+    assert _value(splice.compile(mod.k, SIG, "sm_80")) == 10.0
+    _rerun_cell(tmp_path, lib if holder == "module" else mod, rebind)
+    assert _value(splice.compile(mod.k, SIG, "sm_80")) == 14.0
+    assert not still_bound(reads)
+
+
 @pytest.mark.parametrize("import_line", ["from {lib} import f", "from {lib} import *"])
 def test_an_imported_name_holds_what_the_import_bound(fresh_cache, tmp_path, import_line):
     # Python's rule: `from lib import f` binds the kernel module's own f; declaring lib.f

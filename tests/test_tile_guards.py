@@ -37,6 +37,11 @@ PAST_END = "y[N - 3 + (int)s] = -1.0f;"
 BEFORE_START = "y[-4 + (int)s] = -1.0f;"
 
 
+# a store through the 32-bit shared-window address of an element (__cvta_generic_to_shared)
+SHARED_32 = ('if (splice_group_rank() == 0) asm volatile("st.shared.f32 [%0], %1;" :: '
+             '"r"((unsigned)__cvta_generic_to_shared(&{})), "f"(s));')
+
+
 def _kernel(plant: str, scope: str):
     flip = splice.extern(source=FLIP_SRC.replace("PLANT", plant), name="flip", scope=scope,
                          signature="tile(float32)(tile(float32), float32)")
@@ -74,6 +79,15 @@ def _run(kernel, blocks=2, n=128):
     # past the guard words too: only the static check can see it
     ("y[N + 16] = -1.0f;", r"accesses bytes 576\.\.579 of the tile result .*past the end"),
     ("y[-5] = 0.0f;", r"accesses bytes -20\.\.-17 of the tile result .*before the start"),
+    # through a 32-bit shared-window address, as inline PTX takes one (ldmatrix, cp.async)
+    (SHARED_32.format("y[N + 16]"),
+     r"'st\.shared\.f32 \[%r\d+\], %f\d+;' in its own body accesses bytes 576\.\.579 of the "
+     r"tile result .*past the end"),
+    (SHARED_32.format("y[-1]"), r"accesses bytes -4\.\.-1 of the tile result .*before the start"),
+    # the tiles guide's __isShared assumption: NVVM addresses the tiles through the window
+    ("__builtin_assume(__isShared(&x[0])); y[0] = x[N];",
+     r"'ld\.shared\.f32 %f\d+, \[%r\d+\+512\];' in its own body accesses bytes 512\.\.515 of "
+     r"tile argument 1 .*past the end"),
 ])
 def test_constant_offset_outside_the_tile_refused(scope, plant, what, check_tiles,
                                                   monkeypatch):
@@ -84,12 +98,15 @@ def test_constant_offset_outside_the_tile_refused(scope, plant, what, check_tile
         splice.compile(_kernel(plant, scope), SIG, "sm_90")
 
 
-def test_constant_offset_inside_the_tile_accepted():
+@pytest.mark.parametrize("plant, value", [
+    ("if (splice_group_rank() == 0) y[N - 1] = -1.0f;", -1.0),
+    (SHARED_32.format("y[N - 1]"), 3.0),
+], ids=["generic", "shared-32"])
+def test_constant_offset_inside_the_tile_accepted(plant, value):
     """The last element (y[N - 1]) is inside: no refusal, and the value lands."""
-    plant = "splice_group_sync(); if (splice_group_rank() == 0) y[N - 1] = -1.0f;"
-    _b, launch, x, y = _run(_kernel(plant, "block"))
+    _b, launch, x, y = _run(_kernel("splice_group_sync(); " + plant, "block"))
     want = (2.0 * x.reshape(2, 128)[:, ::-1] + 3.0)
-    want[:, -1] = -1.0
+    want[:, -1] = value
     np.testing.assert_array_equal(y.reshape(2, 128), want)
 
 

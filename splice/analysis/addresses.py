@@ -13,14 +13,18 @@ bounds on (its rule 4: the accesses). ``docs/guide/effects.md`` says the same fo
    64-bit value loaded from memory, the result of a call that is not proven to return an
    address, a ``.param`` that is neither a parameter, a call's result nor a stored
    argument; ``G``: the address of a ``.global`` variable or a function; ``X``: arithmetic
-   splice does not follow as address arithmetic.
-2. ``mov``, ``cvta``, ``mapa`` and a ``cvt`` between integer types keep the origins;
+   splice does not follow as address arithmetic. A 32-bit register holds only a variable's
+   shared-window address at its offset, for the tile bounds (:meth:`Proof.window`); to
+   every 64-bit instruction it is ``N``.
+2. ``mov``, ``cvta``, ``mapa`` and a ``cvt`` between 64-bit integer types keep the origins
+   (a ``cvt`` through a narrower type truncates an address: ``X``);
    ``selp`` joins its two values; ``add``/``sub`` of exactly one address and offsets that
    are not addresses (``N``, ``Z`` or ``L``: an index read from memory is data) keep the
    address's origins, as does ``mad`` whose product is of non-addresses, except that a null
    (``Z``) side of the address becomes ``X`` (null plus an integer is any address); ``and``
    keeps them only with an immediate alignment mask (:func:`alignment_mask`); ``sub`` of
-   two derived addresses is an integer. Any other arithmetic with an address operand
+   two derived addresses is an integer (not null minus an address: its negation, which added
+   back to the address makes null). Any other arithmetic with an address operand
    (``mul``, ``shl``, ``or``, a sum of two addresses, an ``and`` with a run-time mask, any
    floating-point instruction) is ``X``.
 3. Parameters: a ``ld.param`` of the function's own parameter has its origins (the root's
@@ -243,10 +247,40 @@ class Proof:
         sym, _, offset = op.replace(" ", "").partition("+")
         return frozenset({_symbol_origin(f, sym, int_value(offset or "0"))})
 
+    def window(self, f: Fn, op: str) -> frozenset:
+        """The origins of operand ``op`` as a shared-window address: a 32-bit register's
+        variable offsets (:meth:`_window_transfer`), else :meth:`value`'s."""
+        op = op.strip()
+        if op.startswith("%") and "." not in op and _width(f, op) == 32:
+            return f.regs.get(op, frozenset({N}))
+        return self.value(f, op)
+
+    def _window_transfer(self, f: Fn, ins: Instruction, ops: list[str]) -> frozenset:
+        """A 32-bit register: the address of a ``.local``, ``.shared`` or ``.const``
+        variable (a staged tile) at its offset, where it is a ``cvt`` or ``mov`` of one
+        (``cvta.to.shared`` then ``cvt.u32.u64``: the shared window's address, as inline
+        PTX takes it) or one plus an immediate (``add``/``sub``; plus a register: an
+        unknown offset); else ``N``. Only :func:`tile bounds
+        <splice.analysis.memory_proof.check_tile_bounds>` reads it (:meth:`window`): to a
+        64-bit instruction the register is an integer, as before."""
+        if ins.base not in ("cvt", "mov", "add", "sub") or not ops or len(ops) > 2 or \
+                any(m in _FLOAT_TYPES for m in ins.modifiers):
+            return frozenset({N})
+        vals = [self.window(f, o) for o in ops]
+        held = [frozenset(o for o in v if o[0] == "D" and "@" in o[1]) for v in vals]
+        if len(ops) == 1:
+            return held[0] or frozenset({N})
+        if ins.base == "sub" and held[1] or bool(held[0]) == bool(held[1]):
+            return frozenset({N})
+        k = int_value(ops[1 if held[0] else 0].strip())
+        by = None if k is None else -k if ins.base == "sub" else k
+        return shift(held[0] or held[1], by)
+
     def _transfer(self, f: Fn, ins: Instruction, text: str, dest: str, returned,
                   pending) -> frozenset:
         if _width(f, dest) < 64:
-            return frozenset({N})
+            return self._window_transfer(f, ins, list(ins.operands[1:])) \
+                if _width(f, dest) == 32 else frozenset({N})
         base, ops = ins.base, list(ins.operands[1:])
         if base in ("ld", "ldu") and "param" in ins.modifiers:
             return self._param_load(f, ops[0], returned, pending)
@@ -255,6 +289,10 @@ class Proof:
         vals = [self.value(f, o) for o in ops]
         if any(m in _FLOAT_TYPES for m in ins.modifiers) and any(map(_has_address, vals)):
             return frozenset({("X", f"'{text}', floating-point arithmetic on an address")})
+        if base == "cvt" and vals and _has_address(vals[0]) and \
+                any(_NARROW_INT_RE.fullmatch(m) for m in ins.modifiers):
+            return frozenset({("X", f"'{text}', a cvt that truncates an address to fewer "
+                                    f"than 64 bits")})
         if base in ("mov", "cvta", "mapa") or (base == "cvt" and vals):
             return vals[0] if vals else frozenset({N})
         if base == "selp":
@@ -282,6 +320,10 @@ def _symbol_origin(f: Fn, sym: str, offset: int | None) -> Origin:
         return ("G", f"the address of the function '{sym}'")
     return ("G", f"the address of the global variable '{sym}'")
 
+
+#: An integer type narrower than an address: a ``cvt`` through it (PTX lets a ``cvt`` read
+#: and write 64-bit registers with narrower types) keeps only the address's low bits.
+_NARROW_INT_RE = re.compile(r"[bsu](8|16|32)")
 
 #: The floating-point types of PTX: arithmetic in them on an address is not an offset.
 _FLOAT_TYPES = frozenset({"f16", "f16x2", "bf16", "bf16x2", "f32", "f32x2", "f64", "tf32",
@@ -322,7 +364,7 @@ def _arithmetic(base: str, vals: list[frozenset], text: str, ops: list[str]) -> 
             return bad
         terms = [frozenset({N}), vals[2]]
     if base == "sub" and len(vals) == 2 and has_address(vals[1]):
-        both_derived = all(k in FINE for v in vals for k, _ in v)
+        both_derived = all(k == "D" for v in vals for k, _ in v)
         return frozenset({N}) if both_derived else bad
     if base == "and" and any(map(has_address, vals)):
         mask = [o for o, v in zip(ops, vals) if not has_address(v)]

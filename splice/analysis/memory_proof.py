@@ -39,7 +39,8 @@ that let cuTile order the call against less than every memory operation of the k
 - **Tile calls** (any ``memory=``): the same analysis tracks, for an address derived from
   one of splice's staging buffers (``__splice_tile_<g>_buf<k>``), its constant offset
   (``("D", "buf@8")``; ``add``/``sub`` of an immediate moves it, anything else makes it
-  unknown, and a register seen at many offsets, as a loop's pointer, is at an unknown one);
+  unknown, and a register seen at many offsets, as a loop's pointer, is at an unknown one),
+  in a 64-bit register or a 32-bit shared-window one (:meth:`~.addresses.Proof.window`);
   an ``ld``/``st``/``atom``/``red`` at a known offset outside the tile is refused
   (:func:`check_tile_bounds`). Run time checks of the rest: :mod:`splice.inputs.tile_guards`.
 """
@@ -264,7 +265,7 @@ def _out_of_tile(proof: Proof, f: Fn, ins: Instruction, ranges) -> str | None:
     if imm is None or not head.startswith("%"):
         return None       # a symbol's own address: splice's staging code, not the callee's
     size = _access_bytes(ins)
-    for kind, why in shift(proof.value(f, head), imm):
+    for kind, why in shift(proof.window(f, head), imm):
         sym, _, at = why.rpartition("@")
         if kind != "D" or sym not in ranges or at == "?":
             continue

@@ -118,6 +118,8 @@ UNDEFINED_RESULTS: dict[int, tuple[str, str]] = {
          "the constant does not fit its type: its value changes"),
     117: ("non-void .* should return a value",
           "a 'return;' in a function with a result returns garbage"),
+    170: ("pointer points outside of underlying object",
+          "pointer arithmetic past the object's end (or before it) is undefined"),
     173: ("floating-point value does not fit in required integral type",
           "a float out of an integer type's range converts to an undefined value"),
     179: ('right operand of "%" is zero', "remainder by a constant zero is undefined"),

@@ -51,6 +51,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import threading
+import types
 from typing import Any
 
 from ..errors import SpliceDeclarationError, SpliceToolchainError
@@ -332,15 +333,29 @@ def _operations(block):
 @dataclasses.dataclass(frozen=True, eq=False)   # compared by what they read, never by ==
 class Read:
     """One global name the traced code of ``function`` (a Python function) loaded, and the
-    value it read there."""
+    value it read there; with ``attrs``, the attribute of it the code read (``lib.f``: a
+    module's or a class's attribute, which cuTile reads at the trace)."""
 
     function: Any
     name: str
     value: Any
+    attrs: tuple[str, ...] = ()
 
     def holds(self) -> bool:
-        """Whether ``name`` still holds ``value`` in ``function``'s namespaces."""
-        return lookup(self.function, self.name) is self.value
+        """Whether ``name`` (and its attributes ``attrs``) still holds ``value`` in
+        ``function``'s namespaces."""
+        return _attribute(lookup(self.function, self.name), self.attrs) is self.value
+
+
+def _attribute(value, attrs: tuple[str, ...]):
+    """``value.a.b`` for ``attrs`` ``("a", "b")``, through modules and classes only (what
+    cuTile's ``getattr`` of a constant reads); :data:`UNBOUND` where one is missing or not
+    a module or a class."""
+    for a in attrs:
+        if not isinstance(value, (types.ModuleType, type)):
+            return UNBOUND
+        value = getattr(value, a, UNBOUND)
+    return value
 
 
 #: what :func:`lookup` gives for a name bound nowhere
@@ -418,9 +433,44 @@ def _read_globals(hir, pyfunc) -> list[Read]:
         for name in _code_names(fn.__code__) & known:
             namespace[name] = _bound(pyfunc, name, hir)
             reads.append(Read(pyfunc, name, namespace[name]))
+    reads.extend(_attribute_reads(hir, pyfunc, values))
     for nested in hir.nested_functions:
         reads.extend(_read_globals(nested, pyfunc))
     return reads
+
+
+def _attribute_reads(hir, pyfunc, values) -> list[Read]:
+    """The attributes of modules and classes ``hir``'s code reads from its global names
+    (``getattr`` of a ``load_var``'s value, or of such an attribute), as they are bound
+    now (``values``: the global names' values, by index)."""
+    load_var, resolved = _private("load_var"), _private("ResolvedName")
+    paths: dict[int, tuple[int, tuple[str, ...]]] = {}   # value id -> (global, attrs)
+    reads = []
+    for call in _calls(hir.body):
+        rn = call.args[0] if call.args else None
+        key = getattr(call.result, "id", None)
+        if call.callee is load_var and isinstance(rn, resolved) and rn.depth < 0 \
+                and rn.index >= 0 and key is not None:
+            paths[key] = (rn.index, ())
+        elif call.callee is getattr and len(call.args) == 2 and \
+                isinstance(call.args[1], str) and key is not None and \
+                getattr(call.args[0], "id", None) in paths:
+            index, attrs = paths[call.args[0].id]
+            paths[key] = (index, attrs + (call.args[1],))
+            value = _attribute(values[index], paths[key][1])
+            if value is not UNBOUND:
+                reads.append(Read(pyfunc, hir.frozen_global_names[index], value,
+                                  paths[key][1]))
+    return reads
+
+
+def _calls(block):
+    """Every call of ``block`` and of the blocks nested in its calls' arguments."""
+    for call in block.calls:
+        yield call
+        for arg in call.args:
+            if isinstance(arg, _private("Block")):
+                yield from _calls(arg)
 
 
 def _bound(pyfunc, name: str, hir):
@@ -448,16 +498,13 @@ def _global_loads(hir) -> tuple[list[int], list]:
 
 def _scan(block, loads: set[int], static_evals: list) -> None:
     load_var, resolved = _private("load_var"), _private("ResolvedName")
-    for call in block.calls:
+    for call in _calls(block):
         rn = call.args[0] if call.args else None
         if call.callee is load_var and isinstance(rn, resolved) and rn.depth < 0 \
                 and rn.index >= 0:
             loads.add(rn.index)
-        for arg in call.args:
-            if isinstance(arg, _private("Block")):
-                _scan(arg, loads, static_evals)
-            elif isinstance(arg, _private("StaticEvalExpression")):
-                static_evals.append(arg.compiled_expr)
+        static_evals.extend(arg.compiled_expr for arg in call.args
+                            if isinstance(arg, _private("StaticEvalExpression")))
 
 
 def _code_names(code) -> set[str]:
