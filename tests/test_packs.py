@@ -251,6 +251,50 @@ def test_a_pack_larger_than_the_cache_or_with_too_many_members_is_refused(
     assert _cache_files(b) == []
 
 
+class _Zeros(io.RawIOBase):
+    """``n`` zero bytes, read in chunks (a member written without holding it in memory)."""
+
+    def __init__(self, n: int):
+        self.left = n
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        k = min(len(b), self.left)
+        b[:k] = bytes(k)
+        self.left -= k
+        return k
+
+
+def test_a_member_larger_than_its_manifest_says_is_refused_before_it_is_read(
+        two_caches, tmp_path, monkeypatch):
+    """A zip bomb: a member named as a listed entry but of 256 MiB of zeros (some 250 KB
+    compressed) is refused by its header's size, not read into memory first."""
+    import tracemalloc
+    a, b = two_caches
+    _fill(2)
+    members = _members(packs.export_pack(tmp_path / "p.splice").path)
+    bomb = tmp_path / "bomb.splice"
+    with tarfile.open(bomb, "w:gz", compresslevel=1) as tar:
+        for info, data in members:
+            if info.name == members[1][0].name:
+                info.size = 256 << 20
+                tar.addfile(info, io.BufferedReader(_Zeros(info.size)))
+            else:
+                tar.addfile(info, io.BytesIO(data))
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(b))
+    tracemalloc.start()
+    try:
+        with pytest.raises(SplicePackError, match="refuses the pack"):
+            packs.import_pack(bomb)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20
+    assert _cache_files(b) == []
+
+
 @pytest.mark.parametrize("content", [b"", b"not a pack at all", b"\x1f\x8b\x08garbage",
                                      "a tar without a manifest"])
 def test_a_file_that_is_not_a_pack_is_refused(two_caches, tmp_path, content):
