@@ -295,6 +295,19 @@ def test_a_member_larger_than_its_manifest_says_is_refused_before_it_is_read(
     assert _cache_files(b) == []
 
 
+@pytest.mark.parametrize("cut", [2, 3])
+def test_a_pack_cut_inside_a_member_is_refused_whole(two_caches, tmp_path, monkeypatch, cut):
+    a, b = two_caches
+    for i in range(3):
+        cache.store("kernel", f"key {i}", {"arch": "sm_90"}, os.urandom(100_000))
+    data = packs.export_pack(tmp_path / "p.splice").path.read_bytes()
+    (tmp_path / "cut.splice").write_bytes(data[:len(data) // cut])
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(b))
+    with pytest.raises(SplicePackError, match="cannot be read as a pack"):
+        packs.import_pack(tmp_path / "cut.splice")
+    assert _cache_files(b) == []
+
+
 @pytest.mark.parametrize("content", [b"", b"not a pack at all", b"\x1f\x8b\x08garbage",
                                      "a tar without a manifest"])
 def test_a_file_that_is_not_a_pack_is_refused(two_caches, tmp_path, content):
