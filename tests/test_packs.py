@@ -440,8 +440,8 @@ print(json.dumps({"hits": hits, "runs": runs}))
 '''
 
 
-def _service(tmp_path, cache_dir: Path, **env) -> dict:
-    (tmp_path / "service.py").write_text(_SERVICE)
+def _service(tmp_path, cache_dir: Path, script: str = _SERVICE, **env) -> dict:
+    (tmp_path / "service.py").write_text(script)
     out = subprocess.run([sys.executable, str(tmp_path / "service.py")], capture_output=True,
                          text=True, env=python_env(TESTS.parent, tmp_path,
                                                    SPLICE_CACHE_DIR=str(cache_dir), **env))
@@ -483,6 +483,40 @@ def test_cache_only_mode_refuses_a_kernel_the_pack_lacks(tmp_path):
     assert "SpliceNotCachedError" in err and "kernel 'with_cub'" in err and "sm_90" in err
     assert "splice.cub.sort" in err or "sort" in err
     assert "python -m splice cache export" in err and "python -m splice cache import" in err
+
+
+def test_cache_only_mode_runs_no_tool_before_it_refuses(tmp_path):
+    """An empty cache under SPLICE_COMPILE=never: the kernel is refused, naming it, and
+    nothing ran before (also not tileiras's probe of its bytecode version, which a trace
+    needs and a compile stores)."""
+    (tmp_path / "kernels.py").write_text(_KERNELS)
+    refused = _SERVICE.replace(
+        'hits = [splice.build(k, sig, "sm_90").from_cache for k in kernels.KERNELS]',
+        'try:\n    splice.build(kernels.with_cuda, sig, "sm_90")\n'
+        'except splice.SpliceNotCachedError as e:\n    hits = [e.message]')
+    got = _service(tmp_path, tmp_path / "empty", refused, SPLICE_COMPILE="never")
+    assert got["runs"] == []
+    assert "kernel 'with_cuda'" in got["hits"][0] and "cache import" in got["hits"][0]
+
+
+@pytest.mark.parametrize("tool", ["tileiras", "ptxas", "NVRTC", "nvJitLink"])
+def test_cache_only_mode_refuses_every_tool_run(tool, fresh_cache, monkeypatch):
+    """A backstop under the pipeline's own check: no path of splice runs a compiler
+    while SPLICE_COMPILE=never (the error names the tool and what needed it)."""
+    import subprocess as sp
+    from cuda.bindings import nvjitlink, nvrtc
+    ran = []
+    monkeypatch.setattr(sp, "Popen", lambda *a, **k: ran.append(a) or 1 / 0)
+    monkeypatch.setattr(nvrtc, "nvrtcCreateProgram", lambda *a, **k: ran.append(a) or 1 / 0)
+    monkeypatch.setattr(nvjitlink, "create", lambda *a, **k: ran.append(a) or 1 / 0)
+    monkeypatch.setenv("SPLICE_COMPILE", "never")
+    run = {"tileiras": lambda: toolchain.run_tileiras(b"", (), timeout=5, what="the test"),
+           "ptxas": lambda: toolchain.run_ptxas("", [], None, timeout=5, what="the test"),
+           "NVRTC": lambda: toolchain.nvrtc_compile(b"", "the test", []),
+           "nvJitLink": lambda: toolchain.nvjitlink_run([], [], "cubin", "the test")}[tool]
+    with pytest.raises(splice.SpliceNotCachedError, match=f"the test.*{tool}"):
+        run()
+    assert ran == []
 
 
 @pytest.mark.gpu
