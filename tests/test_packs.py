@@ -504,6 +504,7 @@ def test_cache_only_mode_refuses_every_tool_run(tool, fresh_cache, monkeypatch):
     """A backstop under the pipeline's own check: no path of splice runs a compiler
     while SPLICE_COMPILE=never (the error names the tool and what needed it)."""
     import subprocess as sp
+
     from cuda.bindings import nvjitlink, nvrtc
     ran = []
     monkeypatch.setattr(sp, "Popen", lambda *a, **k: ran.append(a) or 1 / 0)

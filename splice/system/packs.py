@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import functools
 import hashlib
 import io
 import json
@@ -295,7 +296,7 @@ def _read(path: Path, f) -> Iterator[tuple[tarfile.TarInfo, Callable[[], bytes]]
             if count > MAX_MEMBERS or (member.isreg() and member.size > limit):
                 raise _refuse(path, f"its member {member.name!r} is larger than "
                                     f"{limit} bytes, or one of more than {MAX_MEMBERS}")
-            yield member, lambda member=member: _bytes(path, tar, member)
+            yield member, functools.partial(_bytes, path, tar, member)
     except _UNREADABLE as e:
         raise _unreadable(path, e) from None
 
