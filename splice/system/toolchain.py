@@ -43,7 +43,7 @@ from ..errors import (
     SpliceToolchainError,
     SpliceUnsafePathError,
 )
-from . import forksafe, safe_fs
+from . import forksafe, safe_fs, settings
 
 # NVRTC and nvJitLink moved to splice.system.cuda_libs; their callers (and tests) use them from here
 from .cuda_libs import nvjitlink_run as nvjitlink_run
@@ -514,7 +514,9 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
         SpliceTileirasError: tileiras failed (also cuTile's TileCompilerExecutionError).
         SpliceTileirasTimeout: it timed out (also cuTile's TileCompilerTimeoutError).
         SpliceToolchainError: it cannot run, or did not call ptxas exactly once.
+        SpliceNotCachedError: ``SPLICE_COMPILE=never``.
     """
+    settings.refuse_if_never("tileiras", what)
     ov = _live_overlay()
     with _scratch("splice-tileiras-") as work:
         w = Path(work)
@@ -632,7 +634,9 @@ def run_ptxas(ptx: str, flags: list[str], host_object: bytes | None, *,
 
     Raises:
         SpliceToolchainError: ptxas rejected the PTX; ``.log`` holds its messages.
+        SpliceNotCachedError: ``SPLICE_COMPILE=never``.
     """
+    settings.refuse_if_never("ptxas", what)
     with _scratch("splice-ptxas-") as work:
         w = Path(work)
         src = w / "kernel.ptx"
