@@ -320,6 +320,21 @@ def test_a_file_that_is_not_a_pack_is_refused(two_caches, tmp_path, content):
         packs.import_pack(path)
 
 
+@pytest.mark.parametrize("what", ["missing", "directory", "unreadable"])
+def test_a_pack_file_that_cannot_be_opened_is_a_pack_error_naming_it(two_caches, tmp_path,
+                                                                    what):
+    path = tmp_path / "pack.splice"
+    if what == "directory":
+        path.mkdir()
+    elif what == "unreadable":
+        path.write_bytes(b"x")
+        path.chmod(0)
+        if os.access(path, os.R_OK):
+            pytest.skip("root reads a file of mode 0")
+    with pytest.raises(SplicePackError, match=f"{path}"):
+        packs.import_pack(path)
+
+
 def test_a_fifo_is_refused_not_waited_for(two_caches, tmp_path):
     fifo = tmp_path / "pack.fifo"
     os.mkfifo(fifo)
