@@ -317,11 +317,14 @@ def _unreadable(path: Path, e: BaseException) -> SplicePackError:
 
 def _open(path: Path):
     """The pack file, opened for reading: a regular file (a FIFO would hang the import)."""
-    f = open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb")
-    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-        f.close()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise SplicePackError(f"cannot read the pack {path}: {e.strerror or e}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
         raise SplicePackError(f"splice refuses the pack {path}: it is not a regular file")
-    return f
+    return open(fd, "rb")
 
 
 def _refuse(path: Path, why: str) -> SplicePackError:
