@@ -252,6 +252,63 @@ def test_a_pack_larger_than_the_cache_or_with_too_many_members_is_refused(
     assert _cache_files(b) == []
 
 
+class _Zeros(io.RawIOBase):
+    """``n`` zero bytes, read in chunks (a member written without holding it in memory)."""
+
+    def __init__(self, n: int):
+        self.left = n
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        k = min(len(b), self.left)
+        b[:k] = bytes(k)
+        self.left -= k
+        return k
+
+
+def test_a_member_larger_than_its_manifest_says_is_refused_before_it_is_read(
+        two_caches, tmp_path, monkeypatch):
+    """A zip bomb: a member named as a listed entry but of 256 MiB of zeros (some 250 KB
+    compressed) is refused by its header's size, not read into memory first."""
+    import tracemalloc
+    a, b = two_caches
+    _fill(2)
+    members = _members(packs.export_pack(tmp_path / "p.splice").path)
+    bomb = tmp_path / "bomb.splice"
+    with tarfile.open(bomb, "w:gz", compresslevel=1) as tar:
+        for info, data in members:
+            if info.name == members[1][0].name:
+                info.size = 256 << 20
+                tar.addfile(info, io.BufferedReader(_Zeros(info.size)))
+            else:
+                tar.addfile(info, io.BytesIO(data))
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(b))
+    tracemalloc.start()
+    try:
+        with pytest.raises(SplicePackError, match="refuses the pack"):
+            packs.import_pack(bomb)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20
+    assert _cache_files(b) == []
+
+
+@pytest.mark.parametrize("cut", [2, 3])
+def test_a_pack_cut_inside_a_member_is_refused_whole(two_caches, tmp_path, monkeypatch, cut):
+    a, b = two_caches
+    for i in range(3):
+        cache.store("kernel", f"key {i}", {"arch": "sm_90"}, os.urandom(100_000))
+    data = packs.export_pack(tmp_path / "p.splice").path.read_bytes()
+    (tmp_path / "cut.splice").write_bytes(data[:len(data) // cut])
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(b))
+    with pytest.raises(SplicePackError, match="cannot be read as a pack"):
+        packs.import_pack(tmp_path / "cut.splice")
+    assert _cache_files(b) == []
+
+
 @pytest.mark.parametrize("content", [b"", b"not a pack at all", b"\x1f\x8b\x08garbage",
                                      "a tar without a manifest"])
 def test_a_file_that_is_not_a_pack_is_refused(two_caches, tmp_path, content):
@@ -261,6 +318,21 @@ def test_a_file_that_is_not_a_pack_is_refused(two_caches, tmp_path, content):
     else:
         path.write_bytes(content)
     with pytest.raises(SplicePackError, match="refuses the pack"):
+        packs.import_pack(path)
+
+
+@pytest.mark.parametrize("what", ["missing", "directory", "unreadable"])
+def test_a_pack_file_that_cannot_be_opened_is_a_pack_error_naming_it(two_caches, tmp_path,
+                                                                    what):
+    path = tmp_path / "pack.splice"
+    if what == "directory":
+        path.mkdir()
+    elif what == "unreadable":
+        path.write_bytes(b"x")
+        path.chmod(0)
+        if os.access(path, os.R_OK):
+            pytest.skip("root reads a file of mode 0")
+    with pytest.raises(SplicePackError, match=f"{path}"):
         packs.import_pack(path)
 
 
@@ -393,8 +465,8 @@ print(json.dumps({"hits": hits, "runs": runs}))
 '''
 
 
-def _service(tmp_path, cache_dir: Path, **env) -> dict:
-    (tmp_path / "service.py").write_text(_SERVICE)
+def _service(tmp_path, cache_dir: Path, script: str = _SERVICE, **env) -> dict:
+    (tmp_path / "service.py").write_text(script)
     out = subprocess.run([sys.executable, str(tmp_path / "service.py")], capture_output=True,
                          text=True, env=python_env(TESTS.parent, tmp_path,
                                                    SPLICE_CACHE_DIR=str(cache_dir), **env))
@@ -436,6 +508,41 @@ def test_cache_only_mode_refuses_a_kernel_the_pack_lacks(tmp_path):
     assert "SpliceNotCachedError" in err and "kernel 'with_cub'" in err and "sm_90" in err
     assert "splice.cub.sort" in err or "sort" in err
     assert "python -m splice cache export" in err and "python -m splice cache import" in err
+
+
+def test_cache_only_mode_runs_no_tool_before_it_refuses(tmp_path):
+    """An empty cache under SPLICE_COMPILE=never: the kernel is refused, naming it, and
+    nothing ran before (also not tileiras's probe of its bytecode version, which a trace
+    needs and a compile stores)."""
+    (tmp_path / "kernels.py").write_text(_KERNELS)
+    refused = _SERVICE.replace(
+        'hits = [splice.build(k, sig, "sm_90").from_cache for k in kernels.KERNELS]',
+        'try:\n    splice.build(kernels.with_cuda, sig, "sm_90")\n'
+        'except splice.SpliceNotCachedError as e:\n    hits = [e.message]')
+    got = _service(tmp_path, tmp_path / "empty", refused, SPLICE_COMPILE="never")
+    assert got["runs"] == []
+    assert "kernel 'with_cuda'" in got["hits"][0] and "cache import" in got["hits"][0]
+
+
+@pytest.mark.parametrize("tool", ["tileiras", "ptxas", "NVRTC", "nvJitLink"])
+def test_cache_only_mode_refuses_every_tool_run(tool, fresh_cache, monkeypatch):
+    """A backstop under the pipeline's own check: no path of splice runs a compiler
+    while SPLICE_COMPILE=never (the error names the tool and what needed it)."""
+    import subprocess as sp
+
+    from cuda.bindings import nvjitlink, nvrtc
+    ran = []
+    monkeypatch.setattr(sp, "Popen", lambda *a, **k: ran.append(a) or 1 / 0)
+    monkeypatch.setattr(nvrtc, "nvrtcCreateProgram", lambda *a, **k: ran.append(a) or 1 / 0)
+    monkeypatch.setattr(nvjitlink, "create", lambda *a, **k: ran.append(a) or 1 / 0)
+    monkeypatch.setenv("SPLICE_COMPILE", "never")
+    run = {"tileiras": lambda: toolchain.run_tileiras(b"", (), timeout=5, what="the test"),
+           "ptxas": lambda: toolchain.run_ptxas("", [], None, timeout=5, what="the test"),
+           "NVRTC": lambda: toolchain.nvrtc_compile(b"", "the test", []),
+           "nvJitLink": lambda: toolchain.nvjitlink_run([], [], "cubin", "the test")}[tool]
+    with pytest.raises(splice.SpliceNotCachedError, match=f"the test.*{tool}"):
+        run()
+    assert ran == []
 
 
 @pytest.mark.gpu

@@ -209,6 +209,11 @@ def max_bytecode_version() -> int:
                                                                allow_dev=dev_features()))
 
 
+def oldest_bytecode_version() -> int:
+    """The oldest Tile IR bytecode version cuTile writes (no tileiras runs to find it)."""
+    return int(min(_private("bc").BytecodeVersion))
+
+
 def dev_features() -> bool:
     """Whether cuTile's dev features are on, as its ``compile_tile`` asks."""
     return bool(_private("_compile_module").dev_features_enabled())

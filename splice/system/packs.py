@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import functools
 import hashlib
 import io
 import json
@@ -43,7 +44,7 @@ import tempfile
 import time
 import zlib
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ..errors import SplicePackError, SpliceToolchainError
 from . import cache, progress
@@ -283,10 +284,13 @@ def import_pack(path: str | os.PathLike) -> Pack:
 _UNREADABLE = (tarfile.TarError, EOFError, zlib.error, OSError, TypeError, ValueError)
 
 
-def _read(path: Path, f) -> Iterator[tuple[tarfile.TarInfo, bytes]]:
-    """Each member of the pack file ``f`` with its bytes (none for what is not a regular
-    file), read as a stream: the first at most :data:`MAX_MANIFEST_BYTES`, the others at
-    most an entry's limit; a file tarfile cannot read is refused."""
+def _read(path: Path, f) -> Iterator[tuple[tarfile.TarInfo, Callable[[], bytes]]]:
+    """Each member of the pack file ``f`` with a function that reads its bytes (none for
+    what is not a regular file), read as a stream: the caller checks the member's header
+    before it reads (a member is read only once its header's size is the one its manifest
+    lists: a zip bomb is refused by its header); the first at most
+    :data:`MAX_MANIFEST_BYTES`, the others at most an entry's limit; a file tarfile cannot
+    read is refused."""
     try:
         tar = tarfile.open(fileobj=f, mode="r|gz")
         for count, member in enumerate(tar):
@@ -294,28 +298,39 @@ def _read(path: Path, f) -> Iterator[tuple[tarfile.TarInfo, bytes]]:
             if count > MAX_MEMBERS or (member.isreg() and member.size > limit):
                 raise _refuse(path, f"its member {member.name!r} is larger than "
                                     f"{limit} bytes, or one of more than {MAX_MEMBERS}")
-            data = b""
-            if member.isreg():
-                got = tar.extractfile(member)
-                data = got.read(member.size) if got is not None else b""
-            yield member, data
+            yield member, functools.partial(_bytes, path, tar, member)
     except _UNREADABLE as e:
-        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise _refuse(path, f"it cannot be read as a pack ({why or type(e).__name__})"
-                      ) from None
+        raise _unreadable(path, e) from None
+
+
+def _bytes(path: Path, tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    """The bytes of the regular-file member ``member`` (b"" for another kind)."""
+    try:
+        got = tar.extractfile(member) if member.isreg() else None
+        return got.read(member.size) if got is not None else b""
+    except _UNREADABLE as e:
+        raise _unreadable(path, e) from None
+
+
+def _unreadable(path: Path, e: BaseException) -> SplicePackError:
+    why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+    return _refuse(path, f"it cannot be read as a pack ({why or type(e).__name__})")
 
 
 def _open(path: Path):
     """The pack file, opened for reading: a regular file (a FIFO would hang the import),
     by its type before it is opened (opening a FIFO to read releases a writer waiting on
     it) and again as opened."""
-    if not stat.S_ISREG(os.stat(path).st_mode):
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise SplicePackError(f"splice refuses the pack {path}: it is not a regular file")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise SplicePackError(f"cannot read the pack {path}: {e.strerror or e}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
         raise SplicePackError(f"splice refuses the pack {path}: it is not a regular file")
-    f = open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb")
-    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-        f.close()
-        raise SplicePackError(f"splice refuses the pack {path}: it is not a regular file")
-    return f
+    return open(fd, "rb")
 
 
 def _refuse(path: Path, why: str) -> SplicePackError:
@@ -323,13 +338,14 @@ def _refuse(path: Path, why: str) -> SplicePackError:
                            f"imported")
 
 
-def _manifest(path: Path, first: tuple[tarfile.TarInfo, bytes] | None) -> dict:
+def _manifest(path: Path, first: tuple[tarfile.TarInfo, Callable[[], bytes]] | None
+              ) -> dict:
     """The pack's manifest, checked: its first member, this format, this toolchain, and
     entries listed as :func:`export_pack` lists them."""
     if first is None or first[0].name != "manifest.json" or not first[0].isreg():
         raise _refuse(path, "its first member is not a splice pack's manifest.json")
     try:
-        m = json.loads(first[1])
+        m = json.loads(first[1]())
     except ValueError:
         raise _refuse(path, "its manifest is not JSON") from None
     if not isinstance(m, dict) or m.get("format") != FORMAT:
@@ -402,14 +418,18 @@ def _import_entries(path: Path, members, manifest: dict, added: list[Path],
     listed = {f"entries/{e['kind']}/{e['name']}.bin": e for e in manifest["entries"]}
     seen: set[str] = set()
     total = 0
-    for member, data in members:
+    for member, read in members:
         e = listed.get(member.name)
         if not member.isreg():
             raise _refuse(path, f"its member {member.name!r} is not a regular file (a link, "
                                 f"a directory or a device)")
-        if e is None or member.name in seen or len(data) != e["size"]:
+        if e is None or member.name in seen or member.size != e["size"]:
             raise _refuse(path, f"its member {member.name!r} is not an entry its manifest "
                                 f"lists (another name, twice, or another size)")
+        data = read()
+        if len(data) != e["size"]:
+            raise _refuse(path, f"its member {member.name!r} is shorter than its header "
+                                f"says (a truncated file)")
         seen.add(member.name)
         shown.done += 1
         if hashlib.sha256(data).hexdigest() != e["sha256"]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from ..errors import SpliceToolchainError
+from ..errors import SpliceNotCachedError, SpliceToolchainError
 
 
 def cache_dir() -> str | None:
@@ -65,6 +65,23 @@ def compile_never() -> bool:
             f"SPLICE_COMPILE={os.environ['SPLICE_COMPILE']!r}: set it to 'never' (build "
             f"only from the cache) or 'auto' (compile what the cache lacks, the default)")
     return value == "never"
+
+
+def refuse_if_never(tool: str, what: str) -> None:
+    """Refuse to run ``tool`` (tileiras, ptxas, NVRTC, nvJitLink) for ``what`` while
+    ``SPLICE_COMPILE=never``: every runner of a compiler calls this first, a backstop
+    under the build's own check (which names the kernel's externs).
+
+    Raises:
+        SpliceNotCachedError: ``$SPLICE_COMPILE`` is ``never``.
+        SpliceToolchainError: it is misspelt (:func:`compile_never`).
+    """
+    if compile_never():
+        raise SpliceNotCachedError(
+            f"{what} needs {tool}, and SPLICE_COMPILE=never forbids running it: compile "
+            f"where compiling is allowed (a launch, python -m splice warmup) and bring the "
+            f"cache: 'python -m splice cache export FILE' there, 'python -m splice cache "
+            f"import FILE' here (the same splice and toolchain); or unset SPLICE_COMPILE")
 
 
 def progress() -> bool:

@@ -33,7 +33,7 @@ from ..errors import (
     SpliceToolchainError,
     SpliceUnsafePathError,
 )
-from . import safe_fs, tileiras_overlay
+from . import safe_fs, settings, tileiras_overlay
 
 # NVRTC and nvJitLink moved to splice.system.cuda_libs; their callers (and tests) use them from here
 from .cuda_libs import nvjitlink_run as nvjitlink_run
@@ -340,7 +340,9 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
         SpliceToolchainError: it cannot run, or did not call ptxas exactly once.
         SpliceUnsafePathError: ``$TMPDIR`` is a directory where another user could
             rename its work directory (:func:`splice.system.safe_fs.work_dir`).
+        SpliceNotCachedError: ``SPLICE_COMPILE=never``.
     """
+    settings.refuse_if_never("tileiras", what)
     with safe_fs.work_dir("splice-tileiras-") as w:
         work = str(w)
         if "\n" in work:   # the capture's argv is one argument a line
@@ -445,7 +447,9 @@ def run_ptxas(ptx: str, flags: list[str], host_object: bytes | None, *,
         SpliceToolchainError: ptxas rejected the PTX; ``.log`` holds its messages.
         SpliceUnsafePathError: ``$TMPDIR`` is a directory where another user could
             rename its work directory (:func:`splice.system.safe_fs.work_dir`).
+        SpliceNotCachedError: ``SPLICE_COMPILE=never``.
     """
+    settings.refuse_if_never("ptxas", what)
     with safe_fs.work_dir("splice-ptxas-") as w:
         src = w / "kernel.ptx"
         src.write_text(ptx)

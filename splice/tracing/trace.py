@@ -33,7 +33,7 @@ from ..errors import (
 )
 from ..forms.base import CallSite, Memory
 from ..system import _cutile as cu
-from ..system import cache, toolchain
+from ..system import cache, settings, toolchain
 from ..types import Signature
 from . import reloading
 
@@ -168,7 +168,10 @@ def bytecode_version() -> int:
     tileiras takes (:func:`splice.system._cutile.max_bytecode_version`, which runs
     tileiras), remembered in this process and in the cache under tileiras's identity
     (:func:`splice.system.toolchain.tool_identity`) and cuTile's dev-features switch: a
-    process that only hits (a service started from a pack) runs no tileiras."""
+    process that only hits (a service started from a pack) runs no tileiras. Under
+    ``SPLICE_COMPILE=never`` a version not remembered is not probed: the oldest version
+    cuTile writes, remembered nowhere (a kernel traced in it misses, unless this toolchain
+    compiled that very bytecode, and the build's refusal names it and its externs)."""
     key = cache.key_of("bytecode-version", toolchain.tool_identity("tileiras"),
                        cu.dev_features())
     if key not in _versions:
@@ -178,6 +181,8 @@ def bytecode_version() -> int:
             hit = None
         if hit is not None and hit[1].isdigit():
             _versions[key] = int(hit[1])
+        elif settings.compile_never():   # no tileiras may run: a version no probe gave
+            return cu.oldest_bytecode_version()   # (the build misses and says so)
         else:
             _versions[key] = cu.max_bytecode_version()
             with contextlib.suppress(SpliceUnsafePathError):
