@@ -16,6 +16,13 @@ disk cache, splice's disk cache nor its fragment memo hits. Cases:
             elements vs. a plain kernel of each shape (load, add, store): the summed first
             compiles of six sizes, in a new process with cold caches (issue 37: target
             <= 3; ``--reps`` processes, median)
+    starts  the first compile (launch) of a ``splice.cub.sort`` kernel on float32[1024]
+            in a new process, after its imports, vs. the plain kernel of the same shape:
+            cold (empty caches), warm (the caches an earlier process filled) and from a
+            pack (an empty splice cache into which a pack of the warm one was imported,
+            ``SPLICE_COMPILE=never``; against the plain kernel's warm cuTile cache), three
+            rows (issue 47: warm and pack target <= 1.1); each rep a new pair of processes,
+            interleaved
     import  ``import splice`` vs. ``import cuda.tile`` in a new process (target <= 1.2)
     declare ``import splice`` and first use of its declaration API (``splice.extern``,
             ``splice.kernel``, ``splice.asm``: loaded on first use) vs. ``import
@@ -28,7 +35,7 @@ times the real first ``ct.launch`` (compile, load, run, synchronise).
 
 ``--stages`` adds, under each of (a)-(d), the median of each stage of the timed splice
 builds (``Build.timings``, ms) and what the build spent outside them. ``--cases``: of
-a,b,c,d,warm,cub,import,declare (default: all)::
+a,b,c,d,warm,cub,starts,import,declare (default: all)::
     python benchmarks/bench_first_launch.py [--arch sm_90] [--reps 7] [--cases a,b] [--stages]
 """
 
@@ -55,10 +62,13 @@ os.environ.setdefault("CUDA_TILE_CACHE_DIR", tempfile.mkdtemp(prefix="cutile-ben
 import _kernels  # noqa: F401
 
 TARGETS = {"a": 1.3, "b": 1.3, "c": 1.6, "d": 1.3, "warm": 1.1, "cub": 3.0, "import": 1.2,
-           "declare": None}
+           "declare": None, "cub cold": None, "cub warm": 1.1, "cub pack": 1.1}
 TITLES = {"a": "(a) elementwise + CUDA C extern", "b": "(b) elementwise + PTX extern",
           "c": "(c) 4 sites, 2 externs, if/else", "d": "(d) TMA matmul 128x128x64 + epilogue",
           "warm": "(e) new process, warm cache",
+          "cub cold": "(g) cub.sort, new process, cold",
+          "cub warm": "(h) cub.sort, new process, warm cache",
+          "cub pack": "(i) cub.sort, new process, from a pack",
           "cub": "(f) cub.sort f32, 6 sizes 128..4096", "import": "import splice / cuda.tile",
           "declare": "import + declaration API"}
 
@@ -402,6 +412,54 @@ def warm_medians(reps: int, arch: str, gpu: bool, workdir: Path):
     return statistics.median(plain), statistics.median(spliced)
 
 
+def _start_child(side: str, arch: str, workdir: Path, gpu: bool) -> None:
+    """Case (g)-(i) in this new process: the first compile (launch) of the ``cub`` case's
+    fixed module (rep 0) at 1024 elements, timed after the imports."""
+    plain_k, splice_k = load_case("cub", workdir, rep=0)
+    k = splice_k if side == "start-splice" else plain_k
+    t = launch_once(k, *_gpu_launch("cub")) if gpu else \
+        compile_once(k, signature("cub"), arch)
+    print(json.dumps({"seconds": t}))
+
+
+def _fresh_env(**extra) -> dict:
+    """The environment of a new process with empty caches (``extra`` set over it)."""
+    env = dict(os.environ, SPLICE_CACHE_DIR=tempfile.mkdtemp(prefix="splice-start-"),
+               CUDA_TILE_CACHE_DIR=tempfile.mkdtemp(prefix="cutile-start-"))
+    env.update(extra)
+    return env
+
+
+def start_medians(reps: int, arch: str, gpu: bool, workdir: Path) -> dict:
+    """{"cub cold"|"cub warm"|"cub pack": (plain, splice) median seconds}: each rep a new
+    process per side and row, interleaved; the warm caches are filled by a first pair of
+    processes, the pack exported from the warm splice cache and imported into an empty
+    one before each pack process (not timed: a service imports at deployment)."""
+    load_case("cub", workdir, rep=0)
+    warm = _fresh_env()
+    for side in ("start-plain", "start-splice"):
+        _run_child(side, arch, workdir, gpu, warm)
+    pack = str(workdir / "starts.splice")
+    # a splice without packs (an older tree, for comparison): no pack row
+    packs = subprocess.run([sys.executable, "-m", "splice", "cache", "export", pack],
+                           env=warm, capture_output=True).returncode == 0
+    rows = ("cub cold", "cub warm") + (("cub pack",) if packs else ())
+    times: dict[str, tuple[list[float], list[float]]] = {row: ([], []) for row in rows}
+    for _ in range(reps):
+        runs = {"cub cold": (_fresh_env(), _fresh_env()), "cub warm": (warm, warm)}
+        if packs:
+            packed = _fresh_env(SPLICE_COMPILE="never",
+                                CUDA_TILE_CACHE_DIR=warm["CUDA_TILE_CACHE_DIR"])
+            subprocess.run([sys.executable, "-m", "splice", "cache", "import", pack],
+                           env=packed, check=True, capture_output=True)
+            runs["cub pack"] = (warm, packed)
+        for row, (plain_env, splice_env) in runs.items():
+            times[row][0].append(_run_child("start-plain", arch, workdir, gpu, plain_env))
+            times[row][1].append(_run_child("start-splice", arch, workdir, gpu, splice_env))
+    return {row: (statistics.median(p), statistics.median(s))
+            for row, (p, s) in times.items()}
+
+
 _IMPORTS = {
     "import": ("import cuda.tile", "import splice"),
     "declare": ("import cuda.tile as ct; ct.kernel",
@@ -435,11 +493,12 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--arch", default=None, help="sm_90 (default: the GPU's, else sm_90)")
     p.add_argument("--reps", type=int, default=7)
-    p.add_argument("--cases", default="a,b,c,d,warm,cub,import,declare")
+    p.add_argument("--cases", default="a,b,c,d,warm,cub,starts,import,declare")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--gpu", action="store_true", help="time ct.launch (default with a GPU)")
     g.add_argument("--cpu", action="store_true", help="time _compile (default without)")
-    p.add_argument("--child", choices=("plain", "splice", "cub"), help=argparse.SUPPRESS)
+    p.add_argument("--child", choices=("plain", "splice", "cub", "start-plain",
+                                       "start-splice"), help=argparse.SUPPRESS)
     p.add_argument("--workdir", help=argparse.SUPPRESS)
     p.add_argument("--stages", action="store_true",
                    help="under (a)-(d), the splice builds' median ms per stage")
@@ -454,6 +513,8 @@ def main(argv=None):
     workdir = Path(a.workdir) if a.workdir else Path(tempfile.mkdtemp(prefix="bench-fl-"))
     if a.child == "cub":
         return _cub_child(a.arch, workdir, gpu)
+    if a.child and a.child.startswith("start-"):
+        return _start_child(a.child, a.arch, workdir, gpu)
     if a.child:
         return _child(a.child, a.arch, workdir, gpu)
 
@@ -462,30 +523,35 @@ def main(argv=None):
     print(f"first launch, splice vs. plain cuTile ({how}); medians of {a.reps} cold "
           f"compiles after one-time costs; {os.cpu_count()} CPUs")
     print(f"{'case':<38} {'plain ms':>9} {'splice ms':>10} {'ratio':>6} {'target':>7}")
-    results = {}
     stages = StageTimes() if a.stages else None
     if stages is not None:
         stages.install()
     for case in cases:
         if case == "d" and int(a.arch[3:].rstrip("af")) < 90:
             continue
-        if case == "warm":
-            plain, spliced = warm_medians(a.reps, a.arch, gpu, workdir)
-        elif case == "cub":
-            plain, spliced = cub_medians(max(1, a.reps // 3), a.arch, gpu, workdir)
-        elif case in _IMPORTS:
-            plain, spliced = import_medians(case, a.reps)
-        else:
-            plain, spliced = cold_medians(case, a.reps, a.arch, gpu, workdir, stages)
-        ratio = spliced / plain
-        results[case] = (plain, spliced, ratio)
-        target = TARGETS[case]
-        ok = "" if target is None else "ok" if ratio <= target else "MISS"
-        print(f"{TITLES[case]:<38} {plain * 1e3:>9.1f} {spliced * 1e3:>10.1f} {ratio:>6.2f} "
-              f"{'-' if target is None else '<=' + str(target):>7} {ok}", flush=True)
+        for row, (plain, spliced) in _rows(case, a, gpu, workdir, stages).items():
+            ratio = spliced / plain
+            target = TARGETS[row]
+            ok = "" if target is None else "ok" if ratio <= target else "MISS"
+            print(f"{TITLES[row]:<38} {plain * 1e3:>9.1f} {spliced * 1e3:>10.1f} "
+                  f"{ratio:>6.2f} {'-' if target is None else '<=' + str(target):>7} {ok}",
+                  flush=True)
         if stages is not None and stages.builds:
             print(f"    splice stages, ms: {stages.medians()}", flush=True)
     return 0
+
+
+def _rows(case: str, a, gpu: bool, workdir: Path, stages) -> dict:
+    """{row: (plain, splice) seconds} of one case (``starts``: three rows)."""
+    if case == "starts":
+        return start_medians(a.reps, a.arch, gpu, workdir)
+    if case == "warm":
+        return {case: warm_medians(a.reps, a.arch, gpu, workdir)}
+    if case == "cub":
+        return {case: cub_medians(max(1, a.reps // 3), a.arch, gpu, workdir)}
+    if case in _IMPORTS:
+        return {case: import_medians(case, a.reps)}
+    return {case: cold_medians(case, a.reps, a.arch, gpu, workdir, stages)}
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ from .errors import (
     SpliceError,
     SpliceLaunchError,
     SpliceLinkError,
+    SpliceNotCachedError,
+    SplicePackError,
     SpliceRewriteError,
     SpliceToolchainError,
     SpliceUnsafePathError,
@@ -49,6 +51,8 @@ _LAZY = {
     "ELEMENT_TYPES": ("types", "ELEMENT_TYPES"),
     "kernel_signature": ("tracing.signatures", "kernel_signature"),
     "export_kernel": ("integrations.export", "export_kernel"),
+    "export_pack": ("system.packs", "export_pack"),
+    "import_pack": ("system.packs", "import_pack"),
     "toolchain": ("toolchain", None), "cub": ("cub", None),
     "Build": ("driver.result", "Build"), "build": ("driver.pipeline", "build"),
     "__version__": ("driver.pipeline", "__version__"),
@@ -64,6 +68,7 @@ if TYPE_CHECKING:
     from .driver.splice_kernel import SpliceKernel as kernel
     from .integrations.export import export_kernel
     from .ptxtools.ptx import PTXSyntaxError
+    from .system.packs import export_pack, import_pack
     from .tracing.signatures import kernel_signature
     from .types import ELEMENT_TYPES, Signature, parse_signature, pointer, tile
 
@@ -144,7 +149,8 @@ __all__ = [
     "kernel", "extern", "asm", "cuda", "library", "Library", "compile", "build", "Build",
     "ExternFunction", "Signature", "parse_signature", "pointer", "tile", "ELEMENT_TYPES",
     "SpliceError", "SpliceCallError", "SpliceCompileError", "SpliceDeclarationError",
-    "SpliceLaunchError", "SpliceLinkError", "SpliceRewriteError", "SpliceToolchainError",
-    "SpliceUnsafePathError",
+    "SpliceLaunchError", "SpliceLinkError", "SpliceNotCachedError", "SplicePackError",
+    "SpliceRewriteError", "SpliceToolchainError", "SpliceUnsafePathError",
     "PTXSyntaxError", "toolchain", "cub", "__version__", "kernel_signature", "export_kernel",
+    "export_pack", "import_pack",
 ]

@@ -6,6 +6,11 @@
                                             [--out DIR]
     python -m splice compile k.py my_kernel --sig "..." --arch sm_100 -o my_kernel.cubin
     python -m splice cache list|size|prune [--max-bytes N]|clear
+    python -m splice cache export FILE [--used-within 2h]   # the cache's entries, one file
+    python -m splice cache import FILE                     # into this user's cache
+    python -m splice warmup k.py my_kernel --sig "..." [--sig "..."] [--arch sm_90] [-j N]
+    python -m splice warmup k.py              # every kernel and signature of its SPLICE_WARMUP
+    python -m splice warmup --cub sort,reduce:max --dtype float32,int32 [--size 1024] [--arch sm_90]
 
 ``--sig`` lists the kernel's parameters, comma-separated, in the grammar of
 :func:`splice.kernel_signature`: ``array(dtype, ndim=1)`` (a C-contiguous array),
@@ -19,10 +24,11 @@ import argparse
 import importlib.util
 import os
 import sys
+import time
 from pathlib import Path
 
 
-def _load_kernel(path: str, name: str):
+def _load_module(path: str):
     p = Path(path).resolve()
     if not p.is_file():
         raise SystemExit(f"no such file: {path}")
@@ -32,7 +38,11 @@ def _load_kernel(path: str, name: str):
     module = importlib.util.module_from_spec(spec)
     sys.path.insert(0, str(p.parent))
     spec.loader.exec_module(module)
-    kern = getattr(module, name, None)
+    return module
+
+
+def _load_kernel(path: str, name: str):
+    kern = getattr(_load_module(path), name, None)
     if kern is None:
         raise SystemExit(f"{path} has no kernel named {name!r}")
     from .driver.splice_kernel import SpliceKernel
@@ -109,10 +119,12 @@ def _cmd_compile(a) -> int:
 def _cmd_cache(a) -> int:
     from .system import cache
     root = cache.cache_root()
-    if a.max_bytes is not None and a.action != "prune":
-        print(f"error: --max-bytes is an option of 'cache prune', not of 'cache {a.action}'",
-              file=sys.stderr)
+    wrong = _cache_usage(a)
+    if wrong:
+        print(f"error: {wrong}", file=sys.stderr)
         return 2
+    if a.action in ("export", "import"):
+        return _cmd_pack(a)
     if a.action == "list":
         for p in cache.entries():
             hit = cache.read(p, touch=False)
@@ -141,6 +153,98 @@ def _cmd_cache(a) -> int:
             print(f"error: {left} entries could not be removed (permissions?)", file=sys.stderr)
             return 1
     return 0
+
+
+def _cache_usage(a) -> str:
+    """What is wrong with a ``cache`` command's arguments ("" when nothing)."""
+    if a.max_bytes is not None and a.action != "prune":
+        return f"--max-bytes is an option of 'cache prune', not of 'cache {a.action}'"
+    if a.used_within is not None and a.action != "export":
+        return f"--used-within is an option of 'cache export', not of 'cache {a.action}'"
+    if (a.file is None) == (a.action in ("export", "import")):
+        return (f"'cache {a.action}' takes a FILE" if a.file is None else
+                f"'cache {a.action}' takes no FILE (export and import do)")
+    return ""
+
+
+def _cmd_pack(a) -> int:
+    """``cache export FILE`` / ``cache import FILE`` (:mod:`splice.system.packs`)."""
+    from .system import packs
+    if a.action == "export":
+        pack = packs.export_pack(a.file, used_within=a.used_within)
+        print(f"{pack.path}: {pack.entries} entries, {pack.bytes} bytes, kernels for "
+              f"{', '.join(pack.architectures) or 'no architecture'}")
+    else:
+        pack = packs.import_pack(a.file)
+        print(f"{pack.path}: {pack.entries} entries imported ({pack.bytes} bytes), kernels "
+              f"for {', '.join(pack.architectures) or 'no architecture'}")
+    return 0
+
+
+def _duration(text: str) -> float:
+    """Seconds of ``90``, ``90s``, ``30m``, ``2h`` or ``1d``."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    number, unit = (text[:-1], text[-1]) if text[-1:] in units else (text, "s")
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (write 90s, 30m, 2h, 1d)")
+    return value * units[unit]
+
+
+def _cmd_warmup(a) -> int:
+    """``warmup``: the jobs :mod:`splice.driver.warmup` makes of the arguments, run in
+    worker processes; one line per job; 1 when one failed."""
+    from .driver import warmup
+    from .system import toolchain
+    archs = a.arch or [toolchain.gpu_arch() or "sm_90"]
+    jobs = []
+    if a.file is not None:
+        jobs += [j for kernel, sigs in _warmup_kernels(a) for j in
+                 warmup.kernel_jobs(a.file, kernel, sigs, archs)]
+    if a.cub:
+        jobs += warmup.cub_jobs(_listed(a.cub), _listed(a.dtype or "float32"),
+                                [int(n) for n in _listed(a.size)] if a.size else
+                                [128 << j for j in range(6)], archs)
+    if not jobs:
+        print("error: warmup needs FILE [KERNEL --sig ...] or --cub OPS (see --help)",
+              file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+
+    def report(done) -> None:
+        state = "FAILED" if done.error else "compiled" if done.compiled else "cached"
+        print(f"{state:8} {done.seconds:7.2f} s  {done.job.label}"
+              + (f"\n    {done.error}" if done.error else ""), flush=True)
+    outcomes = warmup.run(jobs, a.jobs, report)
+    failed = sum(1 for d in outcomes if d.error)
+    print(f"{len(jobs)} jobs in {time.perf_counter() - t0:.1f} s: "
+          f"{sum(1 for d in outcomes if d.compiled and not d.error)} compiled, {failed} failed")
+    return 1 if failed else 0
+
+
+def _listed(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _warmup_kernels(a) -> list[tuple[str, list[str]]]:
+    """(kernel, signatures) of ``warmup FILE KERNEL --sig ...``, or of the module's
+    ``SPLICE_WARMUP`` (a dict: kernel name -> list of signature texts) without KERNEL."""
+    if a.kernel is not None:
+        if not a.sig:
+            raise SystemExit(f"warmup {a.file} {a.kernel}: give its signature(s) with --sig")
+        _check_arity(_load_kernel(a.file, a.kernel), parse_signature(a.sig[0]), a.sig[0])
+        return [(a.kernel, a.sig)]
+    spec = _load_module(a.file)
+    table = getattr(spec, "SPLICE_WARMUP", None)
+    if not isinstance(table, dict) or not all(
+            isinstance(k, str) and isinstance(v, (list, tuple)) and
+            all(isinstance(s, str) for s in v) for k, v in table.items()):
+        raise SystemExit(f"{a.file} has no SPLICE_WARMUP dict (kernel name -> list of "
+                         f"signatures, as --sig writes them); or name a kernel and --sig")
+    return [(k, list(v)) for k, v in table.items()]
 
 
 def _cmd_doctor(a) -> int:
@@ -294,15 +398,32 @@ def main(argv=None) -> int:
         else:
             s.add_argument("-o", "--output")
     c = sub.add_parser("cache")
-    c.add_argument("action", choices=("list", "size", "prune", "clear"))
+    c.add_argument("action", choices=("list", "size", "prune", "clear", "export", "import"))
+    c.add_argument("file", nargs="?", help="export, import: the pack file")
     c.add_argument("--max-bytes", type=_byte_count, help="prune: the limit (default "
                    "$SPLICE_CACHE_MAX_BYTES or 4 GiB)")
+    c.add_argument("--used-within", type=_duration, help="export: only the entries made "
+                   "or used in the last DURATION (90s, 30m, 2h, 1d); default all")
+    w = sub.add_parser("warmup", help="compile ahead of time, in parallel processes")
+    w.add_argument("file", nargs="?", help="a module of @splice.kernel's")
+    w.add_argument("kernel", nargs="?", help="the kernel (default: the module's "
+                   "SPLICE_WARMUP dict, kernel name -> signatures)")
+    w.add_argument("--sig", action="append", help="a signature of the kernel (repeat)")
+    w.add_argument("--cub", help="splice.cub operations, comma-separated: sort, "
+                   "sort:descending, sort_pairs, top_k:K, inclusive_sum, exclusive_sum, "
+                   "inclusive_scan:OP, reduce:OP, merge_sort, histogram:BINS, flag_heads, "
+                   "flag_tails, unique_counts")
+    w.add_argument("--dtype", help="--cub: the tiles' dtypes, comma-separated (float32)")
+    w.add_argument("--size", help="--cub: the tiles' lengths (128,256,...,4096)")
+    w.add_argument("--arch", action="append", help="repeat for several (default: this "
+                   "machine's GPU, else sm_90)")
+    w.add_argument("-j", "--jobs", type=int, help="worker processes (default: one per CPU)")
     sub.add_parser("doctor")
     a = p.parse_args(argv)
     from .errors import SpliceError
     try:
         rc = {"inspect": _cmd_inspect, "compile": _cmd_compile, "cache": _cmd_cache,
-              "doctor": _cmd_doctor}[a.cmd](a)
+              "warmup": _cmd_warmup, "doctor": _cmd_doctor}[a.cmd](a)
         sys.stdout.flush()  # a closed pipe shows here, not at exit
         return rc
     except BrokenPipeError:

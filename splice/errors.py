@@ -18,6 +18,9 @@ that is also a :class:`SpliceError` (a :class:`CuTileError`, made by
 
 from __future__ import annotations
 
+import os
+import sys
+from types import FrameType
 from typing import Any
 
 from cuda.tile import (
@@ -26,6 +29,36 @@ from cuda.tile import (
     TileError,
     TileTypeError,
 )
+
+_SPLICE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep   # the splice package
+
+
+def user_frame() -> FrameType | None:
+    """The frame of the user's code that called into splice: the first frame, from the
+    caller's up, whose code is outside the splice package.
+
+    Example:
+        >>> user_frame().f_code.co_filename != __file__
+        True
+    """
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(
+            _SPLICE_DIR):
+        frame = frame.f_back
+    return frame
+
+
+def user_location() -> str:
+    """"file:line" of the user's code that called into splice (:func:`user_frame`), for
+    messages.
+
+    Example:
+        >>> ":" in user_location()
+        True
+    """
+    frame = user_frame()
+    return "<unknown location>" if frame is None else \
+        f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
 class SpliceError(Exception):
@@ -253,6 +286,34 @@ class SpliceTileirasTimeout(_TileirasFailure, TileCompilerTimeoutError):
         >>> import cuda.tile as ct
         >>> from splice.errors import SpliceTileirasTimeout
         >>> issubclass(SpliceTileirasTimeout, ct.TileCompilerTimeoutError)
+        True
+    """
+
+
+class SpliceNotCachedError(SpliceError):
+    """A kernel to build is not in the cache while ``SPLICE_COMPILE=never`` forbids
+    compiling (a service or a CI job that must start from a pack, ``docs/guide/cache.md``).
+    The message names the kernel, its architecture, the externs it calls and the commands
+    that make and load a pack (``python -m splice cache export`` where it compiled,
+    ``python -m splice cache import`` here). Nothing ran: no tileiras, NVRTC or ptxas.
+
+    Example:
+        >>> from splice.errors import SpliceNotCachedError, SpliceError
+        >>> issubclass(SpliceNotCachedError, SpliceError)
+        True
+    """
+
+
+class SplicePackError(SpliceError):
+    """A pack (:func:`splice.import_pack`, ``python -m splice cache import``) is refused
+    whole, nothing of it imported: built by another splice or toolchain (the message names
+    both), not a pack, a member that is not a regular file or has a name splice does not
+    write, an entry whose checksum fails, or more than the cache holds. Also raised when
+    :func:`splice.export_pack` cannot write its file.
+
+    Example:
+        >>> from splice.errors import SplicePackError, SpliceError
+        >>> issubclass(SplicePackError, SpliceError)
         True
     """
 

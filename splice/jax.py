@@ -321,21 +321,24 @@ def _constraint_key(c):
 def _compile(kernel, constraints) -> tuple[str, bytes, bytes]:
     """(symbol, cubin, sha256 of the cubin) of ``kernel`` for ``constraints``, built by
     splice for the current GPU; kept per kernel object and signature for the process, and
-    built again once an extern was declared again (:func:`splice.tracing.reloading.generation`)."""
+    built again once a global name its trace read holds another object
+    (:func:`splice.tracing.reloading.still_bound`: what the kernel's names hold when it is
+    compiled, as for ``splice.compile``)."""
     from cuda.tile.compilation import KernelSignature
 
     from .driver import pipeline
-    from .tracing.reloading import generation
-    gen, arch = generation(), _arch()
+    from .tracing import reloading
+    arch = _arch()
     key = (id(kernel), arch, tuple(_constraint_key(c) for c in constraints))
     hit = _compiled.get(key)
-    if hit is not None and hit[-1] == generation():   # no extern declared again since
+    if hit is not None and reloading.still_bound(hit[-1]):
         return hit[1:-1]
     signature = KernelSignature(constraints, _ct.calling_convention_for(constraints)) \
         .with_mangled_symbol(_cutile.python_function(kernel).__name__)
-    b = pipeline.build(kernel, signature, arch)
+    with reloading.recording() as reads:
+        b = pipeline.build(kernel, signature, arch)
     log.info("splice.jax.cutile_call: %s for %s (%s)", b.kernel_name, arch,
              "cached" if b.from_cache else f"compiled in {b.seconds:.3f} s")
-    out = (kernel, b.symbol, b.cubin, hashlib.sha256(b.cubin).digest(), gen)
+    out = (kernel, b.symbol, b.cubin, hashlib.sha256(b.cubin).digest(), tuple(reads))
     _compiled[key] = out      # holds the kernel: its id stays unique while the entry lives
     return out[1:-1]

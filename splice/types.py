@@ -250,10 +250,14 @@ def tile(dtype, shape=None) -> TileType:
         print(splice.compile(k, sig, "sm_90").summary())
         ```
     """
-    elem = element_type(dtype)
+    from .errors import user_location
+    try:
+        elem = element_type(dtype)
+    except SpliceDeclarationError as e:
+        raise SpliceDeclarationError(f"splice.tile at {user_location()}: {e.message}") from None
     if elem.kind in ("p", "t"):
-        raise SpliceDeclarationError(f"splice.tile({elem}): the elements of a tile are "
-                                     f"scalars (a dtype such as ct.float32)")
+        raise SpliceDeclarationError(f"splice.tile({elem}) at {user_location()}: the elements "
+                                     f"of a tile are scalars (a dtype such as ct.float32)")
     if shape is not None:
         if isinstance(shape, int) and not isinstance(shape, bool):
             shape = (shape,)
@@ -261,8 +265,9 @@ def tile(dtype, shape=None) -> TileType:
                 isinstance(d, int) and not isinstance(d, bool) and d > 0 and d & (d - 1) == 0
                 for d in shape):
             raise SpliceDeclarationError(
-                f"splice.tile({elem}, {shape!r}): the shape must be a non-empty tuple of "
-                f"powers of two, e.g. (128,) or (16, 16), or None for the call's shape")
+                f"splice.tile({elem}, {shape!r}) at {user_location()}: the shape must be a "
+                f"non-empty tuple of powers of two, e.g. (128,) or (16, 16), or None for the "
+                f"call's shape")
         shape = tuple(shape)
     return TileType.of(elem, shape)
 

@@ -222,8 +222,13 @@ def test_declaration_refusals(tmp_path):
                       signature="tile(float32)(int32)")
     with pytest.raises(SpliceDeclarationError, match="pointers to tiles"):
         splice.pointer(splice.tile(f32))
-    with pytest.raises(SpliceDeclarationError, match="powers of two"):
-        splice.tile(f32, (0,))
+    for bad in ((0,), (3,), (), "128"):     # each names the user's file and line
+        with pytest.raises(SpliceDeclarationError,
+                           match=rf"splice\.tile\(float32, .*\) at {re.escape(__file__)}:\d+: "
+                                 rf"the shape must be .*powers of two"):
+            splice.tile(f32, bad)
+    with pytest.raises(SpliceDeclarationError, match=rf"splice\.tile at {re.escape(__file__)}"):
+        splice.tile("float99")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -151,10 +151,9 @@ def test_a_source_with_a_user_header_is_walked_every_time(installed, tmp_path, w
 
 # --- #include MACRO inside toolkit headers (thrust's system headers) ---------------------
 
-def test_a_toolkit_header_named_by_macros_inside_a_macro_is_followed(installed, walks):
-    """thrust: ``#define TAG <ROOT/detail/policy.h>``, ``ROOT`` defined to a path with
-    another macro in it, ``#include TAG``: every name the macros can make is followed, so
-    an edit of the header it names changes the key (and the PCH's directory)."""
+def _thrust_like(installed: Path) -> Path:
+    """top.cuh reaching lib/sys/fast/detail/policy.h only through ``#include TAG``, TAG a
+    macro whose value has another macro in it (thrust's system headers, commit 2cb0212)."""
     (installed / "lib" / "sys" / "fast" / "detail").mkdir(parents=True)
     policy = installed / "lib" / "sys" / "fast" / "detail" / "policy.h"
     policy.write_text("#pragma once\n#define POLICY 1\n")
@@ -163,6 +162,14 @@ def test_a_toolkit_header_named_by_macros_inside_a_macro_is_followed(installed, 
     (installed / "lib" / "top.cuh").write_text(
         "#pragma once\n#include <lib/config.h>\n#define TAG <SYS_ROOT/detail/policy.h>\n"
         "#include TAG\n#include <lib/detail/mid.cuh>\n")
+    return policy
+
+
+def test_a_toolkit_header_named_by_macros_inside_a_macro_is_followed(installed, walks):
+    """thrust: ``#define TAG <ROOT/detail/policy.h>``, ``ROOT`` defined to a path with
+    another macro in it, ``#include TAG``: every name the macros can make is followed, so
+    an edit of the header it names changes the key (and the PCH's directory)."""
+    policy = _thrust_like(installed)
     frag = CudaSource(text=SRC, where="x.py:1", providers=HEADER_PROVIDERS)
     k = frag.content_key("sm_90")
     found = dict(headers.included(frag, SRC))
@@ -184,3 +191,86 @@ def test_a_toolkit_macro_include_splice_cannot_follow_turns_off_memo_and_pch(ins
     assert walks[0] == 2                         # walked again: not remembered
     src = "#include <cub/block/block_scan.cuh>\n"
     assert not nvrtc_pch.wanted(src, [], found) and not nvrtc_pch.wanted(src, [], found)
+
+
+# --- the walk remembered on disk, for the next process (issue 47) -------------------------
+
+def _new_process(monkeypatch) -> None:
+    """What a new process knows of earlier walks: only the cache's ``walk`` entries."""
+    monkeypatch.setattr(headers, "_walks", {})
+
+
+@pytest.fixture
+def stored(monkeypatch):
+    """Every walk of only toolkit headers stored on disk (these walks find a few headers,
+    CCCL's some hundreds)."""
+    monkeypatch.setattr(headers, "STORED_FROM", 1)
+
+
+def test_a_walk_of_a_few_headers_is_not_stored(installed, walks, fresh_cache):
+    from splice.system import cache
+    CudaSource(text=SRC, where="x.py:1", providers=HEADER_PROVIDERS).content_key("sm_90")
+    assert walks[0] == 1 and cache.entries("walk") == []
+
+
+def test_a_walk_stored_by_one_process_answers_the_next(installed, walks, fresh_cache, stored,
+                                                       monkeypatch):
+    frag = CudaSource(text=SRC, where="x.py:1", providers=HEADER_PROVIDERS)
+    k = frag.content_key("sm_90")
+    assert walks[0] == 1
+    _new_process(monkeypatch)
+    assert CudaSource(text=SRC, where="x.py:1", providers=HEADER_PROVIDERS) \
+        .content_key("sm_90") == k
+    assert walks[0] == 1                     # checked against the disk, not walked
+
+
+@pytest.mark.parametrize("edit", ["deep", "through a macro #include", "placed in front",
+                                  "touched", "removed"])
+def test_a_stored_walk_never_hides_an_edit_from_the_next_process(installed, walks, stored,
+                                                                 fresh_cache, monkeypatch,
+                                                                 tmp_path, edit):
+    """Each edit made between two processes changes the key the second one takes, which
+    is the key a process with no stored walk takes."""
+    import os
+    user = tmp_path / "user"
+    user.mkdir()
+    policy = _thrust_like(installed)
+    frag = CudaSource(text=SRC, where="x.py:1", providers=HEADER_PROVIDERS,
+                      include_dirs=(str(user),))
+    k = frag.content_key("sm_90")
+    inner = installed / "lib" / "detail" / "inner.cuh"
+    if edit == "deep":
+        inner.write_text("#pragma once\n#define DEEP 1234\n")
+    elif edit == "through a macro #include":
+        policy.write_text("#pragma once\n#define POLICY 22\n")
+    elif edit == "placed in front":        # where the walk found nothing before
+        (user / "lib" / "detail").mkdir(parents=True)
+        (user / "lib" / "detail" / "mid.cuh").write_text("#pragma once\n#define DEEP 5\n")
+    elif edit == "touched":                # same bytes, a new mtime
+        st = os.stat(policy)
+        os.utime(policy, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    else:
+        inner.unlink()
+    _new_process(monkeypatch)
+    again = CudaSource(text=SRC, where="x.py:1", providers=HEADER_PROVIDERS,
+                       include_dirs=(str(user),)).content_key("sm_90")
+    assert again != k and walks[0] == 2      # the stored walk did not answer
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(tmp_path / "another-cache"))
+    _new_process(monkeypatch)
+    assert CudaSource(text=SRC, where="x.py:1", providers=HEADER_PROVIDERS,
+                      include_dirs=(str(user),)).content_key("sm_90") == again
+
+
+@pytest.mark.parametrize("payload", [b"not json", b'{"found": 3}', b'{"probes": []}',
+                                     b'{"found": [["a"]], "probes": []}'])
+def test_a_stored_walk_of_another_shape_is_walked_again(installed, walks, fresh_cache, stored,
+                                                        monkeypatch, payload):
+    from splice.system import cache
+    frag = CudaSource(text=SRC, where="x.py:1", providers=HEADER_PROVIDERS)
+    k = frag.content_key("sm_90")
+    [entry] = cache.entries("walk")
+    header, _ = cache.read(entry, touch=False)
+    cache.store_entry("walk", entry.stem, header["meta"], payload)
+    _new_process(monkeypatch)
+    assert CudaSource(text=SRC, where="x.py:1", providers=HEADER_PROVIDERS) \
+        .content_key("sm_90") == k and walks[0] == 2

@@ -17,6 +17,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,6 +35,17 @@ root_only = pytest.mark.skipif(os.geteuid() != 0, reason="giving files to anothe
                                "takes root (CI runs as root)")
 _make = two_users.make_dir
 FIVE = 'extern "C" __device__ float five(float x) { return x * 5.0f; }\n'
+
+
+@pytest.fixture
+def open_tmp():
+    """A fresh directory every user can reach (``tmp_path`` is under root's 0700 one)."""
+    d = Path(tempfile.mkdtemp(prefix="splice-at-use-"))
+    d.chmod(0o755)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _ok(r: dict):
@@ -198,6 +210,30 @@ def test_a_header_planted_in_the_working_directory_is_never_used(world):
     assert _ok(r["victim_cwd"]) == {"genuine": True, "planted": False}
 
 
+def test_a_tool_work_directory_in_a_tmpdir_others_can_rename_is_refused(world):
+    """``$TMPDIR`` a directory every user can write, not sticky (a team scratch
+    directory): ptxas wrote the cubin into ``$TMPDIR/splice-ptxas-*/kernel.cubin`` and
+    splice read it back by name; another user renamed the work directory and put her own
+    in its place (as she can in such a directory), and her cubin was loaded as yours.
+    The same held for tileiras's PTX. Now such a ``$TMPDIR`` is refused, naming it."""
+    w, _ = world
+    shared = _make(w / "shared-tmp", 0o777)
+    proc = two_users.spawn("support.at_use", "victim-tmpdir", w, VICTIM, w / "victim")
+    ready = w / "sync" / "swap.ready"
+    while not ready.exists() and proc.poll() is None:
+        time.sleep(0.05)
+    if ready.exists():
+        work = Path(ready.read_text())
+        assert work.parent == shared
+        two_users.as_user(ATTACKER, "sh", "-c", 'mv "$1" "$1.x" && mkdir -m 777 "$1" && '
+                          'printf FORGED-BY-ATTACKER > "$1/kernel.cubin"', "sh", str(work))
+        two_users.go(w, "swap")
+    v = two_users.results(w, "victim-tmpdir", proc)["victim_tmpdir"]
+    assert v.get("value") is not True, "another user's cubin was loaded"
+    assert not v["ok"] and v["error"] == "SpliceUnsafePathError", v
+    assert str(shared) in v["message"] and "TMPDIR" in v["message"]
+
+
 @root_only
 def test_the_pch_directory_is_not_made_under_a_cache_another_user_can_rename(
         tmp_path, monkeypatch):
@@ -329,6 +365,35 @@ def test_the_refusal_of_a_shared_cache_names_its_cause(tmp_path, monkeypatch):
     assert f"chgrp {GROUP} {shared}" in str(e.value) and "go-w" not in str(e.value)
 
 
+@root_only
+def test_an_entry_in_a_cache_directory_every_user_can_write_is_never_loaded(open_tmp,
+                                                                            monkeypatch):
+    """A team cache the group can traverse (2775), its ``kernel/`` directories made
+    writable by every user (a member's ``chmod -R a+rwX kernel``): an entry there was
+    read by its path, its directories unchecked, and a file in a set-group-ID directory
+    of the team has the team's group whoever writes it: a user outside the team
+    replaced the entry with hers, and it was loaded. A store there was refused all
+    along."""
+    team = _make(open_tmp / "team", 0o2775, 0, GROUP)
+    monkeypatch.setenv("SPLICE_CACHE_DIR", str(team))
+    monkeypatch.setenv("SPLICE_CACHE_TRUST", f"@{GROUP}")
+    assert cache.store("kernel", "k", {}, b"genuine")
+    entry = cache._entry_path("kernel", "k")
+    for d in (entry.parent, entry.parent.parent):
+        d.chmod(0o2777)
+    data = entry.read_bytes()
+    nl = data.index(b"\n", len(cache._MAGIC))
+    header = json.loads(data[len(cache._MAGIC):nl])
+    header.update(size=6, sha256=cache._digest(header["meta"], b"forged"))
+    forged = open_tmp / "forged"
+    forged.write_bytes(cache._MAGIC + json.dumps(header).encode() + b"\n" + b"forged")
+    forged.chmod(0o644)
+    two_users.as_user(ATTACKER, "sh", "-c", 'rm -f "$2" && cp "$1" "$2"', "sh", str(forged),
+                      str(entry))
+    assert (entry.stat().st_uid, entry.stat().st_gid) == (ATTACKER, GROUP)
+    assert cache.load("kernel", "k") is None
+
+
 # ---------------------------------------------------------------------------------------------
 # nothing leaks (any user)
 
@@ -427,6 +492,25 @@ def test_sweep_never_takes_another_users_directory(tmp_path):
     theirs = _make(tmp_path / f"x-{gone.pid}-theirs", 0o700, ATTACKER, ATTACKER)
     safe_fs.sweep(tmp_path, "x-")
     assert theirs.exists()
+
+
+@root_only
+@pytest.mark.parametrize("owner, mode", [(0, 0o777), (ATTACKER, 0o1777)],
+                         ids=["every-user-writes", "hers-sticky"])
+def test_sweep_never_deletes_a_directory_another_user_renamed_to_look_dead(open_tmp, owner,
+                                                                          mode):
+    """A directory of yours in a place where another user can rename entries (every
+    user can write it without the sticky bit, or it is hers: a ``$TMPDIR`` or cache
+    there): she renamed it ``<prefix><dead pid>-x``, which she cannot delete herself (it
+    is 0700 and not empty), and the next splice deleted it as a dead process's."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    place = _make(open_tmp / "place", mode, owner, owner)
+    precious = _make(place / "precious", 0o700)
+    (precious / "work").write_text("yours")
+    two_users.as_user(ATTACKER, "mv", str(precious), str(place / f"x-{gone.pid}-y"))
+    safe_fs.sweep(place, "x-")
+    assert (place / f"x-{gone.pid}-y" / "work").read_text() == "yours"
 
 
 def test_pch_bytes_count_against_the_bound(fresh_cache):

@@ -402,15 +402,46 @@ def _line_of(code: str) -> int:
     return next(n for n, line in enumerate(open(__file__), 1) if code in line)
 
 
+@splice.kernel
+def scan_comma_kernel(x, y, N: ConstInt):
+    _put(y, splice.cub.inclusive_scan(_row(x, N), "fmaxf(a, b), a"))
+
+
+@splice.kernel
+def scan_undefined_kernel(x, y, N: ConstInt):
+    _put(y, splice.cub.inclusive_scan(_row(x, N), "[](float a, float b) { return a + nope; }"))
+
+
 def test_operator_refusals_name_the_call_and_the_fix():
     cases = [(scan_op_kernel, "scan_op_kernel", "must be a string, one of 'sum', 'max', 'min'"),
              (scan_hash_kernel, "scan_hash_kernel", r"must be one C\+\+ expression, but has a '#'"),
-             (scan_escape_kernel, "scan_escape_kernel", "brackets that do not nest and close")]
+             (scan_escape_kernel, "scan_escape_kernel", "brackets that do not nest and close"),
+             # a comma would be two expressions: said so at the call, not NVRTC's
+             # "braced initialization ... requires exactly one element"
+             (scan_comma_kernel, "scan_comma_kernel", "a comma outside brackets")]
     for kernel, name, msg in cases:
         with pytest.raises(SpliceCallError, match=msg) as e:
             splice.compile(kernel, _sig(f32, f32, 128), "sm_90")
         assert f"test_cub_ops.py:{_line_of(f'def {name}(') + 1}" in str(e.value)
         assert "cuda::maximum<>{}" in str(e.value) or "[](float a" in str(e.value)
+
+
+def test_an_operator_that_does_not_compile_leads_with_the_call():
+    with pytest.raises(splice.SpliceCompileError) as e:
+        splice.compile(scan_undefined_kernel, _sig(f32, f32, 128), "sm_90")
+    line = _line_of("def scan_undefined_kernel(") + 1
+    assert re.match(rf"splice\.cub\.inclusive_scan at \S*test_cub_ops\.py:{line} does not "
+                    rf"compile: ", e.value.message), e.value.message
+    assert 'identifier "nope" is undefined' in e.value.message
+
+
+def test_user_operator_commas_inside_brackets_or_template_arguments_are_left_to_cpp():
+    from splice.cub.operators import user_operator
+    for text in ("[](float a, float b) { return a < b ? b : a; }", "cuda::maximum<>{}",
+                 "my_op<float, 2>{}"):
+        assert user_operator(text)[0].startswith("splice_cub::user_op_")
+    with pytest.raises(ValueError, match="a comma outside brackets"):
+        user_operator("a, b")
 
 
 def test_other_refusals():
@@ -455,7 +486,7 @@ def test_two_operators_separated_by_a_comma_are_a_compile_error_not_the_last_one
 
 
 def test_a_user_operator_is_part_of_the_code_it_keys():
-    from splice.cub import user_operator
+    from splice.cub.operators import user_operator
     a, src_a = user_operator(XOR)
     b, src_b = user_operator(XOR.replace("^", "|"))
     assert a != b and XOR in src_a and XOR not in src_b

@@ -563,6 +563,20 @@ def keyword_name_kernel(x, y, TILE: ConstInt):
 
 
 @splice.kernel
+def null_input_kernel(x, y, TILE: ConstInt):
+    t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+    ct.store(y, index=(ct.bid(0),), tile=splice.cuda("NULL", dtype=ct.float32, NULL=t))
+
+
+def _code_kernel(code: str):
+    @splice.kernel
+    def code_kernel(x, y, TILE: ConstInt):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=splice.cuda(code, dtype=ct.float32, x=t))
+    return code_kernel
+
+
+@splice.kernel
 def non_constant_code_kernel(x, y, TILE: ConstInt):
     t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
     ct.store(y, index=(ct.bid(0),), tile=splice.cuda(t, dtype=ct.float32, x=t))
@@ -572,7 +586,18 @@ def non_constant_code_kernel(x, y, TILE: ConstInt):
     (no_dtype_kernel, "dtype= is required"),
     (positional_kernel, "inputs are passed by name"),
     (tuple_input_kernel, "input 'x' is"),
-    (keyword_name_kernel, "cannot be a C parameter name"),
+    (keyword_name_kernel, "input 'int' cannot name the snippet's C parameter: it is a C++ "
+                          "keyword"),
+    # a name that would break splice's generated code: refused at the call (issue 41)
+    (null_input_kernel, "input 'NULL' cannot name the snippet's C parameter: it is a macro "
+                        "NVRTC defines (NULL)"),
+    # an unbalanced bracket is said as such, not as a missing return
+    (_code_kernel("if (x > 0) { return x; return 0.0f;"),
+     "'{' at line 1, column 12 is never closed"),
+    (_code_kernel("if (x > 0) return x; } return 0.0f;"), "'}' at line 1, column 22 closes "
+                                                           "no '{'"),
+    (_code_kernel("return fmaxf(x, [0.0f);"), "')' at line 1, column 22 does not close the "
+                                              "'[' at line 1, column 17"),
     (non_constant_code_kernel, "the code must be a compile-time constant"),
     (mismatch_kernel, "do not broadcast to a common shape: a (128,), b (64,)"),
     (_options_kernel(dtype=F32_TILE), "a tile result (splice.tile) is for scope=\"block\""),
@@ -589,8 +614,9 @@ def non_constant_code_kernel(x, y, TILE: ConstInt):
     (_options_kernel(includes=(1,)), "includes must"),
     (_options_kernel(defines=(1,)), "defines must"),
     (_options_kernel(include_dirs="/no/such/dir"), "not a directory"),
-], ids=["no-dtype", "positional", "tuple-input", "keyword-name", "non-constant-code",
-        "shapes", "tile-result-per-element", "tile-and-element-results", "empty",
+], ids=["no-dtype", "positional", "tuple-input", "keyword-name", "NULL", "open-brace",
+        "close-brace", "crossed-brackets", "non-constant-code", "shapes",
+        "tile-result-per-element", "tile-and-element-results", "empty",
         "one-tuple", "128-bit-results", "bad-dtype", "memory-on-pure", "memory-none", "scope",
         "pure", "dlto", "includes", "defines", "include-dirs"])
 def test_bad_calls_are_call_errors(kernel, said, fresh_cache):
@@ -599,6 +625,32 @@ def test_bad_calls_are_call_errors(kernel, said, fresh_cache):
     assert said in str(e.value), str(e.value)
     assert f"{__file__}:" in str(e.value)
     assert not list(fresh_cache.rglob("*.cubin"))
+
+
+@pytest.mark.parametrize("name, why", [
+    ("NULL", "a macro NVRTC defines"), ("va_arg", "a macro NVRTC defines"),
+    ("assert", "a macro NVRTC defines"), ("xor_eq", "a C++ keyword"),
+    ("co_await", "a C++ keyword"), ("a__b", "an identifier C++ reserves"),
+    ("_Value", "an identifier C++ reserves"), ("splice_x", "splice's generated code uses"),
+    ("x1", None), ("_value", None), ("threadIdx_", None),
+])
+def test_input_names_that_would_break_the_generated_code(name, why):
+    """The rule the call applies (null_input_kernel above runs it through a kernel)."""
+    from splice.declare.cuda_frontend import input_name_refusal
+    said = input_name_refusal(name)
+    assert (said is None) if why is None else (why in said), said
+
+
+def test_an_input_that_a_header_makes_a_macro_is_refused_when_it_compiles(fresh_cache):
+    @splice.kernel
+    def k(x, y, TILE: ConstInt):
+        t = ct.load(x, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(y, index=(ct.bid(0),), tile=splice.cuda("k * 2.0f", dtype=ct.float32, k=t,
+                                                         defines=(("k", "3"),)))
+    with pytest.raises(splice.SpliceCompileError,
+                       match=r"inline CUDA C \(splice\.cuda\) at .*test_cuda_inline\.py:\d+ "
+                             r"does not compile(.|\n)*the input k is a macro here"):
+        splice.compile(k, F32x2, "sm_90")
 
 
 def test_called_from_python_is_an_error():

@@ -252,3 +252,33 @@ def test_cutile_version_is_the_distributions(monkeypatch):
     assert _cutile.cutile_version() == importlib.metadata.version("cuda-tile")
     monkeypatch.delattr(cuda.tile, "__version__")   # an older cuda-tile: the metadata's
     assert _cutile.cutile_version() == importlib.metadata.version("cuda-tile")
+
+
+def test_globals_hook_reaches_every_reader_of_a_functions_hir():
+    """A kernel compiles what its names hold when it is compiled (docs/guide/reloading.md)
+    rests on these: every cuTile module that gets a function's HIR does so through a
+    module-level name get_function_hir that splice's wrapper replaces (core_ops imports it
+    from ast2hir at each call), and a global name's value is read from the HIR's
+    frozen_global_values alone."""
+    from pathlib import Path
+
+    import cuda.tile
+    from cuda.tile._ir import core_ops
+    from cuda.tile._passes import ast2hir
+    root = Path(cuda.tile.__file__).parent
+    users = {p.relative_to(root).as_posix() for p in root.rglob("*.py")
+             if "get_function_hir" in p.read_text()}
+    assert users == {"_passes/ast2hir.py", "_passes/hir2ir.py", "_compile.py",
+                     "_ir/core_ops.py"}
+    assert "from cuda.tile._passes.ast2hir import get_function_hir" in \
+        inspect.getsource(core_ops.enter_context_generator_impl)
+    readers = {p.relative_to(root).as_posix() for p in root.rglob("*.py")
+               if "frozen_global_values" in p.read_text()}
+    assert readers == {"_passes/ast2hir.py", "_ir/hir.py", "_ir/core_ops.py"}
+    assert "frozen_global_values[rn.index]" in inspect.getsource(core_ops.load_var_impl)
+    _cutile._install_globals_hook()
+    from cuda.tile import _compile
+    from cuda.tile._passes import hir2ir
+    assert ast2hir.get_function_hir is hir2ir.get_function_hir is \
+        _compile.get_function_hir
+    assert ast2hir.get_function_hir._splice_globals_hook

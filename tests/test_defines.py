@@ -20,7 +20,7 @@ SRC = """extern "C" __device__ int pick() {
 
 @pytest.mark.parametrize("value, expect", [(True, "2"), (False, "1"), (1, "2"), (None, None)])
 def test_a_bool_define_is_one_or_zero(value, expect):
-    _, _, defs = _check_options((), (), {"FAST": value}, "t")
+    _, _, defs = _check_options((), (), {"FAST": value}, "t", None)
     if expect is None:
         assert defs == (("FAST", None),)
         return

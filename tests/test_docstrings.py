@@ -15,7 +15,7 @@ from support.docstrings import undocumented as _undocumented
     splice.kernel_signature, splice.library, splice.export_kernel,
     splice.asm,
     splice.extern, splice.extern.from_ptx, splice.extern.from_ltoir, splice.extern.from_object,
-    splice.Library.extern, splice.kernel.inspect,
+    splice.Library.extern, splice.kernel.inspect, splice.export_pack, splice.import_pack,
 ], ids=lambda fn: fn.__qualname__)
 def test_every_parameter_is_documented(fn):
     assert _undocumented(fn) == []

@@ -109,16 +109,32 @@ def test_cuda_home_pointing_at_another_toolkit_is_ignored(fresh_cache, tmp_path,
 
 
 def test_disk_full_while_writing_an_entry(fresh_cache, monkeypatch):
-    real_fsync = os.fsync
+    from splice.system import safe_fs
+    real_fdopen = os.fdopen
 
-    def full(fd):
-        raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(cache.os, "fsync", full)
+    class Full:
+        """A file of a full disk: every write fails."""
+
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+    monkeypatch.setattr(safe_fs.os, "fdopen", lambda *a, **k: Full(real_fdopen(*a, **k)))
     monkeypatch.setattr(cache, "_warned_readonly", False)
     with pytest.warns(RuntimeWarning, match="No space left"):
         b = splice.build(K.ptx_kernel, SIG, "sm_90")
     assert b.cubin
-    monkeypatch.setattr(cache.os, "fsync", real_fsync)
+    monkeypatch.setattr(safe_fs.os, "fdopen", real_fdopen)
     assert _no_entries()
     assert list(fresh_cache.rglob(".tmp-*")) == []
 

@@ -178,6 +178,33 @@ def test_jit_recompiles_per_static_argument_and_shape():
 
 
 # --------------------------------------------------------------------------------------------
+# what the kernel's names hold when JAX lowers it (docs/guide/reloading.md)
+
+jx_op = jx_twice
+
+
+@splice.kernel
+def jx_named(x, y, TILE: ct.Constant):
+    ct.store(y, ct.bid(0), jx_op(ct.load(x, ct.bid(0), TILE)))
+
+
+def test_a_name_bound_again_is_compiled_again(sm90, monkeypatch):
+    # splice.jax keeps each kernel it built while the names its trace read hold the same
+    def cubin_id():
+        def fn(x):     # a new function each time: JAX's own cache is not asked
+            return sj.cutile_call((4,), jx_named, (x, sj.OutputPlaceholder((1024,), x.dtype),
+                                                   256))
+        [call] = _attrs(_lower(fn, jax.ShapeDtypeStruct((1024,), jnp.float32)))
+        return call["cubin_id"]
+    first = cubin_id()
+    assert cubin_id() == first
+    monkeypatch.setitem(globals(), "jx_op", splice.extern(
+        source='extern "C" __device__ float jx_thrice(float x) { return x * 3.0f; }',
+        name="jx_thrice", signature="float32(float32)"))
+    assert cubin_id() != first
+
+
+# --------------------------------------------------------------------------------------------
 # the grid
 
 COPY = 'extern "C" __device__ float jb_copy(float x) { return x; }'

@@ -127,12 +127,65 @@ def test_exec_accepted_forms(blocks):
     np.testing.assert_array_equal(out, x)
 
 
+# The three escapes of issue 41, in CUDA C: an address the proof took for the argument's
+ESCAPES = {
+    # (x & m) + a: a run-time mask m == 0 leaves the address a
+    "and": (r'''extern "C" __device__ void esc(float* x, int i) {
+    unsigned long long m = (unsigned long long)(long long)i;
+    *(float*)(((unsigned long long)x & m) + (m >> 1)) = 1.0f; }''',
+            r"'and\.b64 [^']*', an 'and' of an address with what is not a constant alignment"),
+    # null or the argument, plus an integer: the integer itself where i > 4096
+    "null": (r'''extern "C" __device__ void esc(float* x, int i) {
+    unsigned long long b = i > 4096 ? 0ull : (unsigned long long)x;
+    *(float*)(b + (unsigned long long)i) = 1.0f; }''',
+             r"an offset added to a value that may be the null pointer"),
+    # the stack plus a run-time offset, stored through a generic address
+    "stack": (r'''__device__ __noinline__ void put(float* p, int a) { p[a] = 1.0f; }
+extern "C" __device__ void esc(float* x, int i) {
+    float t[4] = {0, 0, 0, 0}; put(t, i & 3); put(x, i); x[i] += t[0] + t[1]; }''',
+              r"in 'put\(float\*, int\)', reached through esc -> put.* the address of the "
+              r"local variable '__local_depot\d+' plus a run-time offset"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ESCAPES))
+def test_escapes_are_refused_with_the_instruction_and_the_fix(name):
+    src, why = ESCAPES[name]
+    with pytest.raises(splice.SpliceLinkError,
+                       match=r"extern 'esc' \(declared at .*test_memory_proof\.py:\d+\), called "
+                             r"at .*test_memory_proof\.py:\d+, is declared memory=\"arguments\""
+                             r".*'st\.[^']*'.*" + why + r".*Declare it memory=\"any\""):
+        splice.compile(_kernel(_declare(src, "esc")), _sig(), "sm_90")
+    # the fix the refusal names
+    assert splice.compile(_kernel(_declare(src, "esc", memory="any")), _sig(), "sm_90").sites
+
+
+# the stack at a constant offset, given to a helper that also takes the argument: proven;
+# X[i] = 2 X[i] + 1 through a stack slot
+STACK_SRC = r'''__device__ __noinline__ void put(float* p, float v) { p[1] = v; }
+extern "C" __device__ void stacked(float* x, int i) {
+    float t[4] = {0, 0, 0, 0}; put(t, x[i]); put(x + i - 1, 2.0f * t[1] + 1.0f); }'''
+
+
+def test_exec_the_stack_at_a_constant_offset_is_proven():
+    n = 128
+    x = np.random.default_rng(5).integers(-50, 50, n).astype(np.float32)
+    x0, out = x.copy(), np.zeros_like(x)
+    b = splice.compile(_kernel(_declare(STACK_SRC, "stacked")), _sig(n), "sm_90")
+    assert "__local_depot" in b["spliced_ptx"]            # the stack slot is there
+    launch = run_build(b, (1,), x, out)
+    assert not launch.approx
+    np.testing.assert_array_equal(x, 2.0 * x0 + 1.0)
+    np.testing.assert_array_equal(out, x)
+
+
 # ---------------------------------------------------------------------------------------------
 # The rules, on hand-written PTX
 
 HEAD = ".version 8.0\n.target sm_90\n.address_size 64\n"
 PROTO = ".visible .func f(.param .b64 f_param_0, .param .b64 f_param_1)\n"
-REGS = ".reg .b64 %rd<16>;\n.reg .b32 %r<8>;\n.reg .f32 %f<4>;\n.reg .pred %p<4>;\n"
+REGS = (".reg .b64 %rd<16>;\n.reg .b32 %r<8>;\n.reg .f32 %f<4>;\n.reg .f64 %fd<4>;\n"
+        ".reg .pred %p<4>;\n")
 LOAD_ARGS = "ld.param.u64 %rd1, [f_param_0];\nld.param.u64 %rd2, [f_param_1];\n"
 
 
@@ -162,6 +215,89 @@ def _prove(body, signature="void(float32*, int64)", extra=""):
 ])
 def test_rule_accepts(body):
     assert _prove(body, extra=".const .align 4 .b8 tab[16];\n") is None
+
+
+LOCAL = ".local .align 4 .b8 __local_depot0[16];\nmov.u64 %rd3, __local_depot0;\n" \
+        "cvta.local.u64 %rd4, %rd3;\n"
+
+
+@pytest.mark.parametrize("body", [
+    "and.b64 %rd3, %rd1, -4096;\nst.f32 [%rd3+12], %f1;",            # the widest alignment
+    LOCAL + "st.f32 [%rd4+12], %f1;",                                  # inside the stack
+    LOCAL + "add.s64 %rd5, %rd4, 8;\nst.u64 [%rd5], %rd1;",             # a constant offset
+    # the stack at two constant offsets through one register: both inside
+    LOCAL + "add.s64 %rd5, %rd4, 4;\n@%p1 add.s64 %rd5, %rd4, 8;\nst.f32 [%rd5], %f1;",
+    "cvt.u64.u64 %rd3, %rd1;\nst.f32 [%rd3], %f1;",                    # an integer cvt
+])
+def test_rule_proves(body):
+    """What the escapes' rules still prove (issue 41)."""
+    assert _prove(body) is None
+
+
+@pytest.mark.parametrize("body, why", [
+    # (x & m) + a with a run-time mask m == 0 is the address a
+    ("and.b64 %rd3, %rd1, %rd2;\nadd.s64 %rd4, %rd3, %rd2;\nst.f32 [%rd4], %f1;",
+     r"computed by 'and\.b64 %rd3, %rd1, %rd2;', an 'and' of an address with what is not a "
+     r"constant alignment mask"),
+    ("and.b64 %rd3, %rd1, 65535;\nst.f32 [%rd3], %f1;", r"not a constant alignment mask"),
+    ("and.b64 %rd3, %rd1, -1048576;\nst.f32 [%rd3], %f1;", r"not a constant alignment"),
+    # a select of null and the argument, plus an integer: an absolute address
+    ("setp.eq.s64 %p1, %rd2, 0;\nselp.b64 %rd3, 0, %rd1, %p1;\nadd.s64 %rd4, %rd3, %rd2;\n"
+     "st.f32 [%rd4], %f1;", r"'add\.s64 %rd4, %rd3, %rd2;', an offset added to a value that "
+                            r"may be the null pointer"),
+    # the same through a join (a register set on two paths)
+    ("mov.u64 %rd3, 0;\nsetp.eq.s64 %p1, %rd2, 0;\n@%p1 mov.u64 %rd3, %rd1;\n"
+     "sub.s64 %rd4, %rd3, %rd2;\nst.f32 [%rd4], %f1;", r"may be the null pointer"),
+    ("mov.u64 %rd3, 0;\nmad.lo.s64 %rd4, %rd2, 4, %rd3;\nselp.b64 %rd5, %rd1, %rd4, %p1;\n"
+     "st.f32 [%rd5], %f1;", r"integers only"),              # null plus an index: an integer
+    # the stack plus a run-time offset, stored through a generic address
+    (LOCAL + "add.s64 %rd5, %rd4, %rd2;\nst.f32 [%rd5], %f1;",
+     r"the address of the local variable '__local_depot0' plus a run-time offset"),
+    (LOCAL + "st.f32 [%rd4+16], %f1;",
+     r"bytes 16\.\.19 of the local variable '__local_depot0' \(16 bytes\): outside it"),
+    (LOCAL + "st.f32 [%rd4+-4], %f1;", r"bytes -4\.\.-1 of the local variable"),
+    (".shared .align 4 .b8 sm[64];\nmov.u64 %rd3, sm;\ncvta.shared.u64 %rd4, %rd3;\n"
+     "shl.b64 %rd6, %rd2, 2;\nadd.s64 %rd5, %rd4, %rd6;\nst.f32 [%rd5], %f1;",
+     r"the shared variable 'sm' plus a run-time offset"),
+    ("mov.u64 %rd3, tab;\ncvta.const.u64 %rd4, %rd3;\nadd.s64 %rd5, %rd4, %rd2;\n"
+     "ld.f32 %f1, [%rd5];", r"the const variable 'tab' plus a run-time offset"),
+    # floating-point arithmetic on an address, and a round trip through a double
+    ("mov.b64 %fd1, %rd1;\nadd.f64 %fd2, %fd1, 0d4000000000000000;\nmov.b64 %rd3, %fd2;\n"
+     "st.f32 [%rd3], %f1;", r"floating-point arithmetic on an address"),
+    ("cvt.rn.f64.u64 %fd1, %rd1;\ncvt.rzi.u64.f64 %rd3, %fd1;\nst.f32 [%rd3], %f1;",
+     r"floating-point arithmetic on an address"),
+    # a .param that is neither a parameter, a call's result nor a stored argument
+    ("{\n.param .b64 other;\nld.param.b64 %rd3, [other];\n}\nst.f32 [%rd3], %f1;",
+     r"a \.param value splice does not follow"),
+    # a cvt to or from a narrower integer type truncates the address (PTX lets a cvt read
+    # and write registers wider than its types): the low bits are not the argument's memory
+    ("cvt.u64.u32 %rd3, %rd1;\nst.f32 [%rd3], %f1;", r"truncates an address"),
+    ("cvt.s64.s8 %rd3, %rd1;\nst.f32 [%rd3], %f1;", r"truncates an address"),
+    ("cvt.u32.u64 %rd3, %rd1;\nst.f32 [%rd3], %f1;", r"truncates an address"),
+    # null minus the argument is its negation, not a distance between two addresses: added
+    # back to the argument it is the null pointer, and then any integer is any address
+    ("sub.s64 %rd3, 0, %rd1;\nadd.s64 %rd4, %rd1, %rd3;\nadd.s64 %rd5, %rd4, %rd2;\n"
+     "st.f32 [%rd5], %f1;", r"computed by 'sub\.s64 %rd3, 0, %rd1;'"),
+    ("mov.u64 %rd6, 0;\nselp.b64 %rd3, %rd1, %rd6, %p1;\nsub.s64 %rd4, %rd3, %rd1;\n"
+     "add.s64 %rd5, %rd1, %rd4;\nst.f32 [%rd5], %f1;", r"computed by 'sub\.s64 %rd4"),
+    # instructions that take a generic address besides ld/st
+    ("mbarrier.arrive.b64 %rd3, [%rd2];", r"integers only"),
+    ("wmma.store.d.sync.aligned.row.m16n16k16.f32 [%rd2], {%f1, %f1, %f1, %f1, %f1, %f1, "
+     "%f1, %f1}, 16;", r"integers only"),
+])
+def test_rule_refuses_the_escapes(body, why):
+    hit = _prove(body, extra=".const .align 4 .b8 tab[16];\n")
+    assert hit is not None, body
+    assert re.search(why, hit[1]), hit
+
+
+def test_a_param_reloaded_after_a_call_is_not_its_result():
+    """A ``ld.param`` of a ``.param`` the call did not return is not the call's result."""
+    body = _call_h("%rd1").replace("st.f32 [%rd9], %f1;", "") + \
+        "\n{\n.param .b64 other;\nst.param.b64 [other], %rd2;\n}\n" \
+        "{\n.param .b64 more;\nld.param.b64 %rd8, [more];\n}\nst.f32 [%rd8], %f1;"
+    hit = _prove(body, extra=CALLEE.replace(".reg .f32 %f1;\n", ""))
+    assert hit is not None and "a .param value splice does not follow" in hit[1]
 
 
 @pytest.mark.parametrize("body, why", [

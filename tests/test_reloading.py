@@ -104,9 +104,10 @@ def test_launch_path_compiles_the_new_body_and_warns_for_launched_kernels(fresh_
     # ct.launch compiles a signature it has not launched with kernel._compile(sig, ctx, cc)
     cubin, symbol, _, _ = mod.k._compile(SIG, None, (8, 0))
     assert symbol
-    with pytest.warns(StaleKernelWarning, match=r"extern 'f' declared again at .*cell_.*"
-                      r"kernel\(s\) k were launched.*kernel\.replace_hints\(\)"):
+    with pytest.warns(StaleKernelWarning, match=r"extern 'f' declared at .*cell_.*"
+                      r"kernel\(s\) k, launched.*kernel\.replace_hints\(\)") as caught:
         _rerun_cell(tmp_path, mod, DEF_FORM.format(k=9))
+    assert caught[0].filename.startswith(str(tmp_path / "cell_"))   # the user's line
     new_cubin, *_ = mod.k._compile(SIG, None, (8, 0))
     assert new_cubin != cubin
     assert new_cubin == splice.compile(mod.k, SIG, "sm_80").cubin
@@ -174,7 +175,7 @@ def test_gpu_ct_launch_after_redeclaring(torch, tmp_path, fresh_cache):
         torch.cuda.synchronize()
         return y[0].item()
     assert launch(mod.k) == 10.0
-    with pytest.warns(StaleKernelWarning, match="kernel\\(s\\) k were launched"):
+    with pytest.warns(StaleKernelWarning, match="kernel\\(s\\) k, launched"):
         _rerun_cell(tmp_path, mod, DEF_FORM.format(k=7))
     assert launch(mod.k) == 10.0            # cuTile's launch cache: what the warning says
     assert launch(mod.k.replace_hints()) == 14.0   # the fix it names
@@ -212,21 +213,202 @@ def test_edited_cu_file_and_header_are_compiled_anew(fresh_cache, tmp_path):
     assert _value(mod.k.inspect(signature=SIG, arch="sm_80")) == 13.0
 
 
-def test_a_frozen_global_is_not_picked_up(fresh_cache, tmp_path):
-    # cuTile's rule, which splice keeps: what the docs page says
+# --------------------------------------------------------------------------------------------
+# Python's rule: a kernel compiles what its names hold when it is compiled (issue 41)
+
+EXTERN_K = ('splice.extern(source=\'extern "C" __device__ float f(float x) '
+            '{{ return x * {k}.0f; }}\', name="f", signature="float32(float32)")')
+#: the same, for a function of k
+EXTERN_OF_K = ('splice.extern(source=\'extern "C" __device__ float f(float x) '
+               '{{ return x * %d.0f; }}\' % k, name="f", signature="float32(float32)")')
+
+
+def test_an_alias_anywhere_does_not_keep_the_old_body(fresh_cache, tmp_path):
+    # g = f, then f declared again: the kernel calls f, which holds the new extern
+    mod = _module(tmp_path, DEF_FORM + "\ng = f\n", k=5)
+    assert _value(splice.compile(mod.k, SIG, "sm_80")) == 10.0
+    _rerun_cell(tmp_path, mod, DEF_FORM.format(k=7))
+    assert _value(splice.compile(mod.k, SIG, "sm_80")) == 14.0
+    assert _value(splice.compile(mod.k.replace_hints(), SIG, "sm_80")) == 14.0
+
+
+@pytest.mark.parametrize("rebind", [
+    "def declare(m, k):\n    m.f = " + EXTERN_OF_K + "\n",
+    "def declare(m, k):\n    global f\n    f = " + EXTERN_OF_K + "\n"],
+    ids=["attribute", "global"])
+def test_an_extern_bound_by_a_helper_function(fresh_cache, tmp_path, rebind):
+    mod = _module(tmp_path, "f = " + EXTERN_K + "\n" + rebind, k=5)
+    assert _value(splice.compile(mod.k, SIG, "sm_80")) == 10.0
+    mod.declare(mod, 7)
+    assert _value(splice.compile(mod.k, SIG, "sm_80")) == 14.0
+    assert _value(mod.k.inspect(signature=SIG, arch="sm_80")) == 14.0
+
+
+def _other_module(tmp_path, import_line):
+    """Module ``lib`` declares f; a kernel module imports it with ``import_line``."""
+    lib = _module(tmp_path, "f = " + EXTERN_K, k=5)
+    mod = _module(tmp_path, import_line.format(lib=lib.__name__))
+    return lib, mod
+
+
+def test_an_extern_of_another_module_through_its_attribute(fresh_cache, tmp_path):
+    lib, mod = _other_module(tmp_path, "import {lib} as lib")
+    _rerun_cell(tmp_path, mod, MODULE.format(extern="").replace("f(t)", "lib.f(t)"))
+    assert _value(splice.compile(mod.k, SIG, "sm_80")) == 10.0
+    _rerun_cell(tmp_path, lib, "f = " + EXTERN_K.format(k=7))
+    assert _value(splice.compile(mod.k, SIG, "sm_80")) == 14.0
+
+
+def _of_k(k: int) -> str:
+    """An extern of ``k``, as a cell's text."""
+    return EXTERN_OF_K.replace("{{", "{").replace("}}", "}").replace("% k", f"% {k}")
+
+
+@pytest.mark.parametrize("holder, use, rebind", [
+    ("module", "lib.f(t)", "f = " + _of_k(7)),
+    ("class", "Ops.f(t)", "Ops.f = " + _of_k(7)),
+], ids=["module", "class"])
+def test_recorded_reads_follow_an_attribute(fresh_cache, tmp_path, holder, use, rebind):
+    """What splice.jax keeps a build by: ``lib.f`` rebound in ``lib`` (or a class's
+    attribute rebound) leaves the name ``lib`` holding the same module, but the kept build
+    is stale, as compiling again shows."""
+    from splice.driver import pipeline
+    from splice.tracing.reloading import recording, still_bound
+    lib, mod = _other_module(tmp_path, "import {lib} as lib")
+    _rerun_cell(tmp_path, mod, "class Ops:\n    f = " + _of_k(5) + "\n" +
+                MODULE.format(extern="").replace("f(t)", use))
+    with recording() as reads:
+        pipeline.build(mod.k, SIG, "sm_80")
+    assert still_bound(reads)
+    assert _value(splice.compile(mod.k, SIG, "sm_80")) == 10.0
+    _rerun_cell(tmp_path, lib if holder == "module" else mod, rebind)
+    assert _value(splice.compile(mod.k, SIG, "sm_80")) == 14.0
+    assert not still_bound(reads)
+
+
+@pytest.mark.parametrize("import_line", ["from {lib} import f", "from {lib} import *"])
+def test_an_imported_name_holds_what_the_import_bound(fresh_cache, tmp_path, import_line):
+    # Python's rule: `from lib import f` binds the kernel module's own f; declaring lib.f
+    # again leaves it, importing again rebinds it
+    lib, mod = _other_module(tmp_path, import_line)
+    _rerun_cell(tmp_path, lib, "f = " + EXTERN_K.format(k=7))
+    assert _value(splice.compile(mod.k, SIG, "sm_80")) == 10.0
+    _rerun_cell(tmp_path, mod, import_line.format(lib=lib.__name__))
+    assert _value(splice.compile(mod.k, SIG, "sm_80")) == 14.0
+
+
+CLOSURE = '''
+def make(first):
+    f = first
+
+    @splice.kernel
+    def kc(x, y):
+        t = ct.load(x, index=(ct.bid(0),), shape=(16,))
+        ct.store(y, index=(ct.bid(0),), tile=f(t))
+
+    def rebind(new):
+        nonlocal f
+        f = new
+    return kc, rebind
+
+
+def declare(k):
+    return ''' + EXTERN_OF_K + "\n"
+
+
+def test_a_closure_cell_is_read_when_the_kernel_is_compiled(fresh_cache, tmp_path):
+    mod = _module(tmp_path, CLOSURE)
+    kernel, rebind = mod.make(mod.declare(5))
+    assert _value(splice.compile(kernel, SIG, "sm_80")) == 10.0
+    rebind(mod.declare(7))
+    assert _value(splice.compile(kernel, SIG, "sm_80")) == 14.0
+
+
+def test_a_builtin_name_is_read_when_the_kernel_is_compiled(fresh_cache, tmp_path):
+    import builtins
+    name = f"splice_builtin_{uuid.uuid4().hex}"
+    mod = _module(tmp_path, f"declare = lambda k: {EXTERN_OF_K}\n")
+    _rerun_cell(tmp_path, mod, MODULE.format(extern="").replace("f(t)", f"{name}(t)"))
+    setattr(builtins, name, mod.declare(5))
+    try:
+        assert _value(splice.compile(mod.k, SIG, "sm_80")) == 10.0
+        setattr(builtins, name, mod.declare(7))
+        assert _value(splice.compile(mod.k, SIG, "sm_80")) == 14.0
+        mod.__dict__[name] = mod.declare(3)          # a global hides the builtin (LEGB)
+        assert _value(splice.compile(mod.k, SIG, "sm_80")) == 6.0
+    finally:
+        delattr(builtins, name)
+
+
+def test_a_function_nested_in_the_kernel_reads_the_names_now(fresh_cache, tmp_path):
+    mod = _module(tmp_path, DEF_FORM, k=5)
+    _rerun_cell(tmp_path, mod, '''
+@splice.kernel
+def k(x, y):
+    def apply(v):
+        return f(v)
+    t = ct.load(x, index=(ct.bid(0),), shape=(16,))
+    ct.store(y, index=(ct.bid(0),), tile=apply(t))
+''')
+    assert _value(splice.compile(mod.k, SIG, "sm_80")) == 10.0
+    _rerun_cell(tmp_path, mod, DEF_FORM.format(k=7))
+    assert _value(splice.compile(mod.k, SIG, "sm_80")) == 14.0
+
+
+SNIPPET_HELPER = '''
+def scale(t):
+    return splice.cuda("return x * {k}.0f;", dtype=ct.float32, x=t)
+'''
+
+
+def test_a_snippet_helper_defined_again(fresh_cache, tmp_path):
+    mod = _module(tmp_path, SNIPPET_HELPER.format(k=5).replace("{", "{{").replace("}", "}}"))
+    _rerun_cell(tmp_path, mod, MODULE.format(extern="").replace("f(t)", "scale(t)"))
+    assert _value(splice.compile(mod.k, SIG, "sm_80")) == 10.0
+    _rerun_cell(tmp_path, mod, SNIPPET_HELPER.format(k=7))
+    assert _value(splice.compile(mod.k, SIG, "sm_80")) == 14.0
+
+
+def test_a_changed_constant_is_read_when_the_kernel_is_compiled(fresh_cache, tmp_path):
     mod = _module(tmp_path, DEF_FORM.replace("x * {k}.0f", "x") + "\nSCALE = 2.0\n")
-    _rerun_cell(tmp_path, mod, MODULE.format(extern="").replace("f(t)", "f(t) * SCALE"))
+    _rerun_cell(tmp_path, mod, MODULE.format(extern="").replace(
+        "f(t)", "f(t) * SCALE * ct.static_eval(TWO)"))
+    mod.TWO = 1.0
     assert _value(splice.compile(mod.k, SIG, "sm_80")) == 4.0
     mod.SCALE = 3.0
-    assert _value(splice.compile(mod.k.replace_hints(), SIG, "sm_80")) == 4.0
+    assert _value(splice.compile(mod.k, SIG, "sm_80")) == 6.0
+    mod.TWO = 2.0                                      # read by ct.static_eval
+    assert _value(splice.compile(mod.k, SIG, "sm_80")) == 12.0
 
 
-def test_generation_counts_redeclarations_only(fresh_cache, tmp_path):
-    # splice.jax keeps built kernels per kernel object and rebuilds once this changed
-    from splice.tracing.reloading import generation
-    before = generation()
+def test_a_name_bound_nowhere_now_is_an_error(fresh_cache, tmp_path):
     mod = _module(tmp_path, DEF_FORM, k=5)
-    _module(tmp_path, DEF_FORM, k=5)              # another module's f: not a re-declaration
-    assert generation() == before
-    _rerun_cell(tmp_path, mod, DEF_FORM.format(k=6))
-    assert generation() == before + 1
+    splice.compile(mod.k, SIG, "sm_80")
+    del mod.f
+    with pytest.raises(splice.SpliceDeclarationError,
+                       match=r"'k' \(.*splice_reload_\w+\.py:\d+\) reads the name 'f', "
+                             r"which nothing binds now"):
+        splice.compile(mod.k, SIG, "sm_80")
+
+
+def test_recorded_reads_say_when_a_kept_build_is_stale(fresh_cache, tmp_path):
+    # what splice.jax keeps a built kernel by: the names its trace read, still bound
+    from splice.driver import pipeline
+    from splice.tracing.reloading import recording, still_bound
+    mod = _module(tmp_path, DEF_FORM + "\ng = f\n", k=5)
+    with recording() as reads:
+        pipeline.build(mod.k, SIG, "sm_80")
+    assert any(r.name == "f" and r.value is mod.f for r in reads)
+    assert still_bound(reads)
+    mod.SOMETHING_ELSE = 1                             # a name the kernel does not read
+    assert still_bound(reads)
+    _rerun_cell(tmp_path, mod, DEF_FORM.format(k=7))
+    assert not still_bound(reads)
+
+
+def test_a_launched_kernel_warns_when_a_helper_rebinds_its_extern(fresh_cache, tmp_path):
+    rebind = "def declare(m, k):\n    m.f = " + EXTERN_OF_K + "\n"
+    mod = _module(tmp_path, "f = " + EXTERN_K + "\n" + rebind, k=5)
+    mod.k._compile(SIG, None, (8, 0))
+    with pytest.warns(StaleKernelWarning, match=r"kernel\(s\) k, launched"):
+        mod.declare(mod, 7)

@@ -13,6 +13,8 @@ import fcntl
 import os
 import shutil
 import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -253,6 +255,40 @@ def test_lock_wait_times_out_naming_the_lock(world, fresh_cache, monkeypatch):
         os.close(fd)
 
 
+def test_a_child_forked_while_a_thread_holds_the_cache_lock_gets_it_later(tmp_path):
+    """flock belongs to the open file description, which a forked child shares: the
+    parent's thread closing its descriptor left the lock held by the child's copy, and
+    the child's own first store waited the whole timeout (a fork pool compiling beside
+    compiling threads; found when the include walk began to be stored)."""
+    code = f"""
+import os, sys, threading, time
+sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+from pathlib import Path
+from splice.system import safe_fs
+lock = Path({str(tmp_path)!r}) / ".lock"
+held, forked = threading.Event(), threading.Event()
+def hold():
+    with safe_fs.locked(lock, "the lock"):
+        held.set()
+        forked.wait()
+threading.Thread(target=hold).start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    time.sleep(0.2)                     # the parent's thread has released it by now
+    try:
+        with safe_fs.locked(lock, "the lock", timeout=3):
+            os._exit(0)
+    except TimeoutError:
+        os._exit(3)
+forked.set()
+print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.strip() == "0", out.stdout + out.stderr
+
+
 def _fresh_overlay() -> Path:
     toolchain.overlay.cache_clear()
     return toolchain.overlay()
@@ -337,3 +373,36 @@ def test_overlay_not_kept_in_a_shared_cache_whose_members_can_rename_it(tmp_path
         assert shared not in _fresh_overlay().parents
     finally:
         toolchain.overlay.cache_clear()
+
+
+# ---------------------------------------------------------------------------------------------
+# a FIFO or a device as a declaration's path (any user)
+
+
+@pytest.mark.parametrize("declare", [
+    lambda p: splice.extern(path=p, name="f", signature="float32(float32)"),
+    lambda p: splice.library(path=p),
+    lambda p: splice.extern.from_ptx(p, name="f", signature="float32(float32)"),
+    lambda p: splice.extern.from_ltoir(p, name="f", signature="float32(float32)"),
+    lambda p: splice.extern.from_object(p, name="f", signature="float32(float32)"),
+], ids=["extern", "library", "from_ptx", "from_ltoir", "from_object"])
+def test_a_fifo_or_device_as_a_path_is_refused_never_opened(tmp_path, declare):
+    """errors.md's promise: SpliceUnsafePathError, not "file not found"; the FIFO is never
+    opened, so a writer waiting on it stays blocked (opening it to read would release it)."""
+    import threading
+    fifo = tmp_path / "f.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: open(fifo, "wb").close(), daemon=True)
+    writer.start()
+    time.sleep(0.2)                    # the writer is blocked in its open by now
+    with pytest.raises(splice.SpliceUnsafePathError, match=r"it is a FIFO, not a regular "
+                                                           r"file(.|\n)*give a file"):
+        declare(str(fifo))
+    writer.join(0.5)
+    assert writer.is_alive()           # still waiting for a reader: splice opened nothing
+    os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))   # release it
+    writer.join(5)
+    with pytest.raises(splice.SpliceUnsafePathError, match=r"/dev/zero: it is a character "
+                                                           r"device"):
+        declare("/dev/zero")
+

@@ -6,8 +6,9 @@ index), :mod:`.collectives` (the collective instructions of the PTX ISA and of S
 call graph across modules and what a function reaches), :mod:`.activemask` (the
 opportunistic ``__activemask()`` pattern proven warp-uniform), :mod:`.memory_none` and
 :mod:`.memory_proof` (what ``memory="none"`` and ``memory="arguments"`` claim, proven on the PTX; a
-tile call's accesses at constant offsets outside its tiles), :mod:`.asm_check` (what splice proves
-of a ``splice.asm`` snippet), :mod:`.thread_index` (what a register or guard holds in each
+tile call's accesses at constant offsets outside its tiles) on :mod:`.addresses` (which memory
+each register may point into), :mod:`.asm_check` (what splice proves of a ``splice.asm``
+snippet), :mod:`.thread_index` (what a register or guard holds in each
 thread, evaluated).
 
 May import: the PTX tools (:mod:`splice.ptxtools`), :mod:`splice.errors` and each other;

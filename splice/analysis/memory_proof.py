@@ -14,35 +14,24 @@ that let cuTile order the call against less than every memory operation of the k
   analysis (:func:`prove_arguments_only`; the sites declared so are refused by
   :func:`splice.forms.effects.check_argument_sites`):
 
-  1. Each 64-bit value gets a set of *origins*, iterated to a fixed point over the
-     function's instructions (flow-insensitively: a register's origins are those of all its
-     definitions, so loops and joins need no special case). ``D``: an address derived from
-     a pointer parameter (a ``float32*`` argument or a staged tile), from the thread's
-     stack (``__local_depot``), from a ``.shared`` or ``.const`` variable; ``Z``: the
-     constant 0 (a null pointer); ``N``: an integer (a narrower value, a non-pointer
-     parameter, an immediate, a special register); ``L``: a 64-bit value loaded from
-     memory, or the result of a call that is not proven to return an address; ``G``: the
-     address of a ``.global`` variable or a function; ``X``: arithmetic splice does not
-     follow as address arithmetic.
-  2. ``mov``, ``cvta`` and a 64-bit ``cvt`` keep the origins; ``selp`` joins its two
-     values; ``add``/``sub`` of exactly one address and offsets that are not addresses
-     (``N``, ``Z`` or ``L``: an index read from memory is data) keep the address's
-     origins, as does ``mad`` whose product is of non-addresses and ``and`` with a mask
-     (alignment); ``sub`` of two derived addresses is an integer. Any other arithmetic
-     with an address operand (``mul``, ``shl``, ``or``, a sum of two addresses) is ``X``.
-  3. Parameters: a ``ld.param`` of the function's own parameter has its origins (the
-     root's from the declared signature; a callee's, the join of what its callers pass,
-     iterated with the callers); a ``ld.param`` of a call's return value has what the
-     callee returns (``st.param`` to its ``func_retval``). A call of a function no PTX
-     defines returns ``L`` (``malloc``); one of a function that is neither ``vprintf`` nor
-     ``__assertfail`` nor ``malloc``/``free`` (code of a binary object), or a call through
-     a register, is refused: splice cannot read what it touches.
+  1.-3. The address analysis (:mod:`splice.analysis.addresses`) gives each 64-bit register
+     the *origins* it may be derived from: ``D`` (a pointer parameter, a staged tile, the
+     stack or a ``.shared``/``.const`` variable, with its constant offset), ``Z`` (null),
+     ``N`` (an integer), ``L`` (loaded from memory), ``G`` (a ``.global`` variable or a
+     function), ``X`` (arithmetic splice does not follow on an address); its module
+     docstring has the rules. A call of a function that is neither ``vprintf`` nor
+     ``__assertfail`` nor ``malloc``/``free`` and that no PTX defines (code of a binary
+     object), or a call through a register, is refused: splice cannot read what it
+     touches.
   4. Then every access of ``.global`` or generic memory (``ld``, ``ldu``, ``st``,
-     ``atom``, ``red``, ``multimem``, ``discard``, the global operand of a ``cp.*`` copy)
-     must be at an address whose origins are only ``D`` (or ``Z``); a ``[symbol]``
-     operand of a ``.global`` variable, a texture, surface or tensor-map access, a bulk
-     tensor copy (its tensor map is not a pointer argument) and any instruction not known
-     to leave global memory alone are refused.
+     ``atom``, ``red``, ``multimem``, ``discard``, ``wmma`` loads and stores,
+     ``mbarrier``, the global operand of a ``cp.*`` copy) must be at an address whose
+     origins are only ``D`` (or ``Z``), and a ``D`` of the stack, a ``.shared`` or a
+     ``.const`` variable at a constant offset inside it (a run-time offset through a
+     generic address may reach any memory); a ``[symbol]`` operand of a ``.global``
+     variable, a texture, surface or tensor-map access, a bulk tensor copy (its tensor map
+     is not a pointer argument) and any instruction not known to leave global memory alone
+     are refused.
 
   A refusal names the extern, its declaration, the instruction, the chain of functions
   that reaches it, the call site, and the fix (``memory="any"``).
@@ -50,7 +39,8 @@ that let cuTile order the call against less than every memory operation of the k
 - **Tile calls** (any ``memory=``): the same analysis tracks, for an address derived from
   one of splice's staging buffers (``__splice_tile_<g>_buf<k>``), its constant offset
   (``("D", "buf@8")``; ``add``/``sub`` of an immediate moves it, anything else makes it
-  unknown, and a register seen at two offsets, as a loop's pointer, is at an unknown one);
+  unknown, and a register seen at many offsets, as a loop's pointer, is at an unknown one),
+  in a 64-bit register or a 32-bit shared-window one (:meth:`~.addresses.Proof.window`);
   an ``ld``/``st``/``atom``/``red`` at a known offset outside the tile is refused
   (:func:`check_tile_bounds`). Run time checks of the rest: :mod:`splice.inputs.tile_guards`.
 """
@@ -58,34 +48,19 @@ that let cuTile order the call against less than every memory operation of the k
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 from ..errors import SpliceLinkError
+from ..ptxtools.ptx import Instruction, Module
+from .addresses import FINE, Fn, Proof, int_value, proven, shift
 from .collectives import chain_names, outside_ptx, reach_text
 from .memory_none import NO_MEMORY, WHY_NOT
 
 #: The prefix of splice's tile staging symbols (:data:`splice.inputs.tile_fragment.PREFIX`;
 #: not imported: the analyses import no input kind).
 TILE_PREFIX = "__splice_tile_"
-from ..ptxtools.ptx import (
-    Instruction,
-    Module,
-    Statement,
-    declared_variable_name,
-    destinations,
-    parse_instruction,
-)
 
 # ---------------------------------------------------------------------------------------------
-# memory="arguments" (externs): an address analysis on the callee's PTX
-
-#: An origin: (kind, why). Kinds as the module docstring's rule 1.
-Origin = tuple[str, str]
-D: Origin = ("D", "")
-Z: Origin = ("Z", "")
-N: Origin = ("N", "")
-_ADDRESS = frozenset({"D", "G"})
-_FINE = frozenset({"D", "Z"})
+# memory="arguments" (externs): the accesses, on the address analysis
 
 #: Calls of CUDA's device runtime the walk cannot read, allowed in a memory="arguments"
 #: callee: printf's buffer and the assertion record are not the kernel's memory; malloc's
@@ -103,315 +78,6 @@ _NO_GLOBAL = NO_MEMORY | frozenset({"mbarrier", "fence", "membar", "griddepcontr
                                     "applypriority", "ldmatrix", "stmatrix", "wmma",
                                     "getctarank", "elect", "clusterlaunchcontrol"})
 
-_WIDTH_RE = re.compile(r"\.[busf](\d+)\b|\.(pred)\b")
-_REG_DECL_RE = re.compile(r"(%[A-Za-z_$][\w$]*)(?:<(\d+)>)?")
-_NUMBER_RE = re.compile(r"^-?(0[xX][0-9a-fA-F]+|0[fFdD][0-9a-fA-F]+|\d+)[uU]?$")
-
-
-@dataclass
-class _Fn:
-    """One reached function: its statements' instructions, register widths, parameters."""
-
-    mod: Module
-    name: str
-    chain: tuple[str, ...]
-    code: list[tuple[Instruction, str]]      # (instruction, its text)
-    widths: dict[str, int]
-    params: list[str]
-    result: str | None
-    symbols: dict[str, str]                  # symbol -> its state space (".global", ...)
-    regs: dict[str, frozenset] = field(default_factory=dict)
-
-
-def _widths(mod: Module, body: list[Statement]) -> dict[str, int]:
-    """Register (or register prefix, for ``%rd<8>``) -> its width in bits."""
-    out: dict[str, int] = {}
-    for st in body:
-        if st.kind != "directive" or st.head != ".reg":
-            continue
-        text = st.text(mod.text)
-        m = _WIDTH_RE.search(text)
-        bits = 1 if m is None or m.group(2) else int(m.group(1))
-        for name, _count in _REG_DECL_RE.findall(text):
-            out[name] = bits
-    return out
-
-
-def _symbol_spaces(mod: Module) -> dict[str, str]:
-    """Every variable the module declares (at any depth) -> its state space."""
-    out: dict[str, str] = {}
-    for st in mod.statements:
-        if st.kind != "directive":
-            continue
-        heads = [t.text for t in st.tokens if t.kind == "directive"]
-        space = next((h for h in heads if h in (".global", ".shared", ".const", ".local")),
-                     None)
-        name = declared_variable_name(st) if space is not None else None
-        if name is not None and space is not None:
-            out[name] = space
-    for name in mod.functions:
-        out.setdefault(name, ".func")
-    return out
-
-
-def _function(mod: Module, name: str, chain: tuple[str, ...], spaces) -> _Fn:
-    fn = mod.functions[name]
-    body = mod.body_statements(fn)
-    code = [(parse_instruction(st, mod.text), " ".join(st.text(mod.text).split()))
-            for st in body if st.kind == "instruction"]
-    return _Fn(mod, name, chain, code, _widths(mod, body), [p.name for p in fn.params],
-               fn.results[0].name if fn.results else None, spaces)
-
-
-def _width(f: _Fn, reg: str) -> int:
-    if reg in f.widths:
-        return f.widths[reg]
-    return f.widths.get(reg.rstrip("0123456789"), 64)
-
-
-class _Proof:
-    """The interprocedural fixed point: each reached function's parameter and result
-    origins, and its registers'."""
-
-    def __init__(self, fns: list[_Fn], root_params: list[frozenset]):
-        self.fns = fns
-        self.by_name: dict[str, list[_Fn]] = {}
-        for f in fns:
-            self.by_name.setdefault(f.name, []).append(f)
-        self.params: dict[int, list[frozenset]] = {id(f): [frozenset()] * len(f.params)
-                                                   for f in fns}
-        self.params[id(fns[0])] = list(root_params)
-        self.results: dict[int, frozenset] = {id(f): frozenset() for f in fns}
-
-    def run(self) -> None:
-        changed = True
-        while changed:
-            changed = False
-            for f in self.fns:
-                changed |= self._function(f)
-
-    def _function(self, f: _Fn) -> bool:
-        """One pass of ``f`` to its own fixed point; whether a callee's parameters or
-        ``f``'s result grew."""
-        grew = False
-        while True:
-            before = dict(f.regs)
-            grew |= self._pass(f)
-            if f.regs == before:
-                return grew
-
-    def _pass(self, f: _Fn) -> bool:
-        pending: dict[str, frozenset] = {}     # a call's argument .params, by name
-        returned: frozenset = frozenset()      # the last call's result
-        grew = False
-        for ins, text in f.code:
-            if ins.base == "st" and "param" in ins.modifiers and len(ins.operands) >= 2:
-                sym = _bracket_symbol(ins.operands[0])
-                value = self.value(f, ins.operands[1])
-                if sym == f.result:
-                    grew |= self._grow_result(f, value)
-                elif sym is not None:
-                    pending[sym] = pending.get(sym, frozenset()) | value
-                continue
-            if ins.base == "call":
-                returned, g = self._call(f, ins, text, pending)
-                grew |= g
-                pending = {}
-                continue
-            for d in _written(ins):
-                new = self._transfer(f, ins, text, d, returned)
-                f.regs[d] = _join(f.regs.get(d, frozenset()), new)
-        return grew
-
-    def _grow_result(self, f: _Fn, value: frozenset) -> bool:
-        old = self.results[id(f)]
-        self.results[id(f)] = _join(old, value)
-        return self.results[id(f)] != old
-
-    def _call(self, f: _Fn, ins: Instruction, text: str, pending) -> tuple[frozenset, bool]:
-        target = ins.call_target or ""
-        callees = self.by_name.get(target, [])
-        if not callees:
-            return frozenset({("L", f"the result of '{target}' ('{text}')")}), False
-        args = _call_args(ins)
-        grew = False
-        for g in callees:
-            ps = self.params[id(g)]
-            for i, a in enumerate(args[:len(ps)]):
-                v = pending.get(a, frozenset({N}))
-                joined = _join(ps[i], v)
-                if joined != ps[i]:
-                    ps[i] = joined
-                    grew = True
-        out: frozenset = frozenset()
-        for g in callees:
-            out |= self.results[id(g)]
-        return out, grew
-
-    def value(self, f: _Fn, op: str) -> frozenset:
-        """The origins of operand ``op`` of an instruction of ``f``."""
-        op = op.strip()
-        if op.startswith("{"):
-            out: frozenset = frozenset()
-            for part in op.strip("{}").split(","):
-                out |= self.value(f, part)
-            return out
-        if op.startswith("%"):
-            if "." in op:
-                return frozenset({N})                     # a special register (%tid.x)
-            return f.regs.get(op, frozenset()) if _width(f, op) >= 64 else frozenset({N})
-        if _NUMBER_RE.match(op):
-            return frozenset({Z}) if re.fullmatch(r"-?0+[uU]?", op) else frozenset({N})
-        sym, _, offset = op.replace(" ", "").partition("+")
-        return frozenset({_symbol_origin(f, sym, _int(offset or "0"))})
-
-    def _transfer(self, f: _Fn, ins: Instruction, text: str, dest: str, returned) \
-            -> frozenset:
-        if _width(f, dest) < 64:
-            return frozenset({N})
-        base, ops = ins.base, list(ins.operands[1:])
-        if base in ("ld", "ldu") and "param" in ins.modifiers:
-            return self._param_load(f, ops[0], returned)
-        if base in ("ld", "ldu", "atom", "multimem"):
-            return frozenset({("L", f"a value loaded from memory ('{text}')")})
-        vals = [self.value(f, o) for o in ops]
-        if base in ("mov", "cvta", "mapa") or (base == "cvt" and vals):
-            return vals[0] if vals else frozenset({N})
-        if base == "selp":
-            return _join(vals[0], vals[1])
-        return _shift(_arithmetic(base, vals, text), _constant_offset(base, ops, vals))
-
-    def _param_load(self, f: _Fn, op: str, returned: frozenset) -> frozenset:
-        sym = _bracket_symbol(op)
-        if sym in f.params:
-            return self.params[id(f)][f.params.index(sym)]
-        return returned
-
-
-def _symbol_origin(f: _Fn, sym: str, offset: int | None) -> Origin:
-    space = f.symbols.get(sym)
-    if sym.startswith(TILE_PREFIX) and space == ".shared":
-        return ("D", f"{sym}@{'?' if offset is None else offset}")
-    if space in (".shared", ".local", ".const"):
-        return D
-    if space == ".func":
-        return ("G", f"the address of the function '{sym}'")
-    return ("G", f"the address of the global variable '{sym}'")
-
-
-def _arithmetic(base: str, vals: list[frozenset], text: str) -> frozenset:
-    """Origins of the result of ``base`` on operands of origins ``vals`` (rule 2)."""
-    has_address = _has_address
-    bad = frozenset({("X", f"'{text}', arithmetic splice does not follow on an address")})
-    terms = vals
-    if base == "mad" and len(vals) == 3:
-        if has_address(vals[0]) or has_address(vals[1]):
-            return bad
-        terms = [frozenset({N}), vals[2]]
-    if base == "sub" and len(vals) == 2 and has_address(vals[1]):
-        both_derived = all(k in _FINE for v in vals for k, _ in v)
-        return frozenset({N}) if both_derived else bad
-    if base in ("add", "sub", "mad", "and"):
-        addresses = [v for v in terms if has_address(v)]
-        if len(addresses) == 1:
-            rest = [v for v in terms if v is not addresses[0]]
-            return addresses[0] | frozenset(o for v in rest for o in v if o[0] == "X")
-        if len(addresses) > 1:
-            return bad
-    elif any(has_address(v) for v in vals):
-        return bad
-    out = frozenset(o for v in vals for o in v if o[0] in ("L", "X"))
-    return out or frozenset({N})
-
-
-def _int(text: str) -> int | None:
-    """An integer immediate's value (decimal or hex, signed), or None."""
-    try:
-        return int(text.rstrip("uU"), 0)
-    except ValueError:
-        return None
-
-
-def _has_address(v: frozenset) -> bool:
-    return any(k in _ADDRESS for k, _ in v)
-
-
-def _constant_offset(base: str, ops: list[str], vals: list[frozenset]) -> int | None:
-    """For ``add``/``sub`` of one address and immediates: the constant it adds (``sub``
-    subtracts its second operand); 0 for an instruction that keeps the address (``mov``);
-    None where the offset is not a constant (the tracked offsets become unknown)."""
-    if base not in ("add", "sub") or len(ops) != 2 or _has_address(vals[1]) == \
-            _has_address(vals[0]):
-        return None
-    other = ops[1] if _has_address(vals[0]) else ops[0]
-    k = _int(other.strip())
-    if k is None:
-        return None
-    return -k if base == "sub" else k
-
-
-def _shift(origins: frozenset, by: int | None) -> frozenset:
-    """``origins`` with each tracked buffer offset (``("D", "buf@8")``) moved by ``by``
-    bytes, or made unknown (``None``)."""
-    out = set()
-    for kind, why in origins:
-        if kind == "D" and "@" in why:
-            sym, off = why.rsplit("@", 1)
-            why = f"{sym}@?" if by is None or off == "?" else f"{sym}@{int(off) + by}"
-        out.add((kind, why))
-    return frozenset(out)
-
-
-def _compact(origins: frozenset) -> frozenset:
-    """``origins`` with one reason kept per kind of refused origin (the first in order):
-    a refusal names one, and the sets stay small in a long callee."""
-    kept: dict[str, Origin] = {}
-    for o in sorted(origins):
-        if o[0] in ("L", "G", "X"):
-            kept.setdefault(o[0], o)
-    return frozenset(o for o in origins if o[0] not in ("L", "G", "X")) | \
-        frozenset(kept.values())
-
-
-def _join(a: frozenset, b: frozenset) -> frozenset:
-    """The union of two origin sets, widened: a buffer seen at two different offsets is
-    at an unknown one (so that a loop that steps a pointer reaches a fixed point); one
-    reason per refused kind (:func:`_compact`)."""
-    out = _compact(a | b)
-    offsets: dict[str, set[str]] = {}
-    for kind, why in out:
-        if kind == "D" and "@" in why:
-            sym, off = why.rsplit("@", 1)
-            offsets.setdefault(sym, set()).add(off)
-    wide = {sym for sym, offs in offsets.items() if len(offs) > 1}
-    if not wide:
-        return out
-    return frozenset(o for o in out if not (o[0] == "D" and o[1].rsplit("@", 1)[0] in wide)) \
-        | frozenset(("D", f"{sym}@?") for sym in wide)
-
-
-def _bracket_symbol(op: str) -> str | None:
-    m = re.match(r"\[\s*([A-Za-z_$][\w$]*)", op.strip())
-    return m.group(1) if m else None
-
-
-def _call_args(ins: Instruction) -> list[str]:
-    """The argument ``.param`` names of ``call (ret), f, (a, b)`` (or ``call f, (a)``)."""
-    lists = [o for o in ins.operands if o.startswith("(")]
-    if not lists:
-        return []
-    last = lists[-1] if len(lists) == 2 or not ins.operands[0].startswith("(") else ""
-    return [a.strip() for a in last.strip("()").split(",") if a.strip()]
-
-
-def _written(ins: Instruction) -> list[str]:
-    if ins.base in ("st", "red", "call", "bra", "ret"):
-        return []
-    return destinations(ins)
-
-
-# -- the accesses
-
 
 def _access_operands(ins: Instruction) -> list[tuple[str, str]]:
     """(state space or "" for generic, bracketed operand) of each memory operand ``ins``
@@ -419,7 +85,8 @@ def _access_operands(ins: Instruction) -> list[tuple[str, str]]:
     spaces = [m.split("::")[0] for m in ins.modifiers
               if m.split("::")[0] in ("global", "shared", "local", "param", "const")]
     bracketed = [o for o in ins.operands if o.strip().startswith("[")]
-    if ins.base in _ACCESSES:
+    if ins.base in _ACCESSES or ins.base == "mbarrier" or (
+            ins.base == "wmma" and ("load" in ins.modifiers or "store" in ins.modifiers)):
         space = spaces[0] if spaces else ""
         return [(space, o) for o in bracketed[:1]] if space in ("", "global") else []
     if ins.base == "cp":
@@ -443,17 +110,40 @@ def _refusal(ins: Instruction, text: str) -> str | None:
     return "is not an instruction splice knows to leave global memory alone"
 
 
-def _address_fault(proof: _Proof, f: _Fn, op: str) -> str | None:
-    inner = op.strip()[1:-1]
-    head = re.split(r"[+\-\s]", inner.strip(), maxsplit=1)[0]
+def _address_fault(proof: Proof, f: Fn, ins: Instruction, op: str) -> str | None:
+    inner = op.strip()[1:-1].replace(" ", "")
+    head, _, offset = inner.partition("+")
     origins = proof.value(f, head)
-    bad = [o for o in origins if o[0] not in _FINE]
+    bad = [o for o in origins if o[0] not in FINE]
     if not bad:
-        return None if origins else "of no origin splice could trace"
+        return "of no origin splice could trace" if not origins else \
+            _private_fault(f, origins, int_value(offset or "0"), _access_bytes(ins))
     for kind in ("G", "X", "L", "N"):
         hit = next((o for o in sorted(bad) if o[0] == kind), None)
         if hit is not None:
             return _WHY[kind].format(why=hit[1])
+    return None
+
+
+def _private_fault(f: Fn, origins: frozenset, imm: int | None, size: int) -> str | None:
+    """Why a generic (or global) access at an address of ``origins`` plus ``imm`` may leave
+    the ``.local``, ``.shared`` or ``.const`` variable it is derived from: a run-time
+    offset (through a generic address it may reach any memory), or constant bytes outside
+    the variable's declared size. A staged tile's offsets are the tile call's
+    (:func:`check_tile_bounds`, the guard words)."""
+    for kind, why in sorted(origins):
+        if kind != "D" or "@" not in why or why.startswith(TILE_PREFIX):
+            continue
+        sym, _, at = why.rpartition("@")
+        space = f.symbols.get(sym, ".local")[1:]
+        if at == "?" or imm is None:
+            return (f"that is the address of the {space} variable '{sym}' plus a run-time "
+                    f"offset: through a generic address that may reach any memory, and "
+                    f"splice cannot prove it stays in '{sym}'")
+        a, end = int(at) + imm, f.sizes.get(sym)
+        if end is not None and (a < 0 or a + size > end):
+            return (f"that is bytes {a}..{a + size - 1} of the {space} variable '{sym}' "
+                    f"({end} bytes): outside it")
     return None
 
 
@@ -466,7 +156,7 @@ _WHY = {
 }
 
 
-def _first_fault(proof: _Proof) -> tuple[_Fn, str, str] | None:
+def _first_fault(proof: Proof) -> tuple[Fn, str, str] | None:
     """(function, instruction text, why) of the first access (or instruction) that breaks
     rule 4, in the order the walk reached the functions."""
     for f in proof.fns:
@@ -475,30 +165,10 @@ def _first_fault(proof: _Proof) -> tuple[_Fn, str, str] | None:
             if why is not None:
                 return f, text, why
             for _space, op in _access_operands(ins):
-                fault = _address_fault(proof, f, op)
+                fault = _address_fault(proof, f, ins, op)
                 if fault is not None:
                     return f, text, f"accesses global (or generic) memory at an address {fault}"
     return None
-
-
-def _proven(ext, reach) -> _Proof | None:
-    """The fixed point over the functions ``ext``'s symbol reaches (``reach``:
-    :func:`splice.analysis.collectives.outside_ptx`), or None when it reaches none."""
-    spaces: dict[int, dict[str, str]] = {}
-    fns = [_function(m, n, tuple(c), spaces.setdefault(id(m), _symbol_spaces(m)))
-           for m, n, c in reach.functions()]
-    if not fns:
-        return None
-    proof = _Proof(fns, _root_params(ext, len(fns[0].params)))
-    proof.run()
-    return proof
-
-
-def _root_params(ext, fn_params: int) -> list[frozenset]:
-    kinds = [t.kind for t in ext.signature.args]
-    return [frozenset({D}) if k in ("p", "t") else frozenset({N})
-            for k in (kinds + ["i"] * fn_params)[:fn_params]]
-
 
 def prove_arguments_only(ext, mod: Module, modules) -> tuple[str, str] | None:
     """Prove that ``ext``'s callee (``ext.symbol`` in ``mod``) and everything it reaches
@@ -528,7 +198,7 @@ def prove_arguments_only(ext, mod: Module, modules) -> tuple[str, str] | None:
                 f"{reach_text(chain_names(ext, chain[:-1]))} calls '{name}', which no PTX "
                 f"fragment defines (code of a binary object): splice cannot read what it "
                 f"touches")
-    proof = _proven(ext, reach)
+    proof = proven(ext, reach)
     hit = _first_fault(proof) if proof is not None else None
     if hit is None:
         return None
@@ -583,7 +253,7 @@ def _tile_ranges(frag) -> dict[str, tuple[int, int, str]]:
     return out
 
 
-def _out_of_tile(proof: _Proof, f: _Fn, ins: Instruction, ranges) -> str | None:
+def _out_of_tile(proof: Proof, f: Fn, ins: Instruction, ranges) -> str | None:
     if ins.base not in ("ld", "st", "atom", "red") or "param" in ins.modifiers or \
             "local" in ins.modifiers:
         return None
@@ -591,11 +261,11 @@ def _out_of_tile(proof: _Proof, f: _Fn, ins: Instruction, ranges) -> str | None:
     if op is None:
         return None
     head, _, off = op.strip()[1:-1].replace(" ", "").partition("+")
-    imm = _int(off or "0")
+    imm = int_value(off or "0")
     if imm is None or not head.startswith("%"):
         return None       # a symbol's own address: splice's staging code, not the callee's
     size = _access_bytes(ins)
-    for kind, why in _shift(proof.value(f, head), imm):
+    for kind, why in shift(proof.window(f, head), imm):
         sym, _, at = why.rpartition("@")
         if kind != "D" or sym not in ranges or at == "?":
             continue
@@ -627,7 +297,7 @@ def check_tile_bounds(site, mod: Module, modules) -> None:
     """
     ext = site.extern
     ranges = _tile_ranges(ext.fragment)
-    proof = _proven(ext, outside_ptx(mod, ext.symbol, modules))
+    proof = proven(ext, outside_ptx(mod, ext.symbol, modules))
     if proof is None:
         return
     for f in proof.fns:

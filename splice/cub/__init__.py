@@ -16,7 +16,7 @@
 The scans, reductions, merge sorts and runs (CUB's ``BlockScan``, ``BlockReduce``,
 ``BlockMergeSort``, ``BlockDiscontinuity``) are documented function by function below and in
 ``docs/guide/cub.md``; what follows holds for all. (The package imports the declaration API,
-:mod:`splice.declare`; :mod:`.sources` is its CUDA C.)
+:mod:`splice.declare`; :mod:`.sources` is its CUDA C, :mod:`.operators` a user's operator.)
 
 Each is a block-scope call (``scope="block"``): every thread of the block runs CUB's
 ``BlockRadixSort`` / ``BlockScan`` (or, for ``histogram``, shared-memory atomics as CUB's
@@ -40,10 +40,10 @@ CUB once; a larger tile compiles alone. What they need:
   op and dtype below compiles at 128, 256, 512, 1024, 2048 and 4096 elements (the matrix
   of ``tests/test_cub_sizes.py``), aligned or not; larger tiles while shared memory holds
   them (below: a float32 ``sort`` of 16384 elements fits, a float64 one does not). A tile
-  of fewer than 128 elements is a ``SpliceCompileError`` (``n`` must be a multiple of
-  128). Dtypes: int8 ... int64, uint8 ... uint64, float16, bfloat16, float32, float64 for
-  ``sort``/``sort_pairs``/``top_k`` keys (radix sort: -0.0 equal to +0.0, NaNs after
-  +inf ascending but one with its sign bit set before -inf), any of those or bool for
+  of fewer than 128 elements, or not a multiple of 128, is a ``SpliceCallError`` at the
+  call. Dtypes: int8 ... int64, uint8 ... uint64, float16, bfloat16, float32, float64 for
+  ``sort``/``sort_pairs``/``top_k`` keys (radix sort: -0.0 equal to +0.0, NaNs after +inf
+  ascending but one with its sign bit set before -inf), any of those or bool for
   ``sort_pairs`` values, int32 indices for ``top_k``; ``inclusive_sum`` for int32, int64,
   uint32, uint64, float32, float64; ``histogram`` of integer tiles (values outside
   ``[0, bins)`` are not counted), ``bins`` a power of two up to 65536, int32 counts.
@@ -66,6 +66,7 @@ from ..errors import SpliceCallError
 from ..system import _cutile as cu
 from ..system import forksafe
 from ..types import ElementType, element_type
+from .operators import user_operator
 from .sources import OPS_SOURCE as _OPS_SOURCE
 from .sources import SORTS_SOURCE as _SOURCE
 
@@ -127,6 +128,12 @@ def _tile(var, what: str, allowed, where: str, loc) -> ElementType:
         raise SpliceCallError(f"{what} at {where}: {elem} tiles are not supported (CUB "
                               f"supports {', '.join(allowed)}); convert with .astype(...)",
                               loc)
+    n = ty.shape[0]
+    if n < THREADS or n % THREADS:
+        raise SpliceCallError(f"{what} at {where}: a tile of {n} elements; splice.cub takes "
+                              f"tiles of {THREADS} x 2**j elements (128, 256 ... 4096: each "
+                              f"of tileiras's {THREADS} threads holds n / {THREADS}); load a "
+                              f"larger tile (padded: padding_mode=)", loc)
     return elem
 
 
@@ -270,7 +277,6 @@ SCAN_OPS = {"sum": "splice_cub::op_sum", "max": "splice_cub::op_max",
 #: The orders ``less=`` names for the merge sorts.
 ORDERS = {"less": "splice_cub::op_less", "greater": "splice_cub::op_greater"}
 _SCANNABLE = _SUMMABLE
-_MAX_OP_CHARS = 2000
 _ops_libraries: dict[str, object] = {}
 
 
@@ -306,70 +312,6 @@ def _ops_call(cxx_name: str, signature: str, args, loc, user_op: str | None = No
     """Emit one call of a template instance of :data:`_OPS_SOURCE` on ``args`` (Vars)."""
     from ..declare.tile_trace import emit_tile_call
     return emit_tile_call(_ops_extern(cxx_name, signature, user_op), tuple(args), loc)
-
-
-def _balanced(text: str) -> bool:
-    """Whether ``text``'s brackets ``()[]{}`` nest and close (strings not considered)."""
-    pairs, stack = {")": "(", "]": "[", "}": "{"}, []
-    for c in text:
-        if c in "([{":
-            stack.append(c)
-        elif c in pairs and (not stack or stack.pop() != pairs[c]):
-            return False
-    return not stack
-
-
-def user_operator(text: str) -> tuple[str, str]:
-    """The C++ type name and the struct definition of a user's operator: a C++ expression
-    whose value is a callable of two arguments, such as ``"cuda::maximum<>{}"`` or
-    ``"[](float a, float b) { return a > b ? a : b; }"``.
-
-    The text is compiled by NVRTC as the user's code (the trust of a
-    :func:`splice.extern` source), as ``auto splice_op{`` ... ``}; return splice_op(a, b);``
-    in a member function of a struct named by the text's hash (braced, so that two
-    expressions separated by a comma are a compile error, never the comma operator, and an
-    overloaded function name must be wrapped in a lambda); it must be one expression:
-    brackets that nest and close,
-    no ``#`` (preprocessor lines), no line-comment (``//``) or block comment, under
-    2000 characters.
-
-    Args:
-        text (str): the operator's C++ expression.
-
-    Returns:
-        tuple[str, str]: (``"splice_cub::user_op_<hash>"``, the struct's C++ source).
-
-    Raises:
-        ValueError: text that is not one such expression (the handlers turn it into a
-            :class:`~splice.errors.SpliceCallError` at the user's call).
-
-    Example:
-        >>> name, source = user_operator("cuda::maximum<>{}")
-        >>> name.startswith("splice_cub::user_op_") and "cuda::maximum<>{}" in source
-        True
-    """
-    import hashlib
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError("must be a non-empty string of C++")
-    bad = [why for why, hit in (("a '#'", "#" in text),
-                                ("a comment", "//" in text or "/*" in text),
-                                (f"more than {_MAX_OP_CHARS} characters",
-                                 len(text) > _MAX_OP_CHARS),
-                                ("brackets that do not nest and close", not _balanced(text)))
-           if hit]
-    if bad:
-        raise ValueError(f"must be one C++ expression, but has {' and '.join(bad)}")
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    name = f"user_op_{digest}"
-    source = ("\nnamespace splice_cub {\n"
-              f"struct {name} {{   // the operator of a splice.cub call\n"
-              "    template <class A, class B>\n"
-              "    __device__ __forceinline__ auto operator()(const A &a, const B &b) const {\n"
-              # braced: a comma at the top level of the text is a compile error, not the
-              # comma operator (which would silently use its last operand)
-              f"        auto splice_op{{\n{text}\n        }};\n"
-              "        return splice_op(a, b);\n    }\n};\n}\n")
-    return f"splice_cub::{name}", source
 
 
 def _operator(value, named: dict, what: str, where: str, loc) -> tuple[str, str | None]:
@@ -545,9 +487,8 @@ exclusive_sum = _device_function(_handle_exclusive_sum, _doc("""The exclusive pr
         CUB's order (per thread, then across threads), not left to right.
 
     Raises:
-        SpliceCallError: a tile that is not 1-D or of another dtype; ``initial`` of another
-            dtype (convert it with ``.astype``).
-        SpliceCompileError: a tile that is not a multiple of 128 elements.
+        SpliceCallError: a tile that is not 1-D, of another dtype or not a multiple of 128
+            elements; ``initial`` of another dtype (convert it with ``.astype``).
 
     Example:
         ``offsets = splice.cub.exclusive_sum(counts)`` (``torch.cumsum(x, 0) - x``)
@@ -568,10 +509,10 @@ inclusive_scan = _device_function(_handle_inclusive_scan, _doc("""The inclusive 
         that is not associative gives an order-dependent result.
 
     Raises:
-        SpliceCallError: a tile that is not 1-D or of another dtype; ``op`` not a constant
-            string, or not one C++ expression.
+        SpliceCallError: a tile that is not 1-D, of another dtype or not a multiple of 128
+            elements; ``op`` not a constant string, or not one C++ expression.
         SpliceCompileError: an ``op`` that does not compile for the dtype (NVRTC's message,
-            naming the call); a tile that is not a multiple of 128 elements.
+            after the call).
 
     Example:
         ``running_max = splice.cub.inclusive_scan(t, "max")``
@@ -631,10 +572,9 @@ merge_sort = _device_function(_handle_merge_sort, _doc("""The tile's elements in
         A tile of ``t``'s shape and dtype.
 
     Raises:
-        SpliceCallError: a tile that is not 1-D or of another dtype; ``less`` not a
-            constant string or not one C++ expression.
-        SpliceCompileError: a comparator that does not compile for the dtype; a tile that
-            is not a multiple of 128 elements.
+        SpliceCallError: a tile that is not 1-D, of another dtype or not a multiple of 128
+            elements; ``less`` not a constant string or not one C++ expression.
+        SpliceCompileError: a comparator that does not compile for the dtype.
 
     Example:
         ``by_magnitude = splice.cub.merge_sort(t, "[](float a, float b) { return fabsf(a) <
@@ -674,8 +614,8 @@ flag_heads = _device_function(_handle_flag_heads, _doc("""1 where a run of equal
         An int32 tile of ``t``'s shape.
 
     Raises:
-        SpliceCallError: a tile that is not 1-D or of another dtype.
-        SpliceCompileError: a tile that is not a multiple of 128 elements.
+        SpliceCallError: a tile that is not 1-D, of another dtype or not a multiple of 128
+            elements.
 
     Example:
         ``segment_ids = splice.cub.inclusive_scan(splice.cub.flag_heads(t), "sum") - 1``
@@ -692,8 +632,8 @@ flag_tails = _device_function(_handle_flag_tails, _doc("""1 where a run of equal
         An int32 tile of ``t``'s shape.
 
     Raises:
-        SpliceCallError: a tile that is not 1-D or of another dtype.
-        SpliceCompileError: a tile that is not a multiple of 128 elements.
+        SpliceCallError: a tile that is not 1-D, of another dtype or not a multiple of 128
+            elements.
 
     Example:
         ``last = splice.cub.flag_tails(t)``
@@ -714,8 +654,8 @@ unique_counts = _device_function(_handle_unique_counts, _doc("""The runs of equa
         the tile's size. Sort first (:func:`sort`) for the counts of each distinct value.
 
     Raises:
-        SpliceCallError: a tile that is not 1-D or of another dtype.
-        SpliceCompileError: a tile that is not a multiple of 128 elements.
+        SpliceCallError: a tile that is not 1-D, of another dtype or not a multiple of 128
+            elements.
 
     Example:
         ``vals, counts = splice.cub.unique_counts(splice.cub.sort(t))``
@@ -738,8 +678,7 @@ run_length_decode = _device_function(_handle_run_length_decode, _doc("""The inve
 
     Raises:
         SpliceCallError: tiles that are not 1-D, of another dtype (``counts`` must be int32:
-            ``.astype(ct.int32)``), or of different shapes.
-        SpliceCompileError: a tile that is not a multiple of 128 elements.
+            ``.astype(ct.int32)``), of different shapes, or not a multiple of 128 elements.
 
     Example:
         ``expanded = splice.cub.run_length_decode(*splice.cub.unique_counts(t))`` (``t``)

@@ -36,6 +36,7 @@ from ..errors import (
 )
 from ..inputs.fragments import CudaSource
 from ..system import _cutile as cu
+from ..system import safe_fs
 from ..tracing.trace import describe, loc_str, python_caller
 from ..types import (
     ElementType,
@@ -47,6 +48,7 @@ from ..types import (
     results_layout,
 )
 from .declaring import CallOptions
+from .snippet_text import bracket_refusal, input_name_refusal, is_body
 
 #: The file name NVRTC reports the snippet's lines under (``#line 1 "..."``): a path that
 #: cannot exist (``/dev/null`` is no directory), so no code that reads an error's file
@@ -58,25 +60,6 @@ SNIPPET_FILE = "/dev/null/splice.cuda"
 #: directory (:data:`~splice.inputs.cuda_compile.NO_DIRECTORY`): a quoted ``includes=``
 #: name is looked up in ``include_dirs=``, never in the current directory.
 PROGRAM = "/dev/null/splice_cuda.cu"
-
-_C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_RETURN = re.compile(r"\breturn\b")
-
-#: A comment or a string or character literal: text in which a ``return`` is no statement.
-_NOT_CODE = re.compile(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'",
-                       re.DOTALL)
-
-#: C and C++ keywords and the names the generated code uses, which an input cannot be named.
-_RESERVED = frozenset("""
-alignas alignof and asm auto bool break case catch char char16_t char32_t char8_t class
-compl concept const consteval constexpr constinit const_cast continue decltype default delete
-do double dynamic_cast else enum explicit export extern false float for friend goto if
-inline int long mutable namespace new noexcept not nullptr operator or private protected
-public register reinterpret_cast requires return short signed sizeof static static_assert
-static_cast struct switch template this thread_local throw true try typedef typeid typename
-union unsigned using virtual void volatile wchar_t while xor
-""".split())
-
 
 @dataclasses.dataclass(frozen=True)
 class CudaSnippet:
@@ -107,7 +90,7 @@ class CudaSnippet:
     def is_body(self) -> bool:
         """A function body (it returns with ``return``), not an expression. A void snippet
         is pasted as statements either way."""
-        return bool(self.outputs) and bool(_RETURN.search(_NOT_CODE.sub(" ", self.code)))
+        return bool(self.outputs) and is_body(self.code)
 
     def carrier(self) -> tuple[ElementType | None, tuple[int, ...]]:
         """The element type the function returns (None: void; several results: their
@@ -160,6 +143,10 @@ class CudaSnippet:
                   if isinstance(t, TileType) and t.elem.c_header}
         lines = [f"#include <{h}>" for h in sorted(heads)]
         lines += [f"#include {h}" for h in self.includes]
+        for name in (*self.names, *self.output_names[:len(self.tile_outputs)]):
+            lines += [f"#ifdef {name}",      # a macro of an included header: not a parameter
+                      f'#error "splice: the input {name} is a macro here (of an included '
+                      f'header, or defines=); rename the input"', "#endif"]
         tiles = self.tile_outputs or any(isinstance(t, TileType) for t in self.params)
         linkage = "" if tiles else 'extern "C" '   # a tile function is called by the
         # staging trampoline (splice.inputs.checks.tile_trampoline), by its C++ name
@@ -177,9 +164,8 @@ class CudaSnippet:
         :func:`splice.types.results_layout` gives)."""
         carrier, _ = self.carrier()
         assert carrier is not None
-        members = " ".join(f"{t.c_type} r{i};" for i, t in enumerate(self.outputs))
         args = ", ".join(self.names)
-        lines = [f"struct {symbol}_results {{ {members} }};",
+        lines = [*self._results_struct(symbol),
                  f"static __device__ __forceinline__ {symbol}_results {symbol}_body("
                  f"{self.param_list()}) {{"]
         lines += self._body(lines)
@@ -192,6 +178,28 @@ class CudaSnippet:
                   "    return __u;",
                   "}"]
         return lines
+
+    def _results_struct(self, symbol: str) -> list[str]:
+        """The struct the snippet returns its results in (``return {a, b};``): its
+        constructor takes each result as it is typed in the snippet and checks that type,
+        as the results of an extern are checked (:func:`splice.inputs.checks.
+        _results_trampoline`): a result of another type is an error, not a conversion."""
+        from ..inputs.checks import c_type_alternatives
+        ns = f"{symbol}_check"
+        n = len(self.outputs)
+        members = " ".join(f"{t.c_type} r{i};" for i, t in enumerate(self.outputs))
+        checks = []
+        for i, t in enumerate(self.outputs):
+            ok = " || ".join(f"{ns}::same<A{i}, {c}>::value" for c in c_type_alternatives(t))
+            checks.append(f'static_assert({ok}, "splice: result {i + 1} of the snippet must '
+                          f'be a {t.c_type} (dtype {t.name}); convert it: ({t.c_type})(...)");')
+        return [f"namespace {ns} {{ template <class A, class B> struct same {{ enum {{ value = 0 "
+                f"}}; }}; template <class A> struct same<A, A> {{ enum {{ value = 1 }}; }}; }}",
+                f"struct {symbol}_results {{ {members}",
+                f"  template <{', '.join(f'class A{i}' for i in range(n))}> __device__ "
+                f"{symbol}_results({', '.join(f'A{i} a{i}' for i in range(n))}) : "
+                f"{', '.join(f'r{i}(a{i})' for i in range(n))} {{ {' '.join(checks)} }}",
+                "};"]
 
     def _body(self, before: list[str]) -> list[str]:
         """The snippet's lines, numbered from 1 in :data:`SNIPPET_FILE`; then the line
@@ -235,12 +243,11 @@ class CudaSnippetSource(CudaSource):
     def _compile_message(self, e: SpliceCompileError, target: str) -> str:
         """The first error of NVRTC's log: in the snippet, its line, column and text;
         elsewhere (a header, the generated code around the snippet), NVRTC's own lines."""
-        from ..inputs.cuda_compile import header_hint
+        from ..inputs.cuda_compile import header_hint, undefined_result_hint
         from ..ptxtools.ptx import arch_words
         head = f"{self.describe()} does not compile for {arch_words(target)}"
-        said = _first_snippet_error(e.log, self.snippet.code)
-        if said is None:
-            said = _first_other_error(e.log)
+        said = _result_type_error(e.log, self.snippet) or \
+            _first_snippet_error(e.log, self.snippet.code) or _first_other_error(e.log)
         if "missing return statement" in said:
             said += ("\n    hint: a path through the snippet reaches its end without "
                      "return; every path must return the result")
@@ -248,7 +255,7 @@ class CudaSnippetSource(CudaSource):
             said += ("\n    hint: the snippet has a 'return' (a lambda's?), so it was pasted as "
                      "a function body, which must end with 'return ...;' (write "
                      "'return [](float v) { ... }(x);')")
-        hints = header_hint(e.log, self.providers) + \
+        hints = undefined_result_hint(e.log) + header_hint(e.log, self.providers) + \
             "".join(p.compile_hint(e.log) for p in self.providers)
         code = "\n      ".join(self.snippet.code.strip().splitlines())
         return (f"{head}: {said}\n    snippet: {code}\n    "
@@ -279,6 +286,30 @@ def _first_snippet_error(log: str, code: str) -> str | None:
     return None
 
 
+_RESULT_CHECK = re.compile(r'static assertion failed with "splice: result (\d+) of the snippet')
+_INSTANCE = re.compile(r"\[with (.*)\]\" at line (\d+) of " + re.escape(SNIPPET_FILE))
+
+
+def _result_type_error(log: str, snippet: CudaSnippet) -> str | None:
+    """"line L of the snippet: result k is <type>, ...", where the first error of the log
+    is the type check of a result (:meth:`CudaSnippet._results_struct`); else None."""
+    first = next((ln for ln in log.splitlines() if _LOG_ERROR.match(ln)), "")
+    check = _RESULT_CHECK.search(first)
+    if check is None:
+        return None
+    k = int(check.group(1))
+    instance = _INSTANCE.search(log)
+    types = dict(kv.split("=", 1) for kv in instance.group(1).split(", ")) if instance else {}
+    got = types.get(f"A{k - 1}", "another type")
+    want = snippet.outputs[k - 1]
+    n = int(instance.group(2)) if instance else 0
+    src = snippet.code.strip("\n").splitlines()
+    text = f"\n      {src[n - 1]}" if 0 < n <= len(src) else ""
+    return (f"error at line {n} of the snippet: result {k} has type {got}, but dtype= asks "
+            f"for {want.c_type} (ct.{want.name}), and splice converts no result (as for an "
+            f"extern's); convert it in the snippet: ({want.c_type})(...){text}")
+
+
 def _first_other_error(log: str) -> str:
     """NVRTC's first error outside the snippet (in the code generated around it, or in a
     header), with the lines NVRTC shows under it."""
@@ -297,9 +328,6 @@ def _first_other_error(log: str) -> str:
 # --------------------------------------------------------------------------------------------
 # The front end: splice.cuda inside a kernel
 
-#: NVRTC's option making "missing return statement at end of non-void function" (#940, a
-#: warning: the result would be garbage) an error.
-MISSING_RETURN = "--diag-error=940"
 
 def make_cuda_function():
     """``splice.cuda``: a plain function cuTile resolves to :func:`_handle_cuda`."""
@@ -339,6 +367,10 @@ def _handle_cuda(callee, code, args, dtype, pure, memory, scope, includes, inclu
     if not isinstance(text, str) or not text.strip():
         raise call.error(f"the code must be a non-empty str of CUDA C (an expression such as "
                          f"'__expf(-x * x)' or a body with return), got {text!r:.60}")
+    unbalanced = bracket_refusal(text)
+    if unbalanced is not None:
+        raise call.error(f"{unbalanced}; the snippet must be whole: an expression, or a body "
+                         f"whose brackets close")
     if args:
         raise call.error(f"inputs are passed by name, as the snippet's parameters: "
                          f"splice.cuda(code, dtype=..., x=t), not {len(args)} positional "
@@ -448,8 +480,6 @@ def _fragment(snippet: CudaSnippet, where: str) -> CudaSnippetSource:
     frag = shared.get(snippet.symbol)
     if frag is None:
         opts, incs, defs = snippet.build
-        if snippet.outputs:     # a path that ends without return: garbage, not a warning
-            opts = (MISSING_RETURN, *opts)
         frag = CudaSnippetSource(text=snippet.source(), options=opts, include_dirs=incs,
                                  defines=defs, where=where, providers=HEADER_PROVIDERS,
                                  snippet=snippet)
@@ -495,10 +525,10 @@ def _parameters(call: _Call, inputs: dict, form) -> tuple[tuple[str, ...],
     the array of that shape (``float (&t)[16]``)."""
     names, params = [], []
     for name, var in inputs.items():
-        if not _C_IDENT.fullmatch(name) or name in _RESERVED or name.startswith("__") or \
-                name.startswith("splice_"):
-            raise call.error(f"input {name!r} cannot be a C parameter name (a C++ keyword, or "
-                             f"a name starting with '__' or 'splice_'); rename it")
+        why = input_name_refusal(name)
+        if why is not None:
+            raise call.error(f"input {name!r} cannot name the snippet's C parameter: it is "
+                             f"{why}; rename it")
         ty = var.get_type()
         try:
             if isinstance(ty, cu.ArrayTy):
@@ -540,9 +570,11 @@ def _compile_inputs(call: _Call, includes, include_dirs, defines, options):
     if isinstance(opts, list) and any(o in ("-dlto", "--dlto") for o in opts
                                       if isinstance(o, str)):
         raise call.error("option -dlto is not for snippets: splice inlines the snippet's PTX")
+    base = None if call.loc is None or call.loc.is_unknown() else \
+        safe_fs.declaring_dir(call.loc.filename)
     try:
         o, d, df = check_options(opts, dirs, defs, f"inline CUDA C (splice.cuda) at "
-                                                   f"{call.where}")
+                                                   f"{call.where}", base)
     except SpliceDeclarationError as e:
         raise SpliceCallError(e.message, call.loc) from None
     return heads, o, d, df
@@ -591,7 +623,8 @@ Args:
         writes (see ``dtype``).
     includes (str | tuple[str, ...]): headers to ``#include`` before the snippet
         (``"cuda_fp16.h"``, ``"<cuda/std/cmath>"``, ``'"my.h"'``).
-    include_dirs (str | tuple[str, ...]): extra include directories.
+    include_dirs (str | tuple[str, ...]): extra include directories (a relative one is
+        taken from the directory of the kernel's file, never the working directory).
     defines (dict | tuple): preprocessor macros, a dict or (inside a kernel, which has
         no dict literals) a tuple of (name, value) pairs; values as for
         ``splice.extern(defines=)``.

@@ -10,14 +10,16 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import SpliceDeclarationError
+from ..errors import SpliceDeclarationError, SpliceUnsafePathError
 from ..forms import element, form_of
 from ..forms.base import Memory
 from ..inputs.checks import is_cxx_name
 from ..inputs.fragments import ENTRY_POINTS, FILE_KINDS
+from ..system import safe_fs
 
 if TYPE_CHECKING:
     from ..forms.base import CallForm
@@ -77,11 +79,14 @@ def check_text(text, what: str, arg: str, kind: str) -> None:
 
 def resolve_path(path, base: Path | None, what: str, kind: str) -> Path:
     """The file ``path`` names, for a declaration taking files of ``kind`` (a
-    :data:`splice.inputs.fragments.FILE_KINDS` value).
+    :data:`splice.inputs.fragments.FILE_KINDS` value); a relative path is resolved
+    against ``base`` (:func:`anchored`), never the current directory.
 
     Raises:
         SpliceDeclarationError: text or bytes where a path goes, a suffix of another kind,
-            a directory, or a missing file; each says which declaration to use instead.
+            a directory, a missing file, or a relative path declared in no file; each says
+            what to do instead.
+        SpliceUnsafePathError: a FIFO, a device or a socket (never opened).
     """
     bad = not_a_path(path, kind)
     if bad is not None:
@@ -93,18 +98,61 @@ def resolve_path(path, base: Path | None, what: str, kind: str) -> Path:
         raise SpliceDeclarationError(
             f"{what}: {p.name} is a {p.suffix} file, which {ENTRY_POINTS[kind][0]} does not "
             f"take: use {ENTRY_POINTS[other][0]}")
-    if p.is_absolute():
-        candidates = [p]
-    else:
-        candidates = ([base / p] if base is not None else []) + [Path.cwd() / p]
-    for c in candidates:
-        if c.is_file():
-            return c.resolve()
-        if c.is_dir():
-            raise SpliceDeclarationError(f"{what}: {os.fspath(path)!r} is a directory, not a "
-                                         f"file ({c.resolve()})")
-    tried = ", ".join(dict.fromkeys(str(c.resolve()) for c in candidates))
-    raise SpliceDeclarationError(f"{what}: file {os.fspath(path)!r} not found (tried {tried})")
+    c = Path(anchored(p, base, what, "the file"))
+    try:
+        st = os.stat(c)            # never opened here: a FIFO is refused by its type
+    except OSError:
+        raise SpliceDeclarationError(f"{what}: file {os.fspath(path)!r} not found ({c}{_BESIDE})"
+                                     if not p.is_absolute() else
+                                     f"{what}: file {os.fspath(path)!r} not found") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise SpliceDeclarationError(f"{what}: {os.fspath(path)!r} is a directory, not a "
+                                     f"file ({c.resolve()})")
+    if not stat.S_ISREG(st.st_mode):
+        raise SpliceUnsafePathError(safe_fs.not_regular(c, st, f"{what}: the file"))
+    return c.resolve()
+
+
+#: How a relative name of a declaration is resolved, for its messages
+_BESIDE = ": a relative path is taken from the directory of the file that declares it, " \
+    "never from the current directory"
+
+
+def anchored(path, base: Path | None, what: str, role: str) -> str:
+    """``path`` (a file or directory a declaration names: ``path=``, ``include_dirs=``, a
+    path in ``options=``), made absolute: a relative one is taken from ``base``, the
+    directory of the file the declaration is in
+    (:func:`splice.system.safe_fs.declaring_dir`), as ``#include "..."`` is taken from
+    the including file's; never from the current directory, which another user may be
+    able to write (``/tmp``, a team directory).
+
+    Args:
+        path: the path as given.
+        base (Path | None): the declaring file's directory; None: declared in no file.
+        what (str): the declaration, for the message.
+        role (str): what the path is ("the file", "include directory"), for the message.
+
+    Returns:
+        str: the absolute path (not normalised: ``..`` stays for the kernel to resolve).
+
+    Raises:
+        SpliceDeclarationError: a relative path declared in no file (``python -c``,
+            ``<stdin>``, a notebook cell); says to give an absolute path.
+
+    Example:
+        >>> from pathlib import Path
+        >>> anchored("inc", Path("/proj"), "extern 'f'", "include directory")
+        '/proj/inc'
+    """
+    text = os.fspath(path)
+    if os.path.isabs(text):
+        return text
+    if base is None:
+        raise SpliceDeclarationError(
+            f"{what}: {role} {text!r} is a relative path, and the declaration is in no "
+            f"file to take it from (python -c, <stdin>, a notebook cell); give an absolute "
+            f"path (os.path.abspath({text!r}) if you mean the current directory)")
+    return os.path.join(base, text)
 
 
 def check_stub(stub, where: str) -> None:
@@ -130,7 +178,14 @@ def check_symbol(symbol, what: str) -> str:
     return symbol
 
 
-def check_options(options, include_dirs, defines, what: str):
+def check_options(options, include_dirs, defines, what: str, base: Path | None):
+    """The checked (options, include directories, defines) of a CUDA C declaration:
+    relative directories of ``include_dirs`` and ``-I``, and relative files of NVRTC's
+    other path options, taken from ``base`` (:func:`anchored`); NVRTC's own precompiled
+    header options refused.
+
+    Raises:
+        SpliceDeclarationError: named by ``what``."""
     if isinstance(options, str) or not isinstance(options, (list, tuple)) or \
             not all(isinstance(o, str) for o in options):
         raise SpliceDeclarationError(f"{what}: options must be a list of strings such as "
@@ -143,6 +198,11 @@ def check_options(options, include_dirs, defines, what: str):
             raise SpliceDeclarationError(
                 f"{what}: option {o!r} would be ignored: NVRTC makes PTX here, and splice "
                 f"assembles the kernel with tileiras's own ptxas flags")
+        if o.split("=", 1)[0] in _PCH_OPTIONS:
+            raise SpliceDeclarationError(
+                f"{what}: option {o!r}: splice gives NVRTC its precompiled headers itself, "
+                f"in a directory of its own (docs/security.md); a header file NVRTC loads "
+                f"is code it would not check, and not in the cache key")
     if isinstance(include_dirs, (str, os.PathLike)):
         include_dirs = [include_dirs]
     if not isinstance(include_dirs, (list, tuple)) or \
@@ -152,6 +212,8 @@ def check_options(options, include_dirs, defines, what: str):
     if defines is not None and not isinstance(defines, dict):
         raise SpliceDeclarationError(f"{what}: defines must be a dict such as {{'N': 4, "
                                      f"'FAST': None}}, got {defines!r}")
+    include_dirs = [anchored(d, base, what, "include directory") for d in include_dirs]
+    options = [_anchored_option(o, base, what) for o in options]
     check_include_options(options, include_dirs, what)
     defs = []
     in_options = macros_in(options)
@@ -170,7 +232,26 @@ def check_options(options, include_dirs, defines, what: str):
         # True/False as 1/0: '-DFAST=True' is 0 in '#if FAST' (an unknown identifier)
         defs.append((k, None if v is None else str(int(v)) if isinstance(v, bool)
                      else str(v)))
-    return tuple(options), tuple(os.fspath(d) for d in include_dirs), tuple(defs)
+    return tuple(options), tuple(include_dirs), tuple(defs)
+
+
+#: NVRTC's options for its own precompiled headers (with or without ``=value``)
+_PCH_OPTIONS = frozenset(f"{dash}{name}" for dash in ("-", "--") for name in
+                         ("pch", "create-pch", "use-pch", "pch-dir"))
+#: NVRTC's options whose value is a path (a directory to search, a file to write), as
+#: written before it: resolved as a declaration's relative paths are (:func:`anchored`)
+_PATH_OPTIONS = ("-I", "--include-path=", "--time=", "-time=", "--fdevice-time-trace=",
+                 "-fdevice-time-trace=")
+
+
+def _anchored_option(option: str, base: Path | None, what: str) -> str:
+    """``option`` with the relative path of a :data:`_PATH_OPTIONS` option taken from
+    ``base``; NVRTC would take it from the current directory."""
+    for head in _PATH_OPTIONS:
+        value = option[len(head):]
+        if option.startswith(head) and value and not value.startswith("="):
+            return head + anchored(value, base, what, f"the path of option {option!r}")
+    return option
 
 
 def macros_in(options) -> dict[str, str]:
@@ -197,10 +278,8 @@ def check_include_options(options, include_dirs, what: str) -> None:
              for o in options if o.startswith(("-I", "--include-path="))]
     for d, source in dirs:
         if not os.path.isdir(d):
-            rel = "" if os.path.isabs(d) else \
-                f" (a relative path is taken from the current directory, {os.getcwd()})"
             raise SpliceDeclarationError(
-                f"{what}: include directory {d!r} ({source}) is not a directory{rel}")
+                f"{what}: include directory {d!r} ({source}) is not a directory")
 
 
 #: ``memory=`` values of an extern (and of ``splice.cuda``): :attr:`~Memory.ANY` (the

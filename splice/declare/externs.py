@@ -14,6 +14,7 @@ from ..forms.base import CallForm, Memory
 from ..inputs import cccl, nvshmem, tile_fragment
 from ..inputs.checks import Declared, cxx_symbol, is_cxx_name
 from ..inputs.fragments import CudaSource, Fragment, PtxSource
+from ..system import safe_fs
 from ..tracing import trace
 from ..types import Signature, parse_signature, signature_from_annotations
 from .declaring import (
@@ -96,16 +97,18 @@ class ExternFunction:
 
 
 def _caller_where(depth: int = 2) -> tuple[str, Path | None]:
+    """Where the caller ``depth`` frames up is (``"file:line"``), and the directory its relative
+    paths are taken from (:func:`splice.system.safe_fs.declaring_dir`; None: in no file)."""
     frame = inspect.stack()[depth]
-    return f"{frame.filename}:{frame.lineno}", Path(frame.filename).resolve().parent
+    return f"{frame.filename}:{frame.lineno}", safe_fs.declaring_dir(frame.filename)
 
 
 def _func_where(func) -> tuple[str, Path | None]:
+    """:func:`_caller_where` for a stub, by its code."""
     code = getattr(func, "__code__", None)
     if code is None:
         return _caller_where(3)
-    return f"{code.co_filename}:{code.co_firstlineno}", Path(code.co_filename).resolve().parent
-
+    return f"{code.co_filename}:{code.co_firstlineno}", safe_fs.declaring_dir(code.co_filename)
 
 
 def _declare(stub, *, symbol, signature, fragment_factory, where, name, options: CallOptions,
@@ -163,7 +166,7 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
             source is required).
         source (str): CUDA C/C++ source text defining ``extern "C" __device__`` function(s).
         path (str | os.PathLike): a ``.cu`` file instead of ``source``; relative paths are
-            looked up beside the declaring file, then in the working directory.
+            taken from the declaring file's directory (never the working directory).
         name (str): the C symbol; default: the stub's name.
         signature (str): ``"float32(float32, int32)"``; default: the stub's annotations.
             Element types: bool, int8/16/32/64, uint8/16/32/64, float16, bfloat16,
@@ -181,7 +184,9 @@ def extern(func=None, /, *, source: str | None = None, path=None, name: str | No
             and why.
         options (list[str]): extra NVRTC options (e.g. ``["-std=c++17",
             "--use_fast_math"]``); an option NVRTC does not know is an error.
-        include_dirs (list[str]): extra include directories.
+        include_dirs (list[str]): extra include directories (searched before the file's
+            own, then ``-I`` of ``options``; relative ones, and relative paths in
+            ``options``, are taken from the declaring file's directory).
         defines (dict[str, str | int | bool | None]): preprocessor macros (``None``:
             ``-DNAME``; ``True``/``False``: 1/0; anything else: its ``str``).
         scope (str): "element" (default): the call applies the function to every element of
@@ -321,8 +326,7 @@ def _declare_cuda(stub, where: str, base: Path | None, ext_name: str, cxx_name: 
         # a tile extern is checked and instantiated per call site (splice.forms.staging)
         return CudaSource(text=source, path=file, options=opts, include_dirs=incs,
                           defines=defs, where=where,
-                          declared=() if sig.has_tiles else (Declared(symbol, None, sig,
-                                                                      where),),
+                          declared=() if sig.has_tiles else (Declared(symbol, None, sig, where),),
                           roots=() if sig.has_tiles else ((symbol, sig),),
                           providers=HEADER_PROVIDERS)
     return _declare(stub, symbol=name or ext_name, signature=signature,
@@ -338,7 +342,7 @@ def _cuda_inputs(source, path, options, include_dirs, defines, what: str, base):
     if (source is None) == (path is None):
         raise SpliceDeclarationError(f"{what}: give exactly one of source= or path=")
     check_text(source, what, "source", "cuda")
-    opts, incs, defs = check_options(options, include_dirs, defines, what)
+    opts, incs, defs = check_options(options, include_dirs, defines, what, base)
     file = resolve_path(path, base, what, "cuda") if path is not None else None
     return file, opts, incs, defs
 
@@ -374,8 +378,8 @@ def from_ptx(path=None, /, *, ptx: str | None = None, name: str, signature: str,
     signature="float32(float32, float32, float32)")``
 
     Args:
-        path (str | os.PathLike): the ``.ptx`` file; relative paths are looked up beside the
-            declaring file, then in the working directory.
+        path (str | os.PathLike): the ``.ptx`` file; a relative path is taken from the
+            declaring file's directory (never the working directory).
         ptx (str): PTX text instead of ``path``.
         name (str): the ``.func`` symbol to call.
         signature (str): as for :func:`extern`; checked against the ``.func`` prototype's
@@ -446,8 +450,8 @@ def from_ltoir(path=None, /, *, data: bytes | None = None, name: str, signature:
     from tileiras's ptxas with the TMA host callbacks (``docs/design.md#nv-host``).
 
     Args:
-        path (str | os.PathLike): the ``.ltoir`` file; relative paths are looked up beside
-            the declaring file, then in the working directory.
+        path (str | os.PathLike): the ``.ltoir`` file; a relative path is taken from the
+            declaring file's directory (never the working directory).
         data (bytes): the LTO-IR instead of ``path``.
         name (str): the ``extern "C"`` symbol.
         signature (str): as for :func:`extern`; checked against the linked ``.func``'s
@@ -514,8 +518,8 @@ def from_object(path, /, *, name: str, signature: str, pure: bool = True,
     ptxas run); for those, ship PTX or LTO-IR instead. Never inlined.
 
     Args:
-        path (str | os.PathLike): the binary; relative paths are looked up beside the
-            declaring file, then in the working directory.
+        path (str | os.PathLike): the binary; a relative path is taken from the declaring
+            file's directory (never the working directory).
         name (str): the ``extern "C"`` symbol, whose C types must match ``signature`` (a
             binary carries no prototype to check).
         signature (str): as for :func:`extern`; one result at most.
@@ -558,10 +562,9 @@ def from_object(path, /, *, name: str, signature: str, pure: bool = True,
             f"{what}: {file.name}: a binary object must end in "
             f"{', '.join(BINARY_SUFFIXES)} (PTX: from_ptx, LTO-IR: from_ltoir)")
     options = CallOptions.parse(what, pure=pure, inline="never", scope=scope, memory=memory)
-    return _declare(None, symbol=name, signature=signature,
-                    fragment_factory=lambda s, g: BinarySource(path=file, where=where,
-                                                               roots=((s, g),)),
-                    where=where, name=name, options=options)
+    return _declare(None, symbol=name, signature=signature, where=where, name=name,
+                    options=options, fragment_factory=lambda s, g: BinarySource(
+                        path=file, where=where, roots=((s, g),)))
 
 
 def _several_results(stub, signature) -> bool:
@@ -706,8 +709,8 @@ def library(source=None, *, path=None, options=(), include_dirs=(), defines=None
 
     Args:
         source (str): CUDA C/C++ text, or
-        path (str | os.PathLike): a ``.cu`` file (looked up beside the declaring file,
-            then in the working directory).
+        path (str | os.PathLike): a ``.cu`` file (a relative path is taken from the
+            declaring file's directory, never the working directory).
         options (list[str]), include_dirs (list[str]), defines (dict[str, str | None]):
             as for :func:`extern`.
 

@@ -12,7 +12,7 @@ import math
 
 import cuda.tile as ct
 
-from ..forms import element
+from ..forms import cub_names, element
 from ..forms.staging import Staging
 from ..inputs import tile_guards
 from ..inputs.tile_fragment import (
@@ -139,10 +139,12 @@ def _staging_externs(ext, tiles, results, group: int, where: str, loc):
                               f"smaller tiles{_smaller_tiles(buffers)}", loc)
     abi = Signature(tuple(abi_args), result)
     base, callee = callee_fragment(ext, abi, tuple(shapes), where)
+    public = cub_names.call_of(f"{ext.cxx_name or ext.name} at {where}")
     frag = TileFragment(base=base, callee=callee, abi=abi, group=group,
                         buffers=tuple(buffers), tile_positions=tuple(positions), where=where,
                         results=len(results), scope=str(ext.form.scope),
-                        guard_bytes=tile_guards.GUARD_BYTES if tile_guards.enabled() else 0)
+                        guard_bytes=tile_guards.GUARD_BYTES if tile_guards.enabled() else 0,
+                        call_name=" at ".join(public) if public else "")
     label = f"'{ext.name}' at {where}"
 
     def derived(symbol, name, dsig, elements, what, form=element.ATOMIC):

@@ -42,11 +42,17 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from cuda.tile import TileError
 
-from ..errors import SpliceError, SpliceLinkError, SpliceToolchainError, as_cutile_error
+from ..errors import (
+    SpliceError,
+    SpliceLinkError,
+    SpliceNotCachedError,
+    SpliceToolchainError,
+    as_cutile_error,
+)
 from ..forms.base import SiteInfo
 from ..inputs import nvshmem
 from ..ptxtools.spans import Span
-from ..system import _cutile, cache, settings, toolchain
+from ..system import _cutile, cache, progress, settings, toolchain
 from ..tracing import trace
 from . import verify
 from .result import Build, dump_dir, dump_file, tileir_text
@@ -109,15 +115,23 @@ def build(kernel, signature, arch: str, context=None, *, keep_stages: bool = Fal
         if hit is not None:
             _dump_hit(job, hit)
             return hit
-        # a miss: tileiras, the rewriter, the linker (not loaded on a hit)
-        from . import stages
-        sp = stages.lower_and_splice(job, traced)
-        merged = job.run("link", stages.link_fragments, job, sp, dumps=stages.merged_files)
-        cubin = job.run("assemble", stages.assemble, job, sp, merged,
-                        dumps=lambda cubin: [(".cubin", cubin)])
-        out = stages.result(job, sp, merged, cubin)
-        _finish(job, out, key if _key_held(job, traced, key) else None, sp)
-        return out
+        if settings.compile_never():
+            raise _not_cached(job, traced)
+        with progress.task(f"compiling {job.what} for {job.arch}") as job.shown:
+            return _compile(job, traced, key)
+
+
+def _compile(job: Job, traced, key: str) -> Build:
+    """A miss: tileiras, the fragments, the rewriter, the linker, ptxas (not loaded on a
+    hit); cached under ``key`` when the inputs still have it."""
+    from . import stages
+    sp = stages.lower_and_splice(job, traced)
+    merged = job.run("link", stages.link_fragments, job, sp, dumps=stages.merged_files)
+    cubin = job.run("assemble", stages.assemble, job, sp, merged,
+                    dumps=lambda cubin: [(".cubin", cubin)])
+    out = stages.result(job, sp, merged, cubin)
+    _finish(job, out, key if _key_held(job, traced, key) else None, sp)
+    return out
 
 
 def _key_held(job: Job, traced, key: str) -> bool:
@@ -151,6 +165,7 @@ class Job:
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
     lowerings: int = 1
     symbol: str = ""
+    shown: progress.Task | None = None   # a miss: its line on the terminal
 
     @classmethod
     def start(cls, kernel, signature, arch, context, keep_stages: bool) -> Job:
@@ -169,6 +184,8 @@ class Job:
         ``timings[stage]``, and the files ``dumps(artefact)`` names written to
         ``$SPLICE_DUMP_DIR`` (:meth:`dump`) once the stage has made it."""
         t = time.perf_counter()
+        if self.shown is not None:
+            self.shown.detail = _DOING.get(stage, stage)
         try:
             out = fn(*args, **kwargs)
         finally:
@@ -296,6 +313,20 @@ def _from_cache(job: Job, traced, key: str) -> Build | None:
     return out
 
 
+def _not_cached(job: Job, traced) -> SpliceNotCachedError:
+    """The error of a build the cache lacks under ``SPLICE_COMPILE=never``: the kernel, its
+    externs, and how to bring their code."""
+    calls = list(dict.fromkeys(s.extern.fragment.naming(s.extern) for s in traced.sites))
+    kept = " with its stages (splice.compile, inspect(), SPLICE_DUMP_DIR)" \
+        if job.keep_stages else ""
+    return SpliceNotCachedError(
+        f"{job.what} for {job.arch} is not in the cache{kept} and SPLICE_COMPILE=never "
+        f"forbids compiling it; it calls {', '.join(calls) or 'no extern'}. Compile it "
+        f"where compiling is allowed (a launch, python -m splice warmup) and bring the "
+        f"cache: 'python -m splice cache export FILE' there, 'python -m splice cache "
+        f"import FILE' here (the same splice and toolchain); or unset SPLICE_COMPILE")
+
+
 def _stages_from_cache(key: str) -> dict[str, Any] | None:
     """The PTX stages and spans cached under ``key`` as :class:`Build`'s fields, or None."""
     hit = cache.load("stages", key)
@@ -342,7 +373,8 @@ def _finish(job: Job, out: Build, key: str | None, sp: Spliced) -> None:
     if verify.enabled():
         verify.verify_build(out)
     if key is not None:
-        cache.store("kernel", key, {"symbol": out.symbol, "entry_calls": out.entry_calls,
+        cache.store("kernel", key, {"symbol": out.symbol, "arch": out.arch,
+                                    "entry_calls": out.entry_calls,
                                     "host_filled": sorted(sp.compiled.linked.host_filled),
                                     "ptxas_flags": list(out.ptxas_flags),
                                     "host_object_size": out.host_object_size,
@@ -397,6 +429,10 @@ def normalize_arch(arch, what: str = "") -> str:
         raise SpliceToolchainError(f"{what}GPU architecture {arch!r}: cuTile (tileiras) "
                                    f"targets sm_80 and newer")
     return f"sm_{m.group(1)}"
+
+
+#: What the progress line says of a stage that runs a tool
+_DOING = {"lower": "lower (tileiras, and NVRTC for the externs)", "assemble": "assemble (ptxas)"}
 
 
 def _check_same_symbol(a, b):

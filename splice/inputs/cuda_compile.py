@@ -33,18 +33,17 @@ def program_name(where: str, tag: str) -> str:
     """The NVRTC name of CUDA C text declared at ``where`` (``"file:line"``): an absolute
     path in the declaring file's resolved directory, as a ``.cu`` file beside it would be
     (its quoted ``#include`` names are looked up there first, then in the ``-I``
-    directories); in :data:`NO_DIRECTORY` when the declaration is in no file of that name
-    (``python -c``, ``<stdin>``) or names it relatively.
+    directories); in :data:`NO_DIRECTORY` when the declaration is in no file
+    (:func:`splice.system.safe_fs.declaring_dir`: ``python -c``, ``<stdin>``, a notebook
+    cell).
 
     Example:
         >>> program_name("<string>:3", "extern_source")
         '/dev/null/extern_source@<string>:3'
     """
     file, _, line = where.rpartition(":")
-    path = Path(file)
-    home = path.resolve().parent if path.is_absolute() and path.is_file() else \
-        Path(NO_DIRECTORY)
-    return str(home / f"{tag}@{path.name}:{line}")
+    home = safe_fs.declaring_dir(file) or Path(NO_DIRECTORY)
+    return str(home / f"{tag}@{Path(file).name}:{line}")
 
 
 def compile_source(full: str, name: str, target: str, options: list[str], *, declared,
@@ -91,12 +90,105 @@ def compile_source(full: str, name: str, target: str, options: list[str], *, dec
             raise SpliceCompileError(
                 f"{what} does not compile for {arch_words(target)}: "
                 f"{_first_error(e.log, full, name, blocks)}"
+                f"{undefined_result_hint(e.log)}"
                 f"{_overload_hint(e.log, declared)}"
                 f"{results_hint(e.log, declared)}"
                 f"{_kernel_hint(full, declared)}"
                 f"{header_hint(e.log, providers)}"
                 f"{''.join(p.compile_hint(e.log) for p in providers)}",
                 errors_first(e.log)) from None
+
+
+#: NVRTC's warnings that mean an undefined or silently changed result, which splice makes
+#: errors (``--diag-error``, NVRTC's own option, :func:`undefined_result_option`): number ->
+#: (a regular expression NVRTC's message starts with, what it means). ``docs/errors.md``
+#: lists them; the CUDA headers and CCCL compile with them
+#: (``tests/test_nvrtc_diagnostics.py``). Not among
+#: them: #68 ("integer conversion resulted in a change of sign": ``__shfl_sync(-1, ...)``,
+#: a defined conversion CUDA code uses for a full mask) and the warnings on code that is
+#: well defined (unused variables, ``=`` in a condition, deprecations).
+UNDEFINED_RESULTS: dict[int, tuple[str, str]] = {
+    39: ("division by zero", "division by a constant zero is undefined"),
+    61: ("integer operation result is out of range",
+         "signed integer overflow is undefined"),
+    62: ("shift count is negative", "a negative shift count is undefined"),
+    63: ("shift count is too large",
+         "a shift by the type's width or more is undefined"),
+    69: ("integer conversion resulted in truncation",
+         "the constant does not fit its type: its value changes"),
+    117: ("non-void .* should return a value",
+          "a 'return;' in a function with a result returns garbage"),
+    170: ("pointer points outside of underlying object",
+          "pointer arithmetic past the object's end (or before it) is undefined"),
+    173: ("floating-point value does not fit in required integral type",
+          "a float out of an integer type's range converts to an undefined value"),
+    179: ('right operand of "%" is zero', "remainder by a constant zero is undefined"),
+    181: ("argument is incompatible with corresponding format string conversion",
+          "printf reads the argument as another type: undefined"),
+    220: ("integral value does not fit in required floating-point type",
+          "an integer out of the float type's range converts to an undefined value"),
+    221: ("floating-point value does not fit in required floating-point type",
+          "a float out of the narrower type's range converts to an undefined value"),
+    224: ("the format string requires additional arguments",
+          "printf reads arguments that were not passed: undefined"),
+    226: ("invalid format string conversion", "an unknown printf conversion is undefined"),
+    430: ("returning reference to local temporary",
+          "the reference dangles: reading it is undefined"),
+    546: ("transfer of control bypasses initialization",
+          "the jump skips a variable's initialisation: its value is undefined"),
+    549: (".* is used before its value is set",
+          "reading an uninitialised variable gives an undefined value"),
+    836: ("returning reference to local variable",
+          "the reference dangles: reading it is undefined"),
+    940: ("missing return statement at end of non-void function",
+          "a path that reaches the end of a function with a result returns garbage"),
+    1056: ("returning pointer to local variable",
+           "the pointer dangles: reading through it is undefined"),
+    1057: ("returning pointer to local temporary",
+           "the pointer dangles: reading through it is undefined"),
+    1305: ('function declared with "noreturn" does return',
+           "returning from a noreturn function is undefined"),
+    2361: ("invalid narrowing conversion (?!.*: constant value)",
+           "the braced value is converted to a type that cannot hold it: its value changes"),
+    2362: ("invalid narrowing conversion .*: constant value does not fit",
+           "the braced constant does not fit its type"),
+    2364: ("invalid narrowing conversion .*: constant value cannot be represented exactly",
+           "the braced constant cannot be represented exactly in its type"),
+}
+
+
+def undefined_result_option() -> str:
+    """NVRTC's option making each warning of :data:`UNDEFINED_RESULTS` an error.
+
+    Returns:
+        str: ``--diag-error=39,61,...``.
+
+    Example:
+        >>> undefined_result_option().startswith("--diag-error=39,")
+        True
+    """
+    return "--diag-error=" + ",".join(str(n) for n in UNDEFINED_RESULTS)
+
+
+def undefined_result_hint(log: str) -> str:
+    """Why the first error of NVRTC's ``log`` is an error in splice, where it is one of the
+    warnings of :data:`UNDEFINED_RESULTS`; else "".
+
+    Example:
+        >>> undefined_result_hint('f.cu(2): error: shift count is too large')[:40]
+        '\\n    hint: NVRTC warns of this (#63); sp'
+    """
+    for ln in log.splitlines():
+        m = _ERR_RE.match(ln.strip())
+        if m is None:
+            continue
+        said = ln.strip()[m.end():].lstrip(": ")
+        for number, (text, why) in UNDEFINED_RESULTS.items():
+            if re.match(text, said):
+                return (f"\n    hint: NVRTC warns of this (#{number}); splice makes it an "
+                        f"error: {why}")
+        return ""
+    return ""
 
 
 def _what_for_log(what: str, declared) -> str:

@@ -34,7 +34,12 @@ from ..errors import (
 )
 from ..system import cache, forksafe, safe_fs, toolchain
 from . import headers
-from .cuda_compile import compile_source, lto_link_to_ptx, program_name
+from .cuda_compile import (
+    compile_source,
+    lto_link_to_ptx,
+    program_name,
+    undefined_result_option,
+)
 
 if TYPE_CHECKING:
     from ..ptxtools.ptx import Module
@@ -301,8 +306,11 @@ class CudaSource(Fragment):
         ``-I`` of ``options``, then splice's own (:meth:`default_include_dirs`): the user's
         directories come first, as nvcc's ``-I`` precede the toolkit's. The macros:
         the providers' (:mod:`splice.inputs.cccl`'s unroll limit), then ``defines``, then
-        ``options``: NVRTC takes a macro's last ``-D``, so the user's win."""
-        opts = [f"-arch={target}", "-rdc=true"]
+        ``options``: NVRTC takes a macro's last ``-D``, so the user's win. The warnings that
+        mean an undefined result are errors
+        (:func:`splice.inputs.cuda_compile.undefined_result_option`), before ``options``:
+        a ``--diag-warn`` of the user's own overrides it, as NVRTC takes the last."""
+        opts = [f"-arch={target}", "-rdc=true", undefined_result_option()]
         for d in self.include_dirs:
             opts.append(f"-I{d}")
         if self.path is not None:
@@ -312,7 +320,7 @@ class CudaSource(Fragment):
             opts.extend(p.options(texts))
         for name, value in self.defines:     # after the providers': the user's -D wins
             opts.append(f"-D{name}" if value is None else f"-D{name}={value}")
-        opts.extend(o for o in self.options if o not in ("-dlto", "--dlto"))
+        opts.extend(o for o in headers.pre_included(self) if o not in ("-dlto", "--dlto"))
         opts.extend(f"-I{d}" for d in self.default_include_dirs(texts))
         return opts
 

@@ -7,6 +7,7 @@ and its providers (:func:`texts`).
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import re
@@ -14,8 +15,8 @@ import stat
 from pathlib import Path
 from typing import Protocol, Sequence
 
-from ..errors import SpliceUnsafePathError
-from ..system import forksafe, safe_fs
+from ..errors import SpliceCompileError, SpliceUnsafePathError
+from ..system import cache, forksafe, safe_fs
 from ..system.nvrtc_pch import STAT
 
 log = logging.getLogger("splice")
@@ -74,38 +75,139 @@ def included(source, src: str) -> list[tuple[str, str]]:
     ``#include MACRO`` in a user file, every quoted or ``<>`` name the macro is defined to
     (in the files read, ``defines`` or ``-D``), directly or through other macros, is
     followed (:class:`_Macros`)."""
-    toolkit = [str(d) for d in source.default_include_dirs()]
-    dirs = [str(d) for d in source.include_dirs]
-    if source.path is not None:
-        dirs.append(str(source.path.parent))
-    dirs += option_values(source.options, INCLUDE_OPTS) + toolkit
-    pre = "".join(f'#include "{f}"\n' for f in option_values(source.options, PRE_OPTS))
+    dirs, toolkit = search_path(source)
+    pre = "".join(f'#include "{f}"\n' for f in option_values(pre_included(source), PRE_OPTS))
     here = Path(source.program_name()).parent   # NVRTC looks there first
     walk = (src, pre, str(here), tuple(dirs), tuple(toolkit), tuple(source.defines),
             tuple(source.options))
-    with _lock:
-        hit = _walks.get(walk)
-    if hit is not None and _unchanged(hit[1]):
-        return list(hit[0])
+    hit = _remembered(walk)
+    if hit is not None:
+        return hit
     probes: dict[str, tuple | None] = {}
     found_headers = _walk(source, src, pre, here, dirs, toolkit, probes)
     if all(h.startswith(STAT) for _, h in found_headers) and \
             not _MACROINCLUDE_RE.search(pre + src):
-        with _lock:   # only toolkit headers, known by their stat: remembered (_unchanged)
-            _walks[walk] = (found_headers, tuple(probes.items()))
+        _remember(walk, found_headers, tuple(probes.items()))
     return found_headers
+
+
+def search_path(source) -> tuple[list[str], list[str]]:
+    """The directories NVRTC searches for the headers of ``source`` (a
+    :class:`splice.inputs.fragments.CudaSource`) after the including file's own, in
+    NVRTC's order (``CudaSource._options``: ``include_dirs``, beside ``path``,
+    ``-I``/``--include-path`` of ``options``, then splice's own); and splice's own."""
+    toolkit = [str(d) for d in source.default_include_dirs()]
+    dirs = [str(d) for d in source.include_dirs]
+    if source.path is not None:
+        dirs.append(str(source.path.parent))
+    return dirs + option_values(source.options, INCLUDE_OPTS) + toolkit, toolkit
+
+
+def pre_included(source) -> list[str]:
+    """The options of ``source`` with the file of each ``-include``/``--pre-include``
+    made absolute. NVRTC, as gcc, looks a relative one up in the current directory first,
+    then in the include path; splice looks it up in the directory of the file that
+    declares the source instead (:func:`splice.system.safe_fs.declaring_dir`, as for the
+    declaration's other relative paths), then in the include path (:func:`search_path`),
+    and gives NVRTC the file found: NVRTC never looks in the current directory.
+
+    Raises:
+        SpliceCompileError: a relative one is in none of those directories.
+    """
+    out: list[str] = []
+    it = iter(source.options)
+    for o in it:
+        opt = next((n for n in PRE_OPTS if o == n or o.startswith(n + "=")), None)
+        if opt is None:
+            out.append(o)
+        elif o == opt:
+            out += [o, _pre_include_file(source, next(it, ""))]
+        else:
+            out.append(f"{opt}={_pre_include_file(source, o[len(opt) + 1:])}")
+    return out
+
+
+def _pre_include_file(source, name: str) -> str:
+    """The absolute path of the pre-included header ``name`` (:func:`pre_included`)."""
+    if not name or os.path.isabs(name):
+        return name
+    first = safe_fs.declaring_dir(source.where.rpartition(":")[0])
+    dirs = ([str(first)] if first is not None else []) + search_path(source)[0]
+    hit = _find_header(name, [(d, False) for d in dirs])
+    if hit is None:
+        raise SpliceCompileError(
+            f"{source.describe()}: the pre-included header {name!r} is in none of "
+            f"{', '.join(dirs)} (a relative one is looked up beside the declaring file, "
+            f"then in the include path; never in the current directory)")
+    return hit[0]
 
 
 #: :func:`included`'s walks of sources that include only toolkit headers (CUDA, CCCL:
 #: splice.cub's): (the walk's inputs) -> (its result, every path it stat'ed and what it
 #: found there). A source's key is taken several times per build; the walk reads and
-#: stats some hundreds of CCCL headers (about 20 ms), a check of the same paths some 2 ms.
+#: stats some hundreds of CCCL headers (80 ms for a splice.cub source on a 2-CPU machine),
+#: a check of the same paths a few ms. Also on disk (the cache's ``walk`` entries), for the
+#: next process: a warm start's key of a splice.cub kernel is that check, not the walk.
 _walks: dict[tuple, tuple[list, tuple]] = {}
 
 
+def _remembered(walk: tuple) -> list[tuple[str, str]] | None:
+    """The result of a walk of ``walk``'s inputs made before, in this process or (from the
+    cache) in an earlier one, when every path it stat'ed still is what it was; else None."""
+    with _lock:
+        hit = _walks.get(walk)
+    if hit is None:
+        hit = _stored_walk(walk)
+    if hit is None or not _unchanged(hit[1]):
+        return None
+    with _lock:
+        _walks[walk] = hit
+    return list(hit[0])
+
+
+#: A walk that found fewer headers is not stored on disk: its check costs about what the
+#: walk does, and a store is a file written in every first compile of a new source.
+STORED_FROM = 32
+
+
+def _remember(walk: tuple, found: list[tuple[str, str]], probes: tuple) -> None:
+    """Remember a walk in this process, and in the cache when it found
+    :data:`STORED_FROM` headers or more (nothing on disk when the cache cannot be written
+    or is not trusted: the build says so where it stores the cubin)."""
+    with _lock:
+        _walks[walk] = (found, probes)
+    if len(found) < STORED_FROM:
+        return
+    try:
+        cache.store("walk", cache.key_of("walk", *walk), {},
+                    json.dumps({"found": found, "probes": probes}).encode())
+    except SpliceUnsafePathError:
+        pass
+
+
+def _stored_walk(walk: tuple) -> tuple[list, tuple] | None:
+    """The walk of ``walk``'s inputs an earlier process stored, or None (none stored, an
+    untrusted cache, or an entry not of the shape :func:`_remember` writes)."""
+    try:
+        hit = cache.load("walk", cache.key_of("walk", *walk))
+    except SpliceUnsafePathError:
+        return None
+    if hit is None:
+        return None
+    try:
+        data = json.loads(hit[1])
+        found = [(str(p), str(h)) for p, h in data["found"]]
+        probes = tuple((str(p), None if s is None else tuple(s)) for p, s in data["probes"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    return found, probes
+
+
 def _signature(st: os.stat_result | None) -> tuple | None:
-    return None if st is None else (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino,
-                                    st.st_dev)
+    """What a walk remembers of a path it stat'ed: the file's type and mode, size and mtime
+    (what the key holds of a toolkit header), not where it lives on the device (so that
+    another container of one image, or a pack's walk, checks the same)."""
+    return None if st is None else (st.st_mode, st.st_size, st.st_mtime_ns)
 
 
 def _unchanged(probes) -> bool:

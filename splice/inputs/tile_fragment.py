@@ -56,6 +56,9 @@ class TileFragment(Fragment):
     where: str = ""
     guard_bytes: int = 0        # SPLICE_CHECK_TILES: guard bytes at each end of a buffer
     scope: str = "block"        # the call's scope ("block", "warpgroup")
+    #: what the user called where the callee is splice's own ("splice.cub.sort at k.py:12"),
+    #: which a compile error names first; "" for a user's extern (its declaration leads)
+    call_name: str = ""
     kind = "tile"
 
     def describe(self) -> str:
@@ -69,7 +72,8 @@ class TileFragment(Fragment):
             try:
                 base = self.base.module(target)
             except SpliceCompileError as e:   # inside the function, for these shapes
-                raise SpliceCompileError(f"{e.message}\n    instantiated for "
+                head = f"{self.call_name} does not compile: " if self.call_name else ""
+                raise SpliceCompileError(f"{head}{e.message}\n    instantiated for "
                                          f"{self.instance}", e.log) from None
             self._check_callee(base)
             return parse_module(base.text.rstrip("\n") + "\n\n" + self.staging_ptx(base),
@@ -160,9 +164,10 @@ class TileFragment(Fragment):
             if k in self.tile_positions:
                 b = self.tile_positions.index(k)
                 reg = f"{_REG[64]}{k}"
-                body.append(f"\tmov.u64 \t{reg}, {self.buffer(b)};")
-                if self.guard_bytes:
-                    body.append(f"\tadd.u64 \t{reg}, {reg}, {self.guard_bytes};")
+                # one definition of the address (past the guard): the static check
+                # (memory_proof.check_tile_bounds) joins a register's definitions, and an
+                # address seen at two offsets is at an unknown one it cannot check
+                body.append(f"\tmov.u64 \t{reg}, {self.buffer_address(b)};")
                 body.append(f"\tcvta.shared.u64 \t{reg}, {reg};")
                 values.append((reg, 64))
             else:
@@ -201,9 +206,9 @@ class TileFragment(Fragment):
     def _inlined_callee(self, base, values, res) -> list[str] | None:
         """The callee's body with ``values`` as its arguments and its result stored to
         ``func_retval0`` (:mod:`splice.ptxtools.inline`), or None where it cannot be inlined."""
-        from ..ptxtools.inline import inline_body, why_not_inlinable
-        if base is None:
+        if base is None:   # the content key's text (a hit loads no PTX tool)
             return None
+        from ..ptxtools.inline import inline_body, why_not_inlinable
         functions = {f.name: (base, f) for f in base.function_order if f.is_definition}
         fn = base.functions[self.callee]
         if why_not_inlinable(base, fn, functions) is not None:

@@ -25,6 +25,11 @@ What splice uses, and why (``docs/design.md#cutile-hooks``):
   ``dataflow_analysis`` is wrapped so that an operation may name the alias set of its
   result (:func:`lower_to_bytecode`, ``splice_alias_set``): how a call declared
   ``memory="arguments"`` is ordered only against the arrays it is given.
+- ``cuda.tile._passes.ast2hir.get_function_hir`` (cuTile's cache of each function's HIR,
+  with the values its global names held when it was first read) is wrapped, by its name in
+  the modules that call it, so that a trace by splice reads each global name the code
+  loads from the function's namespaces at that moment (:func:`_install_globals_hook`,
+  ``docs/guide/reloading.md``).
 - ``ct.kernel._compile`` is overridden by :class:`splice.driver.splice_kernel.SpliceKernel` to
   return splice's cubin to cuTile's own launcher and launch cache.
 - ``cuda.tile.jax._jax`` (``_array_constraint``, ``pack_scalar``,
@@ -46,9 +51,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import threading
+import types
 from typing import Any
 
-from ..errors import SpliceToolchainError
+from ..errors import SpliceDeclarationError, SpliceToolchainError
 
 SUPPORTED_CUTILE = ((1, 7), (1, 8))  # [low, high)
 
@@ -58,7 +64,7 @@ _PRIVATE: dict[str, tuple[str, str | None]] = {
     "ir": ("cuda.tile._ir.ir", None),
     **{n: ("cuda.tile._compile", n) for n in (
         "compile_tile", "format_sm_arch", "_find_compiler_bin",
-        "_tileiras_effective_opt_and_device_debug")},
+        "_tileiras_effective_opt_and_device_debug", "_get_max_supported_bytecode_version")},
     **{n: ("cuda.tile._cext", n) for n in ("default_tile_context",)},
     "_get_compute_capability": ("cuda.tile._cext", "get_compute_capability"),
     "pointer_dtype": ("cuda.tile._datatype", "pointer_dtype"),
@@ -81,6 +87,12 @@ _PRIVATE: dict[str, tuple[str, str | None]] = {
         "MemoryOrder", "MemoryScope", "MemorySpace")},
     "typeid": ("cuda.tile._ir2bytecode", "typeid"),
     "_compile_module": ("cuda.tile._compile", None),
+    "_ast2hir": ("cuda.tile._passes.ast2hir", None),
+    "_hir2ir": ("cuda.tile._passes.hir2ir", None),
+    "is_function_wrapper": ("cuda.tile._execution", "is_function_wrapper"),
+    **{n: ("cuda.tile._ir.hir", n) for n in (
+        "Block", "ResolvedName", "StaticEvalExpression")},
+    "load_var": ("cuda.tile._ir.hir_stubs", "load_var"),
 }
 
 
@@ -183,31 +195,61 @@ class Lowered:
     #: what the operations with a ``splice_tma_stored_reads`` method found (their own
     #: records: :func:`_install_alias_hook`), each once
     tma_stored_reads: tuple = ()
+    #: every global name the traced code loaded, with the value it read (:class:`Read`)
+    reads: tuple = ()
 
 
-def lower_to_bytecode(kernel, signatures: tuple, arch: str, context=None) -> Lowered:
+def max_bytecode_version() -> int:
+    """The newest Tile IR bytecode version the installed tileiras takes, as cuTile's
+    ``compile_tile`` finds it when not given one: by running tileiras on an empty module of
+    each version, newest first, dev versions too when :func:`dev_features` (cached by cuTile
+    in this process; :func:`splice.tracing.trace.bytecode_version` remembers it on disk)."""
+    temp_dir = _private("default_tile_context").config.temp_dir
+    return int(_private("_get_max_supported_bytecode_version")(temp_dir,
+                                                               allow_dev=dev_features()))
+
+
+def oldest_bytecode_version() -> int:
+    """The oldest Tile IR bytecode version cuTile writes (no tileiras runs to find it)."""
+    return int(min(_private("bc").BytecodeVersion))
+
+
+def dev_features() -> bool:
+    """Whether cuTile's dev features are on, as its ``compile_tile`` asks."""
+    return bool(_private("_compile_module").dev_features_enabled())
+
+
+def lower_to_bytecode(kernel, signatures: tuple, arch: str, context=None,
+                      bytecode_version: int | None = None) -> Lowered:
     """cuTile's frontend on ``kernel`` (a ``ct.kernel``) for ``signatures``: Tile IR
     bytecode (one module, an entry per signature) and the tileiras flags cuTile would use
-    for ``arch``. Extern calls in it reach splice's handlers (:func:`resolve_calls`)."""
+    for ``arch``. Extern calls in it reach splice's handlers (:func:`resolve_calls`).
+    ``bytecode_version``: the Tile IR bytecode version to write (None: cuTile's choice,
+    which runs tileiras once per process to find it)."""
     context = context or _private("default_tile_context")
     _install_alias_hook()
+    _install_globals_hook()
     options = kernel._compiler_options
     found: dict = {}
-    _hook_state.found = found
+    reads: list[Read] = []
+    _hook_state.found, _hook_state.reads = found, reads
     try:
         # looked up at each call, as cuTile's own kernel._compile imports it: a test that
         # patches cuda.tile._compile.compile_tile sees splice's calls too
         compile_tile = _private("_compile_module").compile_tile
+        version = None if bytecode_version is None else \
+            _private("bc").BytecodeVersion(bytecode_version)
         result = compile_tile(kernel._annotated_function, signatures, arch, options,
-                              context, return_bytecode=True, return_cubin=False)
+                              context, bytecode_version=version, return_bytecode=True,
+                              return_cubin=False)
     finally:
-        _hook_state.found = None
+        _hook_state.found = _hook_state.reads = None
     opt, device_debug = _private("_tileiras_effective_opt_and_device_debug")(options, arch)
     flags = ("--gpu-name", arch, f"-O{opt}", "--device-debug" if device_debug
              else "--lineinfo")
     return Lowered(bytes(result.bytecode), tuple(s.symbol for s in result.kernel_signatures),
                    tuple(result.library_lifecycle_providers), flags,
-                   context.config.compiler_timeout_sec, tuple(found))
+                   context.config.compiler_timeout_sec, tuple(found), tuple(reads))
 
 
 #: An alias set of splice's own (cuTile's are ints, a bit per alias group counted from
@@ -287,6 +329,197 @@ def _operations(block):
         yield op
         for nested in op.nested_blocks:
             yield from _operations(nested)
+
+
+# --------------------------------------------------------------------------------------------
+# Python's rule for names: a trace reads what each global name holds now
+
+
+@dataclasses.dataclass(frozen=True, eq=False)   # compared by what they read, never by ==
+class Read:
+    """One global name the traced code of ``function`` (a Python function) loaded, and the
+    value it read there; with ``attrs``, the attribute of it the code read (``lib.f``: a
+    module's or a class's attribute, which cuTile reads at the trace)."""
+
+    function: Any
+    name: str
+    value: Any
+    attrs: tuple[str, ...] = ()
+
+    def holds(self) -> bool:
+        """Whether ``name`` (and its attributes ``attrs``) still holds ``value`` in
+        ``function``'s namespaces."""
+        return _attribute(lookup(self.function, self.name), self.attrs) is self.value
+
+
+def _attribute(value, attrs: tuple[str, ...]):
+    """``value.a.b`` for ``attrs`` ``("a", "b")``, through modules and classes only (what
+    cuTile's ``getattr`` of a constant reads); :data:`UNBOUND` where one is missing or not
+    a module or a class."""
+    for a in attrs:
+        if not isinstance(value, (types.ModuleType, type)):
+            return UNBOUND
+        value = getattr(value, a, UNBOUND)
+    return value
+
+
+#: what :func:`lookup` gives for a name bound nowhere
+UNBOUND: Any = object()
+
+
+def lookup(function, name: str):
+    """What ``name`` holds in the code of the Python function ``function`` now, by
+    Python's rule for a name the function does not assign: its closure cell, else its
+    module's globals, else its builtins (LEGB); :data:`UNBOUND` where none binds it."""
+    code = function.__code__
+    if name in code.co_freevars and function.__closure__:
+        cell = function.__closure__[code.co_freevars.index(name)]
+        try:
+            return cell.cell_contents
+        except ValueError:      # an empty cell (assigned later, or deleted)
+            return UNBOUND
+    if name in function.__globals__:
+        return function.__globals__[name]
+    builtins = function.__builtins__
+    if not isinstance(builtins, dict):
+        builtins = vars(builtins)
+    return builtins.get(name, UNBOUND)
+
+
+def _install_globals_hook() -> None:
+    """Wrap cuTile's ``get_function_hir`` (once) so that in a trace by splice each function
+    cuTile compiles reads the global names its code loads as they are bound now, not as
+    cuTile froze them when it first read the function (its cache is by function object,
+    for the process): the kernel, the helpers it calls, their nested functions and their
+    ``ct.static_eval`` expressions. The values read are recorded for
+    :func:`lower_to_bytecode` (:class:`Read`).
+
+    cuTile's HIR keeps a value per global name (``frozen_global_values``, read by its
+    ``load_var``); the wrapper sets, in the cached HIR, the values of the names a
+    ``load_var`` of the function's code reads, and the globals of the functions cuTile
+    compiled for its ``static_eval`` expressions, before the trace uses them."""
+    ast2hir = _private("_ast2hir")
+    original = ast2hir.get_function_hir
+    if getattr(original, "_splice_globals_hook", False):
+        return
+
+    def get_function_hir(pyfunc, mode):
+        hir = original(pyfunc, mode)
+        reads = getattr(_hook_state, "reads", None)
+        if reads is not None:
+            while _private("is_function_wrapper")(pyfunc):   # as cuTile unwraps it
+                pyfunc = pyfunc.__wrapped__
+            reads.extend(_read_globals(hir, pyfunc))
+        return hir
+    get_function_hir._splice_globals_hook = True
+    get_function_hir.cache_clear = original.cache_clear
+    for module in (ast2hir, _private("_hir2ir"), _private("_compile_module")):
+        module.get_function_hir = get_function_hir
+
+
+def _read_globals(hir, pyfunc) -> list[Read]:
+    """Set the global names ``hir`` (and the functions nested in it) loads to what they
+    hold in ``pyfunc``'s namespaces now; what was read.
+
+    Raises:
+        SpliceDeclarationError: a name the code loads is bound nowhere now (Python would
+            raise NameError)."""
+    loads, static_evals = _global_loads(hir)
+    values = list(hir.frozen_global_values)
+    reads = []
+    for i in loads:
+        name = hir.frozen_global_names[i]
+        values[i] = _bound(pyfunc, name, hir)
+        reads.append(Read(pyfunc, name, values[i]))
+    hir.frozen_global_values = tuple(values)
+    known = set(hir.frozen_global_names)
+    for fn in static_evals:
+        namespace = fn.__globals__           # cuTile's own copy, made for this function
+        for name in _code_names(fn.__code__) & known:
+            namespace[name] = _bound(pyfunc, name, hir)
+            reads.append(Read(pyfunc, name, namespace[name]))
+    reads.extend(_attribute_reads(hir, pyfunc, values))
+    for nested in hir.nested_functions:
+        reads.extend(_read_globals(nested, pyfunc))
+    return reads
+
+
+def _attribute_reads(hir, pyfunc, values) -> list[Read]:
+    """The attributes of modules and classes ``hir``'s code reads from its global names
+    (``getattr`` of a ``load_var``'s value, or of such an attribute), as they are bound
+    now (``values``: the global names' values, by index)."""
+    load_var, resolved = _private("load_var"), _private("ResolvedName")
+    paths: dict[int, tuple[int, tuple[str, ...]]] = {}   # value id -> (global, attrs)
+    reads = []
+    for call in _calls(hir.body):
+        rn = call.args[0] if call.args else None
+        key = getattr(call.result, "id", None)
+        if call.callee is load_var and isinstance(rn, resolved) and rn.depth < 0 \
+                and rn.index >= 0 and key is not None:
+            paths[key] = (rn.index, ())
+        elif call.callee is getattr and len(call.args) == 2 and \
+                isinstance(call.args[1], str) and key is not None and \
+                getattr(call.args[0], "id", None) in paths:
+            index, attrs = paths[call.args[0].id]
+            paths[key] = (index, attrs + (call.args[1],))
+            value = _attribute(values[index], paths[key][1])
+            if value is not UNBOUND:
+                reads.append(Read(pyfunc, hir.frozen_global_names[index], value,
+                                  paths[key][1]))
+    return reads
+
+
+def _calls(block):
+    """Every call of ``block`` and of the blocks nested in its calls' arguments."""
+    for call in block.calls:
+        yield call
+        for arg in call.args:
+            if isinstance(arg, _private("Block")):
+                yield from _calls(arg)
+
+
+def _bound(pyfunc, name: str, hir):
+    value = lookup(pyfunc, name)
+    if value is UNBOUND:
+        desc = hir.desc
+        raise SpliceDeclarationError(
+            f"'{desc.name}' ({desc.filename}:{desc.line}) reads the name '{name}', which "
+            f"nothing binds now (it was bound when cuTile first read the function; Python "
+            f"would raise NameError): bind it again, or remove its use")
+    return value
+
+
+def _global_loads(hir) -> tuple[list[int], list]:
+    """The indices (into ``frozen_global_names``) of the global names ``hir``'s own code
+    loads, and the functions of its ``static_eval`` expressions; found once per HIR."""
+    found = hir.__dict__.get("_splice_global_loads")
+    if found is None:
+        loads: set[int] = set()
+        static_evals: list = []
+        _scan(hir.body, loads, static_evals)
+        found = hir._splice_global_loads = (sorted(loads), static_evals)
+    return found
+
+
+def _scan(block, loads: set[int], static_evals: list) -> None:
+    load_var, resolved = _private("load_var"), _private("ResolvedName")
+    for call in _calls(block):
+        rn = call.args[0] if call.args else None
+        if call.callee is load_var and isinstance(rn, resolved) and rn.depth < 0 \
+                and rn.index >= 0:
+            loads.add(rn.index)
+        static_evals.extend(arg.compiled_expr for arg in call.args
+                            if isinstance(arg, _private("StaticEvalExpression")))
+
+
+def _code_names(code) -> set[str]:
+    """The global names ``code`` and the code nested in it (lambdas, comprehensions) may
+    load."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _code_names(const)
+    return names
 
 
 def python_function(kernel):

@@ -149,6 +149,24 @@ def _entry_path(kind: str, key: str) -> Path:
     return _trusted_root() / kind / full[:2] / f"{full}.bin"
 
 
+def entry_file(kind: str, name: str) -> Path:
+    """The file of the entry ``name`` (the SHA-256 hex digest :func:`store` names it by)
+    of ``kind``.
+
+    Raises:
+        ValueError: ``kind`` or ``name`` is not one :func:`store` could have made.
+        SpliceUnsafePathError: the cache directory is not trusted.
+    """
+    if not _KIND.fullmatch(kind) or not _holds_entries(kind) or not _ENTRY_NAME.fullmatch(name):
+        raise ValueError(f"not a cache entry: {kind}/{name}")
+    return _trusted_root() / kind / name[:2] / f"{name}.bin"
+
+
+def entry_limit() -> int:
+    """The most bytes an entry file may have to be read (a larger one is not splice's)."""
+    return max(max_bytes(), 1 << 30)
+
+
 def load(kind: str, key: str) -> tuple[dict, bytes] | None:
     """The (header, payload) stored under ``key``, or None. A hit marks the entry used; a
     corrupt entry is removed.
@@ -164,36 +182,71 @@ def read(path: Path, touch: bool = True) -> tuple[dict, bytes] | None:
     """The (header, payload) of the entry file ``path``, or None when it is missing (an
     entry may be evicted at any time) or corrupt (then it is removed). ``touch`` marks it
     used (listing the cache does not). An entry that is a link, not a regular file, or
-    written by a user the cache does not trust is a miss (and left alone)."""
+    written by a user the cache does not trust, or in a directory the cache does not
+    trust (reached one name at a time: :func:`splice.system.safe_fs.open_dir`; a file
+    has the group of a set-group-ID directory whoever writes it) is a miss (and left
+    alone)."""
     try:
-        data = safe_fs.read_regular(path, max(max_bytes(), 1 << 30), "the cache entry",
-                                    trust=safe_fs.cache_trust(), follow=False)
+        with safe_fs.open_dir(path.parent, "the cache directory", safe_fs.cache_trust()) as d:
+            return _read_in(d, path, touch)
+    except (OSError, SpliceUnsafePathError):
+        return None
+
+
+def _read_in(directory: int, path: Path, touch: bool) -> tuple[dict, bytes] | None:
+    """:func:`read` of ``path`` in its checked ``directory`` (a descriptor)."""
+    try:
+        data = safe_fs.read_regular(path, entry_limit(), "the cache entry",
+                                    trust=safe_fs.cache_trust(), follow=False,
+                                    dir_fd=directory)
     except (OSError, SpliceUnsafePathError):
         return None
     try:
-        if not data.startswith(_MAGIC):
-            raise ValueError("bad magic")
-        nl = data.index(b"\n", len(_MAGIC))
-        header = json.loads(data[len(_MAGIC):nl])
-        payload = data[nl + 1:]
-        if not isinstance(header, dict):
-            raise ValueError("header is not an object")
-        if header.get("key") != path.stem or header.get("size") != len(payload) or \
-                not isinstance(header.get("meta"), dict) or \
-                header.get("sha256") != _digest(header["meta"], payload):
-            raise ValueError("checksum mismatch")
-    except (ValueError, json.JSONDecodeError):
+        header, payload = decode(path.stem, data)
+    except ValueError:
         try:
-            path.unlink()
+            os.unlink(path.name, dir_fd=directory)
         except OSError:
             pass
         return None
     if touch:
-        try:
-            os.utime(path, follow_symlinks=False)  # used now: last to be evicted
+        try:   # used now: last to be evicted
+            os.utime(path.name, dir_fd=directory, follow_symlinks=False)
         except OSError:
             pass  # evicted meanwhile, or a read-only cache
     return header, payload
+
+
+def decode(name: str, data: bytes) -> tuple[dict, bytes]:
+    """The (header, payload) of an entry file's bytes ``data``, whose file is named
+    ``name`` (``<name>.bin``).
+
+    Raises:
+        ValueError: not an entry of that name, or its checksum fails (torn, edited).
+    """
+    if not data.startswith(_MAGIC):
+        raise ValueError("not a splice cache entry")
+    try:
+        nl = data.index(b"\n", len(_MAGIC))
+        header = json.loads(data[len(_MAGIC):nl])
+    except ValueError:   # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ValueError("its header is not JSON") from None
+    payload = data[nl + 1:]
+    if not isinstance(header, dict) or header.get("key") != name or \
+            header.get("size") != len(payload) or not isinstance(header.get("meta"), dict):
+        raise ValueError("its header does not describe it")
+    if header.get("sha256") != _digest(header["meta"], payload):
+        raise ValueError("its checksum fails")
+    return header, payload
+
+
+def encode(name: str, meta: dict, payload: bytes) -> bytes:
+    """The bytes of the entry file ``<name>.bin`` holding ``meta`` and ``payload``, stamped
+    with the splice code that wrote it (``code``: :func:`code_identity`)."""
+    header = json.dumps({"key": name, "size": len(payload), "code": code_identity(),
+                         "sha256": _digest(meta, payload), "meta": meta},
+                        sort_keys=True).encode()
+    return _MAGIC + header + b"\n" + payload
 
 
 def _digest(meta: dict, payload: bytes) -> str:
@@ -210,15 +263,30 @@ def store(kind: str, key: str, meta: dict, payload: bytes) -> bool:
     Raises:
         SpliceUnsafePathError: the cache directory, or one below it, is not trusted.
     """
+    return _store_at(_entry_path(kind, key), meta, payload)
+
+
+def store_entry(kind: str, name: str, meta: dict, payload: bytes) -> bool:
+    """:func:`store` of an entry known by its file's name (``name``: the SHA-256 hex digest
+    :func:`store` makes of the key and splice's code identity, a pack's member), with the
+    same trust rules, atomicity and accounting.
+
+    Raises:
+        ValueError: ``kind`` or ``name`` is not one :func:`store` could have made.
+        SpliceUnsafePathError: the cache directory, or one below it, is not trusted.
+    """
+    return _store_at(entry_file(kind, name), meta, payload)
+
+
+def _store_at(path: Path, meta: dict, payload: bytes) -> bool:
+    """:func:`store` at the entry file ``path``."""
     global _warned_readonly
-    path = _entry_path(kind, key)
-    header = json.dumps({"key": path.stem, "size": len(payload),
-                         "sha256": _digest(meta, payload), "meta": meta},
-                        sort_keys=True).encode()
+    data = encode(path.stem, meta, payload)
     try:
         _cache_dirs(path.parent)
-        safe_fs.write_file(path, _MAGIC + header + b"\n" + payload, "the cache directory",
-                           trust=safe_fs.cache_trust(), sync=True)
+        # not fsync'ed (5-16 ms a store on a loaded disk, in every first compile): after a
+        # power loss an entry is whole or fails its checksum (read() removes it)
+        safe_fs.write_file(path, data, "the cache directory", trust=safe_fs.cache_trust())
     except OSError as e:
         if not _warned_readonly:
             _warned_readonly = True
@@ -226,7 +294,7 @@ def store(kind: str, key: str, meta: dict, payload: bytes) -> bool:
                           f"compiling without caching", RuntimeWarning, stacklevel=2)
         return False
     _remove_stale_temps(path.parent)
-    _account(len(_MAGIC) + len(header) + 1 + len(payload), keep=path)
+    _account(len(data), keep=path)
     return True
 
 
@@ -322,10 +390,16 @@ def entries(kind: str | None = None) -> list[Path]:
     kinds = [kind] if kind else [p.name for p in _directories(root)]
     out = []
     for k in kinds:
-        if k not in _NOT_ENTRIES and not k.startswith(("toolchain-", PCH_PREFIX)):
+        if _holds_entries(k):
             out.extend(sorted(p for d in _directories(root / k) if len(d.name) == 2
                               for p in d.glob("*.bin") if _is_entry_name(p)))
     return out
+
+
+def _holds_entries(kind: str) -> bool:
+    """Whether the cache's directory ``kind`` holds entries (not a tileiras overlay's, nor
+    a process's precompiled headers)."""
+    return kind not in _NOT_ENTRIES and not kind.startswith(("toolchain-", PCH_PREFIX))
 
 
 def _directories(parent: Path) -> list[Path]:
@@ -338,6 +412,8 @@ def _directories(parent: Path) -> list[Path]:
 
 
 _ENTRY_NAME = re.compile(r"[0-9a-f]{64}")
+#: The kinds of entry splice stores (``kernel``, ``fragment``, ``stages``, ``walk``...)
+_KIND = re.compile(r"[a-z][a-z-]{0,31}")
 
 
 def _is_entry_name(p: Path) -> bool:

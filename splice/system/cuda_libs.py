@@ -12,6 +12,7 @@ import os
 import threading
 
 from ..errors import SpliceCompileError, SpliceToolchainError
+from . import settings
 
 
 class _Calls:
@@ -108,6 +109,7 @@ def _nvrtc(source: bytes, name: str, options: list[str], ltoir: bool,
            pch: bool | str = False):
     """NVRTC: (PTX or LTO-IR bytes, log). PCH compiles run one at a time
     (:data:`splice.system.nvrtc_pch._lock`)."""
+    settings.refuse_if_never("NVRTC", name)
     from cuda.bindings import nvrtc
     with _calls.running():
         if not pch:
@@ -166,7 +168,9 @@ def nvjitlink_run(options: list[str], inputs: list[tuple[str, bytes, str]], outp
 
     Raises:
         SpliceLinkError: nvJitLink failed (its log attached).
+        SpliceNotCachedError: ``SPLICE_COMPILE=never``.
     """
+    settings.refuse_if_never("nvJitLink", what)
     with _calls.running():
         return _nvjitlink_run(options, inputs, output, what)
 

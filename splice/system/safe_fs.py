@@ -25,6 +25,7 @@ import errno
 import fcntl
 import functools
 import grp
+import linecache
 import os
 import pwd
 import re
@@ -32,11 +33,12 @@ import secrets
 import shutil
 import stat
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from ..errors import SpliceUnsafePathError
-from . import settings
+from . import forksafe, settings
 
 #: The largest source, header or fragment file splice reads (a ``/dev/zero`` link stops here).
 MAX_SOURCE_BYTES = 1 << 30
@@ -162,7 +164,7 @@ _MAX_LINKS = 40
 
 
 def walk(path: Path | str, what: str, trust: Trust = PRIVATE, *, create: bool = False,
-         ancestors: bool = False) -> int:
+         ancestors: bool = False, place: bool = False) -> int:
     """A descriptor (``O_PATH``) of the directory ``path``, reached one name at a time from
     ``/`` (``openat``-style: what is checked is what the descriptor holds, no name is
     resolved twice). A symbolic link on the way is followed only when you or root own it
@@ -179,6 +181,9 @@ def walk(path: Path | str, what: str, trust: Trust = PRIVATE, *, create: bool = 
             rename entries of: one neither trusted nor sticky (``/tmp``: users rename only
             their own entries) with you or root as owner. For what another program opens
             by name after splice checked it (tileiras its ``ptxas``, NVRTC its PCH).
+        place (bool): ``path`` is not trusted with what is in it, only a place for
+            entries of yours (``$TMPDIR``): refused, as a directory on the way with
+            ``ancestors``, when another user could rename an entry of it.
 
     Returns:
         int: the descriptor, ``O_PATH | O_DIRECTORY``: for ``dir_fd=`` and ``fstat``.
@@ -195,7 +200,7 @@ def walk(path: Path | str, what: str, trust: Trust = PRIVATE, *, create: bool = 
         st = os.fstat(fd)
         while todo:
             if ancestors:
-                _check_above(here, st, f"{what} {path}", trust)
+                check_no_renames(here, st, f"a directory above {what} {path} at", trust)
             name = todo.pop()
             lst = _lstat_or_make(fd, name, st, trust, create)
             if stat.S_ISLNK(lst.st_mode):
@@ -214,7 +219,10 @@ def walk(path: Path | str, what: str, trust: Trust = PRIVATE, *, create: bool = 
             os.close(fd)
             fd, here = nfd, os.path.normpath(os.path.join(here, name))
             st = os.fstat(fd)
-        check(path, st, what, trust)
+        if place:
+            check_no_renames(path, st, what, trust)
+        else:
+            check(path, st, what, trust)
         return fd
     except BaseException:
         os.close(fd)
@@ -269,12 +277,24 @@ def _followed(fd: int, name: str, st: os.stat_result, shown: str, links: int,
     return os.readlink(name, dir_fd=fd)
 
 
-def _check_above(directory: str, st: os.stat_result, what: str, trust: Trust) -> None:
-    """Refuse ``directory``, on the way to ``what``, when another user could rename an
-    entry of it: not trusted, and not sticky with you or root as owner."""
+def check_no_renames(directory: Path | str, st: os.stat_result, what: str,
+                     trust: Trust = PRIVATE) -> None:
+    """Refuse ``directory`` (``st`` its stat) when another user could rename an entry of
+    it (and put hers in its place): not trusted, and not sticky with you or root as owner
+    (``/tmp``: users rename only their own entries).
+
+    Raises:
+        SpliceUnsafePathError: as :func:`check`, ``what`` naming it.
+    """
     why = untrusted_why(st, trust)
-    if why is not None and not (st.st_mode & stat.S_ISVTX and "owns" not in why):
-        check(directory, st, f"a directory above {what} at", trust)
+    if why is None or st.st_mode & stat.S_ISVTX and "owns" not in why:
+        return
+    fix = "point splice elsewhere" if "owns" in why else \
+        f"chmod +t {directory} (as /tmp), or point splice elsewhere"
+    raise SpliceUnsafePathError(
+        f"splice refuses {what} {directory}: it is {describe(st)}, and {why}"
+        f"{'' if 'owns' in why else ', without the sticky bit'}: another user could rename "
+        f"an entry of it and put hers in its place; {fix} (docs/security.md)")
 
 
 def private_dir(path: Path, what: str, trust: Trust = PRIVATE, *,
@@ -312,6 +332,28 @@ def open_dir(path: Path, what: str, trust: Trust = PRIVATE):
         os.close(fd)
 
 
+def declaring_dir(file: str) -> Path | None:
+    """The resolved directory of ``file``, the file a declaration is in (a code object's
+    ``co_filename``), against which the declaration's relative names are resolved; None
+    when it is in no file: a name that is not an absolute path of a regular file
+    (``<stdin>``, ``<string>``), or one IPython gave a notebook cell
+    (``/tmp/ipykernel_<pid>/<hash>.py``, registered in :mod:`linecache` without a modification
+    time: a file of that name is no cell of yours, and another user can create it).
+    Never the current directory.
+
+    Example:
+        >>> declaring_dir("<stdin>") is None
+        True
+    """
+    cached = linecache.cache.get(file)
+    if cached is not None and len(cached) == 4 and cached[1] is None:
+        return None   # code IPython compiled from a cell, not read from this file
+    path = Path(file)
+    if not path.is_absolute() or not path.is_file():
+        return None
+    return path.resolve().parent
+
+
 #: Where :func:`system_program` takes a program from: the system's own directories
 SYSTEM_BIN = ("/usr/bin", "/bin")
 
@@ -337,6 +379,56 @@ def system_program(name: str) -> str | None:
 STALE_PROCESS_DIR_SECONDS = 24 * 3600
 
 
+def temporary_parent() -> Path:
+    """The temporary directory (``$TMPDIR``, :func:`tempfile.gettempdir`), where splice
+    makes directories of its own (:func:`work_dir`, :func:`process_dir`), checked now: a
+    tool reads and writes files there by name, so it must be one where no other user can
+    rename your entries (and put hers in their place), it and every directory above it:
+    trusted, or sticky with you or root as owner (``/tmp``).
+
+    Raises:
+        SpliceUnsafePathError: another user could; the message names the directory.
+    """
+    parent = Path(tempfile.gettempdir())
+    os.close(walk(parent, "the temporary directory ($TMPDIR)", ancestors=True, place=True))
+    return parent
+
+
+@contextlib.contextmanager
+def work_dir(prefix: str):
+    """A fresh directory of yours (0700, ``<prefix><random>``) in the checked temporary
+    directory (:func:`temporary_parent`) for one run of a tool, removed after by a thread,
+    off the compile's critical path (on a 2-CPU machine the removal of tileiras's and
+    ptxas's files took 5-11 ms of a 110-160 ms first compile); the process waits for the
+    removals at exit.
+
+    Raises:
+        SpliceUnsafePathError: another user could rename it in ``$TMPDIR``.
+    """
+    work = tempfile.mkdtemp(prefix=prefix, dir=temporary_parent())
+    try:
+        yield Path(work)
+    finally:
+        remover = threading.Thread(target=shutil.rmtree, args=(work, True), daemon=True,
+                                   name="splice-scratch-removal")
+        with _removals_lock:
+            _removals[:] = [t for t in _removals if t.is_alive()] + [remover]
+        remover.start()
+
+
+_removals: list[threading.Thread] = []
+_removals_lock = forksafe.lock(globals(), "_removals_lock")
+
+
+@atexit.register
+def _wait_for_removals() -> None:
+    with _removals_lock:
+        pending = list(_removals)
+    for t in pending:
+        if t.is_alive():
+            t.join(timeout=10)
+
+
 def process_dir(prefix: str, parent: Path | None = None) -> Path:
     """A fresh directory of this process: 0700, an unpredictable name
     (``<prefix><pid>-<random>``, :func:`tempfile.mkdtemp`) in ``parent`` (default: the
@@ -346,15 +438,18 @@ def process_dir(prefix: str, parent: Path | None = None) -> Path:
 
     Args:
         prefix (str): the name's start (``"pch-"``).
-        parent (Path | None): where (a trusted directory).
+        parent (Path | None): where (a trusted directory; default
+            :func:`temporary_parent`).
 
     Returns:
         Path: the directory.
 
     Raises:
+        SpliceUnsafePathError: the temporary directory is one where another user could
+            rename it.
         OSError: it cannot be made.
     """
-    parent = Path(parent) if parent is not None else Path(tempfile.gettempdir())
+    parent = Path(parent) if parent is not None else temporary_parent()
     sweep(parent, prefix)
     made = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent))
     atexit.register(_remove_own, made, os.getpid())
@@ -369,12 +464,15 @@ def _remove_own(directory: Path, owner: int) -> None:
 def sweep(parent: Path, prefix: str) -> int:
     """Remove the directories :func:`process_dir` made in ``parent`` with ``prefix`` for
     processes that are gone, or longer ago than :data:`STALE_PROCESS_DIR_SECONDS`: yours
-    only, real directories only (never a link). Returns the bytes freed."""
+    only, real directories only (never a link), and only where no other user can rename
+    entries (:func:`check_no_renames`: there she could give a directory of yours such a
+    name, for splice to delete). Returns the bytes freed."""
     freed = 0
     pattern = re.compile(re.escape(prefix) + r"(\d+)-")
     try:
+        os.close(walk(parent, "a directory splice sweeps", place=True, ancestors=True))
         found = [(e, m) for e in os.scandir(parent) if (m := pattern.match(e.name))]
-    except OSError:
+    except (OSError, SpliceUnsafePathError):
         return 0
     for entry, m in found:
         try:
@@ -454,7 +552,7 @@ def write_file(path: Path, data: bytes | str, what: str, *, trust: Trust = PRIVA
 
 
 def read_regular(path: Path | str, limit: int, what: str, *, trust: Trust | None = None,
-                 follow: bool = True) -> bytes:
+                 follow: bool = True, dir_fd: int | None = None) -> bytes:
     """The bytes of the regular file ``path``.
 
     Args:
@@ -463,6 +561,8 @@ def read_regular(path: Path | str, limit: int, what: str, *, trust: Trust | None
         what (str): what it is to splice, for the message.
         trust (Trust | None): also refuse a file this does not trust.
         follow (bool): False: refuse a symlink.
+        dir_fd (int | None): the directory (a descriptor, :func:`open_dir`) ``path``'s
+            last name is opened in, instead of ``path`` itself.
 
     Returns:
         bytes: its content.
@@ -474,7 +574,14 @@ def read_regular(path: Path | str, limit: int, what: str, *, trust: Trust | None
     """
     flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, flags)
+        # the type before it is opened: opening a FIFO to read releases a writer waiting
+        # on it (O_NONBLOCK only keeps the open from waiting); the fstat below checks the
+        # file that was opened
+        name, at = (path, None) if dir_fd is None else (Path(path).name, dir_fd)
+        first = os.stat(name, dir_fd=at, follow_symlinks=follow)
+        if not stat.S_ISREG(first.st_mode) and not (stat.S_ISLNK(first.st_mode) and not follow):
+            raise SpliceUnsafePathError(not_regular(path, first, what))
+        fd = os.open(name, flags, dir_fd=at)
     except OSError as e:
         if e.errno == errno.ELOOP and not follow:
             raise SpliceUnsafePathError(f"splice refuses {what} {path}: it is a symlink; "
@@ -483,8 +590,7 @@ def read_regular(path: Path | str, limit: int, what: str, *, trust: Trust | None
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise SpliceUnsafePathError(f"splice refuses {what} {path}: it is not a regular "
-                                        f"file (a FIFO, a device or a socket); give a file")
+            raise SpliceUnsafePathError(not_regular(path, st, what))
         if trust is not None:
             check(path, st, what, trust)
         data = f.read(limit + 1)
@@ -492,6 +598,23 @@ def read_regular(path: Path | str, limit: int, what: str, *, trust: Trust | None
         raise SpliceUnsafePathError(f"splice refuses {what} {path}: it is larger than "
                                     f"{limit} bytes")
     return data
+
+
+def not_regular(path, st: os.stat_result, what: str) -> str:
+    """The refusal of ``path`` (its stat ``st``), which is not a regular file.
+
+    Example:
+        >>> import os
+        >>> not_regular("/dev/null", os.stat("/dev/null"), "the file")[:44]
+        'splice refuses the file /dev/null: it is a c'
+    """
+    kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a character device"
+            if stat.S_ISCHR(st.st_mode) else "a block device" if stat.S_ISBLK(st.st_mode)
+            else "a socket" if stat.S_ISSOCK(st.st_mode) else "a directory"
+            if stat.S_ISDIR(st.st_mode) else "not a regular file")
+    return (f"splice refuses {what} {path}: it is {kind}, not a regular file, and splice "
+            f"reads regular files only (a FIFO or a device could block or never end); give "
+            f"a file")
 
 
 @contextlib.contextmanager
@@ -522,7 +645,13 @@ def locked(path: Path, what: str, trust: Trust = PRIVATE,
             raise SpliceUnsafePathError(f"splice refuses {what} {path}: not a regular file")
         check(path, st, what, trust)
         _wait(fd, path, LOCK_TIMEOUT_SECONDS if timeout is None else timeout)
-        yield
+        try:
+            yield
+        finally:
+            # released, not only closed: the lock belongs to the open file description,
+            # which a child forked meanwhile shares; its copy of the descriptor would hold
+            # the lock for ever after this close (its first cache store then waited 60 s)
+            fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
 

@@ -25,7 +25,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from ..errors import (
@@ -34,7 +33,7 @@ from ..errors import (
     SpliceToolchainError,
     SpliceUnsafePathError,
 )
-from . import tileiras_overlay
+from . import safe_fs, settings, tileiras_overlay
 
 # NVRTC and nvJitLink moved to splice.system.cuda_libs; their callers (and tests) use them from here
 from .cuda_libs import nvjitlink_run as nvjitlink_run
@@ -339,9 +338,13 @@ def run_tileiras(bytecode: bytes, flags: tuple[str, ...], *, timeout: float | No
         SpliceTileirasError: tileiras failed (also cuTile's TileCompilerExecutionError).
         SpliceTileirasTimeout: it timed out (also cuTile's TileCompilerTimeoutError).
         SpliceToolchainError: it cannot run, or did not call ptxas exactly once.
+        SpliceUnsafePathError: ``$TMPDIR`` is a directory where another user could
+            rename its work directory (:func:`splice.system.safe_fs.work_dir`).
+        SpliceNotCachedError: ``SPLICE_COMPILE=never``.
     """
-    with tempfile.TemporaryDirectory(prefix="splice-tileiras-") as work:
-        w = Path(work)
+    settings.refuse_if_never("tileiras", what)
+    with safe_fs.work_dir("splice-tileiras-") as w:
+        work = str(w)
         if "\n" in work:   # the capture's argv is one argument a line
             raise SpliceToolchainError(
                 f"cannot run tileiras for {what}: the temporary directory {work!r} has a "
@@ -442,9 +445,12 @@ def run_ptxas(ptx: str, flags: list[str], host_object: bytes | None, *,
 
     Raises:
         SpliceToolchainError: ptxas rejected the PTX; ``.log`` holds its messages.
+        SpliceUnsafePathError: ``$TMPDIR`` is a directory where another user could
+            rename its work directory (:func:`splice.system.safe_fs.work_dir`).
+        SpliceNotCachedError: ``SPLICE_COMPILE=never``.
     """
-    with tempfile.TemporaryDirectory(prefix="splice-ptxas-") as work:
-        w = Path(work)
+    settings.refuse_if_never("ptxas", what)
+    with safe_fs.work_dir("splice-ptxas-") as w:
         src = w / "kernel.ptx"
         src.write_text(ptx)
         out = w / "kernel.cubin"
@@ -500,8 +506,8 @@ def disassemble(cubin: bytes) -> str | None:
     tool = nvdisasm()
     if tool is None:
         return None
-    with tempfile.TemporaryDirectory(prefix="splice-sass-") as work:
-        p = Path(work) / "k.cubin"
+    with safe_fs.work_dir("splice-sass-") as work:
+        p = work / "k.cubin"
         p.write_bytes(cubin)
         proc = subprocess.run([str(tool), "-c", str(p)], capture_output=True, text=True,
                               env=clean_env())
@@ -531,3 +537,4 @@ def gpu_arch() -> str | None:
         return f"sm_{major}{minor}"
     except (ImportError, OSError, RuntimeError):   # no cuda.bindings, or no libcuda
         return None
+

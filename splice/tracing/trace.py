@@ -24,10 +24,18 @@ from typing import Any
 
 import cuda.tile as ct
 
-from ..errors import SpliceCallError, SpliceDeclarationError, SpliceError
+from ..errors import (
+    SpliceCallError,
+    SpliceDeclarationError,
+    SpliceError,
+    SpliceUnsafePathError,
+    user_location,
+)
 from ..forms.base import CallSite, Memory
 from ..system import _cutile as cu
+from ..system import cache, settings, toolchain
 from ..types import Signature
+from . import reloading
 
 # --------------------------------------------------------------------------------------------
 # Call sites recorded while cuTile traces one kernel signature.
@@ -116,6 +124,9 @@ class TracedKernel:
     #: impure calls given an array the kernel may store by TMA
     #: (:mod:`splice.ptxtools.tma_store_reads`)
     tma_stored_reads: tuple = ()
+    #: the global names the traced code loaded and what they held
+    #: (:class:`splice.system._cutile.Read`, :mod:`splice.tracing.reloading`)
+    reads: tuple = ()
 
 
 
@@ -134,7 +145,8 @@ def trace_kernel(kernel: ct.kernel, signature, arch: str, context=None,
     signatures = tuple(signature) if isinstance(signature, (list, tuple)) else (signature,)
     with trace_session(cu.python_function(kernel).__name__, atomic_sites) as session:
         try:
-            lowered = cu.lower_to_bytecode(kernel, signatures, arch, context)
+            lowered = cu.lower_to_bytecode(kernel, signatures, arch, context,
+                                           bytecode_version())
         except OSError as e:
             if str(e) not in _NO_SOURCE:
                 raise
@@ -144,9 +156,42 @@ def trace_kernel(kernel: ct.kernel, signature, arch: str, context=None,
                     isinstance(e, ct.TileInternalError) or "None" in e.message):
                 raise
             raise _void_result_error(e, session) from None
+    reloading.read(lowered.reads)
     return TracedKernel(lowered.bytecode, lowered.symbols[0], tuple(session.sites),
                         lowered.lifecycle_providers, lowered.tileiras_flags,
-                        lowered.timeout_sec, lowered.symbols, lowered.tma_stored_reads)
+                        lowered.timeout_sec, lowered.symbols, lowered.tma_stored_reads,
+                        lowered.reads)
+
+
+def bytecode_version() -> int:
+    """The Tile IR bytecode version the kernels are written in: the newest the installed
+    tileiras takes (:func:`splice.system._cutile.max_bytecode_version`, which runs
+    tileiras), remembered in this process and in the cache under tileiras's identity
+    (:func:`splice.system.toolchain.tool_identity`) and cuTile's dev-features switch: a
+    process that only hits (a service started from a pack) runs no tileiras. Under
+    ``SPLICE_COMPILE=never`` a version not remembered is not probed: the oldest version
+    cuTile writes, remembered nowhere (a kernel traced in it misses, unless this toolchain
+    compiled that very bytecode, and the build's refusal names it and its externs)."""
+    key = cache.key_of("bytecode-version", toolchain.tool_identity("tileiras"),
+                       cu.dev_features())
+    if key not in _versions:
+        try:
+            hit = cache.load("probe", key)
+        except SpliceUnsafePathError:
+            hit = None
+        if hit is not None and hit[1].isdigit():
+            _versions[key] = int(hit[1])
+        elif settings.compile_never():   # no tileiras may run: a version no probe gave
+            return cu.oldest_bytecode_version()   # (the build misses and says so)
+        else:
+            _versions[key] = cu.max_bytecode_version()
+            with contextlib.suppress(SpliceUnsafePathError):
+                cache.store("probe", key, {"what": "tileiras's newest Tile IR bytecode "
+                                                   "version"}, str(_versions[key]).encode())
+    return _versions[key]
+
+
+_versions: dict[str, int] = {}
 
 
 #: What :func:`inspect.findsource` raises for a function whose source Python has not kept.
@@ -291,8 +336,7 @@ def _check_float_constant(ext, i, value, elem, loc):
 
 
 def _handle_extern_call(callee, *args):
-    from .reloading import latest
-    callee = latest(callee)   # the extern declared again since cuTile froze the kernel's globals
+    reloading.reached(callee)
     ext = callee._splice_extern
     loc = cu.current_loc()
     if len(args) == 2 and isinstance(args[0], tuple):  # cuTile packs *args, **kwargs
@@ -489,16 +533,9 @@ def _marker_shape(shape, args) -> tuple[int, ...]:
 
 
 def python_caller() -> str:
-    """"file:line" of the user's Python code that called into splice (the first frame above
-    the caller of this function that is outside the splice package)."""
-    import os
-    import sys
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-    frame = sys._getframe(2)
-    while frame.f_back is not None and \
-            os.path.abspath(frame.f_code.co_filename).startswith(here):
-        frame = frame.f_back
-    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+    """"file:line" of the user's Python code that called into splice
+    (:func:`splice.errors.user_location`)."""
+    return user_location()
 
 
 def make_callable_stub(ext, pyfunc, emit=None):
@@ -527,8 +564,7 @@ def make_callable_stub(ext, pyfunc, emit=None):
     stub._splice_extern = ext  # type: ignore[attr-defined]
     if emit is not None:
         stub._splice_emit = emit  # type: ignore[attr-defined]
-    from .reloading import declared
-    declared(stub, pyfunc)
+    reloading.declared(stub)
     return stub
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -18,8 +19,8 @@ import cuda.tile as ct
 
 import splice
 from splice.system import toolchain
-from support.shared_machine import SIG as SIG
 from support.shared_machine import (
+    FORGED_TAIL,
     attempt,
     build,
     env,
@@ -28,6 +29,7 @@ from support.shared_machine import (
     plant_overlay,
     toolkit,
 )
+from support.shared_machine import SIG as SIG
 from support.two_users import CHILD_SECONDS
 
 #: SCALE in the victim's header (3.0f) and in the one planted in the working directory (7.0f)
@@ -123,6 +125,29 @@ def victim_cwd(world: Path) -> dict:
     return {"genuine": GENUINE_SCALE in b.spliced_ptx, "planted": PLANTED_SCALE in b.spliced_ptx}
 
 
+def victim_tmpdir(world: Path) -> dict:
+    """A compile with ``$TMPDIR`` a directory every user can write, not sticky
+    (``shared-tmp``: a team scratch directory), stopped when ptxas has written the cubin
+    into its work directory there (while another user renames that directory and puts
+    her own in its place), then on: whether the cubin built is hers."""
+    run = subprocess.run
+
+    def paused(argv, *args, **kwargs):
+        proc = run(argv, *args, **kwargs)
+        out = Path(argv[argv.index("-o") + 1]) if "-o" in argv else Path()
+        if out.parent.name.startswith("splice-ptxas-"):   # ptxas's cubin, not tileiras's
+            pause(world, "swap", str(out.parent))
+        return proc
+    tempfile.tempdir = str(world / "shared-tmp")
+    subprocess.run = paused
+    try:
+        with env(SPLICE_CACHE_DIR=str(world / "victim" / "tmpdir-cache")):
+            return build(str(world), "a").cubin.endswith(FORGED_TAIL)
+    finally:
+        subprocess.run = run
+        tempfile.tempdir = None
+
+
 def team(world: Path) -> dict:
     """A build in the cache that ``$SPLICE_CACHE_DIR`` and ``$SPLICE_CACHE_TRUST`` name."""
     b = build(str(world), "a")
@@ -134,6 +159,7 @@ ROLES = {
     "victim-repointed": [victim_repointed],
     "victim-forked": [victim_forked],
     "victim-cwd": [victim_cwd],
+    "victim-tmpdir": [victim_tmpdir],
     "team-first": [team],
     "team-second": [team],
 }

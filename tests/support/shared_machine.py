@@ -27,8 +27,9 @@ import cuda.tile as ct
 from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature
 
 import splice
-from splice.inputs import fragments
+from splice.inputs import fragments, headers
 from splice.system import cache, toolchain
+from splice.tracing import trace
 
 ARCH = "sm_90"
 #: 5.0f, what the extern multiplies by; the forged fragment multiplies by 7.0f.
@@ -91,9 +92,14 @@ def env(**values):
 
 
 def _forget():
-    """Forget what this process found: the overlay, compiled fragments, parsed trust."""
+    """Forget what this process found: the overlay, compiled fragments, parsed trust, and
+    the facts a later process reads from the cache (tileiras's bytecode version, include
+    walks), so that the next build reads the cache as a new process would."""
     toolchain.overlay.cache_clear()
     fragments._memo.clear()
+    trace._versions.clear()
+    with headers._lock:
+        headers._walks.clear()
     for name in ("_parse_trust", "_temporary_root"):
         for mod in vars(splice).values():
             f = getattr(mod, name, None)

@@ -97,6 +97,9 @@ class Gen:
             return str(imm_value(op) & mask(bits))
         if _is_decimal_float(op):
             return str(V.f2b(float(op)) if bits == 32 else V.d2b(float(op)))
+        name, plus, off = op.replace(" ", "").partition("+")
+        if plus and is_imm(off):                 # ``mov.u64 %rd, var+imm`` (PTX ISA, mov)
+            return self.symbol_address(name, imm_value(off))
         return self.symbol_address(op)
 
     def _is_reg(self, name: str) -> bool:
