@@ -77,10 +77,25 @@ def _route_reference(logits: np.ndarray, k: int):
     return ids.astype(np.int32), sel / sel.sum(axis=1, keepdims=True)
 
 
+def test_moe_align_compiles_for_sm_90_as_a_launch_types_its_arrays(recipe):
+    """64 tokens of 256 experts at top-8, typed as ct.launch types torch arrays (dimensions
+    divisible by 16): tileiras split the one-block kernel in two warpgroups on the H100
+    until it was compiled with the occupancy hint (the signature without those hints
+    compiled on the CPU)."""
+    moe = recipe("moe_align")
+    tokens, experts = 64, 256
+    c = moe.config(tokens, experts, 8, 64)
+    [(kernel, _, args, constants)] = moe.plan(c, np.zeros((tokens, experts), np.float32),
+                                               moe.outputs(np, c, tokens), tokens)
+    sig = moe.signature(args, constants)
+    assert sig.parameters[0].shape_divisible_by == (16, 16)
+    assert splice.compile(kernel, sig, "sm_90").sites
+
+
 @pytest.mark.parametrize("tokens,experts,k,tile_m,paths", [
     (16, 8, 2, 16, 1),          # decode-sized: one kernel
     (300, 16, 3, 8, 2),         # two blocks of 256 tokens (k = 3: 4 slots, one unused)
-    (3, 64, 1, 8, 1),           # a routing step of 128 x 64 logits: the occupancy-hint kernel
+    (3, 64, 1, 8, 1),           # a routing step of 128 x 64 logits
 ])
 def test_moe_align_is_the_samples_alignment(recipe, tokens, experts, k, tile_m, paths):
     moe = recipe("moe_align")
@@ -93,8 +108,7 @@ def test_moe_align_is_the_samples_alignment(recipe, tokens, experts, k, tile_m, 
     out["sorted_expert_ids"][:] = -1
     launches = moe.plan(c, logits, out, tokens)
     assert len(launches) == paths
-    assert (launches[0][0] is moe.moe_align_one_block_wide) == (
-        c["tb"] * c["ep"] > moe.ROUTE_ELEMENTS)
+    assert launches[0][0] is (moe.moe_align_one_block if paths == 1 else moe.moe_route_count)
     _launch(moe, launches)
     ids, weights = _route_reference(logits, k)
     np.testing.assert_array_equal(out["topk_ids"], ids)

@@ -135,7 +135,11 @@ def offsets(counts, mine, before, TM: int):
 # The kernels
 
 
-@splice.kernel
+#: cuTile's occupancy hint keeps the one block 128 threads: without it tileiras split the
+#: block in two warpgroups where the block calls cannot run (refused) when the routing step
+#: was wider than ROUTE_ELEMENTS, and, on an H100, for 64 tokens of 256 experts at top-8 too,
+#: from the hints a launch gives (dimensions divisible by 16) that the CPU's signature lacked.
+@splice.kernel(occupancy=2)
 def moe_align_one_block(logits, topk_ids, topk_weights, sorted_token_ids, sorted_expert_ids,
                         num_tokens_post_padded, base, tokens: int, k: int, KP: ConstInt,
                         EP: ConstInt, TB: ConstInt, TPB: ConstInt, BINS: ConstInt,
@@ -156,12 +160,6 @@ def moe_align_one_block(logits, topk_ids, topk_weights, sorted_token_ids, sorted
              allow_tma=False)
     place(keys, pairs, base, sorted_token_ids, sorted_expert_ids, 0, TM, BINS)
 
-
-#: The same kernel with cuTile's occupancy hint, for problems whose routing step is wider than
-#: ROUTE_ELEMENTS (its TB is held at 128 // KP tokens, a splice.cub tile of pairs: 384
-#: experts at top-8 take 8192 logits a step): tileiras split such a block in two warpgroups,
-#: where the block calls cannot run (refused), and the hint keeps it one 128-thread block.
-moe_align_one_block_wide = splice.kernel(occupancy=2)(moe_align_one_block._pyfunc)
 
 
 @splice.kernel
@@ -215,8 +213,7 @@ def plan(c: dict, logits, out: dict, tokens: int) -> list:
     arrays NumPy's or PyTorch's (``out`` from :func:`outputs`)."""
     o = out
     if c["blocks"] == 1:
-        wide = c["tb"] * c["ep"] > ROUTE_ELEMENTS
-        return [(moe_align_one_block_wide if wide else moe_align_one_block, (1,),
+        return [(moe_align_one_block, (1,),
                  (logits, o["topk_ids"], o["topk_weights"], o["sorted_token_ids"],
                   o["sorted_expert_ids"], o["num_tokens_post_padded"], o["base"], tokens,
                   c["k"]),
@@ -245,11 +242,26 @@ def outputs(lib, c: dict, tokens: int, **device) -> dict:
 
 
 def signature(args, constants):
-    """The ``splice.kernel_signature`` of a launch (for compiling without a GPU)."""
+    """The ``splice.kernel_signature`` of a launch (for compiling without a GPU): each array
+    typed as ``ct.launch`` types it, dimensions and strides divisible by 16 (elements of
+    16 bytes) where they are, which changes what tileiras makes of a kernel."""
+    from cuda.tile.compilation import ArrayConstraint
+
     def param(a):
         if isinstance(a, int):
             return "scalar(int32)"
-        return f"array({str(a.dtype).replace('torch.', '')}, ndim={a.ndim})"
+        dtype = getattr(ct, str(a.dtype).replace("torch.", ""))
+        size = a.element_size() if hasattr(a, "element_size") else a.itemsize
+        strides = a.stride() if callable(getattr(a, "stride", None)) else \
+            tuple(s // size for s in a.strides)
+        per16 = 16 // size
+        return ArrayConstraint(
+            dtype, a.ndim, index_dtype=ct.int32, stride_lower_bound_incl=0, alias_groups=(),
+            may_alias_internally=False,
+            stride_constant=tuple(1 if s == 1 else None for s in strides),
+            stride_divisible_by=tuple(per16 if s % per16 == 0 else 1 for s in strides),
+            shape_divisible_by=tuple(16 if d % 16 == 0 else 1 for d in a.shape),
+            base_addr_divisible_by=16)
     return splice.kernel_signature(*(param(a) for a in args), *constants)
 
 
