@@ -19,6 +19,7 @@ from fuzz.harness import Finding, N, inputs, layout, same
 from fuzz.program import (
     Binary,
     Case,
+    Cast,
     Input,
     Lit,
     Render,
@@ -87,13 +88,16 @@ _F2I_EDGES = (float("nan"), -float("nan"), float("inf"), -float("inf"), 0.0, -0.
               -(2.0 ** 63), 2.0 ** 64, -(2.0 ** 64), 1e30, -1e30, 1e300, -1e300)
 
 
-def _f2i_cases() -> list[Case]:
+def _f2i_cases(nan: bool = True) -> list[Case]:
+    """Every float -> integer intrinsic on the edge values; NaNs where ``nan`` or where the
+    result is 0 (F2I.NTZ: from float to 32 bits), the host model's value."""
     out = []
     for src, f in (("float32", "float"), ("float64", "double")):
-        values = _F2I_EDGES if src == "float64" else tuple(
-            v for v in _F2I_EDGES if abs(v) < 3.4e38 or v != v)
         for dst, i in (("int32", "int"), ("uint32", "uint"), ("int64", "ll"),
                        ("uint64", "ull")):
+            zero = src == "float32" and dst.endswith("32")
+            values = tuple(v for v in _F2I_EDGES if (v == v or nan or zero)
+                           and (src == "float64" or abs(v) < 3.4e38 or v != v))
             for m in ("rn", "rz", "ru", "rd"):
                 out.append(Case(f"return __{f}2{i}_{m}(x);", (dst,),
                                 (Input("x", src, "tile", values),)))
@@ -116,16 +120,29 @@ def _f2i_differences(cpu, gpu, lay) -> list[str]:
 def test_float_to_integer_conversions_at_their_edges_compute_what_the_host_computes():
     """The conversions' edge values (NaN, infinities, ties, the ranges' ends) through
     splice and the executor against the fuzzer's independent host definitions."""
-    found = run_cases(_f2i_cases(), 0)
+    found = run_cases(_f2i_cases(nan=False), 0)
     assert not found, _report(found)
+
+
+@pytest.mark.parametrize("src,dst,want", [
+    ("f32", "s32", 0), ("f32", "u32", 0), ("f16", "s16", 0), ("f32", "u8", 0),   # F2I.NTZ
+    ("f64", "u32", 0x80000000),                                   # measured on an H100
+    ("f64", "s32", 0x80000000), ("f32", "s64", 1 << 63), ("f64", "u64", 1 << 63)])
+def test_a_nan_converted_to_an_integer_is_what_the_hardware_gives(src, dst, want):
+    """The executor's value for cvt of a NaN to an integer follows ptxas's F2I: 0 where it
+    adds .NTZ, the destination's sign bit where it does not (measured for f64 -> u32)."""
+    from support.ptx_exec.runtime import CVT
+    nan = {"f16": 0x7e00, "f32": 0x7fc00000, "f64": 0x7ff8000000000000}[src]
+    assert CVT(dst, src, ("rni",), nan) == want
+    assert CVT(dst, src, ("rzi",), nan | (1 << {"f16": 15, "f32": 31, "f64": 63}[src])) == want
 
 
 @pytest.mark.gpu
 def test_float_to_integer_conversions_at_their_edges_on_the_gpu(dev):
-    """The same conversions on the GPU against the executor, element by element: the GPU
-    fuzz batch found an H100 giving 2147483648 for ``__double2uint_rn(NaN)`` where the
-    executor (and the host model, both from the PTX ISA's "NaN converts to 0") gave 0.
-    The message lists every difference, the table to correct the model from."""
+    """The same conversions on the GPU against the executor, element by element, NaNs where
+    the executor gives a value: the GPU fuzz batch found an H100 giving 2147483648 for
+    ``__double2uint_rn(NaN)`` where the executor (and the host model) gave 0. The message
+    lists every difference."""
     lay = layout(_f2i_cases(), scalar_forms=("tile0", "tile1"))
     data = inputs(lay, 0)
     build = device.compile_batch(lay)
@@ -213,6 +230,20 @@ def test_operations_are_plain_where_ranges_prove_them_defined():
     assert Binary("/", i32, Lit(I32, 3)).render(ctx) == "(i / 3)"
     assert Unary("-", i16).render(ctx) == "(-s)"
     assert Unary("-", i32).render(ctx) == "fz_neg_int32(i)"
+
+
+def test_a_float_division_by_a_constant_expression_goes_through_a_call():
+    """A constant divisor the compiler evaluates to zero (``(float)(0 >> 2)``) is #39,
+    which splice makes an error (C++: undefined); the generated program divides through
+    fz_fdiv, whose divisor is no constant expression (the CI fuzz run found it)."""
+    f = Var("f", TYPES["float32"])
+    zero = Cast(TYPES["float32"], Binary(">>", Lit(TYPES["uint8"], 0), Lit(I32, 2)))
+    ctx = Render(contracts=False)
+    assert Binary("/", f, zero).render(ctx) == \
+        "fz_fdiv((float)(f), (float)(((float)(((unsigned char)0) >> 2))))"
+    assert Binary("/", f, f).render(ctx) == "(f / f)"
+    check(Case(f"return {Binary('/', Var('a', TYPES['float32']), zero).render(ctx)};",
+               ("float32",), (Input("a", "float32", "tile", (1.0, -2.0)),)))
 
 
 def test_float_multiplies_are_never_contracted():

@@ -259,9 +259,19 @@ class Binary(Expr):
             return f"{'__fmul_rn' if t == F32 else '__dmul_rn'}({a}, {b})"
         if op in ("/", "%") and t.is_int and not self._div_safe():
             return f"fz_{'div' if op == '/' else 'mod'}_{t.name}({a}, {b})"
+        if op == "/" and t.is_float and _constant(self.b):
+            c = "float" if t == F32 else "double"      # the operands' common type
+            return f"fz_fdiv(({c})({a}), ({c})({b}))"
         if op in ("+", "-", "*") and t.kind == "s" and not C.fits(self._exact(), t):
             return f"fz_{ {'+': 'add', '-': 'sub', '*': 'mul'}[op]}_{t.name}({a}, {b})"
         return f"({a} {op} {b})"
+
+
+def _constant(e: Expr) -> bool:
+    """Whether ``e`` is a C++ constant expression (literals, operators and casts of them),
+    which the compiler evaluates and warns of (a zero divisor)."""
+    return isinstance(e, Lit) or (isinstance(e, (Unary, Binary, Cond, Cast))
+                                  and all(_constant(k) for k in e.children()))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

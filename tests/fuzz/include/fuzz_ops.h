@@ -63,6 +63,11 @@ template <class F> FZ_FN long long fz_to_int64(F x) {
 // positive); copysign's sign argument goes through this, so no result shows it
 FZ_FN float fz_not_nan(float x) { return x != x ? 1.0f : x; }
 FZ_FN double fz_not_nan(double x) { return x != x ? 1.0 : x; }
+// a float division whose divisor is a constant expression: C++ leaves a division by zero
+// undefined, NVRTC warns of a constant zero divisor (#39) and splice makes that an error;
+// through a call the divisor is no constant expression and IEEE's result is the program's
+FZ_FN float fz_fdiv(float a, float b) { return a / b; }
+FZ_FN double fz_fdiv(double a, double b) { return a / b; }
 
 // ------------------------------------------------------------- 2. CUDA intrinsics, host side
 #ifndef __CUDACC__
