@@ -571,7 +571,8 @@ def test_gpu_a_service_started_from_a_pack_launches_with_no_compiler(torch, tmp_
     assert _cli("cache", "import", str(pack),
                 env={"SPLICE_CACHE_DIR": str(served)}).returncode == 0
     got = _service_launch(tmp_path, served, dict(env, SPLICE_COMPILE="never"))
-    assert got["runs"] == [] and got["hits"] == first["hits"]
+    assert got["runs"] == [], got            # what ran (a tool's name, NVRTC, nvJitLink)
+    assert got["hits"] == first["hits"], (got, first)
 
 
 def _service_launch(tmp_path, cache_dir: Path, env: dict) -> dict:
