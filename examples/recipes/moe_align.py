@@ -161,7 +161,6 @@ def moe_align_one_block(logits, topk_ids, topk_weights, sorted_token_ids, sorted
     place(keys, pairs, base, sorted_token_ids, sorted_expert_ids, 0, TM, BINS)
 
 
-
 @splice.kernel
 def moe_route_count(logits, topk_ids, topk_weights, counts, sorted_token_ids,
                     sorted_expert_ids, tokens: int, k: int, steps: int, KP: ConstInt,

@@ -399,10 +399,9 @@ def f64_minmax(op: str, a: int, b: int) -> int:
 
 
 def float_to_int(x: float, bits: int, signed: bool, mode: str, sat_always: bool = True) -> int:
-    """cvt.rni/rzi/rmi/rpi (or rn/rz...) float -> integer: NaN -> 0, saturated to the
-    integer range (PTX: float-to-integer conversions saturate)."""
-    if x != x:
-        return 0
+    """cvt.rni/rzi/rmi/rpi (or rn/rz...) float -> integer of a number (not a NaN: what a
+    NaN gives depends on the instruction ptxas picks, ``runtime._nan_to_int``), saturated
+    to the integer range (PTX: float-to-integer conversions saturate)."""
     if math.isinf(x):
         v = None
     else:
