@@ -389,10 +389,31 @@ def torch():
 
 
 @pytest.mark.gpu
+def test_gpu_moe_signature_types_arrays_as_a_launch_does(recipe, torch):
+    """signature() (how the CPU tests compile) gives each array the divisibility cuTile's
+    launch gives the same torch arrays: the hints that made tileiras split the one-block
+    kernel on the H100 where the CPU's plain signature compiled."""
+    from cuda.tile.compilation import CallingConvention, KernelSignature
+    moe = recipe("moe_align")
+    tokens, experts = 64, 256
+    c = moe.config(tokens, experts, 8, 64)
+    logits = torch.zeros(tokens, experts, device="cuda")
+    [(kernel, _, args, constants)] = moe.plan(c, logits, moe.outputs(
+        torch, c, tokens, device="cuda"), tokens)
+    ours = moe.signature(args, constants).parameters
+    launch = KernelSignature.from_kernel_args(kernel, tuple(args) + tuple(constants),
+                                              CallingConvention.cutile_python_v1()).parameters
+    for a, mine, theirs in zip(args, ours, launch):
+        if not isinstance(a, int):
+            assert (mine.shape_divisible_by, mine.stride_divisible_by) == \
+                (theirs.shape_divisible_by, theirs.stride_divisible_by), a.shape
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("tokens,experts,k,tile_m", [
     (1, 8, 2, 16), (64, 256, 8, 64), (200, 64, 6, 32), (4096, 128, 8, 64),
     (16384, 256, 8, 128),
-    (64, 384, 8, 64), (32, 256, 4, 64)])       # the one-block kernel with the occupancy hint
+    (64, 384, 8, 64), (32, 256, 4, 64)])       # routing steps wider than ROUTE_ELEMENTS
 def test_gpu_moe_align_equals_the_pytorch_composite(recipe, torch, tokens, experts, k, tile_m):
     moe = recipe("moe_align")
     logits = torch.randn(tokens, experts, device="cuda")
